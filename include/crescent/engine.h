@@ -1,0 +1,349 @@
+/*
+ * crescent/engine.h - the transfer engine: one-sided, batched READ/WRITE
+ * between registered memory of processes and hosts.
+ *
+ * A process creates one engine. It registers ranges of its memory (buffers);
+ * peers address those bytes as (segment, remote virtual address), where the
+ * segment is the engine's name ("host:rpc_port" in P2P mode). Transfers are
+ * submitted in batches and complete asynchronously; synchronous helpers are
+ * built on top.
+ *
+ * Threading: unless a declaration says otherwise, every function may be called
+ * from any thread, concurrently with any other, including short-lived pool
+ * threads. The engine keeps no per-thread state; what a buffer needs (its
+ * memory kind, its device) is captured when it is registered.
+ *
+ * Errors: functions return 0 (or a documented non-negative value) on success
+ * and a negative cr_status on failure; cr_last_error_message() then says what
+ * and where. Output parameters are written only on success.
+ */
+#ifndef CRESCENT_ENGINE_H
+#define CRESCENT_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "crescent/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** An engine. Opaque; created by cr_engine_create, freed by cr_engine_destroy. */
+typedef struct cr_engine cr_engine;
+
+/**
+ * Engine configuration. Always initialise with cr_engine_config_init() first:
+ * it sets struct_size and every default, so fields added in later versions
+ * keep their defaults for callers compiled against this header.
+ *
+ * Strings are borrowed for the duration of cr_engine_create() only; the
+ * engine copies what it keeps.
+ */
+typedef struct cr_engine_config {
+    /** sizeof(cr_engine_config) as compiled by the caller; set by _init. */
+    uint32_t struct_size;
+    /** "host" or "host:port" peers use to reach us. Default "127.0.0.1". A
+     *  port here is used as the RPC port when rpc_port is 0. */
+    const char *local_hostname;
+    /** "P2PHANDSHAKE" (default) or "http://host:port/path". */
+    const char *metadata;
+    /** Key prefix in a metadata server. Default "crescent". */
+    const char *metadata_prefix;
+    /** "tcp" or "auto" (default; every transport built in). */
+    const char *protocol;
+    /** RPC port to listen on; 0 = choose a free one (query it afterwards). */
+    uint16_t rpc_port;
+    /** I/O worker threads; 0 = default (2). */
+    uint32_t worker_threads;
+    /** TCP connections per peer; 0 = default (4). */
+    uint32_t lanes_per_peer;
+    /** Largest unit one request is cut into on the wire; 0 = default 1 MiB. */
+    uint64_t slice_size;
+    /** Connecting to a peer, incl. handshake; 0 = default 3000 ms. */
+    uint32_t connect_timeout_ms;
+    /** Deadline of one transfer request; 0 = default 30000 ms. */
+    uint32_t request_timeout_ms;
+    /** If non-NULL and non-empty, peers must prove knowledge of this secret
+     *  (HMAC-SHA256 challenge) and we prove it to them. */
+    const char *shared_secret;
+} cr_engine_config;
+
+/** Fill *cfg with struct_size and defaults. Never fails. */
+CR_API void cr_engine_config_init(cr_engine_config *cfg);
+
+/**
+ * Create an engine: validate the configuration, bind the RPC port, start the
+ * worker and listener threads, publish the (empty) segment descriptor.
+ * On success *out owns a new engine (free with cr_engine_destroy).
+ * Errors: CR_ERR_INVALID_CONFIG (message names the bad field and value),
+ * CR_ERR_BIND, CR_ERR_METADATA, CR_ERR_NO_MEMORY, CR_ERR_SYSTEM.
+ */
+CR_API int cr_engine_create(const cr_engine_config *cfg, cr_engine **out);
+
+/**
+ * Stop all threads, fail transfers still in flight with CR_ERR_SHUTDOWN,
+ * unpublish metadata, close sockets and free the engine. Registered buffers
+ * remain the caller's memory. No other thread may use the engine during or
+ * after this call. NULL is a no-op.
+ */
+CR_API void cr_engine_destroy(cr_engine *engine);
+
+/**
+ * Copy the segment name ("host:rpc_port" in P2P mode, else the hostname) into
+ * buf (NUL-terminated). Errors: CR_ERR_INVALID_ARGUMENT if it does not fit.
+ */
+CR_API int cr_engine_segment_name(const cr_engine *engine, char *buf, size_t len);
+
+/** The RPC port the engine listens on (always > 0 after create). */
+CR_API uint16_t cr_engine_rpc_port(const cr_engine *engine);
+
+/* ----------------------------------------------------------------------- */
+/* Memory registration                                                     */
+/* ----------------------------------------------------------------------- */
+
+/** What kind of memory a buffer is. Travels in the segment descriptor. */
+typedef enum cr_mem_kind {
+    CR_MEM_HOST = 0,           /**< ordinary host memory */
+    CR_MEM_HOST_SHAREABLE = 1, /**< host memory backed by a shareable fd */
+    CR_MEM_CUDA = 2,           /**< CUDA device memory */
+    CR_MEM_KIND_COUNT
+} cr_mem_kind;
+
+/** Short name of a kind ("host", "host-shareable", "cuda"); static string. */
+CR_API const char *cr_mem_kind_name(int kind);
+
+/** One buffer for the batch registration call. */
+typedef struct cr_buffer_spec {
+    void *addr;
+    size_t length;
+    /** "cpu:N", "cuda:N", or "*" / NULL (detect: host memory unless a
+     *  device runtime claims it). */
+    const char *location;
+    /** May peers read and write it? */
+    bool remote_accessible;
+} cr_buffer_spec;
+
+/**
+ * Register [addr, addr+length) so it can be a transfer source/destination and,
+ * if remote_accessible, a target of peers' transfers. Pointers anywhere inside
+ * a registered buffer are valid in transfers. The memory stays the caller's;
+ * it must stay valid until cr_engine_unregister returns.
+ * Errors: CR_ERR_ZERO_LENGTH, CR_ERR_INVALID_ARGUMENT (NULL addr, bad
+ * location string), CR_ERR_RANGE_OVERFLOW, CR_ERR_ADDRESS_OVERLAPPED (message
+ * names the existing range), CR_ERR_NO_MEMORY, CR_ERR_METADATA.
+ */
+CR_API int cr_engine_register(cr_engine *engine, void *addr, size_t length,
+                              const char *location, bool remote_accessible);
+
+/**
+ * Register n buffers atomically: either all are registered or none is (the
+ * first failure is returned and nothing changes). Publishes once.
+ */
+CR_API int cr_engine_register_batch(cr_engine *engine,
+                                    const cr_buffer_spec *buffers, size_t n);
+
+/**
+ * Unregister the buffer that starts exactly at addr.
+ *
+ * In-flight transfers: unregistration is a barrier. New transfers touching
+ * the buffer are refused from the moment this call starts; transfers already
+ * using it (as a local source/destination, or being served to a peer) run to
+ * completion, failure or deadline; then the buffer is removed and the call
+ * returns. After it returns the engine never touches the range again.
+ * Errors: CR_ERR_ADDRESS_NOT_REGISTERED if no buffer starts at addr.
+ */
+CR_API int cr_engine_unregister(cr_engine *engine, void *addr);
+
+/**
+ * Unregister n buffers by base address. Every address is attempted; returns 0
+ * if all succeeded, else the first failure (the others are still removed).
+ */
+CR_API int cr_engine_unregister_batch(cr_engine *engine, void *const *addrs,
+                                      size_t n);
+
+/** Number of buffers currently registered. */
+CR_API size_t cr_engine_registration_count(cr_engine *engine);
+
+/* ----------------------------------------------------------------------- */
+/* Segments                                                                */
+/* ----------------------------------------------------------------------- */
+
+/** A handle to an opened segment. Generation-checked: stale values are
+ *  refused with CR_ERR_INVALID_HANDLE. 0 is never a valid handle. */
+typedef uint64_t cr_segment_handle;
+
+/**
+ * Open the segment `name` (a peer's "host:port", or our own name for local
+ * transfers): fetch and cache its descriptor. Opening the same name twice
+ * returns the same handle. The descriptor is refreshed when a remote range is
+ * not found in it or the peer has restarted.
+ * Errors: CR_ERR_INVALID_ARGUMENT, CR_ERR_DNS, CR_ERR_PEER_UNREACHABLE,
+ * CR_ERR_TIMEOUT, CR_ERR_AUTH_FAILED, CR_ERR_VERSION_MISMATCH,
+ * CR_ERR_METADATA_NOT_FOUND.
+ */
+CR_API int cr_engine_open_segment(cr_engine *engine, const char *name,
+                                  cr_segment_handle *out);
+
+/**
+ * Close a segment handle: later use of it fails with CR_ERR_INVALID_HANDLE.
+ * Transfers already submitted to it complete normally.
+ */
+CR_API int cr_engine_close_segment(cr_engine *engine, cr_segment_handle segment);
+
+/* ----------------------------------------------------------------------- */
+/* Batches                                                                 */
+/* ----------------------------------------------------------------------- */
+
+typedef enum cr_opcode { CR_OP_READ = 0, CR_OP_WRITE = 1 } cr_opcode;
+
+/** Task states; numerically Mooncake's TransferStatusEnum. */
+typedef enum cr_task_state {
+    CR_TASK_WAITING = 0,   /**< submitted, not finished */
+    CR_TASK_PENDING = 1,   /**< unused slot */
+    CR_TASK_INVALID = 2,   /**< refused at submit (see error) */
+    CR_TASK_CANCELED = 3,  /**< canceled before completion */
+    CR_TASK_COMPLETED = 4, /**< every byte applied and acknowledged */
+    CR_TASK_TIMEOUT = 5,   /**< deadline expired */
+    CR_TASK_FAILED = 6,    /**< failed; see error */
+} cr_task_state;
+
+/** One transfer. READ copies remote → local, WRITE local → remote. */
+typedef struct cr_transfer_request {
+    int opcode;                /**< cr_opcode */
+    void *local_addr;          /**< inside a locally registered buffer */
+    cr_segment_handle segment; /**< from cr_engine_open_segment */
+    uint64_t remote_addr;      /**< virtual address in the peer's buffer */
+    uint64_t length;           /**< > 0 */
+} cr_transfer_request;
+
+typedef struct cr_task_status {
+    int state;                  /**< cr_task_state */
+    int error;                  /**< 0, or the cr_status that ended it */
+    uint64_t transferred_bytes; /**< bytes known applied (lower bound) */
+} cr_task_status;
+
+/** A batch id. Generation-checked; 0 is never valid. */
+typedef uint64_t cr_batch_id;
+
+/** Create a batch that can hold `capacity` (> 0) tasks in total. */
+CR_API int cr_batch_create(cr_engine *engine, size_t capacity, cr_batch_id *out);
+
+/**
+ * Validate and start n requests (appended after earlier submits to the same
+ * batch). Validation happens before anything starts: if any request is
+ * invalid (unregistered local range, remote range not in the peer's
+ * descriptor, memory kind no transport can serve, ...) nothing is submitted
+ * and the error names the request index, buffer, kind and transport.
+ * n == 0 succeeds and moves nothing. `requests` is borrowed for the call.
+ * Errors: CR_ERR_INVALID_HANDLE, CR_ERR_TOO_MANY_REQUESTS, and the range
+ * and kind errors above.
+ */
+CR_API int cr_batch_submit(cr_engine *engine, cr_batch_id batch,
+                           const cr_transfer_request *requests, size_t n);
+
+/** Current status of task `index` (submission order). */
+CR_API int cr_batch_task_status(cr_engine *engine, cr_batch_id batch,
+                                size_t index, cr_task_status *out);
+
+/**
+ * Block until every submitted task has finished or timeout_ms passes (< 0:
+ * wait forever; the tasks' own deadlines bound it anyway). Sleeps; never
+ * spins a core. Returns 0 if all tasks COMPLETED, CR_ERR_TIMEOUT if the wait
+ * timed out with tasks still running, else the error of the first failed task.
+ */
+CR_API int cr_batch_wait(cr_engine *engine, cr_batch_id batch, int timeout_ms);
+
+/**
+ * Cancel unfinished tasks: those not yet on the wire end CANCELED at once;
+ * those on the wire end CANCELED once the engine guarantees no further I/O
+ * touches their local memory. Returns immediately.
+ */
+CR_API int cr_batch_cancel(cr_engine *engine, cr_batch_id batch);
+
+/**
+ * Free a batch. Allowed while tasks are in flight: the id becomes invalid at
+ * once and the memory is reclaimed when the last task finishes.
+ */
+CR_API int cr_batch_free(cr_engine *engine, cr_batch_id batch);
+
+/**
+ * Synchronous single transfer: submit, wait (timeout_ms <= 0: the engine's
+ * request timeout), return 0 or the task's error.
+ */
+CR_API int cr_engine_transfer_sync(cr_engine *engine, int opcode,
+                                   void *local_addr, cr_segment_handle segment,
+                                   uint64_t remote_addr, uint64_t length,
+                                   int timeout_ms);
+
+/**
+ * Synchronous batch: n transfers of one opcode to one segment. Returns 0 if
+ * all completed, else the first error. n == 0 succeeds.
+ */
+CR_API int cr_engine_transfer_sync_batch(cr_engine *engine, int opcode,
+                                         cr_segment_handle segment,
+                                         void *const *local_addrs,
+                                         const uint64_t *remote_addrs,
+                                         const uint64_t *lengths, size_t n,
+                                         int timeout_ms);
+
+/* ----------------------------------------------------------------------- */
+/* Notifications and probes                                                */
+/* ----------------------------------------------------------------------- */
+
+/** Largest notification message, in bytes. */
+#define CR_NOTIFY_MAX_MESSAGE 4096
+
+/**
+ * Deliver a short message (at most CR_NOTIFY_MAX_MESSAGE bytes; binary safe)
+ * to the peer's engine; returns once the peer has queued it.
+ */
+CR_API int cr_engine_notify(cr_engine *engine, cr_segment_handle segment,
+                            const void *message, size_t length);
+
+/** A received notification. */
+typedef struct cr_notification {
+    char *from;      /**< sender's segment name (NUL-terminated) */
+    char *message;   /**< payload, NUL-terminated for convenience */
+    size_t length;   /**< payload length without the terminator */
+} cr_notification;
+
+/**
+ * Take every notification received so far. On success *out owns an array of
+ * *count entries (possibly NULL/0) to release with cr_notifications_free.
+ */
+CR_API int cr_engine_take_notifications(cr_engine *engine,
+                                        cr_notification **out, size_t *count);
+
+/** Free what cr_engine_take_notifications returned. NULL is a no-op. */
+CR_API void cr_notifications_free(cr_notification *list, size_t count);
+
+/**
+ * Does the engine at `name` ("host:port") answer within timeout_ms? Returns 0
+ * if it does, else CR_ERR_PEER_UNREACHABLE / CR_ERR_TIMEOUT / ...
+ */
+CR_API int cr_engine_probe(cr_engine *engine, const char *name, int timeout_ms);
+
+/* ----------------------------------------------------------------------- */
+/* Statistics                                                              */
+/* ----------------------------------------------------------------------- */
+
+/** Counters since create; monotonic. */
+typedef struct cr_engine_stats {
+    uint64_t tasks_completed;
+    uint64_t tasks_failed;
+    uint64_t bytes_local;     /**< moved by memcpy within the process */
+    uint64_t bytes_tcp;       /**< moved over tcp lanes (as initiator) */
+    uint64_t bytes_served;    /**< served to peers as a target */
+    uint64_t tcp_connects;    /**< lanes connected */
+    uint64_t descriptor_fetches;
+} cr_engine_stats;
+
+CR_API int cr_engine_get_stats(cr_engine *engine, cr_engine_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CRESCENT_ENGINE_H */

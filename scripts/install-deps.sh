@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what crescent needs to build and test on Debian 12. Idempotent:
+# packages already present are not reinstalled and apt is not touched at all
+# when nothing is missing.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config
+  libmsgpack-dev        # wire payload serialization (msgpack-c)
+  libmicrohttpd-dev     # embedded HTTP metadata server
+  libcurl4-openssl-dev  # HTTP metadata client
+  libssl-dev            # HMAC-SHA256 for the shared-secret handshake
+  libcmocka-dev         # C unit test framework
+  clang libclang-rt-14-dev  # sanitizers and libFuzzer
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The C tests again under ASan+UBSan (leaks included), the threaded engine
+# tests under TSan, and a short libFuzzer run of every wire decoder.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DCRESCENT_SANITIZE=address,undefined
+ctest --test-dir build-asan --output-on-failure -j2 --timeout 600 -E '^bench_'
+
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+BUILD_DIR=build-tsan BUILD_TYPE=RelWithDebInfo bash scripts/build.sh -DCRESCENT_SANITIZE=thread
+ctest --test-dir build-tsan --output-on-failure -j2 --timeout 600 -R '^engine_|^metadata_http'
+
+if [ -f fuzz/CMakeLists.txt ]; then
+  CC=clang BUILD_DIR=build-fuzz bash scripts/build.sh -DCRESCENT_FUZZ=ON
+  ctest --test-dir build-fuzz --output-on-failure -j2 --timeout 300 -R '^fuzz_'
+fi

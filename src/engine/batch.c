@@ -1,0 +1,479 @@
+/*
+ * batch.c - batches and tasks: submit-time validation, completion
+ * accounting, waiting, cancellation and deferred freeing.
+ *
+ * A task is one request; a transport completes it slice by slice through
+ * cre_task_slice_done(). The last slice decides the task's final state,
+ * releases the local buffer reference taken at submit (which is what
+ * unregistration waits for) and wakes waiters of the batch. A batch freed
+ * while tasks are in flight loses its id at once and is destroyed by
+ * whichever thread finishes the last task or drops the last user.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "engine/internal.h"
+
+#define MAX_BATCH_CAPACITY (1u << 20)
+
+static void batch_destroy(cre_batch *b)
+{
+    pthread_mutex_destroy(&b->lock);
+    pthread_cond_destroy(&b->cond);
+    free(b->tasks);
+    free(b);
+}
+
+/* Drop one user; destroy if freed and quiescent. Called with b->lock held;
+ * releases it. */
+static void batch_unlock_and_maybe_destroy(cre_batch *b)
+{
+    bool destroy = b->freed && b->unfinished == 0 && b->users == 0;
+    pthread_mutex_unlock(&b->lock);
+    if (destroy)
+        batch_destroy(b);
+}
+
+static int batch_get(cr_engine *e, cr_batch_id id, cre_batch **out)
+{
+    pthread_mutex_lock(&e->batches.lock);
+    cre_batch *b = cre_handles_get_locked(&e->batches, id);
+    if (b == NULL) {
+        pthread_mutex_unlock(&e->batches.lock);
+        return crb_error(CR_ERR_INVALID_HANDLE, "batch id 0x%llx is stale or invalid",
+                         (unsigned long long)id);
+    }
+    pthread_mutex_lock(&b->lock);
+    b->users++;
+    pthread_mutex_unlock(&b->lock);
+    pthread_mutex_unlock(&e->batches.lock);
+    *out = b;
+    return 0;
+}
+
+static void batch_put(cre_batch *b)
+{
+    pthread_mutex_lock(&b->lock);
+    b->users--;
+    batch_unlock_and_maybe_destroy(b);
+}
+
+void cre_task_slice_done(cre_task *t, int status, uint64_t bytes)
+{
+    if (status != 0) {
+        int expected = 0;
+        atomic_compare_exchange_strong(&t->error, &expected, status);
+    }
+    atomic_fetch_add(&t->done_bytes, bytes);
+    if (atomic_fetch_sub(&t->slices_left, 1) != 1)
+        return;
+    int err = atomic_load(&t->error);
+    cr_engine *e = t->batch->engine;
+    int state = err == 0                    ? CR_TASK_COMPLETED
+                : err == CR_ERR_TIMEOUT     ? CR_TASK_TIMEOUT
+                : err == CR_ERR_CANCELED    ? CR_TASK_CANCELED
+                                            : CR_TASK_FAILED;
+    if (t->local_buf != NULL) {
+        cre_buffer_release(t->local_buf);
+        t->local_buf = NULL;
+    }
+    atomic_fetch_add(err == 0 ? &e->stats.tasks_completed : &e->stats.tasks_failed, 1);
+    cre_batch *b = t->batch;
+    pthread_mutex_lock(&b->lock);
+    atomic_store(&t->state, state);
+    if (--b->unfinished == 0)
+        pthread_cond_broadcast(&b->cond);
+    batch_unlock_and_maybe_destroy(b);
+}
+
+int cr_batch_create(cr_engine *e, size_t capacity, cr_batch_id *out)
+{
+    if (e == NULL || out == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_create: NULL engine or out");
+    if (capacity == 0 || capacity > MAX_BATCH_CAPACITY)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "batch capacity %zu is outside [1, %u]",
+                         capacity, MAX_BATCH_CAPACITY);
+    cre_batch *b = calloc(1, sizeof(*b));
+    if (b == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "batch of capacity %zu", capacity);
+    b->tasks = calloc(capacity, sizeof(*b->tasks));
+    if (b->tasks == NULL) {
+        free(b);
+        return crb_error(CR_ERR_NO_MEMORY, "batch of capacity %zu", capacity);
+    }
+    b->engine = e;
+    b->capacity = capacity;
+    pthread_mutex_init(&b->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&b->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    for (size_t i = 0; i < capacity; i++)
+        atomic_init(&b->tasks[i].state, CR_TASK_PENDING);
+    cr_batch_id id;
+    int rc = cre_handles_add(&e->batches, b, &id);
+    if (rc < 0) {
+        batch_destroy(b);
+        return rc;
+    }
+    *out = id;
+    return 0;
+}
+
+/* What the submit path resolved for one request. */
+typedef struct planned {
+    cre_peer *peer;
+    cre_buffer *local_buf;
+    cre_buffer *self_target; /* for local memcpy */
+    uint64_t instance;
+} planned;
+
+static bool kind_is_host(int kind) { return kind == CR_MEM_HOST || kind == CR_MEM_HOST_SHAREABLE; }
+
+/* Find the descriptor buffer holding [addr, addr+len). Caller holds p->lock. */
+static int desc_check(cre_peer *p, size_t idx, uint64_t addr, uint64_t len)
+{
+    const crp_descriptor *d = &p->desc;
+    size_t lo = 0, hi = d->n_buffers;
+    while (lo < hi) { /* buffers are sorted by address */
+        size_t mid = lo + (hi - lo) / 2;
+        if (d->buffers[mid].addr <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    const crp_buffer_desc *b = lo > 0 ? &d->buffers[lo - 1] : NULL;
+    if (b == NULL || addr >= b->addr + b->length)
+        return crb_error(CR_ERR_ADDRESS_NOT_REGISTERED,
+                         "request %zu: remote range [0x%llx, +%llu) is not in any buffer of "
+                         "segment %s",
+                         idx, (unsigned long long)addr, (unsigned long long)len, p->name);
+    if (addr + len > b->addr + b->length)
+        return crb_error(CR_ERR_OUT_OF_RANGE,
+                         "request %zu: remote range [0x%llx, +%llu) runs past buffer [0x%llx, "
+                         "+%llu) of segment %s",
+                         idx, (unsigned long long)addr, (unsigned long long)len,
+                         (unsigned long long)b->addr, (unsigned long long)b->length, p->name);
+    if (!b->remote_accessible)
+        return crb_error(CR_ERR_NOT_REMOTE_ACCESSIBLE,
+                         "request %zu: remote buffer 0x%llx of segment %s is not "
+                         "remote-accessible",
+                         idx, (unsigned long long)b->addr, p->name);
+    if (!kind_is_host(b->kind))
+        return crb_error(CR_ERR_TRANSPORT_UNSUPPORTED,
+                         "request %zu: remote buffer 0x%llx of segment %s is %s memory (device "
+                         "%d); transport tcp serves host and host-shareable memory only",
+                         idx, (unsigned long long)b->addr, p->name, cr_mem_kind_name(b->kind),
+                         (int)b->device);
+    return 0;
+}
+
+static int plan_remote(cre_peer *p, size_t idx, const cr_transfer_request *r, planned *pl)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        pthread_mutex_lock(&p->lock);
+        bool need_refresh = !p->desc_valid || p->desc_stale;
+        int rc = 0;
+        if (!need_refresh) {
+            rc = desc_check(p, idx, r->remote_addr, r->length);
+            pl->instance = p->desc.instance;
+        }
+        pthread_mutex_unlock(&p->lock);
+        if (!need_refresh && (rc == 0 || attempt == 1 ||
+                              (rc != CR_ERR_ADDRESS_NOT_REGISTERED && rc != CR_ERR_OUT_OF_RANGE)))
+            return rc;
+        /* Not found (or stale): the peer may have registered more or
+         * restarted since we cached its descriptor. Refresh once. */
+        rc = cre_peer_refresh(p);
+        if (rc < 0)
+            return rc;
+    }
+    pthread_mutex_lock(&p->lock);
+    int rc = desc_check(p, idx, r->remote_addr, r->length);
+    pl->instance = p->desc.instance;
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+static int plan_one(cr_engine *e, size_t idx, const cr_transfer_request *r, planned *pl)
+{
+    if (r->opcode != CR_OP_READ && r->opcode != CR_OP_WRITE)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "request %zu: opcode %d is neither READ nor "
+                                                  "WRITE", idx, r->opcode);
+    if (r->length == 0)
+        return crb_error(CR_ERR_ZERO_LENGTH, "request %zu has length 0", idx);
+    if (r->remote_addr + r->length < r->remote_addr)
+        return crb_error(CR_ERR_RANGE_OVERFLOW, "request %zu: remote 0x%llx + %llu overflows", idx,
+                         (unsigned long long)r->remote_addr, (unsigned long long)r->length);
+    int rc = cre_segment_lookup(e, r->segment, &pl->peer);
+    if (rc < 0)
+        return crb_error(rc, "request %zu: segment handle 0x%llx is stale or invalid", idx,
+                         (unsigned long long)r->segment);
+    rc = cre_registry_acquire(&e->registry, (uint64_t)(uintptr_t)r->local_addr, r->length,
+                              "local", &pl->local_buf);
+    if (rc < 0)
+        return crb_error(rc, "request %zu: %s", idx, cr_last_error_message());
+    if (!kind_is_host(pl->local_buf->kind)) {
+        rc = crb_error(CR_ERR_TRANSPORT_UNSUPPORTED,
+                       "request %zu: local buffer 0x%llx is %s memory (device %d); no installed "
+                       "transport (local, tcp) can move it",
+                       idx, (unsigned long long)pl->local_buf->addr,
+                       cr_mem_kind_name(pl->local_buf->kind), pl->local_buf->device);
+        goto err_release_local;
+    }
+    if (pl->peer->is_self && e->auto_transport) {
+        rc = cre_registry_acquire(&e->registry, r->remote_addr, r->length, "target",
+                                  &pl->self_target);
+        if (rc < 0) {
+            rc = crb_error(rc, "request %zu: %s", idx, cr_last_error_message());
+            goto err_release_local;
+        }
+        if (!pl->self_target->remote_accessible || !kind_is_host(pl->self_target->kind)) {
+            rc = crb_error(!pl->self_target->remote_accessible ? CR_ERR_NOT_REMOTE_ACCESSIBLE
+                                                               : CR_ERR_TRANSPORT_UNSUPPORTED,
+                           "request %zu: target buffer 0x%llx (%s) cannot be served by "
+                           "transport local",
+                           idx, (unsigned long long)pl->self_target->addr,
+                           cr_mem_kind_name(pl->self_target->kind));
+            cre_buffer_release(pl->self_target);
+            pl->self_target = NULL;
+            goto err_release_local;
+        }
+        return 0;
+    }
+    rc = plan_remote(pl->peer, idx, r, pl);
+    if (rc < 0)
+        goto err_release_local;
+    return 0;
+err_release_local:
+    cre_buffer_release(pl->local_buf);
+    pl->local_buf = NULL;
+    return rc;
+}
+
+int cr_batch_submit(cr_engine *e, cr_batch_id id, const cr_transfer_request *reqs, size_t n)
+{
+    if (e == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_submit: NULL engine");
+    if (n > 0 && reqs == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_submit: %zu requests but NULL array",
+                         n);
+    cre_batch *b;
+    int rc = batch_get(e, id, &b);
+    if (rc < 0)
+        return rc;
+    if (n == 0) {
+        batch_put(b);
+        return 0;
+    }
+    planned *plan = calloc(n, sizeof(*plan));
+    if (plan == NULL) {
+        batch_put(b);
+        return crb_error(CR_ERR_NO_MEMORY, "planning %zu requests", n);
+    }
+    size_t planned_n = 0;
+    for (; planned_n < n; planned_n++) {
+        rc = plan_one(e, planned_n, &reqs[planned_n], &plan[planned_n]);
+        if (rc < 0)
+            goto err_release_plan;
+    }
+    /* Reserve task slots. */
+    pthread_mutex_lock(&b->lock);
+    if (b->count + n > b->capacity) {
+        size_t cap = b->capacity, used = b->count;
+        pthread_mutex_unlock(&b->lock);
+        rc = crb_error(CR_ERR_TOO_MANY_REQUESTS, "batch holds %zu of %zu tasks; %zu more do not fit",
+                       used, cap, n);
+        goto err_release_plan;
+    }
+    size_t first = b->count;
+    b->count += n;
+    b->unfinished += n;
+    for (size_t i = 0; i < n; i++) {
+        cre_task *t = &b->tasks[first + i];
+        t->batch = b;
+        t->opcode = reqs[i].opcode;
+        t->local = reqs[i].local_addr;
+        t->remote_addr = reqs[i].remote_addr;
+        t->length = reqs[i].length;
+        t->local_buf = plan[i].local_buf;
+        atomic_store(&t->error, 0);
+        atomic_store(&t->done_bytes, 0);
+        atomic_store(&t->canceled, false);
+        atomic_store(&t->state, CR_TASK_WAITING);
+    }
+    pthread_mutex_unlock(&b->lock);
+
+    for (size_t i = 0; i < n; i++) {
+        cre_task *t = &b->tasks[first + i];
+        if (plan[i].self_target != NULL) {
+            cre_local_transfer(t, (uint8_t *)(uintptr_t)reqs[i].remote_addr);
+            cre_buffer_release(plan[i].self_target);
+            continue;
+        }
+        int src = cre_tcp_submit(plan[i].peer, t, plan[i].instance);
+        if (src < 0) {
+            atomic_store(&t->slices_left, 1);
+            cre_task_slice_done(t, src, 0);
+        }
+    }
+    free(plan);
+    batch_put(b);
+    return 0;
+
+err_release_plan:
+    for (size_t i = 0; i < planned_n; i++) {
+        if (plan[i].local_buf)
+            cre_buffer_release(plan[i].local_buf);
+        if (plan[i].self_target)
+            cre_buffer_release(plan[i].self_target);
+    }
+    free(plan);
+    batch_put(b);
+    return rc;
+}
+
+int cr_batch_task_status(cr_engine *e, cr_batch_id id, size_t index, cr_task_status *out)
+{
+    if (e == NULL || out == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_task_status: NULL argument");
+    cre_batch *b;
+    int rc = batch_get(e, id, &b);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&b->lock);
+    if (index >= b->count) {
+        size_t count = b->count;
+        pthread_mutex_unlock(&b->lock);
+        batch_put(b);
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "task index %zu but the batch holds %zu tasks",
+                         index, count);
+    }
+    cre_task *t = &b->tasks[index];
+    cr_task_status st = {.state = atomic_load(&t->state),
+                         .error = atomic_load(&t->error),
+                         .transferred_bytes = atomic_load(&t->done_bytes)};
+    pthread_mutex_unlock(&b->lock);
+    batch_put(b);
+    *out = st;
+    return 0;
+}
+
+int cr_batch_wait(cr_engine *e, cr_batch_id id, int timeout_ms)
+{
+    if (e == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_wait: NULL engine");
+    cre_batch *b;
+    int rc = batch_get(e, id, &b);
+    if (rc < 0)
+        return rc;
+    struct timespec deadline = crb_deadline_ts(timeout_ms < 0 ? 0 : (uint64_t)timeout_ms);
+    pthread_mutex_lock(&b->lock);
+    while (b->unfinished > 0) {
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&b->cond, &b->lock);
+        } else if (pthread_cond_timedwait(&b->cond, &b->lock, &deadline) != 0 &&
+                   b->unfinished > 0) {
+            size_t left = b->unfinished;
+            b->users--;
+            batch_unlock_and_maybe_destroy(b);
+            return crb_error(CR_ERR_TIMEOUT, "%zu tasks still running after %d ms", left,
+                             timeout_ms);
+        }
+    }
+    rc = 0;
+    for (size_t i = 0; i < b->count && rc == 0; i++) {
+        int err = atomic_load(&b->tasks[i].error);
+        if (err != 0)
+            rc = crb_error(err, "task %zu of the batch failed: %s", i, cr_strerror(err));
+    }
+    b->users--;
+    batch_unlock_and_maybe_destroy(b);
+    return rc;
+}
+
+int cr_batch_cancel(cr_engine *e, cr_batch_id id)
+{
+    if (e == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_cancel: NULL engine");
+    cre_batch *b;
+    int rc = batch_get(e, id, &b);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&b->lock);
+    for (size_t i = 0; i < b->count; i++)
+        atomic_store(&b->tasks[i].canceled, true);
+    pthread_mutex_unlock(&b->lock);
+    /* Workers drop unstarted slices of canceled tasks on their next pass. */
+    for (uint32_t w = 0; w < e->n_workers; w++)
+        cre_worker_kick(&e->workers[w]);
+    batch_put(b);
+    return 0;
+}
+
+int cr_batch_free(cr_engine *e, cr_batch_id id)
+{
+    if (e == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_free: NULL engine");
+    pthread_mutex_lock(&e->batches.lock);
+    cre_batch *b = cre_handles_remove_locked(&e->batches, id);
+    if (b == NULL) {
+        pthread_mutex_unlock(&e->batches.lock);
+        return crb_error(CR_ERR_INVALID_HANDLE, "batch id 0x%llx is stale or invalid",
+                         (unsigned long long)id);
+    }
+    pthread_mutex_lock(&b->lock);
+    pthread_mutex_unlock(&e->batches.lock);
+    b->freed = true;
+    batch_unlock_and_maybe_destroy(b);
+    return 0;
+}
+
+static int sync_timeout(cr_engine *e, int timeout_ms)
+{
+    if (timeout_ms > 0)
+        return timeout_ms;
+    return (int)(e->request_timeout_ms + e->connect_timeout_ms + 1000);
+}
+
+int cr_engine_transfer_sync_batch(cr_engine *e, int opcode, cr_segment_handle segment,
+                                  void *const *local_addrs, const uint64_t *remote_addrs,
+                                  const uint64_t *lengths, size_t n, int timeout_ms)
+{
+    if (e == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "transfer_sync_batch: NULL engine");
+    if (n == 0)
+        return 0;
+    if (local_addrs == NULL || remote_addrs == NULL || lengths == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "transfer_sync_batch: NULL array");
+    cr_transfer_request *reqs = calloc(n, sizeof(*reqs));
+    if (reqs == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "transfer_sync_batch of %zu", n);
+    for (size_t i = 0; i < n; i++)
+        reqs[i] = (cr_transfer_request){opcode, local_addrs[i], segment, remote_addrs[i],
+                                        lengths[i]};
+    cr_batch_id id;
+    int rc = cr_batch_create(e, n, &id);
+    if (rc == 0) {
+        rc = cr_batch_submit(e, id, reqs, n);
+        if (rc == 0) {
+            rc = cr_batch_wait(e, id, sync_timeout(e, timeout_ms));
+            if (rc == CR_ERR_TIMEOUT)
+                cr_batch_cancel(e, id);
+        }
+        cr_batch_free(e, id);
+    }
+    free(reqs);
+    return rc;
+}
+
+int cr_engine_transfer_sync(cr_engine *e, int opcode, void *local_addr, cr_segment_handle segment,
+                            uint64_t remote_addr, uint64_t length, int timeout_ms)
+{
+    return cr_engine_transfer_sync_batch(e, opcode, segment, &local_addr, &remote_addr, &length, 1,
+                                         timeout_ms);
+}

@@ -1,0 +1,121 @@
+/*
+ * descriptor.c - this engine's segment descriptor: built from a registry
+ * snapshot, cached in encoded form until the registry changes, served to
+ * peers (DESC_GET) and, with a metadata server, published under
+ * "<prefix>/ram/<segment>" next to "<prefix>/rpc_meta/<segment>" = "host:port".
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "engine/internal.h"
+
+static uint64_t registry_version(cre_registry *r)
+{
+    pthread_rwlock_rdlock(&r->lock);
+    uint64_t v = r->version;
+    pthread_rwlock_unlock(&r->lock);
+    return v;
+}
+
+/* Rebuild e->desc_encoded if the registry moved. Caller holds desc_lock. */
+static int rebuild_locked(cr_engine *e)
+{
+    if (e->desc_built && registry_version(&e->registry) == e->desc_version)
+        return 0;
+    cre_buffer_spec *specs;
+    size_t n;
+    uint64_t version;
+    int rc = cre_registry_snapshot(&e->registry, &specs, &n, &version);
+    if (rc < 0)
+        return rc;
+    crp_buffer_desc *bufs = calloc(n ? n : 1, sizeof(*bufs));
+    if (bufs == NULL) {
+        free(specs);
+        return crb_error(CR_ERR_NO_MEMORY, "descriptor of %zu buffers", n);
+    }
+    for (size_t i = 0; i < n; i++)
+        bufs[i] = (crp_buffer_desc){.addr = specs[i].addr,
+                                    .length = specs[i].length,
+                                    .kind = (uint8_t)specs[i].kind,
+                                    .device = specs[i].device,
+                                    .remote_accessible = specs[i].remote_accessible};
+    char address[CRB_HOST_MAX + 8];
+    snprintf(address, sizeof(address), "%s:%u", e->hostname, (unsigned)e->rpc_port);
+    crp_endpoint ep = {.transport = "tcp", .address = address};
+    crp_descriptor d = {.name = e->segment_name,
+                        .host_id = e->host_id,
+                        .instance = e->instance,
+                        .version = version,
+                        .n_endpoints = 1,
+                        .endpoints = &ep,
+                        .n_buffers = n,
+                        .buffers = bufs};
+    crp_buf_reset(&e->desc_encoded);
+    rc = crp_descriptor_encode(&d, &e->desc_encoded);
+    free(bufs);
+    free(specs);
+    if (rc < 0)
+        return rc;
+    e->desc_version = version;
+    e->desc_built = true;
+    return 0;
+}
+
+int cre_descriptor_encoded(cr_engine *e, crp_buf *copy_out)
+{
+    pthread_mutex_lock(&e->desc_lock);
+    int rc = rebuild_locked(e);
+    if (rc == 0) {
+        crp_buf_reset(copy_out);
+        uint8_t *d = realloc(copy_out->data, e->desc_encoded.len ? e->desc_encoded.len : 1);
+        if (d == NULL) {
+            rc = crb_error(CR_ERR_NO_MEMORY, "copying the descriptor");
+        } else {
+            memcpy(d, e->desc_encoded.data, e->desc_encoded.len);
+            copy_out->data = d;
+            copy_out->len = e->desc_encoded.len;
+            copy_out->cap = e->desc_encoded.len ? e->desc_encoded.len : 1;
+        }
+    }
+    pthread_mutex_unlock(&e->desc_lock);
+    return rc;
+}
+
+static void meta_key(const cr_engine *e, const char *kind, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/%s/%s", e->metadata_prefix, kind, e->segment_name);
+}
+
+int cre_descriptor_publish(cr_engine *e)
+{
+    if (e->metadata->peer_to_peer)
+        return 0;
+    char key[512];
+    crp_buf enc = {0};
+    int rc = cre_descriptor_encoded(e, &enc);
+    if (rc == 0) {
+        meta_key(e, "ram", key, sizeof(key));
+        rc = e->metadata->ops->put(e->metadata, key, enc.data, enc.len);
+    }
+    if (rc == 0) {
+        char rpc[CRB_HOST_MAX + 8];
+        int len = snprintf(rpc, sizeof(rpc), "%s:%u", e->hostname, (unsigned)e->rpc_port);
+        meta_key(e, "rpc_meta", key, sizeof(key));
+        rc = e->metadata->ops->put(e->metadata, key, rpc, (size_t)len);
+    }
+    crp_buf_free(&enc);
+    return rc;
+}
+
+void cre_descriptor_unpublish(cr_engine *e)
+{
+    if (e->metadata == NULL || e->metadata->peer_to_peer)
+        return;
+    char key[512];
+    meta_key(e, "ram", key, sizeof(key));
+    e->metadata->ops->del(e->metadata, key);
+    meta_key(e, "rpc_meta", key, sizeof(key));
+    e->metadata->ops->del(e->metadata, key);
+}

@@ -1,0 +1,355 @@
+/*
+ * engine.c - engine lifecycle and the public registration, notification,
+ * probe and statistics calls. Batches live in batch.c, segments in
+ * segment.c, the serving side in server.c and the tcp lanes in
+ * transports/tcp/lane.c.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "engine/internal.h"
+
+const char *cr_mem_kind_name(int kind)
+{
+    switch (kind) {
+    case CR_MEM_HOST:
+        return "host";
+    case CR_MEM_HOST_SHAREABLE:
+        return "host-shareable";
+    case CR_MEM_CUDA:
+        return "cuda";
+    default:
+        return "unknown";
+    }
+}
+
+static int engine_listen(cr_engine *e)
+{
+    uint16_t bound = 0;
+    int fd = crb_listen(e->hostname, e->rpc_port, 512, &bound);
+    if (fd < 0)
+        return fd;
+    e->listen_fd = fd;
+    e->rpc_port = bound;
+    return 0;
+}
+
+int cr_engine_create(const cr_engine_config *cfg, cr_engine **out)
+{
+    if (out == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_engine_create: out is NULL");
+    cr_engine *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "engine");
+    e->listen_fd = -1;
+    cre_registry_init(&e->registry);
+    cre_handles_init(&e->segments);
+    cre_handles_init(&e->batches);
+    pthread_mutex_init(&e->desc_lock, NULL);
+    pthread_mutex_init(&e->peers_lock, NULL);
+    pthread_mutex_init(&e->notify_lock, NULL);
+
+    int rc = cre_config_apply(e, cfg);
+    if (rc < 0)
+        goto err_destroy;
+    const char *meta = cfg->metadata ? cfg->metadata : "P2PHANDSHAKE";
+    rc = crm_backend_open(meta, (int)e->connect_timeout_ms, &e->metadata);
+    if (rc < 0)
+        goto err_destroy;
+    crb_random_bytes(&e->instance, sizeof(e->instance));
+    rc = engine_listen(e);
+    if (rc < 0)
+        goto err_destroy;
+    if (e->metadata->peer_to_peer)
+        snprintf(e->segment_name, sizeof(e->segment_name), "%s:%u", e->hostname,
+                 (unsigned)e->rpc_port);
+    else
+        snprintf(e->segment_name, sizeof(e->segment_name), "%s",
+                 cfg->local_hostname ? cfg->local_hostname : e->hostname);
+    rc = cre_workers_start(e);
+    if (rc < 0)
+        goto err_destroy;
+    rc = cre_descriptor_publish(e);
+    if (rc < 0)
+        goto err_destroy;
+    crb_log(CRB_LOG_INFO, "engine %s up (instance %016llx, %u workers, %u lanes/peer)",
+            e->segment_name, (unsigned long long)e->instance, e->n_workers, e->lanes_per_peer);
+    *out = e;
+    return 0;
+
+err_destroy:
+    cr_engine_destroy(e);
+    return rc;
+}
+
+void cr_engine_destroy(cr_engine *e)
+{
+    if (e == NULL)
+        return;
+    atomic_store(&e->shutting_down, true);
+    cre_descriptor_unpublish(e);
+    cre_workers_stop(e);
+    if (e->listen_fd >= 0)
+        close(e->listen_fd);
+    cre_peers_destroy(e);
+    /* Batches the caller never freed: every task has finished by now. */
+    for (size_t i = 0; i < e->batches.cap; i++) {
+        cre_batch *b = e->batches.items[i];
+        if (b != NULL) {
+            pthread_mutex_destroy(&b->lock);
+            pthread_cond_destroy(&b->cond);
+            free(b->tasks);
+            free(b);
+        }
+    }
+    cre_handles_fini(&e->batches);
+    cre_handles_fini(&e->segments);
+    cre_registry_fini(&e->registry);
+    crm_backend_close(e->metadata);
+    cr_notifications_free(e->notifications, e->n_notifications);
+    crp_buf_free(&e->desc_encoded);
+    pthread_mutex_destroy(&e->desc_lock);
+    pthread_mutex_destroy(&e->peers_lock);
+    pthread_mutex_destroy(&e->notify_lock);
+    free(e->secret);
+    free(e);
+}
+
+int cr_engine_segment_name(const cr_engine *e, char *buf, size_t len)
+{
+    if (e == NULL || buf == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "segment_name: NULL argument");
+    size_t n = strlen(e->segment_name);
+    if (n + 1 > len)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "segment name needs %zu bytes, buffer has %zu",
+                         n + 1, len);
+    memcpy(buf, e->segment_name, n + 1);
+    return 0;
+}
+
+uint16_t cr_engine_rpc_port(const cr_engine *e) { return e ? e->rpc_port : 0; }
+
+/* "cpu", "cpu:N", "cuda:N", "*", NULL or "" → kind and device. */
+static int parse_location(const char *loc, int *kind, int *device)
+{
+    if (loc == NULL || loc[0] == '\0' || strcmp(loc, "*") == 0) {
+        /* No device runtime is built in yet, so detected memory is host
+         * memory; a CUDA build claims device pointers here. */
+        *kind = CR_MEM_HOST;
+        *device = -1;
+        return 0;
+    }
+    const char *num = NULL;
+    if (strncmp(loc, "cpu", 3) == 0 && (loc[3] == '\0' || loc[3] == ':')) {
+        *kind = CR_MEM_HOST;
+        num = loc[3] == ':' ? loc + 4 : NULL;
+    } else if (strncmp(loc, "cuda:", 5) == 0) {
+        *kind = CR_MEM_CUDA;
+        num = loc + 5;
+    } else {
+        return crb_error(CR_ERR_INVALID_ARGUMENT,
+                         "location '%s' is not one of cpu:N, cuda:N, *", loc);
+    }
+    long dev = -1;
+    if (num != NULL) {
+        char *end;
+        dev = strtol(num, &end, 10);
+        if (num[0] == '\0' || *end != '\0' || dev < 0 || dev > 65535)
+            return crb_error(CR_ERR_INVALID_ARGUMENT, "location '%s' has a bad device index",
+                             loc);
+    }
+    if (*kind == CR_MEM_HOST)
+        dev = -1;
+    *device = (int)dev;
+    return 0;
+}
+
+int cr_engine_register_batch(cr_engine *e, const cr_buffer_spec *bufs, size_t n)
+{
+    if (e == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "register: NULL engine");
+    if (n == 0)
+        return 0;
+    if (bufs == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "register_batch: %zu buffers but NULL array",
+                         n);
+    cre_buffer_spec *specs = calloc(n, sizeof(*specs));
+    if (specs == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "register_batch of %zu", n);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        specs[i].addr = (uint64_t)(uintptr_t)bufs[i].addr;
+        specs[i].length = bufs[i].length;
+        specs[i].remote_accessible = bufs[i].remote_accessible;
+        rc = parse_location(bufs[i].location, &specs[i].kind, &specs[i].device);
+    }
+    if (rc == 0)
+        rc = cre_registry_add(&e->registry, specs, n);
+    free(specs);
+    if (rc == 0 && !e->metadata->peer_to_peer) {
+        rc = cre_descriptor_publish(e);
+        if (rc < 0) {
+            /* Not visible to peers: undo so the caller's view matches. */
+            int keep = rc;
+            for (size_t i = 0; i < n; i++)
+                cre_registry_remove(&e->registry, (uint64_t)(uintptr_t)bufs[i].addr);
+            rc = keep;
+        }
+    }
+    return rc;
+}
+
+int cr_engine_register(cr_engine *e, void *addr, size_t length, const char *location,
+                       bool remote_accessible)
+{
+    cr_buffer_spec spec = {addr, length, location, remote_accessible};
+    return cr_engine_register_batch(e, &spec, 1);
+}
+
+int cr_engine_unregister_batch(cr_engine *e, void *const *addrs, size_t n)
+{
+    if (e == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "unregister: NULL engine");
+    if (n > 0 && addrs == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "unregister_batch: NULL array");
+    int first = 0;
+    for (size_t i = 0; i < n; i++) {
+        int rc = cre_registry_remove(&e->registry, (uint64_t)(uintptr_t)addrs[i]);
+        if (rc < 0 && first == 0)
+            first = rc;
+    }
+    if (n > 0 && !e->metadata->peer_to_peer) {
+        int rc = cre_descriptor_publish(e);
+        if (rc < 0 && first == 0)
+            first = rc;
+    }
+    return first;
+}
+
+int cr_engine_unregister(cr_engine *e, void *addr)
+{
+    return cr_engine_unregister_batch(e, &addr, 1);
+}
+
+size_t cr_engine_registration_count(cr_engine *e)
+{
+    return e ? cre_registry_count(&e->registry) : 0;
+}
+
+int cre_notify_push(cr_engine *e, const char *from, const uint8_t *msg, size_t len)
+{
+    char *f = strdup(from ? from : "");
+    char *m = malloc(len + 1);
+    if (f == NULL || m == NULL)
+        goto err_free;
+    memcpy(m, msg, len);
+    m[len] = '\0';
+    pthread_mutex_lock(&e->notify_lock);
+    if (e->n_notifications == e->cap_notifications) {
+        size_t ncap = e->cap_notifications ? e->cap_notifications * 2 : 16;
+        cr_notification *nn = realloc(e->notifications, ncap * sizeof(*nn));
+        if (nn == NULL) {
+            pthread_mutex_unlock(&e->notify_lock);
+            goto err_free;
+        }
+        e->notifications = nn;
+        e->cap_notifications = ncap;
+    }
+    e->notifications[e->n_notifications++] = (cr_notification){f, m, len};
+    pthread_mutex_unlock(&e->notify_lock);
+    return 0;
+err_free:
+    free(f);
+    free(m);
+    return CR_ERR_NO_MEMORY;
+}
+
+int cr_engine_notify(cr_engine *e, cr_segment_handle h, const void *msg, size_t len)
+{
+    if (e == NULL || (msg == NULL && len > 0))
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "notify: NULL argument");
+    if (len > CR_NOTIFY_MAX_MESSAGE)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "notification of %zu bytes exceeds %d", len,
+                         CR_NOTIFY_MAX_MESSAGE);
+    cre_peer *p;
+    int rc = cre_segment_lookup(e, h, &p);
+    if (rc < 0)
+        return rc;
+    crp_notify n = {.from = e->segment_name, .message = (uint8_t *)msg, .length = len};
+    crp_buf body = {0}, reply = {0};
+    rc = crp_notify_encode(&n, &body);
+    crp_header rh;
+    if (rc == 0)
+        rc = cre_control_call(e, p->host, p->port, CRP_NOTIFY, &body, (int)e->connect_timeout_ms,
+                              &rh, &reply);
+    if (rc == 0 && (rh.type != CRP_NOTIFY_ACK || rh.status != 0))
+        rc = crb_error(rh.status < 0 ? rh.status : CR_ERR_REMOTE,
+                       "%s did not accept the notification", p->name);
+    crp_buf_free(&body);
+    crp_buf_free(&reply);
+    return rc;
+}
+
+int cr_engine_take_notifications(cr_engine *e, cr_notification **out, size_t *count)
+{
+    if (e == NULL || out == NULL || count == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "take_notifications: NULL argument");
+    pthread_mutex_lock(&e->notify_lock);
+    *out = e->notifications;
+    *count = e->n_notifications;
+    e->notifications = NULL;
+    e->n_notifications = e->cap_notifications = 0;
+    pthread_mutex_unlock(&e->notify_lock);
+    return 0;
+}
+
+void cr_notifications_free(cr_notification *list, size_t count)
+{
+    if (list == NULL)
+        return;
+    for (size_t i = 0; i < count; i++) {
+        free(list[i].from);
+        free(list[i].message);
+    }
+    free(list);
+}
+
+int cr_engine_probe(cr_engine *e, const char *name, int timeout_ms)
+{
+    if (e == NULL || name == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "probe: NULL argument");
+    char host[CRB_HOST_MAX];
+    uint16_t port;
+    int rc = crb_parse_hostport(name, host, &port);
+    if (rc < 0 || port == 0)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "probe: '%s' is not host:port", name);
+    crp_header rh;
+    crp_buf reply = {0};
+    rc = cre_control_call(e, host, port, CRP_PROBE, NULL,
+                          timeout_ms > 0 ? timeout_ms : (int)e->connect_timeout_ms, &rh, &reply);
+    crp_buf_free(&reply);
+    if (rc == 0 && rh.type != CRP_PROBE_ACK)
+        rc = crb_error(CR_ERR_MALFORMED_FRAME, "%s answered PROBE with %s", name,
+                       crp_type_name(rh.type));
+    return rc;
+}
+
+int cr_engine_get_stats(cr_engine *e, cr_engine_stats *out)
+{
+    if (e == NULL || out == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "get_stats: NULL argument");
+    *out = (cr_engine_stats){
+        .tasks_completed = atomic_load(&e->stats.tasks_completed),
+        .tasks_failed = atomic_load(&e->stats.tasks_failed),
+        .bytes_local = atomic_load(&e->stats.bytes_local),
+        .bytes_tcp = atomic_load(&e->stats.bytes_tcp),
+        .bytes_served = atomic_load(&e->stats.bytes_served),
+        .tcp_connects = atomic_load(&e->stats.tcp_connects),
+        .descriptor_fetches = atomic_load(&e->stats.descriptor_fetches),
+    };
+    return 0;
+}

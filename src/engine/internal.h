@@ -1,0 +1,315 @@
+/*
+ * internal.h - the engine's private structures, shared by its files.
+ *
+ * Object graph (all owned by cr_engine, freed by cr_engine_destroy):
+ *
+ *   cr_engine ─ registry          local buffers (registry.h)
+ *             ─ workers[]         I/O threads; each owns an epoll set and the
+ *                                 connections (server side and lanes) in it
+ *             ─ listener fd       on worker 0; accepted connections are
+ *                                 handed round-robin to workers
+ *             ─ segments          handle table → cre_peer
+ *             ─ peers             one per remote segment name; each has a
+ *                                 cached descriptor and lanes_per_peer lanes
+ *             ─ batches           handle table → cre_batch → cre_task[]
+ *
+ * Threads: API calls run on caller threads; they validate, create tasks and
+ * slices, push slices onto a lane's queue and wake the lane's worker. Only
+ * the owning worker thread touches a connection's socket, so closing it on
+ * that thread guarantees no later I/O into a failed slice's memory.
+ */
+#ifndef CRESCENT_ENGINE_INTERNAL_H
+#define CRESCENT_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/net.h"
+#include "crescent/engine.h"
+#include "engine/registry.h"
+#include "metadata/backend.h"
+#include "proto/frame.h"
+#include "proto/messages.h"
+
+typedef struct cre_worker cre_worker;
+typedef struct cre_conn cre_conn;
+typedef struct cre_peer cre_peer;
+typedef struct cre_batch cre_batch;
+typedef struct cre_task cre_task;
+typedef struct cre_slice cre_slice;
+
+/* ---- tasks and batches -------------------------------------------------- */
+
+struct cre_task {
+    cre_batch *batch;
+    int opcode;
+    uint8_t *local;
+    uint64_t remote_addr;
+    uint64_t length;
+    cre_buffer *local_buf; /* reference held until the task finishes */
+    atomic_uint slices_left;
+    atomic_int error;     /* first error, 0 if none */
+    atomic_int state;     /* cr_task_state */
+    atomic_ullong done_bytes;
+    atomic_bool canceled;
+};
+
+struct cre_batch {
+    cr_engine *engine;
+    size_t capacity;
+    size_t count; /* submitted tasks; guarded by lock */
+    cre_task *tasks;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    size_t unfinished; /* guarded by lock */
+    bool freed;        /* id released; free memory when quiescent */
+    int users;         /* API calls currently holding it; guarded by lock */
+};
+
+/* One wire request: a piece of a task, at most slice_size bytes. */
+struct cre_slice {
+    cre_slice *next;
+    cre_task *task;
+    uint8_t *local;
+    uint64_t remote_addr;
+    uint64_t length;
+    uint64_t request_id;
+    uint64_t deadline_ns;
+    uint64_t peer_instance; /* instance the range was validated against */
+    size_t sent;            /* bytes of header+body+payload written */
+    uint8_t head[CRP_HEADER_SIZE + 32];
+    size_t head_len;
+};
+
+/* ---- connections -------------------------------------------------------- */
+
+enum cre_conn_kind { CRE_CONN_SERVER, CRE_CONN_LANE, CRE_CONN_LISTENER, CRE_CONN_WAKE };
+
+enum cre_read_phase { CRE_READ_HEADER, CRE_READ_BODY, CRE_READ_DATA };
+
+/* An outbound item on a server connection: header(+body) then optional payload. */
+typedef struct cre_out {
+    struct cre_out *next;
+    uint8_t *head; /* header + body, malloc'd */
+    size_t head_len;
+    const uint8_t *payload; /* registered memory; NULL if none */
+    size_t payload_len;
+    cre_buffer *payload_buf; /* reference released when sent */
+    size_t sent;
+} cre_out;
+
+struct cre_conn {
+    int kind; /* cre_conn_kind */
+    int fd;
+    cre_worker *worker;
+    cr_engine *engine;
+    /* reader */
+    int phase;
+    uint8_t hdr_bytes[CRP_HEADER_SIZE];
+    size_t hdr_got;
+    crp_header hdr;
+    uint8_t *body;
+    size_t body_cap, body_got;
+    uint8_t *data_dst;  /* where DATA goes; NULL → drain into scratch */
+    uint64_t data_got;
+    bool want_out; /* EPOLLOUT armed */
+    /* server side */
+    bool authed;
+    uint8_t nonce[CRP_NONCE_SIZE];
+    cre_out *out_head, *out_tail;
+    cre_buffer *rx_buf;   /* WRITE target buffer being received into */
+    int rx_status;        /* status to ack for the WRITE being received */
+    /* lane side */
+    cre_peer *peer;
+    int lane_index;
+};
+
+/* ---- peers and lanes ---------------------------------------------------- */
+
+enum cre_lane_state { LANE_IDLE, LANE_CONNECTING, LANE_WAIT_CHALLENGE, LANE_WAIT_ACK, LANE_READY };
+
+typedef struct cre_lane {
+    cre_peer *peer;
+    int index;
+    cre_worker *worker;
+    /* submit side → worker: guarded by peer->lock */
+    cre_slice *queue_head, *queue_tail;
+    /* worker-owned */
+    int state;
+    cre_conn conn;
+    cre_slice *send_head, *send_tail;     /* taken from queue, not fully written */
+    cre_slice *flight_head, *flight_tail; /* written, awaiting response */
+    uint64_t next_request_id;
+    uint64_t retry_at_ns;
+    uint64_t connect_deadline_ns;
+    uint32_t backoff_ms;
+    uint64_t instance; /* peer instance seen in HELLO_ACK */
+    uint8_t client_nonce[CRP_NONCE_SIZE];
+    crp_buf scratch; /* encoding space for request bodies */
+} cre_lane;
+
+struct cre_peer {
+    cr_engine *engine;
+    char name[CRB_HOST_MAX + 8];
+    char host[CRB_HOST_MAX];
+    uint16_t port;
+    bool is_self;
+    pthread_mutex_t lock; /* descriptor, lane queues */
+    crp_descriptor desc;  /* cached; desc.instance identifies the process */
+    bool desc_valid;
+    bool desc_stale; /* peer restarted: refetch before next submit */
+    atomic_uint next_lane;
+    atomic_bool reset_backoff[64]; /* per lane: set when the peer came back */
+    cre_lane *lanes;
+    size_t n_lanes;
+};
+
+/* ---- workers ------------------------------------------------------------ */
+
+struct cre_worker {
+    cr_engine *engine;
+    int index;
+    int epfd;
+    int wakefd; /* eventfd */
+    cre_conn wake_conn;
+    pthread_t thread;
+    atomic_bool stop;
+    atomic_bool kicked;
+    pthread_mutex_t lock;
+    cre_lane **lanes; /* lanes owned by this worker; guarded by lock */
+    size_t n_lanes, cap_lanes;
+    cre_conn **conns; /* server conns owned by this worker (worker thread only) */
+    size_t n_conns, cap_conns;
+};
+
+/* ---- the engine --------------------------------------------------------- */
+
+typedef struct cre_handle_table {
+    pthread_mutex_t lock;
+    void **items;
+    uint32_t *gens;
+    size_t cap;
+} cre_handle_table;
+
+struct cr_engine {
+    /* configuration (copied) */
+    char hostname[CRB_HOST_MAX];
+    char segment_name[CRB_HOST_MAX + 8];
+    char metadata_prefix[128];
+    char host_id[128];
+    char *secret;
+    size_t secret_len;
+    bool auto_transport; /* protocol "auto": local memcpy for self */
+    uint16_t rpc_port;
+    uint32_t n_workers, lanes_per_peer;
+    uint64_t slice_size;
+    uint32_t connect_timeout_ms, request_timeout_ms;
+    uint64_t instance;
+
+    crm_backend *metadata;
+    cre_registry registry;
+
+    /* cached local descriptor encoding, rebuilt when registry version moves */
+    pthread_mutex_t desc_lock;
+    crp_buf desc_encoded;
+    uint64_t desc_version;
+    bool desc_built;
+
+    int listen_fd;
+    cre_conn listen_conn;
+    cre_worker *workers;
+    atomic_uint next_worker;
+
+    cre_handle_table segments;
+    cre_handle_table batches;
+    pthread_mutex_t peers_lock;
+    cre_peer **peers;
+    size_t n_peers, cap_peers;
+
+    pthread_mutex_t notify_lock;
+    cr_notification *notifications;
+    size_t n_notifications, cap_notifications;
+
+    atomic_bool shutting_down;
+    struct {
+        atomic_ullong tasks_completed, tasks_failed, bytes_local, bytes_tcp, bytes_served,
+            tcp_connects, descriptor_fetches;
+    } stats;
+};
+
+/* handles.c */
+int cre_handles_init(cre_handle_table *t);
+void cre_handles_fini(cre_handle_table *t);
+int cre_handles_add(cre_handle_table *t, void *item, uint64_t *out);
+/* Returns the item, or NULL for a stale/garbage handle. Caller holds t->lock. */
+void *cre_handles_get_locked(cre_handle_table *t, uint64_t h);
+/* Invalidate h; returns the item it named or NULL. Caller holds t->lock. */
+void *cre_handles_remove_locked(cre_handle_table *t, uint64_t h);
+
+/* config.c */
+int cre_config_apply(cr_engine *e, const cr_engine_config *cfg);
+
+/* descriptor.c */
+int cre_descriptor_encoded(cr_engine *e, crp_buf *copy_out);
+int cre_descriptor_publish(cr_engine *e);
+void cre_descriptor_unpublish(cr_engine *e);
+
+/* auth.c */
+void cre_auth_mac(const cr_engine *e, const char *label, const uint8_t a[CRP_NONCE_SIZE],
+                  const uint8_t b[CRP_NONCE_SIZE], uint8_t mac[CRP_MAC_SIZE]);
+bool cre_auth_check(const cr_engine *e, const char *label, const uint8_t a[CRP_NONCE_SIZE],
+                    const uint8_t b[CRP_NONCE_SIZE], const uint8_t mac[CRP_MAC_SIZE]);
+
+/* control.c: one short request/response exchange over a fresh connection */
+int cre_control_call(cr_engine *e, const char *host, uint16_t port, int type, const crp_buf *body,
+                     int timeout_ms, crp_header *reply_hdr, crp_buf *reply_body);
+
+/* segment.c */
+int cre_peer_refresh(cre_peer *p);
+int cre_segment_lookup(cr_engine *e, cr_segment_handle h, cre_peer **out);
+void cre_peers_destroy(cr_engine *e);
+
+/* worker.c */
+int cre_workers_start(cr_engine *e);
+void cre_workers_stop(cr_engine *e);
+void cre_worker_kick(cre_worker *w);
+int cre_worker_add_conn(cre_worker *w, cre_conn *c, uint32_t events);
+void cre_worker_mod_conn(cre_conn *c, bool want_out);
+
+/* server.c (worker thread) */
+void cre_server_accept(cr_engine *e);
+void cre_server_on_event(cre_conn *c, uint32_t events);
+void cre_server_close_all(cre_worker *w);
+
+/* tcp lanes (transports/tcp) */
+int cre_tcp_submit(cre_peer *p, cre_task *t, uint64_t peer_instance);
+void cre_lane_on_event(cre_conn *c, uint32_t events);
+void cre_lanes_tick(cre_worker *w, uint64_t now_ns);
+void cre_lane_fail_all(cre_lane *l, int status);
+
+/* local transport */
+void cre_local_transfer(cre_task *t, uint8_t *remote);
+
+/* batch.c */
+void cre_task_slice_done(cre_task *t, int status, uint64_t bytes);
+
+/* notifications */
+int cre_notify_push(cr_engine *e, const char *from, const uint8_t *msg, size_t len);
+
+/* shared connection reader (conn.c) */
+typedef struct cre_read_ops {
+    /* header+body complete: return 0 and set c->data_dst (or NULL to drain)
+     * if hdr.data_len > 0; negative to drop the connection. */
+    int (*on_head)(cre_conn *c);
+    /* whole frame complete; negative to drop the connection. */
+    int (*on_frame)(cre_conn *c);
+} cre_read_ops;
+/* Read until EAGAIN. Returns 0, or negative when the connection must close. */
+int cre_conn_read(cre_conn *c, const cre_read_ops *ops);
+/* Build header+body into a malloc'd buffer. */
+int cre_frame_build(int type, int32_t status, uint64_t request_id, uint64_t data_len,
+                    const crp_buf *body, uint8_t **out, size_t *out_len);
+
+#endif

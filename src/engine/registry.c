@@ -1,0 +1,247 @@
+/*
+ * registry.c - registered buffers: sorted array, rwlock, per-buffer
+ * reference counts, and the unregistration barrier described in registry.h.
+ */
+#include "engine/registry.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+int cre_registry_init(cre_registry *r)
+{
+    memset(r, 0, sizeof(*r));
+    pthread_rwlock_init(&r->lock, NULL);
+    pthread_mutex_init(&r->drain_lock, NULL);
+    pthread_cond_init(&r->drained, NULL);
+    return 0;
+}
+
+void cre_registry_fini(cre_registry *r)
+{
+    for (size_t i = 0; i < r->count; i++)
+        free(r->items[i]);
+    free(r->items);
+    pthread_rwlock_destroy(&r->lock);
+    pthread_mutex_destroy(&r->drain_lock);
+    pthread_cond_destroy(&r->drained);
+}
+
+/* Index of the first buffer whose addr > a (caller holds the lock). */
+static size_t upper_bound(const cre_registry *r, uint64_t a)
+{
+    size_t lo = 0, hi = r->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->items[mid]->addr <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int check_overlap(const cre_registry *r, const cre_buffer_spec *s)
+{
+    size_t i = upper_bound(r, s->addr);
+    if (i > 0) {
+        const cre_buffer *prev = r->items[i - 1];
+        if (prev->addr + prev->length > s->addr)
+            return crb_error(CR_ERR_ADDRESS_OVERLAPPED,
+                             "[0x%llx, +%llu) overlaps registered [0x%llx, +%llu)",
+                             (unsigned long long)s->addr, (unsigned long long)s->length,
+                             (unsigned long long)prev->addr, (unsigned long long)prev->length);
+    }
+    if (i < r->count && r->items[i]->addr < s->addr + s->length)
+        return crb_error(CR_ERR_ADDRESS_OVERLAPPED,
+                         "[0x%llx, +%llu) overlaps registered [0x%llx, +%llu)",
+                         (unsigned long long)s->addr, (unsigned long long)s->length,
+                         (unsigned long long)r->items[i]->addr,
+                         (unsigned long long)r->items[i]->length);
+    return 0;
+}
+
+static int insert_sorted(cre_registry *r, cre_buffer *b)
+{
+    if (r->count == r->cap) {
+        size_t ncap = r->cap ? r->cap * 2 : 16;
+        cre_buffer **n = realloc(r->items, ncap * sizeof(*n));
+        if (n == NULL)
+            return crb_error(CR_ERR_NO_MEMORY, "registry: growing to %zu entries", ncap);
+        r->items = n;
+        r->cap = ncap;
+    }
+    size_t i = upper_bound(r, b->addr);
+    memmove(&r->items[i + 1], &r->items[i], (r->count - i) * sizeof(*r->items));
+    r->items[i] = b;
+    r->count++;
+    return 0;
+}
+
+static void remove_at(cre_registry *r, size_t i)
+{
+    memmove(&r->items[i], &r->items[i + 1], (r->count - i - 1) * sizeof(*r->items));
+    r->count--;
+}
+
+static size_t find_exact(const cre_registry *r, uint64_t addr)
+{
+    size_t i = upper_bound(r, addr);
+    if (i > 0 && r->items[i - 1]->addr == addr)
+        return i - 1;
+    return SIZE_MAX;
+}
+
+int cre_registry_add(cre_registry *r, const cre_buffer_spec *specs, size_t n)
+{
+    int rc = 0;
+    size_t added = 0;
+    pthread_rwlock_wrlock(&r->lock);
+    for (size_t i = 0; i < n; i++) {
+        const cre_buffer_spec *s = &specs[i];
+        if (s->length == 0) {
+            rc = crb_error(CR_ERR_ZERO_LENGTH, "buffer %zu at 0x%llx has length 0", i,
+                           (unsigned long long)s->addr);
+            goto err_rollback;
+        }
+        if (s->addr == 0) {
+            rc = crb_error(CR_ERR_INVALID_ARGUMENT, "buffer %zu has a NULL address", i);
+            goto err_rollback;
+        }
+        if (s->addr + s->length < s->addr) {
+            rc = crb_error(CR_ERR_RANGE_OVERFLOW, "buffer %zu: 0x%llx + %llu overflows", i,
+                           (unsigned long long)s->addr, (unsigned long long)s->length);
+            goto err_rollback;
+        }
+        rc = check_overlap(r, s);
+        if (rc < 0)
+            goto err_rollback;
+        cre_buffer *b = calloc(1, sizeof(*b));
+        if (b == NULL) {
+            rc = crb_error(CR_ERR_NO_MEMORY, "registry: allocating buffer %zu", i);
+            goto err_rollback;
+        }
+        b->addr = s->addr;
+        b->length = s->length;
+        b->kind = s->kind;
+        b->device = s->device;
+        b->remote_accessible = s->remote_accessible;
+        b->owner = r;
+        atomic_init(&b->refs, 0);
+        atomic_init(&b->dying, false);
+        rc = insert_sorted(r, b);
+        if (rc < 0) {
+            free(b);
+            goto err_rollback;
+        }
+        added++;
+    }
+    r->version++;
+    pthread_rwlock_unlock(&r->lock);
+    return 0;
+
+err_rollback:
+    for (size_t i = 0; i < added; i++) {
+        size_t at = find_exact(r, specs[i].addr);
+        cre_buffer *b = r->items[at];
+        remove_at(r, at);
+        free(b);
+    }
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
+int cre_registry_remove(cre_registry *r, uint64_t addr)
+{
+    pthread_rwlock_wrlock(&r->lock);
+    size_t at = find_exact(r, addr);
+    if (at == SIZE_MAX) {
+        pthread_rwlock_unlock(&r->lock);
+        return crb_error(CR_ERR_ADDRESS_NOT_REGISTERED,
+                         "unregister: no buffer starts at 0x%llx", (unsigned long long)addr);
+    }
+    cre_buffer *b = r->items[at];
+    atomic_store(&b->dying, true);
+    remove_at(r, at);
+    r->version++;
+    pthread_rwlock_unlock(&r->lock);
+
+    pthread_mutex_lock(&r->drain_lock);
+    while (atomic_load(&b->refs) > 0)
+        pthread_cond_wait(&r->drained, &r->drain_lock);
+    pthread_mutex_unlock(&r->drain_lock);
+    free(b);
+    return 0;
+}
+
+int cre_registry_acquire(cre_registry *r, uint64_t addr, uint64_t len, const char *what,
+                         cre_buffer **out)
+{
+    if (len == 0)
+        return crb_error(CR_ERR_ZERO_LENGTH, "%s range at 0x%llx has length 0", what,
+                         (unsigned long long)addr);
+    if (addr + len < addr)
+        return crb_error(CR_ERR_RANGE_OVERFLOW, "%s range 0x%llx + %llu overflows", what,
+                         (unsigned long long)addr, (unsigned long long)len);
+    pthread_rwlock_rdlock(&r->lock);
+    size_t i = upper_bound(r, addr);
+    cre_buffer *b = i > 0 ? r->items[i - 1] : NULL;
+    if (b == NULL || addr >= b->addr + b->length) {
+        pthread_rwlock_unlock(&r->lock);
+        return crb_error(CR_ERR_ADDRESS_NOT_REGISTERED,
+                         "%s range [0x%llx, +%llu) is not in any registered buffer", what,
+                         (unsigned long long)addr, (unsigned long long)len);
+    }
+    if (addr + len > b->addr + b->length) {
+        uint64_t base = b->addr, blen = b->length;
+        pthread_rwlock_unlock(&r->lock);
+        return crb_error(CR_ERR_OUT_OF_RANGE,
+                         "%s range [0x%llx, +%llu) runs past buffer [0x%llx, +%llu)", what,
+                         (unsigned long long)addr, (unsigned long long)len,
+                         (unsigned long long)base, (unsigned long long)blen);
+    }
+    atomic_fetch_add(&b->refs, 1);
+    pthread_rwlock_unlock(&r->lock);
+    *out = b;
+    return 0;
+}
+
+void cre_buffer_release(cre_buffer *b)
+{
+    if (atomic_fetch_sub(&b->refs, 1) == 1 && atomic_load(&b->dying)) {
+        cre_registry *r = b->owner;
+        pthread_mutex_lock(&r->drain_lock);
+        pthread_cond_broadcast(&r->drained);
+        pthread_mutex_unlock(&r->drain_lock);
+    }
+}
+
+size_t cre_registry_count(cre_registry *r)
+{
+    pthread_rwlock_rdlock(&r->lock);
+    size_t n = r->count;
+    pthread_rwlock_unlock(&r->lock);
+    return n;
+}
+
+int cre_registry_snapshot(cre_registry *r, cre_buffer_spec **out, size_t *n, uint64_t *version)
+{
+    pthread_rwlock_rdlock(&r->lock);
+    size_t count = r->count;
+    cre_buffer_spec *specs = calloc(count ? count : 1, sizeof(*specs));
+    if (specs == NULL) {
+        pthread_rwlock_unlock(&r->lock);
+        return crb_error(CR_ERR_NO_MEMORY, "registry snapshot of %zu buffers", count);
+    }
+    for (size_t i = 0; i < count; i++) {
+        const cre_buffer *b = r->items[i];
+        specs[i] = (cre_buffer_spec){b->addr, b->length, b->kind, b->device,
+                                     b->remote_accessible};
+    }
+    *version = r->version;
+    pthread_rwlock_unlock(&r->lock);
+    *out = specs;
+    *n = count;
+    return 0;
+}

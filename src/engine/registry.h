@@ -1,0 +1,81 @@
+/*
+ * registry.h - the engine's table of registered local buffers.
+ *
+ * A sorted array of buffer pointers under a rwlock: lookup of "is
+ * [addr, addr+len) inside one registered buffer" is a binary search
+ * (O(log n)) that may run concurrently with other lookups; (un)registration
+ * takes the write lock.
+ *
+ * Lifetime: a successful lookup takes a reference on the buffer, released
+ * with cre_buffer_release() once the engine no longer touches the range.
+ * Unregistration is a barrier: it removes the buffer from the table (so new
+ * lookups fail), waits until the last reference is released, then frees it.
+ */
+#ifndef CRESCENT_ENGINE_REGISTRY_H
+#define CRESCENT_ENGINE_REGISTRY_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cre_buffer {
+    uint64_t addr;
+    uint64_t length;
+    int kind;   /* cr_mem_kind */
+    int device; /* device index for device memory, else -1 */
+    bool remote_accessible;
+    atomic_int refs;
+    atomic_bool dying;
+    struct cre_registry *owner;
+} cre_buffer;
+
+typedef struct cre_registry {
+    pthread_rwlock_t lock;
+    cre_buffer **items; /* sorted by addr, non-overlapping */
+    size_t count, cap;
+    uint64_t version; /* bumped on every change; guarded by lock */
+    pthread_mutex_t drain_lock;
+    pthread_cond_t drained;
+} cre_registry;
+
+/** Parsed registration request. */
+typedef struct cre_buffer_spec {
+    uint64_t addr;
+    uint64_t length;
+    int kind;
+    int device;
+    bool remote_accessible;
+} cre_buffer_spec;
+
+int cre_registry_init(cre_registry *r);
+void cre_registry_fini(cre_registry *r);
+
+/** Insert all specs or none. Errors: overlap (with each other or existing). */
+int cre_registry_add(cre_registry *r, const cre_buffer_spec *specs, size_t n);
+
+/** Remove the buffer starting exactly at addr, waiting for its references. */
+int cre_registry_remove(cre_registry *r, uint64_t addr);
+
+/**
+ * Find the buffer containing [addr, addr+len) and take a reference.
+ * Errors: CR_ERR_ZERO_LENGTH, CR_ERR_RANGE_OVERFLOW,
+ * CR_ERR_ADDRESS_NOT_REGISTERED, CR_ERR_OUT_OF_RANGE (starts inside a
+ * buffer but runs past its end). `what` names the range in messages
+ * ("local", "target").
+ */
+int cre_registry_acquire(cre_registry *r, uint64_t addr, uint64_t len, const char *what,
+                         cre_buffer **out);
+
+void cre_buffer_release(cre_buffer *b);
+
+size_t cre_registry_count(cre_registry *r);
+
+/**
+ * Copy a snapshot of the table (for descriptors) into a malloc'd array of
+ * specs; *version receives the table version it reflects.
+ */
+int cre_registry_snapshot(cre_registry *r, cre_buffer_spec **out, size_t *n, uint64_t *version);
+
+#endif

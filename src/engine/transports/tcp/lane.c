@@ -1,0 +1,553 @@
+/*
+ * lane.c - the tcp transport's initiator side.
+ *
+ * A peer has lanes_per_peer lanes; each lane is one persistent TCP
+ * connection owned by one worker thread. Submitting threads cut a task into
+ * slices of at most slice_size bytes, stripe them over the peer's lanes and
+ * wake the lanes' workers; they never touch sockets.
+ *
+ * Lane lifecycle (worker thread only):
+ *   IDLE --(slices queued, back-off elapsed)--> CONNECTING (non-blocking)
+ *   --> WAIT_CHALLENGE --(send HELLO)--> WAIT_ACK --> READY
+ * Any failure closes the socket and returns to IDLE: slices already on the
+ * wire fail with the cause (nothing can reach their memory afterwards,
+ * because the socket is gone); a failed connect fails every queued slice at
+ * once and arms an exponential back-off (50 ms .. 2 s) during which new
+ * slices fail fast.
+ *
+ * READY lanes pipeline: slices are written back to back (several per
+ * sendmsg), and responses come back in order, so the response at hand always
+ * belongs to the oldest slice in flight. READ payloads are received straight
+ * into the slice's local memory; WRITE payloads are sent straight from it.
+ *
+ * Deadlines: a slice past its deadline that has not started is failed with
+ * CR_ERR_TIMEOUT; if one has started, the connection is closed and every
+ * started slice fails with CR_ERR_TIMEOUT.
+ *
+ * Peer restarts: HELLO_ACK carries the peer's instance id. Slices validated
+ * against another instance's descriptor fail instead of touching the new
+ * process's memory, and the peer's descriptor is marked stale.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "engine/internal.h"
+
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 2000
+#define MAX_IOV 64
+
+static cre_lane *lane_of(cre_conn *c)
+{
+    return (cre_lane *)((char *)c - offsetof(cre_lane, conn));
+}
+
+static void slice_finish(cre_slice *s, int status)
+{
+    cre_task *t = s->task;
+    if (status == 0 && atomic_load(&t->canceled))
+        status = 0; /* bytes arrived; cancellation only affects unstarted slices */
+    cre_task_slice_done(t, status, status == 0 ? s->length : 0);
+    free(s);
+}
+
+static void list_push(cre_slice **head, cre_slice **tail, cre_slice *s)
+{
+    s->next = NULL;
+    if (*tail)
+        (*tail)->next = s;
+    else
+        *head = s;
+    *tail = s;
+}
+
+static void fail_list(cre_slice **head, cre_slice **tail, int status)
+{
+    cre_slice *s = *head;
+    *head = *tail = NULL;
+    while (s != NULL) {
+        cre_slice *next = s->next;
+        slice_finish(s, status);
+        s = next;
+    }
+}
+
+int cre_tcp_submit(cre_peer *p, cre_task *t, uint64_t peer_instance)
+{
+    cr_engine *e = p->engine;
+    uint64_t deadline = crb_now_ns() + (uint64_t)e->request_timeout_ms * 1000000ull;
+    uint64_t nslices = (t->length + e->slice_size - 1) / e->slice_size;
+    cre_slice **made = calloc(nslices, sizeof(*made));
+    if (made == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "slicing a %llu-byte request",
+                         (unsigned long long)t->length);
+    for (uint64_t i = 0; i < nslices; i++) {
+        made[i] = malloc(sizeof(cre_slice));
+        if (made[i] == NULL) {
+            for (uint64_t j = 0; j < i; j++)
+                free(made[j]);
+            free(made);
+            return crb_error(CR_ERR_NO_MEMORY, "slice %llu of %llu", (unsigned long long)i,
+                             (unsigned long long)nslices);
+        }
+    }
+    atomic_store(&t->slices_left, (unsigned)nslices);
+    unsigned first = atomic_fetch_add(&p->next_lane, (unsigned)nslices);
+    bool kick[64] = {false};
+    pthread_mutex_lock(&p->lock);
+    for (uint64_t i = 0; i < nslices; i++) {
+        cre_slice *s = made[i];
+        uint64_t off = i * e->slice_size;
+        s->next = NULL;
+        s->task = t;
+        s->local = t->local + off;
+        s->remote_addr = t->remote_addr + off;
+        s->length = t->length - off < e->slice_size ? t->length - off : e->slice_size;
+        s->deadline_ns = deadline;
+        s->peer_instance = peer_instance;
+        s->sent = 0;
+        s->head_len = 0;
+        cre_lane *l = &p->lanes[(first + i) % p->n_lanes];
+        list_push(&l->queue_head, &l->queue_tail, s);
+        kick[l->worker->index % 64] = true;
+    }
+    pthread_mutex_unlock(&p->lock);
+    free(made);
+    for (uint32_t w = 0; w < e->n_workers && w < 64; w++)
+        if (kick[w])
+            cre_worker_kick(&e->workers[w]);
+    return 0;
+}
+
+static void lane_close(cre_lane *l)
+{
+    if (l->conn.fd >= 0) {
+        epoll_ctl(l->worker->epfd, EPOLL_CTL_DEL, l->conn.fd, NULL);
+        close(l->conn.fd);
+        l->conn.fd = -1;
+    }
+    l->state = LANE_IDLE;
+    l->conn.phase = CRE_READ_HEADER;
+    l->conn.hdr_got = l->conn.body_got = 0;
+    l->conn.data_got = 0;
+}
+
+/* The connection broke: fail what is on the wire, keep unstarted slices. */
+static void lane_conn_failed(cre_lane *l, int status, bool connect_failed)
+{
+    bool was_ready = l->state == LANE_READY;
+    lane_close(l);
+    fail_list(&l->flight_head, &l->flight_tail, status);
+    /* Partially written slices cannot be resumed on a new connection. */
+    cre_slice *keep_head = NULL, *keep_tail = NULL, *s = l->send_head;
+    while (s != NULL) {
+        cre_slice *next = s->next;
+        if (s->sent > 0 || connect_failed)
+            slice_finish(s, status);
+        else
+            list_push(&keep_head, &keep_tail, s);
+        s = next;
+    }
+    l->send_head = keep_head;
+    l->send_tail = keep_tail;
+    if (connect_failed || !was_ready) {
+        l->retry_at_ns = crb_now_ns() + (uint64_t)l->backoff_ms * 1000000ull;
+        l->backoff_ms = l->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : l->backoff_ms * 2;
+    }
+}
+
+void cre_lane_fail_all(cre_lane *l, int status)
+{
+    lane_close(l);
+    pthread_mutex_lock(&l->peer->lock);
+    cre_slice *qh = l->queue_head, *qt = l->queue_tail;
+    l->queue_head = l->queue_tail = NULL;
+    pthread_mutex_unlock(&l->peer->lock);
+    fail_list(&qh, &qt, status);
+    fail_list(&l->send_head, &l->send_tail, status);
+    fail_list(&l->flight_head, &l->flight_tail, status);
+    free(l->conn.body);
+    l->conn.body = NULL;
+    l->conn.body_cap = 0;
+    crp_buf_free(&l->scratch);
+}
+
+static int lane_start_connect(cre_lane *l)
+{
+    cre_peer *p = l->peer;
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    int rc = crb_resolve(p->host, p->port, &ss, &sl);
+    if (rc < 0)
+        return rc;
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return crb_error(CR_ERR_SYSTEM, "socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (connect(fd, (struct sockaddr *)&ss, sl) < 0 && errno != EINPROGRESS) {
+        rc = crb_error(CR_ERR_PEER_UNREACHABLE, "connect to %s: %s", p->name, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    l->conn.fd = fd;
+    l->conn.kind = CRE_CONN_LANE;
+    l->conn.engine = p->engine;
+    l->conn.peer = p;
+    l->conn.phase = CRE_READ_HEADER;
+    l->conn.hdr_got = l->conn.body_got = 0;
+    l->conn.data_got = 0;
+    l->state = LANE_CONNECTING;
+    l->connect_deadline_ns =
+        crb_now_ns() + (uint64_t)p->engine->connect_timeout_ms * 1000000ull;
+    rc = cre_worker_add_conn(l->worker, &l->conn, EPOLLIN | EPOLLOUT);
+    if (rc < 0) {
+        close(fd);
+        l->conn.fd = -1;
+        l->state = LANE_IDLE;
+    }
+    return rc;
+}
+
+/* Encode a slice's header and body once, on first send. */
+static void slice_prepare(cre_lane *l, cre_slice *s, crp_buf *scratch)
+{
+    crp_buf_reset(scratch);
+    crp_data_req req = {.addr = s->remote_addr, .length = s->length};
+    crp_data_req_encode(&req, scratch); /* fits: 19 bytes at most */
+    int type = s->task->opcode == CR_OP_WRITE ? CRP_WRITE_REQ : CRP_READ_REQ;
+    crp_header h = {.version = CRP_VERSION,
+                    .type = (uint8_t)type,
+                    .body_len = (uint32_t)scratch->len,
+                    .request_id = ++l->next_request_id,
+                    .data_len = type == CRP_WRITE_REQ ? s->length : 0};
+    s->request_id = h.request_id;
+    crp_header_encode(&h, s->head);
+    memcpy(s->head + CRP_HEADER_SIZE, scratch->data, scratch->len);
+    s->head_len = CRP_HEADER_SIZE + scratch->len;
+}
+
+static size_t slice_total(const cre_slice *s)
+{
+    return s->head_len + (s->task->opcode == CR_OP_WRITE ? s->length : 0);
+}
+
+/* Write as many queued slices as the socket takes. */
+static int lane_flush(cre_lane *l)
+{
+    while (l->send_head != NULL) {
+        struct iovec iov[MAX_IOV];
+        int n_iov = 0;
+        for (cre_slice *s = l->send_head; s != NULL && n_iov + 2 <= MAX_IOV; s = s->next) {
+            if (s->head_len == 0) {
+                if (s->peer_instance != l->instance) {
+                    /* cannot happen for the head once filtered below */
+                    break;
+                }
+                slice_prepare(l, s, &l->scratch);
+            }
+            size_t off = s->sent;
+            if (off < s->head_len) {
+                iov[n_iov++] = (struct iovec){s->head + off, s->head_len - off};
+                off = s->head_len;
+            }
+            if (s->task->opcode == CR_OP_WRITE) {
+                size_t poff = off - s->head_len;
+                iov[n_iov++] = (struct iovec){s->local + poff, s->length - poff};
+            }
+        }
+        if (n_iov == 0)
+            break;
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
+        ssize_t n = sendmsg(l->conn.fd, &mh, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                cre_worker_mod_conn(&l->conn, true);
+                return 0;
+            }
+            crb_error(CR_ERR_CONNECTION, "send to %s: %s", l->peer->name, strerror(errno));
+            return CR_ERR_CONNECTION;
+        }
+        size_t left = (size_t)n;
+        while (left > 0 && l->send_head != NULL) {
+            cre_slice *s = l->send_head;
+            size_t need = slice_total(s) - s->sent;
+            size_t take = left < need ? left : need;
+            s->sent += take;
+            left -= take;
+            if (s->sent == slice_total(s)) {
+                l->send_head = s->next;
+                if (l->send_head == NULL)
+                    l->send_tail = NULL;
+                list_push(&l->flight_head, &l->flight_tail, s);
+            }
+        }
+    }
+    cre_worker_mod_conn(&l->conn, false);
+    return 0;
+}
+
+/* Move queued slices to the send list, dropping canceled, expired and stale ones. */
+static void lane_take_queue(cre_lane *l, uint64_t now)
+{
+    pthread_mutex_lock(&l->peer->lock);
+    cre_slice *s = l->queue_head;
+    l->queue_head = l->queue_tail = NULL;
+    pthread_mutex_unlock(&l->peer->lock);
+    while (s != NULL) {
+        cre_slice *next = s->next;
+        list_push(&l->send_head, &l->send_tail, s);
+        s = next;
+    }
+    /* Unstarted slices: cancellation, deadline, back-off, stale instance. */
+    cre_slice *keep_head = NULL, *keep_tail = NULL;
+    s = l->send_head;
+    while (s != NULL) {
+        cre_slice *next = s->next;
+        int st = 0;
+        if (s->sent == 0) {
+            if (atomic_load(&s->task->canceled))
+                st = CR_ERR_CANCELED;
+            else if (now >= s->deadline_ns)
+                st = CR_ERR_TIMEOUT;
+            else if (l->state == LANE_IDLE && now < l->retry_at_ns)
+                st = CR_ERR_PEER_UNREACHABLE;
+            else if (l->state == LANE_READY && s->peer_instance != l->instance)
+                st = CR_ERR_CONNECTION;
+        }
+        if (st != 0)
+            slice_finish(s, st);
+        else
+            list_push(&keep_head, &keep_tail, s);
+        s = next;
+    }
+    l->send_head = keep_head;
+    l->send_tail = keep_tail;
+}
+
+static bool list_has_expired(const cre_slice *s, uint64_t now)
+{
+    for (; s != NULL; s = s->next)
+        if (now >= s->deadline_ns)
+            return true;
+    return false;
+}
+
+static void lane_progress(cre_lane *l, uint64_t now)
+{
+    lane_take_queue(l, now);
+    if (l->state == LANE_IDLE && l->send_head != NULL) {
+        int rc = lane_start_connect(l);
+        if (rc < 0) {
+            lane_conn_failed(l, rc, true);
+            return;
+        }
+    }
+    if (l->state != LANE_IDLE && l->state != LANE_READY && now >= l->connect_deadline_ns) {
+        crb_log(CRB_LOG_WARN, "lane %d to %s: no handshake within %u ms", l->index,
+                l->peer->name, l->peer->engine->connect_timeout_ms);
+        lane_conn_failed(l, CR_ERR_TIMEOUT, true);
+        return;
+    }
+    if (list_has_expired(l->flight_head, now) ||
+        (l->send_head != NULL && l->send_head->sent > 0 && now >= l->send_head->deadline_ns)) {
+        crb_log(CRB_LOG_WARN, "lane %d to %s: request deadline expired; closing the connection",
+                l->index, l->peer->name);
+        lane_conn_failed(l, CR_ERR_TIMEOUT, false);
+        return;
+    }
+    if (l->state == LANE_READY && l->send_head != NULL) {
+        if (lane_flush(l) < 0)
+            lane_conn_failed(l, CR_ERR_CONNECTION, false);
+    }
+}
+
+void cre_lanes_tick(cre_worker *w, uint64_t now)
+{
+    pthread_mutex_lock(&w->lock);
+    for (size_t i = 0; i < w->n_lanes; i++) {
+        cre_lane *l = w->lanes[i];
+        if (atomic_exchange(&l->peer->reset_backoff[l->index], false)) {
+            l->retry_at_ns = 0;
+            l->backoff_ms = BACKOFF_MIN_MS;
+        }
+        lane_progress(l, now);
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+
+static int lane_send_hello(cre_lane *l)
+{
+    cr_engine *e = l->peer->engine;
+    crp_challenge ch;
+    if (crp_challenge_decode(l->conn.body, l->conn.hdr.body_len, &ch) < 0)
+        return CR_ERR_MALFORMED_FRAME;
+    crp_hello hello = {.version = CRP_VERSION,
+                       .role = CRP_ROLE_DATA,
+                       .name = e->segment_name,
+                       .instance = e->instance};
+    crb_random_bytes(l->client_nonce, sizeof(l->client_nonce));
+    memcpy(hello.client_nonce, l->client_nonce, sizeof(l->client_nonce));
+    if (e->secret != NULL) {
+        hello.has_mac = true;
+        cre_auth_mac(e, "client", ch.nonce, l->client_nonce, hello.mac);
+    }
+    crp_buf body = {0};
+    uint8_t *frame = NULL;
+    size_t flen = 0;
+    int rc = crp_hello_encode(&hello, &body);
+    if (rc == 0)
+        rc = cre_frame_build(CRP_HELLO, 0, 0, 0, &body, &frame, &flen);
+    crp_buf_free(&body);
+    if (rc < 0)
+        return rc;
+    /* A fresh connection's send buffer always takes a frame this small. */
+    ssize_t n = send(l->conn.fd, frame, flen, MSG_NOSIGNAL);
+    free(frame);
+    if (n != (ssize_t)flen)
+        return crb_error(CR_ERR_CONNECTION, "sending HELLO to %s failed", l->peer->name);
+    l->state = LANE_WAIT_ACK;
+    return 0;
+}
+
+static int lane_check_ack(cre_lane *l)
+{
+    cre_peer *p = l->peer;
+    cr_engine *e = p->engine;
+    crp_hello_ack ack = {0};
+    int rc = crp_hello_ack_decode(l->conn.body, l->conn.hdr.body_len, &ack);
+    if (rc < 0)
+        return rc;
+    if (ack.version != CRP_VERSION)
+        rc = crb_error(CR_ERR_VERSION_MISMATCH, "peer %s speaks protocol %u, we speak %u",
+                       p->name, ack.version, CRP_VERSION);
+    else if (e->secret != NULL &&
+             (!ack.has_mac ||
+              !cre_auth_check(e, "server", l->client_nonce, l->conn.nonce, ack.mac)))
+        rc = crb_error(CR_ERR_AUTH_FAILED, "peer %s did not prove the shared secret", p->name);
+    if (rc == 0) {
+        l->instance = ack.instance;
+        pthread_mutex_lock(&p->lock);
+        if (p->desc_valid && p->desc.instance != ack.instance)
+            p->desc_stale = true;
+        pthread_mutex_unlock(&p->lock);
+        l->state = LANE_READY;
+        l->backoff_ms = BACKOFF_MIN_MS;
+        atomic_fetch_add(&e->stats.tcp_connects, 1);
+    }
+    crp_hello_ack_clear(&ack);
+    return rc;
+}
+
+static int lane_on_head(cre_conn *c)
+{
+    cre_lane *l = lane_of(c);
+    if (c->hdr.type != CRP_READ_RESP || c->hdr.data_len == 0)
+        return 0;
+    cre_slice *s = l->flight_head;
+    if (s == NULL || s->request_id != c->hdr.request_id || c->hdr.status != 0 ||
+        c->hdr.data_len != s->length || s->task->opcode != CR_OP_READ)
+        return crb_error(CR_ERR_MALFORMED_FRAME, "unexpected READ payload from %s",
+                         l->peer->name);
+    c->data_dst = s->local;
+    return 0;
+}
+
+static int lane_on_frame(cre_conn *c)
+{
+    cre_lane *l = lane_of(c);
+    int type = c->hdr.type;
+    if (l->state == LANE_WAIT_CHALLENGE) {
+        if (type != CRP_CHALLENGE)
+            return CR_ERR_MALFORMED_FRAME;
+        crp_challenge ch;
+        if (crp_challenge_decode(c->body, c->hdr.body_len, &ch) < 0)
+            return CR_ERR_MALFORMED_FRAME;
+        memcpy(c->nonce, ch.nonce, sizeof(ch.nonce));
+        return lane_send_hello(l);
+    }
+    if (type == CRP_ERROR) {
+        crp_error err = {0};
+        crp_error_decode(c->body, c->hdr.body_len, &err);
+        crb_log(CRB_LOG_WARN, "peer %s refused lane %d: %s (%s)", l->peer->name, l->index,
+                cr_status_name(c->hdr.status), err.message ? err.message : "");
+        crp_error_clear(&err);
+        return c->hdr.status < 0 ? c->hdr.status : CR_ERR_REMOTE;
+    }
+    if (l->state == LANE_WAIT_ACK) {
+        if (type != CRP_HELLO_ACK)
+            return CR_ERR_MALFORMED_FRAME;
+        return lane_check_ack(l);
+    }
+    if (type != CRP_READ_RESP && type != CRP_WRITE_ACK)
+        return crb_error(CR_ERR_MALFORMED_FRAME, "unexpected %s from %s", crp_type_name(type),
+                         l->peer->name);
+    cre_slice *s = l->flight_head;
+    if (s == NULL || s->request_id != c->hdr.request_id)
+        return crb_error(CR_ERR_MALFORMED_FRAME, "response %llu from %s matches no request",
+                         (unsigned long long)c->hdr.request_id, l->peer->name);
+    l->flight_head = s->next;
+    if (l->flight_head == NULL)
+        l->flight_tail = NULL;
+    int status = c->hdr.status;
+    if (status > 0)
+        status = CR_ERR_REMOTE;
+    if (status == 0)
+        atomic_fetch_add(&l->peer->engine->stats.bytes_tcp, s->length);
+    slice_finish(s, status);
+    return 0;
+}
+
+static const cre_read_ops lane_read_ops = {lane_on_head, lane_on_frame};
+
+void cre_lane_on_event(cre_conn *c, uint32_t events)
+{
+    cre_lane *l = lane_of(c);
+    pthread_mutex_lock(&l->worker->lock);
+    if (l->state == LANE_CONNECTING) {
+        int err = 0;
+        socklen_t el = sizeof(err);
+        getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
+        if (err != 0 || (events & (EPOLLERR | EPOLLHUP))) {
+            crb_error(CR_ERR_PEER_UNREACHABLE, "connect to %s: %s", l->peer->name,
+                      strerror(err ? err : ECONNREFUSED));
+            lane_conn_failed(l, CR_ERR_PEER_UNREACHABLE, true);
+            goto out_unlock;
+        }
+        if (!(events & (EPOLLOUT | EPOLLIN)))
+            goto out_unlock;
+        l->state = LANE_WAIT_CHALLENGE;
+        cre_worker_mod_conn(c, false);
+    }
+    int rc = 0;
+    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+        rc = cre_conn_read(c, &lane_read_ops);
+    if (rc < 0) {
+        bool handshake = l->state != LANE_READY;
+        int status = rc == CR_ERR_MALFORMED_FRAME || rc == CR_ERR_AUTH_FAILED ||
+                             rc == CR_ERR_VERSION_MISMATCH || rc == CR_ERR_REMOTE
+                         ? rc
+                         : CR_ERR_CONNECTION;
+        lane_conn_failed(l, status, handshake);
+        goto out_unlock;
+    }
+    if (l->state == LANE_READY)
+        lane_take_queue(l, crb_now_ns());
+    if (l->state == LANE_READY && l->send_head != NULL && lane_flush(l) < 0)
+        lane_conn_failed(l, CR_ERR_CONNECTION, false);
+out_unlock:
+    pthread_mutex_unlock(&l->worker->lock);
+}

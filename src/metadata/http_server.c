@@ -1,0 +1,343 @@
+/*
+ * http_server.c - the HTTP metadata server on libmicrohttpd.
+ *
+ * Design: MHD runs its own listener and a small pool of worker threads
+ * (MHD_USE_AUTO_INTERNAL_THREAD + MHD_OPTION_THREAD_POOL_SIZE, which picks
+ * epoll on Linux), so idle kept-alive client connections cost no threads.
+ * The request handler never blocks: GET and DELETE are answered on the
+ * first callback; a PUT gets a per-request buffer (sized from
+ * Content-Length when given) that the body is appended to, and is answered
+ * once the body is complete. Oversized bodies are refused with 413 before
+ * reading when Content-Length says so, otherwise discarded as they stream in
+ * and refused at the end. The store is a crm_kv_table behind one mutex;
+ * finished PUT buffers are handed to the table without a copy, and GET
+ * copies the value out under the lock so that the response owns its bytes.
+ *
+ * MHD's own error messages go to crb_log; the last one is kept so that a
+ * failed start can say why (e.g. "Address already in use").
+ */
+#include "metadata/http_server.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <microhttpd.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/net.h"
+#include "metadata/kv_table.h"
+
+#define SERVER_THREADS          4
+#define SERVER_CONNECTION_LIMIT 1024
+#define SERVER_IDLE_TIMEOUT_S   60
+
+struct crm_http_server {
+    struct MHD_Daemon *daemon;
+    uint16_t port;
+    pthread_mutex_t lock; /* guards table */
+    crm_kv_table *table;
+    pthread_mutex_t log_lock; /* guards last_mhd_error */
+    char last_mhd_error[200];
+};
+
+/* State of one PUT while its body arrives. */
+typedef struct put_request {
+    char *key;
+    char *buf;
+    size_t len;
+    size_t cap;
+    bool too_large;
+    bool oom;
+} put_request;
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    crm_http_server *s = cls;
+    char line[200];
+    vsnprintf(line, sizeof(line), fmt, ap);
+    size_t n = strlen(line);
+    while (n > 0 && line[n - 1] == '\n')
+        line[--n] = '\0';
+    pthread_mutex_lock(&s->log_lock);
+    memcpy(s->last_mhd_error, line, n + 1);
+    pthread_mutex_unlock(&s->log_lock);
+    crb_log(CRB_LOG_INFO, "metadata server: %s", line);
+}
+
+/* Queue a response; `owned` bodies came from malloc and are freed by MHD (or here). */
+static enum MHD_Result reply(struct MHD_Connection *conn, unsigned int status, const void *body,
+                             size_t len, bool owned, const char *content_type)
+{
+    if (owned && len == 0) {
+        free((void *)body);
+        body = "";
+        owned = false;
+    }
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        len, (void *)body, owned ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (r == NULL) {
+        if (owned)
+            free((void *)body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, PUT, DELETE");
+    enum MHD_Result ret = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned int status,
+                                  const char *text)
+{
+    return reply(conn, status, text, strlen(text), false, "text/plain");
+}
+
+static enum MHD_Result handle_get(crm_http_server *s, struct MHD_Connection *conn,
+                                  const char *key)
+{
+    void *value = NULL;
+    size_t len = 0;
+    pthread_mutex_lock(&s->lock);
+    int rc = crm_kv_table_get(s->table, key, &value, &len);
+    pthread_mutex_unlock(&s->lock);
+    if (rc == CR_ERR_NOT_FOUND)
+        return reply_text(conn, MHD_HTTP_NOT_FOUND, "metadata not found");
+    if (rc < 0)
+        return reply_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+    return reply(conn, MHD_HTTP_OK, value, len, true, "application/octet-stream");
+}
+
+static enum MHD_Result handle_delete(crm_http_server *s, struct MHD_Connection *conn,
+                                     const char *key)
+{
+    pthread_mutex_lock(&s->lock);
+    int rc = crm_kv_table_del(s->table, key);
+    pthread_mutex_unlock(&s->lock);
+    if (rc < 0)
+        return reply_text(conn, MHD_HTTP_NOT_FOUND, "metadata not found");
+    return reply_text(conn, MHD_HTTP_OK, "metadata deleted");
+}
+
+/* First callback of a PUT: check the announced size and set up the body buffer. */
+static enum MHD_Result begin_put(struct MHD_Connection *conn, const char *key, void **req_cls)
+{
+    size_t expect = 0;
+    const char *cl =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl != NULL) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = strtoull(cl, &end, 10);
+        if (errno != 0 || v > CRM_HTTP_SERVER_MAX_VALUE)
+            return reply_text(conn, MHD_HTTP_CONTENT_TOO_LARGE, "value too large");
+        expect = (size_t)v;
+    }
+    put_request *pr = calloc(1, sizeof(*pr));
+    if (pr == NULL)
+        return MHD_NO;
+    pr->key = strdup(key);
+    if (pr->key == NULL)
+        goto free_request;
+    if (expect > 0) {
+        pr->buf = malloc(expect);
+        if (pr->buf == NULL)
+            goto free_key;
+        pr->cap = expect;
+    }
+    *req_cls = pr;
+    return MHD_YES;
+free_key:
+    free(pr->key);
+free_request:
+    free(pr);
+    return reply_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+}
+
+static void put_append(put_request *pr, const char *data, size_t n)
+{
+    if (pr->too_large || pr->oom)
+        return; /* already refused: discard the rest */
+    if (n > CRM_HTTP_SERVER_MAX_VALUE - pr->len) {
+        pr->too_large = true;
+        goto drop_buffer;
+    }
+    if (pr->len + n > pr->cap) {
+        size_t cap = pr->cap > 0 ? pr->cap : 4096;
+        while (cap < pr->len + n)
+            cap *= 2;
+        if (cap > CRM_HTTP_SERVER_MAX_VALUE)
+            cap = CRM_HTTP_SERVER_MAX_VALUE;
+        char *p = realloc(pr->buf, cap);
+        if (p == NULL) {
+            pr->oom = true;
+            goto drop_buffer;
+        }
+        pr->buf = p;
+        pr->cap = cap;
+    }
+    memcpy(pr->buf + pr->len, data, n);
+    pr->len += n;
+    return;
+drop_buffer:
+    free(pr->buf);
+    pr->buf = NULL;
+    pr->len = pr->cap = 0;
+}
+
+/* Later callbacks of a PUT: body chunks, then a final call with no data. */
+static enum MHD_Result continue_put(crm_http_server *s, struct MHD_Connection *conn,
+                                    put_request *pr, const char *data, size_t *data_size)
+{
+    if (*data_size > 0) {
+        put_append(pr, data, *data_size);
+        *data_size = 0;
+        return MHD_YES;
+    }
+    if (pr->too_large)
+        return reply_text(conn, MHD_HTTP_CONTENT_TOO_LARGE, "value too large");
+    if (pr->oom)
+        return reply_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+    pthread_mutex_lock(&s->lock);
+    int rc = crm_kv_table_put_owned(s->table, pr->key, pr->buf, pr->len);
+    pthread_mutex_unlock(&s->lock);
+    if (rc < 0)
+        return reply_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+    pr->buf = NULL; /* the table owns it now */
+    return reply_text(conn, MHD_HTTP_OK, "metadata updated");
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
+{
+    crm_http_server *s = cls;
+    if (*req_cls != NULL)
+        return continue_put(s, conn, *req_cls, upload_data, upload_data_size);
+
+    bool is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0;
+    if (strcmp(url, "/health") == 0) {
+        if (!is_get)
+            return reply_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed");
+        return reply_text(conn, MHD_HTTP_OK, "OK");
+    }
+    if (strcmp(url, "/metadata") != 0)
+        return reply_text(conn, MHD_HTTP_NOT_FOUND, "no such path");
+    bool is_put = strcmp(method, MHD_HTTP_METHOD_PUT) == 0;
+    bool is_delete = strcmp(method, MHD_HTTP_METHOD_DELETE) == 0;
+    if (!is_get && !is_put && !is_delete)
+        return reply_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed");
+
+    const char *key = NULL;
+    size_t key_len = 0;
+    if (MHD_lookup_connection_value_n(conn, MHD_GET_ARGUMENT_KIND, "key", 3, &key, &key_len) !=
+            MHD_YES ||
+        key == NULL || key_len == 0)
+        return reply_text(conn, MHD_HTTP_BAD_REQUEST, "missing key parameter");
+    if (strlen(key) != key_len)
+        return reply_text(conn, MHD_HTTP_BAD_REQUEST, "key contains a NUL byte");
+
+    if (is_get)
+        return handle_get(s, conn, key);
+    if (is_delete)
+        return handle_delete(s, conn, key);
+    return begin_put(conn, key, req_cls);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    put_request *pr = *req_cls;
+    if (pr == NULL)
+        return;
+    free(pr->buf);
+    free(pr->key);
+    free(pr);
+    *req_cls = NULL;
+}
+
+int crm_http_server_start(const char *host, uint16_t port, crm_http_server **out)
+{
+    if (host == NULL || out == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_http_server_start: NULL argument");
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    int rc = crb_resolve(host, port, &addr, &addrlen);
+    if (rc < 0)
+        return rc;
+
+    crm_http_server *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "metadata server %s:%u: out of memory", host,
+                         (unsigned)port);
+    if (pthread_mutex_init(&s->lock, NULL) != 0) {
+        rc = crb_error(CR_ERR_SYSTEM, "metadata server: pthread_mutex_init failed");
+        goto free_server;
+    }
+    if (pthread_mutex_init(&s->log_lock, NULL) != 0) {
+        rc = crb_error(CR_ERR_SYSTEM, "metadata server: pthread_mutex_init failed");
+        goto destroy_lock;
+    }
+    rc = crm_kv_table_create(&s->table);
+    if (rc < 0)
+        goto destroy_log_lock;
+
+    unsigned int flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+    if (addr.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    s->daemon = MHD_start_daemon(
+        flags, port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+        MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned int)SERVER_THREADS, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned int)SERVER_CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned int)SERVER_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_END);
+    if (s->daemon == NULL) {
+        rc = crb_error(CR_ERR_BIND, "metadata server cannot listen on %s:%u: %s", host,
+                       (unsigned)port,
+                       s->last_mhd_error[0] != '\0' ? s->last_mhd_error : "MHD_start_daemon failed");
+        goto destroy_table;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info != NULL && info->port != 0 ? info->port : port;
+    crb_log(CRB_LOG_INFO, "metadata server listening on %s:%u", host, (unsigned)s->port);
+    *out = s;
+    return 0;
+
+destroy_table:
+    crm_kv_table_destroy(s->table);
+destroy_log_lock:
+    pthread_mutex_destroy(&s->log_lock);
+destroy_lock:
+    pthread_mutex_destroy(&s->lock);
+free_server:
+    free(s);
+    return rc;
+}
+
+uint16_t crm_http_server_port(const crm_http_server *s) { return s->port; }
+
+size_t crm_http_server_key_count(crm_http_server *s)
+{
+    pthread_mutex_lock(&s->lock);
+    size_t n = crm_kv_table_count(s->table);
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+void crm_http_server_stop(crm_http_server *s)
+{
+    if (s == NULL)
+        return;
+    MHD_stop_daemon(s->daemon);
+    crm_kv_table_destroy(s->table);
+    pthread_mutex_destroy(&s->log_lock);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}

@@ -1,0 +1,48 @@
+/*
+ * http_server.h - an embeddable HTTP metadata server (Mooncake-compatible).
+ *
+ * Endpoints:
+ *   GET    /metadata?key=K  200 + the value bytes, or 404
+ *   PUT    /metadata?key=K  store the request body (at most
+ *                           CRM_HTTP_SERVER_MAX_VALUE bytes, else 413); 200
+ *   DELETE /metadata?key=K  200 if the key was there, 404 if not
+ *   GET    /health          200 "OK"
+ * A missing or empty key parameter is 400, another path 404, another method
+ * 405. Values live in memory only; stopping the server drops them.
+ *
+ * Each server is self-contained (no globals), so a process may run several;
+ * the standalone crescent-metadata-server and the master both embed it.
+ *
+ * Threading: requests are served on the server's own threads; the functions
+ * below may be called from any thread, but stop must not race with the
+ * others on the same server.
+ */
+#ifndef CRESCENT_METADATA_HTTP_SERVER_H
+#define CRESCENT_METADATA_HTTP_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/** Largest PUT body accepted. */
+#define CRM_HTTP_SERVER_MAX_VALUE ((size_t)64 << 20)
+
+typedef struct crm_http_server crm_http_server;
+
+/**
+ * Start serving on host:port (a numeric address or a name; port 0 lets the
+ * kernel pick, see crm_http_server_port). Binds only to that address.
+ * Errors: CR_ERR_INVALID_ARGUMENT, CR_ERR_DNS, CR_ERR_BIND (message names
+ * host:port and the reason), CR_ERR_NO_MEMORY.
+ */
+int crm_http_server_start(const char *host, uint16_t port, crm_http_server **out);
+
+/** The port actually bound. */
+uint16_t crm_http_server_port(const crm_http_server *s);
+
+/** Number of keys currently stored. */
+size_t crm_http_server_key_count(crm_http_server *s);
+
+/** Close the listener and all connections, join the threads, free everything. NULL is ok. */
+void crm_http_server_stop(crm_http_server *s);
+
+#endif

@@ -1,0 +1,261 @@
+/*
+ * kv_table.c - separate-chaining hash map from strings to byte strings.
+ *
+ * Design: a power-of-two array of bucket lists; each entry holds its full
+ * 64-bit hash (so resizing and most mismatches never touch the key), the
+ * key inline after the header, and a malloc'd value. The table doubles when
+ * the load factor passes 1 and never shrinks (metadata tables stay small).
+ *
+ * Keys arrive from the network, so the hash is SipHash-1-3 keyed with a
+ * random per-table seed: a client cannot pick keys that all land in one
+ * bucket and turn the server's lookups quadratic.
+ */
+#include "metadata/kv_table.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/net.h"
+
+#define KV_INITIAL_BUCKETS 16
+
+typedef struct kv_entry {
+    struct kv_entry *next;
+    uint64_t hash;
+    void *value; /* NULL when len is 0 */
+    size_t len;
+    size_t key_len;
+    char key[]; /* key_len bytes plus a NUL */
+} kv_entry;
+
+struct crm_kv_table {
+    kv_entry **buckets;
+    size_t nbuckets; /* power of two */
+    size_t count;
+    size_t value_bytes;
+    uint64_t seed[2];
+};
+
+#define SIP_ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+
+#define SIP_ROUND                                                                                  \
+    do {                                                                                           \
+        v0 += v1;                                                                                  \
+        v1 = SIP_ROTL(v1, 13);                                                                     \
+        v1 ^= v0;                                                                                  \
+        v0 = SIP_ROTL(v0, 32);                                                                     \
+        v2 += v3;                                                                                  \
+        v3 = SIP_ROTL(v3, 16);                                                                     \
+        v3 ^= v2;                                                                                  \
+        v0 += v3;                                                                                  \
+        v3 = SIP_ROTL(v3, 21);                                                                     \
+        v3 ^= v0;                                                                                  \
+        v2 += v1;                                                                                  \
+        v1 = SIP_ROTL(v1, 17);                                                                     \
+        v1 ^= v2;                                                                                  \
+        v2 = SIP_ROTL(v2, 32);                                                                     \
+    } while (0)
+
+static uint64_t load_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* SipHash-1-3 (one compression round, three finalisation rounds). */
+static uint64_t siphash13(const uint64_t seed[2], const void *data, size_t len)
+{
+    const uint8_t *in = data;
+    uint64_t v0 = 0x736f6d6570736575ull ^ seed[0];
+    uint64_t v1 = 0x646f72616e646f6dull ^ seed[1];
+    uint64_t v2 = 0x6c7967656e657261ull ^ seed[0];
+    uint64_t v3 = 0x7465646279746573ull ^ seed[1];
+    const uint8_t *end = in + (len & ~(size_t)7);
+    for (; in != end; in += 8) {
+        uint64_t m = load_le64(in);
+        v3 ^= m;
+        SIP_ROUND;
+        v0 ^= m;
+    }
+    uint64_t b = (uint64_t)len << 56;
+    for (size_t i = 0; i < (len & 7); i++)
+        b |= (uint64_t)in[i] << (8 * i);
+    v3 ^= b;
+    SIP_ROUND;
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIP_ROUND;
+    SIP_ROUND;
+    SIP_ROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+int crm_kv_table_create(crm_kv_table **out)
+{
+    crm_kv_table *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "kv table: cannot allocate the table");
+    t->buckets = calloc(KV_INITIAL_BUCKETS, sizeof(*t->buckets));
+    if (t->buckets == NULL) {
+        free(t);
+        return crb_error(CR_ERR_NO_MEMORY, "kv table: cannot allocate %d buckets",
+                         KV_INITIAL_BUCKETS);
+    }
+    t->nbuckets = KV_INITIAL_BUCKETS;
+    int rc = crb_random_bytes(t->seed, sizeof(t->seed));
+    if (rc < 0) {
+        free(t->buckets);
+        free(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+void crm_kv_table_destroy(crm_kv_table *t)
+{
+    if (t == NULL)
+        return;
+    for (size_t i = 0; i < t->nbuckets; i++) {
+        kv_entry *e = t->buckets[i];
+        while (e != NULL) {
+            kv_entry *next = e->next;
+            free(e->value);
+            free(e);
+            e = next;
+        }
+    }
+    free(t->buckets);
+    free(t);
+}
+
+/* Returns the link that points at key's entry (or at the NULL ending its chain). */
+static kv_entry **find_link(const crm_kv_table *t, const char *key, size_t key_len, uint64_t hash)
+{
+    kv_entry **link = &t->buckets[hash & (t->nbuckets - 1)];
+    while (*link != NULL) {
+        kv_entry *e = *link;
+        if (e->hash == hash && e->key_len == key_len && memcmp(e->key, key, key_len) == 0)
+            break;
+        link = &e->next;
+    }
+    return link;
+}
+
+/* Double the bucket array; on allocation failure keep the old one (still correct). */
+static void grow(crm_kv_table *t)
+{
+    size_t n = t->nbuckets * 2;
+    if (n < t->nbuckets || n > SIZE_MAX / sizeof(kv_entry *))
+        return;
+    kv_entry **nb = calloc(n, sizeof(*nb));
+    if (nb == NULL)
+        return;
+    for (size_t i = 0; i < t->nbuckets; i++) {
+        kv_entry *e = t->buckets[i];
+        while (e != NULL) {
+            kv_entry *next = e->next;
+            size_t j = e->hash & (n - 1);
+            e->next = nb[j];
+            nb[j] = e;
+            e = next;
+        }
+    }
+    free(t->buckets);
+    t->buckets = nb;
+    t->nbuckets = n;
+}
+
+int crm_kv_table_put_owned(crm_kv_table *t, const char *key, void *value, size_t len)
+{
+    size_t key_len = strlen(key);
+    uint64_t hash = siphash13(t->seed, key, key_len);
+    kv_entry **link = find_link(t, key, key_len, hash);
+    kv_entry *e = *link;
+    if (e != NULL) {
+        t->value_bytes -= e->len;
+        free(e->value);
+        e->value = len > 0 ? value : NULL;
+        e->len = len;
+        t->value_bytes += len;
+        if (len == 0)
+            free(value);
+        return 0;
+    }
+    if (key_len > SIZE_MAX - sizeof(*e) - 1)
+        return crb_error(CR_ERR_NO_MEMORY, "kv table: key of %zu bytes is too long", key_len);
+    e = malloc(sizeof(*e) + key_len + 1);
+    if (e == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "kv table: cannot allocate an entry for key '%.100s'",
+                         key);
+    e->next = NULL;
+    e->hash = hash;
+    e->value = len > 0 ? value : NULL;
+    e->len = len;
+    e->key_len = key_len;
+    memcpy(e->key, key, key_len + 1);
+    if (len == 0)
+        free(value);
+    *link = e;
+    t->count++;
+    t->value_bytes += len;
+    if (t->count > t->nbuckets)
+        grow(t);
+    return 0;
+}
+
+int crm_kv_table_put(crm_kv_table *t, const char *key, const void *value, size_t len)
+{
+    void *copy = NULL;
+    if (len > 0) {
+        copy = malloc(len);
+        if (copy == NULL)
+            return crb_error(CR_ERR_NO_MEMORY,
+                             "kv table: cannot copy a %zu-byte value for key '%.100s'", len, key);
+        memcpy(copy, value, len);
+    }
+    int rc = crm_kv_table_put_owned(t, key, copy, len);
+    if (rc < 0)
+        free(copy);
+    return rc;
+}
+
+int crm_kv_table_get(const crm_kv_table *t, const char *key, void **value, size_t *len)
+{
+    size_t key_len = strlen(key);
+    kv_entry *e = *find_link(t, key, key_len, siphash13(t->seed, key, key_len));
+    if (e == NULL)
+        return crb_error(CR_ERR_NOT_FOUND, "kv table: no key '%.200s'", key);
+    void *copy = malloc(e->len > 0 ? e->len : 1);
+    if (copy == NULL)
+        return crb_error(CR_ERR_NO_MEMORY,
+                         "kv table: cannot copy the %zu-byte value of key '%.100s'", e->len, key);
+    if (e->len > 0)
+        memcpy(copy, e->value, e->len);
+    *value = copy;
+    *len = e->len;
+    return 0;
+}
+
+int crm_kv_table_del(crm_kv_table *t, const char *key)
+{
+    size_t key_len = strlen(key);
+    kv_entry **link = find_link(t, key, key_len, siphash13(t->seed, key, key_len));
+    kv_entry *e = *link;
+    if (e == NULL)
+        return crb_error(CR_ERR_NOT_FOUND, "kv table: no key '%.200s'", key);
+    *link = e->next;
+    t->count--;
+    t->value_bytes -= e->len;
+    free(e->value);
+    free(e);
+    return 0;
+}
+
+size_t crm_kv_table_count(const crm_kv_table *t) { return t->count; }
+
+size_t crm_kv_table_value_bytes(const crm_kv_table *t) { return t->value_bytes; }

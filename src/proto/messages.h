@@ -1,0 +1,147 @@
+/*
+ * messages.h - frame bodies, encoded with msgpack.
+ *
+ * Every body is a msgpack map with short string keys, so fields can be added
+ * without breaking older peers: decoders ignore keys they do not know and
+ * fail with CR_ERR_MALFORMED_FRAME when a required key is missing or has the
+ * wrong type, or a length bound is exceeded. One encoder and one decoder per
+ * message type.
+ *
+ * Encoders append to a crp_buf (growable byte buffer) and return 0 or
+ * CR_ERR_NO_MEMORY. Decoders take (data, len), fill a caller-provided struct
+ * and return 0, or a negative status with nothing allocated. Decoded strings
+ * and arrays are heap copies owned by the struct; free them with the
+ * matching *_clear function (safe on a zeroed struct).
+ */
+#ifndef CRESCENT_PROTO_MESSAGES_H
+#define CRESCENT_PROTO_MESSAGES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bounds enforced by decoders. */
+#define CRP_MAX_NAME 256          /* segment names, host ids, transports */
+#define CRP_MAX_ADDRESS 256       /* endpoint addresses */
+#define CRP_MAX_HANDLE 256        /* shm handles */
+#define CRP_MAX_ENDPOINTS 16
+#define CRP_MAX_BUFFERS 65536
+#define CRP_NONCE_SIZE 16
+#define CRP_MAC_SIZE 32
+#define CRP_MAX_NOTIFY 4096
+#define CRP_MAX_ERROR_TEXT 512
+
+/** A growable output buffer. Zero-initialise; free with crp_buf_free. */
+typedef struct crp_buf {
+    uint8_t *data;
+    size_t len;
+    size_t cap;
+} crp_buf;
+
+void crp_buf_free(crp_buf *b);
+/** Set len to 0, keep the allocation. */
+void crp_buf_reset(crp_buf *b);
+
+/* --- CHALLENGE: {"n": bin[16]} ---------------------------------------- */
+typedef struct crp_challenge {
+    uint8_t nonce[CRP_NONCE_SIZE];
+} crp_challenge;
+int crp_challenge_encode(const crp_challenge *m, crp_buf *out);
+int crp_challenge_decode(const void *data, size_t len, crp_challenge *out);
+
+/* --- HELLO ---------------------------------------------------------------
+ * {"v": u32 protocol version, "caps": u32, "role": u8 (crp_role),
+ *  "name": str sender segment name, "inst": u64 sender instance id,
+ *  "cn": bin[16] client nonce, "mac": bin[32] (optional)}              */
+typedef enum crp_role { CRP_ROLE_CONTROL = 0, CRP_ROLE_DATA = 1 } crp_role;
+typedef struct crp_hello {
+    uint32_t version;
+    uint32_t caps;
+    uint8_t role;
+    char *name;
+    uint64_t instance;
+    uint8_t client_nonce[CRP_NONCE_SIZE];
+    bool has_mac;
+    uint8_t mac[CRP_MAC_SIZE];
+} crp_hello;
+int crp_hello_encode(const crp_hello *m, crp_buf *out);
+int crp_hello_decode(const void *data, size_t len, crp_hello *out);
+void crp_hello_clear(crp_hello *m);
+
+/* --- HELLO_ACK -----------------------------------------------------------
+ * {"v": u32, "caps": u32, "name": str, "inst": u64, "mac": bin[32] opt}  */
+typedef struct crp_hello_ack {
+    uint32_t version;
+    uint32_t caps;
+    char *name;
+    uint64_t instance;
+    bool has_mac;
+    uint8_t mac[CRP_MAC_SIZE];
+} crp_hello_ack;
+int crp_hello_ack_encode(const crp_hello_ack *m, crp_buf *out);
+int crp_hello_ack_decode(const void *data, size_t len, crp_hello_ack *out);
+void crp_hello_ack_clear(crp_hello_ack *m);
+
+/* --- DESCRIPTOR ----------------------------------------------------------
+ * {"name": str, "host": str host identity, "inst": u64 engine instance,
+ *  "ver": u64 descriptor version (bumped on every (un)registration),
+ *  "eps": [{"t": str transport, "a": str address}],
+ *  "bufs": [{"a": u64 addr, "l": u64 length, "k": u8 kind, "d": i32 device,
+ *            "r": bool remote accessible, "h": str shm handle (optional)}]}
+ * Kinds are carried as numbers and decoded whatever their value; deciding
+ * what a kind means is the engine's job, not the decoder's.            */
+typedef struct crp_endpoint {
+    char *transport;
+    char *address;
+} crp_endpoint;
+typedef struct crp_buffer_desc {
+    uint64_t addr;
+    uint64_t length;
+    uint8_t kind;
+    int32_t device;
+    bool remote_accessible;
+    char *shm_handle; /* NULL when absent */
+} crp_buffer_desc;
+typedef struct crp_descriptor {
+    char *name;
+    char *host_id;
+    uint64_t instance;
+    uint64_t version;
+    size_t n_endpoints;
+    crp_endpoint *endpoints;
+    size_t n_buffers;
+    crp_buffer_desc *buffers;
+} crp_descriptor;
+int crp_descriptor_encode(const crp_descriptor *m, crp_buf *out);
+/* Rejects buffers with length 0 or addr+length overflowing. */
+int crp_descriptor_decode(const void *data, size_t len, crp_descriptor *out);
+void crp_descriptor_clear(crp_descriptor *m);
+
+/* --- NOTIFY: {"from": str, "msg": bin (<= CRP_MAX_NOTIFY)} -------------- */
+typedef struct crp_notify {
+    char *from;
+    uint8_t *message; /* NUL-terminated copy; length excludes the NUL */
+    size_t length;
+} crp_notify;
+int crp_notify_encode(const crp_notify *m, crp_buf *out);
+int crp_notify_decode(const void *data, size_t len, crp_notify *out);
+void crp_notify_clear(crp_notify *m);
+
+/* --- DATA REQUEST (READ_REQ / WRITE_REQ body): [u64 addr, u64 length] ----
+ * A fixed two-element array: the hot path decodes it without allocating. */
+typedef struct crp_data_req {
+    uint64_t addr;
+    uint64_t length;
+} crp_data_req;
+int crp_data_req_encode(const crp_data_req *m, crp_buf *out);
+int crp_data_req_decode(const void *data, size_t len, crp_data_req *out);
+
+/* --- ERROR: {"msg": str (<= CRP_MAX_ERROR_TEXT)} ------------------------- */
+typedef struct crp_error {
+    char *message;
+} crp_error;
+int crp_error_encode(const crp_error *m, crp_buf *out);
+int crp_error_decode(const void *data, size_t len, crp_error *out);
+void crp_error_clear(crp_error *m);
+
+#endif

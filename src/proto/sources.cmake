@@ -1,0 +1,4 @@
+list(APPEND CRESCENT_SOURCES
+  src/proto/frame.c
+  src/proto/messages.c
+)

@@ -1,0 +1,202 @@
+/*
+ * engine_faults_test.c - dead, restarted, silent and unauthenticated peers,
+ * with real processes: kill -9 in the middle of a batch fails every
+ * unfinished task within its deadline, the initiator stays usable, and a
+ * restarted target is reachable after the segment is reopened.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "crescent/engine.h"
+#include "harness.h"
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static cr_engine *make_engine(const char *secret, uint32_t request_ms)
+{
+    cr_engine_config cfg;
+    cr_engine_config_init(&cfg);
+    cfg.protocol = "tcp";
+    cfg.shared_secret = secret;
+    cfg.request_timeout_ms = request_ms;
+    cfg.connect_timeout_ms = 1000;
+    cr_engine *e = NULL;
+    assert_int_equal(cr_engine_create(&cfg, &e), 0);
+    return e;
+}
+
+static void kill_mid_batch_then_restart(void **state)
+{
+    (void)state;
+    test_peer peer;
+    assert_int_equal(peer_start(&peer, NULL), 0);
+    const char *colon = strrchr(peer.name, ':');
+    char port[16];
+    snprintf(port, sizeof(port), "%s", colon + 1);
+    uint64_t remote = peer_reg(&peer, "cpu:0", 64 << 20, 0);
+    assert_true(remote != 0);
+
+    const uint32_t deadline_ms = 4000;
+    cr_engine *e = make_engine(NULL, deadline_ms);
+    size_t len = 64 << 20;
+    uint8_t *local = malloc(len);
+    assert_int_equal(cr_engine_register(e, local, len, "cpu:0", true), 0);
+    cr_segment_handle seg;
+    assert_int_equal(cr_engine_open_segment(e, peer.name, &seg), 0);
+
+    const size_t n = 512, blk = 1 << 20; /* 512 MiB: far more than moves in 30 ms */
+    cr_transfer_request *reqs = calloc(n, sizeof(*reqs));
+    for (size_t i = 0; i < n; i++)
+        reqs[i] = (cr_transfer_request){CR_OP_READ, local + (i % 64) * blk, seg,
+                                        remote + (i % 64) * blk, blk};
+    cr_batch_id b;
+    assert_int_equal(cr_batch_create(e, n, &b), 0);
+    assert_int_equal(cr_batch_submit(e, b, reqs, n), 0);
+    usleep(30 * 1000);
+    uint64_t killed_at = now_ms();
+    peer_kill(&peer);
+    int rc = cr_batch_wait(e, b, (int)deadline_ms + 2000);
+    uint64_t waited = now_ms() - killed_at;
+    assert_true(rc < 0);
+    assert_true(rc != CR_ERR_TIMEOUT); /* the wait itself did not run out */
+    assert_true(waited <= deadline_ms + 500);
+    size_t completed = 0, failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        cr_task_status st;
+        assert_int_equal(cr_batch_task_status(e, b, i, &st), 0);
+        assert_true(st.state == CR_TASK_COMPLETED || st.state == CR_TASK_FAILED ||
+                    st.state == CR_TASK_TIMEOUT);
+        if (st.state == CR_TASK_COMPLETED)
+            completed++;
+        else
+            failed++;
+    }
+    print_message("kill -9: %zu completed, %zu failed, all finished %llu ms after the kill\n",
+                  completed, failed, (unsigned long long)waited);
+    assert_true(failed > 0);
+    assert_int_equal(cr_batch_free(e, b), 0);
+
+    /* The initiator stays usable: a second peer works. */
+    test_peer other;
+    assert_int_equal(peer_start(&other, NULL), 0);
+    uint64_t r2 = peer_reg(&other, "cpu:0", 4096, 0);
+    cr_segment_handle seg2;
+    assert_int_equal(cr_engine_open_segment(e, other.name, &seg2), 0);
+    assert_int_equal(cr_engine_transfer_sync(e, CR_OP_READ, local, seg2, r2, 4096, 0), 0);
+    for (size_t i = 0; i < 4096; i++)
+        assert_int_equal(local[i], test_pattern(i, r2));
+    assert_int_equal(peer_stop(&other), 0);
+
+    /* Dead peer: transfers fail fast, not after the deadline. */
+    uint64_t t0 = now_ms();
+    assert_true(cr_engine_transfer_sync(e, CR_OP_READ, local, seg, remote, 4096, 0) < 0);
+    assert_true(now_ms() - t0 < deadline_ms);
+
+    /* Restart the target on the same port; reopen; it works. */
+    const char *args[] = {"--port", port, NULL};
+    assert_int_equal(peer_start(&peer, args), 0);
+    uint64_t r3 = peer_reg(&peer, "cpu:0", 1 << 20, 0);
+    assert_int_equal(cr_engine_open_segment(e, peer.name, &seg), 0);
+    assert_int_equal(cr_engine_transfer_sync(e, CR_OP_READ, local, seg, r3, 1 << 20, 0), 0);
+    for (size_t i = 0; i < (1 << 20); i++)
+        if (local[i] != test_pattern(i, r3))
+            fail_msg("byte %zu wrong after restart", i);
+    assert_int_equal(peer_stop(&peer), 0);
+
+    free(reqs);
+    assert_int_equal(cr_engine_unregister(e, local), 0);
+    cr_engine_destroy(e);
+    free(local);
+}
+
+static void shared_secret_is_enforced(void **state)
+{
+    (void)state;
+    test_peer peer;
+    const char *args[] = {"--secret", "s3cret", NULL};
+    assert_int_equal(peer_start(&peer, args), 0);
+    uint64_t remote = peer_reg(&peer, "cpu:0", 4096, 0);
+    cr_segment_handle seg;
+
+    cr_engine *none = make_engine(NULL, 5000);
+    assert_int_equal(cr_engine_open_segment(none, peer.name, &seg), CR_ERR_AUTH_FAILED);
+    assert_int_equal(cr_engine_probe(none, peer.name, 1000), CR_ERR_AUTH_FAILED);
+    cr_engine_destroy(none);
+
+    cr_engine *wrong = make_engine("guess", 5000);
+    assert_int_equal(cr_engine_open_segment(wrong, peer.name, &seg), CR_ERR_AUTH_FAILED);
+    cr_engine_destroy(wrong);
+
+    cr_engine *right = make_engine("s3cret", 5000);
+    uint8_t buf[4096];
+    assert_int_equal(cr_engine_register(right, buf, sizeof(buf), "cpu:0", true), 0);
+    assert_int_equal(cr_engine_open_segment(right, peer.name, &seg), 0);
+    assert_int_equal(cr_engine_transfer_sync(right, CR_OP_READ, buf, seg, remote, 4096, 0), 0);
+    assert_int_equal(buf[100], test_pattern(100, remote));
+
+    /* A peer that cannot prove the secret is refused by the initiator too. */
+    test_peer open_peer;
+    assert_int_equal(peer_start(&open_peer, NULL), 0);
+    assert_int_equal(cr_engine_open_segment(right, open_peer.name, &seg), CR_ERR_AUTH_FAILED);
+    assert_int_equal(peer_stop(&open_peer), 0);
+
+    assert_int_equal(cr_engine_unregister(right, buf), 0);
+    cr_engine_destroy(right);
+    assert_int_equal(peer_stop(&peer), 0);
+}
+
+static void dead_and_silent_peers_fail_within_deadline(void **state)
+{
+    (void)state;
+    cr_engine *e = make_engine(NULL, 2000);
+    /* A port nobody listens on. */
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
+    assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+    socklen_t al = sizeof(a);
+    getsockname(s, (struct sockaddr *)&a, &al);
+    char name[64];
+    snprintf(name, sizeof(name), "127.0.0.1:%u", ntohs(a.sin_port));
+    cr_segment_handle seg;
+    assert_int_equal(cr_engine_open_segment(e, name, &seg), CR_ERR_PEER_UNREACHABLE);
+    assert_int_equal(cr_engine_probe(e, name, 500), CR_ERR_PEER_UNREACHABLE);
+    /* Now it listens but never answers: the handshake deadline applies. */
+    assert_int_equal(listen(s, 8), 0);
+    uint64_t t0 = now_ms();
+    assert_int_equal(cr_engine_open_segment(e, name, &seg), CR_ERR_TIMEOUT);
+    assert_true(now_ms() - t0 < 3000);
+    assert_int_equal(cr_engine_probe(e, name, 300), CR_ERR_TIMEOUT);
+    close(s);
+    /* Garbage names. */
+    assert_int_equal(cr_engine_open_segment(e, "no-port-here", &seg), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cr_engine_open_segment(e, "", &seg), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cr_engine_open_segment(e, "host:70000", &seg), CR_ERR_INVALID_ARGUMENT);
+    cr_engine_destroy(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(kill_mid_batch_then_restart),
+        cmocka_unit_test(shared_secret_is_enforced),
+        cmocka_unit_test(dead_and_silent_peers_fail_within_deadline),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,37 @@
+/*
+ * harness.h - spawning and driving peer processes (tests/engine/peer.c) from
+ * multi-process tests. Every peer a test starts, it stops (peer_stop or
+ * peer_kill); the path of the peer binary comes from CRESCENT_PEER_BIN.
+ */
+#ifndef CRESCENT_TESTS_HARNESS_H
+#define CRESCENT_TESTS_HARNESS_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct test_peer {
+    pid_t pid;
+    int to_fd;   /* its stdin */
+    int from_fd; /* its stdout */
+    char name[300];
+    char line[4096];
+} test_peer;
+
+/* Start a peer with extra args (NULL-terminated). Returns 0 when READY. */
+int peer_start(test_peer *p, const char *const *args);
+/* Send a command line, read one reply line into p->line. */
+const char *peer_cmd(test_peer *p, const char *fmt, ...);
+/* Register memory in the peer; returns its address or 0. */
+uint64_t peer_reg(test_peer *p, const char *loc, uint64_t size, int read_only);
+/* "quit" and wait; returns the exit status (0 expected). */
+int peer_stop(test_peer *p);
+/* SIGKILL and reap. */
+void peer_kill(test_peer *p);
+
+/* Pattern used by the peer: byte i of a region filled with seed s. */
+static inline uint8_t test_pattern(uint64_t i, uint64_t seed)
+{
+    return (uint8_t)((i * 131 + seed) & 0xff);
+}
+
+#endif

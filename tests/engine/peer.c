@@ -1,0 +1,124 @@
+/*
+ * peer.c - a target engine process driven over stdin/stdout, used by the
+ * multi-process tests and the demo. It prints one line per command:
+ *
+ *   (start)            READY <segment-name>
+ *   reg <loc> <size> [ro]   OK <addr>   (memory filled with pattern(addr))
+ *   unreg <addr>       OK | ERR <code>
+ *   count              COUNT <n>
+ *   notes              NOTES <n> [<from> <message>]...
+ *   check <addr> <len> <seed>   OK | MISMATCH <offset>
+ *   fill <addr> <len> <seed>    OK
+ *   quit               (destroys the engine, exits 0)
+ *
+ * Flags: --port N, --secret S, --host H, --protocol P, --metadata M.
+ * Pattern bytes: byte i of a region filled with seed s is (i * 131 + s) & 0xff.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "crescent/engine.h"
+
+static void *allocations[4096];
+static size_t n_allocations;
+
+static uint8_t pattern(uint64_t i, uint64_t seed) { return (uint8_t)((i * 131 + seed) & 0xff); }
+
+int main(int argc, char **argv)
+{
+    cr_engine_config cfg;
+    cr_engine_config_init(&cfg);
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--port") == 0)
+            cfg.rpc_port = (uint16_t)atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--secret") == 0)
+            cfg.shared_secret = argv[i + 1];
+        else if (strcmp(argv[i], "--host") == 0)
+            cfg.local_hostname = argv[i + 1];
+        else if (strcmp(argv[i], "--protocol") == 0)
+            cfg.protocol = argv[i + 1];
+        else if (strcmp(argv[i], "--metadata") == 0)
+            cfg.metadata = argv[i + 1];
+        else {
+            fprintf(stderr, "peer: unknown flag %s\n", argv[i]);
+            return 2;
+        }
+    }
+    cr_engine *e;
+    int rc = cr_engine_create(&cfg, &e);
+    if (rc < 0) {
+        printf("FAIL %d %s\n", rc, cr_last_error_message());
+        return 1;
+    }
+    char name[300];
+    cr_engine_segment_name(e, name, sizeof(name));
+    printf("READY %s\n", name);
+    fflush(stdout);
+    char line[512];
+    while (fgets(line, sizeof(line), stdin) != NULL) {
+        char loc[64], flag[8] = "";
+        unsigned long long a, len, seed;
+        if (sscanf(line, "reg %63s %llu %7s", loc, &len, flag) >= 2) {
+            uint8_t *p = aligned_alloc(4096, (len + 4095) / 4096 * 4096);
+            for (uint64_t i = 0; i < len; i++)
+                p[i] = pattern(i, (uint64_t)(uintptr_t)p);
+            rc = cr_engine_register(e, p, len, loc, strcmp(flag, "ro") != 0);
+            if (rc != 0)
+                free(p);
+            else if (n_allocations < 4096)
+                allocations[n_allocations++] = p;
+            if (rc == 0)
+                printf("OK %llu\n", (unsigned long long)(uintptr_t)p);
+            else
+                printf("ERR %d\n", rc);
+        } else if (sscanf(line, "unreg %llu", &a) == 1) {
+            rc = cr_engine_unregister(e, (void *)(uintptr_t)a);
+            if (rc == 0) {
+                for (size_t i = 0; i < n_allocations; i++)
+                    if (allocations[i] == (void *)(uintptr_t)a)
+                        allocations[i] = allocations[--n_allocations];
+                free((void *)(uintptr_t)a);
+                printf("OK\n");
+            } else {
+                printf("ERR %d\n", rc);
+            }
+        } else if (strncmp(line, "count", 5) == 0) {
+            printf("COUNT %zu\n", cr_engine_registration_count(e));
+        } else if (strncmp(line, "notes", 5) == 0) {
+            cr_notification *n;
+            size_t cnt;
+            cr_engine_take_notifications(e, &n, &cnt);
+            printf("NOTES %zu", cnt);
+            for (size_t i = 0; i < cnt; i++)
+                printf(" %s %s", n[i].from, n[i].message);
+            printf("\n");
+            cr_notifications_free(n, cnt);
+        } else if (sscanf(line, "check %llu %llu %llu", &a, &len, &seed) == 3) {
+            const uint8_t *p = (const uint8_t *)(uintptr_t)a;
+            uint64_t bad = UINT64_MAX;
+            for (uint64_t i = 0; i < len && bad == UINT64_MAX; i++)
+                if (p[i] != pattern(i, seed))
+                    bad = i;
+            if (bad == UINT64_MAX)
+                printf("OK\n");
+            else
+                printf("MISMATCH %llu\n", (unsigned long long)bad);
+        } else if (sscanf(line, "fill %llu %llu %llu", &a, &len, &seed) == 3) {
+            uint8_t *p = (uint8_t *)(uintptr_t)a;
+            for (uint64_t i = 0; i < len; i++)
+                p[i] = pattern(i, seed);
+            printf("OK\n");
+        } else if (strncmp(line, "quit", 4) == 0) {
+            break;
+        } else {
+            printf("ERR unknown command\n");
+        }
+        fflush(stdout);
+    }
+    cr_engine_destroy(e);
+    for (size_t i = 0; i < n_allocations; i++)
+        free(allocations[i]);
+    return 0;
+}
