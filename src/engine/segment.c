@@ -56,7 +56,7 @@ static int fetch_descriptor(cre_peer *p, crp_descriptor *out)
             rc = crb_error(rc, "descriptor of %s: %s", p->name, cr_last_error_message());
     }
     crp_buf_free(&body);
-    if (rc == 0)
+    if (rc == 0 && out->n_buffers > 1)
         qsort(out->buffers, out->n_buffers, sizeof(*out->buffers), cmp_buffer_addr);
     return rc;
 }

@@ -53,14 +53,16 @@ static void *worker_main(void *arg)
     uint64_t next_tick = crb_now_ns();
     while (!atomic_load(&w->stop)) {
         int n = epoll_wait(w->epfd, events, 64, TICK_MS);
+        bool woke = false;
         for (int i = 0; i < n; i++) {
-            cre_conn *c = events[i].data.ptr;
+            cre_conn *c = events[i].data.ptr; /* may be freed by its handler */
             switch (c->kind) {
             case CRE_CONN_WAKE: {
                 uint64_t v;
                 ssize_t r = read(w->wakefd, &v, sizeof(v));
                 (void)r;
                 atomic_store(&w->kicked, false);
+                woke = true;
                 break;
             }
             case CRE_CONN_LISTENER:
@@ -76,10 +78,6 @@ static void *worker_main(void *arg)
         }
         /* Lanes may have new slices queued (kick) or deadlines to enforce. */
         uint64_t now = crb_now_ns();
-        bool woke = false;
-        for (int i = 0; i < n; i++)
-            if (((cre_conn *)events[i].data.ptr)->kind == CRE_CONN_WAKE)
-                woke = true;
         if (woke || now >= next_tick) {
             cre_lanes_tick(w, now);
             if (now >= next_tick)

@@ -2,3 +2,5 @@ list(APPEND CRESCENT_SOURCES
   src/proto/frame.c
   src/proto/messages.c
 )
+cr_unit_test(proto_frame_test src/proto/frame_test.c)
+cr_unit_test(proto_messages_test src/proto/messages_test.c)

@@ -1,0 +1,61 @@
+/*
+ * fuzz_descriptor.c - libFuzzer target for crp_descriptor_decode.
+ *
+ * Decode arbitrary bytes; a success must survive encode -> decode with the
+ * same fields and re-encode to the same bytes; a failure must leave the
+ * output untouched (see fuzz_common.h).
+ */
+#include "fuzz_common.h"
+
+static void check_equal(const crp_descriptor *a, const crp_descriptor *b)
+{
+    FUZZ_CHECK(a->name != NULL && fuzz_str_eq(a->name, b->name));
+    FUZZ_CHECK(a->host_id != NULL && fuzz_str_eq(a->host_id, b->host_id));
+    FUZZ_CHECK(a->instance == b->instance);
+    FUZZ_CHECK(a->version == b->version);
+    FUZZ_CHECK(a->n_endpoints == b->n_endpoints);
+    FUZZ_CHECK(a->n_endpoints <= CRP_MAX_ENDPOINTS);
+    FUZZ_CHECK((a->n_endpoints == 0) == (a->endpoints == NULL));
+    for (size_t i = 0; i < a->n_endpoints; i++) {
+        FUZZ_CHECK(fuzz_str_eq(a->endpoints[i].transport, b->endpoints[i].transport));
+        FUZZ_CHECK(fuzz_str_eq(a->endpoints[i].address, b->endpoints[i].address));
+        FUZZ_CHECK(a->endpoints[i].transport != NULL && a->endpoints[i].address != NULL);
+    }
+    FUZZ_CHECK(a->n_buffers == b->n_buffers);
+    FUZZ_CHECK(a->n_buffers <= CRP_MAX_BUFFERS);
+    FUZZ_CHECK((a->n_buffers == 0) == (a->buffers == NULL));
+    for (size_t i = 0; i < a->n_buffers; i++) {
+        const crp_buffer_desc *x = &a->buffers[i], *y = &b->buffers[i];
+        FUZZ_CHECK(x->addr == y->addr);
+        FUZZ_CHECK(x->length == y->length);
+        FUZZ_CHECK(x->length != 0 && x->addr <= UINT64_MAX - x->length);
+        FUZZ_CHECK(x->kind == y->kind);
+        FUZZ_CHECK(x->device == y->device);
+        FUZZ_CHECK(x->remote_accessible == y->remote_accessible);
+        FUZZ_CHECK(fuzz_str_eq(x->shm_handle, y->shm_handle));
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    crp_descriptor first, second;
+    crp_buf enc1 = {0}, enc2 = {0};
+
+    memset(&first, FUZZ_SENTINEL, sizeof(first));
+    int rc = crp_descriptor_decode(data, size, &first);
+    if (rc != 0) {
+        fuzz_check_failure(rc, &first, sizeof(first));
+        return 0;
+    }
+    FUZZ_CHECK(crp_descriptor_encode(&first, &enc1) == 0);
+    memset(&second, 0, sizeof(second));
+    FUZZ_CHECK(crp_descriptor_decode(enc1.data, enc1.len, &second) == 0);
+    check_equal(&first, &second);
+    FUZZ_CHECK(crp_descriptor_encode(&second, &enc2) == 0);
+    fuzz_check_same_bytes(&enc1, &enc2);
+    crp_descriptor_clear(&first);
+    crp_descriptor_clear(&second);
+    crp_buf_free(&enc1);
+    crp_buf_free(&enc2);
+    return 0;
+}
