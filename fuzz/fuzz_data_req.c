@@ -17,7 +17,7 @@ static int reference_safe(const uint8_t *data, size_t size)
 {
     if (size == 0 || size > 64)
         return 0;
-    size_t from = 1;
+    size_t from = 0;
     if (data[0] == 0xdc || data[0] == 0xdd) {
         size_t n = data[0] == 0xdc ? 2 : 4;
         if (size < 1 + n)

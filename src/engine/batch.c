@@ -76,17 +76,19 @@ void cre_task_slice_done(cre_task *t, int status, uint64_t bytes)
                 : err == CR_ERR_TIMEOUT     ? CR_TASK_TIMEOUT
                 : err == CR_ERR_CANCELED    ? CR_TASK_CANCELED
                                             : CR_TASK_FAILED;
-    if (t->local_buf != NULL) {
-        cre_buffer_release(t->local_buf);
-        t->local_buf = NULL;
-    }
+    cre_buffer *local_buf = t->local_buf;
+    t->local_buf = NULL;
     atomic_fetch_add(err == 0 ? &e->stats.tasks_completed : &e->stats.tasks_failed, 1);
     cre_batch *b = t->batch;
     pthread_mutex_lock(&b->lock);
     atomic_store(&t->state, state);
     if (--b->unfinished == 0)
         pthread_cond_broadcast(&b->cond);
-    batch_unlock_and_maybe_destroy(b);
+    batch_unlock_and_maybe_destroy(b); /* t may be gone from here on */
+    /* Released last, so an unregister that waited on this buffer returns
+     * only after the task's final state is visible. */
+    if (local_buf != NULL)
+        cre_buffer_release(local_buf);
 }
 
 int cr_batch_create(cr_engine *e, size_t capacity, cr_batch_id *out)

@@ -209,8 +209,13 @@ int cre_registry_acquire(cre_registry *r, uint64_t addr, uint64_t len, const cha
 
 void cre_buffer_release(cre_buffer *b)
 {
-    if (atomic_fetch_sub(&b->refs, 1) == 1 && atomic_load(&b->dying)) {
-        cre_registry *r = b->owner;
+    /* Read everything we need from b before dropping the reference: once
+     * refs reaches 0 an unregistering thread may free b. With seq_cst
+     * ordering, either we see dying (and wake the waiter under its lock) or
+     * the waiter sees our decrement before it sleeps. */
+    cre_registry *r = b->owner;
+    bool dying = atomic_load(&b->dying);
+    if (atomic_fetch_sub(&b->refs, 1) == 1 && dying) {
         pthread_mutex_lock(&r->drain_lock);
         pthread_cond_broadcast(&r->drained);
         pthread_mutex_unlock(&r->drain_lock);

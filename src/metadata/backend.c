@@ -34,10 +34,10 @@ int crm_backend_open(const char *conn, int timeout_ms, crm_backend **out)
     } else if (strncmp(conn, "http://", 7) == 0) {
         rc = crm_http_backend_create(conn, timeout_ms, &b);
     } else {
-        return crb_error(CR_ERR_INVALID_CONFIG,
-                         "metadata connection string '%.200s' is not supported; supported: "
-                         SUPPORTED_FORMS,
-                         conn);
+        return crb_error(
+            CR_ERR_INVALID_CONFIG,
+            "metadata connection string '%.200s' is not supported; supported: " SUPPORTED_FORMS,
+            conn);
     }
     if (rc < 0)
         return rc;

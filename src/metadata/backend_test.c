@@ -89,8 +89,7 @@ static void test_bad_schemes(void **state)
         crm_backend *b = (crm_backend *)0x1;
         int rc = crm_backend_open(bad[i], 1000, &b);
         if (rc != CR_ERR_INVALID_CONFIG)
-            fail_msg("'%s' gave %d (%s), want INVALID_CONFIG", bad[i], rc,
-                     cr_last_error_message());
+            fail_msg("'%s' gave %d (%s), want INVALID_CONFIG", bad[i], rc, cr_last_error_message());
         assert_null(b);
         const char *msg = cr_last_error_message();
         if (bad[i][0] != '\0' && strstr(msg, bad[i]) == NULL)
@@ -127,8 +126,7 @@ static void test_bad_http_urls(void **state)
         crm_backend *b = (crm_backend *)0x1;
         int rc = crm_backend_open(bad[i], 1000, &b);
         if (rc != CR_ERR_INVALID_CONFIG)
-            fail_msg("'%s' gave %d (%s), want INVALID_CONFIG", bad[i], rc,
-                     cr_last_error_message());
+            fail_msg("'%s' gave %d (%s), want INVALID_CONFIG", bad[i], rc, cr_last_error_message());
         assert_null(b);
         if (strstr(cr_last_error_message(), bad[i]) == NULL)
             fail_msg("message for '%s' does not name it: %s", bad[i], cr_last_error_message());
@@ -142,6 +140,7 @@ static void test_null_out(void **state)
 
 int main(void)
 {
+    /* clang-format off */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_p2p),
         cmocka_unit_test(test_http_good),
@@ -149,5 +148,6 @@ int main(void)
         cmocka_unit_test(test_bad_http_urls),
         cmocka_unit_test(test_null_out),
     };
+    /* clang-format on */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -204,8 +204,8 @@ static int http_request(http_backend *hb, const char *method, const char *key, c
     if (cc != CURLE_OK) {
         if (resp->oom)
             rc = crb_error(CR_ERR_NO_MEMORY,
-                           "metadata %s %.200s key '%.100s': out of memory after %zu bytes",
-                           method, hb->url, key, resp->len);
+                           "metadata %s %.200s key '%.100s': out of memory after %zu bytes", method,
+                           hb->url, key, resp->len);
         else
             rc = crb_error(CR_ERR_METADATA, "metadata %s %.200s key '%.100s': %s%s%s", method,
                            hb->url, key, curl_easy_strerror(cc), errbuf[0] != '\0' ? ": " : "",
@@ -256,8 +256,8 @@ static int http_get(crm_backend *b, const char *key, void **value, size_t *len)
     if (rc < 0)
         goto free_body;
     if (status == 404) {
-        rc = crb_error(CR_ERR_METADATA_NOT_FOUND, "metadata key '%.200s' not found at %.200s",
-                       key, hb->url);
+        rc = crb_error(CR_ERR_METADATA_NOT_FOUND, "metadata key '%.200s' not found at %.200s", key,
+                       hb->url);
         goto free_body;
     }
     if (status != 200) {
@@ -364,8 +364,8 @@ int crm_http_backend_create(const char *url, int timeout_ms, crm_backend **out)
                          url, problem);
     pthread_once(&curl_once, curl_init_once);
     if (curl_init_result != CURLE_OK)
-        return crb_error(CR_ERR_METADATA, "metadata URL '%.200s': curl_global_init failed: %s",
-                         url, curl_easy_strerror(curl_init_result));
+        return crb_error(CR_ERR_METADATA, "metadata URL '%.200s': curl_global_init failed: %s", url,
+                         curl_easy_strerror(curl_init_result));
 
     http_backend *hb = calloc(1, sizeof(*hb));
     if (hb == NULL)

@@ -99,8 +99,7 @@ static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned int stat
     return reply(conn, status, text, strlen(text), false, "text/plain");
 }
 
-static enum MHD_Result handle_get(crm_http_server *s, struct MHD_Connection *conn,
-                                  const char *key)
+static enum MHD_Result handle_get(crm_http_server *s, struct MHD_Connection *conn, const char *key)
 {
     void *value = NULL;
     size_t len = 0;
@@ -291,17 +290,16 @@ int crm_http_server_start(const char *host, uint16_t port, crm_http_server **out
     unsigned int flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
     if (addr.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    s->daemon = MHD_start_daemon(
-        flags, port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-        MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned int)SERVER_THREADS, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned int)SERVER_CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned int)SERVER_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_END);
+    s->daemon = MHD_start_daemon(flags, port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
+                                 mhd_log, s, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&addr,
+                                 MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)SERVER_THREADS,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned int)SERVER_CONNECTION_LIMIT,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_IDLE_TIMEOUT_S,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
     if (s->daemon == NULL) {
-        rc = crb_error(CR_ERR_BIND, "metadata server cannot listen on %s:%u: %s", host,
-                       (unsigned)port,
-                       s->last_mhd_error[0] != '\0' ? s->last_mhd_error : "MHD_start_daemon failed");
+        rc = crb_error(
+            CR_ERR_BIND, "metadata server cannot listen on %s:%u: %s", host, (unsigned)port,
+            s->last_mhd_error[0] != '\0' ? s->last_mhd_error : "MHD_start_daemon failed");
         goto destroy_table;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
@@ -321,7 +319,10 @@ free_server:
     return rc;
 }
 
-uint16_t crm_http_server_port(const crm_http_server *s) { return s->port; }
+uint16_t crm_http_server_port(const crm_http_server *s)
+{
+    return s->port;
+}
 
 size_t crm_http_server_key_count(crm_http_server *s)
 {

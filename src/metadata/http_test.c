@@ -178,8 +178,14 @@ static void test_round_trip(void **state)
 
     /* keys that must be escaped keep their identity */
     static const char *const keys[] = {
-        "a/b c+d&e=f%g?h#i", "plus+sign", "plus sign", "%41", "A", "mooncake/ram/10.0.0.1:15001",
-        "\xe6\x9c\x88/\xc3\xa9", "tab\there",
+        "a/b c+d&e=f%g?h#i",
+        "plus+sign",
+        "plus sign",
+        "%41",
+        "A",
+        "mooncake/ram/10.0.0.1:15001",
+        "\xe6\x9c\x88/\xc3\xa9",
+        "tab\there",
     };
     size_t nkeys = sizeof(keys) / sizeof(keys[0]);
     for (size_t i = 0; i < nkeys; i++)
@@ -239,9 +245,9 @@ static void test_too_large(void **state)
     int fd = crb_connect("127.0.0.1", crm_http_server_port(f->server), 2000);
     assert_true(fd >= 0);
     char req[256];
-    int len = snprintf(req, sizeof(req),
-                       "PUT /metadata?key=huge HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n",
-                       over);
+    int len =
+        snprintf(req, sizeof(req),
+                 "PUT /metadata?key=huge HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", over);
     assert_int_equal(crb_write_full(fd, req, (size_t)len, crb_now_ns() + 2000000000ull), 0);
     char resp[13] = {0};
     assert_int_equal(crb_read_full(fd, resp, 12, crb_now_ns() + 5000000000ull), 0);
@@ -457,8 +463,7 @@ int main(void)
                                         teardown_server),
         cmocka_unit_test(test_nothing_listening),
         cmocka_unit_test(test_unresponsive_server_times_out),
-        cmocka_unit_test_setup_teardown(test_server_gone_then_back, setup_server,
-                                        teardown_server),
+        cmocka_unit_test_setup_teardown(test_server_gone_then_back, setup_server, teardown_server),
         cmocka_unit_test_setup_teardown(test_concurrent_clients, setup_server, teardown_server),
         cmocka_unit_test(test_start_errors),
     };

@@ -256,6 +256,12 @@ int crm_kv_table_del(crm_kv_table *t, const char *key)
     return 0;
 }
 
-size_t crm_kv_table_count(const crm_kv_table *t) { return t->count; }
+size_t crm_kv_table_count(const crm_kv_table *t)
+{
+    return t->count;
+}
 
-size_t crm_kv_table_value_bytes(const crm_kv_table *t) { return t->value_bytes; }
+size_t crm_kv_table_value_bytes(const crm_kv_table *t)
+{
+    return t->value_bytes;
+}

@@ -31,11 +31,10 @@
 
 static void usage(FILE *to)
 {
-    fprintf(to,
-            "usage: " PROG " [--host ADDR] [--port N]\n"
-            "  --host ADDR  address to listen on (default 127.0.0.1; 0.0.0.0 for all)\n"
-            "  --port N     port to listen on (default 8080; 0 picks a free one)\n"
-            "Serves GET/PUT/DELETE /metadata?key=K and GET /health until SIGINT/SIGTERM.\n");
+    fprintf(to, "usage: " PROG " [--host ADDR] [--port N]\n"
+                "  --host ADDR  address to listen on (default 127.0.0.1; 0.0.0.0 for all)\n"
+                "  --port N     port to listen on (default 8080; 0 picks a free one)\n"
+                "Serves GET/PUT/DELETE /metadata?key=K and GET /health until SIGINT/SIGTERM.\n");
 }
 
 /*
@@ -90,8 +89,7 @@ int main(int argc, char **argv)
             return 2;
         }
         if (r == 0) {
-            fprintf(stderr, PROG ": unknown %s '%s'\n", arg[0] == '-' ? "flag" : "argument",
-                    arg);
+            fprintf(stderr, PROG ": unknown %s '%s'\n", arg[0] == '-' ? "flag" : "argument", arg);
             usage(stderr);
             return 2;
         }

@@ -1,0 +1,257 @@
+/*
+ * baseline.c - reference measurements the engine is compared against.
+ *
+ *   socket: the simplest possible process-to-process copy over loopback TCP.
+ *           We spawn "<subcmd> --role sink" exactly like the engine target
+ *           (same child mechanism), connect one stream and send() 1 MiB
+ *           blocks from a 64 MiB area in a blocking loop; the sink recv()s
+ *           them into its own 64 MiB area. The clock stops when the sink has
+ *           acknowledged the byte count, so nothing is left in socket buffers.
+ *   memcpy: one thread copying 1 MiB blocks between two 64 MiB areas.
+ *
+ * Design: no tuning (default socket buffers, no TCP_NODELAY, no zero-copy),
+ * because the point is "what does a naive copy cost on this machine".
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+static uint8_t *alloc_area(void)
+{
+    uint8_t *p = aligned_alloc(4096, CB_BASELINE_AREA);
+    if (p != NULL)
+        memset(p, 0x42, CB_BASELINE_AREA); /* fault the pages in before timing */
+    return p;
+}
+
+static bool keep_going(uint64_t start_ns, double seconds, uint64_t total, uint64_t done)
+{
+    if (total != 0 && done >= total)
+        return false;
+    return (double)(cb_now_ns() - start_ns) < seconds * 1e9;
+}
+
+static int send_all(int fd, const uint8_t *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int recv_all(int fd, uint8_t *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = recv(fd, p, len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int cb_baseline_socket(const char *subcmd, double seconds, uint64_t total, cb_measure *out,
+                       char *err, size_t err_len)
+{
+    int rc = -1;
+    int fd = -1;
+    uint8_t *area = NULL;
+    cb_child child = CB_CHILD_INIT;
+    char *argv[] = {CB_PROG, (char *)subcmd, "--role", "sink", NULL};
+    char line[128], why[160];
+
+    if (cb_child_spawn(&child, argv) < 0) {
+        snprintf(err, err_len, "socket baseline: cannot start the sink: %s", strerror(errno));
+        return -1;
+    }
+    unsigned port = 0;
+    if (cb_child_read_line(&child, line, sizeof(line), 30000) < 0 ||
+        sscanf(line, "READY port=%u", &port) != 1 || port == 0 || port > 65535) {
+        snprintf(err, err_len, "socket baseline: the sink did not report READY");
+        goto kill_child;
+    }
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, err_len, "socket baseline: socket: %s", strerror(errno));
+        goto kill_child;
+    }
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        snprintf(err, err_len, "socket baseline: connect to 127.0.0.1:%u: %s", port,
+                 strerror(errno));
+        goto close_socket;
+    }
+    area = alloc_area();
+    if (area == NULL) {
+        snprintf(err, err_len, "socket baseline: out of memory");
+        goto close_socket;
+    }
+
+    uint64_t sent = 0, off = 0;
+    uint64_t start = cb_now_ns();
+    while (keep_going(start, seconds, total, sent)) {
+        if (send_all(fd, area + off, CB_BASELINE_BLOCK) < 0) {
+            snprintf(err, err_len, "socket baseline: send: %s", strerror(errno));
+            goto free_area;
+        }
+        sent += CB_BASELINE_BLOCK;
+        off = (off + CB_BASELINE_BLOCK) % CB_BASELINE_AREA;
+    }
+    shutdown(fd, SHUT_WR);
+    uint64_t acked = 0;
+    if (recv_all(fd, (uint8_t *)&acked, sizeof(acked)) < 0 || acked != sent) {
+        snprintf(err, err_len, "socket baseline: sink acknowledged %" PRIu64 " of %" PRIu64
+                 " bytes", acked, sent);
+        goto free_area;
+    }
+    uint64_t end = cb_now_ns();
+    out->bytes = sent;
+    out->seconds = (double)(end - start) / 1e9;
+    out->gbps = (double)sent / (double)(end - start);
+    rc = 0;
+
+free_area:
+    free(area);
+close_socket:
+    close(fd);
+kill_child:
+    if (rc == 0) {
+        if (cb_child_stop(&child, 10000, why, sizeof(why)) < 0) {
+            snprintf(err, err_len, "socket baseline: the sink %s", why);
+            rc = -1;
+        }
+    } else {
+        cb_child_kill(&child);
+    }
+    return rc;
+}
+
+int cb_baseline_memcpy(double seconds, uint64_t total, cb_measure *out, char *err,
+                       size_t err_len)
+{
+    uint8_t *src = alloc_area();
+    uint8_t *dst = alloc_area();
+    if (src == NULL || dst == NULL) {
+        snprintf(err, err_len, "memcpy baseline: out of memory");
+        free(src);
+        free(dst);
+        return -1;
+    }
+    uint64_t copied = 0, off = 0;
+    uint64_t start = cb_now_ns();
+    while (keep_going(start, seconds, total, copied)) {
+        memcpy(dst + off, src + off, CB_BASELINE_BLOCK);
+        copied += CB_BASELINE_BLOCK;
+        off = (off + CB_BASELINE_BLOCK) % CB_BASELINE_AREA;
+    }
+    uint64_t end = cb_now_ns();
+    /* Observe the destination so the copies cannot be optimised away. */
+    volatile uint8_t sink = dst[copied % CB_BASELINE_AREA];
+    (void)sink;
+    out->bytes = copied;
+    out->seconds = (double)(end - start) / 1e9;
+    out->gbps = (double)copied / (double)(end - start);
+    free(src);
+    free(dst);
+    return 0;
+}
+
+/* Wait for a connection on lfd, giving up when stdin closes (parent gone). */
+static int accept_or_orphaned(int lfd)
+{
+    struct pollfd pfd[2] = {{.fd = lfd, .events = POLLIN}, {.fd = STDIN_FILENO, .events = POLLIN}};
+    for (;;) {
+        int pr = poll(pfd, 2, -1);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr < 0)
+            return -1;
+        if (pfd[0].revents & POLLIN)
+            return accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (pfd[1].revents != 0) {
+            char c;
+            if (read(STDIN_FILENO, &c, 1) <= 0)
+                return -1;
+        }
+    }
+}
+
+int cb_sink_main(void)
+{
+    int rc = CB_EXIT_FAIL;
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (lfd < 0) {
+        fprintf(stderr, CB_PROG " sink: socket: %s\n", strerror(errno));
+        return CB_EXIT_FAIL;
+    }
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof(sa);
+    if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 1) < 0 ||
+        getsockname(lfd, (struct sockaddr *)&sa, &sl) < 0) {
+        fprintf(stderr, CB_PROG " sink: listen: %s\n", strerror(errno));
+        goto close_listener;
+    }
+    uint8_t *area = alloc_area();
+    if (area == NULL) {
+        fprintf(stderr, CB_PROG " sink: out of memory\n");
+        goto close_listener;
+    }
+    printf("READY port=%u\n", (unsigned)ntohs(sa.sin_port));
+    fflush(stdout);
+
+    int fd = accept_or_orphaned(lfd);
+    if (fd < 0)
+        goto free_area;
+    uint64_t received = 0, off = 0, got = 0;
+    for (;;) {
+        ssize_t n = recv(fd, area + off + got, CB_BASELINE_BLOCK - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            fprintf(stderr, CB_PROG " sink: recv: %s\n", strerror(errno));
+            goto close_conn;
+        }
+        if (n == 0)
+            break;
+        received += (uint64_t)n;
+        got += (uint64_t)n;
+        if (got == CB_BASELINE_BLOCK) {
+            got = 0;
+            off = (off + CB_BASELINE_BLOCK) % CB_BASELINE_AREA;
+        }
+    }
+    if (send_all(fd, (const uint8_t *)&received, sizeof(received)) < 0) {
+        fprintf(stderr, CB_PROG " sink: send: %s\n", strerror(errno));
+        goto close_conn;
+    }
+    /* Stay until the parent closes our stdin, like the engine target. */
+    cb_wait_for_eof(STDIN_FILENO);
+    rc = CB_EXIT_OK;
+
+close_conn:
+    close(fd);
+free_area:
+    free(area);
+close_listener:
+    close(lfd);
+    return rc;
+}
