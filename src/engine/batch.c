@@ -128,16 +128,15 @@ int cr_batch_create(cr_engine *e, size_t capacity, cr_batch_id *out)
 
 /* What the submit path resolved for one request. */
 typedef struct planned {
-    cre_peer *peer;
+    cre_endpoints ep;
     cre_buffer *local_buf;
-    cre_buffer *self_target; /* for local memcpy */
-    uint64_t instance;
+    const cre_transport *transport;
 } planned;
 
-static bool kind_is_host(int kind) { return kind == CR_MEM_HOST || kind == CR_MEM_HOST_SHAREABLE; }
+bool cre_kind_is_host(int kind) { return kind == CR_MEM_HOST || kind == CR_MEM_HOST_SHAREABLE; }
 
 /* Find the descriptor buffer holding [addr, addr+len). Caller holds p->lock. */
-static int desc_check(cre_peer *p, size_t idx, uint64_t addr, uint64_t len)
+static int desc_check(cre_peer *p, size_t idx, uint64_t addr, uint64_t len, cre_endpoints *ep)
 {
     const crp_descriptor *d = &p->desc;
     size_t lo = 0, hi = d->n_buffers;
@@ -165,53 +164,106 @@ static int desc_check(cre_peer *p, size_t idx, uint64_t addr, uint64_t len)
                          "request %zu: remote buffer 0x%llx of segment %s is not "
                          "remote-accessible",
                          idx, (unsigned long long)b->addr, p->name);
-    if (!kind_is_host(b->kind))
-        return crb_error(CR_ERR_TRANSPORT_UNSUPPORTED,
-                         "request %zu: remote buffer 0x%llx of segment %s is %s memory (device "
-                         "%d); transport tcp serves host and host-shareable memory only",
-                         idx, (unsigned long long)b->addr, p->name, cr_mem_kind_name(b->kind),
-                         (int)b->device);
+    ep->remote_kind = b->kind;
+    ep->remote_device = b->device;
+    ep->peer_instance = d->instance;
     return 0;
 }
 
-static int plan_remote(cre_peer *p, size_t idx, const cr_transfer_request *r, planned *pl)
+/* Validate the remote range against the peer's cached descriptor,
+ * refreshing it once if the range is not there (or the peer restarted). */
+static int plan_remote(cre_peer *p, size_t idx, const cr_transfer_request *r, cre_endpoints *ep)
 {
-    for (int attempt = 0; attempt < 2; attempt++) {
+    bool refreshed = false;
+    for (;;) {
         pthread_mutex_lock(&p->lock);
         bool need_refresh = !p->desc_valid || p->desc_stale;
-        int rc = 0;
-        if (!need_refresh) {
-            rc = desc_check(p, idx, r->remote_addr, r->length);
-            pl->instance = p->desc.instance;
-        }
+        int rc = need_refresh ? 0 : desc_check(p, idx, r->remote_addr, r->length, ep);
         pthread_mutex_unlock(&p->lock);
-        if (!need_refresh && (rc == 0 || attempt == 1 ||
-                              (rc != CR_ERR_ADDRESS_NOT_REGISTERED && rc != CR_ERR_OUT_OF_RANGE)))
+        bool missing = rc == CR_ERR_ADDRESS_NOT_REGISTERED || rc == CR_ERR_OUT_OF_RANGE;
+        if (!need_refresh && (rc == 0 || !missing || refreshed))
             return rc;
-        /* Not found (or stale): the peer may have registered more or
-         * restarted since we cached its descriptor. Refresh once. */
         rc = cre_peer_refresh(p);
         if (rc < 0)
             return rc;
+        refreshed = true;
     }
-    pthread_mutex_lock(&p->lock);
-    int rc = desc_check(p, idx, r->remote_addr, r->length);
-    pl->instance = p->desc.instance;
-    pthread_mutex_unlock(&p->lock);
-    return rc;
+}
+
+/* Target in this very process: validate against the live registry. */
+static int plan_self(cr_engine *e, size_t idx, const cr_transfer_request *r, cre_endpoints *ep)
+{
+    int rc = cre_registry_acquire(&e->registry, r->remote_addr, r->length, "target",
+                                  &ep->self_target);
+    if (rc < 0)
+        return crb_error(rc, "request %zu: %s", idx, cr_last_error_message());
+    if (!ep->self_target->remote_accessible) {
+        rc = crb_error(CR_ERR_NOT_REMOTE_ACCESSIBLE,
+                       "request %zu: target buffer 0x%llx is not remote-accessible", idx,
+                       (unsigned long long)ep->self_target->addr);
+        cre_buffer_release(ep->self_target);
+        ep->self_target = NULL;
+        return rc;
+    }
+    ep->remote_kind = ep->self_target->kind;
+    ep->remote_device = ep->self_target->device;
+    ep->peer_instance = e->instance;
+    return 0;
+}
+
+static bool local_transport_installed(const cr_engine *e)
+{
+    for (size_t i = 0; i < e->n_transports; i++)
+        if (e->transports[i] == &cre_transport_local)
+            return true;
+    return false;
+}
+
+static int choose_transport(cr_engine *e, size_t idx, const cr_transfer_request *r, planned *pl)
+{
+    for (size_t i = 0; i < e->n_transports; i++) {
+        if (e->transports[i]->can_serve(e, &pl->ep)) {
+            pl->transport = e->transports[i];
+            return 0;
+        }
+    }
+    char names[64] = "";
+    for (size_t i = 0; i < e->n_transports; i++)
+        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? ", " : "",
+                 e->transports[i]->name);
+    bool remote_bad = !cre_kind_is_host(pl->ep.remote_kind);
+    uint64_t addr = remote_bad ? r->remote_addr : (uint64_t)(uintptr_t)r->local_addr;
+    int kind = remote_bad ? pl->ep.remote_kind : pl->ep.local_kind;
+    int device = remote_bad ? pl->ep.remote_device : pl->local_buf->device;
+    return crb_error(CR_ERR_TRANSPORT_UNSUPPORTED,
+                     "request %zu: %s buffer at 0x%llx (segment %s) is %s memory (device %d); "
+                     "no installed transport (%s) can move it",
+                     idx, remote_bad ? "remote" : "local", (unsigned long long)addr,
+                     remote_bad ? pl->ep.peer->name : "local", cr_mem_kind_name(kind), device,
+                     names);
+}
+
+static void plan_release(planned *pl)
+{
+    if (pl->local_buf != NULL)
+        cre_buffer_release(pl->local_buf);
+    if (pl->ep.self_target != NULL)
+        cre_buffer_release(pl->ep.self_target);
+    pl->local_buf = NULL;
+    pl->ep.self_target = NULL;
 }
 
 static int plan_one(cr_engine *e, size_t idx, const cr_transfer_request *r, planned *pl)
 {
     if (r->opcode != CR_OP_READ && r->opcode != CR_OP_WRITE)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "request %zu: opcode %d is neither READ nor "
-                                                  "WRITE", idx, r->opcode);
+        return crb_error(CR_ERR_INVALID_ARGUMENT,
+                         "request %zu: opcode %d is neither READ nor WRITE", idx, r->opcode);
     if (r->length == 0)
         return crb_error(CR_ERR_ZERO_LENGTH, "request %zu has length 0", idx);
     if (r->remote_addr + r->length < r->remote_addr)
         return crb_error(CR_ERR_RANGE_OVERFLOW, "request %zu: remote 0x%llx + %llu overflows", idx,
                          (unsigned long long)r->remote_addr, (unsigned long long)r->length);
-    int rc = cre_segment_lookup(e, r->segment, &pl->peer);
+    int rc = cre_segment_lookup(e, r->segment, &pl->ep.peer);
     if (rc < 0)
         return crb_error(rc, "request %zu: segment handle 0x%llx is stale or invalid", idx,
                          (unsigned long long)r->segment);
@@ -219,41 +271,15 @@ static int plan_one(cr_engine *e, size_t idx, const cr_transfer_request *r, plan
                               "local", &pl->local_buf);
     if (rc < 0)
         return crb_error(rc, "request %zu: %s", idx, cr_last_error_message());
-    if (!kind_is_host(pl->local_buf->kind)) {
-        rc = crb_error(CR_ERR_TRANSPORT_UNSUPPORTED,
-                       "request %zu: local buffer 0x%llx is %s memory (device %d); no installed "
-                       "transport (local, tcp) can move it",
-                       idx, (unsigned long long)pl->local_buf->addr,
-                       cr_mem_kind_name(pl->local_buf->kind), pl->local_buf->device);
-        goto err_release_local;
-    }
-    if (pl->peer->is_self && e->auto_transport) {
-        rc = cre_registry_acquire(&e->registry, r->remote_addr, r->length, "target",
-                                  &pl->self_target);
-        if (rc < 0) {
-            rc = crb_error(rc, "request %zu: %s", idx, cr_last_error_message());
-            goto err_release_local;
-        }
-        if (!pl->self_target->remote_accessible || !kind_is_host(pl->self_target->kind)) {
-            rc = crb_error(!pl->self_target->remote_accessible ? CR_ERR_NOT_REMOTE_ACCESSIBLE
-                                                               : CR_ERR_TRANSPORT_UNSUPPORTED,
-                           "request %zu: target buffer 0x%llx (%s) cannot be served by "
-                           "transport local",
-                           idx, (unsigned long long)pl->self_target->addr,
-                           cr_mem_kind_name(pl->self_target->kind));
-            cre_buffer_release(pl->self_target);
-            pl->self_target = NULL;
-            goto err_release_local;
-        }
-        return 0;
-    }
-    rc = plan_remote(pl->peer, idx, r, pl);
+    pl->ep.local_kind = pl->local_buf->kind;
+    if (pl->ep.peer->is_self && local_transport_installed(e))
+        rc = plan_self(e, idx, r, &pl->ep);
+    else
+        rc = plan_remote(pl->ep.peer, idx, r, &pl->ep);
+    if (rc == 0)
+        rc = choose_transport(e, idx, r, pl);
     if (rc < 0)
-        goto err_release_local;
-    return 0;
-err_release_local:
-    cre_buffer_release(pl->local_buf);
-    pl->local_buf = NULL;
+        plan_release(pl);
     return rc;
 }
 
@@ -312,12 +338,9 @@ int cr_batch_submit(cr_engine *e, cr_batch_id id, const cr_transfer_request *req
 
     for (size_t i = 0; i < n; i++) {
         cre_task *t = &b->tasks[first + i];
-        if (plan[i].self_target != NULL) {
-            cre_local_transfer(t, (uint8_t *)(uintptr_t)reqs[i].remote_addr);
-            cre_buffer_release(plan[i].self_target);
-            continue;
-        }
-        int src = cre_tcp_submit(plan[i].peer, t, plan[i].instance);
+        int src = plan[i].transport->submit(e, &plan[i].ep, t);
+        if (plan[i].ep.self_target != NULL)
+            cre_buffer_release(plan[i].ep.self_target);
         if (src < 0) {
             atomic_store(&t->slices_left, 1);
             cre_task_slice_done(t, src, 0);
@@ -328,12 +351,8 @@ int cr_batch_submit(cr_engine *e, cr_batch_id id, const cr_transfer_request *req
     return 0;
 
 err_release_plan:
-    for (size_t i = 0; i < planned_n; i++) {
-        if (plan[i].local_buf)
-            cre_buffer_release(plan[i].local_buf);
-        if (plan[i].self_target)
-            cre_buffer_release(plan[i].self_target);
-    }
+    for (size_t i = 0; i < planned_n; i++)
+        plan_release(&plan[i]);
     free(plan);
     batch_put(b);
     return rc;

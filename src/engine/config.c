@@ -59,11 +59,12 @@ int cre_config_apply(cr_engine *e, const cr_engine_config *cfg)
     e->rpc_port = cfg->rpc_port ? cfg->rpc_port : host_port;
 
     const char *proto = cfg->protocol ? cfg->protocol : "auto";
-    if (strcmp(proto, "tcp") == 0)
-        e->auto_transport = false;
-    else if (strcmp(proto, "auto") == 0)
-        e->auto_transport = true;
-    else
+    if (strcmp(proto, "tcp") == 0) {
+        e->transports[e->n_transports++] = &cre_transport_tcp;
+    } else if (strcmp(proto, "auto") == 0) {
+        e->transports[e->n_transports++] = &cre_transport_local;
+        e->transports[e->n_transports++] = &cre_transport_tcp;
+    } else
         return crb_error(CR_ERR_INVALID_CONFIG,
                          "protocol '%s' is not supported by this build (supported: tcp, auto)",
                          proto);

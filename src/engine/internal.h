@@ -29,6 +29,7 @@
 #include "base/net.h"
 #include "crescent/engine.h"
 #include "engine/registry.h"
+#include "engine/transport.h"
 #include "metadata/backend.h"
 #include "proto/frame.h"
 #include "proto/messages.h"
@@ -201,7 +202,8 @@ struct cr_engine {
     char host_id[128];
     char *secret;
     size_t secret_len;
-    bool auto_transport; /* protocol "auto": local memcpy for self */
+    const cre_transport *transports[4]; /* installed, fastest first */
+    size_t n_transports;
     uint16_t rpc_port;
     uint32_t n_workers, lanes_per_peer;
     uint64_t slice_size;
@@ -284,13 +286,9 @@ void cre_server_on_event(cre_conn *c, uint32_t events);
 void cre_server_close_all(cre_worker *w);
 
 /* tcp lanes (transports/tcp) */
-int cre_tcp_submit(cre_peer *p, cre_task *t, uint64_t peer_instance);
 void cre_lane_on_event(cre_conn *c, uint32_t events);
 void cre_lanes_tick(cre_worker *w, uint64_t now_ns);
 void cre_lane_fail_all(cre_lane *l, int status);
-
-/* local transport */
-void cre_local_transfer(cre_task *t, uint8_t *remote);
 
 /* batch.c */
 void cre_task_slice_done(cre_task *t, int status, uint64_t bytes);

@@ -345,6 +345,10 @@ static int server_on_frame(cre_conn *c)
         break;
     }
     crp_buf_free(&body);
+    /* Start sending at once rather than after every pipelined request has
+     * been read: the first response should not wait for the last request. */
+    if (rc == 0)
+        rc = server_flush(c);
     return rc;
 }
 

@@ -1083,12 +1083,26 @@ int crp_data_req_decode(const void *data, size_t len, crp_data_req *out)
 /* ERROR                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * The error text is a diagnostic sent on a failure path, so it is never a
+ * reason to fail: NULL is sent as "", and a longer text is cut to
+ * CRP_MAX_ERROR_TEXT bytes, backing off so no UTF-8 sequence is split.
+ */
 int crp_error_encode(const crp_error *m, crp_buf *out)
 {
     enc e;
+    const char *text = m->message != NULL ? m->message : "";
+    size_t n = strnlen(text, CRP_MAX_ERROR_TEXT + 1);
+
+    if (n > CRP_MAX_ERROR_TEXT) {
+        n = CRP_MAX_ERROR_TEXT;
+        while (n > 0 && ((uint8_t)text[n] & 0xC0) == 0x80)
+            n--;
+    }
     enc_init(&e, out, "error");
     msgpack_pack_map(&e.pk, 1);
-    enc_str(&e, "msg", m->message, CRP_MAX_ERROR_TEXT);
+    enc_key(&e, "msg");
+    msgpack_pack_str_with_body(&e.pk, text, n);
     return enc_finish(&e);
 }
 

@@ -83,9 +83,15 @@ static void fail_list(cre_slice **head, cre_slice **tail, int status)
     }
 }
 
-int cre_tcp_submit(cre_peer *p, cre_task *t, uint64_t peer_instance)
+static bool tcp_can_serve(const cr_engine *e, const cre_endpoints *ep)
 {
-    cr_engine *e = p->engine;
+    return cre_kind_is_host(ep->local_kind) && cre_kind_is_host(ep->remote_kind);
+}
+
+static int tcp_submit(cr_engine *e, const cre_endpoints *ep, cre_task *t)
+{
+    cre_peer *p = ep->peer;
+    uint64_t peer_instance = ep->peer_instance;
     uint64_t deadline = crb_now_ns() + (uint64_t)e->request_timeout_ms * 1000000ull;
     uint64_t nslices = (t->length + e->slice_size - 1) / e->slice_size;
     cre_slice **made = calloc(nslices, sizeof(*made));
@@ -551,3 +557,9 @@ void cre_lane_on_event(cre_conn *c, uint32_t events)
 out_unlock:
     pthread_mutex_unlock(&l->worker->lock);
 }
+
+const cre_transport cre_transport_tcp = {
+    .name = "tcp",
+    .can_serve = tcp_can_serve,
+    .submit = tcp_submit,
+};
