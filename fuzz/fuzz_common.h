@@ -24,7 +24,7 @@
 #define FUZZ_CHECK(cond)                                                                           \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz check failed: %s at %s:%d (last error: %s)\n", #cond, __FILE__, \
+            fprintf(stderr, "fuzz check failed: %s at %s:%d (last error: %s)\n", #cond, __FILE__,  \
                     __LINE__, cr_last_error_message());                                            \
             abort();                                                                               \
         }                                                                                          \

@@ -22,8 +22,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int rc = crp_header_decode(data, &first);
     if (rc != 0) {
         int magic_ok = data[0] == 'C' && data[1] == 'R' && data[2] == 'S' && data[3] == 'C';
-        int want = magic_ok && data[4] != CRP_VERSION ? CR_ERR_VERSION_MISMATCH
-                                                       : CR_ERR_MALFORMED_FRAME;
+        int want =
+            magic_ok && data[4] != CRP_VERSION ? CR_ERR_VERSION_MISMATCH : CR_ERR_MALFORMED_FRAME;
         FUZZ_CHECK(rc == want);
         FUZZ_CHECK(fuzz_untouched(&first, sizeof(first)));
         return 0;
@@ -33,8 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(first.flags == 0);
     FUZZ_CHECK(first.body_len <= CRP_MAX_BODY);
     FUZZ_CHECK(first.data_len <= CRP_MAX_DATA);
-    FUZZ_CHECK(first.data_len == 0 || first.type == CRP_READ_RESP ||
-               first.type == CRP_WRITE_REQ);
+    FUZZ_CHECK(first.data_len == 0 || first.type == CRP_READ_RESP || first.type == CRP_WRITE_REQ);
     FUZZ_CHECK(strcmp(crp_type_name(first.type), "?") != 0);
 
     crp_header_encode(&first, wire);

@@ -83,7 +83,10 @@ int main(int argc, char **argv)
         c.nonce[i] = (uint8_t)(i * 31);
     seed("challenge", 0, crp_challenge_encode(&c, &b), &b);
 
-    crp_hello h = {.version = 1, .caps = 3, .role = CRP_ROLE_DATA, .name = "node-a",
+    crp_hello h = {.version = 1,
+                   .caps = 3,
+                   .role = CRP_ROLE_DATA,
+                   .name = "node-a",
                    .instance = 0x1122334455667788ull};
     memcpy(h.client_nonce, c.nonce, CRP_NONCE_SIZE);
     seed("hello", 0, crp_hello_encode(&h, &b), &b);

@@ -70,6 +70,11 @@ int cr_engine_create(const cr_engine_config *cfg, cr_engine **out)
     else
         snprintf(e->segment_name, sizeof(e->segment_name), "%s",
                  cfg->local_hostname ? cfg->local_hostname : e->hostname);
+    if (strlen(e->segment_name) >= CRP_MAX_NAME) {
+        rc = crb_error(CR_ERR_INVALID_CONFIG, "segment name '%s' is longer than %d bytes",
+                       e->segment_name, CRP_MAX_NAME - 1);
+        goto err_destroy;
+    }
     rc = cre_workers_start(e);
     if (rc < 0)
         goto err_destroy;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "proto/messages.h"
 
 int cre_registry_init(cre_registry *r)
 {
@@ -98,6 +99,14 @@ int cre_registry_add(cre_registry *r, const cre_buffer_spec *specs, size_t n)
     int rc = 0;
     size_t added = 0;
     pthread_rwlock_wrlock(&r->lock);
+    if (r->count + n > CRP_MAX_BUFFERS) {
+        size_t have = r->count;
+        pthread_rwlock_unlock(&r->lock);
+        return crb_error(CR_ERR_INVALID_ARGUMENT,
+                         "%zu registered + %zu new buffers exceed the limit of %d per engine "
+                         "(register fewer, larger regions)",
+                         have, n, CRP_MAX_BUFFERS);
+    }
     for (size_t i = 0; i < n; i++) {
         const cre_buffer_spec *s = &specs[i];
         if (s->length == 0) {

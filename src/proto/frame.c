@@ -31,7 +31,10 @@ static void put_u64(uint8_t *p, uint64_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static uint16_t get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
 
 static uint32_t get_u32(const uint8_t *p)
 {
@@ -50,7 +53,10 @@ static uint64_t get_u64(const uint8_t *p)
 }
 
 /* Frame types whose header may announce raw payload bytes after the body. */
-static int type_carries_data(uint8_t type) { return type == CRP_READ_RESP || type == CRP_WRITE_REQ; }
+static int type_carries_data(uint8_t type)
+{
+    return type == CRP_READ_RESP || type == CRP_WRITE_REQ;
+}
 
 void crp_header_encode(const crp_header *h, uint8_t out[CRP_HEADER_SIZE])
 {
@@ -77,8 +83,7 @@ int crp_header_decode(const uint8_t in[CRP_HEADER_SIZE], crp_header *out)
                          (unsigned)h.version, (unsigned)CRP_VERSION);
     h.type = in[5];
     if (h.type < CRP_CHALLENGE || h.type >= CRP_TYPE_END)
-        return crb_error(CR_ERR_MALFORMED_FRAME, "frame header: unknown type %u",
-                         (unsigned)h.type);
+        return crb_error(CR_ERR_MALFORMED_FRAME, "frame header: unknown type %u", (unsigned)h.type);
     h.flags = get_u16(in + 6);
     if (h.flags != 0)
         return crb_error(CR_ERR_MALFORMED_FRAME, "frame header: %s has reserved flags 0x%04x",

@@ -16,8 +16,13 @@
 
 static crp_header sample(uint8_t type)
 {
-    crp_header h = {.version = CRP_VERSION, .type = type, .flags = 0, .body_len = 0,
-                    .status = 0, .request_id = 0, .data_len = 0};
+    crp_header h = {.version = CRP_VERSION,
+                    .type = type,
+                    .flags = 0,
+                    .body_len = 0,
+                    .status = 0,
+                    .request_id = 0,
+                    .data_len = 0};
     return h;
 }
 

@@ -43,7 +43,7 @@
 #include "base/error.h"
 
 #define SCAN_MAX_DEPTH 16
-#define BUF_MIN_CAP 256
+#define BUF_MIN_CAP    256
 
 /* ------------------------------------------------------------------------ */
 /* Error context                                                            */
@@ -93,7 +93,10 @@ void crp_buf_free(crp_buf *b)
     b->cap = 0;
 }
 
-void crp_buf_reset(crp_buf *b) { b->len = 0; }
+void crp_buf_reset(crp_buf *b)
+{
+    b->len = 0;
+}
 
 /* Make room for extra more bytes; 0 or -1 on allocation failure/overflow. */
 static int buf_reserve(crp_buf *b, size_t extra)
@@ -439,8 +442,7 @@ static int get_uint(const where *w, const char *f, const msgpack_object *v, uint
     if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
         return fail(MALFORMED, w, f, "is negative (%lld)", (long long)v->via.i64);
     if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-        return fail(MALFORMED, w, f, "is not an unsigned integer (msgpack type %d)",
-                    (int)v->type);
+        return fail(MALFORMED, w, f, "is not an unsigned integer (msgpack type %d)", (int)v->type);
     if (v->via.u64 > max)
         return fail(MALFORMED, w, f, "is out of range (%llu > %llu)",
                     (unsigned long long)v->via.u64, (unsigned long long)max);
@@ -472,8 +474,7 @@ static int get_i32(const where *w, const char *f, const msgpack_object *v, int32
         return fail(MALFORMED, w, f, "is missing");
     if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
         if (v->via.u64 > INT32_MAX)
-            return fail(MALFORMED, w, f, "is out of range (%llu)",
-                        (unsigned long long)v->via.u64);
+            return fail(MALFORMED, w, f, "is out of range (%llu)", (unsigned long long)v->via.u64);
         *out = (int32_t)v->via.u64;
         return 0;
     }
@@ -497,8 +498,7 @@ static int get_bool(const where *w, const char *f, const msgpack_object *v, bool
 }
 
 /* A string of at most max bytes and no NUL, copied to a new C string. */
-static int get_str(const where *w, const char *f, const msgpack_object *v, size_t max,
-                   char **out)
+static int get_str(const where *w, const char *f, const msgpack_object *v, size_t max, char **out)
 {
     if (v == NULL)
         return fail(MALFORMED, w, f, "is missing");
@@ -541,8 +541,8 @@ static int get_array(const where *w, const char *f, const msgpack_object *v, siz
     if (v->type != MSGPACK_OBJECT_ARRAY)
         return fail(MALFORMED, w, f, "is not an array (msgpack type %d)", (int)v->type);
     if (v->via.array.size > max)
-        return fail(MALFORMED, w, f, "has too many entries (%u > %zu)",
-                    (unsigned)v->via.array.size, max);
+        return fail(MALFORMED, w, f, "has too many entries (%u > %zu)", (unsigned)v->via.array.size,
+                    max);
     *out = &v->via.array;
     return 0;
 }
@@ -770,8 +770,7 @@ int crp_descriptor_encode(const crp_descriptor *m, crp_buf *out)
     e.w.item = NULL;
 
     if (m->n_buffers > CRP_MAX_BUFFERS)
-        enc_invalid(&e, "bufs", "has too many entries (%zu > %d)", m->n_buffers,
-                    CRP_MAX_BUFFERS);
+        enc_invalid(&e, "bufs", "has too many entries (%zu > %d)", m->n_buffers, CRP_MAX_BUFFERS);
     else if (m->n_buffers > 0 && m->buffers == NULL)
         enc_invalid(&e, "bufs", "is NULL with %zu entries", m->n_buffers);
     if (e.status != 0)
@@ -956,8 +955,8 @@ int crp_notify_decode(const void *data, size_t len, crp_notify *out)
         goto clear_message;
     }
     if (msg->via.bin.size > CRP_MAX_NOTIFY) {
-        rc = fail(MALFORMED, &w, "msg", "is too long (%u > %d bytes)",
-                  (unsigned)msg->via.bin.size, CRP_MAX_NOTIFY);
+        rc = fail(MALFORMED, &w, "msg", "is too long (%u > %d bytes)", (unsigned)msg->via.bin.size,
+                  CRP_MAX_NOTIFY);
         goto clear_message;
     }
     m.length = msg->via.bin.size;

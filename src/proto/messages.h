@@ -7,8 +7,9 @@
  * wrong type, or a length bound is exceeded. One encoder and one decoder per
  * message type.
  *
- * Encoders append to a crp_buf (growable byte buffer) and return 0 or
- * CR_ERR_NO_MEMORY. Decoders take (data, len), fill a caller-provided struct
+ * Encoders append to a crp_buf (growable byte buffer) and return 0,
+ * CR_ERR_NO_MEMORY, or CR_ERR_INVALID_ARGUMENT for a value the decoder
+ * would reject (so a sender fails locally rather than at the peer). Decoders take (data, len), fill a caller-provided struct
  * and return 0, or a negative status with nothing allocated. Decoded strings
  * and arrays are heap copies owned by the struct; free them with the
  * matching *_clear function (safe on a zeroed struct).
@@ -25,7 +26,7 @@
 #define CRP_MAX_ADDRESS 256       /* endpoint addresses */
 #define CRP_MAX_HANDLE 256        /* shm handles */
 #define CRP_MAX_ENDPOINTS 16
-#define CRP_MAX_BUFFERS 65536
+#define CRP_MAX_BUFFERS 32768 /* 32768 entries of <= 30 bytes fit CRP_MAX_BODY */
 #define CRP_NONCE_SIZE 16
 #define CRP_MAC_SIZE 32
 #define CRP_MAX_NOTIFY 4096

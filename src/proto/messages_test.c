@@ -33,27 +33,62 @@ typedef struct codec {
     size_t size;
 } codec;
 
-static int dec_challenge(const void *d, size_t n, void *o) { return crp_challenge_decode(d, n, o); }
-static int dec_hello(const void *d, size_t n, void *o) { return crp_hello_decode(d, n, o); }
-static int dec_hello_ack(const void *d, size_t n, void *o) { return crp_hello_ack_decode(d, n, o); }
+static int dec_challenge(const void *d, size_t n, void *o)
+{
+    return crp_challenge_decode(d, n, o);
+}
+static int dec_hello(const void *d, size_t n, void *o)
+{
+    return crp_hello_decode(d, n, o);
+}
+static int dec_hello_ack(const void *d, size_t n, void *o)
+{
+    return crp_hello_ack_decode(d, n, o);
+}
 static int dec_descriptor(const void *d, size_t n, void *o)
 {
     return crp_descriptor_decode(d, n, o);
 }
-static int dec_notify(const void *d, size_t n, void *o) { return crp_notify_decode(d, n, o); }
-static int dec_data_req(const void *d, size_t n, void *o) { return crp_data_req_decode(d, n, o); }
-static int dec_error(const void *d, size_t n, void *o) { return crp_error_decode(d, n, o); }
-static void clr_none(void *o) { (void)o; }
-static void clr_hello(void *o) { crp_hello_clear(o); }
-static void clr_hello_ack(void *o) { crp_hello_ack_clear(o); }
-static void clr_descriptor(void *o) { crp_descriptor_clear(o); }
-static void clr_notify(void *o) { crp_notify_clear(o); }
-static void clr_error(void *o) { crp_error_clear(o); }
+static int dec_notify(const void *d, size_t n, void *o)
+{
+    return crp_notify_decode(d, n, o);
+}
+static int dec_data_req(const void *d, size_t n, void *o)
+{
+    return crp_data_req_decode(d, n, o);
+}
+static int dec_error(const void *d, size_t n, void *o)
+{
+    return crp_error_decode(d, n, o);
+}
+static void clr_none(void *o)
+{
+    (void)o;
+}
+static void clr_hello(void *o)
+{
+    crp_hello_clear(o);
+}
+static void clr_hello_ack(void *o)
+{
+    crp_hello_ack_clear(o);
+}
+static void clr_descriptor(void *o)
+{
+    crp_descriptor_clear(o);
+}
+static void clr_notify(void *o)
+{
+    crp_notify_clear(o);
+}
+static void clr_error(void *o)
+{
+    crp_error_clear(o);
+}
 
 static const codec C_CHALLENGE = {"challenge", dec_challenge, clr_none, sizeof(crp_challenge)};
 static const codec C_HELLO = {"hello", dec_hello, clr_hello, sizeof(crp_hello)};
-static const codec C_HELLO_ACK = {"hello_ack", dec_hello_ack, clr_hello_ack,
-                                  sizeof(crp_hello_ack)};
+static const codec C_HELLO_ACK = {"hello_ack", dec_hello_ack, clr_hello_ack, sizeof(crp_hello_ack)};
 static const codec C_DESCRIPTOR = {"descriptor", dec_descriptor, clr_descriptor,
                                    sizeof(crp_descriptor)};
 static const codec C_NOTIFY = {"notify", dec_notify, clr_notify, sizeof(crp_notify)};
@@ -98,7 +133,7 @@ static void expect_accept_at(const codec *c, const void *data, size_t len, const
 }
 
 #define expect_reject(c, d, n, want) expect_reject_at((c), (d), (n), (want), __FILE__, __LINE__)
-#define expect_accept(c, d, n) expect_accept_at((c), (d), (n), __FILE__, __LINE__)
+#define expect_accept(c, d, n)       expect_accept_at((c), (d), (n), __FILE__, __LINE__)
 
 static void expect_error_mentions(const char *needle)
 {
@@ -142,11 +177,20 @@ static void mp_init(mp *m)
     msgpack_packer_init(&m->pk, &m->sb, msgpack_sbuffer_write);
 }
 
-static void mp_free(mp *m) { msgpack_sbuffer_destroy(&m->sb); }
+static void mp_free(mp *m)
+{
+    msgpack_sbuffer_destroy(&m->sb);
+}
 
-static void mp_raw(mp *m, const void *p, size_t n) { msgpack_sbuffer_write(&m->sb, p, n); }
+static void mp_raw(mp *m, const void *p, size_t n)
+{
+    msgpack_sbuffer_write(&m->sb, p, n);
+}
 
-static void mp_str(mp *m, const char *s) { msgpack_pack_str_with_body(&m->pk, s, strlen(s)); }
+static void mp_str(mp *m, const char *s)
+{
+    msgpack_pack_str_with_body(&m->pk, s, strlen(s));
+}
 
 typedef enum vkind {
     V_UINT,  /* u */
@@ -170,13 +214,34 @@ typedef struct fld {
     int optional;
 } fld;
 
-static fld f_uint(const char *k, uint64_t v) { return (fld){k, V_UINT, v, 0, NULL, 0, 0}; }
-static fld f_int(const char *k, int64_t v) { return (fld){k, V_INT, 0, v, NULL, 0, 0}; }
-static fld f_str(const char *k, const char *s) { return (fld){k, V_STR, 0, 0, s, strlen(s), 0}; }
-static fld f_strn(const char *k, const char *s, size_t n) { return (fld){k, V_STR, 0, 0, s, n, 0}; }
-static fld f_bin(const char *k, const void *p, size_t n) { return (fld){k, V_BIN, 0, 0, p, n, 0}; }
-static fld f_bool(const char *k, int b) { return (fld){k, V_BOOL, (uint64_t)b, 0, NULL, 0, 0}; }
-static fld f_raw(const char *k, const void *p, size_t n) { return (fld){k, V_RAW, 0, 0, p, n, 0}; }
+static fld f_uint(const char *k, uint64_t v)
+{
+    return (fld){k, V_UINT, v, 0, NULL, 0, 0};
+}
+static fld f_int(const char *k, int64_t v)
+{
+    return (fld){k, V_INT, 0, v, NULL, 0, 0};
+}
+static fld f_str(const char *k, const char *s)
+{
+    return (fld){k, V_STR, 0, 0, s, strlen(s), 0};
+}
+static fld f_strn(const char *k, const char *s, size_t n)
+{
+    return (fld){k, V_STR, 0, 0, s, n, 0};
+}
+static fld f_bin(const char *k, const void *p, size_t n)
+{
+    return (fld){k, V_BIN, 0, 0, p, n, 0};
+}
+static fld f_bool(const char *k, int b)
+{
+    return (fld){k, V_BOOL, (uint64_t)b, 0, NULL, 0, 0};
+}
+static fld f_raw(const char *k, const void *p, size_t n)
+{
+    return (fld){k, V_RAW, 0, 0, p, n, 0};
+}
 static fld f_opt(fld f)
 {
     f.optional = 1;
@@ -232,7 +297,10 @@ static void pack_map(mp *m, const fld *f, size_t n)
 /* Puts a map of fields where a decoder expects one (the body, or deeper). */
 typedef void (*wrap_fn)(mp *m, const fld *f, size_t n);
 
-static void wrap_top(mp *m, const fld *f, size_t n) { pack_map(m, f, n); }
+static void wrap_top(mp *m, const fld *f, size_t n)
+{
+    pack_map(m, f, n);
+}
 
 /* A value of kind k that the field of kind want does not accept, or -1. */
 static int is_wrong_kind(vkind want, vkind k)
@@ -316,8 +384,8 @@ static void check_map_fields(const codec *c, wrap_fn wrap, const fld *valid, siz
     }
 
     /* unknown keys, with awkward values, are skipped */
-    static const uint8_t nested[] = {0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0xd4, 0x01, 0x02,
-                                     0x81, 0xa1, 'n', 0xc0};
+    static const uint8_t nested[] = {0x93, 0xcb, 0,    0,    0,    0,    0,   0,   0,
+                                     0,    0xd4, 0x01, 0x02, 0x81, 0xa1, 'n', 0xc0};
     memcpy(f, valid, n * sizeof(fld));
     f[n] = f_raw("zz-unknown", nested, sizeof(nested));
     encode_with(wrap, f, n + 1, &m);
@@ -380,8 +448,8 @@ static void test_buf_append_and_reset(void **state)
     assert_true(b.len == 0);
     assert_ptr_equal(b.data, keep);
     /* large appends grow the buffer */
-    crp_notify n = {.from = "x", .message = (uint8_t *)repeat('m', CRP_MAX_NOTIFY),
-                    .length = CRP_MAX_NOTIFY};
+    crp_notify n = {
+        .from = "x", .message = (uint8_t *)repeat('m', CRP_MAX_NOTIFY), .length = CRP_MAX_NOTIFY};
     for (int i = 0; i < 50; i++)
         assert_int_equal(crp_notify_encode(&n, &b), 0);
     assert_true(b.len > 50 * CRP_MAX_NOTIFY);
@@ -539,7 +607,10 @@ static void test_hello_round_trip(void **state)
 {
     (void)state;
     char *max_name = repeat('a', CRP_MAX_NAME);
-    crp_hello h = {.version = 1, .caps = 0x5, .role = CRP_ROLE_DATA, .name = "node-a",
+    crp_hello h = {.version = 1,
+                   .caps = 0x5,
+                   .role = CRP_ROLE_DATA,
+                   .name = "node-a",
                    .instance = 0x0123456789abcdefull};
     for (int i = 0; i < CRP_NONCE_SIZE; i++)
         h.client_nonce[i] = (uint8_t)(0xF0 + i);
@@ -571,9 +642,12 @@ static void test_hello_reject(void **state)
     uint8_t nonce[CRP_NONCE_SIZE] = {1, 2, 3};
     uint8_t mac[64] = {9};
     fld f[] = {
-        f_uint("v", 1),       f_uint("caps", 3),
-        f_uint("role", 1),    f_str("name", "seg"),
-        f_uint("inst", 42),   f_bin("cn", nonce, CRP_NONCE_SIZE),
+        f_uint("v", 1),
+        f_uint("caps", 3),
+        f_uint("role", 1),
+        f_str("name", "seg"),
+        f_uint("inst", 42),
+        f_bin("cn", nonce, CRP_NONCE_SIZE),
         f_opt(f_bin("mac", mac, CRP_MAC_SIZE)),
     };
     const size_t n = sizeof(f) / sizeof(f[0]);
@@ -660,8 +734,11 @@ static void test_hello_ack(void **state)
 
     uint8_t mac[CRP_MAC_SIZE + 1] = {0};
     fld f[] = {
-        f_uint("v", 1),     f_uint("caps", 0), f_str("name", "srv"),
-        f_uint("inst", 5),  f_opt(f_bin("mac", mac, CRP_MAC_SIZE)),
+        f_uint("v", 1),
+        f_uint("caps", 0),
+        f_str("name", "srv"),
+        f_uint("inst", 5),
+        f_opt(f_bin("mac", mac, CRP_MAC_SIZE)),
     };
     const size_t n = sizeof(f) / sizeof(f[0]);
     check_map_fields(&C_HELLO_ACK, wrap_top, f, n);
@@ -737,11 +814,22 @@ static void test_descriptor_small(void **state)
 
     crp_endpoint eps[2] = {{"tcp", "10.1.2.3:7000"}, {"local", "/dev/shm/x"}};
     crp_buffer_desc bufs[3] = {
-        {.addr = 0x7f0000001000ull, .length = 1 << 20, .kind = 0, .device = -1,
+        {.addr = 0x7f0000001000ull,
+         .length = 1 << 20,
+         .kind = 0,
+         .device = -1,
          .remote_accessible = true},
-        {.addr = 0x100, .length = 64, .kind = 1, .device = 0, .remote_accessible = false,
+        {.addr = 0x100,
+         .length = 64,
+         .kind = 1,
+         .device = 0,
+         .remote_accessible = false,
          .shm_handle = "crescent-shm-1"},
-        {.addr = 0, .length = 1, .kind = 2, .device = 7, .remote_accessible = true,
+        {.addr = 0,
+         .length = 1,
+         .kind = 2,
+         .device = 7,
+         .remote_accessible = true,
          .shm_handle = ""},
     };
     d.endpoints = eps;
@@ -776,9 +864,14 @@ static void test_descriptor_edges(void **state)
     bufs[0].length = UINT64_MAX; /* exactly fills the address space */
     bufs[1].addr = UINT64_MAX - 1;
     bufs[1].length = 1; /* ends at UINT64_MAX: no overflow */
-    crp_descriptor d = {.name = max_name, .host_id = max_name, .instance = UINT64_MAX,
-                        .version = UINT64_MAX, .n_endpoints = CRP_MAX_ENDPOINTS,
-                        .endpoints = eps, .n_buffers = 256, .buffers = bufs};
+    crp_descriptor d = {.name = max_name,
+                        .host_id = max_name,
+                        .instance = UINT64_MAX,
+                        .version = UINT64_MAX,
+                        .n_endpoints = CRP_MAX_ENDPOINTS,
+                        .endpoints = eps,
+                        .n_buffers = 256,
+                        .buffers = bufs};
     descriptor_round_trip(&d, 0);
     d.name = "";
     d.host_id = "";
@@ -796,11 +889,13 @@ static void test_descriptor_max_buffers(void **state)
     crp_buffer_desc *bufs = calloc(CRP_MAX_BUFFERS, sizeof(*bufs));
     assert_non_null(bufs);
     for (size_t i = 0; i < CRP_MAX_BUFFERS; i++)
-        bufs[i] = (crp_buffer_desc){.addr = 0x10000000000ull + i * 4096, .length = 4096,
-                                    .kind = (uint8_t)i, .device = (int32_t)(i % 9) - 1,
+        bufs[i] = (crp_buffer_desc){.addr = 0x10000000000ull + i * 4096,
+                                    .length = 4096,
+                                    .kind = (uint8_t)i,
+                                    .device = (int32_t)(i % 9) - 1,
                                     .remote_accessible = i % 2 == 0};
-    crp_descriptor d = {.name = "big", .host_id = "h", .n_buffers = CRP_MAX_BUFFERS,
-                        .buffers = bufs};
+    crp_descriptor d = {
+        .name = "big", .host_id = "h", .n_buffers = CRP_MAX_BUFFERS, .buffers = bufs};
     descriptor_round_trip(&d, 0);
 
     /* one more than allowed, packed by hand: rejected */
@@ -819,8 +914,8 @@ static void test_descriptor_max_buffers(void **state)
     msgpack_pack_array(&m.pk, 0);
     mp_str(&m, "bufs");
     msgpack_pack_array(&m.pk, CRP_MAX_BUFFERS + 1);
-    static const uint8_t one_buf[] = {0x85, 0xa1, 'a', 0x00, 0xa1, 'l', 0x01, 0xa1, 'k',
-                                      0x00, 0xa1, 'd', 0x00, 0xa1, 'r', 0xc2};
+    static const uint8_t one_buf[] = {0x85, 0xa1, 'a',  0x00, 0xa1, 'l',  0x01, 0xa1,
+                                      'k',  0x00, 0xa1, 'd',  0x00, 0xa1, 'r',  0xc2};
     for (size_t i = 0; i < CRP_MAX_BUFFERS + 1; i++)
         mp_raw(&m, one_buf, sizeof(one_buf));
     expect_reject(&C_DESCRIPTOR, m.sb.data, m.sb.size, CR_ERR_MALFORMED_FRAME);
@@ -830,8 +925,8 @@ static void test_descriptor_max_buffers(void **state)
 }
 
 /* Descriptor fields; eps/bufs are pre-encoded. */
-static const uint8_t one_ep[] = {0x91, 0x82, 0xa1, 't', 0xa3, 't', 'c', 'p',
-                                 0xa1, 'a', 0xa3, '1', ':', '2'};
+static const uint8_t one_ep[] = {0x91, 0x82, 0xa1, 't',  0xa3, 't', 'c',
+                                 'p',  0xa1, 'a',  0xa3, '1',  ':', '2'};
 static const uint8_t one_buf_arr[] = {0x91, 0x85, 0xa1, 'a', 0x00, 0xa1, 'l', 0x01, 0xa1,
                                       'k',  0x00, 0xa1, 'd', 0xff, 0xa1, 'r', 0xc3};
 
@@ -1099,9 +1194,9 @@ static void test_notify(void **state)
 static void test_data_req_round_trip(void **state)
 {
     (void)state;
-    static const uint64_t vals[] = {0,           1,           127,       128,
-                                    255,         256,         65535,     65536,
-                                    UINT32_MAX,  1ull << 32,  1ull << 63, UINT64_MAX - 1,
+    static const uint64_t vals[] = {0,          1,          127,        128,
+                                    255,        256,        65535,      65536,
+                                    UINT32_MAX, 1ull << 32, 1ull << 63, UINT64_MAX - 1,
                                     UINT64_MAX};
     const size_t n = sizeof(vals) / sizeof(vals[0]);
     crp_buf b = {0};
@@ -1133,12 +1228,14 @@ static void test_data_req_encodings(void **state)
         {{0xdd, 0x00, 0x00, 0x00, 0x02, 0x05, 0x06}, 7, 5, 6},
         {{0x92, 0xcc, 0x05, 0xcd, 0x00, 0x06}, 6, 5, 6},
         {{0x92, 0xd0, 0x7f, 0xd1, 0x7f, 0xff}, 6, 127, 32767},
-        {{0x92, 0xd2, 0x00, 0x00, 0x00, 0x00, 0xd3, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-          0xff},
-         15, 0, INT64_MAX},
-        {{0x92, 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xce, 0xff, 0xff, 0xff,
-          0xff},
-         15, UINT64_MAX, UINT32_MAX},
+        {{0x92, 0xd2, 0x00, 0x00, 0x00, 0x00, 0xd3, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+         15,
+         0,
+         INT64_MAX},
+        {{0x92, 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xce, 0xff, 0xff, 0xff, 0xff},
+         15,
+         UINT64_MAX,
+         UINT32_MAX},
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         crp_data_req out;
@@ -1257,10 +1354,10 @@ static void test_hostile_structure(void **state)
      * fail as truncated without trying to allocate for them. */
     static const uint8_t huge_arr[] = {0xdd, 0xff, 0xff, 0xff, 0xff};
     static const uint8_t huge_map[] = {0xdf, 0xff, 0xff, 0xff, 0xff, 0xa1, 'n'};
-    static const uint8_t huge_in_map[] = {0x82, 0xa1, 'x', 0xdd, 0xff, 0xff, 0xff, 0xff,
-                                          0xa1, 'y', 0xc0};
-    static const uint8_t huge_str[] = {0x81, 0xa3, 'm', 's', 'g', 0xdb, 0xff, 0xff, 0xff, 0xff,
-                                       'a'};
+    static const uint8_t huge_in_map[] = {0x82, 0xa1, 'x',  0xdd, 0xff, 0xff,
+                                          0xff, 0xff, 0xa1, 'y',  0xc0};
+    static const uint8_t huge_str[] = {0x81, 0xa3, 'm',  's',  'g', 0xdb,
+                                       0xff, 0xff, 0xff, 0xff, 'a'};
     static const uint8_t never_used[] = {0x81, 0xa1, 'x', 0xc1};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         expect_reject(all[i], huge_arr, sizeof(huge_arr), CR_ERR_MALFORMED_FRAME);

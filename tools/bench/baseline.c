@@ -134,7 +134,7 @@ close_socket:
     close(fd);
 kill_child:
     if (rc == 0) {
-        if (cb_child_stop(&child, 10000, why, sizeof(why)) < 0) {
+        if (cb_child_stop(&child, 10000, why, sizeof(why)) != 0) {
             snprintf(err, err_len, "socket baseline: the sink %s", why);
             rc = -1;
         }

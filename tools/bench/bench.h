@@ -105,7 +105,8 @@ int cb_child_spawn(cb_child *c, char *const argv[]);
 int cb_child_read_line(cb_child *c, char *buf, size_t len, int timeout_ms);
 /*
  * Close the child's stdin and reap it, killing it if it has not exited after
- * timeout_ms. Returns 0 if it exited with status 0, else -1 (*why says how).
+ * timeout_ms. Returns its exit status (0 = success), or -1 if it was killed
+ * by a signal, did not exit in time or could not be reaped; *why says how.
  * A child that was never spawned (pid -1) returns 0.
  */
 int cb_child_stop(cb_child *c, int timeout_ms, char *why, size_t why_len);

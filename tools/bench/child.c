@@ -129,7 +129,7 @@ int cb_child_stop(cb_child *c, int timeout_ms, char *why, size_t why_len)
         rc = -1;
     } else if (WEXITSTATUS(status) != 0) {
         snprintf(why, why_len, "exited with status %d", WEXITSTATUS(status));
-        rc = -1;
+        rc = WEXITSTATUS(status);
     }
     c->pid = -1;
     close_fds(c);

@@ -1,0 +1,1045 @@
+/*
+ * engine_bench.c - "crescent-bench engine": batched READ/WRITE throughput and
+ * latency of the transfer engine between two processes.
+ *
+ * Roles (--role):
+ *   initiator (default) spawns "engine --role target" itself (fork + exec of
+ *             /proc/self/exe) unless --target names a running one, then runs
+ *             one case per (op, block size) and prints a row for each.
+ *   target    creates an engine on 127.0.0.1 (rpc_port 0), registers one
+ *             buffer filled with the pattern, prints one line
+ *             "READY segment=HOST:PORT addr=0xADDR len=BYTES" and serves until
+ *             its stdin closes; then it destroys the engine and frees memory.
+ *   sink      (internal) the receiver of the plain-socket baseline.
+ *
+ * Layout: the initiator's local buffer has the target buffer's length and a
+ * request uses the same offset on both sides. The buffer is split into one
+ * region per thread; a thread cycles its requests over the block-sized slots
+ * of its region, so threads never touch each other's bytes.
+ *
+ * Verification: the target buffer holds cb_pattern(TARGET_SEED) whenever a
+ * case starts, and so does the local buffer outside --verify (so unverified
+ * WRITEs store the same bytes). READ: the local buffer is poisoned; after each
+ * batch every request's block is compared with a reference copy of the
+ * pattern and poisoned again. WRITE: the local buffer holds a per-case
+ * pattern; after the timed loop the written slots are poisoned, read back and
+ * compared, then the target pattern is written back for later cases and runs.
+ *
+ * Latency: a thread keeps one batch in flight; the time from cr_batch_submit
+ * to the return of cr_batch_wait is attributed to every request in the batch
+ * (polling task status would burn one of the cores being measured).
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "crescent/engine.h"
+
+#define TARGET_SEED     0x6372657363656e74ull /* "crescent" */
+#define WRITE_SEED_BASE 0x7772697465000000ull /* "write" + case index */
+#define POISON          0xa5
+#define MAX_BLOCKS      32
+#define MIN_BUFFER      (64 * CB_MIB)
+#define CHILD_TIMEOUT   30000 /* ms for the target to start / to exit */
+
+enum { OPS_READ = 1, OPS_WRITE = 2 };
+
+typedef struct eb_opts {
+    const char *subcmd; /* our argv[0], passed to the children */
+    const char *role;
+    unsigned ops;
+    uint64_t blocks[MAX_BLOCKS];
+    size_t n_blocks;
+    uint32_t batch, threads, lanes, workers;
+    uint64_t slice_size;
+    const char *protocol;
+    double duration;
+    bool duration_set;
+    uint64_t total;
+    uint64_t buffer_size; /* 0 = default */
+    bool verify, json, baseline, quiet;
+    const char *target;
+    uint64_t target_addr, target_len;
+    bool target_addr_set, target_len_set;
+} eb_opts;
+
+/* Everything the initiator's cases share. */
+typedef struct eb_ctx {
+    const eb_opts *o;
+    cr_engine *engine;
+    cr_segment_handle seg;
+    uint8_t *local;     /* registered, len bytes */
+    uint8_t *reference; /* --verify: cb_pattern(TARGET_SEED) over len bytes */
+    uint8_t *expect;    /* --verify: one block of expected bytes (write read-back) */
+    uint64_t len;
+    uint64_t remote_addr;
+    char segment[256];
+    bool progress;
+    bool have_baseline;
+    cb_measure sock, mem;
+    bool printed_header;
+} eb_ctx;
+
+/* One (op, block size) case; shared by its threads. */
+typedef struct eb_case {
+    eb_ctx *ctx;
+    int op; /* cr_opcode */
+    uint64_t block;
+    uint64_t write_seed;
+    char label[64];
+    uint64_t start_ns;
+    uint64_t deadline_ns; /* UINT64_MAX: none */
+    atomic_ullong claimed; /* --total: bytes handed out to threads */
+    atomic_ullong bytes_done;
+    atomic_bool stop;
+    atomic_uint running;
+} eb_case;
+
+typedef struct eb_thread {
+    eb_case *c;
+    unsigned index;
+    pthread_t tid;
+    uint64_t region_off, slots;
+    uint64_t cursor; /* requests issued; slot = cursor % slots */
+    uint64_t bytes, requests, batches, end_ns;
+    cr_transfer_request *reqs;
+    cb_hist *hist;
+    bool failed;
+    char error[512];
+} eb_thread;
+
+typedef struct eb_result {
+    double seconds;
+    uint64_t bytes, requests;
+    uint64_t p50_ns, p99_ns, p999_ns;
+} eb_result;
+
+static void usage(FILE *to)
+{
+    fprintf(to,
+            "usage: " CB_PROG " engine [flags]\n"
+            "\n"
+            "Batched one-sided READ/WRITE between two processes through the transfer engine.\n"
+            "The initiator spawns its own target (this binary, --role target) on 127.0.0.1\n"
+            "and stops it at the end; one table row per (op, block size) case.\n"
+            "\n"
+            "  --op read|write|both   operations to measure (default both)\n"
+            "  --block-sizes LIST     comma-separated sizes, K/M/G binary (default 4K,64K,1M,4M)\n"
+            "  --batch N              requests per batch (default 16)\n"
+            "  --threads N            initiator threads, each with its own batches (default 1)\n"
+            "  --duration SECONDS     per case, fractions allowed (default 2)\n"
+            "  --total BYTES          stop each case after moving BYTES; --duration then only\n"
+            "                         applies when given explicitly\n"
+            "  --verify               check every READ byte by byte against the target's pattern;\n"
+            "                         WRITE cases read back what they wrote and check it\n"
+            "                         (checking is inside the timed loop: not a speed run)\n"
+            "  --lanes N              engine TCP connections per peer (engine default 4)\n"
+            "  --workers N            engine I/O threads, both sides (engine default 2)\n"
+            "  --slice-size BYTES     largest unit a request is cut into (engine default 1M)\n"
+            "  --protocol tcp|auto    engine protocol (default tcp)\n"
+            "  --buffer-size BYTES    target (and local) buffer size; default is the larger of\n"
+            "                         64M and largest block x batch x threads\n"
+            "  --baseline             also measure, in the same run, a plain single-stream TCP\n"
+            "                         socket copy to a child process (blocking 1 MiB send/recv)\n"
+            "                         and single-threaded memcpy of 1 MiB blocks over 64 MiB;\n"
+            "                         print both and each case's ratio to them\n"
+            "  --json                 JSON lines on stdout instead of the table\n"
+            "  --quiet                no progress line, no informational lines\n"
+            "  --role initiator|target\n"
+            "                         run one side by hand (default initiator); a target prints\n"
+            "                         READY segment=NAME addr=0xADDR len=BYTES and serves until\n"
+            "                         its stdin closes (Ctrl-D)\n"
+            "  --target NAME --target-addr ADDR --target-len BYTES\n"
+            "                         initiator: use that running target instead of spawning one\n"
+            "\n"
+            "Method: each thread keeps one batch in flight (create, submit, wait, free).\n"
+            "Latency = time from cr_batch_submit to cr_batch_wait returning, attributed to\n"
+            "every request of the batch; p50/p99/p999 come from a log-linear histogram (~3%%\n"
+            "resolution). GB/s = 10^9 bytes per second of case wall time; requests/s likewise.\n"
+            "Connections are warmed up before the first case.\n"
+            "Exit status: 0 ok, 1 a transfer or verification failed (the message names the\n"
+            "case and offset), 2 bad usage.\n");
+}
+
+/* ---- option parsing ----------------------------------------------------- */
+
+static int bad_value(const char *flag, const char *value, const char *want)
+{
+    fprintf(stderr, CB_PROG " engine: %s '%s' is not %s\n", flag, value, want);
+    return -1;
+}
+
+static int parse_blocks(const char *text, eb_opts *o)
+{
+    o->n_blocks = 0;
+    const char *p = text;
+    do {
+        const char *comma = strchr(p, ',');
+        size_t n = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        char item[32];
+        uint64_t v = 0;
+        if (n == 0 || n >= sizeof(item))
+            return bad_value("--block-sizes", text, "a list like 4K,64K,1M");
+        memcpy(item, p, n);
+        item[n] = '\0';
+        if (cb_parse_size(item, &v) < 0 || v == 0)
+            return bad_value("--block-sizes", item, "a positive size (K/M/G binary)");
+        if (o->n_blocks == MAX_BLOCKS) {
+            fprintf(stderr, CB_PROG " engine: --block-sizes: more than %d sizes\n", MAX_BLOCKS);
+            return -1;
+        }
+        o->blocks[o->n_blocks++] = v;
+        p += n;
+        if (*p == ',' && *++p == '\0')
+            return bad_value("--block-sizes", text, "a list like 4K,64K,1M");
+    } while (*p != '\0');
+    return 0;
+}
+
+static int apply_value(eb_opts *o, const char *flag, const char *v)
+{
+    if (strcmp(flag, "--role") == 0) {
+        if (strcmp(v, "initiator") != 0 && strcmp(v, "target") != 0 && strcmp(v, "sink") != 0)
+            return bad_value(flag, v, "initiator or target");
+        o->role = v;
+    } else if (strcmp(flag, "--op") == 0) {
+        if (strcmp(v, "read") == 0)
+            o->ops = OPS_READ;
+        else if (strcmp(v, "write") == 0)
+            o->ops = OPS_WRITE;
+        else if (strcmp(v, "both") == 0)
+            o->ops = OPS_READ | OPS_WRITE;
+        else
+            return bad_value(flag, v, "read, write or both");
+    } else if (strcmp(flag, "--block-sizes") == 0) {
+        return parse_blocks(v, o);
+    } else if (strcmp(flag, "--batch") == 0) {
+        if (cb_parse_u32(v, 1, 65536, &o->batch) < 0)
+            return bad_value(flag, v, "a number from 1 to 65536");
+    } else if (strcmp(flag, "--threads") == 0) {
+        if (cb_parse_u32(v, 1, 256, &o->threads) < 0)
+            return bad_value(flag, v, "a number from 1 to 256");
+    } else if (strcmp(flag, "--lanes") == 0) {
+        if (cb_parse_u32(v, 1, 1024, &o->lanes) < 0)
+            return bad_value(flag, v, "a number from 1 to 1024");
+    } else if (strcmp(flag, "--workers") == 0) {
+        if (cb_parse_u32(v, 1, 1024, &o->workers) < 0)
+            return bad_value(flag, v, "a number from 1 to 1024");
+    } else if (strcmp(flag, "--slice-size") == 0) {
+        if (cb_parse_size(v, &o->slice_size) < 0 || o->slice_size == 0)
+            return bad_value(flag, v, "a positive size (K/M/G binary)");
+    } else if (strcmp(flag, "--protocol") == 0) {
+        if (strcmp(v, "tcp") != 0 && strcmp(v, "auto") != 0)
+            return bad_value(flag, v, "tcp or auto");
+        o->protocol = v;
+    } else if (strcmp(flag, "--duration") == 0) {
+        if (cb_parse_seconds(v, &o->duration) < 0)
+            return bad_value(flag, v, "a positive number of seconds (at most 86400)");
+        o->duration_set = true;
+    } else if (strcmp(flag, "--total") == 0) {
+        if (cb_parse_size(v, &o->total) < 0 || o->total == 0)
+            return bad_value(flag, v, "a positive size (K/M/G binary)");
+    } else if (strcmp(flag, "--buffer-size") == 0) {
+        if (cb_parse_size(v, &o->buffer_size) < 0 || o->buffer_size == 0)
+            return bad_value(flag, v, "a positive size (K/M/G binary)");
+    } else if (strcmp(flag, "--target") == 0) {
+        if (v[0] == '\0')
+            return bad_value(flag, v, "a segment name (host:port)");
+        o->target = v;
+    } else if (strcmp(flag, "--target-addr") == 0) {
+        if (cb_parse_u64(v, &o->target_addr) < 0 || o->target_addr == 0)
+            return bad_value(flag, v, "an address (0x... or decimal)");
+        o->target_addr_set = true;
+    } else if (strcmp(flag, "--target-len") == 0) {
+        if (cb_parse_size(v, &o->target_len) < 0 || o->target_len == 0)
+            return bad_value(flag, v, "a positive size (K/M/G binary)");
+        o->target_len_set = true;
+    }
+    return 0;
+}
+
+static uint64_t max_block(const eb_opts *o)
+{
+    uint64_t m = 0;
+    for (size_t i = 0; i < o->n_blocks; i++)
+        if (o->blocks[i] > m)
+            m = o->blocks[i];
+    return m;
+}
+
+/* The buffer length both sides use when we choose it. */
+static uint64_t default_buffer(const eb_opts *o)
+{
+    if (o->buffer_size != 0)
+        return o->buffer_size;
+    uint64_t want = max_block(o) * o->batch * o->threads; /* <= 2^43 * 2^16 * 2^8 */
+    return want > MIN_BUFFER ? want : MIN_BUFFER;
+}
+
+/* Returns 0 to run, 1 after --help, -1 for a bad command line. */
+static int parse_opts(int argc, char **argv, eb_opts *o)
+{
+    static const char *const value_flags[] = {
+        "--role",     "--op",         "--block-sizes", "--batch",       "--threads",
+        "--lanes",    "--workers",    "--slice-size",  "--protocol",    "--duration",
+        "--total",    "--buffer-size", "--target",     "--target-addr", "--target-len",
+    };
+    static const uint64_t default_blocks[] = {4 * CB_KIB, 64 * CB_KIB, CB_MIB, 4 * CB_MIB};
+    memset(o, 0, sizeof(*o));
+    o->subcmd = argv[0];
+    o->role = "initiator";
+    o->ops = OPS_READ | OPS_WRITE;
+    memcpy(o->blocks, default_blocks, sizeof(default_blocks));
+    o->n_blocks = sizeof(default_blocks) / sizeof(default_blocks[0]);
+    o->batch = 16;
+    o->threads = 1;
+    o->protocol = "tcp";
+    o->duration = 2.0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            usage(stdout);
+            return 1;
+        }
+        bool *bool_flag = strcmp(arg, "--verify") == 0     ? &o->verify
+                          : strcmp(arg, "--json") == 0     ? &o->json
+                          : strcmp(arg, "--baseline") == 0 ? &o->baseline
+                          : strcmp(arg, "--quiet") == 0    ? &o->quiet
+                                                           : NULL;
+        if (bool_flag != NULL) {
+            *bool_flag = true;
+            continue;
+        }
+        int matched = 0;
+        for (size_t f = 0; f < sizeof(value_flags) / sizeof(value_flags[0]) && !matched; f++) {
+            const char *v = NULL;
+            matched = cb_flag_value(argc, argv, &i, value_flags[f], &v);
+            if (matched < 0) {
+                fprintf(stderr, CB_PROG " engine: flag '%s' needs a value\n", arg);
+                return -1;
+            }
+            if (matched > 0 && apply_value(o, value_flags[f], v) < 0)
+                return -1;
+        }
+        if (!matched) {
+            fprintf(stderr, CB_PROG " engine: unknown %s '%s' (see --help)\n",
+                    arg[0] == '-' ? "flag" : "argument", arg);
+            return -1;
+        }
+    }
+
+    bool by_hand = o->target != NULL || o->target_addr_set || o->target_len_set;
+    if (by_hand && (o->target == NULL || !o->target_addr_set || !o->target_len_set)) {
+        fprintf(stderr, CB_PROG " engine: --target, --target-addr and --target-len go "
+                        "together\n");
+        return -1;
+    }
+    if (by_hand && strcmp(o->role, "initiator") != 0) {
+        fprintf(stderr, CB_PROG " engine: --target is for --role initiator\n");
+        return -1;
+    }
+    if (by_hand && o->buffer_size != 0) {
+        fprintf(stderr, CB_PROG " engine: --buffer-size is the target's; with --target the "
+                        "length is --target-len\n");
+        return -1;
+    }
+    uint64_t len = by_hand ? o->target_len : default_buffer(o);
+    if (strcmp(o->role, "sink") != 0 && len / o->threads < max_block(o)) {
+        char a[32], b[32];
+        fprintf(stderr, CB_PROG " engine: buffer of %s bytes cannot hold one %s block per "
+                "thread (%u threads)\n", cb_format_size(len, a, sizeof(a)),
+                cb_format_size(max_block(o), b, sizeof(b)), o->threads);
+        return -1;
+    }
+    return 0;
+}
+
+/* What a failed crescent call said; its message already names the status. */
+static const char *why_failed(int st)
+{
+    const char *m = cr_last_error_message();
+    return m[0] != '\0' ? m : cr_status_name(st);
+}
+
+static int make_engine(const eb_opts *o, cr_engine **out)
+{
+    cr_engine_config cfg;
+    cr_engine_config_init(&cfg);
+    cfg.local_hostname = "127.0.0.1";
+    cfg.protocol = o->protocol;
+    cfg.rpc_port = 0;
+    cfg.worker_threads = o->workers;
+    cfg.lanes_per_peer = o->lanes;
+    cfg.slice_size = o->slice_size;
+    return cr_engine_create(&cfg, out);
+}
+
+static int engine_create_failed(const char *who, int st)
+{
+    fprintf(stderr, CB_PROG " engine %s: cr_engine_create: %s\n", who, why_failed(st));
+    return st == CR_ERR_INVALID_CONFIG ? CB_EXIT_USAGE : CB_EXIT_FAIL;
+}
+
+static uint8_t *alloc_buffer(uint64_t len)
+{
+    return aligned_alloc(4096, (len + 4095) / 4096 * 4096);
+}
+
+/* ---- target ------------------------------------------------------------- */
+
+static int target_main(const eb_opts *o)
+{
+    int rc = CB_EXIT_FAIL;
+    uint64_t len = default_buffer(o);
+    uint8_t *buf = alloc_buffer(len);
+    if (buf == NULL) {
+        fprintf(stderr, CB_PROG " engine target: cannot allocate %" PRIu64 " bytes\n", len);
+        return CB_EXIT_FAIL;
+    }
+    cb_pattern_fill(buf, 0, len, TARGET_SEED);
+    cr_engine *e = NULL;
+    int st = make_engine(o, &e);
+    if (st < 0) {
+        rc = engine_create_failed("target", st);
+        goto free_buffer;
+    }
+    st = cr_engine_register(e, buf, len, NULL, true);
+    if (st < 0) {
+        fprintf(stderr, CB_PROG " engine target: cr_engine_register: %s\n", why_failed(st));
+        goto destroy_engine;
+    }
+    char name[256];
+    st = cr_engine_segment_name(e, name, sizeof(name));
+    if (st < 0) {
+        fprintf(stderr, CB_PROG " engine target: cr_engine_segment_name: %s\n",
+                why_failed(st));
+        goto unregister_buffer;
+    }
+    printf("READY segment=%s addr=0x%" PRIxPTR " len=%" PRIu64 "\n", name, (uintptr_t)buf, len);
+    fflush(stdout);
+    if (!o->quiet)
+        fprintf(stderr,
+                "target ready; in another shell run:\n"
+                "  " CB_PROG " engine --target %s --target-addr 0x%" PRIxPTR
+                " --target-len %" PRIu64 "\n"
+                "close stdin (Ctrl-D) to stop\n",
+                name, (uintptr_t)buf, len);
+    cb_wait_for_eof(STDIN_FILENO);
+    rc = CB_EXIT_OK;
+
+unregister_buffer:
+    cr_engine_unregister(e, buf);
+destroy_engine:
+    cr_engine_destroy(e);
+free_buffer:
+    free(buf);
+    return rc;
+}
+
+/* ---- initiator: one batch ----------------------------------------------- */
+
+static const char *op_name(int op) { return op == CR_OP_READ ? "read" : "write"; }
+
+static const char *task_state_name(int state)
+{
+    static const char *const names[] = {"waiting",  "pending",   "invalid", "canceled",
+                                        "completed", "timed out", "failed"};
+    return state >= 0 && state <= CR_TASK_FAILED ? names[state] : "unknown";
+}
+
+/*
+ * Create a batch, submit n requests, wait, free. *lat_ns = submit..wait.
+ * On failure writes a message naming the failed request and its offset.
+ */
+static int run_batch(eb_ctx *ctx, const cr_transfer_request *reqs, size_t n, uint64_t *lat_ns,
+                     char *err, size_t err_len)
+{
+    cr_batch_id b = 0;
+    int st = cr_batch_create(ctx->engine, n, &b);
+    if (st < 0) {
+        snprintf(err, err_len, "cr_batch_create(%zu): %s", n, why_failed(st));
+        return -1;
+    }
+    uint64_t t0 = cb_now_ns();
+    st = cr_batch_submit(ctx->engine, b, reqs, n);
+    if (st < 0) {
+        snprintf(err, err_len, "cr_batch_submit: %s", why_failed(st));
+        goto free_batch;
+    }
+    st = cr_batch_wait(ctx->engine, b, -1);
+    *lat_ns = cb_now_ns() - t0;
+    if (st < 0) {
+        /* Name the first request that did not complete. */
+        size_t bad = 0;
+        cr_task_status ts = {0, st, 0};
+        for (size_t i = 0; i < n; i++) {
+            cr_task_status s;
+            if (cr_batch_task_status(ctx->engine, b, i, &s) == 0 &&
+                s.state != CR_TASK_COMPLETED) {
+                bad = i;
+                ts = s;
+                break;
+            }
+        }
+        snprintf(err, err_len,
+                 "%s request %zu of %zu (offset %" PRIu64 ", %" PRIu64 " bytes) failed: %s "
+                 "(task %s, error %s, %" PRIu64 " bytes done)",
+                 op_name(reqs[bad].opcode), bad, n, reqs[bad].remote_addr - ctx->remote_addr,
+                 reqs[bad].length, why_failed(st), task_state_name(ts.state),
+                 cr_status_name(ts.error), ts.transferred_bytes);
+    }
+free_batch:
+    cr_batch_free(ctx->engine, b);
+    return st < 0 ? -1 : 0;
+}
+
+/* Build n requests of `op` over consecutive slots of [off, off + n*block). */
+static void fill_requests(eb_ctx *ctx, cr_transfer_request *reqs, size_t n, int op,
+                          uint64_t off, uint64_t block)
+{
+    for (size_t i = 0; i < n; i++, off += block) {
+        reqs[i].opcode = op;
+        reqs[i].local_addr = ctx->local + off;
+        reqs[i].segment = ctx->seg;
+        reqs[i].remote_addr = ctx->remote_addr + off;
+        reqs[i].length = block;
+    }
+}
+
+/* ---- initiator: case threads -------------------------------------------- */
+
+static int check_reads(eb_thread *t, size_t n)
+{
+    eb_ctx *ctx = t->c->ctx;
+    uint64_t block = t->c->block;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t off = t->reqs[i].remote_addr - ctx->remote_addr;
+        int64_t bad = cb_first_mismatch(ctx->local + off, ctx->reference + off, block);
+        if (bad >= 0) {
+            snprintf(t->error, sizeof(t->error),
+                     "READ verification failed at offset %" PRIu64 " of the target buffer "
+                     "(thread %u, batch %" PRIu64 ", request %zu): expected 0x%02x, got 0x%02x",
+                     off + (uint64_t)bad, t->index, t->batches, i,
+                     ctx->reference[off + (uint64_t)bad], ctx->local[off + (uint64_t)bad]);
+            return -1;
+        }
+    }
+    /* Poison only after all checks: requests of one batch may share a slot. */
+    for (size_t i = 0; i < n; i++)
+        memset(ctx->local + (t->reqs[i].remote_addr - ctx->remote_addr), POISON, block);
+    return 0;
+}
+
+static void *case_thread(void *arg)
+{
+    eb_thread *t = arg;
+    eb_case *c = t->c;
+    eb_ctx *ctx = c->ctx;
+    const eb_opts *o = ctx->o;
+    uint64_t block = c->block;
+
+    while (!atomic_load(&c->stop) && cb_now_ns() < c->deadline_ns) {
+        size_t n = o->batch;
+        if (o->total != 0) {
+            uint64_t want = (uint64_t)n * block;
+            uint64_t claim = atomic_fetch_add(&c->claimed, want);
+            if (claim >= o->total)
+                break;
+            if (o->total - claim < want)
+                n = (size_t)((o->total - claim + block - 1) / block);
+        }
+        for (size_t i = 0; i < n; i++) {
+            uint64_t off = t->region_off + (t->cursor++ % t->slots) * block;
+            fill_requests(ctx, &t->reqs[i], 1, c->op, off, block);
+        }
+        uint64_t lat = 0;
+        if (run_batch(ctx, t->reqs, n, &lat, t->error, sizeof(t->error)) < 0 ||
+            (o->verify && c->op == CR_OP_READ && check_reads(t, n) < 0)) {
+            t->failed = true;
+            atomic_store(&c->stop, true);
+            break;
+        }
+        cb_hist_add(t->hist, lat, n);
+        t->bytes += (uint64_t)n * block;
+        t->requests += n;
+        t->batches++;
+        atomic_fetch_add(&c->bytes_done, (uint64_t)n * block);
+    }
+    t->end_ns = cb_now_ns();
+    atomic_fetch_sub(&c->running, 1);
+    return NULL;
+}
+
+/*
+ * WRITE --verify, after the timed loop: read back every slot the threads
+ * wrote, compare with the case pattern, then restore the target pattern.
+ */
+static int check_writes(eb_case *c, eb_thread *threads, cr_transfer_request *reqs, char *err,
+                        size_t err_len)
+{
+    eb_ctx *ctx = c->ctx;
+    const eb_opts *o = ctx->o;
+    uint64_t block = c->block;
+    for (unsigned ti = 0; ti < o->threads; ti++) {
+        eb_thread *t = &threads[ti];
+        uint64_t slots = t->cursor < t->slots ? t->cursor : t->slots;
+        uint64_t lat = 0;
+        memset(ctx->local + t->region_off, POISON, slots * block);
+        for (uint64_t s = 0; s < slots; s += o->batch) {
+            size_t n = (size_t)(slots - s < o->batch ? slots - s : o->batch);
+            fill_requests(ctx, reqs, n, CR_OP_READ, t->region_off + s * block, block);
+            if (run_batch(ctx, reqs, n, &lat, err, err_len) < 0)
+                return -1;
+        }
+        for (uint64_t s = 0; s < slots; s++) {
+            uint64_t off = t->region_off + s * block;
+            cb_pattern_fill(ctx->expect, off, block, c->write_seed);
+            int64_t bad = cb_first_mismatch(ctx->local + off, ctx->expect, block);
+            if (bad >= 0) {
+                snprintf(err, err_len,
+                         "WRITE verification failed at offset %" PRIu64 " of the target "
+                         "buffer (read back after the case; thread %u, slot %" PRIu64
+                         "): expected 0x%02x, got 0x%02x",
+                         off + (uint64_t)bad, ti, s, ctx->expect[bad],
+                         ctx->local[off + (uint64_t)bad]);
+                return -1;
+            }
+        }
+        memcpy(ctx->local + t->region_off, ctx->reference + t->region_off, slots * block);
+        for (uint64_t s = 0; s < slots; s += o->batch) {
+            size_t n = (size_t)(slots - s < o->batch ? slots - s : o->batch);
+            fill_requests(ctx, reqs, n, CR_OP_WRITE, t->region_off + s * block, block);
+            if (run_batch(ctx, reqs, n, &lat, err, err_len) < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Run one case; on failure *err names the case. Returns 0 or -1. */
+static int run_case(eb_ctx *ctx, int op, uint64_t block, unsigned case_index, eb_result *res,
+                    char *err, size_t err_len)
+{
+    const eb_opts *o = ctx->o;
+    int rc = -1;
+    char bs[32], why[600];
+    why[0] = '\0';
+    eb_case c;
+    memset(&c, 0, sizeof(c));
+    c.ctx = ctx;
+    c.op = op;
+    c.block = block;
+    c.write_seed = WRITE_SEED_BASE + case_index;
+    snprintf(c.label, sizeof(c.label), "%s %s x%u t%u", op_name(op),
+             cb_format_size(block, bs, sizeof(bs)), o->batch, o->threads);
+    atomic_init(&c.claimed, 0);
+    atomic_init(&c.bytes_done, 0);
+    atomic_init(&c.stop, false);
+    atomic_init(&c.running, 0);
+
+    eb_thread *threads = calloc(o->threads, sizeof(*threads));
+    cr_transfer_request *check_reqs = calloc(o->batch, sizeof(*check_reqs));
+    if (threads == NULL || check_reqs == NULL) {
+        snprintf(why, sizeof(why), "out of memory");
+        goto free_threads;
+    }
+    uint64_t region = ctx->len / o->threads;
+    for (unsigned i = 0; i < o->threads; i++) {
+        eb_thread *t = &threads[i];
+        t->c = &c;
+        t->index = i;
+        t->region_off = (uint64_t)i * region;
+        t->slots = region / block;
+        t->reqs = calloc(o->batch, sizeof(*t->reqs));
+        t->hist = calloc(1, sizeof(*t->hist));
+        if (t->reqs == NULL || t->hist == NULL) {
+            snprintf(why, sizeof(why), "out of memory");
+            goto free_threads;
+        }
+    }
+    if (o->verify && op == CR_OP_READ)
+        memset(ctx->local, POISON, ctx->len);
+    else if (o->verify)
+        cb_pattern_fill(ctx->local, 0, ctx->len, c.write_seed);
+
+    c.start_ns = cb_now_ns();
+    c.deadline_ns = UINT64_MAX;
+    if (o->total == 0 || o->duration_set)
+        c.deadline_ns = c.start_ns + (uint64_t)(o->duration * 1e9);
+    unsigned started = 0;
+    for (; started < o->threads; started++) {
+        atomic_fetch_add(&c.running, 1);
+        if (pthread_create(&threads[started].tid, NULL, case_thread, &threads[started]) != 0) {
+            atomic_fetch_sub(&c.running, 1);
+            atomic_store(&c.stop, true);
+            snprintf(why, sizeof(why), "cannot start thread %u", started);
+            break;
+        }
+    }
+    for (unsigned tick = 1; atomic_load(&c.running) > 0; tick++) {
+        sleep_ms(50);
+        if (ctx->progress && tick % 4 == 0) {
+            double el = (double)(cb_now_ns() - c.start_ns) / 1e9;
+            cb_progress(c.label, el, (double)atomic_load(&c.bytes_done) / el / 1e9);
+        }
+    }
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(threads[i].tid, NULL);
+    if (ctx->progress)
+        cb_progress_clear();
+    if (started < o->threads)
+        goto free_threads;
+
+    cb_hist *hist = threads[0].hist; /* merge into thread 0's */
+    uint64_t end = c.start_ns;
+    memset(res, 0, sizeof(*res));
+    for (unsigned i = 0; i < o->threads; i++) {
+        eb_thread *t = &threads[i];
+        if (t->failed && why[0] == '\0')
+            snprintf(why, sizeof(why), "%s", t->error);
+        res->bytes += t->bytes;
+        res->requests += t->requests;
+        if (t->end_ns > end)
+            end = t->end_ns;
+        if (i > 0)
+            cb_hist_merge(hist, t->hist);
+    }
+    if (why[0] != '\0')
+        goto free_threads;
+    if (o->verify && op == CR_OP_WRITE &&
+        check_writes(&c, threads, check_reqs, why, sizeof(why)) < 0)
+        goto free_threads;
+    res->seconds = (double)(end - c.start_ns) / 1e9;
+    res->p50_ns = cb_hist_quantile(hist, 0.50);
+    res->p99_ns = cb_hist_quantile(hist, 0.99);
+    res->p999_ns = cb_hist_quantile(hist, 0.999);
+    rc = 0;
+
+free_threads:
+    if (rc < 0)
+        snprintf(err, err_len, "case %s %s (batch %u, threads %u): %s", op_name(op), bs,
+                 o->batch, o->threads, why);
+    if (threads != NULL) {
+        for (unsigned i = 0; i < o->threads; i++) {
+            free(threads[i].reqs);
+            free(threads[i].hist);
+        }
+    }
+    free(threads);
+    free(check_reqs);
+    return rc;
+}
+
+/* ---- initiator: output -------------------------------------------------- */
+
+static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+static void print_baselines(eb_ctx *ctx)
+{
+    char b1[32], b2[32];
+    if (ctx->o->json) {
+        printf("{\"type\":\"baseline\",\"name\":\"tcp_socket\",\"block\":%" PRIu64
+               ",\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.4f}\n",
+               CB_BASELINE_BLOCK, ctx->sock.bytes, ctx->sock.seconds, ctx->sock.gbps);
+        printf("{\"type\":\"baseline\",\"name\":\"memcpy\",\"block\":%" PRIu64
+               ",\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.4f}\n",
+               CB_BASELINE_BLOCK, ctx->mem.bytes, ctx->mem.seconds, ctx->mem.gbps);
+    } else {
+        printf("baseline tcp socket (1 stream, 1 MiB send/recv, loopback, 2 processes): "
+               "%8.3f GB/s  (%s in %.2f s)\n",
+               ctx->sock.gbps, cb_format_bytes(ctx->sock.bytes, b1, sizeof(b1)),
+               ctx->sock.seconds);
+        printf("baseline memcpy     (1 thread, 1 MiB blocks over 64 MiB):               "
+               "%8.3f GB/s  (%s in %.2f s)\n",
+               ctx->mem.gbps, cb_format_bytes(ctx->mem.bytes, b2, sizeof(b2)),
+               ctx->mem.seconds);
+    }
+    fflush(stdout);
+}
+
+static void print_result(eb_ctx *ctx, int op, uint64_t block, const eb_result *r)
+{
+    const eb_opts *o = ctx->o;
+    double secs = r->seconds > 0 ? r->seconds : 1e-9;
+    double gbps = (double)r->bytes / secs / 1e9;
+    double rps = (double)r->requests / secs;
+    if (o->json) {
+        char vs[96] = ",\"vs_socket\":null,\"vs_memcpy\":null";
+        if (ctx->have_baseline)
+            snprintf(vs, sizeof(vs), ",\"vs_socket\":%.4f,\"vs_memcpy\":%.4f",
+                     ratio(gbps, ctx->sock.gbps), ratio(gbps, ctx->mem.gbps));
+        printf("{\"type\":\"engine\",\"op\":\"%s\",\"block\":%" PRIu64 ",\"batch\":%u,"
+               "\"threads\":%u,\"lanes\":%u,\"workers\":%u,\"slice_size\":%" PRIu64 ","
+               "\"protocol\":\"%s\",\"seconds\":%.6f,\"bytes\":%" PRIu64 ",\"requests\":%" PRIu64
+               ",\"gbps\":%.4f,\"requests_per_s\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,"
+               "\"p999_us\":%.1f,\"verified\":%s%s}\n",
+               op_name(op), block, o->batch, o->threads, o->lanes, o->workers, o->slice_size,
+               o->protocol, r->seconds, r->bytes, r->requests, gbps, rps,
+               (double)r->p50_ns / 1e3, (double)r->p99_ns / 1e3, (double)r->p999_ns / 1e3,
+               o->verify ? "true" : "false", vs);
+        fflush(stdout);
+        return;
+    }
+    if (!ctx->printed_header) {
+        printf("%-5s %6s %5s %3s %9s %11s %9s %9s %9s %11s %8s", "op", "block", "batch", "thr",
+               "GB/s", "req/s", "p50 us", "p99 us", "p999 us", "bytes", "verified");
+        if (ctx->have_baseline)
+            printf(" %7s %8s", "x sock", "x memcpy");
+        printf("\n");
+        ctx->printed_header = true;
+    }
+    char bs[32], moved[32];
+    printf("%-5s %6s %5u %3u %9.3f %11.1f %9.1f %9.1f %9.1f %11s %8s", op_name(op),
+           cb_format_size(block, bs, sizeof(bs)), o->batch, o->threads, gbps, rps,
+           (double)r->p50_ns / 1e3, (double)r->p99_ns / 1e3, (double)r->p999_ns / 1e3,
+           cb_format_bytes(r->bytes, moved, sizeof(moved)), o->verify ? "yes" : "no");
+    if (ctx->have_baseline)
+        printf(" %7.3f %8.3f", ratio(gbps, ctx->sock.gbps), ratio(gbps, ctx->mem.gbps));
+    printf("\n");
+    fflush(stdout);
+}
+
+static void print_info(eb_ctx *ctx, bool spawned)
+{
+    const eb_opts *o = ctx->o;
+    if (o->json || o->quiet)
+        return;
+    char len[32], sl[32];
+    char lanes[16] = "default", workers[16] = "default";
+    if (o->lanes != 0)
+        snprintf(lanes, sizeof(lanes), "%u", o->lanes);
+    if (o->workers != 0)
+        snprintf(workers, sizeof(workers), "%u", o->workers);
+    printf("target %s (%s), buffer %s; protocol %s, lanes %s, workers %s, slice %s\n",
+           ctx->segment, spawned ? "spawned" : "given", cb_format_bytes(ctx->len, len, sizeof(len)),
+           o->protocol, lanes, workers,
+           o->slice_size != 0 ? cb_format_size(o->slice_size, sl, sizeof(sl)) : "default");
+    printf("latency: per batch, submit to wait return, attributed to each request; "
+           "GB/s = 1e9 B/s\n");
+    fflush(stdout);
+}
+
+/* ---- initiator ---------------------------------------------------------- */
+
+/* Start the target child and read its READY line. Returns 0 or an exit code. */
+static int spawn_target(const eb_opts *o, cb_child *child, eb_ctx *ctx)
+{
+    char len[32], lanes[16], workers[16], slice[32];
+    char *argv[20];
+    int n = 0;
+    snprintf(len, sizeof(len), "%" PRIu64, default_buffer(o));
+    argv[n++] = CB_PROG;
+    argv[n++] = (char *)o->subcmd;
+    argv[n++] = "--role";
+    argv[n++] = "target";
+    argv[n++] = "--quiet";
+    argv[n++] = "--buffer-size";
+    argv[n++] = len;
+    argv[n++] = "--protocol";
+    argv[n++] = (char *)o->protocol;
+    if (o->lanes != 0) {
+        snprintf(lanes, sizeof(lanes), "%u", o->lanes);
+        argv[n++] = "--lanes";
+        argv[n++] = lanes;
+    }
+    if (o->workers != 0) {
+        snprintf(workers, sizeof(workers), "%u", o->workers);
+        argv[n++] = "--workers";
+        argv[n++] = workers;
+    }
+    if (o->slice_size != 0) {
+        snprintf(slice, sizeof(slice), "%" PRIu64, o->slice_size);
+        argv[n++] = "--slice-size";
+        argv[n++] = slice;
+    }
+    argv[n] = NULL;
+    if (cb_child_spawn(child, argv) < 0) {
+        perror(CB_PROG " engine: cannot start the target");
+        return CB_EXIT_FAIL;
+    }
+    char line[512];
+    uint64_t addr = 0, got_len = 0;
+    if (cb_child_read_line(child, line, sizeof(line), CHILD_TIMEOUT) < 0 ||
+        sscanf(line, "READY segment=%255s addr=%" SCNx64 " len=%" SCNu64, ctx->segment, &addr,
+               &got_len) != 3) {
+        /* It printed why on stderr; a configuration it refused is a usage error. */
+        char why[160];
+        int status = cb_child_stop(child, 5000, why, sizeof(why));
+        fprintf(stderr, CB_PROG " engine: the target did not report READY%s%s\n",
+                status != 0 ? "; it " : "", status != 0 ? why : "");
+        return status == CB_EXIT_USAGE ? CB_EXIT_USAGE : CB_EXIT_FAIL;
+    }
+    ctx->remote_addr = addr;
+    ctx->len = got_len;
+    return 0;
+}
+
+/* Connect every lane before timing anything: 2 small READs per lane. */
+static int warm_up(eb_ctx *ctx, char *err, size_t err_len)
+{
+    size_t n = ctx->o->lanes != 0 ? 2u * ctx->o->lanes : 8u;
+    uint64_t block = 4096;
+    if (n > 256)
+        n = 256;
+    if (block > ctx->len)
+        block = ctx->len;
+    if (n > ctx->len / block)
+        n = (size_t)(ctx->len / block);
+    cr_transfer_request *reqs = calloc(n, sizeof(*reqs));
+    if (reqs == NULL) {
+        snprintf(err, err_len, "out of memory");
+        return -1;
+    }
+    uint64_t lat = 0;
+    fill_requests(ctx, reqs, n, CR_OP_READ, 0, block);
+    int rc = run_batch(ctx, reqs, n, &lat, err, err_len);
+    free(reqs);
+    return rc;
+}
+
+static int run_cases(eb_ctx *ctx)
+{
+    const eb_opts *o = ctx->o;
+    static const int ops[] = {CR_OP_READ, CR_OP_WRITE};
+    unsigned case_index = 0;
+    for (size_t oi = 0; oi < 2; oi++) {
+        if (!(o->ops & (oi == 0 ? OPS_READ : OPS_WRITE)))
+            continue;
+        for (size_t bi = 0; bi < o->n_blocks; bi++) {
+            eb_result r;
+            char err[1024];
+            if (run_case(ctx, ops[oi], o->blocks[bi], case_index++, &r, err, sizeof(err)) < 0) {
+                fprintf(stderr, CB_PROG " engine: %s\n", err);
+                return -1;
+            }
+            print_result(ctx, ops[oi], o->blocks[bi], &r);
+        }
+    }
+    /* Leave the local buffer holding the pattern again (unverified WRITEs copy it). */
+    if (o->verify)
+        memcpy(ctx->local, ctx->reference, ctx->len);
+    return 0;
+}
+
+static int run_baselines(eb_ctx *ctx)
+{
+    const eb_opts *o = ctx->o;
+    char err[256];
+    double secs = o->total != 0 && !o->duration_set ? 86400.0 : o->duration;
+    if (cb_baseline_socket(o->subcmd, secs, o->total, &ctx->sock, err, sizeof(err)) < 0 ||
+        cb_baseline_memcpy(secs, o->total, &ctx->mem, err, sizeof(err)) < 0) {
+        fprintf(stderr, CB_PROG " engine: %s\n", err);
+        return -1;
+    }
+    ctx->have_baseline = true;
+    print_baselines(ctx);
+    return 0;
+}
+
+static int initiator_main(const eb_opts *o)
+{
+    int rc = CB_EXIT_FAIL;
+    char err[1024], why[160];
+    cb_child child = CB_CHILD_INIT;
+    eb_ctx ctx;
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.o = o;
+    ctx.progress = !o->quiet && isatty(STDERR_FILENO);
+
+    /* Baselines first, while no engine thread competes for the cores. */
+    if (o->baseline && run_baselines(&ctx) < 0)
+        return CB_EXIT_FAIL;
+
+    bool spawned = o->target == NULL;
+    if (spawned) {
+        rc = spawn_target(o, &child, &ctx);
+        if (rc != CB_EXIT_OK)
+            return rc;
+        rc = CB_EXIT_FAIL;
+    } else {
+        snprintf(ctx.segment, sizeof(ctx.segment), "%s", o->target);
+        ctx.remote_addr = o->target_addr;
+        ctx.len = o->target_len;
+    }
+
+    ctx.local = alloc_buffer(ctx.len);
+    if (o->verify) {
+        ctx.reference = alloc_buffer(ctx.len);
+        ctx.expect = alloc_buffer(max_block(o));
+    }
+    if (ctx.local == NULL || (o->verify && (ctx.reference == NULL || ctx.expect == NULL))) {
+        fprintf(stderr, CB_PROG " engine: cannot allocate %" PRIu64 " bytes\n", ctx.len);
+        goto free_buffers;
+    }
+    cb_pattern_fill(ctx.local, 0, ctx.len, TARGET_SEED);
+    if (o->verify)
+        memcpy(ctx.reference, ctx.local, ctx.len);
+
+    int st = make_engine(o, &ctx.engine);
+    if (st < 0) {
+        rc = engine_create_failed("initiator", st);
+        goto free_buffers;
+    }
+    st = cr_engine_register(ctx.engine, ctx.local, ctx.len, NULL, true);
+    if (st < 0) {
+        fprintf(stderr, CB_PROG " engine: cr_engine_register: %s\n", why_failed(st));
+        goto destroy_engine;
+    }
+    st = cr_engine_open_segment(ctx.engine, ctx.segment, &ctx.seg);
+    if (st < 0) {
+        fprintf(stderr, CB_PROG " engine: cr_engine_open_segment(%s): %s\n", ctx.segment,
+                why_failed(st));
+        goto unregister_local;
+    }
+    print_info(&ctx, spawned);
+    if (warm_up(&ctx, err, sizeof(err)) < 0) {
+        fprintf(stderr, CB_PROG " engine: warm-up: %s\n", err);
+        goto close_segment;
+    }
+    if (run_cases(&ctx) < 0)
+        goto close_segment;
+    rc = CB_EXIT_OK;
+
+close_segment:
+    cr_engine_close_segment(ctx.engine, ctx.seg);
+unregister_local:
+    cr_engine_unregister(ctx.engine, ctx.local);
+destroy_engine:
+    cr_engine_destroy(ctx.engine);
+free_buffers:
+    free(ctx.local);
+    free(ctx.reference);
+    free(ctx.expect);
+    if (rc != CB_EXIT_OK) {
+        cb_child_kill(&child);
+    } else if (cb_child_stop(&child, CHILD_TIMEOUT, why, sizeof(why)) != 0) {
+        fprintf(stderr, CB_PROG " engine: the target %s\n", why);
+        rc = CB_EXIT_FAIL;
+    }
+    return rc;
+}
+
+int cb_engine_main(int argc, char **argv)
+{
+    eb_opts o;
+    int r = parse_opts(argc, argv, &o);
+    if (r != 0)
+        return r > 0 ? CB_EXIT_OK : CB_EXIT_USAGE;
+    if (strcmp(o.role, "target") == 0)
+        return target_main(&o);
+    if (strcmp(o.role, "sink") == 0)
+        return cb_sink_main();
+    return initiator_main(&o);
+}
