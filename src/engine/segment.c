@@ -68,19 +68,15 @@ int cre_peer_refresh(cre_peer *p)
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&p->lock);
-    bool restarted = p->desc_valid && p->desc.instance != d.instance;
     crp_descriptor_clear(&p->desc);
     p->desc = d;
     p->desc_valid = true;
     p->desc_stale = false;
     pthread_mutex_unlock(&p->lock);
-    (void)restarted;
-    {
-        /* A peer that came back should be retried at once, not after the
-         * back-off a dead peer earned. */
-        for (size_t i = 0; i < p->n_lanes; i++)
-            atomic_store(&p->reset_backoff[i], true);
-    }
+    /* The peer answered: lanes should retry at once rather than wait out a
+     * back-off earned while it was down. */
+    for (size_t i = 0; i < p->n_lanes; i++)
+        atomic_store(&p->reset_backoff[i], true);
     return 0;
 }
 

@@ -55,10 +55,9 @@ static cre_lane *lane_of(cre_conn *c)
 
 static void slice_finish(cre_slice *s, int status)
 {
-    cre_task *t = s->task;
-    if (status == 0 && atomic_load(&t->canceled))
-        status = 0; /* bytes arrived; cancellation only affects unstarted slices */
-    cre_task_slice_done(t, status, status == 0 ? s->length : 0);
+    /* A canceled task's slices that were already on the wire complete
+     * normally: their bytes arrived. Only unstarted slices end CANCELED. */
+    cre_task_slice_done(s->task, status, status == 0 ? s->length : 0);
     free(s);
 }
 
@@ -256,13 +255,8 @@ static int lane_flush(cre_lane *l)
         struct iovec iov[MAX_IOV];
         int n_iov = 0;
         for (cre_slice *s = l->send_head; s != NULL && n_iov + 2 <= MAX_IOV; s = s->next) {
-            if (s->head_len == 0) {
-                if (s->peer_instance != l->instance) {
-                    /* cannot happen for the head once filtered below */
-                    break;
-                }
+            if (s->head_len == 0) /* lane_take_queue dropped stale-instance slices */
                 slice_prepare(l, s, &l->scratch);
-            }
             size_t off = s->sent;
             if (off < s->head_len) {
                 iov[n_iov++] = (struct iovec){s->head + off, s->head_len - off};
