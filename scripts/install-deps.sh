@@ -11,6 +11,7 @@ PACKAGES=(
   libcurl4-openssl-dev  # HTTP metadata client
   libssl-dev            # HMAC-SHA256 for the shared-secret handshake
   libcmocka-dev         # C unit test framework
+  libjansson-dev        # crescent-master --config_path JSON files
   clang libclang-rt-14-dev  # sanitizers and libFuzzer
 )
 

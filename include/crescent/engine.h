@@ -51,7 +51,9 @@ typedef struct cr_engine_config {
     const char *metadata;
     /** Key prefix in a metadata server. Default "crescent". */
     const char *metadata_prefix;
-    /** "tcp" or "auto" (default; every transport built in). */
+    /** "tcp" (sockets only, even on one host), "shm" (same-host paths only:
+     *  local memcpy, shared memory, process_vm_readv/writev) or "auto"
+     *  (default: the fastest path each pair of buffers allows, tcp last). */
     const char *protocol;
     /** RPC port to listen on; 0 = choose a free one (query it afterwards). */
     uint16_t rpc_port;
@@ -68,6 +70,11 @@ typedef struct cr_engine_config {
     /** If non-NULL and non-empty, peers must prove knowledge of this secret
      *  (HMAC-SHA256 challenge) and we prove it to them. */
     const char *shared_secret;
+    /** Hand shared-memory fds to same-host peers of any user, not only to
+     *  processes of our own uid (SO_PEERCRED). Default false. */
+    bool shm_allow_any_user;
+    /** Do not offer process_vm_readv/writev access to peers. Default false. */
+    bool disable_cma;
 } cr_engine_config;
 
 /** Fill *cfg with struct_size and defaults. Never fails. */
@@ -165,6 +172,26 @@ CR_API int cr_engine_unregister_batch(cr_engine *engine, void *const *addrs,
 
 /** Number of buffers currently registered. */
 CR_API size_t cr_engine_registration_count(cr_engine *engine);
+
+/**
+ * Allocate `size` bytes of shareable host memory: backed by a memfd, mapped
+ * MAP_SHARED | MAP_NORESERVE (no page is committed until touched), aligned to
+ * 2 MiB so transparent huge pages can back it where the kernel allows. When
+ * a range inside it is registered with an engine, peers on the same host map
+ * it once and copy directly (the shm transport) instead of using sockets.
+ * On success *out is the zero-filled memory, owned by the caller until
+ * cr_free_shared. Thread-safe. Errors: CR_ERR_INVALID_ARGUMENT (size 0),
+ * CR_ERR_NO_MEMORY, CR_ERR_SYSTEM (memfd/mmap failure, message says which).
+ */
+CR_API int cr_alloc_shared(size_t size, void **out);
+
+/**
+ * Free memory from cr_alloc_shared. Refused with CR_ERR_INVALID_ARGUMENT
+ * while any engine still has a range
+ * of it registered (unregister first), or if ptr did not come from
+ * cr_alloc_shared. NULL is a no-op returning 0.
+ */
+CR_API int cr_free_shared(void *ptr);
 
 /* ----------------------------------------------------------------------- */
 /* Segments                                                                */
@@ -334,10 +361,14 @@ typedef struct cr_engine_stats {
     uint64_t tasks_completed;
     uint64_t tasks_failed;
     uint64_t bytes_local;     /**< moved by memcpy within the process */
+    uint64_t bytes_shm;       /**< copied through mapped shared memory */
+    uint64_t bytes_cma;       /**< moved by process_vm_readv/writev */
     uint64_t bytes_tcp;       /**< moved over tcp lanes (as initiator) */
     uint64_t bytes_served;    /**< served to peers as a target */
     uint64_t tcp_connects;    /**< lanes connected */
     uint64_t descriptor_fetches;
+    uint64_t shm_mappings;    /**< peer regions currently mapped */
+    uint64_t transport_fallbacks; /**< requests moved to a slower path at first use */
 } cr_engine_stats;
 
 CR_API int cr_engine_get_stats(cr_engine *engine, cr_engine_stats *out);

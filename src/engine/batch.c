@@ -15,6 +15,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "engine/internal.h"
 
 #define MAX_BATCH_CAPACITY (1u << 20)
@@ -167,6 +168,14 @@ static int desc_check(cre_peer *p, size_t idx, uint64_t addr, uint64_t len, cre_
     ep->remote_kind = b->kind;
     ep->remote_device = b->device;
     ep->peer_instance = d->instance;
+    ep->remote_base = b->addr;
+    const cre_buffer_extra *x = &p->desc_extra[lo - 1];
+    ep->shared_id = x->shared_id;
+    ep->shared_offset = x->shared_offset;
+    ep->ctl_slot = x->ctl_slot;
+    ep->ctl_gen = x->ctl_gen;
+    ep->same_host = p->same_host;
+    ep->cma_pid = p->cma_pid;
     return 0;
 }
 
@@ -283,6 +292,32 @@ static int plan_one(cr_engine *e, size_t idx, const cr_transfer_request *r, plan
     return rc;
 }
 
+/* Start a task on its planned transport. A transport that finds at first
+ * use that the peer refuses its path (credentials, kernel policy) says
+ * CR_ERR_TRANSPORT_UNSUPPORTED; the next installed transport that serves the
+ * pair takes over. */
+static int start_task(cr_engine *e, planned *pl, cre_task *t)
+{
+    size_t i = 0;
+    while (i < e->n_transports && e->transports[i] != pl->transport)
+        i++;
+    for (; i < e->n_transports; i++) {
+        const cre_transport *tr = e->transports[i];
+        if (tr != pl->transport && !tr->can_serve(e, &pl->ep))
+            continue;
+        int rc = tr->submit(e, &pl->ep, t);
+        if (rc != CR_ERR_TRANSPORT_UNSUPPORTED)
+            return rc;
+        atomic_fetch_add(&e->stats.transport_fallbacks, 1);
+        crb_log(CRB_LOG_DEBUG, "transport %s refused a request to %s at first use; trying "
+                               "the next",
+                tr->name, pl->ep.peer->name);
+        pl->transport = NULL;
+    }
+    return crb_error(CR_ERR_TRANSPORT_UNSUPPORTED, "no transport could move the request to %s",
+                     pl->ep.peer->name);
+}
+
 int cr_batch_submit(cr_engine *e, cr_batch_id id, const cr_transfer_request *reqs, size_t n)
 {
     if (e == NULL)
@@ -338,7 +373,7 @@ int cr_batch_submit(cr_engine *e, cr_batch_id id, const cr_transfer_request *req
 
     for (size_t i = 0; i < n; i++) {
         cre_task *t = &b->tasks[first + i];
-        int src = plan[i].transport->submit(e, &plan[i].ep, t);
+        int src = start_task(e, &plan[i], t);
         if (plan[i].ep.self_target != NULL)
             cre_buffer_release(plan[i].ep.self_target);
         if (src < 0) {

@@ -59,15 +59,18 @@ int cre_config_apply(cr_engine *e, const cr_engine_config *cfg)
     e->rpc_port = cfg->rpc_port ? cfg->rpc_port : host_port;
 
     const char *proto = cfg->protocol ? cfg->protocol : "auto";
-    if (strcmp(proto, "tcp") == 0) {
-        e->transports[e->n_transports++] = &cre_transport_tcp;
-    } else if (strcmp(proto, "auto") == 0) {
-        e->transports[e->n_transports++] = &cre_transport_local;
-        e->transports[e->n_transports++] = &cre_transport_tcp;
-    } else
+    bool same_host_paths = strcmp(proto, "shm") == 0 || strcmp(proto, "auto") == 0;
+    if (!same_host_paths && strcmp(proto, "tcp") != 0)
         return crb_error(CR_ERR_INVALID_CONFIG,
-                         "protocol '%s' is not supported by this build (supported: tcp, auto)",
+                         "protocol '%s' is not supported by this build (supported: tcp, shm, auto)",
                          proto);
+    if (same_host_paths) {
+        e->transports[e->n_transports++] = &cre_transport_local;
+        e->transports[e->n_transports++] = &cre_transport_shm;
+        e->transports[e->n_transports++] = &cre_transport_cma;
+    }
+    if (strcmp(proto, "shm") != 0)
+        e->transports[e->n_transports++] = &cre_transport_tcp;
 
     const char *prefix = cfg->metadata_prefix ? cfg->metadata_prefix : "crescent";
     int rc = copy_str(e->metadata_prefix, sizeof(e->metadata_prefix), prefix, "metadata_prefix");
@@ -91,6 +94,13 @@ int cre_config_apply(cr_engine *e, const cr_engine_config *cfg)
     if (e->connect_timeout_ms > 3600000 || e->request_timeout_ms > 3600000)
         return crb_error(CR_ERR_INVALID_CONFIG, "timeouts above one hour (%u, %u ms) are refused",
                          e->connect_timeout_ms, e->request_timeout_ms);
+
+    /* Fields added after the first release are read only if the caller's
+     * struct has them. */
+#define CFG_HAS(field) (cfg->struct_size >= offsetof(cr_engine_config, field) + sizeof(cfg->field))
+    e->shm_allow_any_user = CFG_HAS(shm_allow_any_user) && cfg->shm_allow_any_user;
+    e->cma_enabled = !(CFG_HAS(disable_cma) && cfg->disable_cma);
+#undef CFG_HAS
 
     if (cfg->shared_secret != NULL && cfg->shared_secret[0] != '\0') {
         e->secret = strdup(cfg->shared_secret);

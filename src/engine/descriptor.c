@@ -7,9 +7,46 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "engine/internal.h"
+
+/*
+ * A buffer's same-host handle: "c<slot>.<gen>" (its control-page slot) and,
+ * for shareable memory, ",m<region>.<offset>" (its cr_alloc_shared region
+ * and offset). Returns false when there is nothing to say.
+ */
+bool cre_handle_format(const cre_buffer_spec *s, char *out, size_t cap)
+{
+    if (s->ctl_gen == 0)
+        return false;
+    int n = snprintf(out, cap, "c%u.%llu", s->ctl_slot, (unsigned long long)s->ctl_gen);
+    if (s->shared_id != 0)
+        snprintf(out + n, cap - (size_t)n, ",m%llu.%llu", (unsigned long long)s->shared_id,
+                 (unsigned long long)s->shared_offset);
+    return true;
+}
+
+bool cre_handle_parse(const char *h, cre_buffer_extra *out)
+{
+    cre_buffer_extra x = {0};
+    unsigned slot;
+    unsigned long long gen, id = 0, off = 0;
+    int used = 0;
+    if (h == NULL || sscanf(h, "c%u.%llu%n", &slot, &gen, &used) != 2)
+        return false;
+    if (h[used] == ',' && sscanf(h + used, ",m%llu.%llu", &id, &off) != 2)
+        return false;
+    if (slot >= CRE_CTL_SLOTS || gen == 0)
+        return false;
+    x.ctl_slot = slot;
+    x.ctl_gen = gen;
+    x.shared_id = id;
+    x.shared_offset = off;
+    *out = x;
+    return true;
+}
 
 static uint64_t registry_version(cre_registry *r)
 {
@@ -31,29 +68,42 @@ static int rebuild_locked(cr_engine *e)
     if (rc < 0)
         return rc;
     crp_buffer_desc *bufs = calloc(n ? n : 1, sizeof(*bufs));
-    if (bufs == NULL) {
+    char (*handles)[64] = calloc(n ? n : 1, sizeof(*handles));
+    if (bufs == NULL || handles == NULL) {
+        free(bufs);
+        free(handles);
         free(specs);
         return crb_error(CR_ERR_NO_MEMORY, "descriptor of %zu buffers", n);
     }
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         bufs[i] = (crp_buffer_desc){.addr = specs[i].addr,
                                     .length = specs[i].length,
                                     .kind = (uint8_t)specs[i].kind,
                                     .device = specs[i].device,
                                     .remote_accessible = specs[i].remote_accessible};
-    char address[CRB_HOST_MAX + 8];
+        if (cre_handle_format(&specs[i], handles[i], sizeof(handles[i])))
+            bufs[i].shm_handle = handles[i];
+    }
+    char address[CRB_HOST_MAX + 8], pid[24];
     snprintf(address, sizeof(address), "%s:%u", e->hostname, (unsigned)e->rpc_port);
-    crp_endpoint ep = {.transport = "tcp", .address = address};
+    snprintf(pid, sizeof(pid), "%d", (int)getpid());
+    crp_endpoint eps[3] = {{.transport = "tcp", .address = address}};
+    size_t n_eps = 1;
+    if (e->shm_address[0] != '\0')
+        eps[n_eps++] = (crp_endpoint){.transport = "shm", .address = e->shm_address};
+    if (e->shm_address[0] != '\0' && e->cma_enabled)
+        eps[n_eps++] = (crp_endpoint){.transport = "cma", .address = pid};
     crp_descriptor d = {.name = e->segment_name,
                         .host_id = e->host_id,
                         .instance = e->instance,
                         .version = version,
-                        .n_endpoints = 1,
-                        .endpoints = &ep,
+                        .n_endpoints = n_eps,
+                        .endpoints = eps,
                         .n_buffers = n,
                         .buffers = bufs};
     crp_buf_reset(&e->desc_encoded);
     rc = crp_descriptor_encode(&d, &e->desc_encoded);
+    free(handles);
     free(bufs);
     free(specs);
     if (rc < 0)

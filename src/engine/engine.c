@@ -46,6 +46,8 @@ int cr_engine_create(const cr_engine_config *cfg, cr_engine **out)
     if (e == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "engine");
     e->listen_fd = -1;
+    e->shm_listen_fd = -1;
+    e->ctl.fd = -1;
     cre_registry_init(&e->registry);
     cre_handles_init(&e->segments);
     cre_handles_init(&e->batches);
@@ -61,6 +63,11 @@ int cr_engine_create(const cr_engine_config *cfg, cr_engine **out)
     if (rc < 0)
         goto err_destroy;
     crb_random_bytes(&e->instance, sizeof(e->instance));
+    rc = cre_ctl_init(&e->ctl);
+    if (rc < 0)
+        goto err_destroy;
+    e->registry.ctl = &e->ctl;
+    e->registry.fence_timeout_ms = e->request_timeout_ms;
     rc = engine_listen(e);
     if (rc < 0)
         goto err_destroy;
@@ -76,6 +83,9 @@ int cr_engine_create(const cr_engine_config *cfg, cr_engine **out)
         goto err_destroy;
     }
     rc = cre_workers_start(e);
+    if (rc < 0)
+        goto err_destroy;
+    rc = cre_shm_service_start(e);
     if (rc < 0)
         goto err_destroy;
     rc = cre_descriptor_publish(e);
@@ -98,6 +108,7 @@ void cr_engine_destroy(cr_engine *e)
     atomic_store(&e->shutting_down, true);
     cre_descriptor_unpublish(e);
     cre_workers_stop(e);
+    cre_shm_service_stop(e);
     if (e->listen_fd >= 0)
         close(e->listen_fd);
     cre_peers_destroy(e);
@@ -114,6 +125,7 @@ void cr_engine_destroy(cr_engine *e)
     cre_handles_fini(&e->batches);
     cre_handles_fini(&e->segments);
     cre_registry_fini(&e->registry);
+    cre_ctl_fini(&e->ctl);
     crm_backend_close(e->metadata);
     cr_notifications_free(e->notifications, e->n_notifications);
     crp_buf_free(&e->desc_encoded);
@@ -351,6 +363,10 @@ int cr_engine_get_stats(cr_engine *e, cr_engine_stats *out)
         .tasks_completed = atomic_load(&e->stats.tasks_completed),
         .tasks_failed = atomic_load(&e->stats.tasks_failed),
         .bytes_local = atomic_load(&e->stats.bytes_local),
+        .bytes_shm = atomic_load(&e->stats.bytes_shm),
+        .bytes_cma = atomic_load(&e->stats.bytes_cma),
+        .shm_mappings = atomic_load(&e->stats.shm_mappings),
+        .transport_fallbacks = atomic_load(&e->stats.transport_fallbacks),
         .bytes_tcp = atomic_load(&e->stats.bytes_tcp),
         .bytes_served = atomic_load(&e->stats.bytes_served),
         .tcp_connects = atomic_load(&e->stats.tcp_connects),

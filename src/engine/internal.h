@@ -28,6 +28,7 @@
 
 #include "base/net.h"
 #include "crescent/engine.h"
+#include "engine/ctl_page.h"
 #include "engine/registry.h"
 #include "engine/transport.h"
 #include "metadata/backend.h"
@@ -86,7 +87,15 @@ struct cre_slice {
 
 /* ---- connections -------------------------------------------------------- */
 
-enum cre_conn_kind { CRE_CONN_SERVER, CRE_CONN_LANE, CRE_CONN_LISTENER, CRE_CONN_WAKE };
+enum cre_conn_kind {
+    CRE_CONN_SERVER,
+    CRE_CONN_LANE,
+    CRE_CONN_LISTENER,
+    CRE_CONN_WAKE,
+    CRE_CONN_SHM_LISTENER, /* our same-host fd service (Unix SEQPACKET) */
+    CRE_CONN_SHM_SERVER,   /* a peer connected to it */
+    CRE_CONN_SHM_WATCH,    /* our connection to a peer's fd service */
+};
 
 enum cre_read_phase { CRE_READ_HEADER, CRE_READ_BODY, CRE_READ_DATA };
 
@@ -125,6 +134,8 @@ struct cre_conn {
     /* lane side */
     cre_peer *peer;
     int lane_index;
+    /* shm server side: may this peer receive fds? */
+    bool shm_allowed;
 };
 
 /* ---- peers and lanes ---------------------------------------------------- */
@@ -151,6 +162,35 @@ typedef struct cre_lane {
     crp_buf scratch; /* encoding space for request bodies */
 } cre_lane;
 
+/* A mapped region of a same-host peer. */
+typedef struct cre_shm_map {
+    uint64_t id;
+    uint8_t *base;
+    uint64_t size;
+} cre_shm_map;
+
+/* Same-host state of a peer (shm and CMA transports). */
+typedef struct cre_peer_local {
+    pthread_mutex_t lock;      /* connecting, mapping; before map_lock */
+    pthread_rwlock_t map_lock; /* copies hold it shared; dropping takes it exclusive */
+    int sock;                  /* SEQPACKET to the peer's fd service, -1 if none */
+    cre_conn watch;            /* sock in a worker's epoll: notices the peer dying */
+    atomic_bool refused;       /* the peer refused us fds (credentials) */
+    cre_ctl_slot *ctl;         /* the peer's control page, mapped */
+    uint64_t ctl_size;
+    cre_shm_map *maps;
+    size_t n_maps, cap_maps;
+    atomic_int cma_state; /* 0 untried, 1 works, -1 refused by the kernel */
+    uint64_t instance; /* peer instance the mappings belong to */
+} cre_peer_local;
+
+/* Per descriptor buffer: its parsed shm handle. */
+typedef struct cre_buffer_extra {
+    uint64_t shared_id, shared_offset;
+    uint32_t ctl_slot;
+    uint64_t ctl_gen;
+} cre_buffer_extra;
+
 struct cre_peer {
     cr_engine *engine;
     char name[CRB_HOST_MAX + 8];
@@ -159,6 +199,11 @@ struct cre_peer {
     bool is_self;
     pthread_mutex_t lock; /* descriptor, lane queues */
     crp_descriptor desc;  /* cached; desc.instance identifies the process */
+    cre_buffer_extra *desc_extra; /* parallel to desc.buffers */
+    bool same_host;       /* desc.host_id equals ours */
+    char shm_address[CRP_MAX_ADDRESS + 1]; /* peer's fd service ("" if none) */
+    int32_t cma_pid;      /* 0 if the peer offers no CMA */
+    cre_peer_local local;
     bool desc_valid;
     bool desc_stale; /* peer restarted: refetch before next submit */
     atomic_uint next_lane;
@@ -209,9 +254,14 @@ struct cr_engine {
     uint64_t slice_size;
     uint32_t connect_timeout_ms, request_timeout_ms;
     uint64_t instance;
+    bool shm_allow_any_user, cma_enabled;
 
     crm_backend *metadata;
     cre_registry registry;
+    cre_ctl_page ctl;
+    int shm_listen_fd;
+    cre_conn shm_listen_conn;
+    char shm_address[CRP_MAX_ADDRESS + 1]; /* "@crescent-<pid>-<instance>" */
 
     /* cached local descriptor encoding, rebuilt when registry version moves */
     pthread_mutex_t desc_lock;
@@ -236,8 +286,9 @@ struct cr_engine {
 
     atomic_bool shutting_down;
     struct {
-        atomic_ullong tasks_completed, tasks_failed, bytes_local, bytes_tcp, bytes_served,
-            tcp_connects, descriptor_fetches;
+        atomic_ullong tasks_completed, tasks_failed, bytes_local, bytes_shm, bytes_cma,
+            bytes_tcp, bytes_served, tcp_connects, descriptor_fetches, shm_mappings,
+            transport_fallbacks;
     } stats;
 };
 
@@ -254,6 +305,8 @@ void *cre_handles_remove_locked(cre_handle_table *t, uint64_t h);
 int cre_config_apply(cr_engine *e, const cr_engine_config *cfg);
 
 /* descriptor.c */
+bool cre_handle_format(const cre_buffer_spec *s, char *out, size_t cap);
+bool cre_handle_parse(const char *h, cre_buffer_extra *out);
 int cre_descriptor_encoded(cr_engine *e, crp_buf *copy_out);
 int cre_descriptor_publish(cr_engine *e);
 void cre_descriptor_unpublish(cr_engine *e);
@@ -289,6 +342,17 @@ void cre_server_close_all(cre_worker *w);
 void cre_lane_on_event(cre_conn *c, uint32_t events);
 void cre_lanes_tick(cre_worker *w, uint64_t now_ns);
 void cre_lane_fail_all(cre_lane *l, int status);
+
+/* transports/shm: same-host service and peer state */
+int cre_shm_service_start(cr_engine *e);
+void cre_shm_service_stop(cr_engine *e);
+void cre_shm_service_accept(cr_engine *e);
+void cre_shm_service_on_event(cre_conn *c, uint32_t events);
+void cre_peer_local_init(cre_peer_local *l);
+void cre_peer_local_fini(cre_peer_local *l);
+/* Drop every mapping of the peer (it died or restarted). */
+void cre_peer_local_drop(cre_peer *p);
+void cre_shm_watch_on_event(cre_conn *c, uint32_t events);
 
 /* batch.c */
 void cre_task_slice_done(cre_task *t, int status, uint64_t bytes);

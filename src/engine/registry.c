@@ -8,7 +8,12 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "crescent/engine.h"
+#include "engine/ctl_page.h"
+#include "engine/shared_alloc.h"
 #include "proto/messages.h"
+
+static void buffer_free(cre_registry *r, cre_buffer *b, uint64_t fence_ms);
 
 int cre_registry_init(cre_registry *r)
 {
@@ -22,11 +27,22 @@ int cre_registry_init(cre_registry *r)
 void cre_registry_fini(cre_registry *r)
 {
     for (size_t i = 0; i < r->count; i++)
-        free(r->items[i]);
+        buffer_free(r, r->items[i], 0);
     free(r->items);
     pthread_rwlock_destroy(&r->lock);
     pthread_mutex_destroy(&r->drain_lock);
     pthread_cond_destroy(&r->drained);
+}
+
+/* Fence same-host peers out of the buffer, unpin its shared allocation and
+ * free it. Published buffers wait up to fence_ms for peers' copies. */
+static void buffer_free(cre_registry *r, cre_buffer *b, uint64_t fence_ms)
+{
+    if (r->ctl != NULL && b->ctl_gen != 0)
+        cre_ctl_retire(r->ctl, b->ctl_slot, fence_ms);
+    if (b->shared_id != 0)
+        cre_shared_unpin(b->shared_id);
+    free(b);
 }
 
 /* Index of the first buffer whose addr > a (caller holds the lock). */
@@ -137,11 +153,23 @@ int cre_registry_add(cre_registry *r, const cre_buffer_spec *specs, size_t n)
         b->device = s->device;
         b->remote_accessible = s->remote_accessible;
         b->owner = r;
+        if (b->kind == CR_MEM_HOST &&
+            cre_shared_pin(b->addr, b->length, &b->shared_id, &b->shared_offset))
+            b->kind = CR_MEM_HOST_SHAREABLE;
+        if (r->ctl != NULL) {
+            rc = cre_ctl_acquire(r->ctl, &b->ctl_slot, &b->ctl_gen);
+            if (rc < 0) {
+                if (b->shared_id)
+                    cre_shared_unpin(b->shared_id);
+                free(b);
+                goto err_rollback;
+            }
+        }
         atomic_init(&b->refs, 0);
         atomic_init(&b->dying, false);
         rc = insert_sorted(r, b);
         if (rc < 0) {
-            free(b);
+            buffer_free(r, b, 0);
             goto err_rollback;
         }
         added++;
@@ -155,7 +183,7 @@ err_rollback:
         size_t at = find_exact(r, specs[i].addr);
         cre_buffer *b = r->items[at];
         remove_at(r, at);
-        free(b);
+        buffer_free(r, b, 0);
     }
     pthread_rwlock_unlock(&r->lock);
     return rc;
@@ -180,7 +208,7 @@ int cre_registry_remove(cre_registry *r, uint64_t addr)
     while (atomic_load(&b->refs) > 0)
         pthread_cond_wait(&r->drained, &r->drain_lock);
     pthread_mutex_unlock(&r->drain_lock);
-    free(b);
+    buffer_free(r, b, r->fence_timeout_ms);
     return 0;
 }
 
@@ -250,8 +278,9 @@ int cre_registry_snapshot(cre_registry *r, cre_buffer_spec **out, size_t *n, uin
     }
     for (size_t i = 0; i < count; i++) {
         const cre_buffer *b = r->items[i];
-        specs[i] = (cre_buffer_spec){b->addr, b->length, b->kind, b->device,
-                                     b->remote_accessible};
+        specs[i] = (cre_buffer_spec){b->addr,          b->length,        b->kind,
+                                     b->device,        b->remote_accessible, b->shared_id,
+                                     b->shared_offset, b->ctl_slot,      b->ctl_gen};
     }
     *version = r->version;
     pthread_rwlock_unlock(&r->lock);

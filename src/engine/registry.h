@@ -26,6 +26,10 @@ typedef struct cre_buffer {
     int kind;   /* cr_mem_kind */
     int device; /* device index for device memory, else -1 */
     bool remote_accessible;
+    uint64_t shared_id;     /* cr_alloc_shared allocation holding it, 0 if none */
+    uint64_t shared_offset; /* offset of addr inside that allocation's memfd */
+    uint32_t ctl_slot;      /* control-page slot fencing same-host copies */
+    uint64_t ctl_gen;       /* 0 when the registry has no control page */
     atomic_int refs;
     atomic_bool dying;
     struct cre_registry *owner;
@@ -33,6 +37,8 @@ typedef struct cre_buffer {
 
 typedef struct cre_registry {
     pthread_rwlock_t lock;
+    struct cre_ctl_page *ctl; /* NULL: no same-host fencing (unit tests) */
+    uint64_t fence_timeout_ms;
     cre_buffer **items; /* sorted by addr, non-overlapping */
     size_t count, cap;
     uint64_t version; /* bumped on every change; guarded by lock */
@@ -47,15 +53,22 @@ typedef struct cre_buffer_spec {
     int kind;
     int device;
     bool remote_accessible;
+    /* filled by the registry (snapshots); ignored on add */
+    uint64_t shared_id, shared_offset;
+    uint32_t ctl_slot;
+    uint64_t ctl_gen;
 } cre_buffer_spec;
 
 int cre_registry_init(cre_registry *r);
 void cre_registry_fini(cre_registry *r);
 
-/** Insert all specs or none. Errors: overlap (with each other or existing). */
+/** Insert all specs or none. Errors: overlap (with each other or existing).
+ *  Host memory inside a cr_alloc_shared allocation becomes host-shareable
+ *  (and pins the allocation); with a control page each buffer gets a slot. */
 int cre_registry_add(cre_registry *r, const cre_buffer_spec *specs, size_t n);
 
-/** Remove the buffer starting exactly at addr, waiting for its references. */
+/** Remove the buffer starting exactly at addr, waiting for its local
+ *  references and then (control page) for same-host peers' copies. */
 int cre_registry_remove(cre_registry *r, uint64_t addr);
 
 /**

@@ -13,7 +13,7 @@
 
 static cre_buffer_spec spec(uint64_t a, uint64_t l)
 {
-    return (cre_buffer_spec){a, l, 0, -1, true};
+    return (cre_buffer_spec){.addr = a, .length = l, .kind = 0, .device = -1, .remote_accessible = true};
 }
 
 static void overlap_and_exact_unregister(void **state)

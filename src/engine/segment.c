@@ -67,12 +67,38 @@ int cre_peer_refresh(cre_peer *p)
     int rc = fetch_descriptor(p, &d);
     if (rc < 0)
         return rc;
+    cre_buffer_extra *extra = calloc(d.n_buffers ? d.n_buffers : 1, sizeof(*extra));
+    if (extra == NULL) {
+        crp_descriptor_clear(&d);
+        return crb_error(CR_ERR_NO_MEMORY, "descriptor of %s", p->name);
+    }
+    for (size_t i = 0; i < d.n_buffers; i++)
+        if (d.buffers[i].shm_handle != NULL)
+            cre_handle_parse(d.buffers[i].shm_handle, &extra[i]);
+    char shm_address[CRP_MAX_ADDRESS + 1] = "";
+    int32_t cma_pid = 0;
+    for (size_t i = 0; i < d.n_endpoints; i++) {
+        if (strcmp(d.endpoints[i].transport, "shm") == 0)
+            snprintf(shm_address, sizeof(shm_address), "%s", d.endpoints[i].address);
+        else if (strcmp(d.endpoints[i].transport, "cma") == 0)
+            cma_pid = (int32_t)atoi(d.endpoints[i].address);
+    }
+    bool same_host = !p->is_self && strcmp(d.host_id, p->engine->host_id) == 0;
+
     pthread_mutex_lock(&p->lock);
+    bool restarted = p->desc_valid && p->desc.instance != d.instance;
     crp_descriptor_clear(&p->desc);
+    free(p->desc_extra);
     p->desc = d;
+    p->desc_extra = extra;
+    p->same_host = same_host;
+    memcpy(p->shm_address, shm_address, sizeof(shm_address));
+    p->cma_pid = cma_pid;
     p->desc_valid = true;
     p->desc_stale = false;
     pthread_mutex_unlock(&p->lock);
+    if (restarted)
+        cre_peer_local_drop(p); /* mappings of the old process are worthless */
     /* The peer answered: lanes should retry at once rather than wait out a
      * back-off earned while it was down. */
     for (size_t i = 0; i < p->n_lanes; i++)
@@ -124,6 +150,7 @@ static int peer_create(cr_engine *e, const char *name, cre_peer **out)
     p->engine = e;
     p->is_self = strcmp(name, e->segment_name) == 0;
     pthread_mutex_init(&p->lock, NULL);
+    cre_peer_local_init(&p->local);
     p->n_lanes = e->lanes_per_peer;
     p->lanes = calloc(p->n_lanes, sizeof(*p->lanes));
     if (p->lanes == NULL) {
@@ -133,6 +160,7 @@ static int peer_create(cr_engine *e, const char *name, cre_peer **out)
     *out = p;
     return 0;
 err_destroy_lock:
+    cre_peer_local_fini(&p->local);
     pthread_mutex_destroy(&p->lock);
 err_free_peer:
     free(p);
@@ -264,7 +292,9 @@ void cre_peers_destroy(cr_engine *e)
 {
     for (size_t i = 0; i < e->n_peers; i++) {
         cre_peer *p = e->peers[i];
+        cre_peer_local_fini(&p->local);
         crp_descriptor_clear(&p->desc);
+        free(p->desc_extra);
         pthread_mutex_destroy(&p->lock);
         free(p->lanes);
         free(p);

@@ -74,6 +74,15 @@ static void *worker_main(void *arg)
             case CRE_CONN_LANE:
                 cre_lane_on_event(c, events[i].events);
                 break;
+            case CRE_CONN_SHM_LISTENER:
+                cre_shm_service_accept(w->engine);
+                break;
+            case CRE_CONN_SHM_SERVER:
+                cre_shm_service_on_event(c, events[i].events);
+                break;
+            case CRE_CONN_SHM_WATCH:
+                cre_shm_watch_on_event(c, events[i].events);
+                break;
             }
         }
         /* Lanes may have new slices queued (kick) or deadlines to enforce. */

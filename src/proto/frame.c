@@ -138,6 +138,10 @@ const char *crp_type_name(int type)
         return "WRITE_ACK";
     case CRP_ERROR:
         return "ERROR";
+    case CRP_RPC_REQ:
+        return "RPC_REQ";
+    case CRP_RPC_RESP:
+        return "RPC_RESP";
     default:
         return "?";
     }

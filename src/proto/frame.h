@@ -45,6 +45,8 @@ typedef enum crp_type {
     CRP_WRITE_REQ = 12, /* body: data request, data_len payload bytes */
     CRP_WRITE_ACK = 13, /* empty body; status says whether it was applied */
     CRP_ERROR = 14,     /* body: error message; status is the code */
+    CRP_RPC_REQ = 15,   /* body: master RPC request (proto/rpc.h) */
+    CRP_RPC_RESP = 16,  /* body: master RPC reply (proto/rpc.h); status mirrors its "st" */
     CRP_TYPE_END
 } crp_type;
 

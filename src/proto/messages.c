@@ -1130,3 +1130,76 @@ void crp_error_clear(crp_error *m)
     free(m->message);
     memset(m, 0, sizeof(*m));
 }
+
+/* ------------------------------------------------------------------------ */
+/* SHM REQUEST / REPLY                                                      */
+/* ------------------------------------------------------------------------ */
+
+int crp_shm_request_encode(const crp_shm_request *m, crp_buf *out)
+{
+    enc e;
+    enc_init(&e, out, "shm request");
+    if (m->op != CRP_SHM_CONTROL_PAGE && m->op != CRP_SHM_REGION)
+        enc_invalid(&e, "op", "is %u, not a known operation", (unsigned)m->op);
+    msgpack_pack_map(&e.pk, 2);
+    enc_u64(&e, "op", m->op);
+    enc_u64(&e, "id", m->id);
+    return enc_finish(&e);
+}
+
+int crp_shm_request_decode(const void *data, size_t len, crp_shm_request *out)
+{
+    static const char *const keys[] = {"op", "id"};
+    const where w = {"shm request", NULL, 0};
+    const msgpack_object *v[N_KEYS(keys)];
+    msgpack_unpacked u;
+    crp_shm_request m;
+
+    int rc = unpack_body(&w, data, len, &u);
+    if (rc != 0)
+        return rc;
+    rc = map_fields(&w, &u.data, keys, N_KEYS(keys), v);
+    if (rc == 0)
+        rc = get_u8(&w, "op", v[0], &m.op);
+    if (rc == 0 && m.op != CRP_SHM_CONTROL_PAGE && m.op != CRP_SHM_REGION)
+        rc = fail(MALFORMED, &w, "op", "is %u, not a known operation", (unsigned)m.op);
+    if (rc == 0)
+        rc = get_uint(&w, "id", v[1], UINT64_MAX, &m.id);
+    if (rc == 0)
+        *out = m;
+    msgpack_unpacked_destroy(&u);
+    return rc;
+}
+
+int crp_shm_reply_encode(const crp_shm_reply *m, crp_buf *out)
+{
+    enc e;
+    enc_init(&e, out, "shm reply");
+    msgpack_pack_map(&e.pk, 2);
+    enc_key(&e, "st");
+    msgpack_pack_int32(&e.pk, m->status);
+    enc_u64(&e, "size", m->size);
+    return enc_finish(&e);
+}
+
+int crp_shm_reply_decode(const void *data, size_t len, crp_shm_reply *out)
+{
+    static const char *const keys[] = {"st", "size"};
+    const where w = {"shm reply", NULL, 0};
+    const msgpack_object *v[N_KEYS(keys)];
+    msgpack_unpacked u;
+    crp_shm_reply m;
+
+    int rc = unpack_body(&w, data, len, &u);
+    if (rc != 0)
+        return rc;
+    rc = map_fields(&w, &u.data, keys, N_KEYS(keys), v);
+    if (rc == 0)
+        rc = get_i32(&w, "st", v[0], &m.status);
+    if (rc == 0)
+        rc = get_uint(&w, "size", v[1], UINT64_MAX, &m.size);
+    if (rc == 0)
+        *out = m;
+    msgpack_unpacked_destroy(&u);
+    return rc;
+}

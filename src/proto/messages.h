@@ -145,4 +145,22 @@ int crp_error_encode(const crp_error *m, crp_buf *out);
 int crp_error_decode(const void *data, size_t len, crp_error *out);
 void crp_error_clear(crp_error *m);
 
+/* --- SHM REQUEST (same-host Unix socket, one datagram): ------------------
+ * {"op": u8 (crp_shm_op), "id": u64 region id (0 for the control page)}
+ * --- SHM REPLY: {"st": i32 status, "size": u64 bytes to map}; on status 0
+ * the file descriptor travels as SCM_RIGHTS ancillary data.              */
+typedef enum crp_shm_op { CRP_SHM_CONTROL_PAGE = 1, CRP_SHM_REGION = 2 } crp_shm_op;
+typedef struct crp_shm_request {
+    uint8_t op;
+    uint64_t id;
+} crp_shm_request;
+typedef struct crp_shm_reply {
+    int32_t status;
+    uint64_t size;
+} crp_shm_reply;
+int crp_shm_request_encode(const crp_shm_request *m, crp_buf *out);
+int crp_shm_request_decode(const void *data, size_t len, crp_shm_request *out);
+int crp_shm_reply_encode(const crp_shm_reply *m, crp_buf *out);
+int crp_shm_reply_decode(const void *data, size_t len, crp_shm_reply *out);
+
 #endif

@@ -3,7 +3,12 @@
  * multi-process tests and the demo. It prints one line per command:
  *
  *   (start)            READY <segment-name>
- *   reg <loc> <size> [ro]   OK <addr>   (memory filled with pattern(addr))
+ *   reg <loc> <size> [ro]   OK <addr>   (memory filled with pattern(addr));
+ *                      loc "shared" allocates with cr_alloc_shared and
+ *                      registers it as cpu:0 (host-shareable)
+ *   unreg_reuse <addr> <len>   unregister, then at once reuse the memory
+ *                      (fill with seed 77), wait 300 ms and check that no
+ *                      late transfer overwrote it: OK | CLOBBERED <offset>
  *   unreg <addr>       OK | ERR <code>
  *   count              COUNT <n>
  *   notes              NOTES <n> [<from> <message>]...
@@ -11,18 +16,31 @@
  *   fill <addr> <len> <seed>    OK
  *   quit               (destroys the engine, exits 0)
  *
- * Flags: --port N, --secret S, --host H, --protocol P, --metadata M.
+ * Flags: --port N, --secret S, --host H, --protocol P, --metadata M,
+ * --any-user (hand shm fds to any uid), --no-cma.
  * Pattern bytes: byte i of a region filled with seed s is (i * 131 + s) & 0xff.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "crescent/engine.h"
 
-static void *allocations[4096];
+static struct {
+    void *p;
+    int shared;
+} allocations[4096];
 static size_t n_allocations;
+
+static void release(void *p, int shared)
+{
+    if (shared)
+        cr_free_shared(p);
+    else
+        free(p);
+}
 
 static uint8_t pattern(uint64_t i, uint64_t seed) { return (uint8_t)((i * 131 + seed) & 0xff); }
 
@@ -63,8 +81,17 @@ int main(int argc, char **argv)
 {
     cr_engine_config cfg;
     cr_engine_config_init(&cfg);
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--port") == 0)
+    for (int i = 1; i < argc; i += 2) {
+        if (strcmp(argv[i], "--any-user") == 0) {
+            cfg.shm_allow_any_user = true;
+            i--;
+        } else if (strcmp(argv[i], "--no-cma") == 0) {
+            cfg.disable_cma = true;
+            i--;
+        } else if (i + 1 >= argc) {
+            fprintf(stderr, "peer: flag %s needs a value\n", argv[i]);
+            return 2;
+        } else if (strcmp(argv[i], "--port") == 0)
             cfg.rpc_port = (uint16_t)atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--secret") == 0)
             cfg.shared_secret = argv[i + 1];
@@ -94,13 +121,20 @@ int main(int argc, char **argv)
         char loc[64], flag[8] = "";
         unsigned long long a, len, seed;
         if (sscanf(line, "reg %63s %llu %7s", loc, &len, flag) >= 2) {
-            uint8_t *p = aligned_alloc(4096, (len + 4095) / 4096 * 4096);
+            int shared = strcmp(loc, "shared") == 0;
+            uint8_t *p = NULL;
+            if (shared)
+                cr_alloc_shared(len, (void **)&p);
+            else
+                p = aligned_alloc(4096, (len + 4095) / 4096 * 4096);
             fill_region(p, len, (uint64_t)(uintptr_t)p);
-            rc = cr_engine_register(e, p, len, loc, strcmp(flag, "ro") != 0);
-            if (rc != 0)
-                free(p);
-            else if (n_allocations < 4096)
-                allocations[n_allocations++] = p;
+            rc = cr_engine_register(e, p, len, shared ? "cpu:0" : loc, strcmp(flag, "ro") != 0);
+            if (rc != 0) {
+                release(p, shared);
+            } else if (n_allocations < 4096) {
+                allocations[n_allocations].p = p;
+                allocations[n_allocations++].shared = shared;
+            }
             if (rc == 0)
                 printf("OK %llu\n", (unsigned long long)(uintptr_t)p);
             else
@@ -108,13 +142,32 @@ int main(int argc, char **argv)
         } else if (sscanf(line, "unreg %llu", &a) == 1) {
             rc = cr_engine_unregister(e, (void *)(uintptr_t)a);
             if (rc == 0) {
-                for (size_t i = 0; i < n_allocations; i++)
-                    if (allocations[i] == (void *)(uintptr_t)a)
+                for (size_t i = 0; i < n_allocations; i++) {
+                    if (allocations[i].p == (void *)(uintptr_t)a) {
+                        release(allocations[i].p, allocations[i].shared);
                         allocations[i] = allocations[--n_allocations];
-                free((void *)(uintptr_t)a);
+                        break;
+                    }
+                }
                 printf("OK\n");
             } else {
                 printf("ERR %d\n", rc);
+            }
+        } else if (sscanf(line, "unreg_reuse %llu %llu", &a, &len) == 2) {
+            rc = cr_engine_unregister(e, (void *)(uintptr_t)a);
+            if (rc != 0) {
+                printf("ERR %d\n", rc);
+            } else {
+                /* The memory stays allocated (freed at quit) and is reused
+                 * at once, as an allocator would. */
+                fill_region((uint8_t *)(uintptr_t)a, len, 77);
+                struct timespec ts = {0, 300 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+                uint64_t bad = check_region((const uint8_t *)(uintptr_t)a, len, 77);
+                if (bad == UINT64_MAX)
+                    printf("OK\n");
+                else
+                    printf("CLOBBERED %llu\n", (unsigned long long)bad);
             }
         } else if (strncmp(line, "count", 5) == 0) {
             printf("COUNT %zu\n", cr_engine_registration_count(e));
@@ -145,6 +198,6 @@ int main(int argc, char **argv)
     }
     cr_engine_destroy(e);
     for (size_t i = 0; i < n_allocations; i++)
-        free(allocations[i]);
+        release(allocations[i].p, allocations[i].shared);
     return 0;
 }

@@ -1,0 +1,294 @@
+/*
+ * peer_map.c - a same-host peer's fd service, seen from the initiator: one
+ * SEQPACKET connection per peer, opened on the first same-host transfer;
+ * the peer's control page mapped with the first request; each shared
+ * region mapped once, the first time a transfer touches it, and cached.
+ * Nothing is mapped at connect time.
+ *
+ * The connection stays open and sits in a worker's epoll set (EPOLLRDHUP
+ * only, so replies are not stolen from the requesting thread): when the peer
+ * dies it hangs up, and every mapping of it is dropped. A restarted peer
+ * (new instance id in its descriptor) has its old mappings dropped too.
+ *
+ * Locking: `lock` serialises connecting, requests and map-cache updates;
+ * copies hold `map_lock` shared while they touch a mapping, and dropping
+ * takes it exclusive, so no copy ever runs on an unmapped region.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "engine/internal.h"
+#include "engine/transports/shm/shm.h"
+
+void cre_peer_local_init(cre_peer_local *l)
+{
+    memset(l, 0, sizeof(*l));
+    l->sock = -1;
+    pthread_mutex_init(&l->lock, NULL);
+    pthread_rwlock_init(&l->map_lock, NULL);
+}
+
+/* Unmap everything and close the connection. Caller holds lock and
+ * map_lock exclusively. */
+static void drop_locked(cr_engine *e, cre_peer_local *l)
+{
+    for (size_t i = 0; i < l->n_maps; i++)
+        munmap(l->maps[i].base, l->maps[i].size);
+    if (l->n_maps > 0)
+        atomic_fetch_sub(&e->stats.shm_mappings, l->n_maps);
+    l->n_maps = 0;
+    if (l->ctl != NULL)
+        munmap(l->ctl, l->ctl_size);
+    l->ctl = NULL;
+    if (l->sock >= 0) {
+        if (l->watch.worker != NULL)
+            epoll_ctl(l->watch.worker->epfd, EPOLL_CTL_DEL, l->sock, NULL);
+        close(l->sock);
+    }
+    l->sock = -1;
+    l->watch.worker = NULL;
+    atomic_store(&l->cma_state, 0);
+}
+
+void cre_peer_local_fini(cre_peer_local *l)
+{
+    /* engine teardown: workers are stopped, no copy runs */
+    for (size_t i = 0; i < l->n_maps; i++)
+        munmap(l->maps[i].base, l->maps[i].size);
+    if (l->ctl != NULL)
+        munmap(l->ctl, l->ctl_size);
+    if (l->sock >= 0)
+        close(l->sock);
+    free(l->maps);
+    pthread_mutex_destroy(&l->lock);
+    pthread_rwlock_destroy(&l->map_lock);
+}
+
+void cre_peer_local_drop(cre_peer *p)
+{
+    cre_peer_local *l = &p->local;
+    pthread_mutex_lock(&l->lock);
+    pthread_rwlock_wrlock(&l->map_lock);
+    if (l->sock >= 0 || l->n_maps > 0)
+        crb_log(CRB_LOG_INFO, "dropping %zu shared mapping(s) of %s", l->n_maps, p->name);
+    drop_locked(p->engine, l);
+    atomic_store(&l->refused, false);
+    pthread_rwlock_unlock(&l->map_lock);
+    pthread_mutex_unlock(&l->lock);
+}
+
+void cre_shm_watch_on_event(cre_conn *c, uint32_t events)
+{
+    if (!(events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+        return;
+    cre_peer *p = c->peer;
+    crb_log(CRB_LOG_INFO, "same-host peer %s hung up", p->name);
+    /* Take it out of the epoll set first so it does not fire again. */
+    epoll_ctl(c->worker->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    cre_peer_local_drop(p);
+}
+
+/* One request/reply exchange; on success *fd is the received descriptor. */
+static int ask(cre_peer *p, uint8_t op, uint64_t id, int *fd, uint64_t *size)
+{
+    cre_peer_local *l = &p->local;
+    crp_buf body = {0};
+    crp_shm_request req = {.op = op, .id = id};
+    int rc = crp_shm_request_encode(&req, &body);
+    if (rc < 0)
+        return rc;
+    uint64_t deadline = crb_now_ns() + (uint64_t)p->engine->connect_timeout_ms * 1000000ull;
+    rc = crb_write_full(l->sock, body.data, body.len, deadline);
+    crp_buf_free(&body);
+    if (rc < 0)
+        return crb_error(CR_ERR_CONNECTION, "shm request to %s: %s", p->name,
+                         cr_last_error_message());
+    uint8_t buf[256];
+    union {
+        char c[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {buf, sizeof(buf)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.c,
+                        .msg_controllen = sizeof(u.c)};
+    ssize_t n;
+    for (;;) {
+        struct pollfd pf = {.fd = l->sock, .events = POLLIN};
+        uint64_t now = crb_now_ns();
+        if (now >= deadline)
+            return crb_error(CR_ERR_TIMEOUT, "shm service of %s did not answer", p->name);
+        if (poll(&pf, 1, (int)((deadline - now) / 1000000 + 1)) <= 0)
+            continue;
+        n = recvmsg(l->sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        break;
+    }
+    int got_fd = -1;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL; cm = CMSG_NXTHDR(&mh, cm))
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+            memcpy(&got_fd, CMSG_DATA(cm), sizeof(int));
+    if (n <= 0) {
+        if (got_fd >= 0)
+            close(got_fd);
+        return crb_error(CR_ERR_CONNECTION, "shm service of %s closed the connection", p->name);
+    }
+    crp_shm_reply rep;
+    rc = crp_shm_reply_decode(buf, (size_t)n, &rep);
+    if (rc == 0 && rep.status != 0)
+        rc = crb_error(rep.status < 0 ? rep.status : CR_ERR_REMOTE,
+                       "shm service of %s refused %s %llu", p->name,
+                       op == CRP_SHM_CONTROL_PAGE ? "the control page" : "region",
+                       (unsigned long long)id);
+    if (rc == 0 && got_fd < 0)
+        rc = crb_error(CR_ERR_MALFORMED_FRAME, "shm reply of %s carried no fd", p->name);
+    if (rc < 0) {
+        if (got_fd >= 0)
+            close(got_fd);
+        return rc;
+    }
+    *fd = got_fd;
+    *size = rep.size;
+    return 0;
+}
+
+/* Connect and map the control page. Caller holds l->lock. */
+static int connect_locked(cre_peer *p)
+{
+    cre_peer_local *l = &p->local;
+    cr_engine *e = p->engine;
+    if (l->sock >= 0)
+        return 0;
+    char address[CRP_MAX_ADDRESS + 1];
+    pthread_mutex_lock(&p->lock);
+    memcpy(address, p->shm_address, sizeof(address));
+    uint64_t instance = p->desc.instance;
+    pthread_mutex_unlock(&p->lock);
+    if (address[0] != '@')
+        return crb_error(CR_ERR_TRANSPORT_UNSUPPORTED, "%s offers no shm service", p->name);
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return crb_error(CR_ERR_SYSTEM, "socket(AF_UNIX): %s", strerror(errno));
+    struct sockaddr_un sa;
+    socklen_t sl = cre_abstract_addr(address, &sa);
+    if (connect(s, (struct sockaddr *)&sa, sl) < 0) {
+        int err = errno;
+        close(s);
+        return crb_error(CR_ERR_PEER_UNREACHABLE, "shm service %s of %s: %s", address, p->name,
+                         strerror(err));
+    }
+    l->sock = s;
+    int fd;
+    uint64_t size;
+    int rc = ask(p, CRP_SHM_CONTROL_PAGE, 0, &fd, &size);
+    if (rc == 0) {
+        void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (m == MAP_FAILED)
+            rc = crb_error(CR_ERR_SYSTEM, "mapping the control page of %s: %s", p->name,
+                           strerror(errno));
+        else if (size < (uint64_t)CRE_CTL_SLOTS * sizeof(cre_ctl_slot))
+            rc = crb_error(CR_ERR_MALFORMED_FRAME, "control page of %s is %llu bytes", p->name,
+                           (unsigned long long)size);
+        if (rc == 0) {
+            l->ctl = m;
+            l->ctl_size = size;
+        } else if (m != MAP_FAILED) {
+            munmap(m, size);
+        }
+    }
+    if (rc < 0) {
+        if (rc == CR_ERR_AUTH_FAILED)
+            atomic_store(&l->refused, true);
+        close(l->sock);
+        l->sock = -1;
+        return rc;
+    }
+    l->instance = instance;
+    /* Watch for the peer hanging up. */
+    l->watch.kind = CRE_CONN_SHM_WATCH;
+    l->watch.fd = l->sock;
+    l->watch.peer = p;
+    l->watch.engine = e;
+    cre_worker *w = &e->workers[atomic_fetch_add(&e->next_worker, 1) % e->n_workers];
+    if (cre_worker_add_conn(w, &l->watch, EPOLLRDHUP) < 0)
+        l->watch.worker = NULL;
+    return 0;
+}
+
+int cre_peer_local_connect(cre_peer *p)
+{
+    pthread_mutex_lock(&p->local.lock);
+    int rc = atomic_load(&p->local.refused) ? CR_ERR_AUTH_FAILED : connect_locked(p);
+    pthread_mutex_unlock(&p->local.lock);
+    return rc;
+}
+
+static cre_shm_map *find_map(cre_peer_local *l, uint64_t id)
+{
+    for (size_t i = 0; i < l->n_maps; i++)
+        if (l->maps[i].id == id)
+            return &l->maps[i];
+    return NULL;
+}
+
+int cre_peer_local_map(cre_peer *p, uint64_t id)
+{
+    cre_peer_local *l = &p->local;
+    pthread_mutex_lock(&l->lock);
+    int rc = atomic_load(&l->refused) ? CR_ERR_AUTH_FAILED : connect_locked(p);
+    if (rc < 0 || find_map(l, id) != NULL)
+        goto out_unlock;
+    int fd;
+    uint64_t size;
+    rc = ask(p, CRP_SHM_REGION, id, &fd, &size);
+    if (rc < 0)
+        goto out_unlock;
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) {
+        rc = crb_error(CR_ERR_SYSTEM, "mapping region %llu of %s: %s", (unsigned long long)id,
+                       p->name, strerror(errno));
+        goto out_unlock;
+    }
+    pthread_rwlock_wrlock(&l->map_lock);
+    if (l->n_maps == l->cap_maps) {
+        size_t ncap = l->cap_maps ? l->cap_maps * 2 : 8;
+        cre_shm_map *nm = realloc(l->maps, ncap * sizeof(*nm));
+        if (nm == NULL) {
+            pthread_rwlock_unlock(&l->map_lock);
+            munmap(m, size);
+            rc = crb_error(CR_ERR_NO_MEMORY, "map table of %s", p->name);
+            goto out_unlock;
+        }
+        l->maps = nm;
+        l->cap_maps = ncap;
+    }
+    l->maps[l->n_maps++] = (cre_shm_map){id, m, size};
+    pthread_rwlock_unlock(&l->map_lock);
+    atomic_fetch_add(&p->engine->stats.shm_mappings, 1);
+    crb_log(CRB_LOG_DEBUG, "mapped region %llu of %s (%llu bytes)", (unsigned long long)id,
+            p->name, (unsigned long long)size);
+out_unlock:
+    pthread_mutex_unlock(&l->lock);
+    return rc;
+}
+
+uint8_t *cre_peer_local_find_locked(cre_peer *p, uint64_t id, uint64_t *size)
+{
+    cre_shm_map *m = find_map(&p->local, id);
+    if (m == NULL)
+        return NULL;
+    *size = m->size;
+    return m->base;
+}

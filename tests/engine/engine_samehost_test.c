@@ -1,0 +1,394 @@
+/*
+ * engine_samehost_test.c - same-host transports with real processes:
+ * shared memory (shm) for cr_alloc_shared buffers, process_vm_readv/writev
+ * (cma) for private ones, tcp when a peer refuses either; the protocol
+ * choice honoured; a peer of another user refused fds; peer death dropping
+ * mappings; the unregistration fence; mixed memory kinds (seed 002).
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "crescent/engine.h"
+#include "harness.h"
+
+static cr_engine *make_engine(const char *protocol)
+{
+    cr_engine_config cfg;
+    cr_engine_config_init(&cfg);
+    cfg.protocol = protocol;
+    cfg.request_timeout_ms = 5000;
+    cr_engine *e = NULL;
+    assert_int_equal(cr_engine_create(&cfg, &e), 0);
+    return e;
+}
+
+static void check_pattern(const uint8_t *p, uint64_t len, uint64_t seed)
+{
+    for (uint64_t i = 0; i < len; i++)
+        if (p[i] != test_pattern(i, seed))
+            fail_msg("byte %llu: got %u want %u", (unsigned long long)i, p[i],
+                     test_pattern(i, seed));
+}
+
+static void fill(uint8_t *p, uint64_t len, uint64_t seed)
+{
+    for (uint64_t i = 0; i < len; i++)
+        p[i] = test_pattern(i, seed);
+}
+
+/* Read the whole remote buffer, verify, write a new pattern at an offset,
+ * have the peer check it. */
+static void round_trip(cr_engine *e, test_peer *peer, cr_segment_handle seg, uint8_t *local,
+                       uint64_t remote, uint64_t len, uint64_t seed)
+{
+    memset(local, 0, len);
+    assert_int_equal(cr_engine_transfer_sync(e, CR_OP_READ, local, seg, remote, len, 0), 0);
+    check_pattern(local, len, remote);
+    fill(local, len - 100, seed);
+    assert_int_equal(
+        cr_engine_transfer_sync(e, CR_OP_WRITE, local, seg, remote + 100, len - 100, 0), 0);
+    assert_string_equal(peer_cmd(peer, "check %llu %llu %llu", (unsigned long long)(remote + 100),
+                                 (unsigned long long)(len - 100), (unsigned long long)seed),
+                        "OK");
+    /* Put the original contents back for the next round trip. */
+    fill(local, len, remote);
+    assert_int_equal(cr_engine_transfer_sync(e, CR_OP_WRITE, local, seg, remote, len, 0), 0);
+}
+
+static void every_path_is_taken(void **state)
+{
+    (void)state;
+    test_peer peer;
+    assert_int_equal(peer_start(&peer, NULL), 0);
+    const uint64_t len = 4 << 20;
+    uint64_t shared = peer_reg(&peer, "shared", len, 0);
+    uint64_t priv = peer_reg(&peer, "cpu:0", len, 0);
+    assert_true(shared != 0 && priv != 0);
+    uint8_t *local = malloc(len);
+
+    /* auto: shm for shareable memory, cma for private memory, no tcp. */
+    cr_engine *e = make_engine("auto");
+    assert_int_equal(cr_engine_register(e, local, len, "cpu:0", true), 0);
+    cr_segment_handle seg;
+    assert_int_equal(cr_engine_open_segment(e, peer.name, &seg), 0);
+    cr_engine_stats st;
+    cr_engine_get_stats(e, &st);
+    assert_int_equal(st.shm_mappings, 0); /* nothing mapped at connect time */
+    round_trip(e, &peer, seg, local, shared, len, 11);
+    cr_engine_get_stats(e, &st);
+    assert_int_equal(st.bytes_shm, 3 * len - 100);
+    assert_int_equal(st.shm_mappings, 1);
+    round_trip(e, &peer, seg, local, priv, len, 12);
+    cr_engine_get_stats(e, &st);
+    assert_int_equal(st.bytes_cma, 3 * len - 100);
+    assert_int_equal(st.bytes_tcp, 0);
+    assert_int_equal(cr_engine_unregister(e, local), 0);
+    cr_engine_destroy(e);
+
+    /* tcp requested: nothing else is used, even on one host. */
+    e = make_engine("tcp");
+    assert_int_equal(cr_engine_register(e, local, len, "cpu:0", true), 0);
+    assert_int_equal(cr_engine_open_segment(e, peer.name, &seg), 0);
+    round_trip(e, &peer, seg, local, shared, len, 13);
+    cr_engine_get_stats(e, &st);
+    assert_int_equal(st.bytes_shm + st.bytes_cma, 0);
+    assert_int_equal(st.bytes_tcp, 3 * len - 100);
+    assert_int_equal(cr_engine_unregister(e, local), 0);
+    cr_engine_destroy(e);
+
+    /* Another (simulated) host: tcp, although both paths exist here. */
+    setenv("CRESCENT_HOST_ID", "somewhere-else", 1);
+    e = make_engine("auto");
+    unsetenv("CRESCENT_HOST_ID");
+    assert_int_equal(cr_engine_register(e, local, len, "cpu:0", true), 0);
+    assert_int_equal(cr_engine_open_segment(e, peer.name, &seg), 0);
+    round_trip(e, &peer, seg, local, shared, len, 14);
+    cr_engine_get_stats(e, &st);
+    assert_int_equal(st.bytes_shm + st.bytes_cma, 0);
+    assert_true(st.bytes_tcp > 0);
+    assert_int_equal(cr_engine_unregister(e, local), 0);
+    cr_engine_destroy(e);
+
+    /* shm only, with a peer that offers no CMA: the private buffer cannot
+     * be reached and the refusal names it. */
+    test_peer nocma;
+    const char *args[] = {"--no-cma", NULL};
+    assert_int_equal(peer_start(&nocma, args), 0);
+    uint64_t priv2 = peer_reg(&nocma, "cpu:0", 4096, 0);
+    e = make_engine("shm");
+    assert_int_equal(cr_engine_register(e, local, len, "cpu:0", true), 0);
+    assert_int_equal(cr_engine_open_segment(e, nocma.name, &seg), 0);
+    assert_int_equal(cr_engine_transfer_sync(e, CR_OP_READ, local, seg, priv2, 4096, 0),
+                     CR_ERR_TRANSPORT_UNSUPPORTED);
+    assert_int_equal(cr_engine_unregister(e, local), 0);
+    cr_engine_destroy(e);
+    assert_int_equal(peer_stop(&nocma), 0);
+
+    free(local);
+    assert_int_equal(peer_stop(&peer), 0);
+}
+
+/* Runs in a child that dropped to uid/gid 65534: exit code says what failed. */
+static int unprivileged_initiator(const char *peer_name, uint64_t shared, uint64_t priv,
+                                  int expect_shm)
+{
+    if (setgid(65534) != 0 || setuid(65534) != 0)
+        return 10;
+    cr_engine_config cfg;
+    cr_engine_config_init(&cfg);
+    cr_engine *e;
+    if (cr_engine_create(&cfg, &e) != 0)
+        return 11;
+    uint64_t len = 1 << 20;
+    uint8_t *local = malloc(len);
+    int rc = 0;
+    cr_segment_handle seg;
+    if (cr_engine_register(e, local, len, "cpu:0", true) != 0 ||
+        cr_engine_open_segment(e, peer_name, &seg) != 0)
+        rc = 12;
+    if (rc == 0 && cr_engine_transfer_sync(e, CR_OP_READ, local, seg, shared, len, 0) != 0)
+        rc = 13;
+    for (uint64_t i = 0; rc == 0 && i < len; i++)
+        if (local[i] != test_pattern(i, shared))
+            rc = 14;
+    if (rc == 0 && cr_engine_transfer_sync(e, CR_OP_READ, local, seg, priv, len, 0) != 0)
+        rc = 15;
+    for (uint64_t i = 0; rc == 0 && i < len; i++)
+        if (local[i] != test_pattern(i, priv))
+            rc = 16;
+    cr_engine_stats st;
+    cr_engine_get_stats(e, &st);
+    if (rc == 0 && st.bytes_cma != 0)
+        rc = 17; /* the kernel or the peer must have refused CMA */
+    if (rc == 0 && expect_shm && st.bytes_shm != len)
+        rc = 18;
+    if (rc == 0 && !expect_shm && st.bytes_shm != 0)
+        rc = 19; /* the peer must have refused the fd */
+    if (rc == 0 && st.bytes_tcp != (expect_shm ? len : 2 * len))
+        rc = 20; /* what was refused went over tcp */
+    if (rc == 0 && st.transport_fallbacks == 0)
+        rc = 21;
+    cr_engine_unregister(e, local);
+    cr_engine_destroy(e);
+    free(local);
+    return rc;
+}
+
+static int run_unprivileged(const char *const *peer_args, int expect_shm)
+{
+    test_peer peer;
+    assert_int_equal(peer_start(&peer, peer_args), 0);
+    uint64_t shared = peer_reg(&peer, "shared", 1 << 20, 0);
+    uint64_t priv = peer_reg(&peer, "cpu:0", 1 << 20, 0);
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(unprivileged_initiator(peer.name, shared, priv, expect_shm));
+    int st = 0;
+    waitpid(pid, &st, 0);
+    assert_int_equal(peer_stop(&peer), 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
+}
+
+static void another_user_is_refused_and_falls_back(void **state)
+{
+    (void)state;
+    if (getuid() != 0) {
+        print_message("needs root to create a second user; skipped\n");
+        skip();
+    }
+    /* Default peer: fds only for its own uid → shm and cma refused → tcp. */
+    assert_int_equal(run_unprivileged(NULL, 0), 0);
+    /* Peer allowing any user: shm works; CMA into a root process is refused
+     * by the kernel (EPERM) → tcp. */
+    const char *args[] = {"--any-user", NULL};
+    assert_int_equal(run_unprivileged(args, 1), 0);
+}
+
+static void peer_death_drops_mappings(void **state)
+{
+    (void)state;
+    test_peer peer;
+    assert_int_equal(peer_start(&peer, NULL), 0);
+    uint64_t shared = peer_reg(&peer, "shared", 1 << 20, 0);
+    cr_engine *e = make_engine("auto");
+    uint8_t *local = malloc(1 << 20);
+    assert_int_equal(cr_engine_register(e, local, 1 << 20, "cpu:0", true), 0);
+    cr_segment_handle seg;
+    assert_int_equal(cr_engine_open_segment(e, peer.name, &seg), 0);
+    assert_int_equal(cr_engine_transfer_sync(e, CR_OP_READ, local, seg, shared, 1 << 20, 0), 0);
+    cr_engine_stats st;
+    cr_engine_get_stats(e, &st);
+    assert_int_equal(st.shm_mappings, 1);
+    peer_kill(&peer);
+    for (int i = 0; i < 200; i++) { /* the watcher notices the hang-up */
+        cr_engine_get_stats(e, &st);
+        if (st.shm_mappings == 0)
+            break;
+        usleep(10 * 1000);
+    }
+    assert_int_equal(st.shm_mappings, 0);
+    /* A restarted peer works after reopening. */
+    assert_int_equal(peer_start(&peer, NULL), 0);
+    shared = peer_reg(&peer, "shared", 1 << 20, 0);
+    assert_int_equal(cr_engine_open_segment(e, peer.name, &seg), 0);
+    assert_int_equal(cr_engine_transfer_sync(e, CR_OP_READ, local, seg, shared, 1 << 20, 0), 0);
+    check_pattern(local, 1 << 20, shared);
+    cr_engine_get_stats(e, &st);
+    assert_int_equal(st.shm_mappings, 1);
+    assert_int_equal(peer_stop(&peer), 0);
+    assert_int_equal(cr_engine_unregister(e, local), 0);
+    cr_engine_destroy(e);
+    free(local);
+}
+
+typedef struct writer {
+    cr_engine *e;
+    cr_segment_handle seg;
+    uint8_t *local;
+    uint64_t remote, len;
+    atomic_bool stop;
+    atomic_int ok, refused, other;
+} writer;
+
+static void *keep_writing(void *p)
+{
+    writer *w = p;
+    while (!atomic_load(&w->stop)) {
+        int rc = cr_engine_transfer_sync(w->e, CR_OP_WRITE, w->local, w->seg, w->remote, w->len,
+                                         0);
+        if (rc == 0)
+            atomic_fetch_add(&w->ok, 1);
+        else if (rc == CR_ERR_ADDRESS_NOT_REGISTERED)
+            atomic_fetch_add(&w->refused, 1);
+        else
+            atomic_fetch_add(&w->other, 1);
+    }
+    return NULL;
+}
+
+static void unregister_race(const char *loc)
+{
+    test_peer peer;
+    assert_int_equal(peer_start(&peer, NULL), 0);
+    const uint64_t len = 32 << 20;
+    uint64_t remote = peer_reg(&peer, loc, len, 0);
+    assert_true(remote != 0);
+    writer w = {.e = make_engine("auto"), .remote = remote, .len = len};
+    w.local = malloc(len);
+    memset(w.local, 0xee, len);
+    assert_int_equal(cr_engine_register(w.e, w.local, len, "cpu:0", true), 0);
+    assert_int_equal(cr_engine_open_segment(w.e, peer.name, &w.seg), 0);
+    pthread_t th;
+    pthread_create(&th, NULL, keep_writing, &w);
+    while (atomic_load(&w.ok) < 3)
+        usleep(1000);
+    /* The peer unregisters while writes stream in, reuses the memory at once
+     * and checks 300 ms later that no write landed after unregister
+     * returned. */
+    const char *r = peer_cmd(&peer, "unreg_reuse %llu %llu", (unsigned long long)remote,
+                             (unsigned long long)len);
+    atomic_store(&w.stop, true);
+    pthread_join(th, NULL);
+    assert_string_equal(r, "OK");
+    print_message("%s: %d writes before, %d refused after, %d other\n", loc,
+                  atomic_load(&w.ok), atomic_load(&w.refused), atomic_load(&w.other));
+    assert_true(atomic_load(&w.refused) > 0); /* failed visibly */
+    assert_int_equal(atomic_load(&w.other), 0);
+    cr_engine_stats st;
+    cr_engine_get_stats(w.e, &st);
+    assert_int_equal(st.bytes_tcp, 0); /* it really was a same-host path */
+    assert_int_equal(cr_engine_unregister(w.e, w.local), 0);
+    cr_engine_destroy(w.e);
+    free(w.local);
+    assert_int_equal(peer_stop(&peer), 0);
+}
+
+static void unregistration_fence_shm(void **state)
+{
+    (void)state;
+    unregister_race("shared");
+}
+
+static void unregistration_fence_cma(void **state)
+{
+    (void)state;
+    unregister_race("cpu:0");
+}
+
+static void mixed_kinds_side_by_side(void **state)
+{
+    (void)state;
+    test_peer peer;
+    assert_int_equal(peer_start(&peer, NULL), 0);
+    uint64_t shared = peer_reg(&peer, "shared", 65536, 0);
+    uint64_t priv = peer_reg(&peer, "cpu:0", 65536, 0);
+    cr_engine *e = make_engine("auto");
+    uint8_t *local = malloc(65536);
+    assert_int_equal(cr_engine_register(e, local, 65536, "cpu:0", true), 0);
+    cr_segment_handle seg;
+    assert_int_equal(cr_engine_open_segment(e, peer.name, &seg), 0);
+    round_trip(e, &peer, seg, local, shared, 65536, 21);
+    round_trip(e, &peer, seg, local, priv, 65536, 22);
+    /* Unservable device memory appears next to them. */
+    uint64_t dev = peer_reg(&peer, "cuda:0", 65536, 0);
+    uint64_t shared2 = peer_reg(&peer, "shared", 8192, 0);
+    assert_int_equal(cr_engine_transfer_sync(e, CR_OP_READ, local, seg, dev, 4096, 0),
+                     CR_ERR_TRANSPORT_UNSUPPORTED);
+    assert_non_null(strstr(cr_last_error_message(), "cuda"));
+    /* ...and breaks nothing else, old or new. */
+    round_trip(e, &peer, seg, local, shared, 65536, 23);
+    round_trip(e, &peer, seg, local, priv, 65536, 24);
+    round_trip(e, &peer, seg, local, shared2, 8192, 25);
+    cr_engine_stats st;
+    cr_engine_get_stats(e, &st);
+    assert_true(st.bytes_shm > 0 && st.bytes_cma > 0);
+    assert_int_equal(st.bytes_tcp, 0);
+    assert_int_equal(cr_engine_unregister(e, local), 0);
+    cr_engine_destroy(e);
+    free(local);
+    assert_int_equal(peer_stop(&peer), 0);
+}
+
+static void shared_allocation_api(void **state)
+{
+    (void)state;
+    void *p = NULL;
+    assert_int_equal(cr_alloc_shared(0, &p), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cr_alloc_shared(3200ull << 20, &p), 0); /* reserved, not committed */
+    assert_int_equal((uintptr_t)p % (2 << 20), 0);
+    cr_engine *e = make_engine("auto");
+    assert_int_equal(cr_engine_register(e, (uint8_t *)p + 4096, 1 << 20, "*", true), 0);
+    assert_int_equal(cr_free_shared(p), CR_ERR_INVALID_ARGUMENT); /* still registered */
+    assert_int_equal(cr_engine_unregister(e, (uint8_t *)p + 4096), 0);
+    assert_int_equal(cr_free_shared(p), 0);
+    int x;
+    assert_int_equal(cr_free_shared(&x), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cr_free_shared(NULL), 0);
+    cr_engine_destroy(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(shared_allocation_api),
+        cmocka_unit_test(every_path_is_taken),
+        cmocka_unit_test(another_user_is_refused_and_falls_back),
+        cmocka_unit_test(peer_death_drops_mappings),
+        cmocka_unit_test(unregistration_fence_shm),
+        cmocka_unit_test(unregistration_fence_cma),
+        cmocka_unit_test(mixed_kinds_side_by_side),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
