@@ -352,6 +352,9 @@ void cre_peer_local_init(cre_peer_local *l);
 void cre_peer_local_fini(cre_peer_local *l);
 /* Drop every mapping of the peer (it died or restarted). */
 void cre_peer_local_drop(cre_peer *p);
+/* Drop mappings of regions that are not among live_ids (the descriptor no
+ * longer lists a buffer in them). */
+void cre_peer_local_prune(cre_peer *p, const uint64_t *live_ids, size_t n_live);
 void cre_shm_watch_on_event(cre_conn *c, uint32_t events);
 
 /* batch.c */

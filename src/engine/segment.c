@@ -84,6 +84,12 @@ int cre_peer_refresh(cre_peer *p)
             cma_pid = (int32_t)atoi(d.endpoints[i].address);
     }
     bool same_host = !p->is_self && strcmp(d.host_id, p->engine->host_id) == 0;
+    /* Shared regions the new descriptor still has buffers in. */
+    uint64_t *live = calloc(d.n_buffers ? d.n_buffers : 1, sizeof(*live));
+    size_t n_live = 0;
+    for (size_t i = 0; live != NULL && i < d.n_buffers; i++)
+        if (extra[i].shared_id != 0)
+            live[n_live++] = extra[i].shared_id;
 
     pthread_mutex_lock(&p->lock);
     bool restarted = p->desc_valid && p->desc.instance != d.instance;
@@ -97,8 +103,12 @@ int cre_peer_refresh(cre_peer *p)
     p->desc_valid = true;
     p->desc_stale = false;
     pthread_mutex_unlock(&p->lock);
-    if (restarted)
+    if (restarted) {
         cre_peer_local_drop(p); /* mappings of the old process are worthless */
+    } else if (live != NULL) {
+        cre_peer_local_prune(p, live, n_live); /* regions without buffers: let go */
+    }
+    free(live);
     /* The peer answered: lanes should retry at once rather than wait out a
      * back-off earned while it was down. */
     for (size_t i = 0; i < p->n_lanes; i++)

@@ -309,6 +309,7 @@ static void unregister_race(const char *loc)
     cr_engine_stats st;
     cr_engine_get_stats(w.e, &st);
     assert_int_equal(st.bytes_tcp, 0); /* it really was a same-host path */
+    assert_int_equal(st.shm_mappings, 0); /* the unregistered region was unmapped */
     assert_int_equal(cr_engine_unregister(w.e, w.local), 0);
     cr_engine_destroy(w.e);
     free(w.local);

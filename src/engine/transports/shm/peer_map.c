@@ -284,6 +284,43 @@ out_unlock:
     return rc;
 }
 
+void cre_peer_local_unmap(cre_peer *p, uint64_t id)
+{
+    cre_peer_local *l = &p->local;
+    pthread_mutex_lock(&l->lock);
+    pthread_rwlock_wrlock(&l->map_lock);
+    cre_shm_map *m = find_map(l, id);
+    if (m != NULL) {
+        munmap(m->base, m->size);
+        *m = l->maps[--l->n_maps];
+        atomic_fetch_sub(&p->engine->stats.shm_mappings, 1);
+        crb_log(CRB_LOG_DEBUG, "unmapped region %llu of %s", (unsigned long long)id, p->name);
+    }
+    pthread_rwlock_unlock(&l->map_lock);
+    pthread_mutex_unlock(&l->lock);
+}
+
+void cre_peer_local_prune(cre_peer *p, const uint64_t *live_ids, size_t n_live)
+{
+    cre_peer_local *l = &p->local;
+    pthread_mutex_lock(&l->lock);
+    pthread_rwlock_wrlock(&l->map_lock);
+    for (size_t i = 0; i < l->n_maps;) {
+        bool live = false;
+        for (size_t j = 0; j < n_live && !live; j++)
+            live = live_ids[j] == l->maps[i].id;
+        if (live) {
+            i++;
+            continue;
+        }
+        munmap(l->maps[i].base, l->maps[i].size);
+        l->maps[i] = l->maps[--l->n_maps];
+        atomic_fetch_sub(&p->engine->stats.shm_mappings, 1);
+    }
+    pthread_rwlock_unlock(&l->map_lock);
+    pthread_mutex_unlock(&l->lock);
+}
+
 uint8_t *cre_peer_local_find_locked(cre_peer *p, uint64_t id, uint64_t *size)
 {
     cre_shm_map *m = find_map(&p->local, id);

@@ -54,6 +54,8 @@ static int shm_submit(cr_engine *e, const cre_endpoints *ep, cre_task *t)
                                (unsigned long long)ep->remote_base);
     }
     pthread_rwlock_unlock(&p->local.map_lock);
+    if (status == CR_ERR_ADDRESS_NOT_REGISTERED)
+        cre_peer_local_unmap(p, ep->shared_id); /* do not keep its pages alive */
     if (status == 0) {
         atomic_fetch_add(&e->stats.bytes_shm, t->length);
         if (crb_log_enabled(CRB_LOG_DEBUG))

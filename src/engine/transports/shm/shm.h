@@ -18,6 +18,9 @@ socklen_t cre_abstract_addr(const char *name, struct sockaddr_un *sa);
 int cre_peer_local_connect(cre_peer *p);
 /* Make sure region `id` of the peer is mapped (first use maps it). */
 int cre_peer_local_map(cre_peer *p, uint64_t id);
+/* Drop the mapping of region `id` (its buffer was unregistered). */
+void cre_peer_local_unmap(cre_peer *p, uint64_t id);
+
 /* The mapping of region `id`, or NULL. Caller holds local.map_lock. */
 uint8_t *cre_peer_local_find_locked(cre_peer *p, uint64_t id, uint64_t *size);
 
