@@ -10,7 +10,10 @@
 
 static _Atomic uint64_t live_bytes;
 
-static uint64_t footprint(void *p) { return (uint64_t)malloc_usable_size(p) + sizeof(size_t); }
+static uint64_t footprint(void *p)
+{
+    return (uint64_t)malloc_usable_size(p) + sizeof(size_t);
+}
 
 void *crk_malloc(size_t n)
 {

@@ -17,19 +17,19 @@
 #include "base/error.h"
 #include "master/mem.h"
 
-#define NIL 0xFFFFFFFFu
-#define USED 0xFFFFFFFEu
-#define SPARE 0xFFFFFFFDu
+#define NIL       0xFFFFFFFFu
+#define USED      0xFFFFFFFEu
+#define SPARE     0xFFFFFFFDu
 #define MAX_NODES 0xFFFFFF00u
 
-#define MANTISSA_BITS 3
-#define MANTISSA_VALUE (1u << MANTISSA_BITS)
-#define MANTISSA_MASK (MANTISSA_VALUE - 1)
-#define TOP_BINS 64
-#define LEAF_BINS 8
-#define NUM_BINS (TOP_BINS * LEAF_BINS)
+#define MANTISSA_BITS    3
+#define MANTISSA_VALUE   (1u << MANTISSA_BITS)
+#define MANTISSA_MASK    (MANTISSA_VALUE - 1)
+#define TOP_BINS         64
+#define LEAF_BINS        8
+#define NUM_BINS         (TOP_BINS * LEAF_BINS)
 #define EXACT_FIT_PROBES 8
-#define INITIAL_NODES 64
+#define INITIAL_NODES    64
 
 typedef struct oa_node {
     uint64_t off; /* units */
@@ -53,7 +53,10 @@ struct crk_oa {
     uint32_t bin_head[NUM_BINS];
 };
 
-static unsigned highest_bit(uint64_t v) { return 63u - (unsigned)__builtin_clzll(v); }
+static unsigned highest_bit(uint64_t v)
+{
+    return 63u - (unsigned)__builtin_clzll(v);
+}
 
 /* Bin whose lower bound is <= size: where a free block of `size` is filed. */
 static uint32_t bin_round_down(uint64_t size)
@@ -105,7 +108,7 @@ static void bin_remove(crk_oa *oa, uint32_t n)
         uint32_t bin = bin_round_down(node->len);
         oa->bin_head[bin] = node->bin_next;
         if (node->bin_next == NIL) {
-            oa->leaf_bitmap[bin >> 3] &= (uint8_t)~(1u << (bin & 7));
+            oa->leaf_bitmap[bin >> 3] &= (uint8_t) ~(1u << (bin & 7));
             if (oa->leaf_bitmap[bin >> 3] == 0)
                 oa->top_bitmap &= ~(1ull << (bin >> 3));
         }
@@ -162,7 +165,8 @@ static void put_spare(crk_oa *oa, uint32_t n)
 int crk_oa_create(uint64_t size, uint64_t alignment, crk_oa **out)
 {
     if (alignment == 0 || (alignment & (alignment - 1)) != 0)
-        return crb_error(CR_INVALID_PARAMS, "offset allocator: alignment %llu is not a power of two",
+        return crb_error(CR_INVALID_PARAMS,
+                         "offset allocator: alignment %llu is not a power of two",
                          (unsigned long long)alignment);
     unsigned shift = (unsigned)__builtin_ctzll(alignment);
     uint64_t units = size >> shift;
@@ -341,9 +345,15 @@ int crk_oa_free(crk_oa *oa, uint32_t n)
     return 0;
 }
 
-uint64_t crk_oa_used(const crk_oa *oa) { return oa->used_units << oa->shift; }
+uint64_t crk_oa_used(const crk_oa *oa)
+{
+    return oa->used_units << oa->shift;
+}
 
-uint64_t crk_oa_capacity(const crk_oa *oa) { return oa->capacity_units << oa->shift; }
+uint64_t crk_oa_capacity(const crk_oa *oa)
+{
+    return oa->capacity_units << oa->shift;
+}
 
 void crk_oa_get_stats(const crk_oa *oa, crk_oa_stats *st)
 {

@@ -46,13 +46,13 @@ typedef struct crk_oa_allocation {
 } crk_oa_allocation;
 
 typedef struct crk_oa_stats {
-    uint64_t capacity;     /* managed bytes (segment size rounded down to alignment) */
-    uint64_t used;         /* bytes in allocations */
-    uint64_t free;         /* capacity - used */
-    uint64_t largest_free; /* largest single free block, bytes */
-    uint32_t allocations;  /* live allocations */
-    uint32_t free_blocks;  /* free blocks (1 when fully coalesced and empty) */
-    uint32_t nodes;        /* nodes in use (allocations + free blocks) */
+    uint64_t capacity;      /* managed bytes (segment size rounded down to alignment) */
+    uint64_t used;          /* bytes in allocations */
+    uint64_t free;          /* capacity - used */
+    uint64_t largest_free;  /* largest single free block, bytes */
+    uint32_t allocations;   /* live allocations */
+    uint32_t free_blocks;   /* free blocks (1 when fully coalesced and empty) */
+    uint32_t nodes;         /* nodes in use (allocations + free blocks) */
     uint32_t node_capacity; /* nodes the storage array holds now */
 } crk_oa_stats;
 

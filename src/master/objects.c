@@ -1,0 +1,1033 @@
+/*
+ * objects.c - the object table and the key operations: two-phase put (and
+ * upsert) with an owner and preemption, reads with leases, removal, batches,
+ * operator queries.
+ *
+ * The table has CRK_NUM_SHARDS shards chosen by the key hash's high bits;
+ * each shard is a chained hash table (buckets double at load factor 1) under
+ * its own mutex, plus:
+ *   - an LRU list of its complete, not hard-pinned objects (head = least
+ *     recently read; put_end appends, get_replica_list moves to the tail),
+ *     which eviction consumes from the head;
+ *   - the list of its writes in flight, oldest first (preemption, sweeps);
+ *   - its discard entries: replicas whose space is released later because a
+ *     reader lease or a slow writer may still touch it.
+ *
+ * An object is one heap block (header, key, replicas). An in-flight first
+ * put keeps its replicas inline and is not COMPLETE; an upsert of a complete
+ * object keeps the new replicas in its crk_write until put_end swaps in a new
+ * object block. Every function that touches an object holds its shard lock.
+ *
+ * Deferred release (crk_release_or_defer) is what keeps readers safe: an
+ * object removed with force, replaced by an upsert, or a write preempted
+ * while it may still be written, gives its space back only once the lease or
+ * the writer's deadline has passed.
+ */
+#include <regex.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "master/internal.h"
+#include "master/mem.h"
+
+#define INITIAL_BUCKETS 16
+
+/* --- shards ------------------------------------------------------------------ */
+
+int crk_shards_init(crk_service *s)
+{
+    size_t i;
+    int rc = 0;
+    for (i = 0; i < CRK_NUM_SHARDS; i++) {
+        crk_shard *sh = &s->shards[i];
+        sh->buckets = crk_calloc(INITIAL_BUCKETS, sizeof(*sh->buckets));
+        if (!sh->buckets) {
+            rc = crb_error(CR_ERR_NO_MEMORY, "master: shard %zu buckets", i);
+            goto undo_shards;
+        }
+        if (pthread_mutex_init(&sh->mu, NULL) != 0) {
+            crk_free(sh->buckets);
+            rc = crb_error(CR_ERR_NO_MEMORY, "master: shard %zu mutex", i);
+            goto undo_shards;
+        }
+        sh->nbuckets = INITIAL_BUCKETS;
+    }
+    return 0;
+
+undo_shards:
+    while (i-- > 0) {
+        pthread_mutex_destroy(&s->shards[i].mu);
+        crk_free(s->shards[i].buckets);
+    }
+    return rc;
+}
+
+void crk_shards_destroy(crk_service *s)
+{
+    for (size_t i = 0; i < CRK_NUM_SHARDS; i++) {
+        crk_shard *sh = &s->shards[i];
+        for (size_t b = 0; b < sh->nbuckets; b++) {
+            crk_object *o = sh->buckets[b];
+            while (o) {
+                crk_object *next = o->hnext;
+                crk_free(o->write);
+                crk_free(o);
+                o = next;
+            }
+        }
+        crk_discard *d = sh->discards;
+        while (d) {
+            crk_discard *next = d->next;
+            crk_free(d);
+            d = next;
+        }
+        crk_free(sh->buckets);
+        pthread_mutex_destroy(&sh->mu);
+    }
+}
+
+static crk_shard *shard_of(crk_service *s, uint64_t h)
+{
+    return &s->shards[(h >> 40) % CRK_NUM_SHARDS];
+}
+
+static int key_check(const char *key, size_t *len_out)
+{
+    if (!key)
+        return crb_error(CR_INVALID_KEY, "key is NULL");
+    size_t len = strnlen(key, CRK_MAX_KEY_LEN + 1);
+    if (len == 0)
+        return crb_error(CR_INVALID_KEY, "key is empty");
+    if (len > CRK_MAX_KEY_LEN)
+        return crb_error(CR_INVALID_KEY, "key is longer than %d bytes", CRK_MAX_KEY_LEN);
+    *len_out = len;
+    return 0;
+}
+
+/* Link that points at the object with this key, or the NULL link ending its chain. */
+static crk_object **lookup_link(crk_shard *sh, const char *key, size_t len, uint32_t h)
+{
+    crk_object **pp = &sh->buckets[h & (sh->nbuckets - 1)];
+    for (; *pp; pp = &(*pp)->hnext) {
+        crk_object *o = *pp;
+        if (o->hash == h && o->key_len == len && memcmp(o->key, key, len) == 0)
+            break;
+    }
+    return pp;
+}
+
+static crk_object **link_of(crk_shard *sh, const crk_object *o)
+{
+    crk_object **pp = &sh->buckets[o->hash & (sh->nbuckets - 1)];
+    while (*pp != o)
+        pp = &(*pp)->hnext;
+    return pp;
+}
+
+static void grow_buckets(crk_shard *sh)
+{
+    size_t nb = sh->nbuckets * 2;
+    crk_object **b = crk_calloc(nb, sizeof(*b));
+    if (!b)
+        return; /* longer chains, still correct */
+    for (size_t i = 0; i < sh->nbuckets; i++) {
+        crk_object *o = sh->buckets[i];
+        while (o) {
+            crk_object *next = o->hnext;
+            size_t j = o->hash & (nb - 1);
+            o->hnext = b[j];
+            b[j] = o;
+            o = next;
+        }
+    }
+    crk_free(sh->buckets);
+    sh->buckets = b;
+    sh->nbuckets = nb;
+}
+
+static void table_insert(crk_service *s, crk_shard *sh, crk_object *o)
+{
+    size_t b = o->hash & (sh->nbuckets - 1);
+    o->hnext = sh->buckets[b];
+    sh->buckets[b] = o;
+    sh->nobjs++;
+    crk_add(s->c.keys, 1);
+    if (sh->nobjs > sh->nbuckets)
+        grow_buckets(sh);
+}
+
+/* --- LRU and write lists --------------------------------------------------------- */
+
+static void lru_push_tail(crk_shard *sh, crk_object *o)
+{
+    o->lru_next = NULL;
+    o->lru_prev = sh->lru_tail;
+    if (sh->lru_tail)
+        sh->lru_tail->lru_next = o;
+    else
+        sh->lru_head = o;
+    sh->lru_tail = o;
+    o->flags |= CRK_OBJ_IN_LRU;
+    sh->lru_count++;
+}
+
+static void lru_unlink(crk_shard *sh, crk_object *o)
+{
+    if (!(o->flags & CRK_OBJ_IN_LRU))
+        return;
+    if (o->lru_prev)
+        o->lru_prev->lru_next = o->lru_next;
+    else
+        sh->lru_head = o->lru_next;
+    if (o->lru_next)
+        o->lru_next->lru_prev = o->lru_prev;
+    else
+        sh->lru_tail = o->lru_prev;
+    o->lru_prev = o->lru_next = NULL;
+    o->flags &= (uint8_t)~CRK_OBJ_IN_LRU;
+    sh->lru_count--;
+}
+
+void crk_lru_move_to_tail(crk_shard *sh, crk_object *o)
+{
+    if (!(o->flags & CRK_OBJ_IN_LRU) || sh->lru_tail == o)
+        return;
+    lru_unlink(sh, o);
+    lru_push_tail(sh, o);
+}
+
+static void write_push(crk_service *s, crk_shard *sh, crk_write *w)
+{
+    w->next = NULL;
+    w->prev = sh->w_tail;
+    if (sh->w_tail)
+        sh->w_tail->next = w;
+    else
+        sh->w_head = w;
+    sh->w_tail = w;
+    crk_add(s->c.writes, 1);
+}
+
+void crk_write_unlink(crk_shard *sh, crk_write *w)
+{
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        sh->w_head = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    else
+        sh->w_tail = w->prev;
+    w->prev = w->next = NULL;
+}
+
+/* Unlink, uncount and free a write; clears its object's pointer. */
+static void write_drop(crk_service *s, crk_shard *sh, crk_write *w)
+{
+    crk_write_unlink(sh, w);
+    if (w->obj)
+        w->obj->write = NULL;
+    crk_sub(s->c.writes, 1);
+    crk_free(w);
+}
+
+/* --- objects ------------------------------------------------------------------------ */
+
+static crk_object *obj_new(const char *key, size_t len, uint32_t h, uint32_t nrep)
+{
+    size_t keyspace = (len + 1 + 7) & ~(size_t)7;
+    crk_object *o = crk_malloc(sizeof(*o) + keyspace + nrep * sizeof(crk_replica));
+    if (!o)
+        return NULL;
+    memset(o, 0, sizeof(*o));
+    memcpy(o->key, key, len);
+    o->key[len] = '\0';
+    o->key_len = (uint16_t)len;
+    o->hash = h;
+    o->nrep = (uint8_t)nrep;
+    return o;
+}
+
+static void pin_gauges(crk_service *s, const crk_object *o, int sign)
+{
+    if (!(o->flags & CRK_OBJ_COMPLETE))
+        return;
+    if (o->flags & CRK_OBJ_HARD_PIN) {
+        if (sign > 0)
+            crk_add(s->c.hard_pinned, 1);
+        else
+            crk_sub(s->c.hard_pinned, 1);
+    }
+    if (o->flags & CRK_OBJ_SOFT_PIN) {
+        if (sign > 0)
+            crk_add(s->c.soft_pinned, 1);
+        else
+            crk_sub(s->c.soft_pinned, 1);
+    }
+}
+
+static void fill_desc(crk_replica_desc *d, const crk_replica *r, uint64_t size)
+{
+    memcpy(d->segment, r->seg->name, r->seg->name_len + 1);
+    d->address = r->seg->base + r->offset;
+    d->size = size;
+    d->mount_epoch = r->seg->epoch;
+}
+
+void crk_release_or_defer(crk_service *s, crk_shard *sh, const crk_replica *reps, uint32_t n,
+                          uint64_t value_size, uint64_t release_at, uint64_t now)
+{
+    if (n == 0)
+        return;
+    if (release_at > now) {
+        crk_discard *d = crk_malloc(sizeof(*d) + n * sizeof(crk_replica));
+        if (d) {
+            d->release_at = release_at;
+            d->bytes = crk_rep_bytes(s, value_size);
+            d->nrep = n;
+            memcpy(d->rep, reps, n * sizeof(crk_replica));
+            for (uint32_t i = 0; i < n; i++)
+                crk_note_horizon(reps[i].seg, release_at);
+            d->next = sh->discards;
+            sh->discards = d;
+            crk_add(s->c.discarded, d->bytes * n);
+            return;
+        }
+        crb_log(CRB_LOG_ERROR, "master: out of memory deferring a release; freeing now");
+    }
+    for (uint32_t i = 0; i < n; i++)
+        crk_free_replica(s, &reps[i]);
+}
+
+void crk_erase_object_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t now)
+{
+    crk_object **pp = link_of(sh, o);
+    *pp = o->hnext;
+    sh->nobjs--;
+    crk_sub(s->c.keys, 1);
+    lru_unlink(sh, o);
+    pin_gauges(s, o, -1);
+    crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now);
+    crk_free(o);
+}
+
+/* Remove the replicas on `seg` from reps[0..*n); returns how many. */
+static uint32_t drop_reps_on(crk_replica *reps, uint8_t *n, const crk_segment *seg)
+{
+    uint32_t removed = 0;
+    for (uint32_t i = 0; i < *n;) {
+        if (reps[i].seg == seg) {
+            reps[i] = reps[*n - 1];
+            (*n)--;
+            removed++;
+        } else {
+            i++;
+        }
+    }
+    return removed;
+}
+
+uint64_t crk_purge_segment_locked(crk_service *s, crk_shard *sh, crk_segment *seg)
+{
+    uint64_t writers = 0;
+    uint64_t writer_end;
+    for (size_t b = 0; b < sh->nbuckets; b++) {
+        crk_object **pp = &sh->buckets[b];
+        while (*pp) {
+            crk_object *o = *pp;
+            crk_write *w = o->write;
+            writer_end = w ? crk_sat_add(w->start_ms, s->cfg.put_start_release_timeout_ms) : 0;
+            uint32_t gone = drop_reps_on(crk_obj_reps(o), &o->nrep, seg);
+            if (w && !(o->flags & CRK_OBJ_COMPLETE) && gone && writer_end > writers)
+                writers = writer_end;
+            if (w && w->upsert && drop_reps_on(w->rep, &w->nrep, seg) && writer_end > writers)
+                writers = writer_end;
+            if (o->nrep > 0 || (w && (o->flags & CRK_OBJ_COMPLETE))) {
+                pp = &o->hnext;
+                continue;
+            }
+            /* Nothing left to read or to complete: erase (no space to free). */
+            if (w)
+                write_drop(s, sh, w);
+            crk_erase_object_locked(s, sh, o, 0); /* *pp now points past o */
+        }
+    }
+    crk_discard **dp = &sh->discards;
+    while (*dp) {
+        crk_discard *d = *dp;
+        uint8_t n = (uint8_t)d->nrep;
+        uint32_t gone = drop_reps_on(d->rep, &n, seg);
+        if (gone) {
+            d->nrep = n;
+            crk_sub(s->c.discarded, d->bytes * gone);
+            if (d->release_at > writers)
+                writers = d->release_at;
+        }
+        if (d->nrep == 0) {
+            *dp = d->next;
+            crk_free(d);
+        } else {
+            dp = &d->next;
+        }
+    }
+    return writers;
+}
+
+/* --- config checks -------------------------------------------------------------------- */
+
+static int check_replicate_config(const crk_service *s, const crk_replicate_config *cfg,
+                                  uint64_t *soft_ttl)
+{
+    if (cfg->replica_num == 0 || cfg->replica_num > CRK_MAX_REPLICAS)
+        return crb_error(CR_INVALID_PARAMS, "replica_num %u is not in 1..%d", cfg->replica_num,
+                         CRK_MAX_REPLICAS);
+    if (cfg->n_preferred > 0 && !cfg->preferred_segments)
+        return crb_error(CR_INVALID_PARAMS, "%zu preferred segments but no array",
+                         cfg->n_preferred);
+    switch (cfg->soft_pin_action) {
+    case CRK_SOFT_PIN_PRESERVE:
+    case CRK_SOFT_PIN_DISABLE:
+        if (cfg->soft_pin_ttl_ms != 0)
+            return crb_error(CR_INVALID_PARAMS,
+                             "soft_pin_ttl_ms %llu given without soft pin action ENABLE",
+                             (unsigned long long)cfg->soft_pin_ttl_ms);
+        *soft_ttl = 0;
+        return 0;
+    case CRK_SOFT_PIN_ENABLE: {
+        uint64_t ttl =
+            cfg->soft_pin_ttl_ms ? cfg->soft_pin_ttl_ms : s->cfg.default_kv_soft_pin_ttl_ms;
+        if (ttl > s->cfg.max_kv_soft_pin_ttl_ms)
+            return crb_error(
+                CR_INVALID_PARAMS, "soft_pin_ttl_ms %llu exceeds max_kv_soft_pin_ttl %llu",
+                (unsigned long long)ttl, (unsigned long long)s->cfg.max_kv_soft_pin_ttl_ms);
+        *soft_ttl = ttl;
+        return 0;
+    }
+    default:
+        return crb_error(CR_INVALID_PARAMS, "soft_pin_action %d is not 0, 1 or 2",
+                         cfg->soft_pin_action);
+    }
+}
+
+static const crk_replicate_config default_replicate = {.replica_num = 1};
+
+/* --- put ---------------------------------------------------------------------------------- */
+
+/*
+ * Preempt the stale write of `o` (shard locked). Its space is released at
+ * write start + put_start_release_timeout. Returns the object if it is still
+ * there (an upserted object keeps its old version), NULL if it was erased.
+ */
+static crk_object *preempt_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t now)
+{
+    crk_write *w = o->write;
+    uint64_t release_at = crk_sat_add(w->start_ms, s->cfg.put_start_release_timeout_ms);
+    crb_log(CRB_LOG_INFO, "master: preempting the put of '%s' started %llu ms ago", o->key,
+            (unsigned long long)crk_elapsed(now, w->start_ms));
+    crk_add(s->c.put_start_discards, 1);
+    if (w->upsert) {
+        crk_release_or_defer(s, sh, w->rep, w->nrep, w->size, release_at, now);
+        write_drop(s, sh, w);
+        if (o->nrep > 0)
+            return o;
+        crk_erase_object_locked(s, sh, o, now);
+        return NULL;
+    }
+    crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, release_at, now);
+    o->nrep = 0;
+    write_drop(s, sh, w);
+    crk_erase_object_locked(s, sh, o, now);
+    return NULL;
+}
+
+static int alloc_failure(crk_service *s, const char *key, uint64_t size, uint32_t want,
+                         const crk_place_info *info, uint32_t evictions)
+{
+    crk_add(s->c.alloc_failures, 1);
+    if (!info->any_fits && info->any_fenced)
+        return crb_error(CR_NO_AVAILABLE_HANDLE,
+                         "put_start '%s': every segment that could hold %llu bytes is fenced "
+                         "after a remount until t=%llu ms",
+                         key, (unsigned long long)size, (unsigned long long)info->min_fence);
+    if (!info->any_fits)
+        return crb_error(CR_NO_AVAILABLE_HANDLE,
+                         "put_start '%s': no mounted segment can hold %llu bytes", key,
+                         (unsigned long long)size);
+    return crb_error(CR_NO_AVAILABLE_HANDLE,
+                     "put_start '%s': no space for %llu bytes x %u replicas after %u evictions",
+                     key, (unsigned long long)size, want, evictions);
+}
+
+static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
+                          uint64_t value_size, const crk_replicate_config *cfg, uint64_t now,
+                          bool upsert, crk_replica_list *out)
+{
+    size_t len = 0;
+    uint64_t soft_ttl = 0;
+    int rc = key_check(key, &len);
+    if (rc != 0)
+        return rc;
+    if (!crk_id_valid(client))
+        return crb_error(CR_ILLEGAL_CLIENT, "put_start '%s': the zero client id is not valid", key);
+    if (!cfg)
+        cfg = &default_replicate;
+    rc = check_replicate_config(s, cfg, &soft_ttl);
+    if (rc != 0)
+        return rc;
+    if (!out)
+        return crb_error(CR_INVALID_PARAMS, "put_start '%s': no output list", key);
+
+    uint64_t h = crk_hash_bytes(key, len);
+    crk_shard *sh = shard_of(s, h);
+    uint64_t alloc_size = crk_rep_bytes(s, value_size);
+    if (alloc_size == UINT64_MAX)
+        return crb_error(CR_INVALID_PARAMS, "put_start '%s': value size %llu too large", key,
+                         (unsigned long long)value_size);
+    crk_replica reps[CRK_MAX_REPLICAS];
+
+    for (uint32_t attempt = 0;; attempt++) {
+        pthread_mutex_lock(&sh->mu);
+        crk_object *o = *lookup_link(sh, key, len, (uint32_t)h);
+        if (o && !upsert && (o->flags & CRK_OBJ_COMPLETE)) {
+            pthread_mutex_unlock(&sh->mu);
+            return crb_error(CR_OBJECT_ALREADY_EXISTS, "put_start '%s': key exists", key);
+        }
+        if (o && o->write) {
+            uint64_t age = crk_elapsed(now, o->write->start_ms);
+            if (age < s->cfg.put_start_discard_timeout_ms) {
+                pthread_mutex_unlock(&sh->mu);
+                return crb_error(CR_OBJECT_REPLICA_BUSY,
+                                 "put_start '%s': another put started %llu ms ago is in "
+                                 "flight (preemptible after %llu ms)",
+                                 key, (unsigned long long)age,
+                                 (unsigned long long)s->cfg.put_start_discard_timeout_ms);
+            }
+            o = preempt_locked(s, sh, o, now);
+        }
+        if (o && !upsert) { /* not reached: a fresh put's preempted object is erased */
+            pthread_mutex_unlock(&sh->mu);
+            return crb_error(CR_OBJECT_ALREADY_EXISTS, "put_start '%s': key exists", key);
+        }
+
+        crk_place_info info;
+        uint32_t k = crk_place(s, alloc_size, cfg->replica_num, cfg->preferred_segments,
+                               cfg->n_preferred, h, now, reps, &info);
+        if (k == 0) {
+            uint64_t rounds = atomic_load(&s->evict_rounds);
+            pthread_mutex_unlock(&sh->mu);
+            if (info.any_fits && attempt < s->cfg.max_evict_retries && s->cfg.eviction_ratio > 0) {
+                crk_evict_for_alloc(s, alloc_size, rounds, now);
+                continue;
+            }
+            return alloc_failure(s, key, value_size, cfg->replica_num, &info, attempt);
+        }
+
+        crk_write *w = crk_calloc(1, sizeof(*w) + (o ? k : 0) * sizeof(crk_replica));
+        crk_object *fresh = o ? NULL : obj_new(key, len, (uint32_t)h, k);
+        if (!w || (!o && !fresh)) {
+            crk_free(w);
+            crk_free(fresh);
+            for (uint32_t i = 0; i < k; i++)
+                crk_free_replica(s, &reps[i]);
+            pthread_mutex_unlock(&sh->mu);
+            return crb_error(CR_ERR_NO_MEMORY, "put_start '%s': object record", key);
+        }
+        w->owner = client;
+        w->start_ms = now;
+        w->size = value_size;
+        w->soft_pin_ttl = soft_ttl;
+        w->soft_action = (uint8_t)cfg->soft_pin_action;
+        w->hard_pin = cfg->hard_pin;
+        if (o) {
+            w->upsert = 1;
+            w->nrep = (uint8_t)k;
+            memcpy(w->rep, reps, k * sizeof(crk_replica));
+            w->obj = o;
+            o->write = w;
+        } else {
+            fresh->size = value_size;
+            memcpy(crk_obj_reps(fresh), reps, k * sizeof(crk_replica));
+            fresh->write = w;
+            w->obj = fresh;
+            table_insert(s, sh, fresh);
+        }
+        write_push(s, sh, w);
+
+        out->value_size = value_size;
+        out->lease_ttl_ms = 0;
+        out->n = k;
+        for (uint32_t i = 0; i < k; i++)
+            fill_desc(&out->r[i], &reps[i], value_size);
+        pthread_mutex_unlock(&sh->mu);
+        if (k < cfg->replica_num)
+            crk_add(s->c.partial_allocations, 1);
+        return 0;
+    }
+}
+
+/* Pins of the version a write completes. */
+static void apply_pins(crk_object *dst, const crk_write *w, uint8_t old_flags,
+                       uint64_t old_soft_until, uint64_t now)
+{
+    dst->flags &= (uint8_t) ~(CRK_OBJ_HARD_PIN | CRK_OBJ_SOFT_PIN);
+    if (w->hard_pin)
+        dst->flags |= CRK_OBJ_HARD_PIN;
+    switch (w->soft_action) {
+    case CRK_SOFT_PIN_ENABLE:
+        dst->flags |= CRK_OBJ_SOFT_PIN;
+        dst->soft_pin_until = crk_sat_add(now, w->soft_pin_ttl);
+        break;
+    case CRK_SOFT_PIN_PRESERVE:
+        if (w->upsert && (old_flags & CRK_OBJ_SOFT_PIN)) {
+            dst->flags |= CRK_OBJ_SOFT_PIN;
+            dst->soft_pin_until = old_soft_until;
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+static int put_end_impl(crk_service *s, crk_client_id client, const char *key, uint64_t now)
+{
+    size_t len = 0;
+    int rc = key_check(key, &len);
+    if (rc != 0)
+        return rc;
+    uint64_t h = crk_hash_bytes(key, len);
+    crk_shard *sh = shard_of(s, h);
+    pthread_mutex_lock(&sh->mu);
+    crk_object **pp = lookup_link(sh, key, len, (uint32_t)h);
+    crk_object *o = *pp;
+    if (!o) {
+        rc = crb_error(CR_OBJECT_NOT_FOUND, "put_end '%s': no such object", key);
+        goto unlock;
+    }
+    crk_write *w = o->write;
+    if (!w)
+        goto unlock; /* already complete: a repeated put_end is a no-op */
+    if (!crk_id_eq(w->owner, client)) {
+        rc = crb_error(CR_ILLEGAL_CLIENT,
+                       "put_end '%s': the write in flight is another "
+                       "client's (this one may have been preempted)",
+                       key);
+        goto unlock;
+    }
+    if (!w->upsert) {
+        apply_pins(o, w, 0, 0, now);
+        o->flags |= CRK_OBJ_COMPLETE;
+        o->last_access = now;
+        pin_gauges(s, o, +1);
+        write_drop(s, sh, w);
+        if (!(o->flags & CRK_OBJ_HARD_PIN))
+            lru_push_tail(sh, o);
+        goto unlock;
+    }
+    if (w->nrep == 0) {
+        write_drop(s, sh, w);
+        if (o->nrep == 0)
+            crk_erase_object_locked(s, sh, o, now);
+        rc = crb_error(CR_REPLICA_IS_GONE,
+                       "put_end '%s': every new replica was on an unmounted segment", key);
+        goto unlock;
+    }
+    /* Upsert: a new block with the new replicas replaces the object. */
+    crk_object *n = obj_new(key, len, (uint32_t)h, w->nrep);
+    if (!n) {
+        rc = crb_error(CR_ERR_NO_MEMORY, "put_end '%s': new version record", key);
+        goto unlock;
+    }
+    n->size = w->size;
+    memcpy(crk_obj_reps(n), w->rep, w->nrep * sizeof(crk_replica));
+    apply_pins(n, w, o->flags, o->soft_pin_until, now);
+    n->flags |= CRK_OBJ_COMPLETE;
+    n->last_access = now;
+    n->hnext = o->hnext;
+    *pp = n;
+    lru_unlink(sh, o);
+    if (!(n->flags & CRK_OBJ_HARD_PIN))
+        lru_push_tail(sh, n);
+    pin_gauges(s, o, -1);
+    pin_gauges(s, n, +1);
+    w->obj = NULL;
+    write_drop(s, sh, w);
+    /* Old replicas: readers may hold them until the old lease ends. */
+    crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now);
+    crk_free(o);
+unlock:
+    pthread_mutex_unlock(&sh->mu);
+    return rc;
+}
+
+static int put_revoke_impl(crk_service *s, crk_client_id client, const char *key, uint64_t now)
+{
+    size_t len = 0;
+    int rc = key_check(key, &len);
+    if (rc != 0)
+        return rc;
+    uint64_t h = crk_hash_bytes(key, len);
+    crk_shard *sh = shard_of(s, h);
+    pthread_mutex_lock(&sh->mu);
+    crk_object *o = *lookup_link(sh, key, len, (uint32_t)h);
+    if (!o) {
+        rc = crb_error(CR_OBJECT_NOT_FOUND, "put_revoke '%s': no such object", key);
+        goto unlock;
+    }
+    crk_write *w = o->write;
+    if (!w) {
+        rc = crb_error(CR_INVALID_WRITE, "put_revoke '%s': no write in flight", key);
+        goto unlock;
+    }
+    if (!crk_id_eq(w->owner, client)) {
+        rc = crb_error(CR_ILLEGAL_CLIENT,
+                       "put_revoke '%s': the write in flight is another "
+                       "client's",
+                       key);
+        goto unlock;
+    }
+    /* The owner has stopped writing: its space is free at once. */
+    if (w->upsert) {
+        crk_release_or_defer(s, sh, w->rep, w->nrep, w->size, 0, now);
+        write_drop(s, sh, w);
+        if (o->nrep == 0)
+            crk_erase_object_locked(s, sh, o, now);
+    } else {
+        write_drop(s, sh, w);
+        crk_erase_object_locked(s, sh, o, now); /* not leased: freed now */
+    }
+unlock:
+    pthread_mutex_unlock(&sh->mu);
+    return rc;
+}
+
+/* --- reads -------------------------------------------------------------------------------- */
+
+static int exist_impl(crk_service *s, const char *key)
+{
+    size_t len = 0;
+    int rc = key_check(key, &len);
+    if (rc != 0)
+        return rc;
+    uint64_t h = crk_hash_bytes(key, len);
+    crk_shard *sh = shard_of(s, h);
+    pthread_mutex_lock(&sh->mu);
+    crk_object *o = *lookup_link(sh, key, len, (uint32_t)h);
+    int found = o && (o->flags & CRK_OBJ_COMPLETE) && o->nrep > 0;
+    pthread_mutex_unlock(&sh->mu);
+    return found;
+}
+
+static int get_impl(crk_service *s, const char *key, uint64_t now, crk_replica_list *out)
+{
+    size_t len = 0;
+    int rc = key_check(key, &len);
+    if (rc != 0)
+        return rc;
+    if (!out)
+        return crb_error(CR_INVALID_PARAMS, "get_replica_list '%s': no output list", key);
+    uint64_t h = crk_hash_bytes(key, len);
+    crk_shard *sh = shard_of(s, h);
+    pthread_mutex_lock(&sh->mu);
+    crk_object *o = *lookup_link(sh, key, len, (uint32_t)h);
+    if (!o) {
+        rc = crb_error(CR_OBJECT_NOT_FOUND, "get_replica_list '%s': no such object", key);
+        goto unlock;
+    }
+    if (!(o->flags & CRK_OBJ_COMPLETE)) {
+        rc = crb_error(CR_REPLICA_IS_NOT_READY, "get_replica_list '%s': put in flight", key);
+        goto unlock;
+    }
+    crk_replica *reps = crk_obj_reps(o);
+    bool usable[CRK_MAX_REPLICAS];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < o->nrep; i++) {
+        usable[i] =
+            atomic_load_explicit(&reps[i].seg->state, memory_order_acquire) == CRK_SEG_MOUNTED;
+        n += usable[i];
+    }
+    if (n == 0) {
+        rc = crb_error(CR_OBJECT_NOT_FOUND,
+                       "get_replica_list '%s': every replica is on an unmounting segment", key);
+        goto unlock;
+    }
+    uint64_t until = crk_sat_add(now, s->cfg.default_kv_lease_ttl_ms);
+    if (until > o->lease_until)
+        o->lease_until = until;
+    for (uint32_t i = 0; i < o->nrep; i++)
+        crk_note_horizon(reps[i].seg, until);
+    if (now > o->last_access)
+        o->last_access = now;
+    crk_lru_move_to_tail(sh, o);
+    n = 0;
+    for (uint32_t i = 0; i < o->nrep; i++)
+        if (usable[i])
+            fill_desc(&out->r[n++], &reps[i], o->size);
+    out->n = n;
+    out->value_size = o->size;
+    out->lease_ttl_ms = s->cfg.default_kv_lease_ttl_ms;
+    crk_add(s->c.leases_granted, 1);
+unlock:
+    pthread_mutex_unlock(&sh->mu);
+    return rc;
+}
+
+/* --- removal ------------------------------------------------------------------------------ */
+
+static int remove_impl(crk_service *s, const char *key, bool force, uint64_t now)
+{
+    size_t len = 0;
+    int rc = key_check(key, &len);
+    if (rc != 0)
+        return rc;
+    uint64_t h = crk_hash_bytes(key, len);
+    crk_shard *sh = shard_of(s, h);
+    pthread_mutex_lock(&sh->mu);
+    crk_object *o = *lookup_link(sh, key, len, (uint32_t)h);
+    if (!o)
+        rc = crb_error(CR_OBJECT_NOT_FOUND, "remove '%s': no such object", key);
+    else if (o->write)
+        rc = crb_error(CR_REPLICA_IS_NOT_READY, "remove '%s': a put is in flight", key);
+    else if (o->lease_until > now && !force)
+        rc = crb_error(CR_OBJECT_HAS_LEASE, "remove '%s': leased for %llu more ms", key,
+                       (unsigned long long)(o->lease_until - now));
+    else
+        crk_erase_object_locked(s, sh, o, now); /* a forced, leased one is deferred */
+    pthread_mutex_unlock(&sh->mu);
+    return rc;
+}
+
+static uint64_t remove_matching(crk_service *s, const regex_t *re, bool force, uint64_t now)
+{
+    uint64_t count = 0;
+    for (size_t i = 0; i < CRK_NUM_SHARDS; i++) {
+        crk_shard *sh = &s->shards[i];
+        pthread_mutex_lock(&sh->mu);
+        for (size_t b = 0; b < sh->nbuckets; b++) {
+            crk_object **pp = &sh->buckets[b];
+            while (*pp) {
+                crk_object *o = *pp;
+                if (o->write || (o->lease_until > now && !force) ||
+                    (re && regexec(re, o->key, 0, NULL, 0) != 0)) {
+                    pp = &o->hnext;
+                    continue;
+                }
+                crk_erase_object_locked(s, sh, o, now); /* *pp moves past o */
+                count++;
+            }
+        }
+        pthread_mutex_unlock(&sh->mu);
+    }
+    return count;
+}
+
+/* --- public single-key calls ------------------------------------------------------------- */
+
+static int counted(crk_service *s, int op, int rc)
+{
+    crk_add(s->c.requests[op], 1);
+    if (rc < 0)
+        crk_add(s->c.failures[op], 1);
+    return rc;
+}
+
+int crk_put_start(crk_service *s, crk_client_id client, const char *key, uint64_t value_size,
+                  const crk_replicate_config *cfg, uint64_t now_ms, crk_replica_list *out)
+{
+    return counted(s, CRK_OP_PUT_START,
+                   put_start_impl(s, client, key, value_size, cfg, now_ms, false, out));
+}
+
+int crk_upsert_start(crk_service *s, crk_client_id client, const char *key, uint64_t value_size,
+                     const crk_replicate_config *cfg, uint64_t now_ms, crk_replica_list *out)
+{
+    return counted(s, CRK_OP_UPSERT_START,
+                   put_start_impl(s, client, key, value_size, cfg, now_ms, true, out));
+}
+
+int crk_put_end(crk_service *s, crk_client_id client, const char *key, uint64_t now_ms)
+{
+    return counted(s, CRK_OP_PUT_END, put_end_impl(s, client, key, now_ms));
+}
+
+int crk_put_revoke(crk_service *s, crk_client_id client, const char *key, uint64_t now_ms)
+{
+    return counted(s, CRK_OP_PUT_REVOKE, put_revoke_impl(s, client, key, now_ms));
+}
+
+int crk_exist(crk_service *s, const char *key, uint64_t now_ms)
+{
+    return counted(s, CRK_OP_EXIST, exist_impl(s, key));
+}
+
+int crk_get_replica_list(crk_service *s, const char *key, uint64_t now_ms, crk_replica_list *out)
+{
+    return counted(s, CRK_OP_GET_REPLICA_LIST, get_impl(s, key, now_ms, out));
+}
+
+int crk_remove(crk_service *s, const char *key, bool force, uint64_t now_ms)
+{
+    return counted(s, CRK_OP_REMOVE, remove_impl(s, key, force, now_ms));
+}
+
+int crk_remove_by_regex(crk_service *s, const char *pattern, bool force, uint64_t now_ms,
+                        uint64_t *removed_out)
+{
+    regex_t re;
+    if (!pattern)
+        return counted(s, CRK_OP_REMOVE_BY_REGEX,
+                       crb_error(CR_INVALID_PARAMS, "remove_by_regex: pattern is NULL"));
+    int err = regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB);
+    if (err != 0) {
+        char msg[128];
+        regerror(err, &re, msg, sizeof(msg));
+        return counted(
+            s, CRK_OP_REMOVE_BY_REGEX,
+            crb_error(CR_INVALID_PARAMS, "remove_by_regex: bad pattern '%s': %s", pattern, msg));
+    }
+    uint64_t n = remove_matching(s, &re, force, now_ms);
+    regfree(&re);
+    if (removed_out)
+        *removed_out = n;
+    return counted(s, CRK_OP_REMOVE_BY_REGEX, 0);
+}
+
+int crk_remove_all(crk_service *s, bool force, uint64_t now_ms, uint64_t *removed_out)
+{
+    uint64_t n = remove_matching(s, NULL, force, now_ms);
+    if (removed_out)
+        *removed_out = n;
+    return counted(s, CRK_OP_REMOVE_ALL, 0);
+}
+
+/* --- batches ----------------------------------------------------------------------------- */
+
+static int batch_begin(crk_service *s, int op, size_t n, const void *a, const void *b,
+                       const void *c, const void *d)
+{
+    crk_add(s->c.requests[op], 1);
+    if (n > 0 && (!a || !b || !c || !d)) {
+        crk_add(s->c.failures[op], 1);
+        return crb_error(CR_INVALID_PARAMS, "%s: NULL array for %zu keys", crk_op_name(op), n);
+    }
+    crk_add(s->c.batch_items[op], n);
+    return 0;
+}
+
+static void batch_item(crk_service *s, int op, int rc)
+{
+    if (rc < 0)
+        crk_add(s->c.batch_failed_items[op], 1);
+}
+
+int crk_batch_exist(crk_service *s, const char *const *keys, size_t n, uint64_t now_ms,
+                    int *results)
+{
+    int rc = batch_begin(s, CRK_OP_BATCH_EXIST, n, keys, results, results, results);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        batch_item(s, CRK_OP_BATCH_EXIST, results[i] = exist_impl(s, keys[i]));
+    return rc;
+}
+
+int crk_batch_get_replica_list(crk_service *s, const char *const *keys, size_t n, uint64_t now_ms,
+                               int *results, crk_replica_list *lists)
+{
+    int rc = batch_begin(s, CRK_OP_BATCH_GET_REPLICA_LIST, n, keys, results, lists, lists);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        batch_item(s, CRK_OP_BATCH_GET_REPLICA_LIST,
+                   results[i] = get_impl(s, keys[i], now_ms, &lists[i]));
+    return rc;
+}
+
+static int batch_start(crk_service *s, int op, bool upsert, crk_client_id client,
+                       const char *const *keys, const uint64_t *sizes, size_t n,
+                       const crk_replicate_config *cfg, uint64_t now, int *results,
+                       crk_replica_list *lists)
+{
+    int rc = batch_begin(s, op, n, keys, sizes, results, lists);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        batch_item(s, op,
+                   results[i] =
+                       put_start_impl(s, client, keys[i], sizes[i], cfg, now, upsert, &lists[i]));
+    return rc;
+}
+
+int crk_batch_put_start(crk_service *s, crk_client_id client, const char *const *keys,
+                        const uint64_t *value_sizes, size_t n, const crk_replicate_config *cfg,
+                        uint64_t now_ms, int *results, crk_replica_list *lists)
+{
+    return batch_start(s, CRK_OP_BATCH_PUT_START, false, client, keys, value_sizes, n, cfg, now_ms,
+                       results, lists);
+}
+
+int crk_batch_upsert_start(crk_service *s, crk_client_id client, const char *const *keys,
+                           const uint64_t *value_sizes, size_t n, const crk_replicate_config *cfg,
+                           uint64_t now_ms, int *results, crk_replica_list *lists)
+{
+    return batch_start(s, CRK_OP_BATCH_UPSERT_START, true, client, keys, value_sizes, n, cfg,
+                       now_ms, results, lists);
+}
+
+int crk_batch_put_end(crk_service *s, crk_client_id client, const char *const *keys, size_t n,
+                      uint64_t now_ms, int *results)
+{
+    int rc = batch_begin(s, CRK_OP_BATCH_PUT_END, n, keys, results, results, results);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        batch_item(s, CRK_OP_BATCH_PUT_END, results[i] = put_end_impl(s, client, keys[i], now_ms));
+    return rc;
+}
+
+int crk_batch_put_revoke(crk_service *s, crk_client_id client, const char *const *keys, size_t n,
+                         uint64_t now_ms, int *results)
+{
+    int rc = batch_begin(s, CRK_OP_BATCH_PUT_REVOKE, n, keys, results, results, results);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        batch_item(s, CRK_OP_BATCH_PUT_REVOKE,
+                   results[i] = put_revoke_impl(s, client, keys[i], now_ms));
+    return rc;
+}
+
+int crk_batch_remove(crk_service *s, const char *const *keys, size_t n, bool force, uint64_t now_ms,
+                     int *results)
+{
+    int rc = batch_begin(s, CRK_OP_BATCH_REMOVE, n, keys, results, results, results);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        batch_item(s, CRK_OP_BATCH_REMOVE, results[i] = remove_impl(s, keys[i], force, now_ms));
+    return rc;
+}
+
+/* --- operator query ---------------------------------------------------------------------- */
+
+int crk_query_key(crk_service *s, const char *key, uint64_t now_ms, crk_key_info *out)
+{
+    size_t len = 0;
+    int rc = key_check(key, &len);
+    if (rc != 0)
+        return rc;
+    if (!out)
+        return crb_error(CR_INVALID_PARAMS, "query_key '%s': no output", key);
+    uint64_t h = crk_hash_bytes(key, len);
+    crk_shard *sh = shard_of(s, h);
+    pthread_mutex_lock(&sh->mu);
+    crk_object *o = *lookup_link(sh, key, len, (uint32_t)h);
+    if (!o) {
+        pthread_mutex_unlock(&sh->mu);
+        return crb_error(CR_OBJECT_NOT_FOUND, "query_key '%s': no such object", key);
+    }
+    out->value_size = o->size;
+    out->complete = (o->flags & CRK_OBJ_COMPLETE) != 0;
+    out->write_in_flight = o->write != NULL;
+    out->hard_pinned = (o->flags & CRK_OBJ_HARD_PIN) != 0;
+    out->soft_pinned = (o->flags & CRK_OBJ_SOFT_PIN) && o->soft_pin_until > now_ms;
+    out->lease_until_ms = o->lease_until;
+    out->soft_pin_until_ms = (o->flags & CRK_OBJ_SOFT_PIN) ? o->soft_pin_until : 0;
+    out->replicas.value_size = o->size;
+    out->replicas.lease_ttl_ms = 0;
+    crk_replica *reps = crk_obj_reps(o);
+    out->replicas.n = o->nrep;
+    for (uint32_t i = 0; i < o->nrep; i++)
+        fill_desc(&out->replicas.r[i], &reps[i], o->size);
+    pthread_mutex_unlock(&sh->mu);
+    return 0;
+}
