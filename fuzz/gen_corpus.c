@@ -11,8 +11,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "crescent/status.h"
 #include "proto/frame.h"
 #include "proto/messages.h"
+#include "proto/rpc.h"
 
 static const char *root;
 
@@ -66,6 +68,168 @@ static void headers(void)
         crp_header_encode(&h[i], wire);
         write_seed("header", (int)i, wire, sizeof(wire));
     }
+}
+
+/* --- master RPC: one request, one reply and one error reply per opcode --- */
+
+static char *rpc_keys[] = {"a", "layer/0/block/1", ""};
+static uint64_t rpc_sizes[] = {4096, 1, 0};
+static char *rpc_pref[] = {"node-a:17000"};
+static crp_rpc_segment rpc_segs[] = {{"node-a:17000", 0x7f0000000000ull, 1ull << 30, 1},
+                                     {"node-b:17000", 0x1000, 4096, 2}};
+static crp_rpc_replica rpc_reps[] = {
+    {"node-a:17000", 0x7f0000001000ull, 4096, 1, CRP_RPC_REPLICA_COMPLETE},
+    {"node-b:17000", 0x2000, 4096, 2, CRP_RPC_REPLICA_PROCESSING}};
+static crp_rpc_key_result rpc_results[] = {{0, 2, rpc_reps}, {CR_NO_AVAILABLE_HANDLE, 0, NULL}};
+static int32_t rpc_statuses[] = {0, 1, CR_OBJECT_NOT_FOUND};
+static char *rpc_names[] = {"node-a:17000", "node-b:17000"};
+static const crp_rpc_uuid rpc_cid = {0x0123456789abcdefull, 0x1122334455667788ull};
+static const crp_rpc_replica_config rpc_cfg = {.replica_num = 2,
+                                               .soft_pin_action = CRP_RPC_SOFT_PIN_ENABLE,
+                                               .has_soft_pin_ttl = true,
+                                               .soft_pin_ttl_ms = 60000,
+                                               .n_preferred = 1,
+                                               .preferred_segments = rpc_pref};
+
+static void rq_hello(crp_rpc_req *m)
+{
+    m->u.hello = (crp_rpc_hello_req){CRP_RPC_VERSION, CRP_RPC_CAPS_DEFINED, rpc_cid, "crescent"};
+}
+static void rq_client(crp_rpc_req *m)
+{
+    m->u.client.client_id = rpc_cid;
+}
+static void rq_mount(crp_rpc_req *m)
+{
+    m->u.mount = (crp_rpc_mount_req){rpc_cid, rpc_segs[0]};
+}
+static void rq_remount(crp_rpc_req *m)
+{
+    m->u.remount = (crp_rpc_remount_req){rpc_cid, 2, rpc_segs};
+}
+static void rq_unmount(crp_rpc_req *m)
+{
+    m->u.unmount = (crp_rpc_unmount_req){rpc_cid, "node-a:17000"};
+}
+static void rq_key(crp_rpc_req *m)
+{
+    m->u.key.key = "layer/0/block/1";
+}
+static void rq_keys(crp_rpc_req *m)
+{
+    m->u.keys = (crp_rpc_keys_req){3, rpc_keys};
+}
+static void rq_put_start(crp_rpc_req *m)
+{
+    m->u.put_start = (crp_rpc_put_start_req){rpc_cid, "layer/0/block/1", 4096, rpc_cfg};
+}
+static void rq_owner_key(crp_rpc_req *m)
+{
+    m->u.owner_key = (crp_rpc_owner_key_req){rpc_cid, "layer/0/block/1"};
+}
+static void rq_batch_put_start(crp_rpc_req *m)
+{
+    m->u.batch_put_start = (crp_rpc_batch_put_start_req){rpc_cid, 3, rpc_keys, rpc_sizes, rpc_cfg};
+}
+static void rq_owner_keys(crp_rpc_req *m)
+{
+    m->u.owner_keys = (crp_rpc_owner_keys_req){rpc_cid, 3, rpc_keys};
+}
+static void rq_remove(crp_rpc_req *m)
+{
+    m->u.remove = (crp_rpc_remove_req){"layer/0/block/1", true};
+}
+static void rq_regex(crp_rpc_req *m)
+{
+    m->u.regex = (crp_rpc_regex_req){"^layer/[0-9]+/", false};
+}
+static void rq_force(crp_rpc_req *m)
+{
+    m->u.force.force = true;
+}
+static void rq_batch_remove(crp_rpc_req *m)
+{
+    m->u.batch_remove = (crp_rpc_batch_remove_req){3, rpc_keys, false};
+}
+static void rq_name(crp_rpc_req *m)
+{
+    m->u.name.name = "node-a:17000";
+}
+static void rq_none(crp_rpc_req *m)
+{
+    (void)m;
+}
+
+static void rs_hello(crp_rpc_resp *m)
+{
+    m->u.hello = (crp_rpc_hello_resp){CRP_RPC_VERSION, CRP_RPC_CAPS_DEFINED, "crescent-master", 1};
+}
+static void rs_ping(crp_rpc_resp *m)
+{
+    m->u.ping = (crp_rpc_ping_resp){CRP_RPC_CLIENT_NEED_REMOUNT, 3};
+}
+static void rs_exist(crp_rpc_resp *m)
+{
+    m->u.exist.exists = true;
+}
+static void rs_statuses(crp_rpc_resp *m)
+{
+    m->u.statuses = (crp_rpc_statuses_resp){3, rpc_statuses};
+}
+static void rs_get(crp_rpc_resp *m)
+{
+    m->u.get = (crp_rpc_get_resp){2, rpc_reps, 10000};
+}
+static void rs_alloc(crp_rpc_resp *m)
+{
+    m->u.alloc = (crp_rpc_alloc_resp){2, rpc_reps};
+}
+static void rs_batch_get(crp_rpc_resp *m)
+{
+    m->u.batch_get = (crp_rpc_batch_get_resp){2, rpc_results, 10000};
+}
+static void rs_batch_alloc(crp_rpc_resp *m)
+{
+    m->u.batch_alloc = (crp_rpc_batch_alloc_resp){2, rpc_results};
+}
+static void rs_count(crp_rpc_resp *m)
+{
+    m->u.count.count = 300;
+}
+static void rs_names(crp_rpc_resp *m)
+{
+    m->u.names = (crp_rpc_names_resp){2, rpc_names};
+}
+static void rs_segment_info(crp_rpc_resp *m)
+{
+    m->u.segment_info = (crp_rpc_segment_info_resp){rpc_segs[1], 4096, rpc_cid};
+}
+static void rs_key_info(crp_rpc_resp *m)
+{
+    m->u.key_info = (crp_rpc_key_info_resp){4096, 2, rpc_reps, 9000, true, 0, rpc_cid};
+}
+static void rs_none(crp_rpc_resp *m)
+{
+    (void)m;
+}
+
+static void rpc_seeds(crp_buf *b)
+{
+    int n_req = 0, n_resp = 0;
+#define RPC_SEED_(name, value, str, rq, rs)                                                        \
+    do {                                                                                           \
+        crp_rpc_req q = {.op = value};                                                             \
+        rq_##rq(&q);                                                                               \
+        seed("rpc_req", n_req++, crp_rpc_req_encode(&q, b), b);                                    \
+        crp_rpc_resp r = {.op = value};                                                            \
+        rs_##rs(&r);                                                                               \
+        seed("rpc_resp", n_resp++, crp_rpc_resp_encode(&r, b), b);                                 \
+        r.status = value == CRP_RPC_SERVICE_READY ? CR_INVALID_VERSION : CR_OBJECT_NOT_FOUND;      \
+        r.message = "object not found";                                                            \
+        seed("rpc_resp", n_resp++, crp_rpc_resp_encode(&r, b), b);                                 \
+    } while (0);
+    CRP_RPC_OP_TABLE(RPC_SEED_)
+#undef RPC_SEED_
 }
 
 int main(int argc, char **argv)
@@ -131,6 +295,8 @@ int main(int argc, char **argv)
     seed("error", 0, crp_error_encode(&e, &b), &b);
     e.message = "";
     seed("error", 1, crp_error_encode(&e, &b), &b);
+
+    rpc_seeds(&b);
 
     crp_buf_free(&b);
     return 0;

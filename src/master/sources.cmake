@@ -13,3 +13,7 @@ cr_unit_test(master_eviction_test src/master/eviction_test.c)
 cr_unit_test(master_liveness_test src/master/liveness_test.c)
 cr_unit_test(master_memory_test src/master/memory_test.c)
 cr_unit_test(master_concurrency_test src/master/concurrency_test.c)
+list(APPEND CRESCENT_SOURCES
+  src/master/dispatch.c
+  src/master/rpc_server.c
+)

@@ -105,12 +105,12 @@
 #define CRP_RPC_VERSION 1
 
 /* Capability bits announced in SERVICE_READY ("caps"). */
-#define CRP_RPC_CAP_BATCH      (1ull << 0) /* batch forms of the hot operations */
-#define CRP_RPC_CAP_UPSERT     (1ull << 1) /* UPSERT_* */
-#define CRP_RPC_CAP_SOFT_PIN   (1ull << 2) /* soft pin action and ttl in config */
-#define CRP_RPC_CAP_EPOCH      (1ull << 3) /* segment epochs in replicas (restart fence) */
-#define CRP_RPC_CAPS_DEFINED   (CRP_RPC_CAP_BATCH | CRP_RPC_CAP_UPSERT | CRP_RPC_CAP_SOFT_PIN | \
-                                CRP_RPC_CAP_EPOCH)
+#define CRP_RPC_CAP_BATCH    (1ull << 0) /* batch forms of the hot operations */
+#define CRP_RPC_CAP_UPSERT   (1ull << 1) /* UPSERT_* */
+#define CRP_RPC_CAP_SOFT_PIN (1ull << 2) /* soft pin action and ttl in config */
+#define CRP_RPC_CAP_EPOCH    (1ull << 3) /* segment epochs in replicas (restart fence) */
+#define CRP_RPC_CAPS_DEFINED                                                                       \
+    (CRP_RPC_CAP_BATCH | CRP_RPC_CAP_UPSERT | CRP_RPC_CAP_SOFT_PIN | CRP_RPC_CAP_EPOCH)
 
 /* Bounds enforced by encoders and decoders. */
 #define CRP_RPC_MAX_KEY       4096  /* bytes per key */
@@ -418,9 +418,9 @@ typedef struct crp_rpc_key_info_resp {
 } crp_rpc_key_info_resp;
 
 typedef struct crp_rpc_resp {
-    uint16_t op;     /* crp_rpc_op, as in the request */
-    int32_t status;  /* 0 or a negative cr_status */
-    char *message;   /* optional error text; NULL when absent */
+    uint16_t op;    /* crp_rpc_op, as in the request */
+    int32_t status; /* 0 or a negative cr_status */
+    char *message;  /* optional error text; NULL when absent */
     union {
         crp_rpc_hello_resp hello;
         crp_rpc_ping_resp ping;
@@ -434,7 +434,7 @@ typedef struct crp_rpc_resp {
         crp_rpc_names_resp names;
         crp_rpc_segment_info_resp segment_info;
         crp_rpc_key_info_resp key_info;
-    } u; /* meaningful only when status == 0, or for SERVICE_READY */
+    } u;                         /* meaningful only when status == 0, or for SERVICE_READY */
     struct crp_rpc_arena *arena; /* NULL unless decoded */
 } crp_rpc_resp;
 

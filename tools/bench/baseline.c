@@ -118,8 +118,9 @@ int cb_baseline_socket(const char *subcmd, double seconds, uint64_t total, cb_me
     shutdown(fd, SHUT_WR);
     uint64_t acked = 0;
     if (recv_all(fd, (uint8_t *)&acked, sizeof(acked)) < 0 || acked != sent) {
-        snprintf(err, err_len, "socket baseline: sink acknowledged %" PRIu64 " of %" PRIu64
-                 " bytes", acked, sent);
+        snprintf(err, err_len,
+                 "socket baseline: sink acknowledged %" PRIu64 " of %" PRIu64 " bytes", acked,
+                 sent);
         goto free_area;
     }
     uint64_t end = cb_now_ns();
@@ -144,8 +145,7 @@ kill_child:
     return rc;
 }
 
-int cb_baseline_memcpy(double seconds, uint64_t total, cb_measure *out, char *err,
-                       size_t err_len)
+int cb_baseline_memcpy(double seconds, uint64_t total, cb_measure *out, char *err, size_t err_len)
 {
     uint8_t *src = alloc_area();
     uint8_t *dst = alloc_area();

@@ -97,7 +97,10 @@ typedef struct cb_child {
     int out_fd; /* child's stdout */
 } cb_child;
 
-#define CB_CHILD_INIT {-1, -1, -1}
+#define CB_CHILD_INIT                                                                              \
+    {                                                                                              \
+        -1, -1, -1                                                                                 \
+    }
 
 /* Fork and exec /proc/self/exe with argv (argv[0] is the display name). */
 int cb_child_spawn(cb_child *c, char *const argv[]);
@@ -135,8 +138,7 @@ typedef struct cb_measure {
 int cb_baseline_socket(const char *subcmd, double seconds, uint64_t total, cb_measure *out,
                        char *err, size_t err_len);
 /* Single-threaded memcpy of 1 MiB blocks cycling over a 64 MiB area. */
-int cb_baseline_memcpy(double seconds, uint64_t total, cb_measure *out, char *err,
-                       size_t err_len);
+int cb_baseline_memcpy(double seconds, uint64_t total, cb_measure *out, char *err, size_t err_len);
 /* The "--role sink" child: accept one connection, count bytes, acknowledge. */
 int cb_sink_main(void);
 

@@ -17,13 +17,16 @@
  * region per thread; a thread cycles its requests over the block-sized slots
  * of its region, so threads never touch each other's bytes.
  *
- * Verification: the target buffer holds cb_pattern(TARGET_SEED) whenever a
- * case starts, and so does the local buffer outside --verify (so unverified
- * WRITEs store the same bytes). READ: the local buffer is poisoned; after each
- * batch every request's block is compared with a reference copy of the
- * pattern and poisoned again. WRITE: the local buffer holds a per-case
- * pattern; after the timed loop the written slots are poisoned, read back and
- * compared, then the target pattern is written back for later cases and runs.
+ * Verification: the pattern is keyed by the target's virtual address (the
+ * byte at remote address A is byte A of the pattern), so an initiator given
+ * any sub-range of the target buffer knows what to expect there. The target
+ * holds cb_pattern(TARGET_SEED) whenever a case starts, and so does the local
+ * buffer outside --verify (so unverified WRITEs store the same bytes). READ:
+ * the local buffer is poisoned; after each batch every request's block is
+ * compared with a reference copy of the pattern and poisoned again. WRITE:
+ * the local buffer holds a per-case pattern; after the timed loop the written
+ * slots are poisoned, read back and compared, then the target pattern is
+ * written back for later cases and runs.
  *
  * Latency: a thread keeps one batch in flight; the time from cr_batch_submit
  * to the return of cr_batch_wait is attributed to every request in the batch
@@ -62,7 +65,7 @@ typedef struct eb_opts {
     bool duration_set;
     uint64_t total;
     uint64_t buffer_size; /* 0 = default */
-    bool verify, json, baseline, quiet;
+    bool verify, json, baseline, quiet, shared;
     const char *target;
     uint64_t target_addr, target_len;
     bool target_addr_set, target_len_set;
@@ -93,7 +96,7 @@ typedef struct eb_case {
     uint64_t write_seed;
     char label[64];
     uint64_t start_ns;
-    uint64_t deadline_ns; /* UINT64_MAX: none */
+    uint64_t deadline_ns;  /* UINT64_MAX: none */
     atomic_ullong claimed; /* --total: bytes handed out to threads */
     atomic_ullong bytes_done;
     atomic_bool stop;
@@ -117,6 +120,9 @@ typedef struct eb_result {
     double seconds;
     uint64_t bytes, requests;
     uint64_t p50_ns, p99_ns, p999_ns;
+    /* Engine byte counters over the timed loop: which path moved the data. */
+    uint64_t via_local, via_shm, via_cma, via_tcp;
+    char via[32];
 } eb_result;
 
 static void usage(FILE *to)
@@ -141,7 +147,11 @@ static void usage(FILE *to)
             "  --lanes N              engine TCP connections per peer (engine default 4)\n"
             "  --workers N            engine I/O threads, both sides (engine default 2)\n"
             "  --slice-size BYTES     largest unit a request is cut into (engine default 1M)\n"
-            "  --protocol tcp|auto    engine protocol (default tcp)\n"
+            "  --protocol tcp|shm|auto\n"
+            "                         engine protocol (default tcp: sockets even on one host;\n"
+            "                         shm/auto also use same-host paths: shared memory, CMA)\n"
+            "  --shared               allocate both buffers with cr_alloc_shared (memfd), so the\n"
+            "                         shm transport can map them\n"
             "  --buffer-size BYTES    target (and local) buffer size; default is the larger of\n"
             "                         64M and largest block x batch x threads\n"
             "  --baseline             also measure, in the same run, a plain single-stream TCP\n"
@@ -161,7 +171,8 @@ static void usage(FILE *to)
             "Latency = time from cr_batch_submit to cr_batch_wait returning, attributed to\n"
             "every request of the batch; p50/p99/p999 come from a log-linear histogram (~3%%\n"
             "resolution). GB/s = 10^9 bytes per second of case wall time; requests/s likewise.\n"
-            "Connections are warmed up before the first case.\n"
+            "via = the engine path that moved the bytes (its byte counters: tcp, shm, cma,\n"
+            "local). Connections are warmed up before the first case.\n"
             "Exit status: 0 ok, 1 a transfer or verification failed (the message names the\n"
             "case and offset), 2 bad usage.\n");
 }
@@ -234,8 +245,8 @@ static int apply_value(eb_opts *o, const char *flag, const char *v)
         if (cb_parse_size(v, &o->slice_size) < 0 || o->slice_size == 0)
             return bad_value(flag, v, "a positive size (K/M/G binary)");
     } else if (strcmp(flag, "--protocol") == 0) {
-        if (strcmp(v, "tcp") != 0 && strcmp(v, "auto") != 0)
-            return bad_value(flag, v, "tcp or auto");
+        if (strcmp(v, "tcp") != 0 && strcmp(v, "shm") != 0 && strcmp(v, "auto") != 0)
+            return bad_value(flag, v, "tcp, shm or auto");
         o->protocol = v;
     } else if (strcmp(flag, "--duration") == 0) {
         if (cb_parse_seconds(v, &o->duration) < 0)
@@ -285,9 +296,9 @@ static uint64_t default_buffer(const eb_opts *o)
 static int parse_opts(int argc, char **argv, eb_opts *o)
 {
     static const char *const value_flags[] = {
-        "--role",     "--op",         "--block-sizes", "--batch",       "--threads",
-        "--lanes",    "--workers",    "--slice-size",  "--protocol",    "--duration",
-        "--total",    "--buffer-size", "--target",     "--target-addr", "--target-len",
+        "--role",  "--op",          "--block-sizes", "--batch",       "--threads",
+        "--lanes", "--workers",     "--slice-size",  "--protocol",    "--duration",
+        "--total", "--buffer-size", "--target",      "--target-addr", "--target-len",
     };
     static const uint64_t default_blocks[] = {4 * CB_KIB, 64 * CB_KIB, CB_MIB, 4 * CB_MIB};
     memset(o, 0, sizeof(*o));
@@ -311,6 +322,7 @@ static int parse_opts(int argc, char **argv, eb_opts *o)
                           : strcmp(arg, "--json") == 0     ? &o->json
                           : strcmp(arg, "--baseline") == 0 ? &o->baseline
                           : strcmp(arg, "--quiet") == 0    ? &o->quiet
+                          : strcmp(arg, "--shared") == 0   ? &o->shared
                                                            : NULL;
         if (bool_flag != NULL) {
             *bool_flag = true;
@@ -337,7 +349,7 @@ static int parse_opts(int argc, char **argv, eb_opts *o)
     bool by_hand = o->target != NULL || o->target_addr_set || o->target_len_set;
     if (by_hand && (o->target == NULL || !o->target_addr_set || !o->target_len_set)) {
         fprintf(stderr, CB_PROG " engine: --target, --target-addr and --target-len go "
-                        "together\n");
+                                "together\n");
         return -1;
     }
     if (by_hand && strcmp(o->role, "initiator") != 0) {
@@ -346,15 +358,18 @@ static int parse_opts(int argc, char **argv, eb_opts *o)
     }
     if (by_hand && o->buffer_size != 0) {
         fprintf(stderr, CB_PROG " engine: --buffer-size is the target's; with --target the "
-                        "length is --target-len\n");
+                                "length is --target-len\n");
         return -1;
     }
+    /* The target only sizes its buffer; the initiator checks it against the blocks. */
     uint64_t len = by_hand ? o->target_len : default_buffer(o);
-    if (strcmp(o->role, "sink") != 0 && len / o->threads < max_block(o)) {
+    if (strcmp(o->role, "initiator") == 0 && len / o->threads < max_block(o)) {
         char a[32], b[32];
-        fprintf(stderr, CB_PROG " engine: buffer of %s bytes cannot hold one %s block per "
-                "thread (%u threads)\n", cb_format_size(len, a, sizeof(a)),
-                cb_format_size(max_block(o), b, sizeof(b)), o->threads);
+        fprintf(stderr,
+                CB_PROG " engine: a buffer of %s bytes cannot hold one %s block for "
+                        "each of %u thread(s)\n",
+                cb_format_size(len, a, sizeof(a)), cb_format_size(max_block(o), b, sizeof(b)),
+                o->threads);
         return -1;
     }
     return 0;
@@ -391,18 +406,41 @@ static uint8_t *alloc_buffer(uint64_t len)
     return aligned_alloc(4096, (len + 4095) / 4096 * 4096);
 }
 
+/* The registered buffers: aligned heap memory, or memfd-backed with --shared. */
+static uint8_t *alloc_registered(const eb_opts *o, uint64_t len)
+{
+    if (!o->shared)
+        return alloc_buffer(len);
+    void *p = NULL;
+    int st = cr_alloc_shared(len, &p);
+    if (st < 0) {
+        fprintf(stderr, CB_PROG " engine: cr_alloc_shared(%" PRIu64 "): %s\n", len, why_failed(st));
+        return NULL;
+    }
+    return p;
+}
+
+/* Free what alloc_registered returned, after it is unregistered. NULL is a no-op. */
+static void free_registered(const eb_opts *o, uint8_t *p)
+{
+    if (o->shared)
+        cr_free_shared(p);
+    else
+        free(p);
+}
+
 /* ---- target ------------------------------------------------------------- */
 
 static int target_main(const eb_opts *o)
 {
     int rc = CB_EXIT_FAIL;
     uint64_t len = default_buffer(o);
-    uint8_t *buf = alloc_buffer(len);
+    uint8_t *buf = alloc_registered(o, len);
     if (buf == NULL) {
         fprintf(stderr, CB_PROG " engine target: cannot allocate %" PRIu64 " bytes\n", len);
         return CB_EXIT_FAIL;
     }
-    cb_pattern_fill(buf, 0, len, TARGET_SEED);
+    cb_pattern_fill(buf, (uint64_t)(uintptr_t)buf, len, TARGET_SEED);
     cr_engine *e = NULL;
     int st = make_engine(o, &e);
     if (st < 0) {
@@ -417,8 +455,7 @@ static int target_main(const eb_opts *o)
     char name[256];
     st = cr_engine_segment_name(e, name, sizeof(name));
     if (st < 0) {
-        fprintf(stderr, CB_PROG " engine target: cr_engine_segment_name: %s\n",
-                why_failed(st));
+        fprintf(stderr, CB_PROG " engine target: cr_engine_segment_name: %s\n", why_failed(st));
         goto unregister_buffer;
     }
     printf("READY segment=%s addr=0x%" PRIxPTR " len=%" PRIu64 "\n", name, (uintptr_t)buf, len);
@@ -438,17 +475,20 @@ unregister_buffer:
 destroy_engine:
     cr_engine_destroy(e);
 free_buffer:
-    free(buf);
+    free_registered(o, buf);
     return rc;
 }
 
 /* ---- initiator: one batch ----------------------------------------------- */
 
-static const char *op_name(int op) { return op == CR_OP_READ ? "read" : "write"; }
+static const char *op_name(int op)
+{
+    return op == CR_OP_READ ? "read" : "write";
+}
 
 static const char *task_state_name(int state)
 {
-    static const char *const names[] = {"waiting",  "pending",   "invalid", "canceled",
+    static const char *const names[] = {"waiting",   "pending",   "invalid", "canceled",
                                         "completed", "timed out", "failed"};
     return state >= 0 && state <= CR_TASK_FAILED ? names[state] : "unknown";
 }
@@ -480,8 +520,7 @@ static int run_batch(eb_ctx *ctx, const cr_transfer_request *reqs, size_t n, uin
         cr_task_status ts = {0, st, 0};
         for (size_t i = 0; i < n; i++) {
             cr_task_status s;
-            if (cr_batch_task_status(ctx->engine, b, i, &s) == 0 &&
-                s.state != CR_TASK_COMPLETED) {
+            if (cr_batch_task_status(ctx->engine, b, i, &s) == 0 && s.state != CR_TASK_COMPLETED) {
                 bad = i;
                 ts = s;
                 break;
@@ -500,8 +539,8 @@ free_batch:
 }
 
 /* Build n requests of `op` over consecutive slots of [off, off + n*block). */
-static void fill_requests(eb_ctx *ctx, cr_transfer_request *reqs, size_t n, int op,
-                          uint64_t off, uint64_t block)
+static void fill_requests(eb_ctx *ctx, cr_transfer_request *reqs, size_t n, int op, uint64_t off,
+                          uint64_t block)
 {
     for (size_t i = 0; i < n; i++, off += block) {
         reqs[i].opcode = op;
@@ -523,7 +562,7 @@ static int check_reads(eb_thread *t, size_t n)
         int64_t bad = cb_first_mismatch(ctx->local + off, ctx->reference + off, block);
         if (bad >= 0) {
             snprintf(t->error, sizeof(t->error),
-                     "READ verification failed at offset %" PRIu64 " of the target buffer "
+                     "READ verification failed at offset %" PRIu64 " from the target address "
                      "(thread %u, batch %" PRIu64 ", request %zu): expected 0x%02x, got 0x%02x",
                      off + (uint64_t)bad, t->index, t->batches, i,
                      ctx->reference[off + (uint64_t)bad], ctx->local[off + (uint64_t)bad]);
@@ -599,12 +638,12 @@ static int check_writes(eb_case *c, eb_thread *threads, cr_transfer_request *req
         }
         for (uint64_t s = 0; s < slots; s++) {
             uint64_t off = t->region_off + s * block;
-            cb_pattern_fill(ctx->expect, off, block, c->write_seed);
+            cb_pattern_fill(ctx->expect, ctx->remote_addr + off, block, c->write_seed);
             int64_t bad = cb_first_mismatch(ctx->local + off, ctx->expect, block);
             if (bad >= 0) {
                 snprintf(err, err_len,
-                         "WRITE verification failed at offset %" PRIu64 " of the target "
-                         "buffer (read back after the case; thread %u, slot %" PRIu64
+                         "WRITE verification failed at offset %" PRIu64 " from the target "
+                         "address (read back after the case; thread %u, slot %" PRIu64
                          "): expected 0x%02x, got 0x%02x",
                          off + (uint64_t)bad, ti, s, ctx->expect[bad],
                          ctx->local[off + (uint64_t)bad]);
@@ -620,6 +659,25 @@ static int check_writes(eb_case *c, eb_thread *threads, cr_transfer_request *req
         }
     }
     return 0;
+}
+
+/* "tcp", "cma", "tcp+cma", ...: every path that moved at least 1% of the bytes. */
+static void describe_via(eb_result *r)
+{
+    const uint64_t bytes[] = {r->via_tcp, r->via_shm, r->via_cma, r->via_local};
+    static const char *const names[] = {"tcp", "shm", "cma", "local"};
+    uint64_t total = 0;
+    for (size_t i = 0; i < 4; i++)
+        total += bytes[i];
+    r->via[0] = '\0';
+    for (size_t i = 0; i < 4; i++) {
+        if (bytes[i] == 0 || bytes[i] < total / 100)
+            continue;
+        size_t n = strlen(r->via);
+        snprintf(r->via + n, sizeof(r->via) - n, "%s%s", n > 0 ? "+" : "", names[i]);
+    }
+    if (r->via[0] == '\0')
+        snprintf(r->via, sizeof(r->via), "-");
 }
 
 static void sleep_ms(unsigned ms)
@@ -672,8 +730,12 @@ static int run_case(eb_ctx *ctx, int op, uint64_t block, unsigned case_index, eb
     if (o->verify && op == CR_OP_READ)
         memset(ctx->local, POISON, ctx->len);
     else if (o->verify)
-        cb_pattern_fill(ctx->local, 0, ctx->len, c.write_seed);
+        cb_pattern_fill(ctx->local, ctx->remote_addr, ctx->len, c.write_seed);
 
+    cr_engine_stats before, after;
+    memset(&before, 0, sizeof(before));
+    memset(&after, 0, sizeof(after));
+    cr_engine_get_stats(ctx->engine, &before);
     c.start_ns = cb_now_ns();
     c.deadline_ns = UINT64_MAX;
     if (o->total == 0 || o->duration_set)
@@ -697,6 +759,7 @@ static int run_case(eb_ctx *ctx, int op, uint64_t block, unsigned case_index, eb
     }
     for (unsigned i = 0; i < started; i++)
         pthread_join(threads[i].tid, NULL);
+    cr_engine_get_stats(ctx->engine, &after);
     if (ctx->progress)
         cb_progress_clear();
     if (started < o->threads)
@@ -722,6 +785,11 @@ static int run_case(eb_ctx *ctx, int op, uint64_t block, unsigned case_index, eb
         check_writes(&c, threads, check_reqs, why, sizeof(why)) < 0)
         goto free_threads;
     res->seconds = (double)(end - c.start_ns) / 1e9;
+    res->via_local = after.bytes_local - before.bytes_local;
+    res->via_shm = after.bytes_shm - before.bytes_shm;
+    res->via_cma = after.bytes_cma - before.bytes_cma;
+    res->via_tcp = after.bytes_tcp - before.bytes_tcp;
+    describe_via(res);
     res->p50_ns = cb_hist_quantile(hist, 0.50);
     res->p99_ns = cb_hist_quantile(hist, 0.99);
     res->p999_ns = cb_hist_quantile(hist, 0.999);
@@ -729,8 +797,8 @@ static int run_case(eb_ctx *ctx, int op, uint64_t block, unsigned case_index, eb
 
 free_threads:
     if (rc < 0)
-        snprintf(err, err_len, "case %s %s (batch %u, threads %u): %s", op_name(op), bs,
-                 o->batch, o->threads, why);
+        snprintf(err, err_len, "case %s %s (batch %u, threads %u): %s", op_name(op), bs, o->batch,
+                 o->threads, why);
     if (threads != NULL) {
         for (unsigned i = 0; i < o->threads; i++) {
             free(threads[i].reqs);
@@ -744,7 +812,10 @@ free_threads:
 
 /* ---- initiator: output -------------------------------------------------- */
 
-static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+static double ratio(double a, double b)
+{
+    return b > 0 ? a / b : 0.0;
+}
 
 static void print_baselines(eb_ctx *ctx)
 {
@@ -753,18 +824,16 @@ static void print_baselines(eb_ctx *ctx)
         printf("{\"type\":\"baseline\",\"name\":\"tcp_socket\",\"block\":%" PRIu64
                ",\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.4f}\n",
                CB_BASELINE_BLOCK, ctx->sock.bytes, ctx->sock.seconds, ctx->sock.gbps);
-        printf("{\"type\":\"baseline\",\"name\":\"memcpy\",\"block\":%" PRIu64
-               ",\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.4f}\n",
+        printf("{\"type\":\"baseline\",\"name\":\"memcpy\",\"block\":%" PRIu64 ",\"bytes\":%" PRIu64
+               ",\"seconds\":%.6f,\"gbps\":%.4f}\n",
                CB_BASELINE_BLOCK, ctx->mem.bytes, ctx->mem.seconds, ctx->mem.gbps);
     } else {
         printf("baseline tcp socket (1 stream, 1 MiB send/recv, loopback, 2 processes): "
                "%8.3f GB/s  (%s in %.2f s)\n",
-               ctx->sock.gbps, cb_format_bytes(ctx->sock.bytes, b1, sizeof(b1)),
-               ctx->sock.seconds);
+               ctx->sock.gbps, cb_format_bytes(ctx->sock.bytes, b1, sizeof(b1)), ctx->sock.seconds);
         printf("baseline memcpy     (1 thread, 1 MiB blocks over 64 MiB):               "
                "%8.3f GB/s  (%s in %.2f s)\n",
-               ctx->mem.gbps, cb_format_bytes(ctx->mem.bytes, b2, sizeof(b2)),
-               ctx->mem.seconds);
+               ctx->mem.gbps, cb_format_bytes(ctx->mem.bytes, b2, sizeof(b2)), ctx->mem.seconds);
     }
     fflush(stdout);
 }
@@ -784,27 +853,29 @@ static void print_result(eb_ctx *ctx, int op, uint64_t block, const eb_result *r
                "\"threads\":%u,\"lanes\":%u,\"workers\":%u,\"slice_size\":%" PRIu64 ","
                "\"protocol\":\"%s\",\"seconds\":%.6f,\"bytes\":%" PRIu64 ",\"requests\":%" PRIu64
                ",\"gbps\":%.4f,\"requests_per_s\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,"
-               "\"p999_us\":%.1f,\"verified\":%s%s}\n",
+               "\"p999_us\":%.1f,\"verified\":%s,\"via\":\"%s\",\"bytes_tcp\":%" PRIu64
+               ",\"bytes_shm\":%" PRIu64 ",\"bytes_cma\":%" PRIu64 ",\"bytes_local\":%" PRIu64
+               "%s}\n",
                op_name(op), block, o->batch, o->threads, o->lanes, o->workers, o->slice_size,
-               o->protocol, r->seconds, r->bytes, r->requests, gbps, rps,
-               (double)r->p50_ns / 1e3, (double)r->p99_ns / 1e3, (double)r->p999_ns / 1e3,
-               o->verify ? "true" : "false", vs);
+               o->protocol, r->seconds, r->bytes, r->requests, gbps, rps, (double)r->p50_ns / 1e3,
+               (double)r->p99_ns / 1e3, (double)r->p999_ns / 1e3, o->verify ? "true" : "false",
+               r->via, r->via_tcp, r->via_shm, r->via_cma, r->via_local, vs);
         fflush(stdout);
         return;
     }
     if (!ctx->printed_header) {
-        printf("%-5s %6s %5s %3s %9s %11s %9s %9s %9s %11s %8s", "op", "block", "batch", "thr",
-               "GB/s", "req/s", "p50 us", "p99 us", "p999 us", "bytes", "verified");
+        printf("%-5s %6s %5s %3s %9s %11s %9s %9s %9s %11s %8s %s", "op", "block", "batch", "thr",
+               "GB/s", "req/s", "p50 us", "p99 us", "p999 us", "bytes", "verified", "via");
         if (ctx->have_baseline)
             printf(" %7s %8s", "x sock", "x memcpy");
         printf("\n");
         ctx->printed_header = true;
     }
     char bs[32], moved[32];
-    printf("%-5s %6s %5u %3u %9.3f %11.1f %9.1f %9.1f %9.1f %11s %8s", op_name(op),
+    printf("%-5s %6s %5u %3u %9.3f %11.1f %9.1f %9.1f %9.1f %11s %8s %s", op_name(op),
            cb_format_size(block, bs, sizeof(bs)), o->batch, o->threads, gbps, rps,
            (double)r->p50_ns / 1e3, (double)r->p99_ns / 1e3, (double)r->p999_ns / 1e3,
-           cb_format_bytes(r->bytes, moved, sizeof(moved)), o->verify ? "yes" : "no");
+           cb_format_bytes(r->bytes, moved, sizeof(moved)), o->verify ? "yes" : "no", r->via);
     if (ctx->have_baseline)
         printf(" %7.3f %8.3f", ratio(gbps, ctx->sock.gbps), ratio(gbps, ctx->mem.gbps));
     printf("\n");
@@ -822,9 +893,9 @@ static void print_info(eb_ctx *ctx, bool spawned)
         snprintf(lanes, sizeof(lanes), "%u", o->lanes);
     if (o->workers != 0)
         snprintf(workers, sizeof(workers), "%u", o->workers);
-    printf("target %s (%s), buffer %s; protocol %s, lanes %s, workers %s, slice %s\n",
-           ctx->segment, spawned ? "spawned" : "given", cb_format_bytes(ctx->len, len, sizeof(len)),
-           o->protocol, lanes, workers,
+    printf("target %s (%s), buffer %s; protocol %s, lanes %s, workers %s, slice %s\n", ctx->segment,
+           spawned ? "spawned" : "given", cb_format_bytes(ctx->len, len, sizeof(len)), o->protocol,
+           lanes, workers,
            o->slice_size != 0 ? cb_format_size(o->slice_size, sl, sizeof(sl)) : "default");
     printf("latency: per batch, submit to wait return, attributed to each request; "
            "GB/s = 1e9 B/s\n");
@@ -849,6 +920,8 @@ static int spawn_target(const eb_opts *o, cb_child *child, eb_ctx *ctx)
     argv[n++] = len;
     argv[n++] = "--protocol";
     argv[n++] = (char *)o->protocol;
+    if (o->shared)
+        argv[n++] = "--shared";
     if (o->lanes != 0) {
         snprintf(lanes, sizeof(lanes), "%u", o->lanes);
         argv[n++] = "--lanes";
@@ -974,7 +1047,7 @@ static int initiator_main(const eb_opts *o)
         ctx.len = o->target_len;
     }
 
-    ctx.local = alloc_buffer(ctx.len);
+    ctx.local = alloc_registered(o, ctx.len);
     if (o->verify) {
         ctx.reference = alloc_buffer(ctx.len);
         ctx.expect = alloc_buffer(max_block(o));
@@ -983,7 +1056,7 @@ static int initiator_main(const eb_opts *o)
         fprintf(stderr, CB_PROG " engine: cannot allocate %" PRIu64 " bytes\n", ctx.len);
         goto free_buffers;
     }
-    cb_pattern_fill(ctx.local, 0, ctx.len, TARGET_SEED);
+    cb_pattern_fill(ctx.local, ctx.remote_addr, ctx.len, TARGET_SEED);
     if (o->verify)
         memcpy(ctx.reference, ctx.local, ctx.len);
 
@@ -1019,7 +1092,7 @@ unregister_local:
 destroy_engine:
     cr_engine_destroy(ctx.engine);
 free_buffers:
-    free(ctx.local);
+    free_registered(o, ctx.local);
     free(ctx.reference);
     free(ctx.expect);
     if (rc != CB_EXIT_OK) {

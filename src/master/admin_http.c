@@ -1,0 +1,246 @@
+/*
+ * admin_http.c - /metrics, /health, /get_all_segments, /query_key on
+ * libmicrohttpd (see admin_http.h).
+ *
+ * Design: as in metadata/http_server.c, MHD runs its own listener and a
+ * small worker pool (epoll on Linux), and every request is answered on its
+ * first callback: these are bodiless GETs, so nothing is buffered per
+ * request. The handler builds the body in a crk_text through the daemon's
+ * callback and hands the bytes to MHD without copying (MHD frees them).
+ * A failing callback's partial output is dropped and replaced by a JSON
+ * error naming the status, with the detail the callback recorded through
+ * crb_error on this same worker thread.
+ *
+ * MHD's own messages go to crb_log; the last one is kept so that a failed
+ * start can say why (e.g. "Address already in use").
+ */
+#include "master/admin_http.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <microhttpd.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/net.h"
+#include "crescent/status.h"
+
+#define ADMIN_THREADS          2
+#define ADMIN_CONNECTION_LIMIT 256
+#define ADMIN_IDLE_TIMEOUT_S   30
+
+struct crk_admin_http {
+    struct MHD_Daemon *daemon;
+    uint16_t port;
+    crk_admin_callbacks cb;
+    pthread_mutex_t log_lock; /* guards last_mhd_error */
+    char last_mhd_error[200];
+};
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    crk_admin_http *s = cls;
+    char line[200];
+    vsnprintf(line, sizeof(line), fmt, ap);
+    size_t n = strlen(line);
+    while (n > 0 && line[n - 1] == '\n')
+        line[--n] = '\0';
+    pthread_mutex_lock(&s->log_lock);
+    memcpy(s->last_mhd_error, line, n + 1);
+    pthread_mutex_unlock(&s->log_lock);
+    crb_log(CRB_LOG_INFO, "admin http: %s", line);
+}
+
+/* Queue the bytes of body (taken over) with a status and content type. */
+static enum MHD_Result send_text(struct MHD_Connection *conn, unsigned int status, crk_text *body,
+                                 const char *content_type)
+{
+    size_t len = 0;
+    char *bytes = crk_text_steal(body, &len);
+    struct MHD_Response *r;
+    if (bytes == NULL || len == 0) {
+        free(bytes);
+        r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    } else {
+        r = MHD_create_response_from_buffer(len, bytes, MHD_RESPMEM_MUST_FREE);
+        if (r == NULL)
+            free(bytes);
+    }
+    if (r == NULL)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    enum MHD_Result ret = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static unsigned int http_status_of(int rc)
+{
+    switch (rc) {
+    case CR_OBJECT_NOT_FOUND:
+    case CR_SEGMENT_NOT_FOUND:
+    case CR_ERR_NOT_FOUND:
+        return MHD_HTTP_NOT_FOUND;
+    case CR_INVALID_KEY:
+    case CR_INVALID_PARAMS:
+    case CR_ERR_INVALID_ARGUMENT:
+        return MHD_HTTP_BAD_REQUEST;
+    case CR_UNAVAILABLE_IN_CURRENT_STATUS:
+    case CR_ERR_SHUTDOWN:
+        return MHD_HTTP_SERVICE_UNAVAILABLE;
+    default:
+        return MHD_HTTP_INTERNAL_SERVER_ERROR;
+    }
+}
+
+/* {"error": name, "code": rc, "message": text} with the given HTTP status. */
+static enum MHD_Result send_error(struct MHD_Connection *conn, unsigned int status, int rc,
+                                  const char *message)
+{
+    crk_text t = {0};
+    crk_text_appendf(&t, "{\"error\": \"%s\", \"code\": %d, \"message\": ", cr_status_name(rc), rc);
+    crk_text_json_string(&t, message);
+    crk_text_puts(&t, "}\n");
+    if (t.status != 0) {
+        crk_text_free(&t);
+        return MHD_NO;
+    }
+    return send_text(conn, status, &t, CRK_ADMIN_JSON_TYPE);
+}
+
+/* Run one endpoint callback and answer with its reply or its failure. */
+static enum MHD_Result run_callback(const crk_admin_http *s, struct MHD_Connection *conn,
+                                    const char *path, const char *key, const char *content_type)
+{
+    crk_admin_reply reply = {.body = {0}, .content_type = content_type};
+    int rc;
+    if (strcmp(path, "/metrics") == 0)
+        rc = s->cb.render_metrics(s->cb.ctx, &reply);
+    else if (strcmp(path, "/health") == 0)
+        rc = s->cb.health(s->cb.ctx, &reply);
+    else if (strcmp(path, "/get_all_segments") == 0)
+        rc = s->cb.all_segments(s->cb.ctx, &reply);
+    else
+        rc = s->cb.query_key(s->cb.ctx, key, &reply);
+    if (rc == 0 && reply.body.status != 0)
+        rc = reply.body.status;
+    if (rc > 0) /* a positive return is a contract violation: treat as internal */
+        rc = crb_error(CR_INTERNAL_ERROR, "admin http: %s callback returned %d", path, rc);
+    if (rc != 0) {
+        crk_text_free(&reply.body);
+        return send_error(conn, http_status_of(rc), rc, cr_last_error_message());
+    }
+    if (reply.content_type == NULL)
+        reply.content_type = content_type;
+    return send_text(conn, MHD_HTTP_OK, &reply.body, reply.content_type);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
+{
+    const crk_admin_http *s = cls;
+    bool metrics = strcmp(url, "/metrics") == 0;
+    bool health = strcmp(url, "/health") == 0;
+    bool segments = strcmp(url, "/get_all_segments") == 0;
+    bool query = strcmp(url, "/query_key") == 0;
+    bool available = (metrics && s->cb.render_metrics != NULL) || health ||
+                     (segments && s->cb.all_segments != NULL) || (query && s->cb.query_key != NULL);
+
+    if (!available)
+        return send_error(conn, MHD_HTTP_NOT_FOUND, CR_ERR_NOT_FOUND, "no such path");
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+        return send_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED, CR_ERR_INVALID_ARGUMENT,
+                          "only GET and HEAD are allowed");
+
+    if (health && s->cb.health == NULL) {
+        crk_text t = {0};
+        if (crk_text_puts(&t, "{\"status\": \"ok\"}\n") != 0)
+            return MHD_NO;
+        return send_text(conn, MHD_HTTP_OK, &t, CRK_ADMIN_JSON_TYPE);
+    }
+    const char *key = NULL;
+    if (query) {
+        size_t key_len = 0;
+        if (MHD_lookup_connection_value_n(conn, MHD_GET_ARGUMENT_KIND, "key", 3, &key, &key_len) !=
+                MHD_YES ||
+            key == NULL || key_len == 0)
+            return send_error(conn, MHD_HTTP_BAD_REQUEST, CR_INVALID_KEY,
+                              "missing key parameter (/query_key?key=...)");
+        if (strlen(key) != key_len)
+            return send_error(conn, MHD_HTTP_BAD_REQUEST, CR_INVALID_KEY,
+                              "key contains a NUL byte");
+    }
+    return run_callback(s, conn, url, key,
+                        metrics ? CRK_ADMIN_PROMETHEUS_TYPE : CRK_ADMIN_JSON_TYPE);
+}
+
+int crk_admin_http_start(const char *host, uint16_t port, const crk_admin_callbacks *cb,
+                         crk_admin_http **out)
+{
+    if (host == NULL || cb == NULL || out == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "crk_admin_http_start: NULL argument");
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    int rc = crb_resolve(host, port, &addr, &addrlen);
+    if (rc < 0)
+        return rc;
+
+    crk_admin_http *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "admin http %s:%u: out of memory", host, (unsigned)port);
+    s->cb = *cb;
+    if (pthread_mutex_init(&s->log_lock, NULL) != 0) {
+        rc = crb_error(CR_ERR_SYSTEM, "admin http: pthread_mutex_init failed");
+        goto free_server;
+    }
+
+    unsigned int flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+    if (addr.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    s->daemon = MHD_start_daemon(flags, port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
+                                 mhd_log, s, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&addr,
+                                 MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)ADMIN_THREADS,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned int)ADMIN_CONNECTION_LIMIT,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)ADMIN_IDLE_TIMEOUT_S,
+                                 MHD_OPTION_END);
+    if (s->daemon == NULL) {
+        rc = crb_error(
+            CR_ERR_BIND, "admin http server cannot listen on %s:%u: %s", host, (unsigned)port,
+            s->last_mhd_error[0] != '\0' ? s->last_mhd_error : "MHD_start_daemon failed");
+        goto destroy_log_lock;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info != NULL && info->port != 0 ? info->port : port;
+    crb_log(CRB_LOG_INFO, "admin http server listening on %s:%u", host, (unsigned)s->port);
+    *out = s;
+    return 0;
+
+destroy_log_lock:
+    pthread_mutex_destroy(&s->log_lock);
+free_server:
+    free(s);
+    return rc;
+}
+
+uint16_t crk_admin_http_port(const crk_admin_http *s)
+{
+    return s->port;
+}
+
+void crk_admin_http_stop(crk_admin_http *s)
+{
+    if (s == NULL)
+        return;
+    MHD_stop_daemon(s->daemon);
+    pthread_mutex_destroy(&s->log_lock);
+    free(s);
+}

@@ -1,0 +1,407 @@
+/*
+ * dispatch.c - maps RPC requests (proto/rpc.h) onto the master service
+ * (service.h) and its results onto replies.
+ *
+ * Batches are executed in chunks of CHUNK keys so the per-key replica lists
+ * the service fills (a few KiB each) never need more than a bounded amount
+ * of memory, whatever the batch size on the wire.
+ */
+#include "master/dispatch.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+#define CHUNK 256
+
+void crk_scratch_free(crk_scratch *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->blocks[i]);
+    free(s->blocks);
+    memset(s, 0, sizeof(*s));
+}
+
+/* calloc that the scratch frees later; NULL on failure. */
+static void *scratch_alloc(crk_scratch *s, size_t n, size_t size)
+{
+    if (s->n == s->cap) {
+        size_t ncap = s->cap ? s->cap * 2 : 8;
+        void **nb = realloc(s->blocks, ncap * sizeof(*nb));
+        if (nb == NULL)
+            return NULL;
+        s->blocks = nb;
+        s->cap = ncap;
+    }
+    void *p = calloc(n ? n : 1, size);
+    if (p != NULL)
+        s->blocks[s->n++] = p;
+    return p;
+}
+
+static crk_client_id client_of(crp_rpc_uuid u) { return (crk_client_id){u.hi, u.lo}; }
+
+static crk_replicate_config config_of(const crp_rpc_replica_config *c)
+{
+    return (crk_replicate_config){
+        .replica_num = c->replica_num,
+        .hard_pin = c->hard_pin,
+        .soft_pin_action = c->soft_pin_action,
+        .soft_pin_ttl_ms = c->has_soft_pin_ttl ? c->soft_pin_ttl_ms : 0,
+        .preferred_segments = (const char *const *)c->preferred_segments,
+        .n_preferred = c->n_preferred,
+    };
+}
+
+/* Copy a service replica list into reply replicas (segment names too). */
+static int replicas_of(crk_scratch *s, const crk_replica_list *l, uint8_t status,
+                       crp_rpc_replica **out, size_t *n_out)
+{
+    crp_rpc_replica *r = scratch_alloc(s, l->n, sizeof(*r));
+    if (r == NULL)
+        return CR_ERR_NO_MEMORY;
+    for (uint32_t i = 0; i < l->n; i++) {
+        size_t nl = strlen(l->r[i].segment) + 1;
+        char *name = scratch_alloc(s, nl, 1);
+        if (name == NULL)
+            return CR_ERR_NO_MEMORY;
+        memcpy(name, l->r[i].segment, nl);
+        r[i] = (crp_rpc_replica){name, l->r[i].address, l->r[i].size, l->r[i].mount_epoch, status};
+    }
+    *out = r;
+    *n_out = l->n;
+    return 0;
+}
+
+typedef int (*batch_fn)(crk_service *s, crk_client_id c, const char *const *keys,
+                        const uint64_t *sizes, size_t n, const crk_replicate_config *cfg,
+                        uint64_t now, int *results, crk_replica_list *lists);
+
+static int do_batch_put_start(crk_service *s, crk_client_id c, const char *const *keys,
+                              const uint64_t *sizes, size_t n, const crk_replicate_config *cfg,
+                              uint64_t now, int *results, crk_replica_list *lists)
+{
+    return crk_batch_put_start(s, c, keys, sizes, n, cfg, now, results, lists);
+}
+
+static int do_batch_upsert_start(crk_service *s, crk_client_id c, const char *const *keys,
+                                 const uint64_t *sizes, size_t n, const crk_replicate_config *cfg,
+                                 uint64_t now, int *results, crk_replica_list *lists)
+{
+    return crk_batch_upsert_start(s, c, keys, sizes, n, cfg, now, results, lists);
+}
+
+static int do_batch_get(crk_service *s, crk_client_id c, const char *const *keys,
+                        const uint64_t *sizes, size_t n, const crk_replicate_config *cfg,
+                        uint64_t now, int *results, crk_replica_list *lists)
+{
+    return crk_batch_get_replica_list(s, keys, n, now, results, lists);
+}
+
+/* Run a batch that returns replica lists, chunk by chunk. */
+static int batch_with_lists(crk_service *s, crk_scratch *sc, batch_fn fn, crk_client_id client,
+                            char **keys, const uint64_t *sizes, size_t n,
+                            const crk_replicate_config *cfg, uint64_t now, uint8_t replica_status,
+                            crp_rpc_key_result **out, uint64_t *lease_ttl)
+{
+    crp_rpc_key_result *res = scratch_alloc(sc, n, sizeof(*res));
+    int *st = malloc(CHUNK * sizeof(int));
+    crk_replica_list *lists = malloc(CHUNK * sizeof(*lists));
+    int rc = 0;
+    if (res == NULL || st == NULL || lists == NULL) {
+        rc = CR_ERR_NO_MEMORY;
+        goto out_free;
+    }
+    for (size_t off = 0; off < n && rc == 0; off += CHUNK) {
+        size_t m = n - off < CHUNK ? n - off : CHUNK;
+        rc = fn(s, client, (const char *const *)keys + off, sizes ? sizes + off : NULL, m, cfg,
+                now, st, lists);
+        for (size_t i = 0; i < m && rc == 0; i++) {
+            res[off + i].status = st[i];
+            if (st[i] == 0) {
+                rc = replicas_of(sc, &lists[i], replica_status, &res[off + i].replicas,
+                                 &res[off + i].n_replicas);
+                if (lease_ttl != NULL && lists[i].lease_ttl_ms > 0)
+                    *lease_ttl = lists[i].lease_ttl_ms;
+            }
+        }
+    }
+    *out = res;
+out_free:
+    free(st);
+    free(lists);
+    return rc;
+}
+
+typedef int (*statuses_fn)(crk_service *s, crk_client_id c, const char *const *keys, size_t n,
+                           bool force, uint64_t now, int *results);
+
+static int do_exist(crk_service *s, crk_client_id c, const char *const *k, size_t n, bool f,
+                    uint64_t now, int *r)
+{
+    return crk_batch_exist(s, k, n, now, r);
+}
+static int do_end(crk_service *s, crk_client_id c, const char *const *k, size_t n, bool f,
+                  uint64_t now, int *r)
+{
+    return crk_batch_put_end(s, c, k, n, now, r);
+}
+static int do_revoke(crk_service *s, crk_client_id c, const char *const *k, size_t n, bool f,
+                     uint64_t now, int *r)
+{
+    return crk_batch_put_revoke(s, c, k, n, now, r);
+}
+static int do_remove(crk_service *s, crk_client_id c, const char *const *k, size_t n, bool f,
+                     uint64_t now, int *r)
+{
+    return crk_batch_remove(s, k, n, f, now, r);
+}
+
+static int batch_statuses(crk_service *s, crk_scratch *sc, statuses_fn fn, crk_client_id c,
+                          char **keys, size_t n, bool force, uint64_t now,
+                          crp_rpc_statuses_resp *out)
+{
+    int32_t *r32 = scratch_alloc(sc, n, sizeof(*r32));
+    int *r = malloc((n ? n : 1) * sizeof(int));
+    int rc = 0;
+    if (r32 == NULL || r == NULL) {
+        free(r);
+        return CR_ERR_NO_MEMORY;
+    }
+    rc = fn(s, c, (const char *const *)keys, n, force, now, r);
+    for (size_t i = 0; i < n; i++)
+        r32[i] = r[i];
+    free(r);
+    out->n = n;
+    out->results = r32;
+    return rc;
+}
+
+static int query_segment(crk_service *s, crk_scratch *sc, const char *name,
+                         crp_rpc_segment_info_resp *out)
+{
+    size_t total = 0;
+    crk_list_segments(s, NULL, 0, &total);
+    crk_segment_info *all = malloc((total ? total : 1) * sizeof(*all));
+    if (all == NULL)
+        return CR_ERR_NO_MEMORY;
+    crk_list_segments(s, all, total, &total);
+    int rc = CR_SEGMENT_NOT_FOUND;
+    for (size_t i = 0; i < total; i++) {
+        if (strcmp(all[i].name, name) != 0)
+            continue;
+        size_t nl = strlen(all[i].name) + 1;
+        char *copy = scratch_alloc(sc, nl, 1);
+        if (copy == NULL) {
+            rc = CR_ERR_NO_MEMORY;
+            break;
+        }
+        memcpy(copy, all[i].name, nl);
+        out->segment = (crp_rpc_segment){copy, all[i].base, all[i].size, all[i].mount_epoch};
+        out->used = all[i].used;
+        out->client_id = (crp_rpc_uuid){all[i].owner.hi, all[i].owner.lo};
+        rc = 0;
+        break;
+    }
+    free(all);
+    return rc;
+}
+
+static int all_segments(crk_service *s, crk_scratch *sc, crp_rpc_names_resp *out)
+{
+    size_t total = 0;
+    crk_list_segments(s, NULL, 0, &total);
+    crk_segment_info *all = malloc((total ? total : 1) * sizeof(*all));
+    char **names = scratch_alloc(sc, total, sizeof(char *));
+    if (all == NULL || names == NULL) {
+        free(all);
+        return CR_ERR_NO_MEMORY;
+    }
+    crk_list_segments(s, all, total, &total);
+    int rc = 0;
+    for (size_t i = 0; i < total && rc == 0; i++) {
+        size_t nl = strlen(all[i].name) + 1;
+        names[i] = scratch_alloc(sc, nl, 1);
+        if (names[i] == NULL)
+            rc = CR_ERR_NO_MEMORY;
+        else
+            memcpy(names[i], all[i].name, nl);
+    }
+    free(all);
+    out->n_names = total;
+    out->names = names;
+    return rc;
+}
+
+void crk_dispatch(crk_service *s, const crk_server_info *info, const crp_rpc_req *req,
+                  uint64_t now, crp_rpc_resp *resp, crk_scratch *sc)
+{
+    memset(resp, 0, sizeof(*resp));
+    resp->op = req->op;
+    const __typeof__(req->u) *u = &req->u;
+    int rc = 0;
+    switch (req->op) {
+    case CRP_RPC_SERVICE_READY:
+        rc = crp_rpc_check_version("client", u->hello.version);
+        resp->u.hello = (crp_rpc_hello_resp){CRP_RPC_VERSION, CRP_RPC_CAPS_DEFINED,
+                                             (char *)info->software, info->view_version};
+        break;
+    case CRP_RPC_PING: {
+        int cs = 0;
+        rc = crk_ping(s, client_of(u->client.client_id), now, &cs);
+        resp->u.ping.client_status =
+            cs == CRK_CLIENT_NEED_REMOUNT ? CRP_RPC_CLIENT_NEED_REMOUNT : CRP_RPC_CLIENT_OK;
+        resp->u.ping.view_version = info->view_version;
+        break;
+    }
+    case CRP_RPC_MOUNT_SEGMENT: {
+        const crp_rpc_segment *g = &u->mount.segment;
+        crk_segment_spec spec = {g->name, g->base, g->size};
+        rc = crk_mount_segment(s, client_of(u->mount.client_id), &spec, now, NULL);
+        break;
+    }
+    case CRP_RPC_REMOUNT_SEGMENT: {
+        size_t n = u->remount.n_segments;
+        crk_segment_spec *specs = scratch_alloc(sc, n, sizeof(*specs));
+        if (specs == NULL) {
+            rc = CR_ERR_NO_MEMORY;
+            break;
+        }
+        for (size_t i = 0; i < n; i++)
+            specs[i] = (crk_segment_spec){u->remount.segments[i].name,
+                                          u->remount.segments[i].base,
+                                          u->remount.segments[i].size};
+        rc = crk_remount_segments(s, client_of(u->remount.client_id), specs, n, now, NULL);
+        break;
+    }
+    case CRP_RPC_UNMOUNT_SEGMENT:
+        rc = crk_unmount_segment(s, client_of(u->unmount.client_id), u->unmount.name, now);
+        break;
+    case CRP_RPC_EXIST:
+        rc = crk_exist(s, u->key.key, now);
+        resp->u.exist.exists = rc == 1;
+        if (rc > 0)
+            rc = 0;
+        break;
+    case CRP_RPC_BATCH_EXIST:
+        rc = batch_statuses(s, sc, do_exist, (crk_client_id){0, 0}, u->keys.keys, u->keys.n_keys,
+                            false, now, &resp->u.statuses);
+        break;
+    case CRP_RPC_GET_REPLICA_LIST: {
+        crk_replica_list l;
+        rc = crk_get_replica_list(s, u->key.key, now, &l);
+        if (rc == 0) {
+            rc = replicas_of(sc, &l, CRP_RPC_REPLICA_COMPLETE, &resp->u.get.replicas,
+                             &resp->u.get.n_replicas);
+            resp->u.get.lease_ttl_ms = l.lease_ttl_ms;
+        }
+        break;
+    }
+    case CRP_RPC_BATCH_GET_REPLICA_LIST:
+        rc = batch_with_lists(s, sc, do_batch_get, (crk_client_id){0, 0}, u->keys.keys, NULL,
+                              u->keys.n_keys, NULL, now, CRP_RPC_REPLICA_COMPLETE,
+                              &resp->u.batch_get.results, &resp->u.batch_get.lease_ttl_ms);
+        resp->u.batch_get.n = u->keys.n_keys;
+        break;
+    case CRP_RPC_PUT_START:
+    case CRP_RPC_UPSERT_START: {
+        crk_replicate_config cfg = config_of(&u->put_start.config);
+        crk_replica_list l;
+        crk_client_id c = client_of(u->put_start.client_id);
+        rc = req->op == CRP_RPC_PUT_START
+                 ? crk_put_start(s, c, u->put_start.key, u->put_start.value_size, &cfg, now, &l)
+                 : crk_upsert_start(s, c, u->put_start.key, u->put_start.value_size, &cfg, now,
+                                    &l);
+        if (rc == 0)
+            rc = replicas_of(sc, &l, CRP_RPC_REPLICA_PROCESSING, &resp->u.alloc.replicas,
+                             &resp->u.alloc.n_replicas);
+        break;
+    }
+    case CRP_RPC_BATCH_PUT_START:
+    case CRP_RPC_BATCH_UPSERT_START: {
+        crk_replicate_config cfg = config_of(&u->batch_put_start.config);
+        rc = batch_with_lists(s, sc,
+                              req->op == CRP_RPC_BATCH_PUT_START ? do_batch_put_start
+                                                                 : do_batch_upsert_start,
+                              client_of(u->batch_put_start.client_id), u->batch_put_start.keys,
+                              u->batch_put_start.value_sizes, u->batch_put_start.n_keys, &cfg,
+                              now, CRP_RPC_REPLICA_PROCESSING, &resp->u.batch_alloc.results, NULL);
+        resp->u.batch_alloc.n = u->batch_put_start.n_keys;
+        break;
+    }
+    case CRP_RPC_PUT_END:
+    case CRP_RPC_UPSERT_END:
+        rc = crk_put_end(s, client_of(u->owner_key.client_id), u->owner_key.key, now);
+        break;
+    case CRP_RPC_PUT_REVOKE:
+    case CRP_RPC_UPSERT_REVOKE:
+        rc = crk_put_revoke(s, client_of(u->owner_key.client_id), u->owner_key.key, now);
+        break;
+    case CRP_RPC_BATCH_PUT_END:
+    case CRP_RPC_BATCH_UPSERT_END:
+        rc = batch_statuses(s, sc, do_end, client_of(u->owner_keys.client_id), u->owner_keys.keys,
+                            u->owner_keys.n_keys, false, now, &resp->u.statuses);
+        break;
+    case CRP_RPC_BATCH_PUT_REVOKE:
+    case CRP_RPC_BATCH_UPSERT_REVOKE:
+        rc = batch_statuses(s, sc, do_revoke, client_of(u->owner_keys.client_id),
+                            u->owner_keys.keys, u->owner_keys.n_keys, false, now,
+                            &resp->u.statuses);
+        break;
+    case CRP_RPC_REMOVE:
+        rc = crk_remove(s, u->remove.key, u->remove.force, now);
+        break;
+    case CRP_RPC_REMOVE_BY_REGEX:
+        rc = crk_remove_by_regex(s, u->regex.pattern, u->regex.force, now, &resp->u.count.count);
+        break;
+    case CRP_RPC_REMOVE_ALL:
+        rc = crk_remove_all(s, u->force.force, now, &resp->u.count.count);
+        break;
+    case CRP_RPC_BATCH_REMOVE:
+        rc = batch_statuses(s, sc, do_remove, (crk_client_id){0, 0}, u->batch_remove.keys,
+                            u->batch_remove.n_keys, u->batch_remove.force, now,
+                            &resp->u.statuses);
+        break;
+    case CRP_RPC_GET_ALL_SEGMENTS:
+        rc = all_segments(s, sc, &resp->u.names);
+        break;
+    case CRP_RPC_QUERY_SEGMENT:
+        rc = query_segment(s, sc, u->name.name, &resp->u.segment_info);
+        break;
+    case CRP_RPC_QUERY_KEY: {
+        crk_key_info ki;
+        rc = crk_query_key(s, u->key.key, now, &ki);
+        if (rc == 0) {
+            crp_rpc_key_info_resp *k = &resp->u.key_info;
+            k->value_size = ki.value_size;
+            k->hard_pin = ki.hard_pinned;
+            k->lease_ms_left = ki.lease_until_ms > now ? ki.lease_until_ms - now : 0;
+            k->soft_pin_ms_left = ki.soft_pin_until_ms > now ? ki.soft_pin_until_ms - now : 0;
+            rc = replicas_of(sc, &ki.replicas,
+                             ki.complete ? CRP_RPC_REPLICA_COMPLETE : CRP_RPC_REPLICA_PROCESSING,
+                             &k->replicas, &k->n_replicas);
+        }
+        break;
+    }
+    default:
+        rc = crb_error(CR_NOT_SUPPORTED, "opcode %u is not served", (unsigned)req->op);
+        break;
+    }
+    resp->status = rc;
+    if (rc < 0 && req->op != CRP_RPC_SERVICE_READY)
+        memset(&resp->u, 0, sizeof(resp->u));
+    if (rc < 0) {
+        /* The detail, if the failure recorded one on this thread just now. */
+        const char *m = cr_last_error_message();
+        const char *name = cr_status_name(rc);
+        bool fresh = strncmp(m, name, strlen(name)) == 0;
+        size_t nl = strlen(m) + 1;
+        char *copy = fresh && nl > 1 ? scratch_alloc(sc, nl, 1) : NULL;
+        if (copy != NULL) {
+            memcpy(copy, m, nl);
+            resp->message = copy;
+        }
+    }
+}

@@ -1,0 +1,125 @@
+/*
+ * flags.h - crescent-master's command line and --config_path JSON file.
+ *
+ * Flag names and defaults are Mooncake's (mooncake_master), so existing
+ * deployment scripts keep working. Precedence: built-in defaults, then the
+ * JSON file named by --config_path (an object whose keys are flag names),
+ * then the command line, wherever --config_path appears on it; a flag given
+ * twice on the command line takes its last value.
+ *
+ * Syntax: --flag=value, --flag value, -flag=value, -flag value; '-' and '_'
+ * are interchangeable inside names (--rpc-port). Booleans: --flag alone is
+ * true, --noflag is false, --flag=true|false|1|0|yes|no (any case); a
+ * boolean never takes the next argument ("--enable_ha false" is an error,
+ * not a silent true). "--" ends the flags; crescent-master takes no
+ * positional arguments.
+ *
+ * Values:
+ *   durations  <digits>[ms|s|m|h]; without a unit the flag's Mooncake unit
+ *              (ms for the *_kv_*_ttl flags, s for client_ttl and *_sec /
+ *              *_seconds flags). Stored in milliseconds.
+ *   ratios     a decimal in [0, 1].
+ *   ports      0..65535; 0 asks the kernel for a free port (tests).
+ *   strings    at most the field's size - 1 bytes; hosts must be non-empty.
+ *
+ * Every failure is CR_INVALID_PARAMS with a message that names the flag (or
+ * file and key) and the value; nothing here prints, exits or aborts:
+ * --help and --version only set show_help / show_version for the caller.
+ *
+ * Threading: no shared state; functions are reentrant.
+ */
+#ifndef CRESCENT_MASTER_FLAGS_H
+#define CRESCENT_MASTER_FLAGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CRK_FLAG_HOST_MAX 256
+#define CRK_FLAG_NAME_MAX 256
+#define CRK_FLAG_PATH_MAX 4096
+
+typedef enum crk_alloc_strategy {
+    CRK_ALLOC_RANDOM = 0,           /* "random" (Mooncake's default) */
+    CRK_ALLOC_FREE_RATIO_FIRST = 1, /* "free_ratio_first" */
+    CRK_ALLOC_LOCAL_FIRST = 2,      /* "local_first" */
+} crk_alloc_strategy;
+
+typedef struct crk_master_options {
+    /* RPC server */
+    uint16_t rpc_port;                     /* --rpc_port (alias --port): 50051 */
+    char rpc_address[CRK_FLAG_HOST_MAX];   /* --rpc_address: "0.0.0.0" */
+    char rpc_interface[CRK_FLAG_HOST_MAX]; /* --rpc_interface: "" (bind rpc_address) */
+    uint32_t rpc_thread_num;               /* --rpc_thread_num: 0 = max_threads */
+    uint32_t max_threads;                  /* --max_threads: 16 */
+    uint64_t rpc_conn_timeout_ms;          /* --rpc_conn_timeout_seconds: 0 = none */
+    bool rpc_enable_tcp_no_delay;          /* --rpc_enable_tcp_no_delay: true */
+
+    /* Metrics and admin HTTP (/metrics, /health, /get_all_segments, /query_key) */
+    bool enable_metric_reporting;         /* --enable_metric_reporting: true */
+    uint16_t metrics_port;                /* --metrics_port: 9003 */
+    char metrics_host[CRK_FLAG_HOST_MAX]; /* --metrics_host: "0.0.0.0" */
+
+    /* Embedded HTTP metadata server for the transfer engine */
+    bool enable_http_metadata_server;                  /* false */
+    uint16_t http_metadata_server_port;                /* 8080 */
+    char http_metadata_server_host[CRK_FLAG_HOST_MAX]; /* "0.0.0.0" */
+    bool enable_metadata_cleanup_on_timeout;           /* false */
+
+    /* Objects, leases, pins, eviction */
+    uint64_t default_kv_lease_ttl_ms;       /* --default_kv_lease_ttl: 10000 ms */
+    uint64_t default_kv_soft_pin_ttl_ms;    /* --default_kv_soft_pin_ttl: 30 min */
+    uint64_t max_kv_soft_pin_ttl_ms;        /* --max_kv_soft_pin_ttl: 24 h */
+    bool allow_evict_soft_pinned_objects;   /* true */
+    double eviction_ratio;                  /* 0.05 */
+    double eviction_high_watermark_ratio;   /* 0.90 */
+    crk_alloc_strategy allocation_strategy; /* --allocation_strategy: random */
+
+    /* Clients and in-flight puts */
+    uint64_t client_ttl_ms;                /* --client_ttl: 10 s */
+    uint64_t put_start_discard_timeout_ms; /* --put_start_discard_timeout_sec: 30 s */
+    uint64_t put_start_release_timeout_ms; /* --put_start_release_timeout_sec: 600 s */
+
+    /* Cluster */
+    char cluster_id[CRK_FLAG_NAME_MAX];  /* --cluster_id: "mooncake_cluster" */
+    char config_path[CRK_FLAG_PATH_MAX]; /* --config_path: "" (none) */
+
+    /* Actions for the caller */
+    bool show_help;    /* --help / -h */
+    bool show_version; /* --version */
+} crk_master_options;
+
+/** Fill *o with the defaults. Never fails. */
+void crk_master_options_defaults(crk_master_options *o);
+
+/**
+ * Parse argv[1..argc) (argv[0] is the program) over the defaults, loading
+ * --config_path first if given. When --help or --version appears anywhere,
+ * only show_help / show_version are set (everything else is defaults and no
+ * file is read) and the call succeeds. On success *out is written; on
+ * failure it is untouched and the status is CR_INVALID_PARAMS.
+ */
+int crk_master_options_parse(int argc, char *const argv[], crk_master_options *out);
+
+/**
+ * Set one flag by name from text, exactly as "--name=value" would, then
+ * re-check the cross-flag rules. For embedding and tests. On failure *o is
+ * untouched. "config_path", "help" and "version" are not settable here.
+ */
+int crk_master_options_set(crk_master_options *o, const char *name, const char *value);
+
+/**
+ * Apply a JSON config file over *o (keys are flag names). Unknown keys,
+ * values of the wrong type or out of range, and unreadable or malformed
+ * files are CR_INVALID_PARAMS naming the file, and the key or line/column.
+ * On failure *o is untouched.
+ */
+int crk_master_options_load_file(crk_master_options *o, const char *path);
+
+/** Write the usage text (every flag, its default and unit) to f. */
+void crk_master_options_usage(FILE *f, const char *argv0);
+
+/** "random", "free_ratio_first", "local_first"; "?" otherwise. */
+const char *crk_alloc_strategy_name(crk_alloc_strategy s);
+
+#endif

@@ -1,0 +1,416 @@
+/*
+ * rpc_server.c - see rpc_server.h.
+ *
+ * Each I/O thread owns an epoll set and the connections in it; the listener
+ * sits in thread 0's set and hands accepted sockets round-robin to the
+ * threads (epoll_ctl on another thread's set is safe; the connection is
+ * fully built before it is added, and the owning thread's list is guarded by
+ * its mutex). A connection buffers input until whole frames are present,
+ * dispatches them in order and buffers the replies, writing as much as the
+ * socket takes and waiting for EPOLLOUT for the rest. While a connection has
+ * more than OUT_HIGH_WATER bytes of unsent replies it is not read from, so a
+ * client that pipelines without reading cannot grow the master's memory.
+ */
+#include "master/rpc_server.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/net.h"
+#include "proto/frame.h"
+#include "proto/messages.h"
+#include "proto/rpc.h"
+
+#define OUT_HIGH_WATER (8u << 20)
+#define READ_CHUNK (256u << 10)
+
+typedef struct rpc_conn {
+    int fd;
+    struct rpc_thread *thread;
+    uint8_t *in;
+    size_t in_len, in_cap;
+    uint8_t *out;
+    size_t out_len, out_off, out_cap;
+    bool want_out;
+    bool closing; /* flush what is queued, then close */
+} rpc_conn;
+
+typedef struct rpc_thread {
+    crk_rpc_server *srv;
+    pthread_t tid;
+    int epfd;
+    int wakefd;
+    pthread_mutex_t lock; /* conns list */
+    rpc_conn **conns;
+    size_t n_conns, cap_conns;
+} rpc_thread;
+
+struct crk_rpc_server {
+    crk_service *svc;
+    const crk_server_info *info;
+    int listen_fd;
+    uint16_t port;
+    unsigned n_threads;
+    unsigned n_started;
+    rpc_thread *threads;
+    atomic_bool stop;
+    atomic_uint next;
+    _Atomic uint64_t latency[CRP_RPC_OP_COUNT][CRK_LAT_BUCKETS];
+    _Atomic uint64_t accepted, open, frames, malformed;
+};
+
+static int buf_reserve(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t ncap = *cap ? *cap : 4096;
+    while (ncap < need)
+        ncap *= 2;
+    uint8_t *nb = realloc(*buf, ncap);
+    if (nb == NULL)
+        return CR_ERR_NO_MEMORY;
+    *buf = nb;
+    *cap = ncap;
+    return 0;
+}
+
+static int queue_frame(rpc_conn *c, int type, int32_t status, uint64_t request_id,
+                       const crp_buf *body)
+{
+    size_t need = c->out_len + CRP_HEADER_SIZE + body->len;
+    if (buf_reserve(&c->out, &c->out_cap, need) < 0)
+        return CR_ERR_NO_MEMORY;
+    crp_header h = {.version = CRP_VERSION,
+                    .type = (uint8_t)type,
+                    .body_len = (uint32_t)body->len,
+                    .status = status,
+                    .request_id = request_id};
+    crp_header_encode(&h, c->out + c->out_len);
+    memcpy(c->out + c->out_len + CRP_HEADER_SIZE, body->data, body->len);
+    c->out_len = need;
+    return 0;
+}
+
+static int queue_error(rpc_conn *c, int status, uint64_t request_id, const char *text)
+{
+    crp_buf body = {0};
+    crp_error e = {.message = (char *)text};
+    int rc = crp_error_encode(&e, &body);
+    if (rc == 0)
+        rc = queue_frame(c, CRP_ERROR, status, request_id, &body);
+    crp_buf_free(&body);
+    return rc;
+}
+
+static void conn_free(rpc_conn *c)
+{
+    rpc_thread *t = c->thread;
+    epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    pthread_mutex_lock(&t->lock);
+    for (size_t i = 0; i < t->n_conns; i++) {
+        if (t->conns[i] == c) {
+            t->conns[i] = t->conns[--t->n_conns];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+    atomic_fetch_sub(&t->srv->open, 1);
+    free(c->in);
+    free(c->out);
+    free(c);
+}
+
+static void set_events(rpc_conn *c)
+{
+    bool paused = c->out_len - c->out_off > OUT_HIGH_WATER;
+    uint32_t ev = (paused ? 0 : EPOLLIN) | (c->out_len > c->out_off ? EPOLLOUT : 0);
+    struct epoll_event e = {.events = ev | EPOLLRDHUP, .data.ptr = c};
+    epoll_ctl(c->thread->epfd, EPOLL_CTL_MOD, c->fd, &e);
+}
+
+/* Serve one complete frame at c->in[0..]. Returns bytes consumed, or a
+ * negative status if the connection must close after flushing. */
+static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
+{
+    crk_rpc_server *srv = c->thread->srv;
+    atomic_fetch_add(&srv->frames, 1);
+    if (h->type != CRP_RPC_REQ) {
+        atomic_fetch_add(&srv->malformed, 1);
+        queue_error(c, CR_ERR_MALFORMED_FRAME, h->request_id, "expected an RPC request frame");
+        return 0;
+    }
+    crp_rpc_req req;
+    int rc = crp_rpc_req_decode(body, h->body_len, &req);
+    if (rc < 0) {
+        atomic_fetch_add(&srv->malformed, 1);
+        crb_log(CRB_LOG_INFO, "rpc: undecodable request: %s", cr_last_error_message());
+        queue_error(c, rc, h->request_id, cr_last_error_message());
+        return 0;
+    }
+    uint64_t t0 = crb_now_ns();
+    crp_rpc_resp resp;
+    crk_scratch scratch = {0};
+    crk_dispatch(srv->svc, srv->info, &req, crb_now_ms(), &resp, &scratch);
+    crp_buf out = {0};
+    rc = crp_rpc_resp_encode(&resp, &out);
+    if (rc < 0) {
+        /* e.g. a reply larger than a frame: say so instead of going silent */
+        queue_error(c, rc, h->request_id, cr_last_error_message());
+    } else {
+        rc = queue_frame(c, CRP_RPC_RESP, resp.status, h->request_id, &out);
+    }
+    uint64_t us = (crb_now_ns() - t0) / 1000;
+    int bucket = 0;
+    while (bucket < CRK_LAT_BUCKETS - 1 && us >= (1ull << bucket))
+        bucket++;
+    int idx = crp_rpc_op_index(req.op);
+    if (idx >= 0)
+        atomic_fetch_add(&srv->latency[idx][bucket], 1);
+    crp_buf_free(&out);
+    crk_scratch_free(&scratch);
+    crp_rpc_req_clear(&req);
+    return rc < 0 ? rc : 0;
+}
+
+static int conn_read(rpc_conn *c)
+{
+    for (;;) {
+        if (buf_reserve(&c->in, &c->in_cap, c->in_len + READ_CHUNK) < 0)
+            return CR_ERR_NO_MEMORY;
+        ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        if (n == 0)
+            return CR_ERR_CONNECTION;
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            return CR_ERR_CONNECTION;
+        }
+        c->in_len += (size_t)n;
+        if ((size_t)n < READ_CHUNK)
+            break;
+    }
+    size_t off = 0;
+    int rc = 0;
+    while (c->in_len - off >= CRP_HEADER_SIZE) {
+        crp_header h;
+        rc = crp_header_decode(c->in + off, &h);
+        if (rc == 0 && h.data_len != 0)
+            rc = crb_error(CR_ERR_MALFORMED_FRAME, "RPC frames carry no data bytes");
+        if (rc < 0) {
+            atomic_fetch_add(&c->thread->srv->malformed, 1);
+            queue_error(c, rc, 0, cr_last_error_message());
+            c->closing = true;
+            break;
+        }
+        if (c->in_len - off < CRP_HEADER_SIZE + h.body_len)
+            break; /* wait for the rest */
+        rc = serve_frame(c, &h, c->in + off + CRP_HEADER_SIZE);
+        off += CRP_HEADER_SIZE + h.body_len;
+        if (rc < 0)
+            return rc;
+        if (c->out_len - c->out_off > OUT_HIGH_WATER)
+            break; /* let the client drain replies first */
+    }
+    memmove(c->in, c->in + off, c->in_len - off);
+    c->in_len -= off;
+    return 0;
+}
+
+static int conn_flush(rpc_conn *c)
+{
+    while (c->out_off < c->out_len) {
+        ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 0;
+            return CR_ERR_CONNECTION;
+        }
+        c->out_off += (size_t)n;
+    }
+    c->out_off = c->out_len = 0;
+    return 0;
+}
+
+static void conn_event(rpc_conn *c, uint32_t events)
+{
+    int rc = 0;
+    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) && !c->closing)
+        rc = conn_read(c);
+    /* Frames already buffered may be served once replies drained. */
+    if (rc == 0 && !c->closing && c->out_len == c->out_off && c->in_len >= CRP_HEADER_SIZE)
+        rc = conn_read(c);
+    int frc = conn_flush(c);
+    if (rc < 0 || frc < 0 || (c->closing && c->out_off == c->out_len)) {
+        conn_free(c);
+        return;
+    }
+    set_events(c);
+}
+
+static void accept_all(crk_rpc_server *srv)
+{
+    for (;;) {
+        int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        rpc_conn *c = calloc(1, sizeof(*c));
+        if (c == NULL) {
+            close(fd);
+            continue;
+        }
+        c->fd = fd;
+        rpc_thread *t = &srv->threads[atomic_fetch_add(&srv->next, 1) % srv->n_threads];
+        c->thread = t;
+        pthread_mutex_lock(&t->lock);
+        if (t->n_conns == t->cap_conns) {
+            size_t ncap = t->cap_conns ? t->cap_conns * 2 : 16;
+            rpc_conn **nc = realloc(t->conns, ncap * sizeof(*nc));
+            if (nc == NULL) {
+                pthread_mutex_unlock(&t->lock);
+                close(fd);
+                free(c);
+                continue;
+            }
+            t->conns = nc;
+            t->cap_conns = ncap;
+        }
+        t->conns[t->n_conns++] = c;
+        pthread_mutex_unlock(&t->lock);
+        atomic_fetch_add(&srv->accepted, 1);
+        atomic_fetch_add(&srv->open, 1);
+        struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+        epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &e);
+    }
+}
+
+static void *thread_main(void *arg)
+{
+    rpc_thread *t = arg;
+    crk_rpc_server *srv = t->srv;
+    struct epoll_event ev[64];
+    while (!atomic_load(&srv->stop)) {
+        int n = epoll_wait(t->epfd, ev, 64, 200);
+        for (int i = 0; i < n; i++) {
+            void *p = ev[i].data.ptr;
+            if (p == &srv->listen_fd)
+                accept_all(srv);
+            else if (p == &t->wakefd)
+                ; /* stop requested */
+            else
+                conn_event(p, ev[i].events);
+        }
+    }
+    return NULL;
+}
+
+int crk_rpc_server_start(crk_service *svc, const crk_server_info *info, const char *host,
+                         uint16_t port, unsigned threads, crk_rpc_server **out)
+{
+    crk_rpc_server *srv = calloc(1, sizeof(*srv));
+    if (srv == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "rpc server");
+    srv->svc = svc;
+    srv->info = info;
+    srv->n_threads = threads ? threads : 2;
+    int rc = crb_listen(host, port, 1024, &srv->port);
+    if (rc < 0) {
+        free(srv);
+        return rc;
+    }
+    srv->listen_fd = rc;
+    srv->threads = calloc(srv->n_threads, sizeof(*srv->threads));
+    if (srv->threads == NULL) {
+        close(srv->listen_fd);
+        free(srv);
+        return crb_error(CR_ERR_NO_MEMORY, "rpc threads");
+    }
+    unsigned started = 0;
+    for (unsigned i = 0; i < srv->n_threads; i++) {
+        rpc_thread *t = &srv->threads[i];
+        t->srv = srv;
+        pthread_mutex_init(&t->lock, NULL);
+        t->epfd = epoll_create1(EPOLL_CLOEXEC);
+        t->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        struct epoll_event e = {.events = EPOLLIN, .data.ptr = &t->wakefd};
+        epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->wakefd, &e);
+    }
+    struct epoll_event le = {.events = EPOLLIN, .data.ptr = &srv->listen_fd};
+    epoll_ctl(srv->threads[0].epfd, EPOLL_CTL_ADD, srv->listen_fd, &le);
+    for (; started < srv->n_threads; started++) {
+        if (pthread_create(&srv->threads[started].tid, NULL, thread_main,
+                           &srv->threads[started]) != 0) {
+            rc = crb_error(CR_ERR_SYSTEM, "starting rpc thread %u", started);
+            break;
+        }
+    }
+    srv->n_started = started;
+    if (started < srv->n_threads) {
+        crk_rpc_server_stop(srv);
+        return rc;
+    }
+    crb_log(CRB_LOG_INFO, "master rpc listening on %s:%u with %u threads", host,
+            (unsigned)srv->port, srv->n_threads);
+    *out = srv;
+    return 0;
+}
+
+uint16_t crk_rpc_server_port(const crk_rpc_server *srv) { return srv->port; }
+
+void crk_rpc_server_latency(crk_rpc_server *srv, int op_index, uint64_t out[CRK_LAT_BUCKETS])
+{
+    for (int b = 0; b < CRK_LAT_BUCKETS; b++)
+        out[b] = op_index >= 0 && op_index < CRP_RPC_OP_COUNT
+                     ? atomic_load(&srv->latency[op_index][b])
+                     : 0;
+}
+
+void crk_rpc_server_stats_get(crk_rpc_server *srv, crk_rpc_server_stats *out)
+{
+    *out = (crk_rpc_server_stats){atomic_load(&srv->accepted), atomic_load(&srv->open),
+                                  atomic_load(&srv->frames), atomic_load(&srv->malformed)};
+}
+
+void crk_rpc_server_stop(crk_rpc_server *srv)
+{
+    if (srv == NULL)
+        return;
+    atomic_store(&srv->stop, true);
+    for (unsigned i = 0; i < srv->n_started; i++) {
+        uint64_t one = 1;
+        ssize_t w = write(srv->threads[i].wakefd, &one, sizeof(one));
+        (void)w;
+    }
+    for (unsigned i = 0; i < srv->n_started; i++)
+        pthread_join(srv->threads[i].tid, NULL);
+    for (unsigned i = 0; i < srv->n_threads; i++) {
+        rpc_thread *t = &srv->threads[i];
+        while (t->n_conns > 0)
+            conn_free(t->conns[t->n_conns - 1]);
+        free(t->conns);
+        close(t->epfd);
+        close(t->wakefd);
+        pthread_mutex_destroy(&t->lock);
+    }
+    close(srv->listen_fd);
+    free(srv->threads);
+    free(srv);
+}

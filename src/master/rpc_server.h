@@ -1,0 +1,52 @@
+/*
+ * rpc_server.h - the master's RPC front end: a TCP listener and a few epoll
+ * I/O threads that read CRP_RPC_REQ frames, run them on the service through
+ * crk_dispatch and write CRP_RPC_RESP frames back. Requests on one
+ * connection are answered in order, and a client may pipeline as many as it
+ * likes; connections are spread over the threads.
+ *
+ * A frame whose header is malformed (bad magic, oversized body, unknown
+ * type, data bytes) gets one ERROR frame and the connection is closed, since
+ * the stream cannot be resynchronised; a well-framed body that does not
+ * decode gets an ERROR frame and the connection keeps serving.
+ */
+#ifndef CRESCENT_MASTER_RPC_SERVER_H
+#define CRESCENT_MASTER_RPC_SERVER_H
+
+#include <stdint.h>
+
+#include "master/dispatch.h"
+#include "master/service.h"
+
+typedef struct crk_rpc_server crk_rpc_server;
+
+/* Latency histogram buckets: bucket i counts requests that took
+ * < 2^i microseconds (the last bucket is "everything slower"). */
+#define CRK_LAT_BUCKETS 24
+
+/**
+ * Listen on host:port (0 = pick) and serve with `threads` I/O threads (0 =
+ * 2). The service and info must outlive the server. On success *out owns
+ * the running server.
+ */
+int crk_rpc_server_start(crk_service *svc, const crk_server_info *info, const char *host,
+                         uint16_t port, unsigned threads, crk_rpc_server **out);
+
+uint16_t crk_rpc_server_port(const crk_rpc_server *srv);
+
+/** Copy the latency histogram of op index `op_index` (crp_rpc_op_index). */
+void crk_rpc_server_latency(crk_rpc_server *srv, int op_index, uint64_t out[CRK_LAT_BUCKETS]);
+
+/** Counters of the transport itself. */
+typedef struct crk_rpc_server_stats {
+    uint64_t connections_accepted;
+    uint64_t connections_open;
+    uint64_t frames_in;
+    uint64_t malformed_frames;
+} crk_rpc_server_stats;
+void crk_rpc_server_stats_get(crk_rpc_server *srv, crk_rpc_server_stats *out);
+
+/** Stop accepting, close every connection, join the threads, free. NULL ok. */
+void crk_rpc_server_stop(crk_rpc_server *srv);
+
+#endif

@@ -1,0 +1,347 @@
+/*
+ * master_client.c - see master_client.h.
+ *
+ * Callers register a pending slot (request id, condition variable), write
+ * their frame under the write lock and sleep on the slot. A reader thread
+ * owns the socket's read side: it reads whole frames and hands each body to
+ * the slot with the same request id. Deadlines are per call; a caller that
+ * gives up removes its slot, and a late reply for it is dropped.
+ */
+#include "store/master_client.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/net.h"
+#include "proto/frame.h"
+
+typedef struct pending {
+    struct pending *next;
+    uint64_t id;
+    bool done;
+    int status;     /* transport status; 0 when a frame arrived */
+    crp_header hdr; /* of the reply */
+    uint8_t *body;  /* malloc'd reply body */
+    pthread_cond_t cond;
+} pending;
+
+struct crc_master {
+    char host[CRB_HOST_MAX];
+    uint16_t port;
+    crp_rpc_uuid client_id;
+    pthread_mutex_t lock; /* everything below */
+    pthread_mutex_t write_lock;
+    int fd;                 /* -1 when not connected */
+    bool reader_running;
+    pthread_t reader;
+    atomic_bool stop;
+    pending *pending;
+    uint64_t next_id;
+    uint64_t view;
+};
+
+static int read_frame(int fd, crp_header *h, uint8_t **body, uint64_t deadline_ns)
+{
+    uint8_t hb[CRP_HEADER_SIZE];
+    int rc = crb_read_full(fd, hb, sizeof(hb), deadline_ns);
+    if (rc < 0)
+        return rc;
+    rc = crp_header_decode(hb, h);
+    if (rc < 0)
+        return rc;
+    if (h->data_len != 0)
+        return crb_error(CR_ERR_MALFORMED_FRAME, "master reply carries data bytes");
+    uint8_t *b = malloc(h->body_len ? h->body_len : 1);
+    if (b == NULL)
+        return CR_ERR_NO_MEMORY;
+    rc = h->body_len ? crb_read_full(fd, b, h->body_len, deadline_ns) : 0;
+    if (rc < 0) {
+        free(b);
+        return rc;
+    }
+    *body = b;
+    return 0;
+}
+
+/* Fail every pending call (connection lost). Caller holds lock. */
+static void fail_pending_locked(crc_master *m, int status)
+{
+    for (pending *p = m->pending; p != NULL; p = p->next) {
+        if (!p->done) {
+            p->done = true;
+            p->status = status;
+            pthread_cond_signal(&p->cond);
+        }
+    }
+}
+
+static void *reader_main(void *arg)
+{
+    crc_master *m = arg;
+    int fd = m->fd;
+    while (!atomic_load(&m->stop)) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int n = poll(&pf, 1, 200);
+        if (n == 0)
+            continue;
+        if (n < 0 && errno == EINTR)
+            continue;
+        crp_header h;
+        uint8_t *body = NULL;
+        int rc = n < 0 ? CR_ERR_CONNECTION
+                       : read_frame(fd, &h, &body, crb_now_ns() + 10ull * 1000000000ull);
+        pthread_mutex_lock(&m->lock);
+        if (rc < 0) {
+            crb_log(CRB_LOG_WARN, "master %s:%u: connection lost: %s", m->host,
+                    (unsigned)m->port, cr_last_error_message());
+            fail_pending_locked(m, CR_RPC_FAIL);
+            shutdown(fd, SHUT_RDWR);
+            m->fd = -1; /* the next call reconnects; fd closed on join */
+            pthread_mutex_unlock(&m->lock);
+            break;
+        }
+        pending *p = m->pending;
+        while (p != NULL && p->id != h.request_id)
+            p = p->next;
+        if (p != NULL && !p->done) {
+            p->done = true;
+            p->status = 0;
+            p->hdr = h;
+            p->body = body;
+            body = NULL;
+            pthread_cond_signal(&p->cond);
+        }
+        pthread_mutex_unlock(&m->lock);
+        free(body); /* a reply nobody waits for any more */
+    }
+    close(fd);
+    return NULL;
+}
+
+static int send_frame(int fd, int type, uint64_t id, const crp_buf *body, uint64_t deadline)
+{
+    uint8_t hb[CRP_HEADER_SIZE];
+    crp_header h = {.version = CRP_VERSION,
+                    .type = (uint8_t)type,
+                    .body_len = (uint32_t)body->len,
+                    .request_id = id};
+    crp_header_encode(&h, hb);
+    int rc = crb_write_full(fd, hb, sizeof(hb), deadline);
+    if (rc == 0)
+        rc = crb_write_full(fd, body->data, body->len, deadline);
+    return rc;
+}
+
+/* Decode a reply frame into resp. */
+static int decode_reply(const crp_header *h, const uint8_t *body, int op, crp_rpc_resp *resp)
+{
+    if (h->type == CRP_ERROR) {
+        crp_error e = {0};
+        crp_error_decode(body, h->body_len, &e);
+        crb_error(h->status < 0 ? h->status : CR_RPC_FAIL, "master refused the request: %s",
+                  e.message ? e.message : "");
+        crp_error_clear(&e);
+        memset(resp, 0, sizeof(*resp));
+        resp->op = (uint16_t)op;
+        resp->status = h->status < 0 ? h->status : CR_RPC_FAIL;
+        return 0;
+    }
+    if (h->type != CRP_RPC_RESP)
+        return crb_error(CR_RPC_FAIL, "master answered with a %s frame", crp_type_name(h->type));
+    int rc = crp_rpc_resp_decode(body, h->body_len, resp);
+    if (rc < 0)
+        return crb_error(CR_RPC_FAIL, "undecodable master reply: %s", cr_last_error_message());
+    if (resp->op != op) {
+        crp_rpc_resp_clear(resp);
+        return crb_error(CR_RPC_FAIL, "master answered op %u to op %d", resp->op, op);
+    }
+    return 0;
+}
+
+/* Connect and handshake synchronously, then start the reader. Caller
+ * holds lock and write_lock; m->fd < 0. */
+static int connect_locked(crc_master *m, int timeout_ms)
+{
+    if (m->reader_running) {
+        pthread_mutex_unlock(&m->lock);
+        atomic_store(&m->stop, true);
+        pthread_join(m->reader, NULL);
+        atomic_store(&m->stop, false);
+        pthread_mutex_lock(&m->lock);
+        m->reader_running = false;
+    }
+    uint64_t deadline = crb_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    int fd = crb_connect(m->host, m->port, timeout_ms);
+    if (fd < 0)
+        return crb_error(fd == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL,
+                         "master %s:%u: %s", m->host, (unsigned)m->port, cr_last_error_message());
+    crp_rpc_req hello = {.op = CRP_RPC_SERVICE_READY};
+    hello.u.hello = (crp_rpc_hello_req){CRP_RPC_VERSION, CRP_RPC_CAPS_DEFINED, m->client_id,
+                                        "crescent 0.1.0"};
+    crp_buf body = {0};
+    int rc = crp_rpc_req_encode(&hello, &body);
+    if (rc == 0)
+        rc = send_frame(fd, CRP_RPC_REQ, 0, &body, deadline);
+    crp_buf_free(&body);
+    crp_header h;
+    uint8_t *rb = NULL;
+    if (rc == 0)
+        rc = read_frame(fd, &h, &rb, deadline);
+    crp_rpc_resp resp;
+    if (rc == 0)
+        rc = decode_reply(&h, rb, CRP_RPC_SERVICE_READY, &resp);
+    free(rb);
+    if (rc < 0) {
+        close(fd);
+        return crb_error(rc == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL,
+                         "handshake with master %s:%u: %s", m->host, (unsigned)m->port,
+                         cr_last_error_message());
+    }
+    rc = resp.status;
+    if (rc == 0)
+        rc = crp_rpc_check_version("master", resp.u.hello.version);
+    else
+        crb_error(rc, "master %s:%u refused the handshake: %s", m->host, (unsigned)m->port,
+                  resp.message ? resp.message : cr_strerror(rc));
+    m->view = resp.u.hello.view_version;
+    crp_rpc_resp_clear(&resp);
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    m->fd = fd;
+    if (pthread_create(&m->reader, NULL, reader_main, m) != 0) {
+        close(fd);
+        m->fd = -1;
+        return crb_error(CR_ERR_SYSTEM, "starting the master reader thread");
+    }
+    m->reader_running = true;
+    return 0;
+}
+
+int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_ms,
+                       crc_master **out)
+{
+    crc_master *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "master connection");
+    int rc = crb_parse_hostport(address, m->host, &m->port);
+    if (rc < 0 || m->port == 0) {
+        free(m);
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "master address '%s' is not host:port",
+                         address ? address : "(null)");
+    }
+    m->client_id = client_id;
+    m->fd = -1;
+    m->next_id = 1;
+    pthread_mutex_init(&m->lock, NULL);
+    pthread_mutex_init(&m->write_lock, NULL);
+    pthread_mutex_lock(&m->write_lock);
+    pthread_mutex_lock(&m->lock);
+    rc = connect_locked(m, timeout_ms);
+    pthread_mutex_unlock(&m->lock);
+    pthread_mutex_unlock(&m->write_lock);
+    if (rc < 0) {
+        crc_master_close(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms)
+{
+    crp_buf body = {0};
+    int rc = crp_rpc_req_encode(req, &body);
+    if (rc < 0)
+        return rc;
+    uint64_t deadline = crb_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    pending p = {.done = false};
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p.cond, &ca);
+    pthread_condattr_destroy(&ca);
+
+    pthread_mutex_lock(&m->write_lock);
+    pthread_mutex_lock(&m->lock);
+    if (m->fd < 0)
+        rc = connect_locked(m, timeout_ms);
+    int fd = m->fd;
+    if (rc == 0) {
+        p.id = m->next_id++;
+        p.next = m->pending;
+        m->pending = &p;
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (rc == 0) {
+        rc = send_frame(fd, CRP_RPC_REQ, p.id, &body, deadline);
+        if (rc < 0)
+            rc = crb_error(rc == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL,
+                           "sending %s to the master: %s", crp_rpc_op_name(req->op),
+                           cr_last_error_message());
+    }
+    pthread_mutex_unlock(&m->write_lock);
+    crp_buf_free(&body);
+
+    pthread_mutex_lock(&m->lock);
+    if (rc == 0) {
+        struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
+        while (!p.done)
+            if (pthread_cond_timedwait(&p.cond, &m->lock, &ts) != 0 && !p.done)
+                break;
+        if (!p.done)
+            rc = crb_error(CR_RPC_TIMEOUT, "master did not answer %s within %d ms",
+                           crp_rpc_op_name(req->op), timeout_ms);
+        else if (p.status != 0)
+            rc = crb_error(p.status, "master connection lost during %s",
+                           crp_rpc_op_name(req->op));
+    }
+    if (p.id != 0) { /* unlink our slot */
+        pending **pp = &m->pending;
+        while (*pp != NULL && *pp != &p)
+            pp = &(*pp)->next;
+        if (*pp != NULL)
+            *pp = p.next;
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (rc == 0)
+        rc = decode_reply(&p.hdr, p.body, req->op, resp);
+    free(p.body);
+    pthread_cond_destroy(&p.cond);
+    return rc;
+}
+
+uint64_t crc_master_view(crc_master *m)
+{
+    pthread_mutex_lock(&m->lock);
+    uint64_t v = m->view;
+    pthread_mutex_unlock(&m->lock);
+    return v;
+}
+
+void crc_master_close(crc_master *m)
+{
+    if (m == NULL)
+        return;
+    if (m->reader_running) {
+        atomic_store(&m->stop, true);
+        if (m->fd >= 0)
+            shutdown(m->fd, SHUT_RDWR);
+        pthread_join(m->reader, NULL); /* closes the fd */
+    }
+    pthread_mutex_destroy(&m->lock);
+    pthread_mutex_destroy(&m->write_lock);
+    free(m);
+}

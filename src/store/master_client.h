@@ -1,0 +1,45 @@
+/*
+ * master_client.h - a client's connection to crescent-master.
+ *
+ * One persistent TCP connection, opened with the SERVICE_READY handshake
+ * (protocol version and capabilities; a mismatch is CR_INVALID_VERSION with
+ * a message naming both versions). Any number of threads may call at once:
+ * requests are pipelined on the connection and a reader thread matches
+ * replies to callers by request id. A broken connection fails the calls in
+ * flight with CR_RPC_FAIL and is re-opened by the next call.
+ */
+#ifndef CRESCENT_STORE_MASTER_CLIENT_H
+#define CRESCENT_STORE_MASTER_CLIENT_H
+
+#include <stdint.h>
+
+#include "proto/rpc.h"
+
+typedef struct crc_master crc_master;
+
+/**
+ * Connect to "host:port" within timeout_ms and handshake. client_id is sent
+ * in SERVICE_READY. On success *out owns the connection.
+ * Errors: CR_ERR_INVALID_ARGUMENT (bad address), CR_RPC_FAIL (cannot reach
+ * it), CR_RPC_TIMEOUT, CR_INVALID_VERSION.
+ */
+int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_ms,
+                       crc_master **out);
+
+/**
+ * Send req and wait for its reply (at most timeout_ms). On success (0) *resp
+ * holds the decoded reply — its own status says how the operation went —
+ * and must be released with crp_rpc_resp_clear. Errors (transport only):
+ * CR_RPC_FAIL, CR_RPC_TIMEOUT, or the request's encoding error. A reply
+ * that is an ERROR frame (the master could not decode the request) comes
+ * back as 0 with resp->status set to the master's code.
+ */
+int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms);
+
+/** The master's view version seen at the last handshake (changes on restart). */
+uint64_t crc_master_view(crc_master *m);
+
+/** Close and free. No call may be in progress. NULL is a no-op. */
+void crc_master_close(crc_master *m);
+
+#endif

@@ -1,0 +1,3 @@
+list(APPEND CRESCENT_SOURCES
+  src/store/master_client.c
+)
