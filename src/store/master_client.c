@@ -103,8 +103,9 @@ static void *reader_main(void *arg)
                        : read_frame(fd, &h, &body, crb_now_ns() + 10ull * 1000000000ull);
         pthread_mutex_lock(&m->lock);
         if (rc < 0) {
-            crb_log(CRB_LOG_WARN, "master %s:%u: connection lost: %s", m->host,
-                    (unsigned)m->port, cr_last_error_message());
+            if (!atomic_load(&m->stop))
+                crb_log(CRB_LOG_WARN, "master %s:%u: connection lost: %s", m->host,
+                        (unsigned)m->port, cr_last_error_message());
             fail_pending_locked(m, CR_RPC_FAIL);
             shutdown(fd, SHUT_RDWR);
             m->fd = -1; /* the next call reconnects; fd closed on join */

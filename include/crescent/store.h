@@ -1,0 +1,199 @@
+/*
+ * crescent/store.h - the distributed KV-cache store, client side.
+ *
+ * A process calls cr_store_setup(): it creates a transfer engine, contributes
+ * `global_segment_size` bytes of shareable memory to the cluster (mounted at
+ * crescent-master), and keeps `local_buffer_size` bytes for staging copies.
+ * It can then put and get objects that live in any client's segment; the
+ * master only keeps metadata, the bytes move through the engine (memcpy in
+ * this process, shared memory on this host, tcp elsewhere).
+ *
+ * Return values: 0 (or a size / count / 1-0 answer where documented) on
+ * success, a negative cr_status on failure. Status codes are Mooncake's
+ * ErrorCode numbers: a miss is CR_OBJECT_NOT_FOUND (-704), so "missing",
+ * "empty value" (size 0) and "error" are always distinguishable. Batch calls
+ * return 0 when the call itself ran and put one result per key in the
+ * caller's results array. cr_last_error_message() says what failed and where.
+ *
+ * Threading: one cr_store may be used by many threads at once, including
+ * short-lived pool threads (register a region, batch-put hundreds of keys in
+ * it, unregister it). Keys are borrowed for the call; values passed to the
+ * copying calls are borrowed for the call; buffers passed to zero-copy calls
+ * (_from / _into) must lie inside memory registered with
+ * cr_store_register_buffer (pointers anywhere inside a registered region are
+ * fine) and stay valid for the call.
+ */
+#ifndef CRESCENT_STORE_H
+#define CRESCENT_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "crescent/engine.h"
+#include "crescent/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Longest key, in bytes. */
+#define CR_STORE_MAX_KEY 4096
+
+typedef struct cr_store cr_store;
+
+/**
+ * Parse a human-readable size: "1048576", "16 MB", "16MiB", "4gb", "512k"
+ * (binary multiples: k/K/kb/KiB = 1024, m = 2^20, g = 2^30, t = 2^40;
+ * case-insensitive, optional space). Anything else — "50%", "-1", "1.5x",
+ * "" — is CR_INVALID_PARAMS naming the text. Pure; any thread.
+ */
+CR_API int cr_parse_size(const char *text, uint64_t *out);
+
+/** Store configuration; initialise with cr_store_config_init (sets defaults). */
+typedef struct cr_store_config {
+    uint32_t struct_size;
+    const char *local_hostname; /**< "127.0.0.1" (default) or "host[:port]" */
+    const char *metadata;       /**< "P2PHANDSHAKE" (default) or http://... */
+    uint64_t global_segment_size; /**< contributed to the cluster; default 64 MiB; 0 = none */
+    uint64_t local_buffer_size;   /**< staging for copying put/get; default 16 MiB */
+    const char *protocol;         /**< engine protocol: "auto" (default), "tcp", "shm" */
+    const char *devices;          /**< accepted for compatibility; unused by tcp/shm */
+    const char *master_address;   /**< "host:port"; default "127.0.0.1:50051" */
+    uint32_t transfer_timeout_ms; /**< deadline of one put/get transfer; default 30000 */
+    uint32_t rpc_timeout_ms;      /**< deadline of one master call; default 5000 */
+    uint32_t heartbeat_interval_ms; /**< default 1000 */
+} cr_store_config;
+
+/** Fill defaults. Never fails. */
+CR_API void cr_store_config_init(cr_store_config *cfg);
+
+/**
+ * Create a store client: engine, segment and local buffer (memfd-backed,
+ * reserved without committing pages), master connections (data and
+ * heartbeat), mount. On success *out owns it (cr_store_destroy).
+ * Errors: CR_INVALID_PARAMS (message names the field), CR_RPC_FAIL /
+ * CR_RPC_TIMEOUT (master unreachable within rpc_timeout_ms), engine errors.
+ */
+CR_API int cr_store_setup(const cr_store_config *cfg, cr_store **out);
+
+/**
+ * Unmount the segment, stop heartbeats and close connections; later calls
+ * other than cr_store_destroy fail with CR_UNAVAILABLE_IN_CURRENT_STATUS.
+ * Idempotent; returns 0. Objects whose only replicas lived here vanish.
+ */
+CR_API int cr_store_close(cr_store *s);
+
+/** cr_store_close, then free. NULL is a no-op. No call may be in flight. */
+CR_API void cr_store_destroy(cr_store *s);
+
+/** 0 if the master answers and our segment is mounted, else the failure. */
+CR_API int cr_store_health(cr_store *s);
+
+/** This client's segment name (what preferred_segments refers to). */
+CR_API int cr_store_hostname(cr_store *s, char *buf, size_t len);
+
+/** The store's engine (borrowed; valid until cr_store_destroy). */
+CR_API cr_engine *cr_store_engine(cr_store *s);
+
+/** Soft pin actions (Mooncake's SoftPinAction). */
+typedef enum cr_soft_pin_action {
+    CR_SOFT_PIN_PRESERVE = 0,
+    CR_SOFT_PIN_ENABLE = 1,
+    CR_SOFT_PIN_DISABLE = 2,
+} cr_soft_pin_action;
+
+/** How a put places its replicas. NULL config = defaults. */
+typedef struct cr_replicate_config {
+    uint32_t replica_num; /**< default 1; best effort on distinct segments */
+    bool hard_pin;        /**< never evicted */
+    int soft_pin_action;  /**< cr_soft_pin_action */
+    bool has_soft_pin_ttl;
+    uint64_t soft_pin_ttl_ms;
+    const char *const *preferred_segments; /**< tried first (segment names) */
+    size_t n_preferred;
+    bool prefer_same_node; /**< place the (single) replica in this client's segment */
+} cr_replicate_config;
+
+CR_API void cr_replicate_config_init(cr_replicate_config *cfg);
+
+/* --- writes --------------------------------------------------------------- */
+
+/** Copying put: value is staged through the local buffer (in chunks when it
+ *  is larger than the free staging space). An existing complete key is left
+ *  as it is and the call succeeds (Mooncake's behaviour); upsert replaces. */
+CR_API int cr_store_put(cr_store *s, const char *key, const void *value, size_t len,
+                        const cr_replicate_config *cfg);
+CR_API int cr_store_upsert(cr_store *s, const char *key, const void *value, size_t len,
+                           const cr_replicate_config *cfg);
+/** Zero-copy put from registered memory. */
+CR_API int cr_store_put_from(cr_store *s, const char *key, const void *buf, size_t len,
+                             const cr_replicate_config *cfg);
+CR_API int cr_store_upsert_from(cr_store *s, const char *key, const void *buf, size_t len,
+                                const cr_replicate_config *cfg);
+/** One object gathered from n parts (copying; parts need not be registered). */
+CR_API int cr_store_put_parts(cr_store *s, const char *key, const void *const *parts,
+                              const size_t *sizes, size_t n, const cr_replicate_config *cfg);
+/** One object gathered from n registered buffers (zero-copy). */
+CR_API int cr_store_put_from_multi(cr_store *s, const char *key, void *const *bufs,
+                                   const size_t *sizes, size_t n, const cr_replicate_config *cfg);
+/** Batch forms: one status per key in results[0..n). */
+CR_API int cr_store_batch_put(cr_store *s, const char *const *keys, const void *const *values,
+                              const size_t *sizes, size_t n, const cr_replicate_config *cfg,
+                              int *results);
+CR_API int cr_store_batch_put_from(cr_store *s, const char *const *keys, void *const *bufs,
+                                   const size_t *sizes, size_t n, const cr_replicate_config *cfg,
+                                   int *results);
+CR_API int cr_store_batch_upsert_from(cr_store *s, const char *const *keys, void *const *bufs,
+                                      const size_t *sizes, size_t n,
+                                      const cr_replicate_config *cfg, int *results);
+
+/* --- reads ---------------------------------------------------------------- */
+
+/**
+ * Copying get. On success returns the value's size (0 for an empty value)
+ * and *value_out owns a malloc'd copy (free() it; never NULL on success).
+ * A miss is CR_OBJECT_NOT_FOUND. A read lease that expired during the
+ * transfer is CR_LEASE_EXPIRED, never stale bytes.
+ */
+CR_API int64_t cr_store_get(cr_store *s, const char *key, void **value_out);
+/** Zero-copy get into registered memory of `cap` bytes: returns the size,
+ *  CR_BUFFER_OVERFLOW (-10) if the value is larger than cap. */
+CR_API int64_t cr_store_get_into(cr_store *s, const char *key, void *buf, size_t cap);
+/** Scatter one object into n registered buffers (sizes must cover it). */
+CR_API int64_t cr_store_get_into_multi(cr_store *s, const char *key, void *const *bufs,
+                                       const size_t *sizes, size_t n);
+/** Batch forms: results[i] is the size or a negative status. */
+CR_API int cr_store_batch_get_into(cr_store *s, const char *const *keys, void *const *bufs,
+                                   const size_t *caps, size_t n, int64_t *results);
+/** Copying batch get: values_out[i] is malloc'd when results[i] >= 0. */
+CR_API int cr_store_batch_get(cr_store *s, const char *const *keys, size_t n, void **values_out,
+                              int64_t *results);
+/** Value size, or CR_OBJECT_NOT_FOUND. Grants no lease. */
+CR_API int64_t cr_store_get_size(cr_store *s, const char *key);
+/** 1 exists, 0 missing, negative error. Does not extend leases. */
+CR_API int cr_store_exist(cr_store *s, const char *key);
+CR_API int cr_store_batch_exist(cr_store *s, const char *const *keys, size_t n, int *results);
+
+/* --- removal ---------------------------------------------------------------- */
+
+/** Remove a key; a held read lease blocks it (CR_OBJECT_HAS_LEASE) unless force. */
+CR_API int cr_store_remove(cr_store *s, const char *key, bool force);
+/** Remove keys matching a POSIX extended regex; returns the count. */
+CR_API int64_t cr_store_remove_by_regex(cr_store *s, const char *pattern, bool force);
+/** Remove everything; returns the count. */
+CR_API int64_t cr_store_remove_all(cr_store *s, bool force);
+CR_API int cr_store_batch_remove(cr_store *s, const char *const *keys, size_t n, bool force,
+                                 int *results);
+
+/* --- memory ------------------------------------------------------------------ */
+
+/** Register memory for zero-copy calls (host memory; "cpu:0"). */
+CR_API int cr_store_register_buffer(cr_store *s, void *buf, size_t len);
+CR_API int cr_store_unregister_buffer(cr_store *s, void *buf);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CRESCENT_STORE_H */

@@ -1,0 +1,355 @@
+/*
+ * client.c - store client lifecycle: setup (engine, memory, master
+ * connections, mount), the heartbeat thread (ping on its own connection;
+ * "remount needed" → remount the segment), close, and small helpers shared
+ * by the put/get paths (key checks, the segment-handle cache, RPC calls).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/net.h"
+#include "store/internal.h"
+
+void cr_store_config_init(cr_store_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->struct_size = sizeof(*cfg);
+    cfg->local_hostname = "127.0.0.1";
+    cfg->metadata = "P2PHANDSHAKE";
+    cfg->global_segment_size = 64ull << 20;
+    cfg->local_buffer_size = 16ull << 20;
+    cfg->protocol = "auto";
+    cfg->master_address = "127.0.0.1:50051";
+    cfg->transfer_timeout_ms = 30000;
+    cfg->rpc_timeout_ms = 5000;
+    cfg->heartbeat_interval_ms = 1000;
+}
+
+void cr_replicate_config_init(cr_replicate_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->replica_num = 1;
+}
+
+void crc_config_to_wire(const cr_replicate_config *cfg, crp_rpc_replica_config *out)
+{
+    cr_replicate_config d;
+    if (cfg == NULL) {
+        cr_replicate_config_init(&d);
+        cfg = &d;
+    }
+    *out = (crp_rpc_replica_config){
+        .replica_num = cfg->replica_num,
+        .hard_pin = cfg->hard_pin,
+        .soft_pin_action = (uint8_t)cfg->soft_pin_action,
+        .has_soft_pin_ttl = cfg->has_soft_pin_ttl,
+        .soft_pin_ttl_ms = cfg->soft_pin_ttl_ms,
+        .n_preferred = cfg->n_preferred,
+        .preferred_segments = (char **)cfg->preferred_segments,
+        .prefer_same_node = cfg->prefer_same_node,
+    };
+}
+
+int crc_check_open(cr_store *s)
+{
+    if (s == NULL)
+        return crb_error(CR_INVALID_PARAMS, "store handle is NULL");
+    if (atomic_load(&s->closed))
+        return crb_error(CR_UNAVAILABLE_IN_CURRENT_STATUS, "store is closed");
+    return 0;
+}
+
+int crc_check_key(const char *key)
+{
+    if (key == NULL || key[0] == '\0')
+        return crb_error(CR_INVALID_KEY, "key is empty");
+    size_t n = strnlen(key, CR_STORE_MAX_KEY + 1);
+    if (n > CR_STORE_MAX_KEY)
+        return crb_error(CR_INVALID_KEY, "key of more than %d bytes", CR_STORE_MAX_KEY);
+    return 0;
+}
+
+int crc_call(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp)
+{
+    return crc_master_call(s->master, req, resp, (int)s->rpc_timeout_ms);
+}
+
+int crc_segment_handle(cr_store *s, const char *name, cr_segment_handle *out)
+{
+    pthread_mutex_lock(&s->seg_lock);
+    for (size_t i = 0; i < s->n_segs; i++) {
+        if (strcmp(s->segs[i].name, name) == 0) {
+            *out = s->segs[i].handle;
+            pthread_mutex_unlock(&s->seg_lock);
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&s->seg_lock);
+    /* Open outside the lock: it talks to the peer. */
+    cr_segment_handle h;
+    int rc = cr_engine_open_segment(s->engine, name, &h);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&s->seg_lock);
+    if (s->n_segs == s->cap_segs) {
+        size_t ncap = s->cap_segs ? s->cap_segs * 2 : 8;
+        crc_seg_cache_entry *ns = realloc(s->segs, ncap * sizeof(*ns));
+        if (ns == NULL) {
+            pthread_mutex_unlock(&s->seg_lock);
+            return crb_error(CR_ERR_NO_MEMORY, "segment cache");
+        }
+        s->segs = ns;
+        s->cap_segs = ncap;
+    }
+    char *copy = strdup(name);
+    if (copy != NULL)
+        s->segs[s->n_segs++] = (crc_seg_cache_entry){copy, h};
+    pthread_mutex_unlock(&s->seg_lock);
+    *out = h;
+    return 0;
+}
+
+static int mount_segment(cr_store *s, crc_master *conn, bool remount)
+{
+    if (s->segment_size == 0)
+        return 0;
+    crp_rpc_segment seg = {s->segment_name, (uint64_t)(uintptr_t)s->segment, s->segment_size, 1};
+    crp_rpc_req req = {.op = remount ? CRP_RPC_REMOUNT_SEGMENT : CRP_RPC_MOUNT_SEGMENT};
+    if (remount)
+        req.u.remount = (crp_rpc_remount_req){s->client_id, 1, &seg};
+    else
+        req.u.mount = (crp_rpc_mount_req){s->client_id, seg};
+    crp_rpc_resp resp;
+    int rc = crc_master_call(conn, &req, &resp, (int)s->rpc_timeout_ms);
+    if (rc < 0)
+        return rc;
+    rc = resp.status;
+    if (rc < 0)
+        crb_error(rc, "%s of segment %s refused: %s", remount ? "remount" : "mount",
+                  s->segment_name, resp.message ? resp.message : cr_strerror(rc));
+    crp_rpc_resp_clear(&resp);
+    return rc;
+}
+
+static void *heartbeat_main(void *arg)
+{
+    cr_store *s = arg;
+    uint64_t next = crb_now_ms();
+    while (!atomic_load(&s->stop)) {
+        if (crb_now_ms() < next) {
+            struct timespec ts = {0, 20 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        next = crb_now_ms() + s->heartbeat_interval_ms;
+        crp_rpc_req req = {.op = CRP_RPC_PING};
+        req.u.client.client_id = s->client_id;
+        crp_rpc_resp resp;
+        int rc = crc_master_call(s->heartbeat_conn, &req, &resp, (int)s->rpc_timeout_ms);
+        if (rc < 0) {
+            crb_log(CRB_LOG_INFO, "store %s: heartbeat failed: %s", s->segment_name,
+                    cr_last_error_message());
+            continue;
+        }
+        bool remount = resp.status == 0 &&
+                       resp.u.ping.client_status == CRP_RPC_CLIENT_NEED_REMOUNT;
+        crp_rpc_resp_clear(&resp);
+        if (remount) {
+            rc = mount_segment(s, s->heartbeat_conn, true);
+            crb_log(rc == 0 ? CRB_LOG_WARN : CRB_LOG_ERROR,
+                    "store %s: master asked for a remount: %s", s->segment_name,
+                    rc == 0 ? "done" : cr_last_error_message());
+            if (rc == 0)
+                atomic_fetch_add(&s->remounts, 1);
+        }
+    }
+    return NULL;
+}
+
+static int copy_field(char *dst, size_t cap, const char *v, const char *dflt, const char *field)
+{
+    const char *src = v != NULL ? v : dflt;
+    if (strlen(src) >= cap)
+        return crb_error(CR_INVALID_PARAMS, "%s '%s' is too long", field, src);
+    strcpy(dst, src);
+    return 0;
+}
+
+int cr_store_setup(const cr_store_config *cfg, cr_store **out)
+{
+    if (cfg == NULL || out == NULL || cfg->struct_size < sizeof(uint32_t))
+        return crb_error(CR_INVALID_PARAMS, "cr_store_setup: NULL config/out or uninitialised "
+                                            "config (call cr_store_config_init)");
+    if (cfg->local_buffer_size > 0 && cfg->local_buffer_size < 4096)
+        return crb_error(CR_INVALID_PARAMS, "local_buffer_size %llu is below 4 KiB",
+                         (unsigned long long)cfg->local_buffer_size);
+    cr_store *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "store");
+    pthread_mutex_init(&s->staging_lock, NULL);
+    pthread_cond_init(&s->staging_freed, NULL);
+    pthread_mutex_init(&s->seg_lock, NULL);
+    s->transfer_timeout_ms = cfg->transfer_timeout_ms ? cfg->transfer_timeout_ms : 30000;
+    s->rpc_timeout_ms = cfg->rpc_timeout_ms ? cfg->rpc_timeout_ms : 5000;
+    s->heartbeat_interval_ms = cfg->heartbeat_interval_ms ? cfg->heartbeat_interval_ms : 1000;
+    int rc = copy_field(s->master_address, sizeof(s->master_address), cfg->master_address,
+                        "127.0.0.1:50051", "master_address");
+    if (rc < 0)
+        goto err_destroy;
+
+    cr_engine_config ec;
+    cr_engine_config_init(&ec);
+    if (cfg->local_hostname)
+        ec.local_hostname = cfg->local_hostname;
+    if (cfg->metadata)
+        ec.metadata = cfg->metadata;
+    if (cfg->protocol)
+        ec.protocol = cfg->protocol;
+    ec.request_timeout_ms = s->transfer_timeout_ms;
+    rc = cr_engine_create(&ec, &s->engine);
+    if (rc < 0)
+        goto err_destroy;
+    cr_engine_segment_name(s->engine, s->segment_name, sizeof(s->segment_name));
+
+    s->segment_size = cfg->global_segment_size;
+    if (s->segment_size > 0) {
+        rc = cr_alloc_shared(s->segment_size, (void **)&s->segment);
+        if (rc == 0)
+            rc = cr_engine_register(s->engine, s->segment, s->segment_size, "cpu:0", true);
+        if (rc < 0)
+            goto err_destroy;
+    }
+    s->staging_size = cfg->local_buffer_size;
+    if (s->staging_size > 0) {
+        rc = cr_alloc_shared(s->staging_size, (void **)&s->staging);
+        if (rc == 0)
+            rc = cr_engine_register(s->engine, s->staging, s->staging_size, "cpu:0", false);
+        if (rc == 0)
+            rc = crk_oa_create(s->staging_size, 64, &s->staging_oa);
+        if (rc < 0)
+            goto err_destroy;
+    }
+    crb_random_bytes(&s->client_id, sizeof(s->client_id));
+    rc = crc_master_connect(s->master_address, s->client_id, (int)s->rpc_timeout_ms, &s->master);
+    if (rc == 0)
+        rc = crc_master_connect(s->master_address, s->client_id, (int)s->rpc_timeout_ms,
+                                &s->heartbeat_conn);
+    if (rc == 0)
+        rc = mount_segment(s, s->master, false);
+    if (rc < 0)
+        goto err_destroy;
+    if (pthread_create(&s->heartbeat_thread, NULL, heartbeat_main, s) != 0) {
+        rc = crb_error(CR_ERR_SYSTEM, "starting the heartbeat thread");
+        goto err_destroy;
+    }
+    s->heartbeat_running = true;
+    crb_log(CRB_LOG_INFO, "store %s: %llu-byte segment mounted at %s", s->segment_name,
+            (unsigned long long)s->segment_size, s->master_address);
+    *out = s;
+    return 0;
+
+err_destroy : {
+    char detail[512];
+    snprintf(detail, sizeof(detail), "%s", cr_last_error_message());
+    cr_store_destroy(s);
+    return crb_error(rc, "store setup: %s", detail);
+}
+}
+
+int cr_store_close(cr_store *s)
+{
+    if (s == NULL || atomic_exchange(&s->closed, true))
+        return 0;
+    atomic_store(&s->stop, true);
+    if (s->heartbeat_running)
+        pthread_join(s->heartbeat_thread, NULL);
+    s->heartbeat_running = false;
+    if (s->master != NULL && s->segment_size > 0) {
+        crp_rpc_req req = {.op = CRP_RPC_UNMOUNT_SEGMENT};
+        req.u.unmount = (crp_rpc_unmount_req){s->client_id, s->segment_name};
+        crp_rpc_resp resp;
+        if (crc_master_call(s->master, &req, &resp, (int)s->rpc_timeout_ms) == 0)
+            crp_rpc_resp_clear(&resp);
+    }
+    crc_master_close(s->heartbeat_conn);
+    crc_master_close(s->master);
+    s->heartbeat_conn = s->master = NULL;
+    /* The engine goes first: no transfer can touch the memory after this. */
+    cr_engine_destroy(s->engine);
+    s->engine = NULL;
+    crk_oa_destroy(s->staging_oa);
+    s->staging_oa = NULL;
+    cr_free_shared(s->segment);
+    cr_free_shared(s->staging);
+    s->segment = s->staging = NULL;
+    return 0;
+}
+
+void cr_store_destroy(cr_store *s)
+{
+    if (s == NULL)
+        return;
+    cr_store_close(s);
+    for (size_t i = 0; i < s->n_segs; i++)
+        free(s->segs[i].name);
+    free(s->segs);
+    pthread_mutex_destroy(&s->staging_lock);
+    pthread_cond_destroy(&s->staging_freed);
+    pthread_mutex_destroy(&s->seg_lock);
+    free(s);
+}
+
+int cr_store_health(cr_store *s)
+{
+    int rc = crc_check_open(s);
+    if (rc < 0)
+        return rc;
+    crp_rpc_req req = {.op = CRP_RPC_PING};
+    req.u.client.client_id = s->client_id;
+    crp_rpc_resp resp;
+    rc = crc_call(s, &req, &resp);
+    if (rc < 0)
+        return rc;
+    rc = resp.status;
+    if (rc == 0 && resp.u.ping.client_status == CRP_RPC_CLIENT_NEED_REMOUNT)
+        rc = crb_error(CR_UNAVAILABLE_IN_CURRENT_STATUS,
+                       "the master does not know this client yet (remount pending)");
+    crp_rpc_resp_clear(&resp);
+    return rc;
+}
+
+int cr_store_hostname(cr_store *s, char *buf, size_t len)
+{
+    if (s == NULL || buf == NULL)
+        return crb_error(CR_INVALID_PARAMS, "hostname: NULL argument");
+    size_t n = strlen(s->segment_name);
+    if (n + 1 > len)
+        return crb_error(CR_BUFFER_OVERFLOW, "hostname needs %zu bytes", n + 1);
+    memcpy(buf, s->segment_name, n + 1);
+    return 0;
+}
+
+cr_engine *cr_store_engine(cr_store *s) { return s ? s->engine : NULL; }
+
+int cr_store_register_buffer(cr_store *s, void *buf, size_t len)
+{
+    int rc = crc_check_open(s);
+    if (rc < 0)
+        return rc;
+    if (buf == NULL || len == 0)
+        return crb_error(CR_INVALID_PARAMS, "register_buffer: NULL buffer or length 0");
+    return cr_engine_register(s->engine, buf, len, "cpu:0", false);
+}
+
+int cr_store_unregister_buffer(cr_store *s, void *buf)
+{
+    int rc = crc_check_open(s);
+    if (rc < 0)
+        return rc;
+    return cr_engine_unregister(s->engine, buf);
+}

@@ -1,0 +1,73 @@
+/*
+ * internal.h - the store client's private state, shared by its files.
+ *
+ *   cr_store ─ engine            moves the bytes (local / shm / cma / tcp)
+ *            ─ segment           cr_alloc_shared memory mounted at the master
+ *            ─ staging           local buffer + offset allocator for copying calls
+ *            ─ master            data-path RPC connection (pipelined, thread-safe)
+ *            ─ heartbeat         its own RPC connection and thread: ping, remount
+ *            ─ segment handles   name → engine handle cache
+ */
+#ifndef CRESCENT_STORE_INTERNAL_H
+#define CRESCENT_STORE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/uio.h>
+
+#include "crescent/store.h"
+#include "master/offset_allocator.h"
+#include "proto/rpc.h"
+#include "store/master_client.h"
+
+typedef struct crc_seg_cache_entry {
+    char *name;
+    cr_segment_handle handle;
+} crc_seg_cache_entry;
+
+struct cr_store {
+    cr_engine *engine;
+    char segment_name[300];
+    char master_address[300];
+    crp_rpc_uuid client_id;
+    uint32_t transfer_timeout_ms, rpc_timeout_ms, heartbeat_interval_ms;
+
+    crc_master *master;
+    crc_master *heartbeat_conn;
+    pthread_t heartbeat_thread;
+    bool heartbeat_running;
+    atomic_bool stop;
+    atomic_bool closed;
+    atomic_int remounts;
+
+    uint8_t *segment;
+    uint64_t segment_size;
+
+    uint8_t *staging;
+    uint64_t staging_size;
+    crk_oa *staging_oa;
+    pthread_mutex_t staging_lock;
+    pthread_cond_t staging_freed;
+
+    pthread_mutex_t seg_lock;
+    crc_seg_cache_entry *segs;
+    size_t n_segs, cap_segs;
+};
+
+/* client.c */
+int crc_check_open(cr_store *s);
+int crc_check_key(const char *key);
+int crc_segment_handle(cr_store *s, const char *name, cr_segment_handle *out);
+int crc_call(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp);
+void crc_config_to_wire(const cr_replicate_config *cfg, crp_rpc_replica_config *out);
+
+/* staging.c: take up to `want` bytes (at least `min`) of the local buffer */
+int crc_staging_alloc(cr_store *s, uint64_t want, uint64_t min, crk_oa_allocation *out,
+                      uint8_t **ptr);
+void crc_staging_free(cr_store *s, const crk_oa_allocation *a);
+
+/* transfers: write/read one contiguous range to/from every (or one) replica */
+int crc_transfer(cr_store *s, int opcode, const crp_rpc_replica *reps, size_t n_reps,
+                 uint64_t offset, void *local, uint64_t len);
+
+#endif
