@@ -17,3 +17,4 @@ list(APPEND CRESCENT_SOURCES
   src/master/dispatch.c
   src/master/rpc_server.c
 )
+cr_unit_test(master_rpc_server_test src/master/rpc_server_test.c)
