@@ -68,21 +68,23 @@ void cre_server_close_all(cre_worker *w)
     w->conns = NULL;
 }
 
-/* Write queued output until EAGAIN. Returns negative if the conn is dead. */
+/* Write queued output until EAGAIN, gathering up to 64 iovecs (several
+ * responses) per sendmsg. Returns negative if the conn is dead. */
 static int server_flush(cre_conn *c)
 {
     while (c->out_head != NULL) {
-        cre_out *o = c->out_head;
-        struct iovec iov[2];
+        struct iovec iov[64];
         int iovcnt = 0;
-        size_t total = o->head_len + o->payload_len;
-        if (o->sent < o->head_len) {
-            iov[iovcnt++] = (struct iovec){o->head + o->sent, o->head_len - o->sent};
-            if (o->payload_len)
-                iov[iovcnt++] = (struct iovec){(void *)o->payload, o->payload_len};
-        } else {
-            size_t off = o->sent - o->head_len;
-            iov[iovcnt++] = (struct iovec){(void *)(o->payload + off), o->payload_len - off};
+        for (cre_out *o = c->out_head; o != NULL && iovcnt + 2 <= 64; o = o->next) {
+            if (o->sent < o->head_len) {
+                iov[iovcnt++] = (struct iovec){o->head + o->sent, o->head_len - o->sent};
+                if (o->payload_len)
+                    iov[iovcnt++] = (struct iovec){(void *)o->payload, o->payload_len};
+            } else {
+                size_t off = o->sent - o->head_len;
+                iov[iovcnt++] =
+                    (struct iovec){(void *)(o->payload + off), o->payload_len - off};
+            }
         }
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
         ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
@@ -95,8 +97,15 @@ static int server_flush(cre_conn *c)
             }
             return CR_ERR_CONNECTION;
         }
-        o->sent += (size_t)n;
-        if (o->sent == total) {
+        size_t left = (size_t)n;
+        while (left > 0 && c->out_head != NULL) {
+            cre_out *o = c->out_head;
+            size_t total = o->head_len + o->payload_len;
+            size_t take = total - o->sent < left ? total - o->sent : left;
+            o->sent += take;
+            left -= take;
+            if (o->sent < total)
+                break;
             c->out_head = o->next;
             if (c->out_head == NULL)
                 c->out_tail = NULL;
@@ -345,9 +354,11 @@ static int server_on_frame(cre_conn *c)
         break;
     }
     crp_buf_free(&body);
-    /* Start sending at once rather than after every pipelined request has
-     * been read: the first response should not wait for the last request. */
-    if (rc == 0)
+    /* A large READ starts sending at once, so its bytes do not wait for every
+     * pipelined request to be read; small responses are gathered and sent
+     * together when the read loop runs dry (cre_server_on_event). */
+    if (rc == 0 && c->hdr.type == CRP_READ_REQ && c->out_tail != NULL &&
+        c->out_tail->payload_len >= (64u << 10))
         rc = server_flush(c);
     return rc;
 }
