@@ -141,15 +141,14 @@ typedef struct cr_buffer_spec {
  * location string), CR_ERR_RANGE_OVERFLOW, CR_ERR_ADDRESS_OVERLAPPED (message
  * names the existing range), CR_ERR_NO_MEMORY, CR_ERR_METADATA.
  */
-CR_API int cr_engine_register(cr_engine *engine, void *addr, size_t length,
-                              const char *location, bool remote_accessible);
+CR_API int cr_engine_register(cr_engine *engine, void *addr, size_t length, const char *location,
+                              bool remote_accessible);
 
 /**
  * Register n buffers atomically: either all are registered or none is (the
  * first failure is returned and nothing changes). Publishes once.
  */
-CR_API int cr_engine_register_batch(cr_engine *engine,
-                                    const cr_buffer_spec *buffers, size_t n);
+CR_API int cr_engine_register_batch(cr_engine *engine, const cr_buffer_spec *buffers, size_t n);
 
 /**
  * Unregister the buffer that starts exactly at addr.
@@ -167,8 +166,7 @@ CR_API int cr_engine_unregister(cr_engine *engine, void *addr);
  * Unregister n buffers by base address. Every address is attempted; returns 0
  * if all succeeded, else the first failure (the others are still removed).
  */
-CR_API int cr_engine_unregister_batch(cr_engine *engine, void *const *addrs,
-                                      size_t n);
+CR_API int cr_engine_unregister_batch(cr_engine *engine, void *const *addrs, size_t n);
 
 /** Number of buffers currently registered. */
 CR_API size_t cr_engine_registration_count(cr_engine *engine);
@@ -210,8 +208,7 @@ typedef uint64_t cr_segment_handle;
  * CR_ERR_TIMEOUT, CR_ERR_AUTH_FAILED, CR_ERR_VERSION_MISMATCH,
  * CR_ERR_METADATA_NOT_FOUND.
  */
-CR_API int cr_engine_open_segment(cr_engine *engine, const char *name,
-                                  cr_segment_handle *out);
+CR_API int cr_engine_open_segment(cr_engine *engine, const char *name, cr_segment_handle *out);
 
 /**
  * Close a segment handle: later use of it fails with CR_ERR_INVALID_HANDLE.
@@ -271,8 +268,8 @@ CR_API int cr_batch_submit(cr_engine *engine, cr_batch_id batch,
                            const cr_transfer_request *requests, size_t n);
 
 /** Current status of task `index` (submission order). */
-CR_API int cr_batch_task_status(cr_engine *engine, cr_batch_id batch,
-                                size_t index, cr_task_status *out);
+CR_API int cr_batch_task_status(cr_engine *engine, cr_batch_id batch, size_t index,
+                                cr_task_status *out);
 
 /**
  * Block until every submitted task has finished or timeout_ms passes (< 0:
@@ -299,21 +296,17 @@ CR_API int cr_batch_free(cr_engine *engine, cr_batch_id batch);
  * Synchronous single transfer: submit, wait (timeout_ms <= 0: the engine's
  * request timeout), return 0 or the task's error.
  */
-CR_API int cr_engine_transfer_sync(cr_engine *engine, int opcode,
-                                   void *local_addr, cr_segment_handle segment,
-                                   uint64_t remote_addr, uint64_t length,
+CR_API int cr_engine_transfer_sync(cr_engine *engine, int opcode, void *local_addr,
+                                   cr_segment_handle segment, uint64_t remote_addr, uint64_t length,
                                    int timeout_ms);
 
 /**
  * Synchronous batch: n transfers of one opcode to one segment. Returns 0 if
  * all completed, else the first error. n == 0 succeeds.
  */
-CR_API int cr_engine_transfer_sync_batch(cr_engine *engine, int opcode,
-                                         cr_segment_handle segment,
-                                         void *const *local_addrs,
-                                         const uint64_t *remote_addrs,
-                                         const uint64_t *lengths, size_t n,
-                                         int timeout_ms);
+CR_API int cr_engine_transfer_sync_batch(cr_engine *engine, int opcode, cr_segment_handle segment,
+                                         void *const *local_addrs, const uint64_t *remote_addrs,
+                                         const uint64_t *lengths, size_t n, int timeout_ms);
 
 /* ----------------------------------------------------------------------- */
 /* Notifications and probes                                                */
@@ -326,22 +319,21 @@ CR_API int cr_engine_transfer_sync_batch(cr_engine *engine, int opcode,
  * Deliver a short message (at most CR_NOTIFY_MAX_MESSAGE bytes; binary safe)
  * to the peer's engine; returns once the peer has queued it.
  */
-CR_API int cr_engine_notify(cr_engine *engine, cr_segment_handle segment,
-                            const void *message, size_t length);
+CR_API int cr_engine_notify(cr_engine *engine, cr_segment_handle segment, const void *message,
+                            size_t length);
 
 /** A received notification. */
 typedef struct cr_notification {
-    char *from;      /**< sender's segment name (NUL-terminated) */
-    char *message;   /**< payload, NUL-terminated for convenience */
-    size_t length;   /**< payload length without the terminator */
+    char *from;    /**< sender's segment name (NUL-terminated) */
+    char *message; /**< payload, NUL-terminated for convenience */
+    size_t length; /**< payload length without the terminator */
 } cr_notification;
 
 /**
  * Take every notification received so far. On success *out owns an array of
  * *count entries (possibly NULL/0) to release with cr_notifications_free.
  */
-CR_API int cr_engine_take_notifications(cr_engine *engine,
-                                        cr_notification **out, size_t *count);
+CR_API int cr_engine_take_notifications(cr_engine *engine, cr_notification **out, size_t *count);
 
 /** Free what cr_engine_take_notifications returned. NULL is a no-op. */
 CR_API void cr_notifications_free(cr_notification *list, size_t count);
@@ -360,14 +352,14 @@ CR_API int cr_engine_probe(cr_engine *engine, const char *name, int timeout_ms);
 typedef struct cr_engine_stats {
     uint64_t tasks_completed;
     uint64_t tasks_failed;
-    uint64_t bytes_local;     /**< moved by memcpy within the process */
-    uint64_t bytes_shm;       /**< copied through mapped shared memory */
-    uint64_t bytes_cma;       /**< moved by process_vm_readv/writev */
-    uint64_t bytes_tcp;       /**< moved over tcp lanes (as initiator) */
-    uint64_t bytes_served;    /**< served to peers as a target */
-    uint64_t tcp_connects;    /**< lanes connected */
+    uint64_t bytes_local;  /**< moved by memcpy within the process */
+    uint64_t bytes_shm;    /**< copied through mapped shared memory */
+    uint64_t bytes_cma;    /**< moved by process_vm_readv/writev */
+    uint64_t bytes_tcp;    /**< moved over tcp lanes (as initiator) */
+    uint64_t bytes_served; /**< served to peers as a target */
+    uint64_t tcp_connects; /**< lanes connected */
     uint64_t descriptor_fetches;
-    uint64_t shm_mappings;    /**< peer regions currently mapped */
+    uint64_t shm_mappings;        /**< peer regions currently mapped */
     uint64_t transport_fallbacks; /**< requests moved to a slower path at first use */
 } cr_engine_stats;
 

@@ -26,76 +26,76 @@ extern "C" {
  * X(NAME, value, "message"). The enum, cr_status_name() and cr_strerror() are
  * all generated from this list, so they cannot drift apart.
  */
-#define CR_STATUS_TABLE(X)                                                     \
-    X(OK, 0, "success")                                                        \
-    /* --- store codes: numerically identical to Mooncake's ErrorCode --- */   \
-    X(INTERNAL_ERROR, -1, "internal error")                                    \
-    X(BUFFER_OVERFLOW, -10, "buffer too small for the value")                  \
-    X(SHARD_INDEX_OUT_OF_RANGE, -100, "shard index out of range")              \
-    X(SEGMENT_NOT_FOUND, -101, "segment not found")                            \
-    X(SEGMENT_ALREADY_EXISTS, -102, "segment already exists")                  \
-    X(CLIENT_NOT_FOUND, -103, "client not found")                              \
-    X(NO_AVAILABLE_HANDLE, -200, "no space available for allocation")          \
-    X(INVALID_VERSION, -300, "invalid version")                                \
-    X(INVALID_KEY, -400, "invalid key")                                        \
-    X(WRITE_FAIL, -500, "write failed")                                        \
-    X(INVALID_PARAMS, -600, "invalid parameters")                              \
-    X(ILLEGAL_CLIENT, -601, "illegal client")                                  \
-    X(INVALID_WRITE, -700, "invalid write")                                    \
-    X(INVALID_READ, -701, "invalid read")                                      \
-    X(INVALID_REPLICA, -702, "invalid replica")                                \
-    X(REPLICA_IS_NOT_READY, -703, "replica is not ready")                      \
-    X(OBJECT_NOT_FOUND, -704, "object not found")                              \
-    X(OBJECT_ALREADY_EXISTS, -705, "object already exists")                    \
-    X(OBJECT_HAS_LEASE, -706, "object has an active lease")                    \
-    X(LEASE_EXPIRED, -707, "lease expired during the transfer")                \
-    X(OBJECT_HAS_REPLICATION_TASK, -708, "object has a replication task")      \
-    X(OBJECT_NO_REPLICATION_TASK, -709, "object has no replication task")      \
-    X(REPLICA_NOT_FOUND, -710, "replica not found")                            \
-    X(REPLICA_ALREADY_EXISTS, -711, "replica already exists")                  \
-    X(REPLICA_IS_GONE, -712, "replica is gone")                                \
-    X(REPLICA_NOT_IN_LOCAL_MEMORY, -713, "replica not in local memory")        \
-    X(OBJECT_REPLICA_BUSY, -714, "object replica is busy")                     \
-    X(TRANSFER_FAIL, -800, "transfer failed")                                  \
-    X(CHECKSUM_MISMATCH, -801, "checksum mismatch")                            \
-    X(RPC_FAIL, -900, "rpc failed")                                            \
-    X(RPC_TIMEOUT, -901, "rpc timed out")                                      \
-    X(ETCD_OPERATION_ERROR, -1000, "etcd operation error")                     \
-    X(ETCD_KEY_NOT_EXIST, -1001, "etcd key does not exist")                    \
-    X(ETCD_TRANSACTION_FAIL, -1002, "etcd transaction failed")                 \
-    X(ETCD_CTX_CANCELLED, -1003, "etcd context cancelled")                     \
-    X(UNAVAILABLE_IN_CURRENT_STATUS, -1010, "unavailable in current status")   \
-    X(UNAVAILABLE_IN_CURRENT_MODE, -1011, "unavailable in current mode")       \
-    X(NOT_SUPPORTED, -1012, "not supported")                                   \
-    /* --- transfer engine codes: -3000..-3199 --- */                          \
-    X(ERR_INVALID_ARGUMENT, -3000, "invalid argument")                         \
-    X(ERR_INVALID_CONFIG, -3001, "invalid configuration value")                \
-    X(ERR_NO_MEMORY, -3002, "out of memory")                                   \
-    X(ERR_ADDRESS_NOT_REGISTERED, -3003, "address range is not registered")    \
-    X(ERR_ADDRESS_OVERLAPPED, -3004, "range overlaps a registered buffer")     \
-    X(ERR_OUT_OF_RANGE, -3005, "range extends past its registered buffer")     \
-    X(ERR_RANGE_OVERFLOW, -3006, "address plus length overflows")              \
-    X(ERR_ZERO_LENGTH, -3007, "length is zero")                                \
-    X(ERR_NOT_REMOTE_ACCESSIBLE, -3008, "buffer is not remote-accessible")     \
-    X(ERR_INVALID_HANDLE, -3009, "stale or invalid handle")                    \
-    X(ERR_TOO_MANY_REQUESTS, -3010, "more requests than the batch capacity")   \
-    X(ERR_BATCH_BUSY, -3011, "batch has transfers in flight")                  \
-    X(ERR_TRANSPORT_UNSUPPORTED, -3012, "no transport can serve this memory")  \
-    X(ERR_PEER_UNREACHABLE, -3013, "peer is unreachable")                      \
-    X(ERR_CONNECTION, -3014, "connection failed or was lost")                  \
-    X(ERR_TIMEOUT, -3015, "deadline expired")                                  \
-    X(ERR_CANCELED, -3016, "canceled")                                         \
-    X(ERR_MALFORMED_FRAME, -3017, "malformed or oversized frame")              \
-    X(ERR_VERSION_MISMATCH, -3018, "protocol version mismatch")                \
-    X(ERR_AUTH_FAILED, -3019, "peer authentication failed")                    \
-    X(ERR_METADATA, -3020, "metadata backend failure")                         \
-    X(ERR_METADATA_NOT_FOUND, -3021, "metadata key not found")                 \
-    X(ERR_DNS, -3022, "host name could not be resolved")                       \
-    X(ERR_BIND, -3023, "could not bind the listening socket")                  \
-    X(ERR_NOT_IMPLEMENTED, -3024, "not implemented")                           \
-    X(ERR_SHUTDOWN, -3025, "engine is shutting down")                          \
-    X(ERR_REMOTE, -3026, "peer reported an error")                             \
-    X(ERR_SYSTEM, -3027, "system call failed")                                 \
+#define CR_STATUS_TABLE(X)                                                                         \
+    X(OK, 0, "success")                                                                            \
+    /* --- store codes: numerically identical to Mooncake's ErrorCode --- */                       \
+    X(INTERNAL_ERROR, -1, "internal error")                                                        \
+    X(BUFFER_OVERFLOW, -10, "buffer too small for the value")                                      \
+    X(SHARD_INDEX_OUT_OF_RANGE, -100, "shard index out of range")                                  \
+    X(SEGMENT_NOT_FOUND, -101, "segment not found")                                                \
+    X(SEGMENT_ALREADY_EXISTS, -102, "segment already exists")                                      \
+    X(CLIENT_NOT_FOUND, -103, "client not found")                                                  \
+    X(NO_AVAILABLE_HANDLE, -200, "no space available for allocation")                              \
+    X(INVALID_VERSION, -300, "invalid version")                                                    \
+    X(INVALID_KEY, -400, "invalid key")                                                            \
+    X(WRITE_FAIL, -500, "write failed")                                                            \
+    X(INVALID_PARAMS, -600, "invalid parameters")                                                  \
+    X(ILLEGAL_CLIENT, -601, "illegal client")                                                      \
+    X(INVALID_WRITE, -700, "invalid write")                                                        \
+    X(INVALID_READ, -701, "invalid read")                                                          \
+    X(INVALID_REPLICA, -702, "invalid replica")                                                    \
+    X(REPLICA_IS_NOT_READY, -703, "replica is not ready")                                          \
+    X(OBJECT_NOT_FOUND, -704, "object not found")                                                  \
+    X(OBJECT_ALREADY_EXISTS, -705, "object already exists")                                        \
+    X(OBJECT_HAS_LEASE, -706, "object has an active lease")                                        \
+    X(LEASE_EXPIRED, -707, "lease expired during the transfer")                                    \
+    X(OBJECT_HAS_REPLICATION_TASK, -708, "object has a replication task")                          \
+    X(OBJECT_NO_REPLICATION_TASK, -709, "object has no replication task")                          \
+    X(REPLICA_NOT_FOUND, -710, "replica not found")                                                \
+    X(REPLICA_ALREADY_EXISTS, -711, "replica already exists")                                      \
+    X(REPLICA_IS_GONE, -712, "replica is gone")                                                    \
+    X(REPLICA_NOT_IN_LOCAL_MEMORY, -713, "replica not in local memory")                            \
+    X(OBJECT_REPLICA_BUSY, -714, "object replica is busy")                                         \
+    X(TRANSFER_FAIL, -800, "transfer failed")                                                      \
+    X(CHECKSUM_MISMATCH, -801, "checksum mismatch")                                                \
+    X(RPC_FAIL, -900, "rpc failed")                                                                \
+    X(RPC_TIMEOUT, -901, "rpc timed out")                                                          \
+    X(ETCD_OPERATION_ERROR, -1000, "etcd operation error")                                         \
+    X(ETCD_KEY_NOT_EXIST, -1001, "etcd key does not exist")                                        \
+    X(ETCD_TRANSACTION_FAIL, -1002, "etcd transaction failed")                                     \
+    X(ETCD_CTX_CANCELLED, -1003, "etcd context cancelled")                                         \
+    X(UNAVAILABLE_IN_CURRENT_STATUS, -1010, "unavailable in current status")                       \
+    X(UNAVAILABLE_IN_CURRENT_MODE, -1011, "unavailable in current mode")                           \
+    X(NOT_SUPPORTED, -1012, "not supported")                                                       \
+    /* --- transfer engine codes: -3000..-3199 --- */                                              \
+    X(ERR_INVALID_ARGUMENT, -3000, "invalid argument")                                             \
+    X(ERR_INVALID_CONFIG, -3001, "invalid configuration value")                                    \
+    X(ERR_NO_MEMORY, -3002, "out of memory")                                                       \
+    X(ERR_ADDRESS_NOT_REGISTERED, -3003, "address range is not registered")                        \
+    X(ERR_ADDRESS_OVERLAPPED, -3004, "range overlaps a registered buffer")                         \
+    X(ERR_OUT_OF_RANGE, -3005, "range extends past its registered buffer")                         \
+    X(ERR_RANGE_OVERFLOW, -3006, "address plus length overflows")                                  \
+    X(ERR_ZERO_LENGTH, -3007, "length is zero")                                                    \
+    X(ERR_NOT_REMOTE_ACCESSIBLE, -3008, "buffer is not remote-accessible")                         \
+    X(ERR_INVALID_HANDLE, -3009, "stale or invalid handle")                                        \
+    X(ERR_TOO_MANY_REQUESTS, -3010, "more requests than the batch capacity")                       \
+    X(ERR_BATCH_BUSY, -3011, "batch has transfers in flight")                                      \
+    X(ERR_TRANSPORT_UNSUPPORTED, -3012, "no transport can serve this memory")                      \
+    X(ERR_PEER_UNREACHABLE, -3013, "peer is unreachable")                                          \
+    X(ERR_CONNECTION, -3014, "connection failed or was lost")                                      \
+    X(ERR_TIMEOUT, -3015, "deadline expired")                                                      \
+    X(ERR_CANCELED, -3016, "canceled")                                                             \
+    X(ERR_MALFORMED_FRAME, -3017, "malformed or oversized frame")                                  \
+    X(ERR_VERSION_MISMATCH, -3018, "protocol version mismatch")                                    \
+    X(ERR_AUTH_FAILED, -3019, "peer authentication failed")                                        \
+    X(ERR_METADATA, -3020, "metadata backend failure")                                             \
+    X(ERR_METADATA_NOT_FOUND, -3021, "metadata key not found")                                     \
+    X(ERR_DNS, -3022, "host name could not be resolved")                                           \
+    X(ERR_BIND, -3023, "could not bind the listening socket")                                      \
+    X(ERR_NOT_IMPLEMENTED, -3024, "not implemented")                                               \
+    X(ERR_SHUTDOWN, -3025, "engine is shutting down")                                              \
+    X(ERR_REMOTE, -3026, "peer reported an error")                                                 \
+    X(ERR_SYSTEM, -3027, "system call failed")                                                     \
     X(ERR_NOT_FOUND, -3028, "not found")
 
 /** Status codes. 0 is success; every failure is negative. */

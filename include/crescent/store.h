@@ -53,15 +53,15 @@ CR_API int cr_parse_size(const char *text, uint64_t *out);
 /** Store configuration; initialise with cr_store_config_init (sets defaults). */
 typedef struct cr_store_config {
     uint32_t struct_size;
-    const char *local_hostname; /**< "127.0.0.1" (default) or "host[:port]" */
-    const char *metadata;       /**< "P2PHANDSHAKE" (default) or http://... */
-    uint64_t global_segment_size; /**< contributed to the cluster; default 64 MiB; 0 = none */
-    uint64_t local_buffer_size;   /**< staging for copying put/get; default 16 MiB */
-    const char *protocol;         /**< engine protocol: "auto" (default), "tcp", "shm" */
-    const char *devices;          /**< accepted for compatibility; unused by tcp/shm */
-    const char *master_address;   /**< "host:port"; default "127.0.0.1:50051" */
-    uint32_t transfer_timeout_ms; /**< deadline of one put/get transfer; default 30000 */
-    uint32_t rpc_timeout_ms;      /**< deadline of one master call; default 5000 */
+    const char *local_hostname;     /**< "127.0.0.1" (default) or "host[:port]" */
+    const char *metadata;           /**< "P2PHANDSHAKE" (default) or http://... */
+    uint64_t global_segment_size;   /**< contributed to the cluster; default 64 MiB; 0 = none */
+    uint64_t local_buffer_size;     /**< staging for copying put/get; default 16 MiB */
+    const char *protocol;           /**< engine protocol: "auto" (default), "tcp", "shm" */
+    const char *devices;            /**< accepted for compatibility; unused by tcp/shm */
+    const char *master_address;     /**< "host:port"; default "127.0.0.1:50051" */
+    uint32_t transfer_timeout_ms;   /**< deadline of one put/get transfer; default 30000 */
+    uint32_t rpc_timeout_ms;        /**< deadline of one master call; default 5000 */
     uint32_t heartbeat_interval_ms; /**< default 1000 */
 } cr_store_config;
 
@@ -145,8 +145,8 @@ CR_API int cr_store_batch_put_from(cr_store *s, const char *const *keys, void *c
                                    const size_t *sizes, size_t n, const cr_replicate_config *cfg,
                                    int *results);
 CR_API int cr_store_batch_upsert_from(cr_store *s, const char *const *keys, void *const *bufs,
-                                      const size_t *sizes, size_t n,
-                                      const cr_replicate_config *cfg, int *results);
+                                      const size_t *sizes, size_t n, const cr_replicate_config *cfg,
+                                      int *results);
 
 /* --- reads ---------------------------------------------------------------- */
 

@@ -16,7 +16,10 @@ static inline uint64_t crb_now_ns(void)
 }
 
 /** Monotonic milliseconds. */
-static inline uint64_t crb_now_ms(void) { return crb_now_ns() / 1000000ull; }
+static inline uint64_t crb_now_ms(void)
+{
+    return crb_now_ns() / 1000000ull;
+}
 
 /** Absolute CLOCK_MONOTONIC timespec `ms` from now, for condvar waits. */
 static inline struct timespec crb_deadline_ts(uint64_t ms)

@@ -44,6 +44,6 @@ void crb_log(int level, const char *fmt, ...)
     va_end(ap);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    fprintf(stderr, "crescent %c %ld.%03ld [%d] %s\n", tags[level],
-            (long)ts.tv_sec, ts.tv_nsec / 1000000, (int)getpid(), line);
+    fprintf(stderr, "crescent %c %ld.%03ld [%d] %s\n", tags[level], (long)ts.tv_sec,
+            ts.tv_nsec / 1000000, (int)getpid(), line);
 }

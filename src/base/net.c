@@ -51,8 +51,7 @@ int crb_parse_hostport(const char *text, char host[CRB_HOST_MAX], uint16_t *port
         p = strtoul(port_text, &end, 10);
         if (port_text[0] == '\0' || *end != '\0' || errno != 0 || p > 65535 ||
             port_text[0] == '-' || port_text[0] == '+')
-            return crb_error(CR_ERR_INVALID_ARGUMENT, "bad port '%s' in '%s'", port_text,
-                             text);
+            return crb_error(CR_ERR_INVALID_ARGUMENT, "bad port '%s' in '%s'", port_text, text);
     }
     memcpy(host, host_start, hlen);
     host[hlen] = '\0';
@@ -60,8 +59,7 @@ int crb_parse_hostport(const char *text, char host[CRB_HOST_MAX], uint16_t *port
     return 0;
 }
 
-int crb_resolve(const char *host, uint16_t port, struct sockaddr_storage *addr,
-                socklen_t *addrlen)
+int crb_resolve(const char *host, uint16_t port, struct sockaddr_storage *addr, socklen_t *addrlen)
 {
     struct addrinfo hints = {0}, *res = NULL;
     hints.ai_family = AF_UNSPEC;
@@ -111,9 +109,8 @@ int crb_listen(const char *host, uint16_t port, int backlog, uint16_t *bound_por
     struct sockaddr_storage bound;
     socklen_t bl = sizeof(bound);
     getsockname(fd, (struct sockaddr *)&bound, &bl);
-    *bound_port = ntohs(bound.ss_family == AF_INET6
-                            ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                            : ((struct sockaddr_in *)&bound)->sin_port);
+    *bound_port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                    : ((struct sockaddr_in *)&bound)->sin_port);
     return fd;
 err_close:
     close(fd);
@@ -149,8 +146,8 @@ int crb_connect(const char *host, uint16_t port, int timeout_ms)
         return crb_error(CR_ERR_SYSTEM, "socket: %s", strerror(errno));
     if (connect(fd, (struct sockaddr *)&ss, sl) < 0) {
         if (errno != EINPROGRESS) {
-            rc = crb_error(CR_ERR_PEER_UNREACHABLE, "connect %s:%u: %s", host,
-                           (unsigned)port, strerror(errno));
+            rc = crb_error(CR_ERR_PEER_UNREACHABLE, "connect %s:%u: %s", host, (unsigned)port,
+                           strerror(errno));
             goto err_close;
         }
         rc = wait_fd(fd, POLLOUT, deadline);
@@ -163,8 +160,8 @@ int crb_connect(const char *host, uint16_t port, int timeout_ms)
         socklen_t el = sizeof(err);
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
         if (err != 0) {
-            rc = crb_error(CR_ERR_PEER_UNREACHABLE, "connect %s:%u: %s", host,
-                           (unsigned)port, strerror(err));
+            rc = crb_error(CR_ERR_PEER_UNREACHABLE, "connect %s:%u: %s", host, (unsigned)port,
+                           strerror(err));
             goto err_close;
         }
     }

@@ -22,8 +22,7 @@
 int crb_parse_hostport(const char *text, char host[CRB_HOST_MAX], uint16_t *port);
 
 /** Resolve host:port (numeric or name) to the first IPv4/IPv6 address. */
-int crb_resolve(const char *host, uint16_t port, struct sockaddr_storage *addr,
-                socklen_t *addrlen);
+int crb_resolve(const char *host, uint16_t port, struct sockaddr_storage *addr, socklen_t *addrlen);
 
 /**
  * Listen on host:port (port 0 = kernel picks). SO_REUSEADDR, close-on-exec,

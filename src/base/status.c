@@ -12,8 +12,8 @@
 const char *cr_status_name(int status)
 {
     switch (status) {
-#define CR_STATUS_NAME_(name, value, msg)                                      \
-    case (value):                                                              \
+#define CR_STATUS_NAME_(name, value, msg)                                                          \
+    case (value):                                                                                  \
         return #name;
         CR_STATUS_TABLE(CR_STATUS_NAME_)
 #undef CR_STATUS_NAME_
@@ -25,8 +25,8 @@ const char *cr_status_name(int status)
 const char *cr_strerror(int status)
 {
     switch (status) {
-#define CR_STATUS_MSG_(name, value, msg)                                       \
-    case (value):                                                              \
+#define CR_STATUS_MSG_(name, value, msg)                                                           \
+    case (value):                                                                                  \
         return msg;
         CR_STATUS_TABLE(CR_STATUS_MSG_)
 #undef CR_STATUS_MSG_
@@ -37,7 +37,10 @@ const char *cr_strerror(int status)
 
 static _Thread_local char last_error_message[512];
 
-const char *cr_last_error_message(void) { return last_error_message; }
+const char *cr_last_error_message(void)
+{
+    return last_error_message;
+}
 
 int crb_error(int status, const char *fmt, ...)
 {
@@ -46,8 +49,8 @@ int crb_error(int status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(detail, sizeof(detail), fmt, ap);
     va_end(ap);
-    snprintf(last_error_message, sizeof(last_error_message), "%s: %s",
-             cr_status_name(status), detail);
+    snprintf(last_error_message, sizeof(last_error_message), "%s: %s", cr_status_name(status),
+             detail);
     crb_log(CRB_LOG_DEBUG, "%s", last_error_message);
     return status;
 }

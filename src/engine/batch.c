@@ -73,10 +73,10 @@ void cre_task_slice_done(cre_task *t, int status, uint64_t bytes)
         return;
     int err = atomic_load(&t->error);
     cr_engine *e = t->batch->engine;
-    int state = err == 0                    ? CR_TASK_COMPLETED
-                : err == CR_ERR_TIMEOUT     ? CR_TASK_TIMEOUT
-                : err == CR_ERR_CANCELED    ? CR_TASK_CANCELED
-                                            : CR_TASK_FAILED;
+    int state = err == 0                 ? CR_TASK_COMPLETED
+                : err == CR_ERR_TIMEOUT  ? CR_TASK_TIMEOUT
+                : err == CR_ERR_CANCELED ? CR_TASK_CANCELED
+                                         : CR_TASK_FAILED;
     cre_buffer *local_buf = t->local_buf;
     t->local_buf = NULL;
     atomic_fetch_add(err == 0 ? &e->stats.tasks_completed : &e->stats.tasks_failed, 1);
@@ -97,8 +97,8 @@ int cr_batch_create(cr_engine *e, size_t capacity, cr_batch_id *out)
     if (e == NULL || out == NULL)
         return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_create: NULL engine or out");
     if (capacity == 0 || capacity > MAX_BATCH_CAPACITY)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "batch capacity %zu is outside [1, %u]",
-                         capacity, MAX_BATCH_CAPACITY);
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "batch capacity %zu is outside [1, %u]", capacity,
+                         MAX_BATCH_CAPACITY);
     cre_batch *b = calloc(1, sizeof(*b));
     if (b == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "batch of capacity %zu", capacity);
@@ -134,7 +134,10 @@ typedef struct planned {
     const cre_transport *transport;
 } planned;
 
-bool cre_kind_is_host(int kind) { return kind == CR_MEM_HOST || kind == CR_MEM_HOST_SHAREABLE; }
+bool cre_kind_is_host(int kind)
+{
+    return kind == CR_MEM_HOST || kind == CR_MEM_HOST_SHAREABLE;
+}
 
 /* Find the descriptor buffer holding [addr, addr+len). Caller holds p->lock. */
 static int desc_check(cre_peer *p, size_t idx, uint64_t addr, uint64_t len, cre_endpoints *ep)
@@ -202,8 +205,8 @@ static int plan_remote(cre_peer *p, size_t idx, const cr_transfer_request *r, cr
 /* Target in this very process: validate against the live registry. */
 static int plan_self(cr_engine *e, size_t idx, const cr_transfer_request *r, cre_endpoints *ep)
 {
-    int rc = cre_registry_acquire(&e->registry, r->remote_addr, r->length, "target",
-                                  &ep->self_target);
+    int rc =
+        cre_registry_acquire(&e->registry, r->remote_addr, r->length, "target", &ep->self_target);
     if (rc < 0)
         return crb_error(rc, "request %zu: %s", idx, cr_last_error_message());
     if (!ep->self_target->remote_accessible) {
@@ -276,8 +279,8 @@ static int plan_one(cr_engine *e, size_t idx, const cr_transfer_request *r, plan
     if (rc < 0)
         return crb_error(rc, "request %zu: segment handle 0x%llx is stale or invalid", idx,
                          (unsigned long long)r->segment);
-    rc = cre_registry_acquire(&e->registry, (uint64_t)(uintptr_t)r->local_addr, r->length,
-                              "local", &pl->local_buf);
+    rc = cre_registry_acquire(&e->registry, (uint64_t)(uintptr_t)r->local_addr, r->length, "local",
+                              &pl->local_buf);
     if (rc < 0)
         return crb_error(rc, "request %zu: %s", idx, cr_last_error_message());
     pl->ep.local_kind = pl->local_buf->kind;
@@ -309,8 +312,9 @@ static int start_task(cr_engine *e, planned *pl, cre_task *t)
         if (rc != CR_ERR_TRANSPORT_UNSUPPORTED)
             return rc;
         atomic_fetch_add(&e->stats.transport_fallbacks, 1);
-        crb_log(CRB_LOG_DEBUG, "transport %s refused a request to %s at first use; trying "
-                               "the next",
+        crb_log(CRB_LOG_DEBUG,
+                "transport %s refused a request to %s at first use; trying "
+                "the next",
                 tr->name, pl->ep.peer->name);
         pl->transport = NULL;
     }
@@ -349,8 +353,8 @@ int cr_batch_submit(cr_engine *e, cr_batch_id id, const cr_transfer_request *req
     if (b->count + n > b->capacity) {
         size_t cap = b->capacity, used = b->count;
         pthread_mutex_unlock(&b->lock);
-        rc = crb_error(CR_ERR_TOO_MANY_REQUESTS, "batch holds %zu of %zu tasks; %zu more do not fit",
-                       used, cap, n);
+        rc = crb_error(CR_ERR_TOO_MANY_REQUESTS,
+                       "batch holds %zu of %zu tasks; %zu more do not fit", used, cap, n);
         goto err_release_plan;
     }
     size_t first = b->count;
@@ -510,8 +514,8 @@ int cr_engine_transfer_sync_batch(cr_engine *e, int opcode, cr_segment_handle se
     if (reqs == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "transfer_sync_batch of %zu", n);
     for (size_t i = 0; i < n; i++)
-        reqs[i] = (cr_transfer_request){opcode, local_addrs[i], segment, remote_addrs[i],
-                                        lengths[i]};
+        reqs[i] =
+            (cr_transfer_request){opcode, local_addrs[i], segment, remote_addrs[i], lengths[i]};
     cr_batch_id id;
     int rc = cr_batch_create(e, n, &id);
     if (rc == 0) {

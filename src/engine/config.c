@@ -11,15 +11,15 @@
 #include "base/error.h"
 #include "engine/internal.h"
 
-#define DEFAULT_WORKERS 2
-#define DEFAULT_LANES 4
-#define DEFAULT_SLICE (1ull << 20)
+#define DEFAULT_WORKERS    2
+#define DEFAULT_LANES      4
+#define DEFAULT_SLICE      (1ull << 20)
 #define DEFAULT_CONNECT_MS 3000
 #define DEFAULT_REQUEST_MS 30000
-#define MAX_WORKERS 64
-#define MAX_LANES 64
-#define MIN_SLICE 4096ull
-#define MAX_SLICE (64ull << 20)
+#define MAX_WORKERS        64
+#define MAX_LANES          64
+#define MIN_SLICE          4096ull
+#define MAX_SLICE          (64ull << 20)
 
 void cr_engine_config_init(cr_engine_config *cfg)
 {
@@ -35,8 +35,8 @@ static int copy_str(char *dst, size_t cap, const char *src, const char *field)
 {
     size_t n = strlen(src);
     if (n == 0 || n >= cap)
-        return crb_error(CR_ERR_INVALID_CONFIG, "%s '%s' is empty or longer than %zu bytes",
-                         field, src, cap - 1);
+        return crb_error(CR_ERR_INVALID_CONFIG, "%s '%s' is empty or longer than %zu bytes", field,
+                         src, cap - 1);
     memcpy(dst, src, n + 1);
     return 0;
 }
@@ -79,12 +79,12 @@ int cre_config_apply(cr_engine *e, const cr_engine_config *cfg)
 
     e->n_workers = cfg->worker_threads ? cfg->worker_threads : DEFAULT_WORKERS;
     if (e->n_workers > MAX_WORKERS)
-        return crb_error(CR_ERR_INVALID_CONFIG, "worker_threads %u exceeds %d",
-                         cfg->worker_threads, MAX_WORKERS);
+        return crb_error(CR_ERR_INVALID_CONFIG, "worker_threads %u exceeds %d", cfg->worker_threads,
+                         MAX_WORKERS);
     e->lanes_per_peer = cfg->lanes_per_peer ? cfg->lanes_per_peer : DEFAULT_LANES;
     if (e->lanes_per_peer > MAX_LANES)
-        return crb_error(CR_ERR_INVALID_CONFIG, "lanes_per_peer %u exceeds %d",
-                         cfg->lanes_per_peer, MAX_LANES);
+        return crb_error(CR_ERR_INVALID_CONFIG, "lanes_per_peer %u exceeds %d", cfg->lanes_per_peer,
+                         MAX_LANES);
     e->slice_size = cfg->slice_size ? cfg->slice_size : DEFAULT_SLICE;
     if (e->slice_size < MIN_SLICE || e->slice_size > MAX_SLICE)
         return crb_error(CR_ERR_INVALID_CONFIG, "slice_size %llu is outside [%llu, %llu]",
@@ -95,8 +95,8 @@ int cre_config_apply(cr_engine *e, const cr_engine_config *cfg)
         return crb_error(CR_ERR_INVALID_CONFIG, "timeouts above one hour (%u, %u ms) are refused",
                          e->connect_timeout_ms, e->request_timeout_ms);
 
-    /* Fields added after the first release are read only if the caller's
-     * struct has them. */
+        /* Fields added after the first release are read only if the caller's
+         * struct has them. */
 #define CFG_HAS(field) (cfg->struct_size >= offsetof(cr_engine_config, field) + sizeof(cfg->field))
     e->shm_allow_any_user = CFG_HAS(shm_allow_any_user) && cfg->shm_allow_any_user;
     e->cma_enabled = !(CFG_HAS(disable_cma) && cfg->disable_cma);

@@ -37,8 +37,7 @@ static int read_frame(int fd, crp_header *h, crp_buf *body, uint64_t deadline, c
         }
         rc = crb_read_full(fd, body->data, h->body_len, deadline);
         if (rc < 0)
-            return crb_error(rc, "reading a reply body from %s: %s", peer,
-                             cr_last_error_message());
+            return crb_error(rc, "reading a reply body from %s: %s", peer, cr_last_error_message());
         body->len = h->body_len;
     }
     if (h->type == CRP_ERROR) {

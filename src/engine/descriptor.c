@@ -68,7 +68,7 @@ static int rebuild_locked(cr_engine *e)
     if (rc < 0)
         return rc;
     crp_buffer_desc *bufs = calloc(n ? n : 1, sizeof(*bufs));
-    char (*handles)[64] = calloc(n ? n : 1, sizeof(*handles));
+    char(*handles)[64] = calloc(n ? n : 1, sizeof(*handles));
     if (bufs == NULL || handles == NULL) {
         free(bufs);
         free(handles);

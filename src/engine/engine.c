@@ -148,7 +148,10 @@ int cr_engine_segment_name(const cr_engine *e, char *buf, size_t len)
     return 0;
 }
 
-uint16_t cr_engine_rpc_port(const cr_engine *e) { return e ? e->rpc_port : 0; }
+uint16_t cr_engine_rpc_port(const cr_engine *e)
+{
+    return e ? e->rpc_port : 0;
+}
 
 /* "cpu", "cpu:N", "cuda:N", "*", NULL or "" → kind and device. */
 static int parse_location(const char *loc, int *kind, int *device)
@@ -168,16 +171,15 @@ static int parse_location(const char *loc, int *kind, int *device)
         *kind = CR_MEM_CUDA;
         num = loc + 5;
     } else {
-        return crb_error(CR_ERR_INVALID_ARGUMENT,
-                         "location '%s' is not one of cpu:N, cuda:N, *", loc);
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "location '%s' is not one of cpu:N, cuda:N, *",
+                         loc);
     }
     long dev = -1;
     if (num != NULL) {
         char *end;
         dev = strtol(num, &end, 10);
         if (num[0] == '\0' || *end != '\0' || dev < 0 || dev > 65535)
-            return crb_error(CR_ERR_INVALID_ARGUMENT, "location '%s' has a bad device index",
-                             loc);
+            return crb_error(CR_ERR_INVALID_ARGUMENT, "location '%s' has a bad device index", loc);
     }
     if (*kind == CR_MEM_HOST)
         dev = -1;
@@ -192,8 +194,7 @@ int cr_engine_register_batch(cr_engine *e, const cr_buffer_spec *bufs, size_t n)
     if (n == 0)
         return 0;
     if (bufs == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "register_batch: %zu buffers but NULL array",
-                         n);
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "register_batch: %zu buffers but NULL array", n);
     cre_buffer_spec *specs = calloc(n, sizeof(*specs));
     if (specs == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "register_batch of %zu", n);

@@ -52,8 +52,8 @@ struct cre_task {
     uint64_t length;
     cre_buffer *local_buf; /* reference held until the task finishes */
     atomic_uint slices_left;
-    atomic_int error;     /* first error, 0 if none */
-    atomic_int state;     /* cr_task_state */
+    atomic_int error; /* first error, 0 if none */
+    atomic_int state; /* cr_task_state */
     atomic_ullong done_bytes;
     atomic_bool canceled;
 };
@@ -122,15 +122,15 @@ struct cre_conn {
     crp_header hdr;
     uint8_t *body;
     size_t body_cap, body_got;
-    uint8_t *data_dst;  /* where DATA goes; NULL → drain into scratch */
+    uint8_t *data_dst; /* where DATA goes; NULL → drain into scratch */
     uint64_t data_got;
     bool want_out; /* EPOLLOUT armed */
     /* server side */
     bool authed;
     uint8_t nonce[CRP_NONCE_SIZE];
     cre_out *out_head, *out_tail;
-    cre_buffer *rx_buf;   /* WRITE target buffer being received into */
-    int rx_status;        /* status to ack for the WRITE being received */
+    cre_buffer *rx_buf; /* WRITE target buffer being received into */
+    int rx_status;      /* status to ack for the WRITE being received */
     /* lane side */
     cre_peer *peer;
     int lane_index;
@@ -181,7 +181,7 @@ typedef struct cre_peer_local {
     cre_shm_map *maps;
     size_t n_maps, cap_maps;
     atomic_int cma_state; /* 0 untried, 1 works, -1 refused by the kernel */
-    uint64_t instance; /* peer instance the mappings belong to */
+    uint64_t instance;    /* peer instance the mappings belong to */
 } cre_peer_local;
 
 /* Per descriptor buffer: its parsed shm handle. */
@@ -197,12 +197,12 @@ struct cre_peer {
     char host[CRB_HOST_MAX];
     uint16_t port;
     bool is_self;
-    pthread_mutex_t lock; /* descriptor, lane queues */
-    crp_descriptor desc;  /* cached; desc.instance identifies the process */
-    cre_buffer_extra *desc_extra; /* parallel to desc.buffers */
-    bool same_host;       /* desc.host_id equals ours */
+    pthread_mutex_t lock;                  /* descriptor, lane queues */
+    crp_descriptor desc;                   /* cached; desc.instance identifies the process */
+    cre_buffer_extra *desc_extra;          /* parallel to desc.buffers */
+    bool same_host;                        /* desc.host_id equals ours */
     char shm_address[CRP_MAX_ADDRESS + 1]; /* peer's fd service ("" if none) */
-    int32_t cma_pid;      /* 0 if the peer offers no CMA */
+    int32_t cma_pid;                       /* 0 if the peer offers no CMA */
     cre_peer_local local;
     bool desc_valid;
     bool desc_stale; /* peer restarted: refetch before next submit */
@@ -286,9 +286,8 @@ struct cr_engine {
 
     atomic_bool shutting_down;
     struct {
-        atomic_ullong tasks_completed, tasks_failed, bytes_local, bytes_shm, bytes_cma,
-            bytes_tcp, bytes_served, tcp_connects, descriptor_fetches, shm_mappings,
-            transport_fallbacks;
+        atomic_ullong tasks_completed, tasks_failed, bytes_local, bytes_shm, bytes_cma, bytes_tcp,
+            bytes_served, tcp_connects, descriptor_fetches, shm_mappings, transport_fallbacks;
     } stats;
 };
 

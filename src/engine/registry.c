@@ -71,11 +71,10 @@ static int check_overlap(const cre_registry *r, const cre_buffer_spec *s)
                              (unsigned long long)prev->addr, (unsigned long long)prev->length);
     }
     if (i < r->count && r->items[i]->addr < s->addr + s->length)
-        return crb_error(CR_ERR_ADDRESS_OVERLAPPED,
-                         "[0x%llx, +%llu) overlaps registered [0x%llx, +%llu)",
-                         (unsigned long long)s->addr, (unsigned long long)s->length,
-                         (unsigned long long)r->items[i]->addr,
-                         (unsigned long long)r->items[i]->length);
+        return crb_error(
+            CR_ERR_ADDRESS_OVERLAPPED, "[0x%llx, +%llu) overlaps registered [0x%llx, +%llu)",
+            (unsigned long long)s->addr, (unsigned long long)s->length,
+            (unsigned long long)r->items[i]->addr, (unsigned long long)r->items[i]->length);
     return 0;
 }
 
@@ -195,8 +194,8 @@ int cre_registry_remove(cre_registry *r, uint64_t addr)
     size_t at = find_exact(r, addr);
     if (at == SIZE_MAX) {
         pthread_rwlock_unlock(&r->lock);
-        return crb_error(CR_ERR_ADDRESS_NOT_REGISTERED,
-                         "unregister: no buffer starts at 0x%llx", (unsigned long long)addr);
+        return crb_error(CR_ERR_ADDRESS_NOT_REGISTERED, "unregister: no buffer starts at 0x%llx",
+                         (unsigned long long)addr);
     }
     cre_buffer *b = r->items[at];
     atomic_store(&b->dying, true);
@@ -278,9 +277,9 @@ int cre_registry_snapshot(cre_registry *r, cre_buffer_spec **out, size_t *n, uin
     }
     for (size_t i = 0; i < count; i++) {
         const cre_buffer *b = r->items[i];
-        specs[i] = (cre_buffer_spec){b->addr,          b->length,        b->kind,
-                                     b->device,        b->remote_accessible, b->shared_id,
-                                     b->shared_offset, b->ctl_slot,      b->ctl_gen};
+        specs[i] = (cre_buffer_spec){
+            b->addr,      b->length,        b->kind,     b->device, b->remote_accessible,
+            b->shared_id, b->shared_offset, b->ctl_slot, b->ctl_gen};
     }
     *version = r->version;
     pthread_rwlock_unlock(&r->lock);

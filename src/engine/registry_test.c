@@ -13,7 +13,8 @@
 
 static cre_buffer_spec spec(uint64_t a, uint64_t l)
 {
-    return (cre_buffer_spec){.addr = a, .length = l, .kind = 0, .device = -1, .remote_accessible = true};
+    return (cre_buffer_spec){
+        .addr = a, .length = l, .kind = 0, .device = -1, .remote_accessible = true};
 }
 
 static void overlap_and_exact_unregister(void **state)

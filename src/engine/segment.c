@@ -241,7 +241,6 @@ out_unlock:
     return rc;
 }
 
-
 int cr_engine_open_segment(cr_engine *e, const char *name, cr_segment_handle *out)
 {
     if (e == NULL || out == NULL)

@@ -82,8 +82,7 @@ static int server_flush(cre_conn *c)
                     iov[iovcnt++] = (struct iovec){(void *)o->payload, o->payload_len};
             } else {
                 size_t off = o->sent - o->head_len;
-                iov[iovcnt++] =
-                    (struct iovec){(void *)(o->payload + off), o->payload_len - off};
+                iov[iovcnt++] = (struct iovec){(void *)(o->payload + off), o->payload_len - off};
             }
         }
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
@@ -208,8 +207,7 @@ void cre_server_accept(cr_engine *e)
         c->worker = w;
         pthread_mutex_unlock(&w->lock);
         if (cre_worker_add_conn(w, c, EPOLLIN | EPOLLOUT) < 0) {
-            crb_log(CRB_LOG_WARN, "cannot watch accepted connection: %s",
-                    cr_last_error_message());
+            crb_log(CRB_LOG_WARN, "cannot watch accepted connection: %s", cr_last_error_message());
         }
     }
 }
@@ -289,9 +287,9 @@ static int server_on_head(cre_conn *c)
     crp_data_req req;
     c->rx_status = crp_data_req_decode(c->body, c->hdr.body_len, &req);
     if (c->rx_status == 0 && req.length != c->hdr.data_len)
-        c->rx_status = crb_error(CR_ERR_MALFORMED_FRAME, "WRITE length %llu != payload %llu",
-                                 (unsigned long long)req.length,
-                                 (unsigned long long)c->hdr.data_len);
+        c->rx_status =
+            crb_error(CR_ERR_MALFORMED_FRAME, "WRITE length %llu != payload %llu",
+                      (unsigned long long)req.length, (unsigned long long)c->hdr.data_len);
     if (c->rx_status == 0 && c->authed)
         c->rx_status = validate_range(c, &req, &c->rx_buf);
     if (!c->authed)

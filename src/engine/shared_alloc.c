@@ -152,8 +152,7 @@ int cr_free_shared(void *ptr)
         return 0;
     }
     pthread_mutex_unlock(&table_lock);
-    return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_free_shared(%p): not from cr_alloc_shared",
-                     ptr);
+    return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_free_shared(%p): not from cr_alloc_shared", ptr);
 }
 
 bool cre_shared_pin(uint64_t addr, uint64_t len, uint64_t *id, uint64_t *offset)
@@ -188,8 +187,8 @@ int cre_shared_dup_fd(uint64_t id, int *fd, uint64_t *size)
         uint64_t sz = table[i].size;
         pthread_mutex_unlock(&table_lock);
         if (d < 0)
-            return crb_error(CR_ERR_SYSTEM, "dup of shared region %llu: %s",
-                             (unsigned long long)id, strerror(errno));
+            return crb_error(CR_ERR_SYSTEM, "dup of shared region %llu: %s", (unsigned long long)id,
+                             strerror(errno));
         *fd = d;
         *size = sz;
         return 0;

@@ -33,13 +33,13 @@ typedef struct cre_endpoints {
     cre_buffer *self_target; /* target in our own registry (same process), else NULL */
     uint64_t peer_instance;  /* descriptor instance the range was validated against */
     /* The remote buffer as the peer's descriptor describes it. */
-    uint64_t remote_base;    /* start of the remote buffer */
-    uint64_t shared_id;      /* its cr_alloc_shared region, 0 if not shareable */
-    uint64_t shared_offset;  /* remote_base's offset in that region */
-    uint32_t ctl_slot;       /* its control-page slot */
-    uint64_t ctl_gen;        /* 0 if the peer offers no control page */
-    bool same_host;          /* the peer runs on this host */
-    int32_t cma_pid;         /* the peer's pid if it offers CMA, else 0 */
+    uint64_t remote_base;   /* start of the remote buffer */
+    uint64_t shared_id;     /* its cr_alloc_shared region, 0 if not shareable */
+    uint64_t shared_offset; /* remote_base's offset in that region */
+    uint32_t ctl_slot;      /* its control-page slot */
+    uint64_t ctl_gen;       /* 0 if the peer offers no control page */
+    bool same_host;         /* the peer runs on this host */
+    int32_t cma_pid;        /* the peer's pid if it offers CMA, else 0 */
 } cre_endpoints;
 
 typedef struct cre_transport {

@@ -127,8 +127,8 @@ int cre_workers_start(cr_engine *e)
     if (rc < 0)
         goto err_stop_started;
     for (; started < e->n_workers; started++) {
-        if (pthread_create(&e->workers[started].thread, NULL, worker_main,
-                           &e->workers[started]) != 0) {
+        if (pthread_create(&e->workers[started].thread, NULL, worker_main, &e->workers[started]) !=
+            0) {
             rc = crb_error(CR_ERR_SYSTEM, "pthread_create for worker %u failed", started);
             goto err_stop_started;
         }

@@ -41,7 +41,10 @@ static void *scratch_alloc(crk_scratch *s, size_t n, size_t size)
     return p;
 }
 
-static crk_client_id client_of(crp_rpc_uuid u) { return (crk_client_id){u.hi, u.lo}; }
+static crk_client_id client_of(crp_rpc_uuid u)
+{
+    return (crk_client_id){u.hi, u.lo};
+}
 
 static crk_replicate_config config_of(const crp_rpc_replica_config *c)
 {
@@ -116,8 +119,8 @@ static int batch_with_lists(crk_service *s, crk_scratch *sc, batch_fn fn, crk_cl
     }
     for (size_t off = 0; off < n && rc == 0; off += CHUNK) {
         size_t m = n - off < CHUNK ? n - off : CHUNK;
-        rc = fn(s, client, (const char *const *)keys + off, sizes ? sizes + off : NULL, m, cfg,
-                now, st, lists);
+        rc = fn(s, client, (const char *const *)keys + off, sizes ? sizes + off : NULL, m, cfg, now,
+                st, lists);
         for (size_t i = 0; i < m && rc == 0; i++) {
             res[off + i].status = st[i];
             if (st[i] == 0) {
@@ -235,8 +238,8 @@ static int all_segments(crk_service *s, crk_scratch *sc, crp_rpc_names_resp *out
     return rc;
 }
 
-void crk_dispatch(crk_service *s, const crk_server_info *info, const crp_rpc_req *req,
-                  uint64_t now, crp_rpc_resp *resp, crk_scratch *sc)
+void crk_dispatch(crk_service *s, const crk_server_info *info, const crp_rpc_req *req, uint64_t now,
+                  crp_rpc_resp *resp, crk_scratch *sc)
 {
     memset(resp, 0, sizeof(*resp));
     resp->op = req->op;
@@ -270,8 +273,7 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, const crp_rpc_req
             break;
         }
         for (size_t i = 0; i < n; i++)
-            specs[i] = (crk_segment_spec){u->remount.segments[i].name,
-                                          u->remount.segments[i].base,
+            specs[i] = (crk_segment_spec){u->remount.segments[i].name, u->remount.segments[i].base,
                                           u->remount.segments[i].size};
         rc = crk_remount_segments(s, client_of(u->remount.client_id), specs, n, now, NULL);
         break;
@@ -312,8 +314,7 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, const crp_rpc_req
         crk_client_id c = client_of(u->put_start.client_id);
         rc = req->op == CRP_RPC_PUT_START
                  ? crk_put_start(s, c, u->put_start.key, u->put_start.value_size, &cfg, now, &l)
-                 : crk_upsert_start(s, c, u->put_start.key, u->put_start.value_size, &cfg, now,
-                                    &l);
+                 : crk_upsert_start(s, c, u->put_start.key, u->put_start.value_size, &cfg, now, &l);
         if (rc == 0)
             rc = replicas_of(sc, &l, CRP_RPC_REPLICA_PROCESSING, &resp->u.alloc.replicas,
                              &resp->u.alloc.n_replicas);
@@ -322,12 +323,11 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, const crp_rpc_req
     case CRP_RPC_BATCH_PUT_START:
     case CRP_RPC_BATCH_UPSERT_START: {
         crk_replicate_config cfg = config_of(&u->batch_put_start.config);
-        rc = batch_with_lists(s, sc,
-                              req->op == CRP_RPC_BATCH_PUT_START ? do_batch_put_start
-                                                                 : do_batch_upsert_start,
-                              client_of(u->batch_put_start.client_id), u->batch_put_start.keys,
-                              u->batch_put_start.value_sizes, u->batch_put_start.n_keys, &cfg,
-                              now, CRP_RPC_REPLICA_PROCESSING, &resp->u.batch_alloc.results, NULL);
+        rc = batch_with_lists(
+            s, sc, req->op == CRP_RPC_BATCH_PUT_START ? do_batch_put_start : do_batch_upsert_start,
+            client_of(u->batch_put_start.client_id), u->batch_put_start.keys,
+            u->batch_put_start.value_sizes, u->batch_put_start.n_keys, &cfg, now,
+            CRP_RPC_REPLICA_PROCESSING, &resp->u.batch_alloc.results, NULL);
         resp->u.batch_alloc.n = u->batch_put_start.n_keys;
         break;
     }
@@ -346,9 +346,9 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, const crp_rpc_req
         break;
     case CRP_RPC_BATCH_PUT_REVOKE:
     case CRP_RPC_BATCH_UPSERT_REVOKE:
-        rc = batch_statuses(s, sc, do_revoke, client_of(u->owner_keys.client_id),
-                            u->owner_keys.keys, u->owner_keys.n_keys, false, now,
-                            &resp->u.statuses);
+        rc =
+            batch_statuses(s, sc, do_revoke, client_of(u->owner_keys.client_id), u->owner_keys.keys,
+                           u->owner_keys.n_keys, false, now, &resp->u.statuses);
         break;
     case CRP_RPC_REMOVE:
         rc = crk_remove(s, u->remove.key, u->remove.force, now);
@@ -361,8 +361,7 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, const crp_rpc_req
         break;
     case CRP_RPC_BATCH_REMOVE:
         rc = batch_statuses(s, sc, do_remove, (crk_client_id){0, 0}, u->batch_remove.keys,
-                            u->batch_remove.n_keys, u->batch_remove.force, now,
-                            &resp->u.statuses);
+                            u->batch_remove.n_keys, u->batch_remove.force, now, &resp->u.statuses);
         break;
     case CRP_RPC_GET_ALL_SEGMENTS:
         rc = all_segments(s, sc, &resp->u.names);

@@ -34,7 +34,7 @@
 #include "proto/rpc.h"
 
 #define OUT_HIGH_WATER (8u << 20)
-#define READ_CHUNK (256u << 10)
+#define READ_CHUNK     (256u << 10)
 
 typedef struct rpc_conn {
     int fd;
@@ -356,8 +356,8 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info, const ch
     struct epoll_event le = {.events = EPOLLIN, .data.ptr = &srv->listen_fd};
     epoll_ctl(srv->threads[0].epfd, EPOLL_CTL_ADD, srv->listen_fd, &le);
     for (; started < srv->n_threads; started++) {
-        if (pthread_create(&srv->threads[started].tid, NULL, thread_main,
-                           &srv->threads[started]) != 0) {
+        if (pthread_create(&srv->threads[started].tid, NULL, thread_main, &srv->threads[started]) !=
+            0) {
             rc = crb_error(CR_ERR_SYSTEM, "starting rpc thread %u", started);
             break;
         }
@@ -373,7 +373,10 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info, const ch
     return 0;
 }
 
-uint16_t crk_rpc_server_port(const crk_rpc_server *srv) { return srv->port; }
+uint16_t crk_rpc_server_port(const crk_rpc_server *srv)
+{
+    return srv->port;
+}
 
 void crk_rpc_server_latency(crk_rpc_server *srv, int op_index, uint64_t out[CRK_LAT_BUCKETS])
 {

@@ -185,7 +185,9 @@ static void garbage_body_gets_an_error_and_the_connection_lives(void **state)
     req.u.client.client_id = (crp_rpc_uuid){5, 6};
     crp_buf body = {0};
     assert_int_equal(crp_rpc_req_encode(&req, &body), 0);
-    h = (crp_header){.version = CRP_VERSION, .type = CRP_RPC_REQ, .body_len = (uint32_t)body.len,
+    h = (crp_header){.version = CRP_VERSION,
+                     .type = CRP_RPC_REQ,
+                     .body_len = (uint32_t)body.len,
                      .request_id = 8};
     crp_header_encode(&h, hb);
     assert_int_equal(crb_write_full(fd, hb, sizeof(hb), deadline), 0);
@@ -216,8 +218,7 @@ static void dead_master_fails_calls_without_hanging(void **state)
     /* restart for teardown */
     assert_int_equal(crk_rpc_server_start(f->svc, &f->info, "127.0.0.1", 0, 1, &f->srv), 0);
     /* connecting to a port where nothing listens is a clean error */
-    assert_int_equal(crc_master_connect("127.0.0.1:1", (crp_rpc_uuid){1, 1}, 500, &m),
-                     CR_RPC_FAIL);
+    assert_int_equal(crc_master_connect("127.0.0.1:1", (crp_rpc_uuid){1, 1}, 500, &m), CR_RPC_FAIL);
     assert_int_equal(crc_master_connect("no-port", (crp_rpc_uuid){1, 1}, 500, &m),
                      CR_ERR_INVALID_ARGUMENT);
 }

@@ -24,11 +24,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CRP_MAGIC 0x43535243u /* bytes "CRSC" read as little-endian u32 */
-#define CRP_VERSION 1
+#define CRP_MAGIC       0x43535243u /* bytes "CRSC" read as little-endian u32 */
+#define CRP_VERSION     1
 #define CRP_HEADER_SIZE 32
-#define CRP_MAX_BODY (1u << 20)
-#define CRP_MAX_DATA (256ull << 20)
+#define CRP_MAX_BODY    (1u << 20)
+#define CRP_MAX_DATA    (256ull << 20)
 
 typedef enum crp_type {
     CRP_CHALLENGE = 1,  /* server → client, first frame: nonce */

@@ -9,10 +9,10 @@
  *
  * Encoders append to a crp_buf (growable byte buffer) and return 0,
  * CR_ERR_NO_MEMORY, or CR_ERR_INVALID_ARGUMENT for a value the decoder
- * would reject (so a sender fails locally rather than at the peer). Decoders take (data, len), fill a caller-provided struct
- * and return 0, or a negative status with nothing allocated. Decoded strings
- * and arrays are heap copies owned by the struct; free them with the
- * matching *_clear function (safe on a zeroed struct).
+ * would reject (so a sender fails locally rather than at the peer). Decoders take (data, len), fill
+ * a caller-provided struct and return 0, or a negative status with nothing allocated. Decoded
+ * strings and arrays are heap copies owned by the struct; free them with the matching *_clear
+ * function (safe on a zeroed struct).
  */
 #ifndef CRESCENT_PROTO_MESSAGES_H
 #define CRESCENT_PROTO_MESSAGES_H
@@ -22,14 +22,14 @@
 #include <stdint.h>
 
 /* Bounds enforced by decoders. */
-#define CRP_MAX_NAME 256          /* segment names, host ids, transports */
-#define CRP_MAX_ADDRESS 256       /* endpoint addresses */
-#define CRP_MAX_HANDLE 256        /* shm handles */
-#define CRP_MAX_ENDPOINTS 16
-#define CRP_MAX_BUFFERS 32768 /* 32768 entries of <= 30 bytes fit CRP_MAX_BODY */
-#define CRP_NONCE_SIZE 16
-#define CRP_MAC_SIZE 32
-#define CRP_MAX_NOTIFY 4096
+#define CRP_MAX_NAME       256 /* segment names, host ids, transports */
+#define CRP_MAX_ADDRESS    256 /* endpoint addresses */
+#define CRP_MAX_HANDLE     256 /* shm handles */
+#define CRP_MAX_ENDPOINTS  16
+#define CRP_MAX_BUFFERS    32768 /* 32768 entries of <= 30 bytes fit CRP_MAX_BODY */
+#define CRP_NONCE_SIZE     16
+#define CRP_MAC_SIZE       32
+#define CRP_MAX_NOTIFY     4096
 #define CRP_MAX_ERROR_TEXT 512
 
 /** A growable output buffer. Zero-initialise; free with crp_buf_free. */

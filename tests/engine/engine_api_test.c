@@ -87,8 +87,7 @@ static void registration_errors(void **state)
     assert_non_null(strstr(cr_last_error_message(), "npu:0"));
     assert_int_equal(cr_engine_register(e, mem, 100, "cuda:x", true), CR_ERR_INVALID_ARGUMENT);
     assert_int_equal(cr_engine_register(e, mem, 4096, "cpu:0", true), 0);
-    assert_int_equal(cr_engine_register(e, mem + 4000, 4096, "*", true),
-                     CR_ERR_ADDRESS_OVERLAPPED);
+    assert_int_equal(cr_engine_register(e, mem + 4000, 4096, "*", true), CR_ERR_ADDRESS_OVERLAPPED);
     assert_int_equal(cr_engine_register(e, mem, 4096, "cpu:0", true), CR_ERR_ADDRESS_OVERLAPPED);
     assert_int_equal(cr_engine_unregister(e, mem + 1), CR_ERR_ADDRESS_NOT_REGISTERED);
     cr_buffer_spec batch[3] = {{mem + 8192, 100, "cpu:0", true},
@@ -181,9 +180,8 @@ static void cancel_and_free_in_flight(void **state)
     cr_task_status st;
     assert_int_equal(cr_batch_task_status(f.engine, b, 0, &st), CR_ERR_INVALID_HANDLE);
     /* The engine keeps working (and ASan proves nothing touched freed memory). */
-    assert_int_equal(cr_engine_transfer_sync(f.engine, CR_OP_READ, f.local, f.seg, f.remote, 4096,
-                                             0),
-                     0);
+    assert_int_equal(
+        cr_engine_transfer_sync(f.engine, CR_OP_READ, f.local, f.seg, f.remote, 4096, 0), 0);
     teardown_in_flight(&f);
 }
 
@@ -226,8 +224,7 @@ static void unregister_waits_for_in_flight_transfers(void **state)
         if (f.local[i] != test_pattern(i, f.remote))
             fail_msg("byte %zu wrong", i);
     /* New transfers into the range are refused. */
-    assert_int_equal(cr_engine_transfer_sync(f.engine, CR_OP_READ, f.local, f.seg, f.remote, 64,
-                                             0),
+    assert_int_equal(cr_engine_transfer_sync(f.engine, CR_OP_READ, f.local, f.seg, f.remote, 64, 0),
                      CR_ERR_ADDRESS_NOT_REGISTERED);
     assert_int_equal(cr_batch_free(f.engine, b), 0);
     teardown_in_flight(&f);

@@ -266,8 +266,7 @@ static void *keep_writing(void *p)
 {
     writer *w = p;
     while (!atomic_load(&w->stop)) {
-        int rc = cr_engine_transfer_sync(w->e, CR_OP_WRITE, w->local, w->seg, w->remote, w->len,
-                                         0);
+        int rc = cr_engine_transfer_sync(w->e, CR_OP_WRITE, w->local, w->seg, w->remote, w->len, 0);
         if (rc == 0)
             atomic_fetch_add(&w->ok, 1);
         else if (rc == CR_ERR_ADDRESS_NOT_REGISTERED)
@@ -302,13 +301,13 @@ static void unregister_race(const char *loc)
     atomic_store(&w.stop, true);
     pthread_join(th, NULL);
     assert_string_equal(r, "OK");
-    print_message("%s: %d writes before, %d refused after, %d other\n", loc,
-                  atomic_load(&w.ok), atomic_load(&w.refused), atomic_load(&w.other));
+    print_message("%s: %d writes before, %d refused after, %d other\n", loc, atomic_load(&w.ok),
+                  atomic_load(&w.refused), atomic_load(&w.other));
     assert_true(atomic_load(&w.refused) > 0); /* failed visibly */
     assert_int_equal(atomic_load(&w.other), 0);
     cr_engine_stats st;
     cr_engine_get_stats(w.e, &st);
-    assert_int_equal(st.bytes_tcp, 0); /* it really was a same-host path */
+    assert_int_equal(st.bytes_tcp, 0);    /* it really was a same-host path */
     assert_int_equal(st.shm_mappings, 0); /* the unregistered region was unmapped */
     assert_int_equal(cr_engine_unregister(w.e, w.local), 0);
     cr_engine_destroy(w.e);

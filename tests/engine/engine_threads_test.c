@@ -21,10 +21,10 @@
 #include "crescent/engine.h"
 #include "harness.h"
 
-#define ROUNDS 3
-#define THREADS 24
+#define ROUNDS        3
+#define THREADS       24
 #define REGISTRATIONS 159
-#define SLOT (64 * 1024)
+#define SLOT          (64 * 1024)
 
 typedef struct shared {
     cr_engine *engine;
@@ -60,8 +60,8 @@ static void *pool_thread(void *p)
         uint64_t remote = sh->remote + (uint64_t)a->index * SLOT;
         int rc = cr_engine_transfer_sync(sh->engine, CR_OP_WRITE, buf, sh->seg, remote, len, 0);
         if (rc == 0)
-            rc = cr_engine_transfer_sync(sh->engine, CR_OP_READ, buf + len, sh->seg, remote, len,
-                                         0);
+            rc =
+                cr_engine_transfer_sync(sh->engine, CR_OP_READ, buf + len, sh->seg, remote, len, 0);
         if (rc != 0 || memcmp(buf, buf + len, len) != 0)
             atomic_fetch_add(&sh->failures, 1);
         else

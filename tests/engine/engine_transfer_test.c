@@ -86,9 +86,8 @@ static void read_and_write_every_size(void **state)
         assert_true(remote != 0);
         memset(f->local, 0, len);
         /* READ: the peer filled its buffer with pattern(seed = address). */
-        assert_int_equal(cr_engine_transfer_sync(f->engine, CR_OP_READ, f->local, f->seg, remote,
-                                                 len, 0),
-                         0);
+        assert_int_equal(
+            cr_engine_transfer_sync(f->engine, CR_OP_READ, f->local, f->seg, remote, len, 0), 0);
         verify_pattern(f->local, len, remote);
         /* WRITE a different pattern at an offset inside, then let the peer check. */
         fill_pattern(f->local + 7, len, 99);
@@ -98,8 +97,7 @@ static void read_and_write_every_size(void **state)
                                                  remote + woff, wlen, 0),
                          0);
         assert_string_equal(peer_cmd(&f->peer, "check %llu %llu 99",
-                                     (unsigned long long)(remote + woff),
-                                     (unsigned long long)wlen),
+                                     (unsigned long long)(remote + woff), (unsigned long long)wlen),
                             "OK");
         assert_string_equal(peer_cmd(&f->peer, "unreg %llu", (unsigned long long)remote), "OK");
     }
@@ -171,8 +169,7 @@ static void bad_ranges_get_their_own_errors(void **state)
     assert_int_equal(submit_one(f, CR_OP_READ, f->local, remote, 0), CR_ERR_ZERO_LENGTH);
     assert_int_equal(submit_one(f, CR_OP_READ, f->local, UINT64_MAX - 10, 100),
                      CR_ERR_RANGE_OVERFLOW);
-    assert_int_equal(submit_one(f, CR_OP_READ, f->local, 0x10, 100),
-                     CR_ERR_ADDRESS_NOT_REGISTERED);
+    assert_int_equal(submit_one(f, CR_OP_READ, f->local, 0x10, 100), CR_ERR_ADDRESS_NOT_REGISTERED);
     assert_int_equal(submit_one(f, CR_OP_WRITE, f->local, ro, 100), CR_ERR_NOT_REMOTE_ACCESSIBLE);
     /* Local side: a pointer outside any registered buffer. */
     uint8_t stack_buf[64];
@@ -230,8 +227,7 @@ static void memory_kinds_seed_002(void **state)
     cr_batch_free(f->engine, b);
     /* A local device buffer is refused too. */
     static uint8_t fake_dev[8192];
-    assert_int_equal(cr_engine_register(f->engine, fake_dev, sizeof(fake_dev), "cuda:1", true),
-                     0);
+    assert_int_equal(cr_engine_register(f->engine, fake_dev, sizeof(fake_dev), "cuda:1", true), 0);
     assert_int_equal(submit_one(f, CR_OP_READ, fake_dev, host1, 4096),
                      CR_ERR_TRANSPORT_UNSUPPORTED);
     assert_int_equal(cr_engine_unregister(f->engine, fake_dev), 0);
@@ -269,8 +265,8 @@ static void local_segment_uses_memcpy_with_auto(void **state)
     memset(b, 0, len);
     assert_int_equal(cr_engine_register(e, a, len, "cpu:0", true), 0);
     assert_int_equal(cr_engine_register(e, b, len, "cpu:0", true), 0);
-    assert_int_equal(cr_engine_transfer_sync(e, CR_OP_WRITE, a, self, (uint64_t)(uintptr_t)b, len, 0),
-                     0);
+    assert_int_equal(
+        cr_engine_transfer_sync(e, CR_OP_WRITE, a, self, (uint64_t)(uintptr_t)b, len, 0), 0);
     verify_pattern(b, len, 5);
     cr_engine_stats st;
     cr_engine_get_stats(e, &st);

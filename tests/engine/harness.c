@@ -79,8 +79,8 @@ const char *peer_cmd(test_peer *p, const char *fmt, ...)
 
 uint64_t peer_reg(test_peer *p, const char *loc, uint64_t size, int read_only)
 {
-    const char *r = peer_cmd(p, "reg %s %llu %s", loc, (unsigned long long)size,
-                             read_only ? "ro" : "rw");
+    const char *r =
+        peer_cmd(p, "reg %s %llu %s", loc, (unsigned long long)size, read_only ? "ro" : "rw");
     if (strncmp(r, "OK ", 3) != 0)
         return 0;
     return strtoull(r + 3, NULL, 10);

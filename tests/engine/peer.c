@@ -42,7 +42,10 @@ static void release(void *p, int shared)
         free(p);
 }
 
-static uint8_t pattern(uint64_t i, uint64_t seed) { return (uint8_t)((i * 131 + seed) & 0xff); }
+static uint8_t pattern(uint64_t i, uint64_t seed)
+{
+    return (uint8_t)((i * 131 + seed) & 0xff);
+}
 
 /*
  * check and fill touch memory that the engine's worker threads read or wrote

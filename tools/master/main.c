@@ -55,12 +55,13 @@ static void *tick_main(void *arg)
         crk_stats st;
         crk_get_stats(m->svc, &st);
         if (st.clients_expired > last.clients_expired)
-            crb_log(CRB_LOG_WARN, "master: %" PRIu64 " client(s) expired (silent > %" PRIu64
-                                  " ms); their segments were unmounted",
+            crb_log(CRB_LOG_WARN,
+                    "master: %" PRIu64 " client(s) expired (silent > %" PRIu64
+                    " ms); their segments were unmounted",
                     st.clients_expired - last.clients_expired, m->opt.client_ttl_ms);
         if (st.evictions_attempted > last.evictions_attempted)
-            crb_log(CRB_LOG_INFO, "master: eviction round(s): %" PRIu64 " keys, %" PRIu64
-                                  " bytes freed so far",
+            crb_log(CRB_LOG_INFO,
+                    "master: eviction round(s): %" PRIu64 " keys, %" PRIu64 " bytes freed so far",
                     st.evicted_keys, st.evicted_bytes);
         last = st;
     }
@@ -80,8 +81,7 @@ static int render_metrics(void *ctx, crk_admin_reply *r)
     crk_prom_gauge(t, "master_allocated_bytes", "Bytes allocated in mounted segments",
                    (double)st.allocated_bytes);
     crk_prom_gauge(t, "master_key_count", "Objects (complete or being written)", (double)st.keys);
-    crk_prom_gauge(t, "master_active_clients", "Clients with a live heartbeat",
-                   (double)st.clients);
+    crk_prom_gauge(t, "master_active_clients", "Clients with a live heartbeat", (double)st.clients);
     crk_prom_gauge(t, "master_segments", "Mounted segments", (double)st.segments);
     crk_prom_gauge(t, "master_metadata_bytes", "Heap held by the master's tables",
                    (double)st.metadata_bytes);
@@ -117,14 +117,14 @@ static int render_metrics(void *ctx, crk_admin_reply *r)
         if (total == 0)
             continue;
         const char *name = "?";
-#define OPNAME_(n, v, s, a, b)                                                                    \
+#define OPNAME_(n, v, s, a, b)                                                                     \
     if (crp_rpc_op_index(v) == idx)                                                                \
         name = s;
         CRP_RPC_OP_TABLE(OPNAME_)
 #undef OPNAME_
         crk_prom_label l = {"op", name};
-        crk_prom_histogram(t, "master_rpc_latency_seconds", &l, 1, bounds, h,
-                           CRK_LAT_BUCKETS - 1, 0.0);
+        crk_prom_histogram(t, "master_rpc_latency_seconds", &l, 1, bounds, h, CRK_LAT_BUCKETS - 1,
+                           0.0);
     }
     return t->status;
 }
@@ -278,8 +278,8 @@ int main(int argc, char **argv)
            m.admin ? (unsigned)crk_admin_http_port(m.admin) : 0u,
            m.metadata ? ", http metadata server on" : "");
     if (m.metadata)
-        printf("crescent-master http metadata server on %s:%u\n",
-               m.opt.http_metadata_server_host, (unsigned)crm_http_server_port(m.metadata));
+        printf("crescent-master http metadata server on %s:%u\n", m.opt.http_metadata_server_host,
+               (unsigned)crm_http_server_port(m.metadata));
     fflush(stdout);
     int sig = 0;
     sigwait(&set, &sig);

@@ -19,9 +19,8 @@ static bool cma_can_serve(const cr_engine *e, const cre_endpoints *ep)
 {
     const cre_peer *p = ep->peer;
     return ep->same_host && ep->cma_pid > 0 && atomic_load(&p->local.cma_state) >= 0 &&
-           !atomic_load(&p->local.refused) &&
-           ep->ctl_gen != 0 && cre_kind_is_host(ep->local_kind) &&
-           cre_kind_is_host(ep->remote_kind);
+           !atomic_load(&p->local.refused) && ep->ctl_gen != 0 &&
+           cre_kind_is_host(ep->local_kind) && cre_kind_is_host(ep->remote_kind);
 }
 
 /* Move the whole range, looping over partial transfers. */
@@ -71,15 +70,16 @@ static int cma_submit(cr_engine *e, const cre_endpoints *ep, cre_task *t)
         if (err == -EPERM) {
             pthread_rwlock_unlock(&p->local.map_lock);
             atomic_store(&p->local.cma_state, -1);
-            crb_log(CRB_LOG_INFO, "process_vm_* into %s (pid %d) is not permitted; using the "
-                                  "next transport",
+            crb_log(CRB_LOG_INFO,
+                    "process_vm_* into %s (pid %d) is not permitted; using the "
+                    "next transport",
                     p->name, (int)ep->cma_pid);
             return CR_ERR_TRANSPORT_UNSUPPORTED;
         }
         if (err < 0)
             status = crb_error(err == -ESRCH ? CR_ERR_CONNECTION : CR_ERR_SYSTEM,
-                               "process_vm_%s with %s: %s", t->opcode ? "writev" : "readv",
-                               p->name, strerror(-err));
+                               "process_vm_%s with %s: %s", t->opcode ? "writev" : "readv", p->name,
+                               strerror(-err));
         else if (!still)
             status = crb_error(CR_ERR_ADDRESS_NOT_REGISTERED,
                                "%s unregistered buffer 0x%llx during the copy", p->name,

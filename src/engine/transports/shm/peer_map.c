@@ -119,8 +119,8 @@ static int ask(cre_peer *p, uint8_t op, uint64_t id, int *fd, uint64_t *size)
         struct cmsghdr align;
     } u;
     struct iovec iov = {buf, sizeof(buf)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.c,
-                        .msg_controllen = sizeof(u.c)};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.c, .msg_controllen = sizeof(u.c)};
     ssize_t n;
     for (;;) {
         struct pollfd pf = {.fd = l->sock, .events = POLLIN};
@@ -277,8 +277,8 @@ int cre_peer_local_map(cre_peer *p, uint64_t id)
     l->maps[l->n_maps++] = (cre_shm_map){id, m, size};
     pthread_rwlock_unlock(&l->map_lock);
     atomic_fetch_add(&p->engine->stats.shm_mappings, 1);
-    crb_log(CRB_LOG_DEBUG, "mapped region %llu of %s (%llu bytes)", (unsigned long long)id,
-            p->name, (unsigned long long)size);
+    crb_log(CRB_LOG_DEBUG, "mapped region %llu of %s (%llu bytes)", (unsigned long long)id, p->name,
+            (unsigned long long)size);
 out_unlock:
     pthread_mutex_unlock(&l->lock);
     return rc;

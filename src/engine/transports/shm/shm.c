@@ -15,8 +15,9 @@
 static bool shm_can_serve(const cr_engine *e, const cre_endpoints *ep)
 {
     const cre_peer *p = ep->peer;
-    return ep->same_host && !atomic_load(&p->local.refused) && ep->shared_id != 0 && ep->ctl_gen != 0 &&
-           cre_kind_is_host(ep->local_kind) && ep->remote_kind == CR_MEM_HOST_SHAREABLE;
+    return ep->same_host && !atomic_load(&p->local.refused) && ep->shared_id != 0 &&
+           ep->ctl_gen != 0 && cre_kind_is_host(ep->local_kind) &&
+           ep->remote_kind == CR_MEM_HOST_SHAREABLE;
 }
 
 static int shm_submit(cr_engine *e, const cre_endpoints *ep, cre_task *t)

@@ -46,7 +46,7 @@
 
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
-#define MAX_IOV 64
+#define MAX_IOV        64
 
 static cre_lane *lane_of(cre_conn *c)
 {
@@ -214,8 +214,7 @@ static int lane_start_connect(cre_lane *l)
     l->conn.hdr_got = l->conn.body_got = 0;
     l->conn.data_got = 0;
     l->state = LANE_CONNECTING;
-    l->connect_deadline_ns =
-        crb_now_ns() + (uint64_t)p->engine->connect_timeout_ms * 1000000ull;
+    l->connect_deadline_ns = crb_now_ns() + (uint64_t)p->engine->connect_timeout_ms * 1000000ull;
     rc = cre_worker_add_conn(l->worker, &l->conn, EPOLLIN | EPOLLOUT);
     if (rc < 0) {
         close(fd);
@@ -357,8 +356,8 @@ static void lane_progress(cre_lane *l, uint64_t now)
         }
     }
     if (l->state != LANE_IDLE && l->state != LANE_READY && now >= l->connect_deadline_ns) {
-        crb_log(CRB_LOG_WARN, "lane %d to %s: no handshake within %u ms", l->index,
-                l->peer->name, l->peer->engine->connect_timeout_ms);
+        crb_log(CRB_LOG_WARN, "lane %d to %s: no handshake within %u ms", l->index, l->peer->name,
+                l->peer->engine->connect_timeout_ms);
         lane_conn_failed(l, CR_ERR_TIMEOUT, true);
         return;
     }
@@ -432,11 +431,10 @@ static int lane_check_ack(cre_lane *l)
     if (rc < 0)
         return rc;
     if (ack.version != CRP_VERSION)
-        rc = crb_error(CR_ERR_VERSION_MISMATCH, "peer %s speaks protocol %u, we speak %u",
-                       p->name, ack.version, CRP_VERSION);
-    else if (e->secret != NULL &&
-             (!ack.has_mac ||
-              !cre_auth_check(e, "server", l->client_nonce, l->conn.nonce, ack.mac)))
+        rc = crb_error(CR_ERR_VERSION_MISMATCH, "peer %s speaks protocol %u, we speak %u", p->name,
+                       ack.version, CRP_VERSION);
+    else if (e->secret != NULL && (!ack.has_mac || !cre_auth_check(e, "server", l->client_nonce,
+                                                                   l->conn.nonce, ack.mac)))
         rc = crb_error(CR_ERR_AUTH_FAILED, "peer %s did not prove the shared secret", p->name);
     if (rc == 0) {
         l->instance = ack.instance;
@@ -460,8 +458,7 @@ static int lane_on_head(cre_conn *c)
     cre_slice *s = l->flight_head;
     if (s == NULL || s->request_id != c->hdr.request_id || c->hdr.status != 0 ||
         c->hdr.data_len != s->length || s->task->opcode != CR_OP_READ)
-        return crb_error(CR_ERR_MALFORMED_FRAME, "unexpected READ payload from %s",
-                         l->peer->name);
+        return crb_error(CR_ERR_MALFORMED_FRAME, "unexpected READ payload from %s", l->peer->name);
     c->data_dst = s->local;
     return 0;
 }
