@@ -13,6 +13,11 @@ PACKAGES=(
   libcmocka-dev         # C unit test framework
   libjansson-dev        # crescent-master --config_path JSON files
   clang libclang-rt-14-dev  # sanitizers and libFuzzer
+  python3-dev           # python/: the crescent._crescent extension (/usr/bin/python3)
+  python3-pytest        # python/tests: the Python conformance suite
+  python3-numpy         # python/tests: numpy arrays as sources and destinations
+  python3-torch         # python/tests: torch tensors (~1 min to install; tests skip without)
+  python3-pip python3-setuptools python3-wheel  # pip install of python/ (offline)
 )
 
 missing=()

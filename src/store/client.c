@@ -116,12 +116,14 @@ int crc_segment_handle(cr_store *s, const char *name, cr_segment_handle *out)
 
 static int mount_segment(cr_store *s, crc_master *conn, bool remount)
 {
-    if (s->segment_size == 0)
-        return 0;
     crp_rpc_segment seg = {s->segment_name, (uint64_t)(uintptr_t)s->segment, s->segment_size, 1};
+    /* A client that contributes no memory still registers itself (a remount
+     * of zero segments), so its heartbeats are answered OK. */
+    if (s->segment_size == 0)
+        remount = true;
     crp_rpc_req req = {.op = remount ? CRP_RPC_REMOUNT_SEGMENT : CRP_RPC_MOUNT_SEGMENT};
     if (remount)
-        req.u.remount = (crp_rpc_remount_req){s->client_id, 1, &seg};
+        req.u.remount = (crp_rpc_remount_req){s->client_id, s->segment_size ? 1 : 0, &seg};
     else
         req.u.mount = (crp_rpc_mount_req){s->client_id, seg};
     crp_rpc_resp resp;

@@ -1,0 +1,778 @@
+"""mooncake.store on crescent: a drop-in for Mooncake's ``mooncake.store``.
+
+``MooncakeDistributedStore`` keeps Mooncake's method names, positional and
+keyword argument names, defaults and return conventions (see
+docs of Mooncake's ``store_py.cpp``):
+
+* scalar operations return ``int``: 0 (or a size / count) on success, a
+  negative Mooncake ErrorCode on failure (crescent's store codes are the same
+  numbers: -200 no space, -600 invalid params, -704 not found, -706 leased);
+* ``is_exist`` returns 1 / 0 / negative, ``batch_is_exist`` a list of those;
+* ``get`` returns ``b""`` on a miss or any error; ``get_buffer`` ``None``;
+* batch calls return one int per key; ``batch_get_buffer`` a ``BufferHandle``
+  or ``None`` per key; ``put_batch`` a single int;
+* a wrong argument *type* raises ``TypeError`` (pybind11 does too), an
+  unknown keyword raises ``TypeError`` naming it (SGLang relies on that).
+
+The work is done by ``crescent._crescent.Store`` (C, GIL released). The
+store creates its own crescent transfer engine: an ``engine=`` passed to
+``setup`` is accepted and not shared (crescent's C API has no way to hand a
+store an existing engine).
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import os
+import threading
+from typing import Any, Dict, List, Optional, Sequence
+
+import crescent
+from crescent import _crescent
+from crescent._config import ReplicateConfig, SoftPinAction
+
+from . import _util
+
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "BufferHandle",
+           "MooncakeHostMemAllocator", "ReplicaDescriptor", "ReplicaStatus", "ReplicaType",
+           "ObjectDataType"]
+
+log = logging.getLogger("mooncake")
+_util.apply_log_env()
+
+BufferHandle = _crescent.BufferHandle
+CrescentError = _crescent.CrescentError
+
+# Mooncake ErrorCode values used here.
+_INTERNAL_ERROR = -1
+_BUFFER_OVERFLOW = -10
+_INVALID_PARAMS = -600
+_OBJECT_NOT_FOUND = -704
+_NOT_SUPPORTED = -1012
+_SEGMENT_EXISTS = -102
+_ERR_BIND = -3023
+_SETUP_RETRIES = 20  # MC_STORE_CLIENT_SETUP_RETRIES in Mooncake
+
+_KIB = 1024
+_TIB = 1024 ** 4
+_STAGING_MIN = 4096  # crescent's smallest local buffer
+
+
+class ReplicaStatus:
+    UNDEFINED = 0
+    INITIALIZED = 1
+    PROCESSING = 2
+    COMPLETE = 3
+    REMOVED = 4
+    FAILED = 5
+
+
+class ReplicaType:
+    MEMORY = 0
+    DISK = 1
+    LOCAL_DISK = 2
+    NOF_SSD = 3
+    ALL = 4
+    DFS = 100
+
+
+class ObjectDataType:
+    UNKNOWN = 0
+    KVCACHE = 1
+    TENSOR = 2
+    WEIGHT = 3
+    SAMPLE = 4
+    ACTIVATION = 5
+    GRADIENT = 6
+    OPTIMIZER_STATE = 7
+    METADATA = 8
+    GENERAL = 9
+
+
+class ReplicaDescriptor:
+    """Where one replica lives. crescent keeps every replica in memory."""
+
+    def __init__(self, segment_name: str = "", status: int = ReplicaStatus.COMPLETE) -> None:
+        self.segment_name = segment_name
+        self.status = status
+        self.replica_type = ReplicaType.MEMORY
+
+    def is_memory_replica(self) -> bool:
+        return True
+
+    def is_disk_replica(self) -> bool:
+        return False
+
+    def is_local_disk_replica(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"ReplicaDescriptor(memory, status={self.status})"
+
+
+class MooncakeHostMemAllocator:
+    """Host memory for standalone mode: shareable memory from crescent."""
+
+    def alloc(self, size: int) -> int:
+        try:
+            return crescent.alloc_shared(size)
+        except CrescentError:
+            return 0
+
+    def free(self, ptr: int) -> int:
+        try:
+            crescent.free_shared(ptr)
+            return 0
+        except CrescentError as e:
+            return e.code
+
+
+def _addr(x: Any, what: str = "buffer_ptr") -> int:
+    """An address argument: int (or __index__) or an object with data_ptr()."""
+    if x is None or isinstance(x, bool):
+        raise TypeError(f"{what} must be an int address, not {type(x).__name__}")
+    if isinstance(x, int):
+        v = x
+    elif hasattr(x, "data_ptr"):
+        v = int(x.data_ptr())
+    else:
+        try:
+            v = operator.index(x)
+        except TypeError:
+            raise TypeError(f"{what} must be an int address, not {type(x).__name__}") from None
+    if v < 0:
+        raise ValueError(f"{what} must not be negative")
+    return v
+
+
+def _size(x: Any, what: str = "size") -> int:
+    if x is None or isinstance(x, bool):
+        raise TypeError(f"{what} must be an int, not {type(x).__name__}")
+    try:
+        v = operator.index(x)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, not {type(x).__name__}") from None
+    if v < 0:
+        raise ValueError(f"{what} must not be negative")
+    return v
+
+
+def _byte_size(value: Any, what: str) -> int:
+    """Sizes as Mooncake's setup accepts them: int, or "4GB"-style strings."""
+    if isinstance(value, bool) or value is None:
+        raise TypeError(f"{what} must be an int or a size string")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"{what} must not be negative")
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() == "infinite":
+            return 2 ** 64 - 1
+        return crescent.parse_size(text)
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    raise TypeError(f"{what} must be an int or a size string, not {type(value).__name__}")
+
+
+def _check_config(config: Any) -> None:
+    if config is not None and not isinstance(config, ReplicateConfig):
+        raise TypeError("config must be a ReplicateConfig, not " + type(config).__name__)
+
+
+def _config_error(config: Optional[ReplicateConfig], n_keys: Optional[int] = None,
+                  plain_put: bool = False) -> Optional[str]:
+    if config is None:
+        return None
+    if plain_put and config.prefer_alloc_in_same_node:
+        return "prefer_alloc_in_same_node is not accepted by put/put_batch"
+    return config.validate(n_keys)
+
+
+def _read_code(v: int) -> int:
+    """Mooncake reports a too-small destination as INVALID_PARAMS."""
+    return _INVALID_PARAMS if v == _BUFFER_OVERFLOW else v
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+_REQUIRED: Any = _Required()
+
+_SETUP_DICT_DEFAULTS = {
+    "global_segment_size": 16 * 1024 * 1024,
+    "local_buffer_size": 16 * 1024 * 1024,
+    "protocol": "tcp",
+    "rdma_devices": "",
+    "master_server_addr": "127.0.0.1:50051",
+    "enable_ssd_offload": False,
+    "ssd_offload_path": "",
+    "tenant_id": "default",
+    "enable_client_http_server": False,
+    "client_http_port": 9300,
+}
+
+
+class MooncakeDistributedStore:
+    """Client of the distributed KV store (crescent-master), Mooncake's API.
+
+    Create it, call :meth:`setup`, then put/get. One object may be used by
+    many threads; every blocking call releases the GIL.
+    """
+
+    def __init__(self) -> None:
+        self._s: Optional[_crescent.Store] = None
+        self._regs: Optional[_util.Registrations] = None
+        self._lock = threading.Lock()
+        self._engine: Any = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def setup(self, local_hostname: Any = _REQUIRED, metadata_server: Any = _REQUIRED,
+              global_segment_size: Any = _REQUIRED, local_buffer_size: Any = _REQUIRED,
+              protocol: Any = _REQUIRED, rdma_devices: Any = _REQUIRED,
+              master_server_addr: Any = _REQUIRED, engine: Any = None,
+              enable_ssd_offload: bool = False, ssd_offload_path: str = "",
+              tenant_id: str = "default", enable_client_http_server: bool = False,
+              client_http_port: int = 9300) -> int:
+        """setup(local_hostname, metadata_server, global_segment_size, local_buffer_size,
+        protocol, rdma_devices, master_server_addr, engine=None, enable_ssd_offload=False,
+        ssd_offload_path="", tenant_id="default", enable_client_http_server=False,
+        client_http_port=9300) -> int
+
+        Also ``setup(config: dict)`` with the same keys (sizes may be strings
+        like "4GB"; local_hostname and metadata_server required).
+
+        Connects to the master at master_server_addr ("host:port"), contributes
+        global_segment_size bytes and keeps local_buffer_size bytes for
+        staging. Returns 0 or a negative ErrorCode. protocol "tcp" uses sockets
+        only; "rdma" uses crescent's fastest available path (shared memory on
+        one host, tcp between hosts). engine is accepted but not shared.
+        enable_ssd_offload=True is not supported (returns -1012); tenant_id
+        and the client HTTP server options are accepted and ignored.
+        """
+        positional = (local_hostname, metadata_server, global_segment_size, local_buffer_size,
+                      protocol, rdma_devices, master_server_addr)
+        if isinstance(local_hostname, dict) and all(a is _REQUIRED for a in positional[1:]):
+            return self._setup_dict(local_hostname)
+        names = ("local_hostname", "metadata_server", "global_segment_size",
+                 "local_buffer_size", "protocol", "rdma_devices", "master_server_addr")
+        missing = [n for n, a in zip(names, positional) if a is _REQUIRED]
+        if missing:
+            raise TypeError("setup() missing required argument(s): " + ", ".join(missing))
+        for name, value in (("local_hostname", local_hostname),
+                            ("metadata_server", metadata_server), ("protocol", protocol),
+                            ("rdma_devices", rdma_devices),
+                            ("master_server_addr", master_server_addr)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"setup(): {name} must be str, not {type(value).__name__}")
+        return self._setup(local_hostname, metadata_server, global_segment_size,
+                           local_buffer_size, protocol, rdma_devices, master_server_addr,
+                           engine, enable_ssd_offload, ssd_offload_path, tenant_id,
+                           enable_client_http_server, client_http_port)
+
+    def _setup_dict(self, cfg: Dict[str, Any]) -> int:
+        for key in ("local_hostname", "metadata_server"):
+            if key not in cfg:
+                log.error("setup(config): missing required key '%s'", key)
+                return _INVALID_PARAMS
+        merged = dict(_SETUP_DICT_DEFAULTS)
+        merged.update(cfg)
+        try:
+            gss = _byte_size(str(merged["global_segment_size"]), "global_segment_size")
+            lbs = _byte_size(str(merged["local_buffer_size"]), "local_buffer_size")
+        except (CrescentError, TypeError, ValueError) as e:
+            log.error("setup(config): %s", e)
+            return _INVALID_PARAMS
+        flag = lambda v: str(v).strip().lower() in ("1", "true", "yes", "on")  # noqa: E731
+        return self._setup(str(merged["local_hostname"]), str(merged["metadata_server"]), gss,
+                           lbs, str(merged["protocol"]), str(merged["rdma_devices"]),
+                           str(merged["master_server_addr"]), merged.get("engine"),
+                           flag(merged["enable_ssd_offload"]), str(merged["ssd_offload_path"]),
+                           str(merged["tenant_id"]), flag(merged["enable_client_http_server"]),
+                           merged["client_http_port"])
+
+    def _setup(self, local_hostname, metadata_server, global_segment_size, local_buffer_size,
+               protocol, rdma_devices, master_server_addr, engine, enable_ssd_offload,
+               ssd_offload_path, tenant_id, enable_client_http_server,
+               client_http_port) -> int:
+        try:
+            gss = _byte_size(global_segment_size, "global_segment_size")
+            lbs = _byte_size(local_buffer_size, "local_buffer_size")
+        except CrescentError as e:  # an unparsable size string
+            log.error("setup: %s", e)
+            return _INVALID_PARAMS
+        if gss != 0 and gss < _KIB:
+            log.error("setup: global_segment_size %d is below 1 KiB", gss)
+            return _INVALID_PARAMS
+        if lbs != 0 and not _KIB <= lbs <= _TIB:
+            log.error("setup: local_buffer_size %d is outside [1 KiB, 1 TiB]", lbs)
+            return _INVALID_PARAMS
+        if lbs:
+            lbs = max(lbs, _STAGING_MIN)
+        if enable_ssd_offload:
+            log.error("setup: enable_ssd_offload is not supported by crescent")
+            return _NOT_SUPPORTED
+        if enable_client_http_server:
+            log.warning("setup: enable_client_http_server is ignored (not in crescent)")
+        proto, why = _util.engine_protocol(protocol)
+        if proto is None:
+            log.error("setup: %s", why)
+            return _INVALID_PARAMS
+        meta, why = _util.metadata_server(metadata_server)
+        if meta is None:
+            log.error("setup: %s", why)
+            return _INVALID_PARAMS
+        master = (master_server_addr or "").strip() or \
+            os.environ.get("MOONCAKE_MASTER", "").strip() or "127.0.0.1:50051"
+        if "://" in master:
+            log.error("setup: master '%s': crescent has no HA master discovery "
+                      "(give host:port)", master)
+            return _INVALID_PARAMS
+        host = (local_hostname or "").strip() or "127.0.0.1"
+        # With a metadata server the segment name is the hostname as given; like
+        # Mooncake, give a bare host a free port so two clients of one host differ.
+        pick_port = meta != "P2PHANDSHAKE" and not _util.has_port(host)
+        with self._lock:
+            if self._s is not None:
+                log.error("setup: this store is already set up; close() it first")
+                return _INVALID_PARAMS
+            for attempt in range(_SETUP_RETRIES if pick_port else 1):
+                name = f"{host}:{_util.free_port(host)}" if pick_port else host
+                try:
+                    s = _crescent.Store(name, meta, gss, lbs, proto, rdma_devices or "", master,
+                                        transfer_timeout_ms=_util.transfer_timeout_ms())
+                    break
+                except CrescentError as e:
+                    if pick_port and e.code in (_ERR_BIND, _SEGMENT_EXISTS) and \
+                            attempt + 1 < _SETUP_RETRIES:
+                        continue
+                    log.error("setup failed: %s", e)
+                    return e.code
+            self._s = s
+            self._engine = engine
+            self._regs = _util.Registrations(self._phys_register, self._phys_unregister)
+        return 0
+
+    def _phys_register(self, addr: int, size: int) -> int:
+        s = self._s
+        if s is None:
+            return _INTERNAL_ERROR
+        try:
+            s.register_buffer(addr, size)
+            return 0
+        except CrescentError as e:
+            return e.code
+
+    def _phys_unregister(self, addr: int) -> int:
+        s = self._s
+        if s is None:
+            return _INTERNAL_ERROR
+        try:
+            s.unregister_buffer(addr)
+            return 0
+        except CrescentError as e:
+            return e.code
+
+    def setup_dummy(self, mem_pool_size: int, local_buffer_size: int,
+                    server_address: str) -> int:
+        """Standalone (dummy-client) mode is not available in crescent: returns -1."""
+        log.error("setup_dummy: crescent has no dummy/real client split; use setup()")
+        return -1
+
+    def init_all(self, protocol: str, device_name: str,
+                 mount_segment_size: int = 16 * 1024 * 1024) -> int:
+        """Legacy entry point (etcd at 127.0.0.1:2379 in Mooncake): not supported, -1."""
+        log.error("init_all: not supported by crescent; use setup()")
+        return -1
+
+    def close(self) -> int:
+        """Unmount this client's segment and disconnect. Idempotent; returns 0."""
+        with self._lock:
+            s, self._s = self._s, None
+            regs, self._regs = self._regs, None
+        if s is not None:
+            s.close()
+        if regs is not None:
+            regs.clear()
+        return 0
+
+    def health_check(self) -> int:
+        """0 healthy, 1 not set up or closed, 2 master unreachable."""
+        s = self._s
+        if s is None:
+            return 1
+        try:
+            s.health()
+            return 0
+        except CrescentError:
+            return 1 if s.closed else 2
+
+    def get_hostname(self) -> str:
+        """This client's segment name "host:port" (use it in preferred_segment)."""
+        s = self._s
+        if s is None:
+            return ""
+        try:
+            return s.hostname
+        except CrescentError:
+            return ""
+
+    # ------------------------------------------------------------------ writes
+    def _put_like(self, fn_name: str, key: Any, value: Any, config: Any, plain: bool) -> int:
+        _check_config(config)
+        why = _config_error(config, plain_put=plain)
+        if why:
+            log.error("%s: %s", fn_name, why)
+            return _INVALID_PARAMS
+        s = self._s
+        if s is None:
+            return _INTERNAL_ERROR
+        try:
+            getattr(s, fn_name)(key, value, config)
+            return 0
+        except CrescentError as e:
+            return e.code
+
+    def put(self, key: str, value: Any, config: Optional[ReplicateConfig] = None) -> int:
+        """Copy a bytes-like value into the store. An existing key is kept (returns 0)."""
+        return self._put_like("put", key, value, config, True)
+
+    def upsert(self, key: str, value: Any, config: Optional[ReplicateConfig] = None) -> int:
+        """Insert or replace a value."""
+        return self._put_like("upsert", key, value, config, False)
+
+    def put_from(self, key: str, buffer_ptr: int, size: int,
+                 config: Optional[ReplicateConfig] = None) -> int:
+        """Zero-copy put from registered memory."""
+        return self._from_like("put_from", key, buffer_ptr, size, config)
+
+    def upsert_from(self, key: str, buffer_ptr: int, size: int,
+                    config: Optional[ReplicateConfig] = None) -> int:
+        return self._from_like("upsert_from", key, buffer_ptr, size, config)
+
+    def _from_like(self, fn_name: str, key: Any, buffer_ptr: Any, size: Any,
+                   config: Any) -> int:
+        _check_config(config)
+        ptr = _addr(buffer_ptr)
+        n = _size(size)
+        why = _config_error(config)
+        if why:
+            log.error("%s: %s", fn_name, why)
+            return _INVALID_PARAMS
+        s = self._s
+        if s is None:
+            return _INTERNAL_ERROR
+        try:
+            getattr(s, fn_name)(key, ptr, n, config)
+            return 0
+        except CrescentError as e:
+            return e.code
+
+    def put_from_with_metadata(self, key: str, buffer_ptr: int, metadata_buffer_ptr: int,
+                               size: int, metadata_size: int,
+                               config: Optional[ReplicateConfig] = None) -> int:
+        """Store metadata followed by data as one object (both registered)."""
+        _check_config(config)
+        ptrs = [_addr(metadata_buffer_ptr, "metadata_buffer_ptr"), _addr(buffer_ptr)]
+        sizes = [_size(metadata_size, "metadata_size"), _size(size)]
+        s = self._s
+        if s is None:
+            return _INTERNAL_ERROR
+        try:
+            s.put_from_multi(key, ptrs, sizes, config)
+            return 0
+        except CrescentError as e:
+            return e.code
+
+    def put_parts(self, key: str, *parts: Any, config: Optional[ReplicateConfig] = None) -> int:
+        """One object gathered from several bytes-like parts."""
+        return self._parts("put_parts", key, parts, config)
+
+    def upsert_parts(self, key: str, *parts: Any,
+                     config: Optional[ReplicateConfig] = None) -> int:
+        return self._parts("upsert_parts", key, parts, config)
+
+    def _parts(self, fn_name: str, key: Any, parts: Sequence[Any], config: Any) -> int:
+        _check_config(config)
+        why = _config_error(config)
+        if why:
+            log.error("%s: %s", fn_name, why)
+            return _INVALID_PARAMS
+        s = self._s
+        if s is None:
+            return _INTERNAL_ERROR
+        try:
+            getattr(s, fn_name)(key, *parts, config=config)
+            return 0
+        except CrescentError as e:
+            return e.code
+
+    def put_batch(self, keys: List[str], values: List[Any],
+                  config: Optional[ReplicateConfig] = None) -> int:
+        """Copying puts; returns 0 or the first per-key error."""
+        return self._batch_values("batch_put", keys, values, config, True)
+
+    def upsert_batch(self, keys: List[str], values: List[Any],
+                     config: Optional[ReplicateConfig] = None) -> int:
+        return self._batch_values("batch_upsert", keys, values, config, False)
+
+    def _batch_values(self, fn_name: str, keys: Any, values: Any, config: Any,
+                      plain: bool) -> int:
+        _check_config(config)
+        if len(keys) != len(values):
+            return _INVALID_PARAMS
+        why = _config_error(config, len(keys), plain_put=plain)
+        if why:
+            log.error("%s: %s", fn_name, why)
+            return _INVALID_PARAMS
+        s = self._s
+        if s is None:
+            return _INTERNAL_ERROR
+        try:
+            results = getattr(s, fn_name)(keys, values, config)
+        except CrescentError as e:
+            return e.code
+        for r in results:
+            if r < 0:
+                return r
+        return 0
+
+    def _batch_from(self, fn_name: str, keys: Any, ptrs: Any, sizes: Any,
+                    config: Any) -> List[int]:
+        _check_config(config)
+        n = len(keys)
+        if len(ptrs) != n or len(sizes) != n:
+            return [_INVALID_PARAMS] * n
+        why = _config_error(config, n)
+        if why:
+            log.error("%s: %s", fn_name, why)
+            return [_INVALID_PARAMS] * n
+        s = self._s
+        if s is None:
+            return [_INTERNAL_ERROR] * n
+        try:
+            return getattr(s, fn_name)(keys, ptrs, sizes, config)
+        except CrescentError as e:
+            return [e.code] * n
+
+    def batch_put_from(self, keys: List[str], buffer_ptrs: List[int], sizes: List[int],
+                       config: Optional[ReplicateConfig] = None) -> List[int]:
+        """Zero-copy puts from registered memory; 0 or negative per key."""
+        return self._batch_from("batch_put_from", keys, buffer_ptrs, sizes, config)
+
+    def batch_upsert_from(self, keys: List[str], buffer_ptrs: List[int], sizes: List[int],
+                          config: Optional[ReplicateConfig] = None) -> List[int]:
+        """Zero-copy inserts-or-replaces; 0 or negative per key."""
+        return self._batch_from("batch_upsert_from", keys, buffer_ptrs, sizes, config)
+
+    def batch_put_from_multi_buffers(self, keys: List[str], all_buffer_ptrs: List[List[int]],
+                                     all_sizes: List[List[int]],
+                                     config: Optional[ReplicateConfig] = None) -> List[int]:
+        """Each key's object gathered from several registered buffers."""
+        return self._batch_from("batch_put_from_multi", keys, all_buffer_ptrs, all_sizes,
+                                config)
+
+    # ------------------------------------------------------------------ reads
+    def get(self, key: str) -> bytes:
+        """The value, or b"" on a miss or any error."""
+        s = self._s
+        if s is None:
+            return b""
+        try:
+            return s.get(key)
+        except CrescentError:
+            return b""
+
+    def get_batch(self, keys: List[str]) -> List[bytes]:
+        """Values, b"" for each failed key (and [b""] for an empty key list, as Mooncake)."""
+        s = self._s
+        if s is None or len(keys) == 0:
+            return [b""]
+        try:
+            got = s.batch_get(keys)
+        except CrescentError:
+            return [b""] * len(keys)
+        return [b"" if isinstance(h, int) else h.tobytes() for h in got]
+
+    def get_buffer(self, key: str) -> Optional[BufferHandle]:
+        """A BufferHandle over the value, or None."""
+        s = self._s
+        if s is None:
+            return None
+        try:
+            return s.get_buffer(key)
+        except CrescentError:
+            return None
+
+    def batch_get_buffer(self, keys: List[str]) -> List[Optional[BufferHandle]]:
+        """A BufferHandle or None per key."""
+        s = self._s
+        if s is None:
+            return [None] * len(keys)
+        try:
+            got = s.batch_get(keys)
+        except CrescentError:
+            return [None] * len(keys)
+        return [None if isinstance(h, int) else h for h in got]
+
+    def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
+        """Read into registered memory; bytes read or negative (-600 if too small)."""
+        ptr = _addr(buffer_ptr)
+        n = _size(size)
+        s = self._s
+        if s is None:
+            return _INTERNAL_ERROR
+        try:
+            return s.get_into(key, ptr, n)
+        except CrescentError as e:
+            return _read_code(e.code)
+
+    def batch_get_into(self, keys: List[str], buffer_ptrs: List[int],
+                       sizes: List[int]) -> List[int]:
+        """Bytes read (> 0) or negative per key."""
+        n = len(keys)
+        if len(buffer_ptrs) != n or len(sizes) != n:
+            return [_INVALID_PARAMS] * n
+        s = self._s
+        if s is None:
+            return [_INTERNAL_ERROR] * n
+        try:
+            res = s.batch_get_into(keys, buffer_ptrs, sizes)
+        except CrescentError as e:
+            return [e.code] * n
+        if _BUFFER_OVERFLOW in res:
+            res = [_read_code(r) for r in res]
+        return res
+
+    def batch_get_into_multi_buffers(self, keys: List[str], all_buffer_ptrs: List[List[int]],
+                                     all_sizes: List[List[int]],
+                                     prefer_alloc_in_same_node: bool = False) -> List[int]:
+        """Scatter each key's object over several registered buffers."""
+        n = len(keys)
+        if len(all_buffer_ptrs) != n or len(all_sizes) != n:
+            return [_INVALID_PARAMS] * n
+        s = self._s
+        if s is None:
+            return [_INTERNAL_ERROR] * n
+        try:
+            res = s.batch_get_into_multi(keys, all_buffer_ptrs, all_sizes)
+        except CrescentError as e:
+            return [e.code] * n
+        return [_read_code(r) for r in res]
+
+    # ------------------------------------------------------------------ existence, removal
+    def is_exist(self, key: str) -> int:
+        """1 exists, 0 missing, negative on error."""
+        s = self._s
+        if s is None:
+            return _INTERNAL_ERROR
+        try:
+            return 1 if s.exists(key) else 0
+        except CrescentError as e:
+            return e.code
+
+    def batch_is_exist(self, keys: List[str]) -> List[int]:
+        s = self._s
+        if s is None:
+            return [_INTERNAL_ERROR] * len(keys)
+        try:
+            return s.batch_exists(keys)
+        except CrescentError as e:
+            return [e.code] * len(keys)
+
+    def get_size(self, key: str) -> int:
+        """Value size or negative (-704 missing)."""
+        s = self._s
+        if s is None:
+            return _INTERNAL_ERROR
+        try:
+            return s.get_size(key)
+        except CrescentError as e:
+            return e.code
+
+    def remove(self, key: str, force: bool = False) -> int:
+        s = self._s
+        if s is None:
+            return _INTERNAL_ERROR
+        try:
+            s.remove(key, force)
+            return 0
+        except CrescentError as e:
+            return e.code
+
+    def remove_by_regex(self, regex_pattern: str, force: bool = False) -> int:
+        """Remove keys matching the pattern; returns the count or negative."""
+        s = self._s
+        if s is None:
+            return _INTERNAL_ERROR
+        try:
+            return s.remove_by_regex(regex_pattern, force)
+        except CrescentError as e:
+            return e.code
+
+    def remove_all(self, force: bool = False) -> int:
+        """Remove every object; returns the count or negative."""
+        s = self._s
+        if s is None:
+            return _INTERNAL_ERROR
+        try:
+            return s.remove_all(force)
+        except CrescentError as e:
+            return e.code
+
+    def batch_remove(self, keys: List[str], force: bool = False) -> List[int]:
+        """0 or negative per key (-704 for a missing key)."""
+        s = self._s
+        if s is None:
+            return [_INTERNAL_ERROR] * len(keys)
+        try:
+            return s.batch_remove(keys, force)
+        except CrescentError as e:
+            return [e.code] * len(keys)
+
+    def batch_get_replica_desc(self, keys: List[str]) -> Dict[str, List[ReplicaDescriptor]]:
+        """Replica descriptors per key (crescent replicas are all in memory)."""
+        s = self._s
+        if s is None:
+            return {}
+        try:
+            exists = s.batch_exists(keys)
+        except CrescentError:
+            return {}
+        return {k: ([ReplicaDescriptor()] if e == 1 else []) for k, e in zip(keys, exists)}
+
+    def get_replica_desc(self, key: str) -> List[ReplicaDescriptor]:
+        return self.batch_get_replica_desc([key]).get(key, [])
+
+    # ------------------------------------------------------------------ memory
+    def register_buffer(self, buffer_ptr: int, size: int) -> int:
+        """Register host memory for the zero-copy calls; 0 or negative.
+
+        Registering the same or an overlapping range again is allowed (as in
+        Mooncake); each registration needs its own unregister_buffer.
+        """
+        ptr = _addr(buffer_ptr)
+        n = _size(size)
+        regs = self._regs
+        if regs is None:
+            return _INTERNAL_ERROR
+        if ptr == 0 or n == 0:
+            return _INVALID_PARAMS
+        return regs.register(ptr, n)
+
+    def unregister_buffer(self, buffer_ptr: int) -> int:
+        ptr = _addr(buffer_ptr)
+        regs = self._regs
+        if regs is None:
+            return _INTERNAL_ERROR
+        return regs.unregister(ptr)
+
+    def alloc_from_mem_pool(self, size: int) -> int:
+        """Not available in crescent: returns 0 (Mooncake's failure value)."""
+        return 0
+
+    def __repr__(self) -> str:
+        return f"<MooncakeDistributedStore {self.get_hostname() or '(not set up)'}>"
