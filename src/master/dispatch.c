@@ -46,9 +46,15 @@ static crk_client_id client_of(crp_rpc_uuid u)
     return (crk_client_id){u.hi, u.lo};
 }
 
-static crk_replicate_config config_of(const crp_rpc_replica_config *c)
+/*
+ * The service's placement config for a request. prefer_same_node (Mooncake's
+ * prefer_alloc_in_same_node) becomes "the requesting client's own segments
+ * first" when the caller named no preferred segments itself.
+ */
+static crk_replicate_config config_of(crk_service *s, crk_scratch *sc, crk_client_id client,
+                                      const crp_rpc_replica_config *c)
 {
-    return (crk_replicate_config){
+    crk_replicate_config cfg = {
         .replica_num = c->replica_num,
         .hard_pin = c->hard_pin,
         .soft_pin_action = c->soft_pin_action,
@@ -56,6 +62,22 @@ static crk_replicate_config config_of(const crp_rpc_replica_config *c)
         .preferred_segments = (const char *const *)c->preferred_segments,
         .n_preferred = c->n_preferred,
     };
+    if (!c->prefer_same_node || c->n_preferred > 0)
+        return cfg;
+    size_t total = 0;
+    crk_list_segments(s, NULL, 0, &total);
+    crk_segment_info *all = scratch_alloc(sc, total, sizeof(*all));
+    const char **own = scratch_alloc(sc, total, sizeof(*own));
+    if (all == NULL || own == NULL)
+        return cfg;
+    crk_list_segments(s, all, total, &total);
+    size_t n = 0;
+    for (size_t i = 0; i < total; i++)
+        if (all[i].owner.hi == client.hi && all[i].owner.lo == client.lo)
+            own[n++] = all[i].name;
+    cfg.preferred_segments = own;
+    cfg.n_preferred = n;
+    return cfg;
 }
 
 /* Copy a service replica list into reply replicas (segment names too). */
@@ -309,7 +331,8 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, const crp_rpc_req
         break;
     case CRP_RPC_PUT_START:
     case CRP_RPC_UPSERT_START: {
-        crk_replicate_config cfg = config_of(&u->put_start.config);
+        crk_replicate_config cfg =
+            config_of(s, sc, client_of(u->put_start.client_id), &u->put_start.config);
         crk_replica_list l;
         crk_client_id c = client_of(u->put_start.client_id);
         rc = req->op == CRP_RPC_PUT_START
@@ -322,7 +345,8 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, const crp_rpc_req
     }
     case CRP_RPC_BATCH_PUT_START:
     case CRP_RPC_BATCH_UPSERT_START: {
-        crk_replicate_config cfg = config_of(&u->batch_put_start.config);
+        crk_replicate_config cfg =
+            config_of(s, sc, client_of(u->batch_put_start.client_id), &u->batch_put_start.config);
         rc = batch_with_lists(
             s, sc, req->op == CRP_RPC_BATCH_PUT_START ? do_batch_put_start : do_batch_upsert_start,
             client_of(u->batch_put_start.client_id), u->batch_put_start.keys,

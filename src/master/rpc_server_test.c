@@ -223,6 +223,38 @@ static void dead_master_fails_calls_without_hanging(void **state)
                      CR_ERR_INVALID_ARGUMENT);
 }
 
+static void prefer_same_node_places_on_own_segment(void **state)
+{
+    fixture *f = *state;
+    crp_rpc_uuid ids[2] = {{11, 1}, {12, 2}};
+    const char *names[2] = {"node-a", "node-b"};
+    crc_master *m[2];
+    crp_rpc_resp resp;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(crc_master_connect(f->addr, ids[i], 2000, &m[i]), 0);
+        crp_rpc_req req = {.op = CRP_RPC_MOUNT_SEGMENT};
+        req.u.mount =
+            (crp_rpc_mount_req){ids[i], {(char *)names[i], (uint64_t)(i + 1) << 30, 64 << 20, 1}};
+        assert_int_equal(call(m[i], &req, &resp), 0);
+        assert_int_equal(resp.status, 0);
+        crp_rpc_resp_clear(&resp);
+    }
+    for (int k = 0; k < 20; k++) { /* placement would otherwise spread them */
+        char key[16];
+        snprintf(key, sizeof(key), "same-%d", k);
+        int who = k % 2;
+        crp_rpc_req req = {.op = CRP_RPC_PUT_START};
+        req.u.put_start = (crp_rpc_put_start_req){
+            ids[who], key, 4096, {.replica_num = 1, .prefer_same_node = true}};
+        assert_int_equal(call(m[who], &req, &resp), 0);
+        assert_int_equal(resp.status, 0);
+        assert_string_equal(resp.u.alloc.replicas[0].segment, names[who]);
+        crp_rpc_resp_clear(&resp);
+    }
+    crc_master_close(m[0]);
+    crc_master_close(m[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -231,6 +263,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(garbage_body_gets_an_error_and_the_connection_lives, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(dead_master_fails_calls_without_hanging, setup, teardown),
+        cmocka_unit_test_setup_teardown(prefer_same_node_places_on_own_segment, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
