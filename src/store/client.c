@@ -158,8 +158,7 @@ static void *heartbeat_main(void *arg)
                     cr_last_error_message());
             continue;
         }
-        bool remount = resp.status == 0 &&
-                       resp.u.ping.client_status == CRP_RPC_CLIENT_NEED_REMOUNT;
+        bool remount = resp.status == 0 && resp.u.ping.client_status == CRP_RPC_CLIENT_NEED_REMOUNT;
         crp_rpc_resp_clear(&resp);
         if (remount) {
             rc = mount_segment(s, s->heartbeat_conn, true);
@@ -336,7 +335,10 @@ int cr_store_hostname(cr_store *s, char *buf, size_t len)
     return 0;
 }
 
-cr_engine *cr_store_engine(cr_store *s) { return s ? s->engine : NULL; }
+cr_engine *cr_store_engine(cr_store *s)
+{
+    return s ? s->engine : NULL;
+}
 
 int cr_store_register_buffer(cr_store *s, void *buf, size_t len)
 {

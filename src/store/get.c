@@ -226,6 +226,9 @@ int cr_store_batch_get_into(cr_store *s, const char *const *keys, void *const *b
         task_key[t++] = j;
     }
     bool *failed = calloc(t ? t : 1, sizeof(bool));
+    if (failed == NULL) /* read nothing, report nothing as read */
+        for (size_t k = 0; k < t; k++)
+            results[map[task_key[k]]] = CR_ERR_NO_MEMORY;
     if (t > 0 && failed != NULL) {
         cr_batch_id b = 0;
         int brc = cr_batch_create(s->engine, t, &b);
@@ -235,8 +238,8 @@ int cr_store_batch_get_into(cr_store *s, const char *const *keys, void *const *b
             cr_batch_wait(s->engine, b, (int)s->transfer_timeout_ms + 1000);
             for (size_t k = 0; k < t; k++) {
                 cr_task_status st;
-                failed[k] = cr_batch_task_status(s->engine, b, k, &st) < 0 ||
-                            st.state != CR_TASK_COMPLETED;
+                failed[k] =
+                    cr_batch_task_status(s->engine, b, k, &st) < 0 || st.state != CR_TASK_COMPLETED;
             }
             cr_batch_cancel(s->engine, b);
         } else {
@@ -304,8 +307,7 @@ int64_t cr_store_get_size(cr_store *s, const char *key)
     if (resp.status == 0) {
         bool complete = resp.u.key_info.n_replicas > 0;
         for (size_t i = 0; i < resp.u.key_info.n_replicas; i++)
-            complete = complete &&
-                       resp.u.key_info.replicas[i].status == CRP_RPC_REPLICA_COMPLETE;
+            complete = complete && resp.u.key_info.replicas[i].status == CRP_RPC_REPLICA_COMPLETE;
         out = complete ? (int64_t)resp.u.key_info.value_size : CR_OBJECT_NOT_FOUND;
     }
     crp_rpc_resp_clear(&resp);
@@ -331,8 +333,7 @@ int cr_store_exist(cr_store *s, const char *key)
 }
 
 /* Run an op whose reply is one status per key. */
-static int keys_op(cr_store *s, int op, const char *const *keys, size_t n, bool force,
-                   int *results)
+static int keys_op(cr_store *s, int op, const char *const *keys, size_t n, bool force, int *results)
 {
     int rc = crc_check_open(s);
     if (rc < 0)
@@ -384,8 +385,7 @@ int cr_store_batch_exist(cr_store *s, const char *const *keys, size_t n, int *re
     return keys_op(s, CRP_RPC_BATCH_EXIST, keys, n, false, results);
 }
 
-int cr_store_batch_remove(cr_store *s, const char *const *keys, size_t n, bool force,
-                          int *results)
+int cr_store_batch_remove(cr_store *s, const char *const *keys, size_t n, bool force, int *results)
 {
     return keys_op(s, CRP_RPC_BATCH_REMOVE, keys, n, force, results);
 }

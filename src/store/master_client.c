@@ -42,7 +42,7 @@ struct crc_master {
     crp_rpc_uuid client_id;
     pthread_mutex_t lock; /* everything below */
     pthread_mutex_t write_lock;
-    int fd;                 /* -1 when not connected */
+    int fd; /* -1 when not connected */
     bool reader_running;
     pthread_t reader;
     atomic_bool stop;
@@ -126,6 +126,12 @@ static void *reader_main(void *arg)
         pthread_mutex_unlock(&m->lock);
         free(body); /* a reply nobody waits for any more */
     }
+    /* Unpublish the fd before closing it, so crc_master_close never shuts
+     * down a number the kernel may already have handed out again. */
+    pthread_mutex_lock(&m->lock);
+    if (m->fd == fd)
+        m->fd = -1;
+    pthread_mutex_unlock(&m->lock);
     close(fd);
     return NULL;
 }
@@ -185,11 +191,11 @@ static int connect_locked(crc_master *m, int timeout_ms)
     uint64_t deadline = crb_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     int fd = crb_connect(m->host, m->port, timeout_ms);
     if (fd < 0)
-        return crb_error(fd == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL,
-                         "master %s:%u: %s", m->host, (unsigned)m->port, cr_last_error_message());
+        return crb_error(fd == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL, "master %s:%u: %s",
+                         m->host, (unsigned)m->port, cr_last_error_message());
     crp_rpc_req hello = {.op = CRP_RPC_SERVICE_READY};
-    hello.u.hello = (crp_rpc_hello_req){CRP_RPC_VERSION, CRP_RPC_CAPS_DEFINED, m->client_id,
-                                        "crescent 0.1.0"};
+    hello.u.hello =
+        (crp_rpc_hello_req){CRP_RPC_VERSION, CRP_RPC_CAPS_DEFINED, m->client_id, "crescent 0.1.0"};
     crp_buf body = {0};
     int rc = crp_rpc_req_encode(&hello, &body);
     if (rc == 0)
@@ -306,8 +312,7 @@ int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, i
             rc = crb_error(CR_RPC_TIMEOUT, "master did not answer %s within %d ms",
                            crp_rpc_op_name(req->op), timeout_ms);
         else if (p.status != 0)
-            rc = crb_error(p.status, "master connection lost during %s",
-                           crp_rpc_op_name(req->op));
+            rc = crb_error(p.status, "master connection lost during %s", crp_rpc_op_name(req->op));
     }
     if (p.id != 0) { /* unlink our slot */
         pending **pp = &m->pending;
@@ -338,8 +343,10 @@ void crc_master_close(crc_master *m)
         return;
     if (m->reader_running) {
         atomic_store(&m->stop, true);
+        pthread_mutex_lock(&m->lock); /* the reader clears m->fd under it */
         if (m->fd >= 0)
             shutdown(m->fd, SHUT_RDWR);
+        pthread_mutex_unlock(&m->lock);
         pthread_join(m->reader, NULL); /* closes the fd */
     }
     pthread_mutex_destroy(&m->lock);

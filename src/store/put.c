@@ -27,13 +27,13 @@ typedef struct value_parts {
     uint64_t total;
 } value_parts;
 
-static int end_or_revoke(cr_store *s, const char *key, bool upsert, bool ok)
+static int end_or_revoke_within(cr_store *s, const char *key, bool upsert, bool ok, int timeout_ms)
 {
     crp_rpc_req req = {.op = ok ? (upsert ? CRP_RPC_UPSERT_END : CRP_RPC_PUT_END)
                                 : (upsert ? CRP_RPC_UPSERT_REVOKE : CRP_RPC_PUT_REVOKE)};
     req.u.owner_key = (crp_rpc_owner_key_req){s->client_id, (char *)key};
     crp_rpc_resp resp;
-    int rc = crc_call(s, &req, &resp);
+    int rc = crc_master_call(s->master, &req, &resp, timeout_ms);
     if (rc < 0)
         return rc;
     rc = resp.status;
@@ -44,6 +44,11 @@ static int end_or_revoke(cr_store *s, const char *key, bool upsert, bool ok)
     return rc;
 }
 
+static int end_or_revoke(cr_store *s, const char *key, bool upsert, bool ok)
+{
+    return end_or_revoke_within(s, key, upsert, ok, (int)s->rpc_timeout_ms);
+}
+
 /* Write the value into every replica. */
 static int write_replicas(cr_store *s, const crp_rpc_replica *reps, size_t n_reps,
                           const value_parts *v)
@@ -51,8 +56,8 @@ static int write_replicas(cr_store *s, const crp_rpc_replica *reps, size_t n_rep
     if (v->registered) {
         uint64_t off = 0;
         for (size_t i = 0; i < v->n; i++) {
-            int rc = crc_transfer(s, CR_OP_WRITE, reps, n_reps, off, (void *)v->parts[i],
-                                  v->sizes[i]);
+            int rc =
+                crc_transfer(s, CR_OP_WRITE, reps, n_reps, off, (void *)v->parts[i], v->sizes[i]);
             if (rc < 0)
                 return rc;
             off += v->sizes[i];
@@ -106,6 +111,16 @@ static int put_value(cr_store *s, const char *key, const value_parts *v, bool up
     crc_config_to_wire(cfg, &req.u.put_start.config);
     crp_rpc_resp resp;
     rc = crc_call(s, &req, &resp);
+    if (rc == CR_RPC_TIMEOUT) {
+        /* The master may still process the start later: queue a revoke behind
+         * it on the same connection (requests are served in order) so the key
+         * is not left in flight until the discard timeout. Its reply is not
+         * worth waiting for. */
+        char detail[400];
+        snprintf(detail, sizeof(detail), "%s", cr_last_error_message());
+        end_or_revoke_within(s, key, upsert, false, 50);
+        return crb_error(rc, "%s", detail);
+    }
     if (rc < 0)
         return rc;
     rc = resp.status;
@@ -125,8 +140,8 @@ static int put_value(cr_store *s, const char *key, const value_parts *v, bool up
         char detail[400];
         snprintf(detail, sizeof(detail), "%s", cr_last_error_message());
         end_or_revoke(s, key, upsert, false);
-        return crb_error(CR_TRANSFER_FAIL, "put '%s': writing replicas failed (%s); revoked",
-                         key, detail);
+        return crb_error(CR_TRANSFER_FAIL, "put '%s': writing replicas failed (%s); revoked", key,
+                         detail);
     }
     return end_or_revoke(s, key, upsert, true);
 }
@@ -182,8 +197,8 @@ static int parts_total(const void *const *parts, const size_t *sizes, size_t n, 
     return 0;
 }
 
-int cr_store_put_parts(cr_store *s, const char *key, const void *const *parts,
-                       const size_t *sizes, size_t n, const cr_replicate_config *cfg)
+int cr_store_put_parts(cr_store *s, const char *key, const void *const *parts, const size_t *sizes,
+                       size_t n, const cr_replicate_config *cfg)
 {
     value_parts v = {parts, sizes, n, false, 0};
     int rc = parts_total(parts, sizes, n, &v.total);
@@ -217,7 +232,7 @@ static int batch_put_from(cr_store *s, const char *const *keys, void *const *buf
     uint64_t *vs = calloc(n, sizeof(*vs));
     char **ks = calloc(n, sizeof(*ks));
     size_t *map = calloc(n, sizeof(*map)); /* request position -> caller's index */
-    uint8_t *allocated = calloc(n, 1);      /* the master allocated it: END or REVOKE */
+    uint8_t *allocated = calloc(n, 1);     /* the master allocated it: END or REVOKE */
     size_t *task_key = NULL;
     cr_transfer_request *reqs = NULL;
     if (vs == NULL || ks == NULL || map == NULL || allocated == NULL) {
@@ -278,8 +293,8 @@ static int batch_put_from(cr_store *s, const char *const *keys, void *const *buf
                 results[i] = hrc;
                 break;
             }
-            reqs[t] = (cr_transfer_request){CR_OP_WRITE, bufs[i], h, kr->replicas[r].addr,
-                                            sizes[i]};
+            reqs[t] =
+                (cr_transfer_request){CR_OP_WRITE, bufs[i], h, kr->replicas[r].addr, sizes[i]};
             task_key[t++] = i;
         }
     }
@@ -293,8 +308,7 @@ static int batch_put_from(cr_store *s, const char *const *keys, void *const *buf
                 for (size_t k = 0; k < t; k++) {
                     int one = cr_engine_transfer_sync(s->engine, CR_OP_WRITE, reqs[k].local_addr,
                                                       reqs[k].segment, reqs[k].remote_addr,
-                                                      reqs[k].length,
-                                                      (int)s->transfer_timeout_ms);
+                                                      reqs[k].length, (int)s->transfer_timeout_ms);
                     if (one < 0 && results[task_key[k]] == 0)
                         results[task_key[k]] = CR_TRANSFER_FAIL;
                 }
@@ -310,6 +324,11 @@ static int batch_put_from(cr_store *s, const char *const *keys, void *const *buf
                 cr_batch_cancel(s->engine, b);
             }
             cr_batch_free(s->engine, b);
+        } else {
+            /* Nothing was written: none of these keys may be ended. */
+            for (size_t k = 0; k < t; k++)
+                if (results[task_key[k]] == 0)
+                    results[task_key[k]] = rc;
         }
         rc = 0;
     }
@@ -322,10 +341,9 @@ static int batch_put_from(cr_store *s, const char *const *keys, void *const *buf
         }
         if (m == 0)
             continue;
-        crp_rpc_req fin = {.op = pass == 0 ? (upsert ? CRP_RPC_BATCH_UPSERT_END
-                                                     : CRP_RPC_BATCH_PUT_END)
-                                           : (upsert ? CRP_RPC_BATCH_UPSERT_REVOKE
-                                                     : CRP_RPC_BATCH_PUT_REVOKE)};
+        crp_rpc_req fin = {
+            .op = pass == 0 ? (upsert ? CRP_RPC_BATCH_UPSERT_END : CRP_RPC_BATCH_PUT_END)
+                            : (upsert ? CRP_RPC_BATCH_UPSERT_REVOKE : CRP_RPC_BATCH_PUT_REVOKE)};
         fin.u.owner_keys = (crp_rpc_owner_keys_req){s->client_id, m, ks};
         crp_rpc_resp fr;
         int frc = crc_call(s, &fin, &fr);
@@ -370,8 +388,7 @@ int cr_store_batch_upsert_from(cr_store *s, const char *const *keys, void *const
 }
 
 int cr_store_batch_put(cr_store *s, const char *const *keys, const void *const *values,
-                       const size_t *sizes, size_t n, const cr_replicate_config *cfg,
-                       int *results)
+                       const size_t *sizes, size_t n, const cr_replicate_config *cfg, int *results)
 {
     int rc = crc_check_open(s);
     if (rc < 0)

@@ -29,9 +29,9 @@ int cr_parse_size(const char *text, uint64_t *out)
     static const struct {
         const char *suffix;
         unsigned shift;
-    } units[] = {{"", 0},     {"b", 0},   {"k", 10},   {"kb", 10}, {"kib", 10}, {"m", 20},
-                 {"mb", 20},  {"mib", 20}, {"g", 30},  {"gb", 30}, {"gib", 30}, {"t", 40},
-                 {"tb", 40},  {"tib", 40}};
+    } units[] = {{"", 0},     {"b", 0},   {"k", 10},   {"kb", 10}, {"kib", 10},
+                 {"m", 20},   {"mb", 20}, {"mib", 20}, {"g", 30},  {"gb", 30},
+                 {"gib", 30}, {"t", 40},  {"tb", 40},  {"tib", 40}};
     size_t n = strlen(end);
     while (n > 0 && isspace((unsigned char)end[n - 1]))
         n--;
@@ -44,6 +44,5 @@ int cr_parse_size(const char *text, uint64_t *out)
         return 0;
     }
     return crb_error(CR_INVALID_PARAMS,
-                     "size '%s' has an unknown unit (use B, KB/KiB, MB/MiB, GB/GiB, TB/TiB)",
-                     text);
+                     "size '%s' has an unknown unit (use B, KB/KiB, MB/MiB, GB/GiB, TB/TiB)", text);
 }

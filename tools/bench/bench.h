@@ -32,6 +32,8 @@
 /* ---- subcommands (argv[0] is the subcommand name) ----------------------- */
 
 int cb_engine_main(int argc, char **argv);
+int cb_master_main(int argc, char **argv);
+int cb_store_main(int argc, char **argv);
 
 /* ---- util.c ------------------------------------------------------------- */
 

@@ -21,6 +21,8 @@ typedef struct subcommand {
 
 static const subcommand subcommands[] = {
     {"engine", cb_engine_main, "transfer-engine READ/WRITE throughput and latency"},
+    {"master", cb_master_main, "store master metadata operations per second"},
+    {"store", cb_store_main, "store put/get between client processes vs the shm transport"},
 };
 
 #define N_SUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))

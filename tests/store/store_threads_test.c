@@ -1,0 +1,211 @@
+/*
+ * store_threads_test.c - seed 000 at the store level: short-lived pool
+ * threads on one cr_store (in this process) against a crescent-master child.
+ *
+ * In each of 3 rounds a fresh pool of 4 threads starts; thread t owns 201,
+ * 201, 200 or 200 keys (802 per round). Each thread allocates one merged
+ * region holding all its values back to back (heap memory for even threads,
+ * cr_alloc_shared memory for odd ones), registers it with
+ * cr_store_register_buffer, fills it, writes every key with one
+ * cr_store_batch_put_from, clears the region, reads every key back with one
+ * cr_store_batch_get_into and verifies every byte, removes the keys with
+ * cr_store_batch_remove (force: the reads hold leases), verifies the removal
+ * with cr_store_batch_exist (all 0), and unregisters the region. Every call
+ * and every per-key result is 0 (or the value's size for reads). After each
+ * round the engine holds exactly the store's own registrations (its segment
+ * and its local buffer: 2), i.e. no user registration is left behind.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "crescent/store.h"
+#include "store_harness.h"
+#include "store_pattern.h"
+
+#define ROUNDS              3
+#define THREADS             4
+#define KEYS_PER_ROUND      802
+#define STORE_REGISTRATIONS 2
+
+static const int keys_of_thread[THREADS] = {201, 201, 200, 200};
+
+typedef struct worker {
+    cr_store *s;
+    int round, index, n;
+    pthread_t tid;
+    atomic_int *failures;
+    atomic_int *verified;
+} worker;
+
+static void failure(worker *w, const char *what, int64_t rc)
+{
+    fprintf(stderr, "round %d thread %d: %s: %lld %s: %s\n", w->round, w->index, what,
+            (long long)rc, cr_status_name((int)rc), cr_last_error_message());
+    atomic_fetch_add(w->failures, 1);
+}
+
+/* KV-cache-like sizes: 2 KiB .. 14.5 KiB, not multiples of each other. */
+static size_t value_size(int k)
+{
+    return 2048 + (size_t)(k % 9) * 1600 + (size_t)(k % 5) * 3;
+}
+
+static void *pool_thread(void *p)
+{
+    worker *w = p;
+    int n = w->n;
+    char **keys = calloc((size_t)n, sizeof(*keys));
+    void **bufs = calloc((size_t)n, sizeof(*bufs));
+    size_t *sizes = calloc((size_t)n, sizeof(*sizes));
+    int *res = calloc((size_t)n, sizeof(*res));
+    int64_t *got = calloc((size_t)n, sizeof(*got));
+    size_t total = 0;
+    for (int k = 0; k < n; k++) {
+        sizes[k] = value_size(k);
+        total += (sizes[k] + 63) / 64 * 64;
+    }
+    bool shared = w->index % 2 == 1;
+    uint8_t *region = NULL;
+    if (shared) {
+        if (cr_alloc_shared(total, (void **)&region) < 0)
+            region = NULL;
+    } else {
+        region = aligned_alloc(4096, (total + 4095) / 4096 * 4096);
+    }
+    if (keys == NULL || bufs == NULL || sizes == NULL || res == NULL || got == NULL ||
+        region == NULL) {
+        failure(w, "allocation", CR_ERR_NO_MEMORY);
+        goto out;
+    }
+    size_t off = 0;
+    for (int k = 0; k < n; k++) {
+        keys[k] = malloc(64);
+        snprintf(keys[k], 64, "seed000/r%d/t%d/block-%04d", w->round, w->index, k);
+        bufs[k] = region + off;
+        off += (sizes[k] + 63) / 64 * 64;
+    }
+    int64_t rc = cr_store_register_buffer(w->s, region, total);
+    if (rc != 0) {
+        failure(w, "register_buffer", rc);
+        goto out;
+    }
+    for (int k = 0; k < n; k++)
+        sp_fill(bufs[k], sizes[k], (uint64_t)(w->round * 100000 + w->index * 1000 + k));
+    rc =
+        cr_store_batch_put_from(w->s, (const char *const *)keys, bufs, sizes, (size_t)n, NULL, res);
+    if (rc != 0)
+        failure(w, "batch_put_from", rc);
+    for (int k = 0; k < n && rc == 0; k++)
+        if (res[k] != 0)
+            failure(w, keys[k], res[k]);
+
+    memset(region, 0, total);
+    rc = cr_store_batch_get_into(w->s, (const char *const *)keys, bufs, sizes, (size_t)n, got);
+    if (rc != 0)
+        failure(w, "batch_get_into", rc);
+    for (int k = 0; k < n && rc == 0; k++) {
+        if (got[k] != (int64_t)sizes[k]) {
+            failure(w, keys[k], got[k] < 0 ? got[k] : CR_INTERNAL_ERROR);
+        } else if (sp_check(bufs[k], sizes[k],
+                            (uint64_t)(w->round * 100000 + w->index * 1000 + k)) >= 0) {
+            failure(w, "verification (wrong bytes)", CR_CHECKSUM_MISMATCH);
+        } else {
+            atomic_fetch_add(w->verified, 1);
+        }
+    }
+
+    rc = cr_store_batch_remove(w->s, (const char *const *)keys, (size_t)n, true, res);
+    if (rc != 0)
+        failure(w, "batch_remove", rc);
+    for (int k = 0; k < n && rc == 0; k++)
+        if (res[k] != 0)
+            failure(w, keys[k], res[k]);
+    rc = cr_store_batch_exist(w->s, (const char *const *)keys, (size_t)n, res);
+    if (rc != 0)
+        failure(w, "batch_exist", rc);
+    for (int k = 0; k < n && rc == 0; k++)
+        if (res[k] != 0)
+            failure(w, "removed key still exists", res[k] > 0 ? CR_INTERNAL_ERROR : res[k]);
+
+    rc = cr_store_unregister_buffer(w->s, region);
+    if (rc != 0)
+        failure(w, "unregister_buffer", rc);
+out:
+    if (shared)
+        cr_free_shared(region);
+    else
+        free(region);
+    for (int k = 0; keys != NULL && k < n; k++)
+        free(keys[k]);
+    free(keys);
+    free(bufs);
+    free(sizes);
+    free(res);
+    free(got);
+    return NULL;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    sh_kill_all();
+    return 0;
+}
+
+static void seed000_store(void **state)
+{
+    (void)state;
+    sh_master m;
+    assert_int_equal(sh_master_start(&m, NULL), 0);
+    cr_store_config cfg;
+    cr_store_config_init(&cfg);
+    cfg.master_address = m.addr;
+    cfg.global_segment_size = 64ull << 20;
+    cfg.local_buffer_size = 4ull << 20;
+    cr_store *s = NULL;
+    assert_int_equal(cr_store_setup(&cfg, &s), 0);
+    assert_int_equal(cr_engine_registration_count(cr_store_engine(s)), STORE_REGISTRATIONS);
+
+    int total = 0;
+    for (int t = 0; t < THREADS; t++)
+        total += keys_of_thread[t];
+    assert_int_equal(total, KEYS_PER_ROUND);
+
+    for (int round = 0; round < ROUNDS; round++) {
+        atomic_int failures = 0, verified = 0;
+        worker w[THREADS];
+        for (int t = 0; t < THREADS; t++) {
+            w[t] = (worker){s, round, t, keys_of_thread[t], 0, &failures, &verified};
+            assert_int_equal(pthread_create(&w[t].tid, NULL, pool_thread, &w[t]), 0);
+        }
+        for (int t = 0; t < THREADS; t++)
+            pthread_join(w[t].tid, NULL);
+        fprintf(stderr, "round %d: %d keys verified, %d failures, %zu registrations\n", round,
+                atomic_load(&verified), atomic_load(&failures),
+                cr_engine_registration_count(cr_store_engine(s)));
+        assert_int_equal(atomic_load(&failures), 0);
+        assert_int_equal(atomic_load(&verified), KEYS_PER_ROUND);
+        assert_int_equal(cr_engine_registration_count(cr_store_engine(s)), STORE_REGISTRATIONS);
+    }
+    /* Nothing is left in the cluster: removal was real, not just per-call. */
+    assert_true(sh_metric(&m, "master_key_count") == 0);
+    cr_store_destroy(s);
+    assert_int_equal(sh_master_stop(&m), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(seed000_store, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

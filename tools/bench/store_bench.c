@@ -1,0 +1,1411 @@
+/*
+ * store_bench.c - "crescent-bench store": put/get throughput and latency of
+ * the store client (include/crescent/store.h) between processes on one
+ * host, next to the shared-memory transport measured between the same
+ * processes in the same run.
+ *
+ * Processes (all on 127.0.0.1, P2PHANDSHAKE):
+ *   orchestrator (default role) spawns a crescent-master (unless --master
+ *       names a running one; path from --master-bin, else
+ *       ../master/crescent-master next to this binary's folder, else PATH)
+ *       and --clients client processes ("store --role client", fork + exec
+ *       of /proc/self/exe), sends each case to the drivers, merges their
+ *       results, prints one row per case, and stops everything at the end
+ *       (clients: stdin EOF; master: SIGTERM, exit status checked).
+ *   client sets up one cr_store (segment --segment-size, local buffer
+ *       --buffer-size), registers a zero-copy region (cr_store_register_buffer)
+ *       and a remote-accessible shm target region on the store's engine,
+ *       prints "READY name=SEG target=0xADDR len=N", and runs the cases it is
+ *       sent (one line each) until stdin closes.
+ * The first --drivers clients drive; driver d works against client
+ * (d + 1) % clients: its puts place the single replica in that client's
+ * segment (preferred_segments), so every byte crosses a process boundary.
+ *
+ * Cases, per value size: the shm baseline (engine WRITE and READ of one
+ * value, cr_engine_transfer_sync, and of --batch values,
+ * cr_engine_transfer_sync_batch, from the driver's region to the peer's
+ * target region: the store's own transport without the store), then for
+ * each mode (zcopy: put_from/get_into and batch_put_from/batch_get_into on
+ * the registered region; copy: put/get and batch_put/batch_get) and shape
+ * (single, batch): a put case writing fresh keys, a get case reading those
+ * keys back (cycling), and a clean-up (remove_all, untimed).
+ *
+ * Every case runs for --duration seconds. A put case writes fresh keys until
+ * they fill 80 % of the peer's segment (so the master never evicts), then
+ * removes them (one batch call, no lease holds them, the space is free at
+ * once) and writes the same names again; the get case reads the last round.
+ * Before the first case a warm-up fills every peer segment once and removes
+ * it, so timed puts write into committed pages, as in a long-running cache.
+ * After each put/get pair everything is removed and the bench waits out the
+ * read lease (--lease-ms) so the next pair finds its space free. Threads
+ * (--threads per driver) each keep one call in flight.
+ *
+ * Reported: ops/s = keys per second; GB/s = 10^9 value bytes per second of
+ * case wall time; latency p50/p99/p999 per call (a batch call covers --batch
+ * keys) from the log-linear histogram of util.c; via = the driver engine's
+ * byte counters over the case; x shm = GB/s over the shm baseline of the
+ * same size, direction (put~write, get~read) and shape. --verify fills each
+ * value with a per-key pattern before its put and checks every byte of every
+ * get (inside the timed loop: a correctness run, not a speed run).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "crescent/store.h"
+
+#define MAX_SIZES      16
+#define MAX_CLIENTS    64
+#define MAX_THREADS    256
+#define LINE_LEN       (96 * 1024)
+#define CHILD_TIMEOUT  30000 /* ms: a client's READY, a case beyond its duration */
+#define BUDGET_PERCENT 80    /* of the peer segment a put case may fill */
+#define KEY_LEN        96
+#define BASELINE_AREA  (256 * CB_MIB) /* the shm baseline's remote area per client */
+#define WARM_MAX       (4 * CB_MIB)   /* largest value of the warm-up pass */
+
+enum { KIND_STORE = 0, KIND_SHM = 1 };
+enum { OP_PUT = 0, OP_GET = 1 };
+
+typedef struct sb_opts {
+    const char *subcmd;
+    const char *role;
+    uint64_t sizes[MAX_SIZES];
+    size_t n_sizes;
+    uint32_t batch, threads, clients, drivers;
+    double duration;
+    bool verify, json, quiet, no_baseline;
+    bool zcopy, copy, single, batched;
+    uint64_t segment_size, buffer_size, region_size, target_size;
+    uint32_t lease_ms;
+    const char *protocol;
+    const char *master_bin, *master_addr;
+} sb_opts;
+
+/* ======================================================================== */
+/* client role                                                              */
+/* ======================================================================== */
+
+typedef struct sb_client {
+    cr_store *s;
+    cr_engine *e;
+    uint8_t *region; /* registered with the store: zero-copy source/destination */
+    uint8_t *target; /* remote-accessible on the engine: a peer's shm baseline target */
+    uint64_t region_size, target_size;
+    char name[256];
+    uint64_t written[MAX_THREADS]; /* keys the last put case wrote, per thread */
+    unsigned written_gid;
+} sb_client;
+
+typedef struct sb_job {
+    sb_client *c;
+    int kind, op;
+    bool zcopy, verify;
+    bool warm;             /* warm-up put: one round up to the budget, no recycling */
+    uint64_t size, budget; /* budget: keys per thread (put) */
+    uint32_t batch, threads;
+    double duration;
+    unsigned gid, drv; /* key group; driver index (keys of drivers never collide) */
+    char peer[256];
+    uint64_t taddr, tlen;
+    cr_segment_handle peer_seg;
+    uint64_t start_ns, deadline_ns;
+    atomic_ullong bytes_done;
+    atomic_uint running;
+    pthread_mutex_t err_lock;
+    int first_error;
+    char err_msg[512];
+    atomic_ullong errors, verify_fail;
+} sb_job;
+
+typedef struct sb_worker {
+    sb_job *j;
+    unsigned idx;
+    pthread_t tid;
+    uint64_t keys, calls, bytes, end_ns;
+    cb_hist *hist;
+    char (*keys_buf)[KEY_LEN];
+    const char **key_ptrs;
+    void **bufs;
+    size_t *sizes;
+    int *res;
+    int64_t *res64;
+    uint8_t *expect; /* --verify: one value */
+    uint64_t cursor; /* get: next key index */
+} sb_worker;
+
+static void job_error(sb_job *j, int rc, const char *what)
+{
+    atomic_fetch_add(&j->errors, 1);
+    pthread_mutex_lock(&j->err_lock);
+    if (j->first_error == 0) {
+        j->first_error = rc;
+        snprintf(j->err_msg, sizeof(j->err_msg), "%s: %s (%s)", what, cr_status_name(rc),
+                 cr_last_error_message());
+    }
+    pthread_mutex_unlock(&j->err_lock);
+}
+
+static uint64_t value_seed(const sb_job *j, unsigned thread, uint64_t i)
+{
+    return ((uint64_t)j->gid << 48) ^ ((uint64_t)j->drv << 42) ^ ((uint64_t)thread << 34) ^ i;
+}
+
+static void key_name(char *buf, const sb_job *j, unsigned thread, uint64_t i)
+{
+    snprintf(buf, KEY_LEN, "sb%u/%u/%u/%" PRIu64, j->gid, j->drv, thread, i);
+}
+
+/* Verify one value read into got (len bytes). */
+static void check_value(sb_worker *w, const uint8_t *got, int64_t len, uint64_t index)
+{
+    sb_job *j = w->j;
+    if (len != (int64_t)j->size) {
+        atomic_fetch_add(&j->verify_fail, 1);
+        job_error(j, CR_CHECKSUM_MISMATCH, "a get returned the wrong size");
+        return;
+    }
+    cb_pattern_fill(w->expect, 0, j->size, value_seed(j, w->idx, index));
+    int64_t bad = cb_first_mismatch(got, w->expect, j->size);
+    if (bad >= 0) {
+        char key[KEY_LEN], what[200];
+        key_name(key, j, w->idx, index);
+        snprintf(what, sizeof(what), "verification: key %s differs at byte %" PRId64, key, bad);
+        atomic_fetch_add(&j->verify_fail, 1);
+        job_error(j, CR_CHECKSUM_MISMATCH, what);
+    }
+}
+
+/* One store call covering n keys starting at key index `first` (put) or cursor (get). */
+static void store_call(sb_worker *w, size_t n, uint64_t first)
+{
+    sb_job *j = w->j;
+    sb_client *c = j->c;
+    uint64_t written = c->written[w->idx];
+    uint8_t *slice = c->region + (uint64_t)w->idx * j->batch * j->size;
+    uint64_t index[1024];
+    for (size_t k = 0; k < n; k++) {
+        index[k] = j->op == OP_PUT ? first + k : (first + k) % written;
+        key_name(w->keys_buf[k], j, w->idx, index[k]);
+        w->key_ptrs[k] = w->keys_buf[k];
+        w->bufs[k] = slice + k * j->size;
+        w->sizes[k] = j->size;
+        if (j->verify && j->op == OP_PUT)
+            cb_pattern_fill(w->bufs[k], 0, j->size, value_seed(j, w->idx, index[k]));
+        else if (j->verify)
+            memset(w->bufs[k], 0xa5, j->size);
+    }
+    const char *const *keys = w->key_ptrs;
+    cr_replicate_config cfg;
+    cr_replicate_config_init(&cfg);
+    const char *pref[1] = {j->peer};
+    cfg.preferred_segments = pref;
+    cfg.n_preferred = 1;
+    bool single = j->batch == 1;
+    uint64_t t0 = cb_now_ns();
+    int rc = 0;
+    if (j->op == OP_PUT) {
+        if (single && j->zcopy)
+            rc = w->res[0] = cr_store_put_from(c->s, keys[0], w->bufs[0], j->size, &cfg);
+        else if (single)
+            rc = w->res[0] = cr_store_put(c->s, keys[0], w->bufs[0], j->size, &cfg);
+        else if (j->zcopy)
+            rc = cr_store_batch_put_from(c->s, keys, w->bufs, w->sizes, n, &cfg, w->res);
+        else
+            rc = cr_store_batch_put(c->s, keys, (const void *const *)w->bufs, w->sizes, n, &cfg,
+                                    w->res);
+    } else {
+        void **copies = w->bufs; /* copy mode: malloc'd values */
+        if (single && j->zcopy) {
+            w->res64[0] = cr_store_get_into(c->s, keys[0], w->bufs[0], j->size);
+        } else if (single) {
+            void *v = NULL;
+            w->res64[0] = cr_store_get(c->s, keys[0], &v);
+            copies[0] = v;
+        } else if (j->zcopy) {
+            rc = cr_store_batch_get_into(c->s, keys, w->bufs, w->sizes, n, w->res64);
+        } else {
+            rc = cr_store_batch_get(c->s, keys, n, copies, w->res64);
+        }
+    }
+    uint64_t lat = cb_now_ns() - t0;
+    cb_hist_add(w->hist, lat, 1);
+    w->calls++;
+    if (rc < 0 && (!single || j->op == OP_GET)) {
+        job_error(j, rc, j->op == OP_PUT ? "batch put" : "batch get");
+        return;
+    }
+    for (size_t k = 0; k < n; k++) {
+        int64_t r = j->op == OP_PUT ? w->res[k] : w->res64[k];
+        if (r < 0) {
+            job_error(j, (int)r, j->op == OP_PUT ? "put" : "get");
+        } else {
+            w->keys++;
+            w->bytes += j->size;
+            if (j->verify && j->op == OP_GET)
+                check_value(w, w->bufs[k], r, index[k]);
+        }
+        if (j->op == OP_GET && !j->zcopy) {
+            free(w->bufs[k]);
+            w->bufs[k] = NULL;
+        }
+    }
+}
+
+/*
+ * The baseline: the same engine moving the same bytes between the same two
+ * processes, without the store. The local side is the same slice of the
+ * region a zero-copy store call uses; the remote side cycles over this
+ * thread's share of the peer's target area, as store values land all over
+ * the peer's segment (so neither side of the copy is one cache-hot block).
+ */
+static void shm_call(sb_worker *w, size_t n)
+{
+    sb_job *j = w->j;
+    sb_client *c = j->c;
+    uint8_t *slice = c->region + (uint64_t)w->idx * j->batch * j->size;
+    uint64_t area = j->tlen / j->threads, slots = area / j->size;
+    uint64_t remote[1024], lens[1024];
+    for (size_t k = 0; k < n; k++) {
+        w->bufs[k] = slice + k * j->size;
+        remote[k] = j->taddr + (uint64_t)w->idx * area + (w->cursor++ % slots) * j->size;
+        lens[k] = j->size;
+    }
+    int op = j->op == OP_PUT ? CR_OP_WRITE : CR_OP_READ;
+    uint64_t t0 = cb_now_ns();
+    int rc =
+        n == 1 ? cr_engine_transfer_sync(c->e, op, w->bufs[0], j->peer_seg, remote[0], j->size, 0)
+               : cr_engine_transfer_sync_batch(c->e, op, j->peer_seg, w->bufs, remote, lens, n, 0);
+    cb_hist_add(w->hist, cb_now_ns() - t0, 1);
+    w->calls++;
+    if (rc < 0) {
+        job_error(j, rc, op == CR_OP_WRITE ? "shm write" : "shm read");
+        return;
+    }
+    w->keys += n;
+    w->bytes += n * j->size;
+}
+
+/*
+ * A put case whose keys reached the budget (80 % of the peer's segment)
+ * removes them (no reader holds a lease on them, so the space is free at
+ * once) and starts over with the same key names. The removal is inside the
+ * case's wall time but not in the latency histogram; with the default 1 GiB
+ * segment it is one batch call per ~800 MiB written.
+ */
+static int recycle(sb_worker *w, uint64_t count)
+{
+    sb_job *j = w->j;
+    char(*names)[KEY_LEN] = calloc(1024, KEY_LEN);
+    const char **ptrs = calloc(1024, sizeof(*ptrs));
+    int *res = calloc(1024, sizeof(*res));
+    int rc = names && ptrs && res ? 0 : CR_ERR_NO_MEMORY;
+    for (uint64_t first = 0; rc == 0 && first < count; first += 1024) {
+        size_t n = count - first < 1024 ? (size_t)(count - first) : 1024;
+        for (size_t k = 0; k < n; k++) {
+            key_name(names[k], j, w->idx, first + k);
+            ptrs[k] = names[k];
+        }
+        rc = cr_store_batch_remove(j->c->s, ptrs, n, false, res);
+        for (size_t k = 0; rc == 0 && k < n; k++)
+            if (res[k] != 0 && res[k] != CR_OBJECT_NOT_FOUND)
+                rc = res[k];
+    }
+    if (rc != 0)
+        job_error(j, rc, "removing a full round of keys");
+    free(names);
+    free(ptrs);
+    free(res);
+    return rc;
+}
+
+static void *worker_main(void *arg)
+{
+    sb_worker *w = arg;
+    sb_job *j = w->j;
+    uint64_t next = 0;
+    if (j->kind == KIND_STORE && j->op == OP_GET && j->c->written[w->idx] == 0) {
+        job_error(j, CR_OBJECT_NOT_FOUND, "get case without keys (did the put case fail?)");
+        goto out;
+    }
+    while (cb_now_ns() < j->deadline_ns && atomic_load(&j->errors) == 0) {
+        size_t n = j->batch;
+        if (j->kind == KIND_STORE && j->op == OP_PUT) {
+            if (next >= j->budget) {
+                if (j->warm || recycle(w, next) < 0)
+                    break;
+                next = 0;
+            }
+            if (n > j->budget - next)
+                n = (size_t)(j->budget - next);
+        }
+        uint64_t before = w->bytes;
+        if (j->kind == KIND_SHM) {
+            shm_call(w, n);
+        } else if (j->op == OP_PUT) {
+            store_call(w, n, next);
+            next += n;
+        } else {
+            store_call(w, n, w->cursor);
+            w->cursor += n;
+        }
+        atomic_fetch_add(&j->bytes_done, w->bytes - before);
+    }
+    if (j->kind == KIND_STORE && j->op == OP_PUT)
+        j->c->written[w->idx] = next;
+out:
+    w->end_ns = cb_now_ns();
+    atomic_fetch_sub(&j->running, 1);
+    return NULL;
+}
+
+static void print_hist(const cb_hist *h)
+{
+    printf(" hist=");
+    bool first = true;
+    for (size_t i = 0; i < CB_HIST_BUCKETS; i++) {
+        if (h->counts[i] == 0)
+            continue;
+        printf("%s%zu:%" PRIu64, first ? "" : ",", i, h->counts[i]);
+        first = false;
+    }
+    if (first)
+        printf("-");
+}
+
+/* "run KIND OP MODE SIZE BATCH THREADS DURATION VERIFY GID DRV BUDGET PEER TADDR TLEN" */
+static void client_run(sb_client *c, const char *line)
+{
+    char kind[16], op[16], mode[16];
+    sb_job *j = calloc(1, sizeof(*j));
+    unsigned verify = 0;
+    if (j == NULL ||
+        sscanf(line,
+               "run %15s %15s %15s %" SCNu64 " %u %u %lf %u %u %u %" SCNu64 " %255s %" SCNx64
+               " %" SCNu64,
+               kind, op, mode, &j->size, &j->batch, &j->threads, &j->duration, &verify, &j->gid,
+               &j->drv, &j->budget, j->peer, &j->taddr, &j->tlen) != 14 ||
+        j->threads == 0 || j->threads > MAX_THREADS || j->batch == 0 || j->batch > 1024 ||
+        (uint64_t)j->threads * j->batch * j->size > c->region_size ||
+        j->tlen / j->threads < (uint64_t)j->batch * j->size) {
+        printf("E bad run command: %s\nR keys=0 calls=0 bytes=0 secs=0 errors=1 verify_fail=0 "
+               "local=0 shm=0 cma=0 tcp=0 hist=-\n",
+               line);
+        fflush(stdout);
+        free(j);
+        return;
+    }
+    j->c = c;
+    j->kind = strcmp(kind, "shm") == 0 ? KIND_SHM : KIND_STORE;
+    j->warm = strcmp(op, "warm") == 0;
+    j->op = strcmp(op, "put") == 0 || j->warm ? OP_PUT : OP_GET;
+    j->zcopy = strcmp(mode, "zcopy") == 0;
+    j->verify = verify != 0;
+    pthread_mutex_init(&j->err_lock, NULL);
+    if (j->kind == KIND_STORE && j->op == OP_PUT) {
+        memset(c->written, 0, sizeof(c->written));
+        c->written_gid = j->gid;
+    }
+    int rc = 0;
+    if (j->kind == KIND_SHM) {
+        rc = cr_engine_open_segment(c->e, j->peer, &j->peer_seg);
+        if (rc < 0)
+            job_error(j, rc, "opening the peer's segment");
+    }
+    sb_worker *ws = calloc(j->threads, sizeof(*ws));
+    cr_engine_stats before = {0}, after = {0};
+    cr_engine_get_stats(c->e, &before);
+    unsigned started = 0;
+    j->start_ns = cb_now_ns();
+    j->deadline_ns = j->start_ns + (uint64_t)(j->duration * 1e9);
+    for (unsigned t = 0; ws != NULL && rc == 0 && t < j->threads; t++) {
+        sb_worker *w = &ws[t];
+        w->j = j;
+        w->idx = t;
+        w->hist = calloc(1, sizeof(*w->hist));
+        w->keys_buf = calloc(j->batch, KEY_LEN);
+        w->key_ptrs = calloc(j->batch, sizeof(*w->key_ptrs));
+        w->bufs = calloc(j->batch, sizeof(*w->bufs));
+        w->sizes = calloc(j->batch, sizeof(*w->sizes));
+        w->res = calloc(j->batch, sizeof(*w->res));
+        w->res64 = calloc(j->batch, sizeof(*w->res64));
+        w->expect = malloc(j->size ? j->size : 1);
+        if (w->hist == NULL || w->keys_buf == NULL || w->key_ptrs == NULL || w->bufs == NULL ||
+            w->sizes == NULL || w->res == NULL || w->res64 == NULL || w->expect == NULL) {
+            job_error(j, CR_ERR_NO_MEMORY, "worker buffers");
+            break;
+        }
+        atomic_fetch_add(&j->running, 1);
+        if (pthread_create(&w->tid, NULL, worker_main, w) != 0) {
+            atomic_fetch_sub(&j->running, 1);
+            job_error(j, CR_ERR_SYSTEM, "starting a worker thread");
+            break;
+        }
+        started++;
+    }
+    while (atomic_load(&j->running) > 0) {
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        printf("P %" PRIu64 " %.3f\n", (uint64_t)atomic_load(&j->bytes_done),
+               (double)(cb_now_ns() - j->start_ns) / 1e9);
+        fflush(stdout);
+    }
+    uint64_t keys = 0, calls = 0, bytes = 0, end = j->start_ns;
+    cb_hist *all = calloc(1, sizeof(*all));
+    for (unsigned t = 0; t < started; t++) {
+        pthread_join(ws[t].tid, NULL);
+        keys += ws[t].keys;
+        calls += ws[t].calls;
+        bytes += ws[t].bytes;
+        if (ws[t].end_ns > end)
+            end = ws[t].end_ns;
+        if (all != NULL)
+            cb_hist_merge(all, ws[t].hist);
+    }
+    cr_engine_get_stats(c->e, &after);
+    if (j->first_error != 0)
+        printf("E %s\n", j->err_msg);
+    printf("R keys=%" PRIu64 " calls=%" PRIu64 " bytes=%" PRIu64 " secs=%.6f errors=%" PRIu64
+           " verify_fail=%" PRIu64 " local=%" PRIu64 " shm=%" PRIu64 " cma=%" PRIu64
+           " tcp=%" PRIu64,
+           keys, calls, bytes, (double)(end - j->start_ns) / 1e9,
+           (uint64_t)atomic_load(&j->errors) + (ws == NULL || all == NULL),
+           (uint64_t)atomic_load(&j->verify_fail), after.bytes_local - before.bytes_local,
+           after.bytes_shm - before.bytes_shm, after.bytes_cma - before.bytes_cma,
+           after.bytes_tcp - before.bytes_tcp);
+    if (all != NULL)
+        print_hist(all);
+    printf("\n");
+    fflush(stdout);
+    for (unsigned t = 0; ws != NULL && t < j->threads; t++) {
+        free(ws[t].hist);
+        free(ws[t].keys_buf);
+        free(ws[t].key_ptrs);
+        free(ws[t].bufs);
+        free(ws[t].sizes);
+        free(ws[t].res);
+        free(ws[t].res64);
+        free(ws[t].expect);
+    }
+    free(ws);
+    free(all);
+    pthread_mutex_destroy(&j->err_lock);
+    free(j);
+}
+
+static int client_main(const sb_opts *o)
+{
+    sb_client c;
+    memset(&c, 0, sizeof(c));
+    c.region_size = o->region_size;
+    c.target_size = o->target_size;
+    cr_store_config cfg;
+    cr_store_config_init(&cfg);
+    cfg.master_address = o->master_addr;
+    cfg.global_segment_size = o->segment_size;
+    cfg.local_buffer_size = o->buffer_size;
+    cfg.protocol = o->protocol;
+    int rc = cr_store_setup(&cfg, &c.s);
+    if (rc < 0) {
+        fprintf(stderr, CB_PROG " store client: cr_store_setup: %s\n", cr_last_error_message());
+        return CB_EXIT_FAIL;
+    }
+    c.e = cr_store_engine(c.s);
+    cr_store_hostname(c.s, c.name, sizeof(c.name));
+    rc = cr_alloc_shared(c.region_size, (void **)&c.region);
+    if (rc == 0) {
+        cb_pattern_fill(c.region, 0, c.region_size, 0x73746f7265ull); /* "store" */
+        rc = cr_store_register_buffer(c.s, c.region, c.region_size);
+    }
+    if (rc == 0)
+        rc = cr_alloc_shared(c.target_size, (void **)&c.target);
+    if (rc == 0) {
+        memset(c.target, 0, c.target_size); /* commit the pages before anything is timed */
+        rc = cr_engine_register(c.e, c.target, c.target_size, "cpu:0", true);
+    }
+    if (rc < 0) {
+        fprintf(stderr, CB_PROG " store client: buffers of %" PRIu64 " bytes: %s\n", c.region_size,
+                cr_last_error_message());
+        cr_store_destroy(c.s);
+        return CB_EXIT_FAIL;
+    }
+    printf("READY name=%s target=0x%" PRIxPTR " len=%" PRIu64 "\n", c.name, (uintptr_t)c.target,
+           c.target_size);
+    fflush(stdout);
+    static char line[4096];
+    while (fgets(line, sizeof(line), stdin) != NULL) {
+        line[strcspn(line, "\n")] = '\0';
+        if (strncmp(line, "run ", 4) == 0) {
+            client_run(&c, line);
+        } else if (strcmp(line, "clean") == 0) {
+            int64_t n = cr_store_remove_all(c.s, true);
+            printf("C %" PRId64 "\n", n);
+        } else {
+            printf("E unknown command '%s'\n", line);
+        }
+        fflush(stdout);
+    }
+    cr_store_unregister_buffer(c.s, c.region);
+    cr_engine_unregister(c.e, c.target);
+    cr_store_destroy(c.s);
+    cr_free_shared(c.region);
+    cr_free_shared(c.target);
+    return CB_EXIT_OK;
+}
+
+/* ======================================================================== */
+/* orchestrator                                                             */
+/* ======================================================================== */
+
+typedef struct sb_peer {
+    cb_child child;
+    char name[256];
+    uint64_t target, len;
+} sb_peer;
+
+typedef struct sb_master {
+    pid_t pid;
+    int out_fd;
+    char addr[128];
+} sb_master;
+
+typedef struct sb_result {
+    uint64_t keys, calls, bytes, errors, verify_fail;
+    uint64_t local, shm, cma, tcp;
+    double secs;
+    cb_hist *hist;
+    char error[600];
+} sb_result;
+
+/* The shm baseline, per (size index, op, shape): GB/s. */
+typedef struct sb_baselines {
+    double gbps[MAX_SIZES][2][2];
+    bool have[MAX_SIZES][2][2];
+} sb_baselines;
+
+typedef struct sb_run {
+    const sb_opts *o;
+    sb_master master;
+    sb_peer peers[MAX_CLIENTS];
+    unsigned n_peers;
+    sb_baselines base;
+    bool progress, printed_header;
+    unsigned gid;
+    int failures;
+    double target[2][2]; /* 1 MiB zero-copy x shm, [op][shape], for the summary */
+    double keys4k_put, keys4k_get;
+} sb_run;
+
+static void usage(FILE *to)
+{
+    fprintf(
+        to,
+        "usage: " CB_PROG " store [flags]\n"
+        "\n"
+        "put/get throughput and latency of the store between client processes on this host,\n"
+        "next to the shared-memory transport measured between the same processes.\n"
+        "Spawns a crescent-master and --clients client processes on 127.0.0.1 and stops\n"
+        "them at the end.\n"
+        "\n"
+        "  --value-sizes LIST     comma-separated sizes, K/M/G binary (default 4K,64K,1M)\n"
+        "  --batch N              keys per batch call in the batch cases (default 16, max 1024)\n"
+        "  --threads N            threads per driver, one call in flight each (default 1)\n"
+        "  --clients N            client processes (default 2)\n"
+        "  --drivers N            clients that run the cases, each against the next client's\n"
+        "                         segment (default 1)\n"
+        "  --duration SECONDS     per case (default 1); a put case that fills 80%% of the\n"
+        "                         peer's segment removes its keys and starts over\n"
+        "  --modes LIST           zcopy,copy (default both): put_from/get_into on registered\n"
+        "                         memory, or put/get staged through the local buffer\n"
+        "  --shapes LIST          single,batch (default both)\n"
+        "  --segment-size BYTES   each client's global segment (default 1G; reserved, pages\n"
+        "                         committed as they are written)\n"
+        "  --buffer-size BYTES    each client's local staging buffer (default 16M)\n"
+        "  --protocol auto|shm|tcp  the clients' engine protocol (default auto)\n"
+        "  --lease-ms N           read lease of the spawned master (default 500); after each\n"
+        "                         group's clean-up the bench waits it out. With --master, give\n"
+        "                         that master's --default_kv_lease_ttl\n"
+        "  --no-baseline          skip the shm transport cases\n"
+        "  --verify               fill every value with a per-key pattern and check every byte\n"
+        "                         of every get (inside the timed loop: not a speed run)\n"
+        "  --json                 JSON lines on stdout instead of the table\n"
+        "  --quiet                no progress line, no informational lines\n"
+        "  --master HOST:PORT     use a running crescent-master instead of spawning one\n"
+        "  --master-bin PATH      crescent-master to spawn (default ../master/crescent-master\n"
+        "                         next to this binary's folder, else PATH)\n"
+        "\n"
+        "ops/s = keys per second; GB/s = 1e9 value bytes per second of case wall time;\n"
+        "latency is per call (a batch call covers --batch keys), log-linear histogram\n"
+        "(~3%% resolution). via = the engine path that moved the bytes. x shm = GB/s over the\n"
+        "shm baseline of the same size, direction (put~write, get~read) and shape; the\n"
+        "baseline is cr_engine_transfer_sync(_batch) between the same two processes.\n"
+        "Exit status: 0 ok, 1 an operation or verification failed, 2 bad usage.\n");
+}
+
+static int bad_value(const char *flag, const char *value, const char *want)
+{
+    fprintf(stderr, CB_PROG " store: %s '%s' is not %s\n", flag, value, want);
+    return -1;
+}
+
+static int parse_sizes(const char *text, sb_opts *o)
+{
+    o->n_sizes = 0;
+    const char *p = text;
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        char item[32];
+        uint64_t v = 0;
+        if (n == 0 || n >= sizeof(item))
+            return bad_value("--value-sizes", text, "a list like 4K,64K,1M");
+        memcpy(item, p, n);
+        item[n] = '\0';
+        if (cb_parse_size(item, &v) < 0 || v == 0 || v > CB_GIB)
+            return bad_value("--value-sizes", item, "a size from 1 to 1G (K/M/G binary)");
+        if (o->n_sizes == MAX_SIZES)
+            return bad_value("--value-sizes", text, "at most 16 sizes");
+        o->sizes[o->n_sizes++] = v;
+        p += n;
+        if (*p == '\0')
+            return 0;
+        p++;
+    }
+}
+
+/* A list of words: each must be one of a or b; sets *fa / *fb. */
+static int parse_pair(const char *flag, const char *text, const char *a, const char *b, bool *fa,
+                      bool *fb)
+{
+    *fa = *fb = false;
+    const char *p = text;
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        if (n == strlen(a) && strncmp(p, a, n) == 0)
+            *fa = true;
+        else if (n == strlen(b) && strncmp(p, b, n) == 0)
+            *fb = true;
+        else {
+            char want[64];
+            snprintf(want, sizeof(want), "a list of %s and %s", a, b);
+            return bad_value(flag, text, want);
+        }
+        p += n;
+        if (*p == '\0')
+            return 0;
+        p++;
+    }
+}
+
+static int apply_value(sb_opts *o, const char *flag, const char *v)
+{
+    if (strcmp(flag, "--role") == 0) {
+        if (strcmp(v, "orchestrator") != 0 && strcmp(v, "client") != 0)
+            return bad_value(flag, v, "orchestrator or client");
+        o->role = v;
+    } else if (strcmp(flag, "--value-sizes") == 0) {
+        return parse_sizes(v, o);
+    } else if (strcmp(flag, "--batch") == 0) {
+        if (cb_parse_u32(v, 1, 1024, &o->batch) < 0)
+            return bad_value(flag, v, "a number from 1 to 1024");
+    } else if (strcmp(flag, "--threads") == 0) {
+        if (cb_parse_u32(v, 1, MAX_THREADS, &o->threads) < 0)
+            return bad_value(flag, v, "a number from 1 to 256");
+    } else if (strcmp(flag, "--clients") == 0) {
+        if (cb_parse_u32(v, 2, MAX_CLIENTS, &o->clients) < 0)
+            return bad_value(flag, v, "a number from 2 to 64");
+    } else if (strcmp(flag, "--drivers") == 0) {
+        if (cb_parse_u32(v, 1, MAX_CLIENTS, &o->drivers) < 0)
+            return bad_value(flag, v, "a number from 1 to 64");
+    } else if (strcmp(flag, "--duration") == 0) {
+        if (cb_parse_seconds(v, &o->duration) < 0)
+            return bad_value(flag, v, "a positive number of seconds (at most 86400)");
+    } else if (strcmp(flag, "--modes") == 0) {
+        return parse_pair(flag, v, "zcopy", "copy", &o->zcopy, &o->copy);
+    } else if (strcmp(flag, "--shapes") == 0) {
+        return parse_pair(flag, v, "single", "batch", &o->single, &o->batched);
+    } else if (strcmp(flag, "--segment-size") == 0) {
+        if (cb_parse_size(v, &o->segment_size) < 0 || o->segment_size < CB_MIB)
+            return bad_value(flag, v, "a size of at least 1M (K/M/G binary)");
+    } else if (strcmp(flag, "--buffer-size") == 0) {
+        if (cb_parse_size(v, &o->buffer_size) < 0 || o->buffer_size < 64 * CB_KIB)
+            return bad_value(flag, v, "a size of at least 64K (K/M/G binary)");
+    } else if (strcmp(flag, "--region-size") == 0) {
+        if (cb_parse_size(v, &o->region_size) < 0 || o->region_size == 0)
+            return bad_value(flag, v, "a positive size");
+    } else if (strcmp(flag, "--target-size") == 0) {
+        if (cb_parse_size(v, &o->target_size) < 0 || o->target_size == 0)
+            return bad_value(flag, v, "a positive size");
+    } else if (strcmp(flag, "--lease-ms") == 0) {
+        if (cb_parse_u32(v, 10, 600000, &o->lease_ms) < 0)
+            return bad_value(flag, v, "a number of milliseconds from 10 to 600000");
+    } else if (strcmp(flag, "--protocol") == 0) {
+        if (strcmp(v, "tcp") != 0 && strcmp(v, "shm") != 0 && strcmp(v, "auto") != 0)
+            return bad_value(flag, v, "tcp, shm or auto");
+        o->protocol = v;
+    } else if (strcmp(flag, "--master") == 0) {
+        if (v[0] == '\0' || strchr(v, ':') == NULL)
+            return bad_value(flag, v, "HOST:PORT");
+        o->master_addr = v;
+    } else if (strcmp(flag, "--master-bin") == 0) {
+        o->master_bin = v;
+    }
+    return 0;
+}
+
+static uint64_t max_size(const sb_opts *o)
+{
+    uint64_t m = 0;
+    for (size_t i = 0; i < o->n_sizes; i++)
+        if (o->sizes[i] > m)
+            m = o->sizes[i];
+    return m;
+}
+
+/* Returns 0 to run, 1 after --help, -1 for a bad command line. */
+static int parse_opts(int argc, char **argv, sb_opts *o)
+{
+    static const char *const value_flags[] = {
+        "--role",        "--value-sizes", "--batch",       "--threads", "--clients",
+        "--drivers",     "--duration",    "--modes",       "--shapes",  "--segment-size",
+        "--protocol",    "--buffer-size", "--region-size", "--master",  "--master-bin",
+        "--target-size", "--lease-ms",
+    };
+    static const uint64_t default_sizes[] = {4 * CB_KIB, 64 * CB_KIB, CB_MIB};
+    memset(o, 0, sizeof(*o));
+    o->subcmd = argv[0];
+    o->role = "orchestrator";
+    memcpy(o->sizes, default_sizes, sizeof(default_sizes));
+    o->n_sizes = 3;
+    o->batch = 16;
+    o->threads = 1;
+    o->clients = 2;
+    o->drivers = 1;
+    o->duration = 1.0;
+    o->zcopy = o->copy = o->single = o->batched = true;
+    o->segment_size = CB_GIB;
+    o->buffer_size = 16 * CB_MIB;
+    o->protocol = "auto";
+    o->lease_ms = 500;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            usage(stdout);
+            return 1;
+        }
+        bool *bool_flag = strcmp(arg, "--verify") == 0        ? &o->verify
+                          : strcmp(arg, "--json") == 0        ? &o->json
+                          : strcmp(arg, "--quiet") == 0       ? &o->quiet
+                          : strcmp(arg, "--no-baseline") == 0 ? &o->no_baseline
+                                                              : NULL;
+        if (bool_flag != NULL) {
+            *bool_flag = true;
+            continue;
+        }
+        int matched = 0;
+        for (size_t f = 0; f < sizeof(value_flags) / sizeof(value_flags[0]) && !matched; f++) {
+            const char *v = NULL;
+            matched = cb_flag_value(argc, argv, &i, value_flags[f], &v);
+            if (matched < 0) {
+                fprintf(stderr, CB_PROG " store: flag '%s' needs a value\n", arg);
+                return -1;
+            }
+            if (matched > 0 && apply_value(o, value_flags[f], v) < 0)
+                return -1;
+        }
+        if (!matched) {
+            fprintf(stderr, CB_PROG " store: unknown %s '%s' (see --help)\n",
+                    arg[0] == '-' ? "flag" : "argument", arg);
+            return -1;
+        }
+    }
+    if (strcmp(o->role, "client") == 0) {
+        if (o->master_addr == NULL || o->region_size == 0 || o->target_size == 0) {
+            fprintf(stderr, CB_PROG " store --role client needs --master, --region-size and "
+                                    "--target-size\n");
+            return -1;
+        }
+        return 0;
+    }
+    if (o->drivers > o->clients) {
+        fprintf(stderr, CB_PROG " store: --drivers %u is more than --clients %u\n", o->drivers,
+                o->clients);
+        return -1;
+    }
+    uint64_t slice = max_size(o) * o->batch; /* < 2^30 * 2^10 */
+    if (slice > 4 * CB_GIB / o->threads) {
+        fprintf(stderr, CB_PROG " store: largest value x --batch x --threads exceeds 4G\n");
+        return -1;
+    }
+    o->region_size = slice * o->threads;
+    /* The baseline's remote area: as large as the segment the store's values land in (at
+     * most 256M), and at least one slice per thread. */
+    o->target_size = o->segment_size < BASELINE_AREA ? o->segment_size : BASELINE_AREA;
+    if (o->target_size < o->region_size)
+        o->target_size = o->region_size;
+    if (max_size(o) * 10 > o->segment_size * 8) {
+        fprintf(stderr, CB_PROG " store: --segment-size must hold the largest value with room to "
+                                "spare (80%% of it is used)\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- master -------------------------------------------------------------- */
+
+static const char *default_master_bin(char *buf, size_t len)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash != NULL) {
+            *slash = '\0';
+            snprintf(buf, len, "%s/../master/crescent-master", self);
+            if (access(buf, X_OK) == 0)
+                return buf;
+        }
+    }
+    return "crescent-master"; /* execvp searches PATH */
+}
+
+static int read_fd_line(int fd, char *buf, size_t len, int timeout_ms)
+{
+    cb_child c = {-1, -1, fd};
+    return cb_child_read_line(&c, buf, len, timeout_ms);
+}
+
+static int master_spawn(const sb_opts *o, sb_master *m)
+{
+    char path[PATH_MAX + 32];
+    const char *bin = o->master_bin ? o->master_bin : default_master_bin(path, sizeof(path));
+    int out[2];
+    if (pipe2(out, O_CLOEXEC) < 0)
+        return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(out[0]);
+        close(out[1]);
+        return -1;
+    }
+    char lease[64];
+    snprintf(lease, sizeof(lease), "--default_kv_lease_ttl=%u", o->lease_ms);
+    if (pid == 0) {
+        dup2(out[1], STDOUT_FILENO);
+        char *argv[] = {(char *)bin,
+                        "--rpc_address=127.0.0.1",
+                        "--metrics_host=127.0.0.1",
+                        "--rpc_port=0",
+                        "--metrics_port=0",
+                        lease,
+                        NULL};
+        execvp(bin, argv);
+        _exit(127);
+    }
+    close(out[1]);
+    m->pid = pid;
+    m->out_fd = out[0];
+    char line[512];
+    unsigned port = 0;
+    if (read_fd_line(m->out_fd, line, sizeof(line), CHILD_TIMEOUT) < 0 ||
+        sscanf(line, "crescent-master listening on 127.0.0.1:%u", &port) != 1 || port == 0) {
+        fprintf(stderr,
+                CB_PROG " store: %s did not start (use --master-bin PATH or --master "
+                        "HOST:PORT)\n",
+                bin);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        close(m->out_fd);
+        m->pid = -1;
+        return -1;
+    }
+    snprintf(m->addr, sizeof(m->addr), "127.0.0.1:%u", port);
+    return 0;
+}
+
+static int master_stop(sb_master *m)
+{
+    if (m->pid <= 0)
+        return 0;
+    kill(m->pid, SIGTERM);
+    int st = 0;
+    uint64_t deadline = cb_now_ns() + 10ull * 1000000000ull;
+    pid_t r;
+    while ((r = waitpid(m->pid, &st, WNOHANG)) == 0 && cb_now_ns() < deadline) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (r == 0) {
+        kill(m->pid, SIGKILL);
+        waitpid(m->pid, &st, 0);
+    }
+    close(m->out_fd);
+    m->pid = -1;
+    if (r == 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, CB_PROG " store: crescent-master did not exit cleanly on SIGTERM\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- clients ------------------------------------------------------------- */
+
+static int spawn_clients(sb_run *r)
+{
+    const sb_opts *o = r->o;
+    char seg[32], buf[32], region[32], target[32];
+    snprintf(seg, sizeof(seg), "%" PRIu64, o->segment_size);
+    snprintf(buf, sizeof(buf), "%" PRIu64, o->buffer_size);
+    snprintf(region, sizeof(region), "%" PRIu64, o->region_size);
+    snprintf(target, sizeof(target), "%" PRIu64, o->target_size);
+    for (unsigned i = 0; i < o->clients; i++) {
+        sb_peer *p = &r->peers[i];
+        p->child = (cb_child)CB_CHILD_INIT;
+        char *argv[] = {CB_PROG,
+                        (char *)o->subcmd,
+                        "--role",
+                        "client",
+                        "--master",
+                        r->master.addr,
+                        "--segment-size",
+                        seg,
+                        "--buffer-size",
+                        buf,
+                        "--region-size",
+                        region,
+                        "--target-size",
+                        target,
+                        "--protocol",
+                        (char *)o->protocol,
+                        NULL};
+        if (cb_child_spawn(&p->child, argv) < 0) {
+            perror(CB_PROG " store: cannot start a client");
+            return -1;
+        }
+        r->n_peers++;
+        char line[1024];
+        if (cb_child_read_line(&p->child, line, sizeof(line), CHILD_TIMEOUT) < 0 ||
+            sscanf(line, "READY name=%255s target=%" SCNx64 " len=%" SCNu64, p->name, &p->target,
+                   &p->len) != 3) {
+            fprintf(stderr, CB_PROG " store: client %u did not report READY\n", i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void stop_clients(sb_run *r, bool ok)
+{
+    for (unsigned i = 0; i < r->n_peers; i++) {
+        char why[160];
+        if (!ok) {
+            cb_child_kill(&r->peers[i].child);
+        } else if (cb_child_stop(&r->peers[i].child, CHILD_TIMEOUT, why, sizeof(why)) != 0) {
+            fprintf(stderr, CB_PROG " store: client %u %s\n", i, why);
+            r->failures++;
+        }
+    }
+}
+
+static int send_line(cb_child *c, const char *line)
+{
+    size_t n = strlen(line);
+    const char *p = line;
+    while (n > 0) {
+        ssize_t w = write(c->in_fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void parse_hist(const char *s, cb_hist *h)
+{
+    const char *p = strstr(s, " hist=");
+    if (p == NULL)
+        return;
+    p += 6;
+    while (*p != '\0' && *p != '-') {
+        char *end;
+        unsigned long idx = strtoul(p, &end, 10);
+        if (*end != ':')
+            return;
+        uint64_t cnt = strtoull(end + 1, &end, 10);
+        if (idx < CB_HIST_BUCKETS) {
+            h->counts[idx] += cnt;
+            h->total += cnt;
+        }
+        p = *end == ',' ? end + 1 : end;
+        if (*end != ',')
+            break;
+    }
+}
+
+/* Read one driver's result: progress lines, error lines, then R. */
+static int read_result(sb_run *r, unsigned d, double duration, const char *label, sb_result *res)
+{
+    static char line[LINE_LEN];
+    cb_child *c = &r->peers[d].child;
+    double wait_s = duration + CHILD_TIMEOUT / 1000.0;
+    uint64_t deadline = cb_now_ns() + (uint64_t)(wait_s * 1e9);
+    for (;;) {
+        if (cb_now_ns() >= deadline ||
+            cb_child_read_line(c, line, sizeof(line), CHILD_TIMEOUT) < 0) {
+            snprintf(res->error, sizeof(res->error), "client %u stopped answering", d);
+            return -1;
+        }
+        if (line[0] == 'P') {
+            uint64_t bytes = 0;
+            double el = 0;
+            if (r->progress && d == 0 && sscanf(line, "P %" SCNu64 " %lf", &bytes, &el) == 2 &&
+                el > 0)
+                cb_progress(label, el, (double)bytes / el / 1e9);
+        } else if (line[0] == 'E') {
+            if (res->error[0] == '\0')
+                snprintf(res->error, sizeof(res->error), "client %u: %.500s", d, line + 2);
+        } else if (line[0] == 'R') {
+            uint64_t v[10];
+            double secs = 0;
+            if (sscanf(line,
+                       "R keys=%" SCNu64 " calls=%" SCNu64 " bytes=%" SCNu64
+                       " secs=%lf errors=%" SCNu64 " verify_fail=%" SCNu64 " local=%" SCNu64
+                       " shm=%" SCNu64 " cma=%" SCNu64 " tcp=%" SCNu64,
+                       &v[0], &v[1], &v[2], &secs, &v[3], &v[4], &v[5], &v[6], &v[7],
+                       &v[8]) != 10) {
+                snprintf(res->error, sizeof(res->error), "client %u: bad result line", d);
+                return -1;
+            }
+            res->keys += v[0];
+            res->calls += v[1];
+            res->bytes += v[2];
+            res->errors += v[3];
+            res->verify_fail += v[4];
+            res->local += v[5];
+            res->shm += v[6];
+            res->cma += v[7];
+            res->tcp += v[8];
+            if (secs > res->secs)
+                res->secs = secs;
+            parse_hist(line, res->hist);
+            return 0;
+        }
+    }
+}
+
+static const char *via_of(const sb_result *res, char *buf, size_t len)
+{
+    const char *names[4] = {"tcp", "shm", "cma", "local"};
+    uint64_t v[4] = {res->tcp, res->shm, res->cma, res->local};
+    uint64_t total = v[0] + v[1] + v[2] + v[3];
+    buf[0] = '\0';
+    if (total == 0) {
+        snprintf(buf, len, "-");
+        return buf;
+    }
+    size_t off = 0;
+    for (int i = 0; i < 4; i++) {
+        if (v[i] * 20 < total) /* under 5 %: not worth naming */
+            continue;
+        off += (size_t)snprintf(buf + off, len - off, "%s%s", off ? "+" : "", names[i]);
+        if (off >= len)
+            break;
+    }
+    return buf;
+}
+
+typedef struct sb_case {
+    int kind, op;
+    bool zcopy;
+    size_t size_idx; /* into o->sizes */
+    uint32_t batch;
+    uint64_t size;   /* 0: o->sizes[size_idx] */
+    double duration; /* 0: --duration */
+    bool silent;     /* warm-up: no row */
+} sb_case;
+
+static void print_row(sb_run *r, const sb_case *c, const sb_result *res, double vs)
+{
+    const sb_opts *o = r->o;
+    uint64_t size = c->size ? c->size : o->sizes[c->size_idx];
+    double secs = res->secs > 0 ? res->secs : 1e-9;
+    double ops = (double)res->keys / secs, gbps = (double)res->bytes / secs / 1e9;
+    const char *op = c->kind == KIND_SHM ? (c->op == OP_PUT ? "write" : "read")
+                                         : (c->op == OP_PUT ? "put" : "get");
+    const char *mode = c->kind == KIND_SHM ? "engine" : (c->zcopy ? "zcopy" : "copy");
+    char via[32];
+    via_of(res, via, sizeof(via));
+    double p50 = (double)cb_hist_quantile(res->hist, 0.50) / 1e3;
+    double p99 = (double)cb_hist_quantile(res->hist, 0.99) / 1e3;
+    double p999 = (double)cb_hist_quantile(res->hist, 0.999) / 1e3;
+    if (o->json) {
+        char vsb[32] = "null";
+        if (vs > 0)
+            snprintf(vsb, sizeof(vsb), "%.4f", vs);
+        printf("{\"type\":\"%s\",\"op\":\"%s\",\"mode\":\"%s\",\"value\":%" PRIu64 ",\"batch\":%u,"
+               "\"threads\":%u,\"drivers\":%u,\"seconds\":%.6f,\"keys\":%" PRIu64
+               ",\"calls\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"ops_per_s\":%.1f,\"gbps\":%.4f,"
+               "\"p50_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,\"verified\":%s,\"via\":\"%s\","
+               "\"vs_shm\":%s,\"errors\":%" PRIu64 "}\n",
+               c->kind == KIND_SHM ? "shm" : "store", op, mode, size, c->batch, o->threads,
+               o->drivers, res->secs, res->keys, res->calls, res->bytes, ops, gbps, p50, p99, p999,
+               o->verify && c->kind == KIND_STORE ? "true" : "false", via, vsb, res->errors);
+        fflush(stdout);
+        return;
+    }
+    if (!r->printed_header) {
+        printf("%-5s %-6s %6s %5s %3s %11s %8s %9s %9s %9s %8s %-9s %6s\n", "op", "mode", "value",
+               "batch", "thr", "ops/s", "GB/s", "p50 us", "p99 us", "p999 us", "verified", "via",
+               "x shm");
+        r->printed_header = true;
+    }
+    char sz[32], vsb[16] = "-";
+    if (vs > 0)
+        snprintf(vsb, sizeof(vsb), "%.3f", vs);
+    printf("%-5s %-6s %6s %5u %3u %11.1f %8.3f %9.1f %9.1f %9.1f %8s %-9s %6s\n", op, mode,
+           cb_format_size(size, sz, sizeof(sz)), c->batch, o->threads, ops, gbps, p50, p99, p999,
+           o->verify && c->kind == KIND_STORE ? "yes" : "no", via, vsb);
+    fflush(stdout);
+}
+
+/* Run one case on every driver; print its row. Returns 0, or -1 on failure. */
+static int run_case(sb_run *r, const sb_case *c)
+{
+    const sb_opts *o = r->o;
+    uint64_t size = c->size ? c->size : o->sizes[c->size_idx];
+    double duration = c->duration > 0 ? c->duration : o->duration;
+    uint64_t aligned = (size + 63) / 64 * 64;
+    uint64_t budget = o->segment_size / 100 * BUDGET_PERCENT / aligned / o->threads;
+    if (budget == 0)
+        budget = 1;
+    char sz[32], label[96];
+    snprintf(label, sizeof(label), "%s %s %s b%u",
+             c->kind == KIND_SHM ? (c->op == OP_PUT ? "shm write" : "shm read")
+                                 : (c->op == OP_PUT ? "put" : "get"),
+             c->kind == KIND_SHM ? "" : (c->zcopy ? "zcopy" : "copy"),
+             cb_format_size(size, sz, sizeof(sz)), c->batch);
+    for (unsigned d = 0; d < o->drivers; d++) {
+        const sb_peer *peer = &r->peers[(d + 1) % o->clients];
+        char line[1024];
+        snprintf(
+            line, sizeof(line),
+            "run %s %s %s %" PRIu64 " %u %u %.6f %u %u %u %" PRIu64 " %s %" PRIx64 " %" PRIu64 "\n",
+            c->kind == KIND_SHM ? "shm" : "store",
+            c->silent ? "warm" : (c->op == OP_PUT ? "put" : "get"), c->zcopy ? "zcopy" : "copy",
+            size, c->batch, o->threads, duration, o->verify && !c->silent ? 1u : 0u, r->gid, d,
+            budget, peer->name, peer->target, peer->len);
+        if (send_line(&r->peers[d].child, line) < 0) {
+            fprintf(stderr, CB_PROG " store: client %u is gone\n", d);
+            return -1;
+        }
+    }
+    sb_result res;
+    memset(&res, 0, sizeof(res));
+    res.hist = calloc(1, sizeof(*res.hist));
+    if (res.hist == NULL)
+        return -1;
+    int rc = 0;
+    for (unsigned d = 0; d < o->drivers; d++)
+        if (read_result(r, d, duration, label, &res) < 0)
+            rc = -1;
+    if (r->progress)
+        cb_progress_clear();
+    if (rc < 0 || res.errors > 0 || res.verify_fail > 0) {
+        fprintf(stderr,
+                CB_PROG " store: case %s: %" PRIu64 " error(s), %" PRIu64
+                        " verification failure(s)%s%s\n",
+                label, res.errors, res.verify_fail, res.error[0] ? "; first: " : "", res.error);
+        free(res.hist);
+        r->failures++;
+        return -1;
+    }
+    if (c->silent) {
+        free(res.hist);
+        return 0;
+    }
+    int shape = c->batch > 1;
+    double gbps = res.secs > 0 ? (double)res.bytes / res.secs / 1e9 : 0;
+    double vs = 0;
+    if (c->kind == KIND_SHM) {
+        r->base.gbps[c->size_idx][c->op][shape] = gbps;
+        r->base.have[c->size_idx][c->op][shape] = true;
+    } else if (r->base.have[c->size_idx][c->op][shape] &&
+               r->base.gbps[c->size_idx][c->op][shape] > 0) {
+        vs = gbps / r->base.gbps[c->size_idx][c->op][shape];
+    }
+    if (c->kind == KIND_STORE && c->zcopy && size == CB_MIB)
+        r->target[c->op][shape] = vs;
+    if (c->kind == KIND_STORE && size == 4 * CB_KIB && shape && c->zcopy) {
+        double ops = res.secs > 0 ? (double)res.keys / res.secs : 0;
+        if (c->op == OP_PUT)
+            r->keys4k_put = ops;
+        else
+            r->keys4k_get = ops;
+    }
+    print_row(r, c, &res, vs);
+    free(res.hist);
+    return 0;
+}
+
+/*
+ * Remove every key (force: the gets hold read leases), then wait out the
+ * lease: the master defers reusing the space of a force-removed object until
+ * its last lease has expired, and the next case wants the whole budget.
+ */
+static int clean(sb_run *r)
+{
+    char line[128];
+    if (send_line(&r->peers[0].child, "clean\n") < 0 ||
+        cb_child_read_line(&r->peers[0].child, line, sizeof(line), CHILD_TIMEOUT) < 0 ||
+        line[0] != 'C') {
+        fprintf(stderr, CB_PROG " store: clean-up failed\n");
+        return -1;
+    }
+    struct timespec ts = {(time_t)((r->o->lease_ms + 100) / 1000),
+                          (long)((r->o->lease_ms + 100) % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    return 0;
+}
+
+/*
+ * Warm-up: fill each peer segment once up to the budget with large values
+ * and remove them again, so the timed cases write into committed pages (as
+ * a long-running cache does) and every connection and mapping exists.
+ */
+static int warm_up(sb_run *r)
+{
+    const sb_opts *o = r->o;
+    uint64_t size = max_size(o) * o->batch;
+    if (size > WARM_MAX)
+        size = WARM_MAX;
+    sb_case c = {KIND_STORE, OP_PUT, true, 0, 1, size, 60.0, true};
+    r->gid++;
+    if (run_case(r, &c) < 0)
+        return -1;
+    return clean(r);
+}
+
+static int run_all(sb_run *r)
+{
+    const sb_opts *o = r->o;
+    for (size_t si = 0; si < o->n_sizes; si++) {
+        uint32_t shapes[2] = {1, o->batch};
+        bool want_shape[2] = {o->single, o->batched && o->batch > 1};
+        if (o->batch == 1)
+            want_shape[0] = true;
+        if (!o->no_baseline) {
+            for (int op = OP_PUT; op <= OP_GET; op++) {
+                for (int sh = 0; sh < 2; sh++) {
+                    if (!want_shape[sh])
+                        continue;
+                    sb_case c = {KIND_SHM, op, true, si, shapes[sh], 0, 0, false};
+                    if (run_case(r, &c) < 0)
+                        return -1;
+                }
+            }
+        }
+        for (int m = 0; m < 2; m++) {
+            if (!(m == 0 ? o->zcopy : o->copy))
+                continue;
+            for (int sh = 0; sh < 2; sh++) {
+                if (!want_shape[sh])
+                    continue;
+                r->gid++;
+                for (int op = OP_PUT; op <= OP_GET; op++) {
+                    sb_case c = {KIND_STORE, op, m == 0, si, shapes[sh], 0, 0, false};
+                    if (run_case(r, &c) < 0)
+                        return -1;
+                }
+                if (clean(r) < 0)
+                    return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static void print_summary(sb_run *r)
+{
+    const sb_opts *o = r->o;
+    if (o->json || o->quiet)
+        return;
+    for (int sh = 0; sh < 2; sh++) {
+        double p = r->target[OP_PUT][sh], g = r->target[OP_GET][sh];
+        if (p > 0 || g > 0)
+            printf("1 MiB zero-copy %s vs the shm transport (target >= 0.7): put %.3f, get "
+                   "%.3f%s\n",
+                   sh ? "batch" : "single", p, g, p >= 0.7 && g >= 0.7 ? "  (met)" : "  (NOT met)");
+    }
+    if (r->keys4k_put > 0 || r->keys4k_get > 0)
+        printf("4 KiB zero-copy in batches of %u: put %.0f keys/s, get %.0f keys/s\n", o->batch,
+               r->keys4k_put, r->keys4k_get);
+}
+
+static int orchestrator_main(const sb_opts *o)
+{
+    sb_run *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return CB_EXIT_FAIL;
+    r->o = o;
+    r->progress = !o->quiet && !o->json && isatty(STDERR_FILENO);
+    r->master.pid = -1;
+    /* Children log only errors unless the user asked for more. */
+    setenv("CRESCENT_LOG", "error", 0);
+    int rc = CB_EXIT_FAIL;
+    if (o->master_addr != NULL) {
+        snprintf(r->master.addr, sizeof(r->master.addr), "%s", o->master_addr);
+    } else if (master_spawn(o, &r->master) < 0) {
+        free(r);
+        return CB_EXIT_FAIL;
+    }
+    if (spawn_clients(r) < 0)
+        goto out;
+    if (!o->json && !o->quiet) {
+        char seg[32], buf[32];
+        printf("master %s (%s); %u clients, %u driver(s) x %u thread(s); segment %s, local "
+               "buffer %s, protocol %s\n",
+               r->master.addr, o->master_addr ? "given" : "spawned", o->clients, o->drivers,
+               o->threads, cb_format_bytes(o->segment_size, seg, sizeof(seg)),
+               cb_format_bytes(o->buffer_size, buf, sizeof(buf)), o->protocol);
+        printf("ops/s = keys/s; latency per call (batch calls cover %u keys); x shm = GB/s over "
+               "the engine's shm path, same size/direction/shape\n",
+               o->batch);
+        fflush(stdout);
+    }
+    if (warm_up(r) < 0 || run_all(r) < 0)
+        goto out;
+    print_summary(r);
+    rc = CB_EXIT_OK;
+out:
+    stop_clients(r, rc == CB_EXIT_OK);
+    if (master_stop(&r->master) < 0 || r->failures > 0)
+        rc = CB_EXIT_FAIL;
+    free(r);
+    return rc;
+}
+
+int cb_store_main(int argc, char **argv)
+{
+    sb_opts o;
+    int r = parse_opts(argc, argv, &o);
+    if (r != 0)
+        return r > 0 ? CB_EXIT_OK : CB_EXIT_USAGE;
+    if (strcmp(o.role, "client") == 0)
+        return client_main(&o);
+    return orchestrator_main(&o);
+}
