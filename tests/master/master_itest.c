@@ -1,0 +1,922 @@
+/*
+ * master_itest.c - crescent-master as a real process, driven by real client
+ * processes (crescent-test-master-client, see master_client_tool.c) and by
+ * raw sockets.
+ *
+ *   master_itest [TEST-NAME-PATTERN]     (CTest runs one test per entry)
+ *
+ * Each test starts its own master on 127.0.0.1 with kernel-chosen ports (the
+ * restart test reuses the port it got), starts the clients it needs, and
+ * stops every process itself: the master with SIGTERM (exit 0 checked), the
+ * clients with "quit" (exit 0 checked). A failing assertion leaves the test
+ * through longjmp; the per-test teardown then kills whatever is left
+ * (mh_kill_all), and PR_SET_PDEATHSIG covers a crash of this process.
+ *
+ * Timing: tests that depend on the master's clocks (lease TTL, client TTL,
+ * restart fence) use short flag values and poll with generous deadlines so
+ * they pass under ASan/TSan on a loaded 2-core machine; the assertions that
+ * matter are ordering ones ("refused before the lease ends", "allowed only
+ * after the fence"), measured from a point known to precede the master's.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "crescent/status.h"
+#include "master_harness.h"
+#include "proto/frame.h"
+#include "proto/messages.h"
+#include "proto/rpc.h"
+
+#define SEG_BASE 0x100000000ull
+#define MIB      (1024ull * 1024ull)
+
+/* --- helpers ------------------------------------------------------------------ */
+
+static int teardown_kill(void **state)
+{
+    (void)state;
+    mh_kill_all();
+    return 0;
+}
+
+static void start_master(mh_master *m, const char *const *args)
+{
+    if (mh_master_start(m, args) != 0)
+        fail_msg("crescent-master (%s) did not start", mh_master_bin());
+}
+
+static void start_client(mh_client *c, const mh_master *m)
+{
+    if (mh_client_start(c, m->addr) != 0)
+        fail_msg("client did not start against %s", m->addr);
+}
+
+static void stop_all(mh_master *m, mh_client *const *clients, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (clients[i]->pid > 0)
+            assert_int_equal(mh_client_stop(clients[i]), 0);
+    assert_int_equal(mh_master_stop(m), 0);
+}
+
+/* Run a command; fail (naming the command and the reply) unless its status is want. */
+static const char *xcmd(mh_client *c, int want, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static const char *xcmd(mh_client *c, int want, const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    const char *r = mh_cmd(c, "%s", cmd);
+    if (mh_status(r) != want)
+        fail_msg("'%s' answered '%s' (%s), expected %d (%s)", cmd, r, cr_status_name(mh_status(r)),
+                 want, cr_status_name(want));
+    return r;
+}
+
+/* The value of field key in line (rotating static buffers); fails if absent. */
+static const char *fld(const char *line, const char *key)
+{
+    static char bufs[4][8192];
+    static int next;
+    char *b = bufs[next++ % 4];
+    if (mh_field(line, key, b, sizeof(bufs[0])) == NULL)
+        fail_msg("no field '%s' in '%s'", key, line);
+    return b;
+}
+
+static long long fld_ll(const char *line, const char *key)
+{
+    return strtoll(fld(line, key), NULL, 10);
+}
+
+/* Does `key` exist as seen by client c? */
+static int exists(mh_client *c, const char *key)
+{
+    return (int)fld_ll(xcmd(c, 0, "exist %s", key), "ex");
+}
+
+/* Are the items of a comma list pairwise distinct? */
+static bool distinct(const char *list)
+{
+    char copy[8192];
+    snprintf(copy, sizeof(copy), "%s", list);
+    char *items[64];
+    int n = 0;
+    for (char *s = NULL, *t = strtok_r(copy, ",", &s); t != NULL && n < 64;
+         t = strtok_r(NULL, ",", &s))
+        items[n++] = t;
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (strcmp(items[i], items[j]) == 0)
+                return false;
+    return true;
+}
+
+static double metric(const mh_master *m, const char *sample)
+{
+    char *body = NULL;
+    int code = mh_http_get(m->metrics_port, "/metrics", &body);
+    if (code != 200) {
+        free(body);
+        fail_msg("/metrics answered %d", code);
+    }
+    double v = mh_prom_value(body, sample);
+    free(body);
+    return v;
+}
+
+/* --- put/get flows across processes ------------------------------------------------ */
+
+static void test_put_get_flow(void **state)
+{
+    (void)state;
+    mh_master m;
+    mh_client a, b;
+    start_master(&m, NULL);
+    start_client(&a, &m);
+    start_client(&b, &m);
+    xcmd(&a, 0, "heartbeat on");
+    xcmd(&b, 0, "heartbeat on");
+    xcmd(&a, 0, "mount segA %llu %llu", SEG_BASE, 64 * MIB);
+    /* Mounting again with the same range is idempotent; another client may not take it. */
+    xcmd(&a, 0, "mount segA %llu %llu", SEG_BASE, 64 * MIB);
+    xcmd(&b, CR_SEGMENT_ALREADY_EXISTS, "mount segA %llu %llu", SEG_BASE, 64 * MIB);
+
+    /* A writes, B reads A's segment. */
+    const char *r = xcmd(&a, 0, "put k1 4096");
+    assert_string_equal(fld(r, "segs"), "segA");
+    r = xcmd(&b, 0, "get k1");
+    assert_int_equal(fld_ll(r, "n"), 1);
+    assert_string_equal(fld(r, "segs"), "segA");
+    assert_int_equal(fld_ll(r, "lease"), 10000); /* --default_kv_lease_ttl default */
+    assert_int_equal(exists(&b, "k1"), 1);
+    r = xcmd(&b, 0, "query k1");
+    assert_int_equal(fld_ll(r, "sz"), 4096);
+    assert_true(fld_ll(r, "lease_ms") > 0);
+    assert_int_equal(exists(&b, "nokey"), 0);
+    xcmd(&b, CR_OBJECT_NOT_FOUND, "get nokey");
+    /* A complete key is not overwritten (Mooncake: -705). */
+    xcmd(&b, CR_OBJECT_ALREADY_EXISTS, "put k1 4096");
+
+    /* Two-phase put: invisible until put_end, busy for others, owner-only end. */
+    xcmd(&a, 0, "put_start k2 4096");
+    assert_int_equal(exists(&b, "k2"), 0);
+    xcmd(&b, CR_REPLICA_IS_NOT_READY, "get k2");
+    xcmd(&b, CR_OBJECT_REPLICA_BUSY, "put_start k2 4096");
+    xcmd(&b, CR_ILLEGAL_CLIENT, "put_end k2");
+    xcmd(&b, CR_ILLEGAL_CLIENT, "revoke k2");
+    xcmd(&a, 0, "put_end k2");
+    xcmd(&b, 0, "get k2");
+    xcmd(&a, 0, "put_start k3 4096");
+    xcmd(&a, 0, "revoke k3");
+    assert_int_equal(exists(&b, "k3"), 0);
+    xcmd(&a, CR_OBJECT_NOT_FOUND, "put_end k3");
+
+    /* exist grants no lease: a probed key is removable at once. */
+    xcmd(&a, 0, "put probed 100");
+    assert_int_equal(exists(&b, "probed"), 1);
+    xcmd(&b, 0, "remove probed");
+    assert_int_equal(exists(&b, "probed"), 0);
+    xcmd(&b, CR_OBJECT_NOT_FOUND, "remove probed");
+    /* k1 was read (leased): only a forced remove takes it now. */
+    xcmd(&b, CR_OBJECT_HAS_LEASE, "remove k1");
+    xcmd(&b, 0, "remove k1 force");
+    assert_int_equal(exists(&a, "k1"), 0);
+
+    /* Batch forms. */
+    r = xcmd(&a, 0, "batch_put b0,b1,b2 1024");
+    assert_string_equal(fld(r, "r"), "0,0,0");
+    assert_string_equal(fld(r, "segs"), "segA,segA,segA");
+    r = xcmd(&b, 0, "batch_exist b0,b1,b2,nokey");
+    assert_string_equal(fld(r, "r"), "1,1,1,0");
+    r = xcmd(&b, 0, "batch_get b0,b1,nokey");
+    assert_string_equal(fld(r, "r"), "0,0,-704");
+    assert_string_equal(fld(r, "segs"), "segA,segA,-");
+    assert_int_equal(fld_ll(r, "lease"), 10000);
+    r = xcmd(&b, 0, "batch_remove b0,b1,b2");
+    assert_string_equal(fld(r, "r"), "-706,-706,0"); /* b0, b1 leased by batch_get */
+    r = xcmd(&b, 0, "batch_remove b0,b1,b2 force");
+    assert_string_equal(fld(r, "r"), "0,0,-704");
+    assert_string_equal(fld(xcmd(&b, 0, "batch_exist b0,b1,b2"), "r"), "0,0,0");
+    r = xcmd(&a, 0, "batch_put_start q0,q1,k2 512");
+    assert_string_equal(fld(r, "r"), "0,0,-705");
+    assert_string_equal(fld(xcmd(&b, 0, "batch_put_end q0,q1"), "r"), "-601,-601");
+    assert_string_equal(fld(xcmd(&a, 0, "batch_revoke q0"), "r"), "0");
+    assert_string_equal(fld(xcmd(&a, 0, "batch_put_end q1"), "r"), "0");
+    assert_string_equal(fld(xcmd(&b, 0, "batch_exist q0,q1"), "r"), "0,1");
+
+    /* Removal by regex and remove_all. */
+    xcmd(&a, 0, "put r_a 10");
+    xcmd(&a, 0, "put r_b 10");
+    xcmd(&a, 0, "put x_c 10");
+    assert_int_equal(fld_ll(xcmd(&b, 0, "remove_regex ^r_"), "count"), 2);
+    assert_int_equal(exists(&b, "r_a") + exists(&b, "r_b"), 0);
+    assert_int_equal(exists(&b, "x_c"), 1);
+    xcmd(&b, CR_INVALID_PARAMS, "remove_regex (unclosed");
+    /* k2 is leased (B read it): remove_all without force skips it. */
+    assert_int_equal(fld_ll(xcmd(&b, 0, "remove_all"), "count"), 2); /* x_c, q1 */
+    assert_int_equal(exists(&b, "x_c"), 0);
+    assert_int_equal(exists(&b, "k2"), 1);
+    assert_int_equal(fld_ll(xcmd(&b, 0, "remove_all force"), "count"), 1);
+    assert_int_equal(exists(&b, "k2"), 0);
+
+    /* Segments: listed; only the owner unmounts; unmounting erases its objects. */
+    assert_true(mh_list_has(fld(xcmd(&b, 0, "segments"), "names"), "segA"));
+    xcmd(&a, 0, "put u1 10");
+    xcmd(&b, CR_ILLEGAL_CLIENT, "unmount segA");
+    xcmd(&a, 0, "unmount segA");
+    assert_int_equal(exists(&b, "u1"), 0);
+    assert_false(mh_list_has(fld(xcmd(&b, 0, "segments"), "names"), "segA"));
+    xcmd(&a, CR_NO_AVAILABLE_HANDLE, "put u2 10");
+
+    mh_client *cs[] = {&a, &b};
+    stop_all(&m, cs, 2);
+}
+
+/* --- replicas on distinct segments ----------------------------------------------------- */
+
+static void test_replicas_distinct(void **state)
+{
+    (void)state;
+    mh_master m;
+    mh_client c[3];
+    start_master(&m, NULL);
+    for (int i = 0; i < 3; i++) {
+        start_client(&c[i], &m);
+        xcmd(&c[i], 0, "heartbeat on");
+        xcmd(&c[i], 0, "mount s%d %llu %llu", i, SEG_BASE + (uint64_t)i * 0x10000000ull, 64 * MIB);
+    }
+    const char *r = xcmd(&c[0], 0, "put r3 1024 n=3");
+    assert_int_equal(fld_ll(r, "n"), 3);
+    const char *segs = fld(r, "segs");
+    assert_true(distinct(segs));
+    for (int i = 0; i < 3; i++) {
+        char name[8];
+        snprintf(name, sizeof(name), "s%d", i);
+        assert_true(mh_list_has(segs, name));
+    }
+    r = xcmd(&c[1], 0, "get r3");
+    assert_int_equal(fld_ll(r, "n"), 3);
+    assert_true(distinct(fld(r, "segs")));
+
+    /* Best effort: 5 asked, 3 segments. */
+    r = xcmd(&c[2], 0, "put r5 1024 n=5");
+    assert_int_equal(fld_ll(r, "n"), 3);
+    assert_true(distinct(fld(r, "segs")));
+    assert_int_equal(fld_ll(xcmd(&c[0], 0, "get r5"), "n"), 3);
+
+    /* Preferred segments come first. */
+    r = xcmd(&c[0], 0, "put p1 1024 n=1 pref=s2");
+    assert_string_equal(fld(r, "segs"), "s2");
+    r = xcmd(&c[0], 0, "put p2 1024 n=2 pref=s1,s0");
+    assert_string_equal(fld(r, "segs"), "s1,s0");
+
+    /* Batch puts place each key's replicas on distinct segments too. */
+    r = xcmd(&c[1], 0, "batch_put bb0,bb1,bb2,bb3 2048 n=2");
+    assert_string_equal(fld(r, "r"), "0,0,0,0");
+    char segsb[8192];
+    snprintf(segsb, sizeof(segsb), "%s", fld(r, "segs"));
+    for (char *s = NULL, *t = strtok_r(segsb, ",", &s); t != NULL; t = strtok_r(NULL, ",", &s)) {
+        char *plus = strchr(t, '+');
+        assert_non_null(plus);
+        *plus = '\0';
+        assert_string_not_equal(t, plus + 1);
+    }
+
+    /* Unmounting one segment keeps the other replicas. */
+    xcmd(&c[1], 0, "unmount s1");
+    r = xcmd(&c[0], 0, "get r3");
+    assert_int_equal(fld_ll(r, "n"), 2);
+    assert_false(mh_list_has(fld(r, "segs"), "s1"));
+    r = xcmd(&c[0], 0, "put r3b 1024 n=3");
+    assert_int_equal(fld_ll(r, "n"), 2);
+
+    mh_client *cs[] = {&c[0], &c[1], &c[2]};
+    stop_all(&m, cs, 3);
+}
+
+/* --- a lease blocks remove ------------------------------------------------------------------ */
+
+static void test_lease_blocks_remove(void **state)
+{
+    (void)state;
+    const uint64_t ttl = 1500;
+    mh_master m;
+    mh_client a, b;
+    const char *args[] = {"--default_kv_lease_ttl=1500", NULL};
+    start_master(&m, args);
+    start_client(&a, &m);
+    start_client(&b, &m);
+    xcmd(&a, 0, "heartbeat on");
+    xcmd(&a, 0, "mount segA %llu %llu", SEG_BASE, 64 * MIB);
+    xcmd(&a, 0, "put k 4096");
+    xcmd(&a, 0, "put k2 4096");
+
+    uint64_t t0 = mh_now_ms(); /* precedes the master's lease start */
+    const char *r = xcmd(&b, 0, "get k");
+    assert_int_equal(fld_ll(r, "lease"), (long long)ttl);
+    xcmd(&b, CR_OBJECT_HAS_LEASE, "remove k");
+    xcmd(&a, CR_OBJECT_HAS_LEASE, "remove k");
+    assert_int_equal(fld_ll(xcmd(&b, 0, "remove_all"), "count"), 1); /* only k2 */
+    assert_int_equal(exists(&b, "k"), 1);
+    assert_int_equal(fld_ll(xcmd(&b, 0, "remove_regex ^k$"), "count"), 0);
+    /* The assertions above must have run inside the lease. */
+    assert_true(mh_now_ms() - t0 < ttl);
+    /* exist probes do not extend the lease. */
+    for (int i = 0; i < 5; i++)
+        exists(&b, "k");
+
+    /* After the TTL the same remove succeeds. */
+    while (mh_now_ms() < t0 + ttl + 200)
+        mh_sleep_ms(50);
+    xcmd(&b, 0, "remove k");
+    assert_int_equal(exists(&b, "k"), 0);
+
+    /* A forced remove goes at once, lease or not. */
+    xcmd(&a, 0, "put f 4096");
+    xcmd(&b, 0, "get f");
+    xcmd(&b, CR_OBJECT_HAS_LEASE, "remove f");
+    xcmd(&b, 0, "remove f force");
+    assert_int_equal(exists(&b, "f"), 0);
+
+    /* batch_get leases every key it returns. */
+    xcmd(&a, 0, "batch_put g0,g1 100");
+    xcmd(&b, 0, "batch_get g0,g1");
+    assert_string_equal(fld(xcmd(&b, 0, "batch_remove g0,g1"), "r"), "-706,-706");
+
+    mh_client *cs[] = {&a, &b};
+    stop_all(&m, cs, 2);
+}
+
+/* --- eviction under pressure respects pins and leases ----------------------------------------- */
+
+static void test_eviction_respects_pins_and_leases(void **state)
+{
+    (void)state;
+    mh_master m;
+    mh_client a, b;
+    const char *args[] = {"--default_kv_lease_ttl=60000", "--eviction_ratio=0.2", NULL};
+    start_master(&m, args);
+    start_client(&a, &m);
+    start_client(&b, &m);
+    xcmd(&a, 0, "heartbeat on");
+    /* 1 MiB segment, 64 KiB objects: 16 fit. */
+    const uint64_t obj = 64 * 1024;
+    xcmd(&a, 0, "mount ev %llu %llu", SEG_BASE, MIB);
+    for (int i = 0; i < 3; i++)
+        xcmd(&a, 0, "put hp%d %llu hp", i, (unsigned long long)obj);
+    xcmd(&a, 0, "put sp0 %llu sp", (unsigned long long)obj);
+    xcmd(&a, 0, "put leased %llu", (unsigned long long)obj);
+    xcmd(&b, 0, "get leased");
+    xcmd(&a, 0, "put_start inflight %llu", (unsigned long long)obj);
+
+    /* Write 40 more objects (2.5x the capacity); eviction must make room. */
+    int failed = 0;
+    for (int i = 0; i < 40; i++) {
+        int st = mh_cmd_st(&a, "put f%d %llu", i, (unsigned long long)obj);
+        if (st != 0) {
+            print_message("put f%d -> %s\n", i, a.line);
+            failed++;
+        }
+    }
+    assert_int_equal(failed, 0);
+    for (int i = 0; i < 3; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "hp%d", i);
+        assert_int_equal(exists(&b, k), 1);
+    }
+    assert_int_equal(exists(&b, "leased"), 1);
+    /* Soft-pinned objects go only as a last resort; unpinned ones were available. */
+    assert_int_equal(exists(&b, "sp0"), 1);
+    int alive = 0;
+    for (int i = 0; i < 40; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "f%d", i);
+        alive += exists(&b, k);
+    }
+    assert_true(alive < 40);
+    assert_true(alive > 0);
+    /* The in-flight put kept its space and completes. */
+    xcmd(&a, 0, "put_end inflight");
+    assert_int_equal(exists(&b, "inflight"), 1);
+    assert_true(metric(&m, "master_evicted_keys_total") > 0);
+    assert_true(metric(&m, "master_eviction_attempts_total") > 0);
+
+    /* Everything hard-pinned: a full segment refuses with -200 and evicts nothing pinned. */
+    xcmd(&a, 0, "remove_all force");
+    int pinned = 0, st = 0;
+    for (; pinned < 20; pinned++) {
+        st = mh_cmd_st(&a, "put pin%d %llu hp", pinned, (unsigned long long)obj);
+        if (st != 0)
+            break;
+    }
+    assert_int_equal(st, CR_NO_AVAILABLE_HANDLE);
+    assert_true(pinned >= 14 && pinned <= 16); /* "leased" space is reused only after its lease */
+    for (int i = 0; i < pinned; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "pin%d", i);
+        assert_int_equal(exists(&b, k), 1);
+    }
+    assert_true(metric(&m, "master_allocation_failures_total") > 0);
+
+    mh_client *cs[] = {&a, &b};
+    stop_all(&m, cs, 2);
+}
+
+/* --- a killed client's segments are unmounted after the TTL -------------------------------------
+ */
+
+static void test_killed_client_expires(void **state)
+{
+    (void)state;
+    mh_master m;
+    mh_client a, b, obs;
+    const char *args[] = {"--client_ttl=1", NULL};
+    start_master(&m, args);
+    start_client(&a, &m);
+    start_client(&b, &m);
+    start_client(&obs, &m);
+    xcmd(&a, 0, "heartbeat on");
+    xcmd(&b, 0, "heartbeat on");
+    xcmd(&a, 0, "mount segA %llu %llu", SEG_BASE, 64 * MIB);
+    xcmd(&b, 0, "mount segB %llu %llu", SEG_BASE, 64 * MIB);
+    assert_string_equal(fld(xcmd(&a, 0, "put ka 100 pref=segA"), "segs"), "segA");
+    assert_string_equal(fld(xcmd(&b, 0, "put kb 100 pref=segB"), "segs"), "segB");
+    xcmd(&a, 0, "put both 100 n=2");
+    /* Heartbeats keep both alive well past the TTL. */
+    mh_sleep_ms(1800);
+    assert_int_equal(exists(&obs, "ka"), 1);
+    assert_int_equal(fld_ll(xcmd(&b, 0, "ping"), "cs"), 1);
+
+    mh_client_kill(&a);
+    uint64_t t0 = mh_now_ms();
+    bool gone = false;
+    while (!gone && mh_now_ms() - t0 < 8000) {
+        mh_sleep_ms(100);
+        gone = exists(&obs, "ka") == 0 &&
+               !mh_list_has(fld(xcmd(&obs, 0, "segments"), "names"), "segA");
+    }
+    uint64_t took = mh_now_ms() - t0;
+    print_message("killed client expired after %" PRIu64 " ms (client_ttl 1 s)\n", took);
+    assert_true(gone);
+    assert_true(took <= 3500);
+    /* The other client's objects and replicas stay. */
+    assert_int_equal(exists(&obs, "kb"), 1);
+    const char *r = xcmd(&obs, 0, "get both");
+    assert_int_equal(fld_ll(r, "n"), 1);
+    assert_string_equal(fld(r, "segs"), "segB");
+    assert_int_equal(fld_ll(xcmd(&b, 0, "ping"), "cs"), 1);
+    assert_true(metric(&m, "master_clients_expired_total") >= 1);
+
+    mh_client *cs[] = {&b, &obs};
+    stop_all(&m, cs, 2);
+}
+
+/* --- master restart -> remount -> the fence holds ------------------------------------------------
+ */
+
+static void test_restart_remount_fence(void **state)
+{
+    (void)state;
+    const uint64_t ttl = 2000; /* the fence is lease TTL + 1 s after the restart */
+    mh_master m;
+    mh_client a, b;
+    const char *args[] = {"--default_kv_lease_ttl=2000", NULL};
+    start_master(&m, args);
+    start_client(&a, &m);
+    start_client(&b, &m);
+    xcmd(&a, 0, "mount segA %llu %llu", SEG_BASE, 64 * MIB);
+    xcmd(&a, 0, "heartbeat on");
+    xcmd(&a, 0, "put k0 4096");
+    xcmd(&b, 0, "get k0"); /* B may now read segA until its lease ends */
+    const char *r = xcmd(&a, 0, "view");
+    long long view1 = fld_ll(r, "view");
+
+    /* Crash the master and bring it back on the same port. */
+    char port_arg[32];
+    snprintf(port_arg, sizeof(port_arg), "--rpc_port=%u", (unsigned)m.port);
+    uint16_t port = m.port;
+    mh_master_kill(&m);
+    uint64_t t_restart = mh_now_ms(); /* precedes the new master's start */
+    const char *args2[] = {"--default_kv_lease_ttl=2000", port_arg, NULL};
+    start_master(&m, args2);
+    assert_int_equal(m.port, port);
+
+    /* A's heartbeat sees NEED_REMOUNT and remounts. */
+    long long remounts = 0;
+    while (remounts < 1 && mh_now_ms() - t_restart < 5000) {
+        mh_sleep_ms(20);
+        remounts = fld_ll(xcmd(&a, 0, "remounts"), "count");
+    }
+    uint64_t t_remounted = mh_now_ms();
+    print_message("remounted %" PRIu64 " ms after the restart\n", t_remounted - t_restart);
+    assert_true(remounts >= 1);
+    assert_true(fld_ll(xcmd(&a, 0, "view"), "view") != view1);
+    assert_true(mh_list_has(fld(xcmd(&b, 0, "segments"), "names"), "segA"));
+    assert_int_equal(fld_ll(xcmd(&b, 0, "ping"), "cs"), 2); /* B is unknown to the new master */
+    assert_int_equal(exists(&b, "k0"), 0);                  /* metadata did not survive */
+
+    /* Inside the fence nothing is allocated in the remounted segment. */
+    xcmd(&a, CR_NO_AVAILABLE_HANDLE, "put_start kf 4096");
+    assert_string_equal(fld(xcmd(&a, 0, "batch_put_start kf1,kf2 4096"), "r"), "-200,-200");
+    uint64_t checked = mh_now_ms() - t_restart;
+    if (checked >= ttl)
+        fail_msg("the fence checks ran %" PRIu64 " ms after the restart: too slow to be "
+                 "meaningful (fence = lease ttl %" PRIu64 " ms + 1 s)",
+                 checked, ttl);
+
+    /* After the window the same put succeeds, never earlier than one lease TTL. */
+    int st = -1;
+    uint64_t t_ok = 0;
+    while (mh_now_ms() - t_restart < 10000) {
+        st = mh_cmd_st(&a, "put_start kf 4096");
+        if (st != CR_NO_AVAILABLE_HANDLE)
+            break;
+        mh_sleep_ms(100);
+    }
+    t_ok = mh_now_ms() - t_restart;
+    print_message("first allocation %" PRIu64 " ms after the restart\n", t_ok);
+    assert_int_equal(st, 0);
+    assert_true(t_ok >= ttl);
+    xcmd(&a, 0, "put_end kf");
+    assert_string_equal(fld(xcmd(&b, 0, "get kf"), "segs"), "segA");
+
+    mh_client *cs[] = {&a, &b};
+    stop_all(&m, cs, 2);
+}
+
+/* --- malformed and oversized frames
+ * ---------------------------------------------------------------- */
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A raw header; magic, version and everything else as given. */
+static void raw_header(uint8_t out[CRP_HEADER_SIZE], uint32_t magic, uint8_t version, uint8_t type,
+                       uint32_t body_len, uint64_t id, uint64_t data_len)
+{
+    memset(out, 0, CRP_HEADER_SIZE);
+    put_le32(out, magic);
+    out[4] = version;
+    out[5] = type;
+    put_le32(out + 8, body_len);
+    put_le64(out + 16, id);
+    put_le64(out + 24, data_len);
+}
+
+static void send_all(int fd, const void *p, size_t n)
+{
+    assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
+}
+
+static void send_frame(int fd, uint8_t type, uint64_t id, const void *body, size_t len)
+{
+    uint8_t h[CRP_HEADER_SIZE];
+    raw_header(h, CRP_MAGIC, CRP_VERSION, type, (uint32_t)len, id, 0);
+    send_all(fd, h, sizeof(h));
+    if (len > 0)
+        send_all(fd, body, len);
+}
+
+static void send_req(int fd, uint64_t id, const crp_rpc_req *req)
+{
+    crp_buf b = {0};
+    assert_int_equal(crp_rpc_req_encode(req, &b), 0);
+    send_frame(fd, CRP_RPC_REQ, id, b.data, b.len);
+    crp_buf_free(&b);
+}
+
+static bool recv_all(int fd, void *p, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = recv(fd, (uint8_t *)p + got, n - got, 0);
+        if (r <= 0)
+            return false;
+        got += (size_t)r;
+    }
+    return true;
+}
+
+/* Read one frame (fails the test if none comes within 5 s); *body is malloc'd. */
+static void recv_frame(int fd, crp_header *h, uint8_t **body)
+{
+    uint8_t hb[CRP_HEADER_SIZE];
+    assert_true(recv_all(fd, hb, sizeof(hb)));
+    assert_int_equal(crp_header_decode(hb, h), 0);
+    *body = malloc(h->body_len + 1u);
+    assert_non_null(*body);
+    assert_true(recv_all(fd, *body, h->body_len));
+}
+
+/* Expect an ERROR frame with status want, then (if closes) the end of the stream. */
+static void expect_error(int fd, int want, bool closes)
+{
+    crp_header h;
+    uint8_t *body;
+    recv_frame(fd, &h, &body);
+    assert_int_equal(h.type, CRP_ERROR);
+    assert_int_equal(h.status, want);
+    crp_error e = {0};
+    assert_int_equal(crp_error_decode(body, h.body_len, &e), 0);
+    print_message("ERROR frame %s: %s\n", cr_status_name(h.status), e.message ? e.message : "");
+    crp_error_clear(&e);
+    free(body);
+    if (closes) {
+        char c;
+        assert_true(recv(fd, &c, 1, 0) == 0); /* EOF, not a timeout (-1) */
+    }
+}
+
+/* A ping on fd is answered (the connection still serves). */
+static void expect_ping_answered(int fd, uint64_t id)
+{
+    crp_rpc_req req = {.op = CRP_RPC_PING};
+    req.u.client.client_id = (crp_rpc_uuid){1, 2};
+    send_req(fd, id, &req);
+    crp_header h;
+    uint8_t *body;
+    recv_frame(fd, &h, &body);
+    assert_int_equal(h.type, CRP_RPC_RESP);
+    assert_int_equal(h.request_id, id);
+    crp_rpc_resp resp;
+    assert_int_equal(crp_rpc_resp_decode(body, h.body_len, &resp), 0);
+    assert_int_equal(resp.op, CRP_RPC_PING);
+    assert_int_equal(resp.status, 0);
+    assert_int_equal(resp.u.ping.client_status, CRP_RPC_CLIENT_NEED_REMOUNT);
+    crp_rpc_resp_clear(&resp);
+    free(body);
+}
+
+static void test_malformed_frames(void **state)
+{
+    (void)state;
+    mh_master m;
+    start_master(&m, NULL);
+    uint8_t h[CRP_HEADER_SIZE];
+
+    /* (a) bad magic: ERROR, then the master closes (the stream cannot resync). */
+    int fd = mh_connect_raw(m.port);
+    assert_true(fd >= 0);
+    raw_header(h, 0x58585858u, CRP_VERSION, CRP_RPC_REQ, 0, 1, 0);
+    send_all(fd, h, sizeof(h));
+    expect_error(fd, CR_ERR_MALFORMED_FRAME, true);
+    close(fd);
+
+    /* (b) a body announced larger than 1 MiB: refused before it is read. */
+    fd = mh_connect_raw(m.port);
+    raw_header(h, CRP_MAGIC, CRP_VERSION, CRP_RPC_REQ, CRP_MAX_BODY + 1, 2, 0);
+    send_all(fd, h, sizeof(h));
+    expect_error(fd, CR_ERR_MALFORMED_FRAME, true);
+    close(fd);
+    fd = mh_connect_raw(m.port);
+    raw_header(h, CRP_MAGIC, CRP_VERSION, CRP_RPC_REQ, 0xffffffffu, 3, 0);
+    send_all(fd, h, sizeof(h));
+    expect_error(fd, CR_ERR_MALFORMED_FRAME, true);
+    close(fd);
+
+    /* Data bytes on an RPC frame, a newer framing version, an unknown type: close too. */
+    fd = mh_connect_raw(m.port);
+    raw_header(h, CRP_MAGIC, CRP_VERSION, CRP_RPC_REQ, 0, 4, 4096);
+    send_all(fd, h, sizeof(h));
+    expect_error(fd, CR_ERR_MALFORMED_FRAME, true);
+    close(fd);
+    fd = mh_connect_raw(m.port);
+    raw_header(h, CRP_MAGIC, CRP_VERSION + 1, CRP_RPC_REQ, 0, 5, 0);
+    send_all(fd, h, sizeof(h));
+    expect_error(fd, CR_ERR_VERSION_MISMATCH, true);
+    close(fd);
+    fd = mh_connect_raw(m.port);
+    raw_header(h, CRP_MAGIC, CRP_VERSION, 200, 0, 6, 0);
+    send_all(fd, h, sizeof(h));
+    expect_error(fd, CR_ERR_MALFORMED_FRAME, true);
+    close(fd);
+
+    /* (c) well-framed garbage: ERROR with the request id, the connection stays usable. */
+    fd = mh_connect_raw(m.port);
+    static const uint8_t garbage[] = {0xc1, 0xc1, 0xde, 0xad, 0xbe, 0xef};
+    send_frame(fd, CRP_RPC_REQ, 10, garbage, sizeof(garbage));
+    crp_header rh;
+    uint8_t *body;
+    recv_frame(fd, &rh, &body);
+    assert_int_equal(rh.type, CRP_ERROR);
+    assert_int_equal(rh.status, CR_ERR_MALFORMED_FRAME);
+    assert_int_equal(rh.request_id, 10);
+    free(body);
+    expect_ping_answered(fd, 11);
+    /* An empty body, a truncated map, an unknown op, a frame of another type: same. */
+    send_frame(fd, CRP_RPC_REQ, 12, NULL, 0);
+    expect_error(fd, CR_ERR_MALFORMED_FRAME, false);
+    static const uint8_t truncated[] = {0x82, 0xa2, 'o', 'p', 0x02};
+    send_frame(fd, CRP_RPC_REQ, 13, truncated, sizeof(truncated));
+    expect_error(fd, CR_ERR_MALFORMED_FRAME, false);
+    static const uint8_t unknown_op[] = {0x81, 0xa2, 'o', 'p', 0xcd, 0x03, 0xe7}; /* op 999 */
+    send_frame(fd, CRP_RPC_REQ, 14, unknown_op, sizeof(unknown_op));
+    expect_error(fd, CR_NOT_SUPPORTED, false);
+    send_frame(fd, CRP_PROBE, 15, NULL, 0);
+    expect_error(fd, CR_ERR_MALFORMED_FRAME, false);
+    expect_ping_answered(fd, 16);
+
+    /* (d) SERVICE_READY with protocol 99: a clear version error, not a garbled reply. */
+    crp_rpc_req hello = {.op = CRP_RPC_SERVICE_READY};
+    hello.u.hello = (crp_rpc_hello_req){99, CRP_RPC_CAPS_DEFINED, {3, 4}, "test 9.9"};
+    send_req(fd, 17, &hello);
+    recv_frame(fd, &rh, &body);
+    assert_int_equal(rh.type, CRP_RPC_RESP);
+    assert_int_equal(rh.status, CR_INVALID_VERSION);
+    crp_rpc_resp resp;
+    assert_int_equal(crp_rpc_resp_decode(body, rh.body_len, &resp), 0);
+    assert_int_equal(resp.status, CR_INVALID_VERSION);
+    assert_int_equal(resp.u.hello.version, CRP_RPC_VERSION); /* it says what it speaks */
+    print_message("version 99 refused: %s\n", resp.message ? resp.message : "(no message)");
+    crp_rpc_resp_clear(&resp);
+    free(body);
+
+    /* Pipelining: 200 requests in one write, 200 replies in order. */
+    crp_buf all = {0};
+    for (uint64_t i = 0; i < 200; i++) {
+        crp_rpc_req req = {.op = CRP_RPC_EXIST};
+        req.u.key.key = "nokey";
+        crp_buf b = {0};
+        assert_int_equal(crp_rpc_req_encode(&req, &b), 0);
+        uint8_t fh[CRP_HEADER_SIZE];
+        raw_header(fh, CRP_MAGIC, CRP_VERSION, CRP_RPC_REQ, (uint32_t)b.len, 1000 + i, 0);
+        uint8_t *nd = realloc(all.data, all.len + sizeof(fh) + b.len);
+        assert_non_null(nd);
+        all.data = nd;
+        memcpy(all.data + all.len, fh, sizeof(fh));
+        memcpy(all.data + all.len + sizeof(fh), b.data, b.len);
+        all.len += sizeof(fh) + b.len;
+        crp_buf_free(&b);
+    }
+    send_all(fd, all.data, all.len);
+    free(all.data);
+    for (uint64_t i = 0; i < 200; i++) {
+        recv_frame(fd, &rh, &body);
+        assert_int_equal(rh.type, CRP_RPC_RESP);
+        assert_int_equal(rh.request_id, 1000 + i);
+        free(body);
+    }
+    close(fd);
+
+    /* A half header, then a hang-up; a connection closed mid-body. */
+    fd = mh_connect_raw(m.port);
+    send_all(fd, "CRSC", 4);
+    close(fd);
+    fd = mh_connect_raw(m.port);
+    raw_header(h, CRP_MAGIC, CRP_VERSION, CRP_RPC_REQ, 1000, 20, 0);
+    send_all(fd, h, sizeof(h));
+    send_all(fd, garbage, sizeof(garbage));
+    close(fd);
+
+    /* After all that a normal client works. */
+    mh_client c;
+    start_client(&c, &m);
+    xcmd(&c, 0, "mount seg %llu %llu", SEG_BASE, 64 * MIB);
+    xcmd(&c, 0, "put k 100");
+    assert_int_equal(fld_ll(xcmd(&c, 0, "get k"), "n"), 1);
+    mh_client *cs[] = {&c};
+    stop_all(&m, cs, 1);
+}
+
+/* --- flags
+ * -----------------------------------------------------------------------------------------------
+ */
+
+static void expect_exit(const char *const *args, int want, const char *in_out, const char *in_err)
+{
+    const char *argv[16] = {mh_master_bin()};
+    int n = 1;
+    for (; args[n - 1] != NULL && n < 15; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    static char out[65536], err[65536];
+    int st = mh_run(argv, out, sizeof(out), err, sizeof(err));
+    if (st != want || (in_out && strstr(out, in_out) == NULL) ||
+        (in_err && strstr(err, in_err) == NULL))
+        fail_msg("crescent-master %s: exit %d (want %d), stdout '%.300s', stderr '%.300s'", args[0],
+                 st, want, out, err);
+}
+
+static void test_flags(void **state)
+{
+    (void)state;
+    expect_exit((const char *[]){"--no_such_flag=1", NULL}, 2, NULL, "no_such_flag");
+    expect_exit((const char *[]){"--eviction_ratio=2", NULL}, 2, NULL, "eviction_ratio");
+    expect_exit((const char *[]){"--client_ttl=soon", NULL}, 2, NULL, "client_ttl");
+    expect_exit((const char *[]){"--rpc_port=70000", NULL}, 2, NULL, "rpc_port");
+    expect_exit((const char *[]){"--default_kv_lease_ttl=-5", NULL}, 2, NULL,
+                "default_kv_lease_ttl");
+    expect_exit((const char *[]){"stray", NULL}, 2, NULL, "stray");
+    expect_exit((const char *[]){"--version", NULL}, 0, "crescent-master", NULL);
+    expect_exit((const char *[]){"--help", NULL}, 0, "--rpc_port", NULL);
+
+    /* Mooncake's single-dash spelling and a duration with a unit reach the service. */
+    mh_master m;
+    const char *args[] = {"-default_kv_lease_ttl=700ms", NULL};
+    start_master(&m, args);
+    mh_client c;
+    start_client(&c, &m);
+    xcmd(&c, 0, "mount seg %llu %llu", SEG_BASE, 64 * MIB);
+    xcmd(&c, 0, "put k 100");
+    assert_int_equal(fld_ll(xcmd(&c, 0, "get k"), "lease"), 700);
+    mh_client *cs[] = {&c};
+    stop_all(&m, cs, 1);
+}
+
+/* --- /health and /metrics
+ * ----------------------------------------------------------------------------------- */
+
+static void test_http_endpoints(void **state)
+{
+    (void)state;
+    mh_master m;
+    mh_client c;
+    start_master(&m, NULL);
+    start_client(&c, &m);
+    xcmd(&c, 0, "mount segH %llu %llu", SEG_BASE, 64 * MIB);
+    xcmd(&c, 0, "put k1 4096");
+    xcmd(&c, 0, "put k2 4096");
+    exists(&c, "k1");
+    xcmd(&c, 0, "get k1");
+    xcmd(&c, CR_OBJECT_NOT_FOUND, "get nokey");
+    xcmd(&c, 0, "batch_exist k1,k2");
+
+    char *body = NULL;
+    assert_int_equal(mh_http_get(m.metrics_port, "/health", &body), 200);
+    assert_non_null(strstr(body, "\"ok\""));
+    free(body);
+
+    assert_int_equal(mh_http_get(m.metrics_port, "/metrics", &body), 200);
+    assert_int_equal((int)mh_prom_value(body, "master_key_count"), 2);
+    assert_int_equal((int)mh_prom_value(body, "master_segments"), 1);
+    assert_int_equal((int)mh_prom_value(body, "master_total_capacity_bytes"), (int)(64 * MIB));
+    assert_true(mh_prom_value(body, "master_allocated_bytes") >= 8192);
+    assert_int_equal((int)mh_prom_value(body, "master_requests_total{op=\"put_start\"}"), 2);
+    assert_int_equal((int)mh_prom_value(body, "master_requests_total{op=\"put_end\"}"), 2);
+    assert_int_equal((int)mh_prom_value(body, "master_requests_total{op=\"exist_key\"}"), 1);
+    assert_int_equal((int)mh_prom_value(body, "master_requests_total{op=\"batch_exist_key\"}"), 1);
+    assert_int_equal((int)mh_prom_value(body, "master_requests_total{op=\"get_replica_list\"}"), 2);
+    assert_int_equal((int)mh_prom_value(body, "master_failures_total{op=\"get_replica_list\"}"), 1);
+    assert_non_null(strstr(body, "master_rpc_latency_seconds_bucket{op=\"put_start\""));
+    free(body);
+
+    assert_int_equal(mh_http_get(m.metrics_port, "/get_all_segments", &body), 200);
+    assert_non_null(strstr(body, "\"segH\""));
+    free(body);
+    assert_int_equal(mh_http_get(m.metrics_port, "/query_key?key=k1", &body), 200);
+    assert_non_null(strstr(body, "\"k1\""));
+    assert_non_null(strstr(body, "\"segH\""));
+    free(body);
+    assert_int_equal(mh_http_get(m.metrics_port, "/query_key?key=nokey", &body), 404);
+    free(body);
+    assert_int_equal(mh_http_get(m.metrics_port, "/no/such/path", &body), 404);
+    free(body);
+
+    mh_client *cs[] = {&c};
+    stop_all(&m, cs, 1);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_put_get_flow, teardown_kill),
+        cmocka_unit_test_teardown(test_replicas_distinct, teardown_kill),
+        cmocka_unit_test_teardown(test_lease_blocks_remove, teardown_kill),
+        cmocka_unit_test_teardown(test_eviction_respects_pins_and_leases, teardown_kill),
+        cmocka_unit_test_teardown(test_killed_client_expires, teardown_kill),
+        cmocka_unit_test_teardown(test_restart_remount_fence, teardown_kill),
+        cmocka_unit_test_teardown(test_malformed_frames, teardown_kill),
+        cmocka_unit_test_teardown(test_flags, teardown_kill),
+        cmocka_unit_test_teardown(test_http_endpoints, teardown_kill),
+    };
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    mh_kill_all();
+    return failed;
+}
