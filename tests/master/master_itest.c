@@ -244,6 +244,20 @@ static void test_put_get_flow(void **state)
     assert_false(mh_list_has(fld(xcmd(&b, 0, "segments"), "names"), "segA"));
     xcmd(&a, CR_NO_AVAILABLE_HANDLE, "put u2 10");
 
+    /* Mounted again, segA stays fenced while leases granted on its old mount (B's gets of
+     * k2, b0, b1, 10 s) may still let readers read it. */
+    xcmd(&a, 0, "mount segA %llu %llu", SEG_BASE, 64 * MIB);
+    xcmd(&a, CR_NO_AVAILABLE_HANDLE, "put u3 10");
+    xcmd(&a, 0, "mount segC %llu %llu", SEG_BASE + 0x10000000ull, 64 * MIB);
+    assert_string_equal(fld(xcmd(&a, 0, "put u4 10"), "segs"), "segC");
+
+    /* Parameters the master refuses per request, the connection serving on. */
+    xcmd(&a, CR_INVALID_PARAMS, "put bad 10 n=0");
+    xcmd(&a, CR_INVALID_PARAMS, "put bad 10 sp=999999999999"); /* > --max_kv_soft_pin_ttl */
+    xcmd(&a, 0, "put good 10 sp=1000");
+    assert_true(fld_ll(xcmd(&b, 0, "query good"), "sp_ms") > 0);
+    xcmd(&b, CR_INVALID_PARAMS, "mount segZ %llu 32", SEG_BASE); /* below the alignment */
+
     mh_client *cs[] = {&a, &b};
     stop_all(&m, cs, 2);
 }
@@ -438,6 +452,53 @@ static void test_eviction_respects_pins_and_leases(void **state)
     stop_all(&m, cs, 2);
 }
 
+/* --- a stale put is preempted, its space released later --------------------------------- */
+
+static void test_stale_put_preempted(void **state)
+{
+    (void)state;
+    mh_master m;
+    mh_client a, b;
+    const char *args[] = {"--put_start_discard_timeout_sec=800ms",
+                          "--put_start_release_timeout_sec=2500ms", NULL};
+    start_master(&m, args);
+    start_client(&a, &m);
+    start_client(&b, &m);
+    xcmd(&a, 0, "heartbeat on");
+    xcmd(&b, 0, "heartbeat on");
+    xcmd(&a, 0, "mount segA %llu %llu", SEG_BASE, MIB);
+
+    uint64_t t0 = mh_now_ms(); /* precedes the master's start of A's put */
+    xcmd(&a, 0, "put_start k %llu", 512 * 1024ull);
+    xcmd(&b, CR_OBJECT_REPLICA_BUSY, "put_start k 1024"); /* young: refused */
+    assert_true(mh_now_ms() - t0 < 800);
+    while (mh_now_ms() < t0 + 800 + 200)
+        mh_sleep_ms(20);
+    /* Older than the discard timeout: B preempts A's write. */
+    xcmd(&b, 0, "put_start k %llu", 256 * 1024ull);
+    xcmd(&a, CR_ILLEGAL_CLIENT, "put_end k");
+    xcmd(&b, 0, "put_end k");
+    assert_int_equal(fld_ll(xcmd(&a, 0, "query k"), "sz"), 256 * 1024);
+    /* A slow writer may still write into the preempted space: it stays allocated until the
+     * release timeout (from A's start), then it is freed. */
+    assert_true(metric(&m, "master_allocated_bytes") >= 768.0 * 1024);
+    assert_true(mh_now_ms() - t0 < 2500);
+    double allocated = 0;
+    while (mh_now_ms() - t0 < 8000) {
+        allocated = metric(&m, "master_allocated_bytes");
+        if (allocated < 768.0 * 1024)
+            break;
+        mh_sleep_ms(100);
+    }
+    print_message("preempted space released %" PRIu64 " ms after the first put_start\n",
+                  mh_now_ms() - t0);
+    assert_true(mh_now_ms() - t0 >= 2500);
+    assert_int_equal((long long)allocated, 256 * 1024);
+
+    mh_client *cs[] = {&a, &b};
+    stop_all(&m, cs, 2);
+}
+
 /* --- a killed client's segments are unmounted after the TTL -------------------------------------
  */
 
@@ -493,10 +554,10 @@ static void test_killed_client_expires(void **state)
 static void test_restart_remount_fence(void **state)
 {
     (void)state;
-    const uint64_t ttl = 2000; /* the fence is lease TTL + 1 s after the restart */
+    const uint64_t ttl = 3000; /* the fence is lease TTL + 1 s after the restart */
     mh_master m;
     mh_client a, b;
-    const char *args[] = {"--default_kv_lease_ttl=2000", NULL};
+    const char *args[] = {"--default_kv_lease_ttl=3000", NULL};
     start_master(&m, args);
     start_client(&a, &m);
     start_client(&b, &m);
@@ -513,7 +574,7 @@ static void test_restart_remount_fence(void **state)
     uint16_t port = m.port;
     mh_master_kill(&m);
     uint64_t t_restart = mh_now_ms(); /* precedes the new master's start */
-    const char *args2[] = {"--default_kv_lease_ttl=2000", port_arg, NULL};
+    const char *args2[] = {"--default_kv_lease_ttl=3000", port_arg, NULL};
     start_master(&m, args2);
     assert_int_equal(m.port, port);
 
@@ -908,6 +969,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_replicas_distinct, teardown_kill),
         cmocka_unit_test_teardown(test_lease_blocks_remove, teardown_kill),
         cmocka_unit_test_teardown(test_eviction_respects_pins_and_leases, teardown_kill),
+        cmocka_unit_test_teardown(test_stale_put_preempted, teardown_kill),
         cmocka_unit_test_teardown(test_killed_client_expires, teardown_kill),
         cmocka_unit_test_teardown(test_restart_remount_fence, teardown_kill),
         cmocka_unit_test_teardown(test_malformed_frames, teardown_kill),

@@ -28,7 +28,8 @@
  *        connection keeps as many requests in flight as it has caller
  *        threads: --threads per connection (default 16).
  *   raw  one thread per connection speaking the wire protocol itself
- *        (proto/rpc.h codecs, its own socket), keeping --depth ops in flight
+ *        (proto/rpc.h codecs, its own socket, on which it also handshakes
+ *        and mounts; the library is not involved), keeping --depth ops in flight
  *        and batching its writes. It measures what the master can serve
  *        when the client costs little; a put's PUT_END is still sent only
  *        after its PUT_START reply arrived, as a real writer must.
