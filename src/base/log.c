@@ -47,3 +47,10 @@ void crb_log(int level, const char *fmt, ...)
     fprintf(stderr, "crescent %c %ld.%03ld [%d] %s\n", tags[level], (long)ts.tv_sec,
             ts.tv_nsec / 1000000, (int)getpid(), line);
 }
+
+void crb_log_default_level(int level)
+{
+    pthread_once(&log_once, log_read_env);
+    if (getenv("CRESCENT_LOG") == NULL && level >= CRB_LOG_ERROR && level <= CRB_LOG_DEBUG)
+        log_level = level;
+}

@@ -21,4 +21,7 @@ int crb_log_enabled(int level);
 
 void crb_log(int level, const char *fmt, ...) CRB_PRINTF(2, 3);
 
+/** Set the level unless CRESCENT_LOG chose one (daemons default to info). */
+void crb_log_default_level(int level);
+
 #endif

@@ -244,6 +244,7 @@ static int master_start(master *m)
 int main(int argc, char **argv)
 {
     master m = {0};
+    crb_log_default_level(CRB_LOG_INFO); /* one line per join, expiry, mount, eviction */
     crk_master_options_defaults(&m.opt);
     int rc = crk_master_options_parse(argc, argv, &m.opt);
     if (rc < 0) {
