@@ -2,8 +2,9 @@
  * store_threads_test.c - seed 000 at the store level: short-lived pool
  * threads on one cr_store (in this process) against a crescent-master child.
  *
- * In each of 3 rounds a fresh pool of 4 threads starts; thread t owns 201,
- * 201, 200 or 200 keys (802 per round). Each thread allocates one merged
+ * In each of 3 rounds a fresh pool of 4 threads starts; threads 0 and 1 each
+ * write a 400-key batch, threads 2 and 3 one key each (802 per round, as in
+ * the seed). Each thread allocates one merged
  * region holding all its values back to back (heap memory for even threads,
  * cr_alloc_shared memory for odd ones), registers it with
  * cr_store_register_buffer, fills it, writes every key with one
@@ -36,7 +37,7 @@
 #define KEYS_PER_ROUND      802
 #define STORE_REGISTRATIONS 2
 
-static const int keys_of_thread[THREADS] = {201, 201, 200, 200};
+static const int keys_of_thread[THREADS] = {400, 400, 1, 1};
 
 typedef struct worker {
     cr_store *s;
