@@ -160,8 +160,7 @@ int pcr_keys(pcr_call *cx, PyObject *seq, const char ***out, size_t *n)
 static int to_u64(PyObject *o, const char *what, uint64_t *out)
 {
     if (PyBool_Check(o) || !PyIndex_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
-                     Py_TYPE(o)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what, Py_TYPE(o)->tp_name);
         return -1;
     }
     PyObject *i = PyNumber_Index(o);
@@ -249,8 +248,7 @@ int pcr_buffer_like(PyObject *o)
     return nd > 0;
 }
 
-int pcr_ptr(pcr_call *cx, PyObject *o, bool writable, bool allow_null, const char *what,
-            void **out)
+int pcr_ptr(pcr_call *cx, PyObject *o, bool writable, bool allow_null, const char *what, void **out)
 {
     if (o == Py_None) {
         PyErr_Format(PyExc_TypeError, "%s must be an address (int), not None", what);
@@ -282,8 +280,7 @@ int pcr_ptr(pcr_call *cx, PyObject *o, bool writable, bool allow_null, const cha
     return 0;
 }
 
-int pcr_ptrs(pcr_call *cx, PyObject *seq, size_t n, bool writable, const char *what,
-             void ***out)
+int pcr_ptrs(pcr_call *cx, PyObject *seq, size_t n, bool writable, const char *what, void ***out)
 {
     PyObject *t;
     size_t m;
@@ -468,8 +465,8 @@ static int cfg_u64(pcr_call *cx, PyObject *o, const char *name, uint64_t *out, b
 }
 
 /* Append the str items of list attribute `name` to segs. */
-static int cfg_segments(pcr_call *cx, PyObject *o, const char *name, const char **segs,
-                        size_t cap, size_t *n)
+static int cfg_segments(pcr_call *cx, PyObject *o, const char *name, const char **segs, size_t cap,
+                        size_t *n)
 {
     PyObject *v;
     if (cfg_attr(cx, o, name, &v) < 0)
@@ -532,8 +529,10 @@ int pcr_replicate_config(pcr_call *cx, PyObject *o, cr_replicate_config *cfg, bo
     if (cfg_u64(cx, o, "soft_pin_action", &action, NULL) < 0)
         return -1;
     if (action > CR_SOFT_PIN_DISABLE) {
-        PyErr_Format(PyExc_ValueError, "ReplicateConfig.soft_pin_action %llu is not a "
-                                       "SoftPinAction", (unsigned long long)action);
+        PyErr_Format(PyExc_ValueError,
+                     "ReplicateConfig.soft_pin_action %llu is not a "
+                     "SoftPinAction",
+                     (unsigned long long)action);
         return -1;
     }
     cfg->soft_pin_action = (int)action;

@@ -19,16 +19,15 @@
 #include <string.h>
 
 typedef struct {
-    PyObject_HEAD
-    cr_engine *engine;
+    PyObject_HEAD cr_engine *engine;
     pcr_guard guard;
     PyObject *pins; /* {address: memoryview} for registered buffer objects */
 } Engine;
 
-#define ENTER(self)                                                                               \
-    do {                                                                                          \
-        if (pcr_guard_enter(&(self)->guard, (self)->engine != NULL, "engine") < 0)                \
-            return NULL;                                                                          \
+#define ENTER(self)                                                                                \
+    do {                                                                                           \
+        if (pcr_guard_enter(&(self)->guard, (self)->engine != NULL, "engine") < 0)                 \
+            return NULL;                                                                           \
     } while (0)
 #define LEAVE(self) pcr_guard_leave(&(self)->guard)
 
@@ -68,7 +67,10 @@ static int conv_u64(PyObject *o, void *out)
     return 1;
 }
 
-static int conv_str(PyObject *o, void *out) { return pcr_opt_str(o, "argument", out) == 0; }
+static int conv_str(PyObject *o, void *out)
+{
+    return pcr_opt_str(o, "argument", out) == 0;
+}
 
 static int conv_int(PyObject *o, void *out)
 {
@@ -120,10 +122,13 @@ static PyObject *engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 
 static int engine_init(Engine *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"local_hostname", "metadata", "protocol", "rpc_port",
-                             "metadata_prefix", "worker_threads", "lanes_per_peer",
-                             "slice_size", "connect_timeout_ms", "request_timeout_ms",
-                             "shared_secret", "shm_allow_any_user", "disable_cma", NULL};
+    static char *kwlist[] = {"local_hostname",     "metadata",
+                             "protocol",           "rpc_port",
+                             "metadata_prefix",    "worker_threads",
+                             "lanes_per_peer",     "slice_size",
+                             "connect_timeout_ms", "request_timeout_ms",
+                             "shared_secret",      "shm_allow_any_user",
+                             "disable_cma",        NULL};
     if (self->engine != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Engine is already initialised");
         return -1;
@@ -132,12 +137,11 @@ static int engine_init(Engine *self, PyObject *args, PyObject *kw)
     cr_engine_config_init(&cfg);
     int any_user = 0, no_cma = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "|O&O&O&O&$O&O&O&O&O&O&O&pp:Engine", kwlist, conv_str,
-            &cfg.local_hostname, conv_str, &cfg.metadata, conv_str, &cfg.protocol, conv_u16,
-            &cfg.rpc_port, conv_str, &cfg.metadata_prefix, conv_u32, &cfg.worker_threads,
-            conv_u32, &cfg.lanes_per_peer, conv_u64, &cfg.slice_size, conv_u32,
-            &cfg.connect_timeout_ms, conv_u32, &cfg.request_timeout_ms, conv_str,
-            &cfg.shared_secret, &any_user, &no_cma))
+            args, kw, "|O&O&O&O&$O&O&O&O&O&O&O&pp:Engine", kwlist, conv_str, &cfg.local_hostname,
+            conv_str, &cfg.metadata, conv_str, &cfg.protocol, conv_u16, &cfg.rpc_port, conv_str,
+            &cfg.metadata_prefix, conv_u32, &cfg.worker_threads, conv_u32, &cfg.lanes_per_peer,
+            conv_u64, &cfg.slice_size, conv_u32, &cfg.connect_timeout_ms, conv_u32,
+            &cfg.request_timeout_ms, conv_str, &cfg.shared_secret, &any_user, &no_cma))
         return -1;
     cr_engine_config d;
     cr_engine_config_init(&d);
@@ -153,10 +157,9 @@ static int engine_init(Engine *self, PyObject *args, PyObject *kw)
     cfg.disable_cma = no_cma != 0;
     cr_engine *e = NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cr_engine_create(&cfg, &e);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
+    Py_BEGIN_ALLOW_THREADS rc = cr_engine_create(&cfg, &e);
+    Py_END_ALLOW_THREADS if (rc < 0)
+    {
         pcr_raise(rc);
         return -1;
     }
@@ -172,11 +175,9 @@ static void engine_shutdown(Engine *self)
         return;
     self->guard.closing = true;
     cr_engine *e = self->engine;
-    Py_BEGIN_ALLOW_THREADS
-    pcr_guard_drain(&self->guard);
+    Py_BEGIN_ALLOW_THREADS pcr_guard_drain(&self->guard);
     cr_engine_destroy(e);
-    Py_END_ALLOW_THREADS
-    self->engine = NULL;
+    Py_END_ALLOW_THREADS self->engine = NULL;
     PyDict_Clear(self->pins);
 }
 
@@ -308,8 +309,8 @@ static PyObject *engine_register(Engine *self, PyObject *args, PyObject *kw)
     PyObject *addr, *length = Py_None;
     const char *location = NULL;
     int remote = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO&p:register", kwlist, &addr, &length,
-                                     conv_str, &location, &remote))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO&p:register", kwlist, &addr, &length, conv_str,
+                                     &location, &remote))
         return NULL;
     ENTER(self);
     pcr_call cx = PCR_CALL_INIT;
@@ -318,13 +319,9 @@ static PyObject *engine_register(Engine *self, PyObject *args, PyObject *kw)
     PyObject *mv = NULL, *result = NULL;
     if (buffer_arg(&cx, addr, length, &p, &n, &mv) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_engine_register(self->engine, p, n, location, remote != 0);
-        Py_END_ALLOW_THREADS
-        if (rc < 0)
-            pcr_raise(rc);
-        else if (pin(self, p, mv) == 0)
-            result = PyLong_FromVoidPtr(p);
+        Py_BEGIN_ALLOW_THREADS rc = cr_engine_register(self->engine, p, n, location, remote != 0);
+        Py_END_ALLOW_THREADS if (rc < 0) pcr_raise(rc);
+        else if (pin(self, p, mv) == 0) result = PyLong_FromVoidPtr(p);
     }
     Py_XDECREF(mv);
     pcr_call_release(&cx);
@@ -361,8 +358,8 @@ static PyObject *engine_register_batch(Engine *self, PyObject *args, PyObject *k
             goto out;
         specs[i].location = location;
         specs[i].remote_accessible = remote != 0;
-        PyObject *pair = Py_BuildValue("(NO)", PyLong_FromVoidPtr(specs[i].addr),
-                                       mv ? mv : Py_None);
+        PyObject *pair =
+            Py_BuildValue("(NO)", PyLong_FromVoidPtr(specs[i].addr), mv ? mv : Py_None);
         Py_XDECREF(mv);
         if (pair == NULL || PyList_Append(mvs, pair) < 0) {
             Py_XDECREF(pair);
@@ -371,10 +368,9 @@ static PyObject *engine_register_batch(Engine *self, PyObject *args, PyObject *k
         Py_DECREF(pair);
     }
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cr_engine_register_batch(self->engine, specs, n);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
+    Py_BEGIN_ALLOW_THREADS rc = cr_engine_register_batch(self->engine, specs, n);
+    Py_END_ALLOW_THREADS if (rc < 0)
+    {
         pcr_raise(rc);
         goto out;
     }
@@ -400,12 +396,13 @@ static PyObject *engine_unregister(Engine *self, PyObject *arg)
     PyObject *result = NULL;
     if (pcr_ptr(&cx, arg, false, true, "address", &p) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_engine_unregister(self->engine, p);
-        Py_END_ALLOW_THREADS
-        if (rc < 0) {
+        Py_BEGIN_ALLOW_THREADS rc = cr_engine_unregister(self->engine, p);
+        Py_END_ALLOW_THREADS if (rc < 0)
+        {
             pcr_raise(rc);
-        } else {
+        }
+        else
+        {
             unpin(self, p);
             result = Py_NewRef(Py_None);
         }
@@ -431,12 +428,10 @@ static PyObject *engine_unregister_batch(Engine *self, PyObject *arg)
                 break;
         if (i == n) {
             int rc;
-            Py_BEGIN_ALLOW_THREADS
-            rc = cr_engine_unregister_batch(self->engine, addrs, n);
+            Py_BEGIN_ALLOW_THREADS rc = cr_engine_unregister_batch(self->engine, addrs, n);
             Py_END_ALLOW_THREADS
-            /* Every address is attempted even when one fails: unpin them all. */
-            for (i = 0; i < n; i++)
-                unpin(self, addrs[i]);
+                /* Every address is attempted even when one fails: unpin them all. */
+                for (i = 0; i < n; i++) unpin(self, addrs[i]);
             result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
         }
     }
@@ -465,10 +460,9 @@ static int segment_arg(Engine *self, PyObject *o, cr_segment_handle *out)
         if (name == NULL)
             return -1;
         int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_engine_open_segment(self->engine, name, out);
-        Py_END_ALLOW_THREADS
-        if (rc < 0) {
+        Py_BEGIN_ALLOW_THREADS rc = cr_engine_open_segment(self->engine, name, out);
+        Py_END_ALLOW_THREADS if (rc < 0)
+        {
             pcr_raise(rc);
             return -1;
         }
@@ -508,12 +502,12 @@ static PyObject *engine_close_segment(Engine *self, PyObject *arg)
 
 static PyObject *engine_transfer_sync(Engine *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"opcode",  "local_address", "segment", "remote_address",
-                             "length",  "timeout_ms",    NULL};
+    static char *kwlist[] = {"opcode", "local_address", "segment", "remote_address",
+                             "length", "timeout_ms",    NULL};
     int op, timeout = 0;
     PyObject *local, *seg, *remote, *length;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OOOO|O&:transfer_sync", kwlist, conv_opcode,
-                                     &op, &local, &seg, &remote, &length, conv_int, &timeout))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OOOO|O&:transfer_sync", kwlist, conv_opcode, &op,
+                                     &local, &seg, &remote, &length, conv_int, &timeout))
         return NULL;
     ENTER(self);
     pcr_call cx = PCR_CALL_INIT;
@@ -525,10 +519,9 @@ static PyObject *engine_transfer_sync(Engine *self, PyObject *args, PyObject *kw
         pcr_size(remote, "remote_address", &raddr) == 0 && pcr_size(length, "length", &len) == 0 &&
         segment_arg(self, seg, &h) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_engine_transfer_sync(self->engine, op, lp, h, raddr, len, timeout);
-        Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        Py_BEGIN_ALLOW_THREADS rc =
+            cr_engine_transfer_sync(self->engine, op, lp, h, raddr, len, timeout);
+        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -537,13 +530,12 @@ static PyObject *engine_transfer_sync(Engine *self, PyObject *args, PyObject *kw
 
 static PyObject *engine_transfer_sync_batch(Engine *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"opcode", "segment",    "local_addresses", "remote_addresses",
-                             "lengths", "timeout_ms", NULL};
+    static char *kwlist[] = {
+        "opcode", "segment", "local_addresses", "remote_addresses", "lengths", "timeout_ms", NULL};
     int op, timeout = 0;
     PyObject *seg, *locals, *remotes, *lengths;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OOOO|O&:transfer_sync_batch", kwlist,
-                                     conv_opcode, &op, &seg, &locals, &remotes, &lengths,
-                                     conv_int, &timeout))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OOOO|O&:transfer_sync_batch", kwlist, conv_opcode,
+                                     &op, &seg, &locals, &remotes, &lengths, conv_int, &timeout))
         return NULL;
     ENTER(self);
     pcr_call cx = PCR_CALL_INIT;
@@ -564,10 +556,9 @@ static PyObject *engine_transfer_sync_batch(Engine *self, PyObject *args, PyObje
                 len64[i] = lens[i];
             }
             int rc;
-            Py_BEGIN_ALLOW_THREADS
-            rc = cr_engine_transfer_sync_batch(self->engine, op, h, lp, ra64, len64, n, timeout);
-            Py_END_ALLOW_THREADS
-            result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+            Py_BEGIN_ALLOW_THREADS rc =
+                cr_engine_transfer_sync_batch(self->engine, op, h, lp, ra64, len64, n, timeout);
+            Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
         }
     }
     pcr_call_release(&cx);
@@ -612,8 +603,8 @@ static PyObject *engine_batch_submit(Engine *self, PyObject *args)
         }
         size_t ra, len;
         if (!conv_opcode(PyTuple_GET_ITEM(it, 0), &rq[i].opcode) ||
-            pcr_ptr(&cx, PyTuple_GET_ITEM(it, 1), rq[i].opcode == CR_OP_READ, true,
-                    "local_address", &rq[i].local_addr) < 0 ||
+            pcr_ptr(&cx, PyTuple_GET_ITEM(it, 1), rq[i].opcode == CR_OP_READ, true, "local_address",
+                    &rq[i].local_addr) < 0 ||
             segment_arg(self, PyTuple_GET_ITEM(it, 2), &rq[i].segment) < 0 ||
             pcr_size(PyTuple_GET_ITEM(it, 3), "remote_address", &ra) < 0 ||
             pcr_size(PyTuple_GET_ITEM(it, 4), "length", &len) < 0)
@@ -622,10 +613,8 @@ static PyObject *engine_batch_submit(Engine *self, PyObject *args)
         rq[i].length = len;
     }
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cr_batch_submit(self->engine, (cr_batch_id)b, rq, n);
-    Py_END_ALLOW_THREADS
-    result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+    Py_BEGIN_ALLOW_THREADS rc = cr_batch_submit(self->engine, (cr_batch_id)b, rq, n);
+    Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
 out:
     pcr_call_release(&cx);
     LEAVE(self);
@@ -656,15 +645,13 @@ static PyObject *engine_batch_wait(Engine *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"batch", "timeout_ms", NULL};
     uint64_t b;
     int timeout = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O&:batch_wait", kwlist, conv_u64, &b,
-                                     conv_int, &timeout))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O&:batch_wait", kwlist, conv_u64, &b, conv_int,
+                                     &timeout))
         return NULL;
     ENTER(self);
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cr_batch_wait(self->engine, (cr_batch_id)b, timeout);
-    Py_END_ALLOW_THREADS
-    LEAVE(self);
+    Py_BEGIN_ALLOW_THREADS rc = cr_batch_wait(self->engine, (cr_batch_id)b, timeout);
+    Py_END_ALLOW_THREADS LEAVE(self);
     return rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
 }
 
@@ -675,10 +662,8 @@ static PyObject *batch_simple(Engine *self, PyObject *arg, int (*fn)(cr_engine *
         return NULL;
     ENTER(self);
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = fn(self->engine, (cr_batch_id)b);
-    Py_END_ALLOW_THREADS
-    LEAVE(self);
+    Py_BEGIN_ALLOW_THREADS rc = fn(self->engine, (cr_batch_id)b);
+    Py_END_ALLOW_THREADS LEAVE(self);
     return rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
 }
 
@@ -718,10 +703,8 @@ static PyObject *engine_notify(Engine *self, PyObject *args)
     }
     if (segment_arg(self, seg, &h) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_engine_notify(self->engine, h, p, n);
-        Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        Py_BEGIN_ALLOW_THREADS rc = cr_engine_notify(self->engine, h, p, n);
+        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
     }
 out:
     pcr_call_release(&cx);
@@ -735,16 +718,14 @@ static PyObject *engine_take_notifications(Engine *self, PyObject *unused)
     cr_notification *list = NULL;
     size_t n = 0;
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cr_engine_take_notifications(self->engine, &list, &n);
-    Py_END_ALLOW_THREADS
-    LEAVE(self);
+    Py_BEGIN_ALLOW_THREADS rc = cr_engine_take_notifications(self->engine, &list, &n);
+    Py_END_ALLOW_THREADS LEAVE(self);
     if (rc < 0)
         return pcr_raise(rc);
     PyObject *out = PyList_New((Py_ssize_t)n);
     for (size_t i = 0; out != NULL && i < n; i++) {
-        PyObject *item = Py_BuildValue("(sy#)", list[i].from, list[i].message,
-                                       (Py_ssize_t)list[i].length);
+        PyObject *item =
+            Py_BuildValue("(sy#)", list[i].from, list[i].message, (Py_ssize_t)list[i].length);
         if (item == NULL) {
             Py_CLEAR(out);
             break;
@@ -764,10 +745,8 @@ static PyObject *engine_probe(Engine *self, PyObject *args, PyObject *kw)
         return NULL;
     ENTER(self);
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cr_engine_probe(self->engine, name, timeout);
-    Py_END_ALLOW_THREADS
-    LEAVE(self);
+    Py_BEGIN_ALLOW_THREADS rc = cr_engine_probe(self->engine, name, timeout);
+    Py_END_ALLOW_THREADS LEAVE(self);
     return rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
 }
 
@@ -795,7 +774,7 @@ static PyObject *engine_stats(Engine *self, PyObject *unused)
 /* Type                                                                      */
 /* ------------------------------------------------------------------------- */
 
-#define KW (METH_VARARGS | METH_KEYWORDS)
+#define KW    (METH_VARARGS | METH_KEYWORDS)
 #define F(fn) ((PyCFunction)(void (*)(void))(fn))
 
 static PyMethodDef engine_methods[] = {

@@ -92,7 +92,10 @@ int pcr_guard_enter(pcr_guard *g, bool open, const char *what)
     return 0;
 }
 
-void pcr_guard_leave(pcr_guard *g) { atomic_fetch_sub(&g->inflight, 1); }
+void pcr_guard_leave(pcr_guard *g)
+{
+    atomic_fetch_sub(&g->inflight, 1);
+}
 
 void pcr_guard_drain(pcr_guard *g)
 {
@@ -107,8 +110,7 @@ void pcr_guard_drain(pcr_guard *g)
 /* ------------------------------------------------------------------------- */
 
 typedef struct {
-    PyObject_HEAD
-    void *data;
+    PyObject_HEAD void *data;
     size_t size;
 } BufferHandle;
 
@@ -133,8 +135,8 @@ static void bh_dealloc(BufferHandle *h)
 static int bh_getbuffer(BufferHandle *h, Py_buffer *view, int flags)
 {
     static char empty[1];
-    return PyBuffer_FillInfo(view, (PyObject *)h, h->data ? h->data : empty,
-                             (Py_ssize_t)h->size, 0, flags);
+    return PyBuffer_FillInfo(view, (PyObject *)h, h->data ? h->data : empty, (Py_ssize_t)h->size, 0,
+                             flags);
 }
 
 static PyObject *bh_ptr(BufferHandle *h, PyObject *unused)
@@ -152,7 +154,10 @@ static PyObject *bh_tobytes(BufferHandle *h, PyObject *unused)
     return PyBytes_FromStringAndSize(h->data, (Py_ssize_t)h->size);
 }
 
-static Py_ssize_t bh_len(BufferHandle *h) { return (Py_ssize_t)h->size; }
+static Py_ssize_t bh_len(BufferHandle *h)
+{
+    return (Py_ssize_t)h->size;
+}
 
 static PyObject *bh_repr(BufferHandle *h)
 {
@@ -232,11 +237,8 @@ static PyObject *m_alloc_shared(PyObject *mod, PyObject *arg)
         return NULL;
     void *p = NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cr_alloc_shared(size, &p);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return pcr_raise(rc);
+    Py_BEGIN_ALLOW_THREADS rc = cr_alloc_shared(size, &p);
+    Py_END_ALLOW_THREADS if (rc < 0) return pcr_raise(rc);
     return PyLong_FromVoidPtr(p);
 }
 
@@ -250,11 +252,8 @@ static PyObject *m_free_shared(PyObject *mod, PyObject *arg)
     }
     pcr_call_release(&cx);
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cr_free_shared(p);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return pcr_raise(rc);
+    Py_BEGIN_ALLOW_THREADS rc = cr_free_shared(p);
+    Py_END_ALLOW_THREADS if (rc < 0) return pcr_raise(rc);
     Py_RETURN_NONE;
 }
 
@@ -350,15 +349,15 @@ static int add_statuses(PyObject *m)
     PyObject *names = PyDict_New();
     if (names == NULL)
         return -1;
-#define PCR_ADD_STATUS_(name, value, msg)                                                         \
-    do {                                                                                          \
-        PyObject *v_ = PyLong_FromLong(value);                                                    \
-        int rc_ = v_ ? PyDict_SetItemString(names, #name, v_) : -1;                               \
-        Py_XDECREF(v_);                                                                           \
-        if (rc_ < 0 || PyModule_AddIntConstant(m, #name, value) < 0) {                            \
-            Py_DECREF(names);                                                                     \
-            return -1;                                                                            \
-        }                                                                                         \
+#define PCR_ADD_STATUS_(name, value, msg)                                                          \
+    do {                                                                                           \
+        PyObject *v_ = PyLong_FromLong(value);                                                     \
+        int rc_ = v_ ? PyDict_SetItemString(names, #name, v_) : -1;                                \
+        Py_XDECREF(v_);                                                                            \
+        if (rc_ < 0 || PyModule_AddIntConstant(m, #name, value) < 0) {                             \
+            Py_DECREF(names);                                                                      \
+            return -1;                                                                             \
+        }                                                                                          \
     } while (0);
     CR_STATUS_TABLE(PCR_ADD_STATUS_)
 #undef PCR_ADD_STATUS_

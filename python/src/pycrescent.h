@@ -58,7 +58,10 @@ typedef struct pcr_call {
     size_t n_blocks, cap_blocks;
 } pcr_call;
 
-#define PCR_CALL_INIT {0}
+#define PCR_CALL_INIT                                                                              \
+    {                                                                                              \
+        0                                                                                          \
+    }
 
 /* Release everything the call holds. Needs the GIL. */
 void pcr_call_release(pcr_call *cx);
@@ -88,8 +91,7 @@ int pcr_size(PyObject *o, const char *what, size_t *out);
 /* Sequences of addresses (0 allowed: the C API validates every address
  * against its registrations before touching memory) / sizes of length `n`
  * (ValueError if different). */
-int pcr_ptrs(pcr_call *cx, PyObject *seq, size_t n, bool writable, const char *what,
-             void ***out);
+int pcr_ptrs(pcr_call *cx, PyObject *seq, size_t n, bool writable, const char *what, void ***out);
 int pcr_sizes(pcr_call *cx, PyObject *seq, size_t n, const char *what, size_t **out);
 
 /*

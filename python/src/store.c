@@ -19,17 +19,16 @@
 #include <string.h>
 
 typedef struct {
-    PyObject_HEAD
-    cr_store *store;
+    PyObject_HEAD cr_store *store;
     pcr_guard guard;
     PyObject *pins; /* {address: memoryview} */
     char name[256]; /* this client's segment name, for prefer_alloc_in_same_node */
 } Store;
 
-#define ENTER(self)                                                                               \
-    do {                                                                                          \
-        if (pcr_guard_enter(&(self)->guard, (self)->store != NULL, "store") < 0)                  \
-            return NULL;                                                                          \
+#define ENTER(self)                                                                                \
+    do {                                                                                           \
+        if (pcr_guard_enter(&(self)->guard, (self)->store != NULL, "store") < 0)                   \
+            return NULL;                                                                           \
     } while (0)
 #define LEAVE(self) pcr_guard_leave(&(self)->guard)
 
@@ -67,7 +66,10 @@ static int conv_u32(PyObject *o, void *out)
     return 1;
 }
 
-static int conv_str(PyObject *o, void *out) { return pcr_opt_str(o, "argument", out) == 0; }
+static int conv_str(PyObject *o, void *out)
+{
+    return pcr_opt_str(o, "argument", out) == 0;
+}
 
 static PyObject *int_list(const int *v, size_t n)
 {
@@ -117,10 +119,17 @@ static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 
 static int store_init(Store *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"local_hostname",      "metadata",       "global_segment_size",
-                             "local_buffer_size",   "protocol",       "devices",
-                             "master_address",      "transfer_timeout_ms", "rpc_timeout_ms",
-                             "heartbeat_interval_ms", NULL};
+    static char *kwlist[] = {"local_hostname",
+                             "metadata",
+                             "global_segment_size",
+                             "local_buffer_size",
+                             "protocol",
+                             "devices",
+                             "master_address",
+                             "transfer_timeout_ms",
+                             "rpc_timeout_ms",
+                             "heartbeat_interval_ms",
+                             NULL};
     if (self->store != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Store is already set up");
         return -1;
@@ -130,10 +139,10 @@ static int store_init(Store *self, PyObject *args, PyObject *kw)
     const char *host = NULL, *meta = NULL, *proto = NULL, *dev = NULL, *master = NULL;
     PyObject *gss = NULL, *lbs = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&O&OOO&O&O&$O&O&O&:Store", kwlist, conv_str,
-                                     &host, conv_str, &meta, &gss, &lbs, conv_str, &proto,
-                                     conv_str, &dev, conv_str, &master, conv_u32,
-                                     &cfg.transfer_timeout_ms, conv_u32, &cfg.rpc_timeout_ms,
-                                     conv_u32, &cfg.heartbeat_interval_ms))
+                                     &host, conv_str, &meta, &gss, &lbs, conv_str, &proto, conv_str,
+                                     &dev, conv_str, &master, conv_u32, &cfg.transfer_timeout_ms,
+                                     conv_u32, &cfg.rpc_timeout_ms, conv_u32,
+                                     &cfg.heartbeat_interval_ms))
         return -1;
     if (host != NULL)
         cfg.local_hostname = host;
@@ -153,10 +162,9 @@ static int store_init(Store *self, PyObject *args, PyObject *kw)
         return -1;
     cr_store *s = NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cr_store_setup(&cfg, &s);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
+    Py_BEGIN_ALLOW_THREADS rc = cr_store_setup(&cfg, &s);
+    Py_END_ALLOW_THREADS if (rc < 0)
+    {
         pcr_raise(rc);
         return -1;
     }
@@ -174,11 +182,9 @@ static void store_shutdown(Store *self)
         return;
     self->guard.closing = true;
     cr_store *s = self->store;
-    Py_BEGIN_ALLOW_THREADS
-    pcr_guard_drain(&self->guard);
+    Py_BEGIN_ALLOW_THREADS pcr_guard_drain(&self->guard);
     cr_store_destroy(s);
-    Py_END_ALLOW_THREADS
-    self->store = NULL;
+    Py_END_ALLOW_THREADS self->store = NULL;
     PyDict_Clear(self->pins);
 }
 
@@ -235,10 +241,8 @@ static PyObject *store_health(Store *self, PyObject *unused)
 {
     ENTER(self);
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cr_store_health(self->store);
-    Py_END_ALLOW_THREADS
-    LEAVE(self);
+    Py_BEGIN_ALLOW_THREADS rc = cr_store_health(self->store);
+    Py_END_ALLOW_THREADS LEAVE(self);
     return rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
 }
 
@@ -246,11 +250,9 @@ static PyObject *store_health(Store *self, PyObject *unused)
 /* Writes                                                                    */
 /* ------------------------------------------------------------------------- */
 
-typedef int (*put_fn)(cr_store *, const char *, const void *, size_t,
-                      const cr_replicate_config *);
+typedef int (*put_fn)(cr_store *, const char *, const void *, size_t, const cr_replicate_config *);
 
-static PyObject *put_common(Store *self, PyObject *args, PyObject *kw, put_fn fn,
-                            const char *name)
+static PyObject *put_common(Store *self, PyObject *args, PyObject *kw, put_fn fn, const char *name)
 {
     static char *kwlist[] = {"key", "value", "config", NULL};
     PyObject *key, *value, *config = Py_None;
@@ -268,10 +270,8 @@ static PyObject *put_common(Store *self, PyObject *args, PyObject *kw, put_fn fn
     if (pcr_key(&cx, key, &k) == 0 && pcr_value(&cx, value, &p, &n) == 0 &&
         pcr_replicate_config(&cx, config, &cfg, NULL, self->name) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = fn(self->store, k, p, n, &cfg);
-        Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        Py_BEGIN_ALLOW_THREADS rc = fn(self->store, k, p, n, &cfg);
+        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -308,10 +308,8 @@ static PyObject *put_from_common(Store *self, PyObject *args, PyObject *kw, put_
         pcr_size(size, "size", &n) == 0 &&
         pcr_replicate_config(&cx, config, &cfg, NULL, self->name) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = fn(self->store, k, p, n, &cfg);
-        Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        Py_BEGIN_ALLOW_THREADS rc = fn(self->store, k, p, n, &cfg);
+        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -343,8 +341,8 @@ static PyObject *parts_common(Store *self, PyObject *args, PyObject *kw, bool up
         PyObject *k, *v;
         while (PyDict_Next(kw, &pos, &k, &v)) {
             if (!PyUnicode_Check(k) || PyUnicode_CompareWithASCIIString(k, "config") != 0) {
-                PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%S'",
-                             name, k);
+                PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%S'", name,
+                             k);
                 return NULL;
             }
             config = v;
@@ -369,8 +367,7 @@ static PyObject *parts_common(Store *self, PyObject *args, PyObject *kw, bool up
     }
     int rc;
     if (!upsert) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_store_put_parts(self->store, k, parts, sizes, n, &cfg);
+        Py_BEGIN_ALLOW_THREADS rc = cr_store_put_parts(self->store, k, parts, sizes, n, &cfg);
         Py_END_ALLOW_THREADS
     } else {
         /* No upsert_parts in the C API: gather into one value, then upsert. */
@@ -379,16 +376,14 @@ static PyObject *parts_common(Store *self, PyObject *args, PyObject *kw, bool up
             PyErr_NoMemory();
             goto out;
         }
-        Py_BEGIN_ALLOW_THREADS
-        size_t off = 0;
+        Py_BEGIN_ALLOW_THREADS size_t off = 0;
         for (size_t i = 0; i < n; i++) {
             if (sizes[i] > 0)
                 memcpy(joined + off, parts[i], sizes[i]);
             off += sizes[i];
         }
         rc = cr_store_upsert(self->store, k, joined, total, &cfg);
-        Py_END_ALLOW_THREADS
-        free(joined);
+        Py_END_ALLOW_THREADS free(joined);
     }
     result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
 out:
@@ -426,10 +421,8 @@ static PyObject *store_put_from_multi(Store *self, PyObject *args, PyObject *kw)
         pcr_sizes(&cx, sizes_o, n, "sizes", &sizes) == 0 &&
         pcr_replicate_config(&cx, config, &cfg, NULL, self->name) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_store_put_from_multi(self->store, k, bufs, sizes, n, &cfg);
-        Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        Py_BEGIN_ALLOW_THREADS rc = cr_store_put_from_multi(self->store, k, bufs, sizes, n, &cfg);
+        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -466,14 +459,11 @@ static PyObject *batch_put_common(Store *self, PyObject *args, PyObject *kw, boo
         if (pcr_value(&cx, PyTuple_GET_ITEM(vt, (Py_ssize_t)i), &vals[i], &sizes[i]) < 0)
             goto out;
     int rc = 0;
-    Py_BEGIN_ALLOW_THREADS
-    if (!upsert)
-        rc = cr_store_batch_put(self->store, keys, vals, sizes, n, &cfg, res);
-    else
-        for (size_t i = 0; i < n; i++)
-            res[i] = cr_store_upsert(self->store, keys[i], vals[i], sizes[i], &cfg);
-    Py_END_ALLOW_THREADS
-    result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
+    Py_BEGIN_ALLOW_THREADS if (!upsert) rc =
+        cr_store_batch_put(self->store, keys, vals, sizes, n, &cfg, res);
+    else for (size_t i = 0; i < n; i++) res[i] =
+        cr_store_upsert(self->store, keys[i], vals[i], sizes[i], &cfg);
+    Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
 out:
     pcr_call_release(&cx);
     LEAVE(self);
@@ -490,8 +480,8 @@ static PyObject *store_batch_upsert(Store *self, PyObject *args, PyObject *kw)
     return batch_put_common(self, args, kw, true);
 }
 
-typedef int (*batch_from_fn)(cr_store *, const char *const *, void *const *, const size_t *,
-                             size_t, const cr_replicate_config *, int *);
+typedef int (*batch_from_fn)(cr_store *, const char *const *, void *const *, const size_t *, size_t,
+                             const cr_replicate_config *, int *);
 
 static PyObject *batch_from_common(Store *self, PyObject *args, PyObject *kw, batch_from_fn fn,
                                    const char *name)
@@ -510,16 +500,14 @@ static PyObject *batch_from_common(Store *self, PyObject *args, PyObject *kw, ba
     int *res;
     cr_replicate_config cfg;
     PyObject *result = NULL;
-    if (pcr_keys(&cx, keys_o, &keys, &n) == 0 && pcr_ptrs(&cx, addrs, n, false, "addresses",
-                                                          &bufs) == 0 &&
+    if (pcr_keys(&cx, keys_o, &keys, &n) == 0 &&
+        pcr_ptrs(&cx, addrs, n, false, "addresses", &bufs) == 0 &&
         pcr_sizes(&cx, sizes_o, n, "sizes", &sizes) == 0 &&
         pcr_replicate_config(&cx, config, &cfg, NULL, self->name) == 0 &&
         (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = fn(self->store, keys, bufs, sizes, n, &cfg, res);
-        Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
+        Py_BEGIN_ALLOW_THREADS rc = fn(self->store, keys, bufs, sizes, n, &cfg, res);
+        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -545,12 +533,12 @@ static int nested(pcr_call *cx, PyObject *addrs, PyObject *sizes_o, size_t n, bo
 {
     PyObject *at, *st;
     size_t an, sn;
-    if (pcr_seq(cx, addrs, "addresses", &at, &an) < 0 || pcr_seq(cx, sizes_o, "sizes", &st,
-                                                                 &sn) < 0)
+    if (pcr_seq(cx, addrs, "addresses", &at, &an) < 0 ||
+        pcr_seq(cx, sizes_o, "sizes", &st, &sn) < 0)
         return -1;
     if (an != n || sn != n) {
-        PyErr_Format(PyExc_ValueError, "%zu address lists and %zu size lists for %zu keys", an,
-                     sn, n);
+        PyErr_Format(PyExc_ValueError, "%zu address lists and %zu size lists for %zu keys", an, sn,
+                     n);
         return -1;
     }
     void ***bufs = pcr_call_alloc(cx, n, sizeof(*bufs));
@@ -560,11 +548,11 @@ static int nested(pcr_call *cx, PyObject *addrs, PyObject *sizes_o, size_t n, bo
         return -1;
     for (size_t i = 0; i < n; i++) {
         PyObject *inner;
-        if (pcr_seq(cx, PyTuple_GET_ITEM(at, (Py_ssize_t)i), "addresses[i]", &inner,
-                    &counts[i]) < 0 ||
+        if (pcr_seq(cx, PyTuple_GET_ITEM(at, (Py_ssize_t)i), "addresses[i]", &inner, &counts[i]) <
+                0 ||
             pcr_ptrs(cx, inner, counts[i], writable, "addresses[i]", &bufs[i]) < 0 ||
-            pcr_sizes(cx, PyTuple_GET_ITEM(st, (Py_ssize_t)i), counts[i], "sizes[i]",
-                      &sizes[i]) < 0)
+            pcr_sizes(cx, PyTuple_GET_ITEM(st, (Py_ssize_t)i), counts[i], "sizes[i]", &sizes[i]) <
+                0)
             return -1;
     }
     *bufs_out = bufs;
@@ -592,12 +580,9 @@ static PyObject *store_batch_put_from_multi(Store *self, PyObject *args, PyObjec
         nested(&cx, addrs, sizes_o, n, false, &bufs, &sizes, &counts) == 0 &&
         pcr_replicate_config(&cx, config, &cfg, NULL, self->name) == 0 &&
         (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
-        Py_BEGIN_ALLOW_THREADS
-        for (size_t i = 0; i < n; i++)
-            res[i] = cr_store_put_from_multi(self->store, keys[i], bufs[i], sizes[i], counts[i],
-                                             &cfg);
-        Py_END_ALLOW_THREADS
-        result = int_list(res, n);
+        Py_BEGIN_ALLOW_THREADS for (size_t i = 0; i < n; i++) res[i] =
+            cr_store_put_from_multi(self->store, keys[i], bufs[i], sizes[i], counts[i], &cfg);
+        Py_END_ALLOW_THREADS result = int_list(res, n);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -621,12 +606,13 @@ static PyObject *store_get(Store *self, PyObject *args, PyObject *kw)
     if (pcr_key(&cx, key, &k) == 0) {
         void *v = NULL;
         int64_t rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_store_get(self->store, k, &v);
-        Py_END_ALLOW_THREADS
-        if (rc < 0) {
+        Py_BEGIN_ALLOW_THREADS rc = cr_store_get(self->store, k, &v);
+        Py_END_ALLOW_THREADS if (rc < 0)
+        {
             pcr_raise(rc);
-        } else {
+        }
+        else
+        {
             result = PyBytes_FromStringAndSize(v, (Py_ssize_t)rc);
             free(v);
         }
@@ -649,10 +635,8 @@ static PyObject *store_get_buffer(Store *self, PyObject *args, PyObject *kw)
     if (pcr_key(&cx, key, &k) == 0) {
         void *v = NULL;
         int64_t rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_store_get(self->store, k, &v);
-        Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : pcr_buffer_handle_new(v, (size_t)rc);
+        Py_BEGIN_ALLOW_THREADS rc = cr_store_get(self->store, k, &v);
+        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : pcr_buffer_handle_new(v, (size_t)rc);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -676,12 +660,13 @@ static PyObject *store_batch_get(Store *self, PyObject *args, PyObject *kw)
         (vals = pcr_call_alloc(&cx, n, sizeof(*vals))) != NULL &&
         (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_store_batch_get(self->store, keys, n, vals, res);
-        Py_END_ALLOW_THREADS
-        if (rc < 0) {
+        Py_BEGIN_ALLOW_THREADS rc = cr_store_batch_get(self->store, keys, n, vals, res);
+        Py_END_ALLOW_THREADS if (rc < 0)
+        {
             pcr_raise(rc);
-        } else {
+        }
+        else
+        {
             result = PyList_New((Py_ssize_t)n);
             for (size_t i = 0; i < n; i++) {
                 PyObject *item = NULL;
@@ -717,10 +702,8 @@ static PyObject *store_get_into(Store *self, PyObject *args, PyObject *kw)
     if (pcr_key(&cx, key, &k) == 0 && pcr_ptr(&cx, addr, true, true, "address", &p) == 0 &&
         pcr_size(size, "size", &n) == 0) {
         int64_t rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_store_get_into(self->store, k, p, n);
-        Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : PyLong_FromLongLong(rc);
+        Py_BEGIN_ALLOW_THREADS rc = cr_store_get_into(self->store, k, p, n);
+        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : PyLong_FromLongLong(rc);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -744,10 +727,8 @@ static PyObject *store_get_into_multi(Store *self, PyObject *args, PyObject *kw)
         pcr_ptrs(&cx, t, n, true, "addresses", &bufs) == 0 &&
         pcr_sizes(&cx, sizes_o, n, "sizes", &sizes) == 0) {
         int64_t rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_store_get_into_multi(self->store, k, bufs, sizes, n);
-        Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : PyLong_FromLongLong(rc);
+        Py_BEGIN_ALLOW_THREADS rc = cr_store_get_into_multi(self->store, k, bufs, sizes, n);
+        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : PyLong_FromLongLong(rc);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -773,10 +754,8 @@ static PyObject *store_batch_get_into(Store *self, PyObject *args, PyObject *kw)
         pcr_sizes(&cx, sizes_o, n, "sizes", &sizes) == 0 &&
         (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_store_batch_get_into(self->store, keys, bufs, sizes, n, res);
-        Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : i64_list(res, n);
+        Py_BEGIN_ALLOW_THREADS rc = cr_store_batch_get_into(self->store, keys, bufs, sizes, n, res);
+        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : i64_list(res, n);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -787,8 +766,8 @@ static PyObject *store_batch_get_into_multi(Store *self, PyObject *args, PyObjec
 {
     static char *kwlist[] = {"keys", "addresses", "sizes", NULL};
     PyObject *keys_o, *addrs, *sizes_o;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:batch_get_into_multi", kwlist, &keys_o,
-                                     &addrs, &sizes_o))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:batch_get_into_multi", kwlist, &keys_o, &addrs,
+                                     &sizes_o))
         return NULL;
     ENTER(self);
     pcr_call cx = PCR_CALL_INIT;
@@ -800,11 +779,9 @@ static PyObject *store_batch_get_into_multi(Store *self, PyObject *args, PyObjec
     if (pcr_keys(&cx, keys_o, &keys, &n) == 0 &&
         nested(&cx, addrs, sizes_o, n, true, &bufs, &sizes, &counts) == 0 &&
         (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
-        Py_BEGIN_ALLOW_THREADS
-        for (size_t i = 0; i < n; i++)
-            res[i] = cr_store_get_into_multi(self->store, keys[i], bufs[i], sizes[i], counts[i]);
-        Py_END_ALLOW_THREADS
-        result = i64_list(res, n);
+        Py_BEGIN_ALLOW_THREADS for (size_t i = 0; i < n; i++) res[i] =
+            cr_store_get_into_multi(self->store, keys[i], bufs[i], sizes[i], counts[i]);
+        Py_END_ALLOW_THREADS result = i64_list(res, n);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -815,8 +792,7 @@ static PyObject *store_batch_get_into_multi(Store *self, PyObject *args, PyObjec
 /* Existence, size, removal                                                  */
 /* ------------------------------------------------------------------------- */
 
-static PyObject *key_int_op(Store *self, PyObject *args, PyObject *kw, const char *name,
-                            int op)
+static PyObject *key_int_op(Store *self, PyObject *args, PyObject *kw, const char *name, int op)
 {
     static char *kwlist[] = {"key", NULL};
     PyObject *key;
@@ -830,13 +806,10 @@ static PyObject *key_int_op(Store *self, PyObject *args, PyObject *kw, const cha
     PyObject *result = NULL;
     if (pcr_key(&cx, key, &k) == 0) {
         int64_t rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = op == 0 ? cr_store_exist(self->store, k) : cr_store_get_size(self->store, k);
-        Py_END_ALLOW_THREADS
-        if (rc < 0)
-            pcr_raise(rc);
-        else
-            result = op == 0 ? PyBool_FromLong(rc > 0) : PyLong_FromLongLong(rc);
+        Py_BEGIN_ALLOW_THREADS rc =
+            op == 0 ? cr_store_exist(self->store, k) : cr_store_get_size(self->store, k);
+        Py_END_ALLOW_THREADS if (rc < 0) pcr_raise(rc);
+        else result = op == 0 ? PyBool_FromLong(rc > 0) : PyLong_FromLongLong(rc);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -868,10 +841,8 @@ static PyObject *store_batch_exists(Store *self, PyObject *args, PyObject *kw)
     if (pcr_keys(&cx, keys_o, &keys, &n) == 0 &&
         (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_store_batch_exist(self->store, keys, n, res);
-        Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
+        Py_BEGIN_ALLOW_THREADS rc = cr_store_batch_exist(self->store, keys, n, res);
+        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -891,10 +862,8 @@ static PyObject *store_remove(Store *self, PyObject *args, PyObject *kw)
     PyObject *result = NULL;
     if (pcr_key(&cx, key, &k) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_store_remove(self->store, k, force != 0);
-        Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        Py_BEGIN_ALLOW_THREADS rc = cr_store_remove(self->store, k, force != 0);
+        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -910,10 +879,8 @@ static PyObject *store_remove_by_regex(Store *self, PyObject *args, PyObject *kw
         return NULL;
     ENTER(self);
     int64_t rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cr_store_remove_by_regex(self->store, pattern, force != 0);
-    Py_END_ALLOW_THREADS
-    LEAVE(self);
+    Py_BEGIN_ALLOW_THREADS rc = cr_store_remove_by_regex(self->store, pattern, force != 0);
+    Py_END_ALLOW_THREADS LEAVE(self);
     return rc < 0 ? pcr_raise(rc) : PyLong_FromLongLong(rc);
 }
 
@@ -925,10 +892,8 @@ static PyObject *store_remove_all(Store *self, PyObject *args, PyObject *kw)
         return NULL;
     ENTER(self);
     int64_t rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cr_store_remove_all(self->store, force != 0);
-    Py_END_ALLOW_THREADS
-    LEAVE(self);
+    Py_BEGIN_ALLOW_THREADS rc = cr_store_remove_all(self->store, force != 0);
+    Py_END_ALLOW_THREADS LEAVE(self);
     return rc < 0 ? pcr_raise(rc) : PyLong_FromLongLong(rc);
 }
 
@@ -948,10 +913,8 @@ static PyObject *store_batch_remove(Store *self, PyObject *args, PyObject *kw)
     if (pcr_keys(&cx, keys_o, &keys, &n) == 0 &&
         (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_store_batch_remove(self->store, keys, n, force != 0, res);
-        Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
+        Py_BEGIN_ALLOW_THREADS rc = cr_store_batch_remove(self->store, keys, n, force != 0, res);
+        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -1006,10 +969,9 @@ static PyObject *store_register_buffer(Store *self, PyObject *args, PyObject *kw
             goto out;
     }
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cr_store_register_buffer(self->store, p, n);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
+    Py_BEGIN_ALLOW_THREADS rc = cr_store_register_buffer(self->store, p, n);
+    Py_END_ALLOW_THREADS if (rc < 0)
+    {
         pcr_raise(rc);
         goto out;
     }
@@ -1040,15 +1002,16 @@ static PyObject *store_unregister_buffer(Store *self, PyObject *args, PyObject *
     PyObject *result = NULL;
     if (pcr_ptr(&cx, addr, false, true, "address", &p) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_store_unregister_buffer(self->store, p);
-        Py_END_ALLOW_THREADS
-        if (rc < 0) {
+        Py_BEGIN_ALLOW_THREADS rc = cr_store_unregister_buffer(self->store, p);
+        Py_END_ALLOW_THREADS if (rc < 0)
+        {
             pcr_raise(rc);
-        } else {
+        }
+        else
+        {
             PyObject *k = PyLong_FromVoidPtr(p);
-            if (k == NULL || (PyDict_Contains(self->pins, k) == 1 &&
-                              PyDict_DelItem(self->pins, k) < 0))
+            if (k == NULL ||
+                (PyDict_Contains(self->pins, k) == 1 && PyDict_DelItem(self->pins, k) < 0))
                 PyErr_Clear();
             Py_XDECREF(k);
             result = Py_NewRef(Py_None);
@@ -1063,7 +1026,7 @@ static PyObject *store_unregister_buffer(Store *self, PyObject *args, PyObject *
 /* Type                                                                      */
 /* ------------------------------------------------------------------------- */
 
-#define KW (METH_VARARGS | METH_KEYWORDS)
+#define KW    (METH_VARARGS | METH_KEYWORDS)
 #define F(fn) ((PyCFunction)(void (*)(void))(fn))
 
 static PyMethodDef store_methods[] = {
@@ -1090,8 +1053,9 @@ static PyMethodDef store_methods[] = {
     {"batch_put", F(store_batch_put), KW,
      "batch_put(keys, values, config=None) -> list[int]\n\nCopying puts; 0 or a negative "
      "status per key."},
-    {"batch_upsert", F(store_batch_upsert), KW, "batch_upsert(keys, values, config=None) -> "
-                                                "list[int]"},
+    {"batch_upsert", F(store_batch_upsert), KW,
+     "batch_upsert(keys, values, config=None) -> "
+     "list[int]"},
     {"batch_put_from", F(store_batch_put_from), KW,
      "batch_put_from(keys, addresses, sizes, config=None) -> list[int]"},
     {"batch_upsert_from", F(store_batch_upsert_from), KW,
@@ -1099,8 +1063,7 @@ static PyMethodDef store_methods[] = {
     {"batch_put_from_multi", F(store_batch_put_from_multi), KW,
      "batch_put_from_multi(keys, addresses, sizes, config=None) -> list[int]\n\n"
      "addresses and sizes are one list per key."},
-    {"get", F(store_get), KW,
-     "get(key) -> bytes\n\nCopying get; raises NotFoundError on a miss."},
+    {"get", F(store_get), KW, "get(key) -> bytes\n\nCopying get; raises NotFoundError on a miss."},
     {"get_buffer", F(store_get_buffer), KW,
      "get_buffer(key) -> BufferHandle\n\nLike get() without the extra copy into bytes."},
     {"batch_get", F(store_batch_get), KW,
