@@ -63,6 +63,11 @@ typedef struct cr_store_config {
     uint32_t transfer_timeout_ms;   /**< deadline of one put/get transfer; default 30000 */
     uint32_t rpc_timeout_ms;        /**< deadline of one master call; default 5000 */
     uint32_t heartbeat_interval_ms; /**< default 1000 */
+    /** An existing engine to use instead of creating one (borrowed: it must
+     *  outlive the store; local_hostname, metadata and protocol are then the
+     *  engine's). The store registers its segment and local buffer with it
+     *  and unregisters them on close. NULL (default): the store owns its own. */
+    cr_engine *engine;
 } cr_store_config;
 
 /** Fill defaults. Never fails. */

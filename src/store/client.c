@@ -4,6 +4,7 @@
  * "remount needed" → remount the segment), close, and small helpers shared
  * by the put/get paths (key checks, the segment-handle cache, RPC calls).
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,18 +204,25 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
     if (rc < 0)
         goto err_destroy;
 
-    cr_engine_config ec;
-    cr_engine_config_init(&ec);
-    if (cfg->local_hostname)
-        ec.local_hostname = cfg->local_hostname;
-    if (cfg->metadata)
-        ec.metadata = cfg->metadata;
-    if (cfg->protocol)
-        ec.protocol = cfg->protocol;
-    ec.request_timeout_ms = s->transfer_timeout_ms;
-    rc = cr_engine_create(&ec, &s->engine);
-    if (rc < 0)
-        goto err_destroy;
+    bool has_engine_field =
+        cfg->struct_size >= offsetof(cr_store_config, engine) + sizeof(cfg->engine);
+    if (has_engine_field && cfg->engine != NULL) {
+        s->engine = cfg->engine; /* borrowed */
+    } else {
+        cr_engine_config ec;
+        cr_engine_config_init(&ec);
+        if (cfg->local_hostname)
+            ec.local_hostname = cfg->local_hostname;
+        if (cfg->metadata)
+            ec.metadata = cfg->metadata;
+        if (cfg->protocol)
+            ec.protocol = cfg->protocol;
+        ec.request_timeout_ms = s->transfer_timeout_ms;
+        rc = cr_engine_create(&ec, &s->engine);
+        if (rc < 0)
+            goto err_destroy;
+        s->owns_engine = true;
+    }
     cr_engine_segment_name(s->engine, s->segment_name, sizeof(s->segment_name));
 
     s->segment_size = cfg->global_segment_size;
@@ -222,6 +230,8 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
         rc = cr_alloc_shared(s->segment_size, (void **)&s->segment);
         if (rc == 0)
             rc = cr_engine_register(s->engine, s->segment, s->segment_size, "cpu:0", true);
+        if (rc == 0)
+            s->segment_registered = true;
         if (rc < 0)
             goto err_destroy;
     }
@@ -230,6 +240,8 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
         rc = cr_alloc_shared(s->staging_size, (void **)&s->staging);
         if (rc == 0)
             rc = cr_engine_register(s->engine, s->staging, s->staging_size, "cpu:0", false);
+        if (rc == 0)
+            s->staging_registered = true;
         if (rc == 0)
             rc = crk_oa_create(s->staging_size, 64, &s->staging_oa);
         if (rc < 0)
@@ -280,8 +292,17 @@ int cr_store_close(cr_store *s)
     crc_master_close(s->heartbeat_conn);
     crc_master_close(s->master);
     s->heartbeat_conn = s->master = NULL;
-    /* The engine goes first: no transfer can touch the memory after this. */
-    cr_engine_destroy(s->engine);
+    /* The engine lets go of the memory first: an owned engine is destroyed,
+     * a borrowed one unregisters our buffers (a barrier: no transfer touches
+     * them afterwards) and lives on. */
+    if (s->owns_engine) {
+        cr_engine_destroy(s->engine);
+    } else if (s->engine != NULL) {
+        if (s->segment_registered)
+            cr_engine_unregister(s->engine, s->segment);
+        if (s->staging_registered)
+            cr_engine_unregister(s->engine, s->staging);
+    }
     s->engine = NULL;
     crk_oa_destroy(s->staging_oa);
     s->staging_oa = NULL;

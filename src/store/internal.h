@@ -27,6 +27,8 @@ typedef struct crc_seg_cache_entry {
 
 struct cr_store {
     cr_engine *engine;
+    bool owns_engine; /* false: borrowed through cr_store_config.engine */
+    bool segment_registered, staging_registered;
     char segment_name[300];
     char master_address[300];
     crp_rpc_uuid client_id;
