@@ -14,10 +14,11 @@ docs of Mooncake's ``store_py.cpp``):
 * a wrong argument *type* raises ``TypeError`` (pybind11 does too), an
   unknown keyword raises ``TypeError`` naming it (SGLang relies on that).
 
-The work is done by ``crescent._crescent.Store`` (C, GIL released). The
-store creates its own crescent transfer engine: an ``engine=`` passed to
-``setup`` is accepted and not shared (crescent's C API has no way to hand a
-store an existing engine).
+The work is done by ``crescent._crescent.Store`` (C, GIL released). An
+``engine=`` passed to ``setup`` (a ``mooncake.engine.TransferEngine`` or a
+``crescent.Engine``) is shared: the store registers its memory with that
+engine and moves its bytes through it; the engine refuses ``close()`` while
+the store uses it. Without one, the store creates its own engine.
 """
 
 from __future__ import annotations
@@ -249,7 +250,7 @@ class MooncakeDistributedStore:
         global_segment_size bytes and keeps local_buffer_size bytes for
         staging. Returns 0 or a negative ErrorCode. protocol "tcp" uses sockets
         only; "rdma" uses crescent's fastest available path (shared memory on
-        one host, tcp between hosts). engine is accepted but not shared.
+        one host, tcp between hosts). engine (a TransferEngine) is shared.
         enable_ssd_offload=True is not supported (returns -1012); tenant_id
         and the client HTTP server options are accepted and ignored.
         """
@@ -335,6 +336,14 @@ class MooncakeDistributedStore:
         # With a metadata server the segment name is the hostname as given; like
         # Mooncake, give a bare host a free port so two clients of one host differ.
         pick_port = meta != "P2PHANDSHAKE" and not _util.has_port(host)
+        native_engine = None
+        if engine is not None:
+            native_engine = getattr(engine, "_e", engine)
+            if not isinstance(native_engine, _crescent.Engine):
+                log.error("setup: engine must be an initialized TransferEngine, not %s",
+                          type(engine).__name__)
+                return _INVALID_PARAMS
+            pick_port = False
         with self._lock:
             if self._s is not None:
                 log.error("setup: this store is already set up; close() it first")
@@ -343,7 +352,8 @@ class MooncakeDistributedStore:
                 name = f"{host}:{_util.free_port(host)}" if pick_port else host
                 try:
                     s = _crescent.Store(name, meta, gss, lbs, proto, rdma_devices or "", master,
-                                        transfer_timeout_ms=_util.transfer_timeout_ms())
+                                        transfer_timeout_ms=_util.transfer_timeout_ms(),
+                                        engine=native_engine)
                     break
                 except CrescentError as e:
                     if pick_port and e.code in (_ERR_BIND, _SEGMENT_EXISTS) and \

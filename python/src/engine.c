@@ -22,6 +22,7 @@ typedef struct {
     PyObject_HEAD cr_engine *engine;
     pcr_guard guard;
     PyObject *pins; /* {address: memoryview} for registered buffer objects */
+    int borrowers;  /* Stores running on this engine (GIL-protected) */
 } Engine;
 
 #define ENTER(self)                                                                                \
@@ -157,9 +158,10 @@ static int engine_init(Engine *self, PyObject *args, PyObject *kw)
     cfg.disable_cma = no_cma != 0;
     cr_engine *e = NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = cr_engine_create(&cfg, &e);
-    Py_END_ALLOW_THREADS if (rc < 0)
-    {
+    Py_BEGIN_ALLOW_THREADS
+    rc = cr_engine_create(&cfg, &e);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
         pcr_raise(rc);
         return -1;
     }
@@ -175,9 +177,11 @@ static void engine_shutdown(Engine *self)
         return;
     self->guard.closing = true;
     cr_engine *e = self->engine;
-    Py_BEGIN_ALLOW_THREADS pcr_guard_drain(&self->guard);
+    Py_BEGIN_ALLOW_THREADS
+    pcr_guard_drain(&self->guard);
     cr_engine_destroy(e);
-    Py_END_ALLOW_THREADS self->engine = NULL;
+    Py_END_ALLOW_THREADS
+    self->engine = NULL;
     PyDict_Clear(self->pins);
 }
 
@@ -190,8 +194,38 @@ static void engine_dealloc(Engine *self)
 
 static PyObject *engine_close(Engine *self, PyObject *unused)
 {
+    if (self->borrowers > 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "engine is in use by a store (setup(engine=...)); close the store first");
+        return NULL;
+    }
     engine_shutdown(self);
     Py_RETURN_NONE;
+}
+
+cr_engine *pcr_engine_borrow(PyObject *o)
+{
+    if (!PyObject_TypeCheck(o, &pcr_EngineType)) {
+        PyErr_Format(PyExc_TypeError, "engine must be a crescent Engine, not %.100s",
+                     Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    Engine *e = (Engine *)o;
+    if (e->engine == NULL || e->guard.closing) {
+        PyErr_SetString(PyExc_RuntimeError, "engine is closed");
+        return NULL;
+    }
+    e->borrowers++;
+    Py_INCREF(o);
+    return e->engine;
+}
+
+void pcr_engine_release(PyObject *o)
+{
+    if (o == NULL)
+        return;
+    ((Engine *)o)->borrowers--;
+    Py_DECREF(o);
 }
 
 static PyObject *engine_enter(Engine *self, PyObject *unused)
@@ -201,9 +235,14 @@ static PyObject *engine_enter(Engine *self, PyObject *unused)
     return Py_NewRef((PyObject *)self);
 }
 
+static PyObject *engine_close(Engine *self, PyObject *unused);
+
 static PyObject *engine_exit(Engine *self, PyObject *args)
 {
-    engine_shutdown(self);
+    PyObject *r = engine_close(self, NULL);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
     Py_RETURN_FALSE;
 }
 
@@ -319,9 +358,13 @@ static PyObject *engine_register(Engine *self, PyObject *args, PyObject *kw)
     PyObject *mv = NULL, *result = NULL;
     if (buffer_arg(&cx, addr, length, &p, &n, &mv) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS rc = cr_engine_register(self->engine, p, n, location, remote != 0);
-        Py_END_ALLOW_THREADS if (rc < 0) pcr_raise(rc);
-        else if (pin(self, p, mv) == 0) result = PyLong_FromVoidPtr(p);
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_engine_register(self->engine, p, n, location, remote != 0);
+        Py_END_ALLOW_THREADS
+        if (rc < 0)
+            pcr_raise(rc);
+        else if (pin(self, p, mv) == 0)
+            result = PyLong_FromVoidPtr(p);
     }
     Py_XDECREF(mv);
     pcr_call_release(&cx);
@@ -368,9 +411,10 @@ static PyObject *engine_register_batch(Engine *self, PyObject *args, PyObject *k
         Py_DECREF(pair);
     }
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = cr_engine_register_batch(self->engine, specs, n);
-    Py_END_ALLOW_THREADS if (rc < 0)
-    {
+    Py_BEGIN_ALLOW_THREADS
+    rc = cr_engine_register_batch(self->engine, specs, n);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
         pcr_raise(rc);
         goto out;
     }
@@ -396,13 +440,12 @@ static PyObject *engine_unregister(Engine *self, PyObject *arg)
     PyObject *result = NULL;
     if (pcr_ptr(&cx, arg, false, true, "address", &p) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS rc = cr_engine_unregister(self->engine, p);
-        Py_END_ALLOW_THREADS if (rc < 0)
-        {
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_engine_unregister(self->engine, p);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
             pcr_raise(rc);
-        }
-        else
-        {
+        } else {
             unpin(self, p);
             result = Py_NewRef(Py_None);
         }
@@ -428,10 +471,12 @@ static PyObject *engine_unregister_batch(Engine *self, PyObject *arg)
                 break;
         if (i == n) {
             int rc;
-            Py_BEGIN_ALLOW_THREADS rc = cr_engine_unregister_batch(self->engine, addrs, n);
+            Py_BEGIN_ALLOW_THREADS
+            rc = cr_engine_unregister_batch(self->engine, addrs, n);
             Py_END_ALLOW_THREADS
-                /* Every address is attempted even when one fails: unpin them all. */
-                for (i = 0; i < n; i++) unpin(self, addrs[i]);
+            /* Every address is attempted even when one fails: unpin them all. */
+            for (i = 0; i < n; i++)
+                unpin(self, addrs[i]);
             result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
         }
     }
@@ -460,9 +505,10 @@ static int segment_arg(Engine *self, PyObject *o, cr_segment_handle *out)
         if (name == NULL)
             return -1;
         int rc;
-        Py_BEGIN_ALLOW_THREADS rc = cr_engine_open_segment(self->engine, name, out);
-        Py_END_ALLOW_THREADS if (rc < 0)
-        {
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_engine_open_segment(self->engine, name, out);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
             pcr_raise(rc);
             return -1;
         }
@@ -519,9 +565,10 @@ static PyObject *engine_transfer_sync(Engine *self, PyObject *args, PyObject *kw
         pcr_size(remote, "remote_address", &raddr) == 0 && pcr_size(length, "length", &len) == 0 &&
         segment_arg(self, seg, &h) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS rc =
-            cr_engine_transfer_sync(self->engine, op, lp, h, raddr, len, timeout);
-        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_engine_transfer_sync(self->engine, op, lp, h, raddr, len, timeout);
+        Py_END_ALLOW_THREADS
+        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -556,9 +603,10 @@ static PyObject *engine_transfer_sync_batch(Engine *self, PyObject *args, PyObje
                 len64[i] = lens[i];
             }
             int rc;
-            Py_BEGIN_ALLOW_THREADS rc =
-                cr_engine_transfer_sync_batch(self->engine, op, h, lp, ra64, len64, n, timeout);
-            Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+            Py_BEGIN_ALLOW_THREADS
+            rc = cr_engine_transfer_sync_batch(self->engine, op, h, lp, ra64, len64, n, timeout);
+            Py_END_ALLOW_THREADS
+            result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
         }
     }
     pcr_call_release(&cx);
@@ -613,8 +661,10 @@ static PyObject *engine_batch_submit(Engine *self, PyObject *args)
         rq[i].length = len;
     }
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = cr_batch_submit(self->engine, (cr_batch_id)b, rq, n);
-    Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+    Py_BEGIN_ALLOW_THREADS
+    rc = cr_batch_submit(self->engine, (cr_batch_id)b, rq, n);
+    Py_END_ALLOW_THREADS
+    result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
 out:
     pcr_call_release(&cx);
     LEAVE(self);
@@ -650,8 +700,10 @@ static PyObject *engine_batch_wait(Engine *self, PyObject *args, PyObject *kw)
         return NULL;
     ENTER(self);
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = cr_batch_wait(self->engine, (cr_batch_id)b, timeout);
-    Py_END_ALLOW_THREADS LEAVE(self);
+    Py_BEGIN_ALLOW_THREADS
+    rc = cr_batch_wait(self->engine, (cr_batch_id)b, timeout);
+    Py_END_ALLOW_THREADS
+    LEAVE(self);
     return rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
 }
 
@@ -662,8 +714,10 @@ static PyObject *batch_simple(Engine *self, PyObject *arg, int (*fn)(cr_engine *
         return NULL;
     ENTER(self);
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = fn(self->engine, (cr_batch_id)b);
-    Py_END_ALLOW_THREADS LEAVE(self);
+    Py_BEGIN_ALLOW_THREADS
+    rc = fn(self->engine, (cr_batch_id)b);
+    Py_END_ALLOW_THREADS
+    LEAVE(self);
     return rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
 }
 
@@ -703,8 +757,10 @@ static PyObject *engine_notify(Engine *self, PyObject *args)
     }
     if (segment_arg(self, seg, &h) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS rc = cr_engine_notify(self->engine, h, p, n);
-        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_engine_notify(self->engine, h, p, n);
+        Py_END_ALLOW_THREADS
+        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
     }
 out:
     pcr_call_release(&cx);
@@ -718,8 +774,10 @@ static PyObject *engine_take_notifications(Engine *self, PyObject *unused)
     cr_notification *list = NULL;
     size_t n = 0;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = cr_engine_take_notifications(self->engine, &list, &n);
-    Py_END_ALLOW_THREADS LEAVE(self);
+    Py_BEGIN_ALLOW_THREADS
+    rc = cr_engine_take_notifications(self->engine, &list, &n);
+    Py_END_ALLOW_THREADS
+    LEAVE(self);
     if (rc < 0)
         return pcr_raise(rc);
     PyObject *out = PyList_New((Py_ssize_t)n);
@@ -745,8 +803,10 @@ static PyObject *engine_probe(Engine *self, PyObject *args, PyObject *kw)
         return NULL;
     ENTER(self);
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = cr_engine_probe(self->engine, name, timeout);
-    Py_END_ALLOW_THREADS LEAVE(self);
+    Py_BEGIN_ALLOW_THREADS
+    rc = cr_engine_probe(self->engine, name, timeout);
+    Py_END_ALLOW_THREADS
+    LEAVE(self);
     return rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
 }
 

@@ -237,8 +237,11 @@ static PyObject *m_alloc_shared(PyObject *mod, PyObject *arg)
         return NULL;
     void *p = NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = cr_alloc_shared(size, &p);
-    Py_END_ALLOW_THREADS if (rc < 0) return pcr_raise(rc);
+    Py_BEGIN_ALLOW_THREADS
+    rc = cr_alloc_shared(size, &p);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return pcr_raise(rc);
     return PyLong_FromVoidPtr(p);
 }
 
@@ -252,8 +255,11 @@ static PyObject *m_free_shared(PyObject *mod, PyObject *arg)
     }
     pcr_call_release(&cx);
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = cr_free_shared(p);
-    Py_END_ALLOW_THREADS if (rc < 0) return pcr_raise(rc);
+    Py_BEGIN_ALLOW_THREADS
+    rc = cr_free_shared(p);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return pcr_raise(rc);
     Py_RETURN_NONE;
 }
 

@@ -115,6 +115,15 @@ int pcr_opt_str(PyObject *o, const char *what, const char **out);
 /* --- types ------------------------------------------------------------------ */
 
 extern PyTypeObject pcr_EngineType;
+
+/*
+ * A Store may run on an Engine's cr_engine (setup(engine=...)). Borrowing
+ * takes a strong reference and makes the Engine refuse close() until the
+ * Store releases it. pcr_engine_borrow returns NULL with an exception set if
+ * o is not an open Engine.
+ */
+cr_engine *pcr_engine_borrow(PyObject *o);
+void pcr_engine_release(PyObject *o);
 extern PyTypeObject pcr_StoreType;
 extern PyTypeObject pcr_BufferHandleType;
 

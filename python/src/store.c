@@ -21,8 +21,9 @@
 typedef struct {
     PyObject_HEAD cr_store *store;
     pcr_guard guard;
-    PyObject *pins; /* {address: memoryview} */
-    char name[256]; /* this client's segment name, for prefer_alloc_in_same_node */
+    PyObject *pins;       /* {address: memoryview} */
+    char name[256];       /* this client's segment name, for prefer_alloc_in_same_node */
+    PyObject *engine_obj; /* borrowed Engine (setup(engine=...)), or NULL */
 } Store;
 
 #define ENTER(self)                                                                                \
@@ -129,6 +130,7 @@ static int store_init(Store *self, PyObject *args, PyObject *kw)
                              "transfer_timeout_ms",
                              "rpc_timeout_ms",
                              "heartbeat_interval_ms",
+                             "engine",
                              NULL};
     if (self->store != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Store is already set up");
@@ -137,12 +139,12 @@ static int store_init(Store *self, PyObject *args, PyObject *kw)
     cr_store_config cfg;
     cr_store_config_init(&cfg);
     const char *host = NULL, *meta = NULL, *proto = NULL, *dev = NULL, *master = NULL;
-    PyObject *gss = NULL, *lbs = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&O&OOO&O&O&$O&O&O&:Store", kwlist, conv_str,
+    PyObject *gss = NULL, *lbs = NULL, *engine = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&O&OOO&O&O&$O&O&O&O:Store", kwlist, conv_str,
                                      &host, conv_str, &meta, &gss, &lbs, conv_str, &proto, conv_str,
                                      &dev, conv_str, &master, conv_u32, &cfg.transfer_timeout_ms,
                                      conv_u32, &cfg.rpc_timeout_ms, conv_u32,
-                                     &cfg.heartbeat_interval_ms))
+                                     &cfg.heartbeat_interval_ms, &engine))
         return -1;
     if (host != NULL)
         cfg.local_hostname = host;
@@ -160,14 +162,24 @@ static int store_init(Store *self, PyObject *args, PyObject *kw)
     if (lbs != NULL && lbs != Py_None &&
         size_or_text(lbs, "local_buffer_size", &cfg.local_buffer_size) < 0)
         return -1;
+    if (engine != NULL && engine != Py_None) {
+        cfg.engine = pcr_engine_borrow(engine);
+        if (cfg.engine == NULL)
+            return -1;
+    }
     cr_store *s = NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = cr_store_setup(&cfg, &s);
-    Py_END_ALLOW_THREADS if (rc < 0)
-    {
+    Py_BEGIN_ALLOW_THREADS
+    rc = cr_store_setup(&cfg, &s);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        if (cfg.engine != NULL)
+            pcr_engine_release(engine);
         pcr_raise(rc);
         return -1;
     }
+    if (cfg.engine != NULL)
+        self->engine_obj = engine;
     self->store = s;
     self->guard.closing = false;
     if (cr_store_hostname(s, self->name, sizeof(self->name)) < 0)
@@ -182,10 +194,15 @@ static void store_shutdown(Store *self)
         return;
     self->guard.closing = true;
     cr_store *s = self->store;
-    Py_BEGIN_ALLOW_THREADS pcr_guard_drain(&self->guard);
+    Py_BEGIN_ALLOW_THREADS
+    pcr_guard_drain(&self->guard);
     cr_store_destroy(s);
-    Py_END_ALLOW_THREADS self->store = NULL;
+    Py_END_ALLOW_THREADS
+    self->store = NULL;
     PyDict_Clear(self->pins);
+    PyObject *engine = self->engine_obj; /* the engine may close from now on */
+    self->engine_obj = NULL;
+    pcr_engine_release(engine);
 }
 
 static void store_dealloc(Store *self)
@@ -241,8 +258,10 @@ static PyObject *store_health(Store *self, PyObject *unused)
 {
     ENTER(self);
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = cr_store_health(self->store);
-    Py_END_ALLOW_THREADS LEAVE(self);
+    Py_BEGIN_ALLOW_THREADS
+    rc = cr_store_health(self->store);
+    Py_END_ALLOW_THREADS
+    LEAVE(self);
     return rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
 }
 
@@ -270,8 +289,10 @@ static PyObject *put_common(Store *self, PyObject *args, PyObject *kw, put_fn fn
     if (pcr_key(&cx, key, &k) == 0 && pcr_value(&cx, value, &p, &n) == 0 &&
         pcr_replicate_config(&cx, config, &cfg, NULL, self->name) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS rc = fn(self->store, k, p, n, &cfg);
-        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        Py_BEGIN_ALLOW_THREADS
+        rc = fn(self->store, k, p, n, &cfg);
+        Py_END_ALLOW_THREADS
+        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -308,8 +329,10 @@ static PyObject *put_from_common(Store *self, PyObject *args, PyObject *kw, put_
         pcr_size(size, "size", &n) == 0 &&
         pcr_replicate_config(&cx, config, &cfg, NULL, self->name) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS rc = fn(self->store, k, p, n, &cfg);
-        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        Py_BEGIN_ALLOW_THREADS
+        rc = fn(self->store, k, p, n, &cfg);
+        Py_END_ALLOW_THREADS
+        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -367,7 +390,8 @@ static PyObject *parts_common(Store *self, PyObject *args, PyObject *kw, bool up
     }
     int rc;
     if (!upsert) {
-        Py_BEGIN_ALLOW_THREADS rc = cr_store_put_parts(self->store, k, parts, sizes, n, &cfg);
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_store_put_parts(self->store, k, parts, sizes, n, &cfg);
         Py_END_ALLOW_THREADS
     } else {
         /* No upsert_parts in the C API: gather into one value, then upsert. */
@@ -376,14 +400,16 @@ static PyObject *parts_common(Store *self, PyObject *args, PyObject *kw, bool up
             PyErr_NoMemory();
             goto out;
         }
-        Py_BEGIN_ALLOW_THREADS size_t off = 0;
+        Py_BEGIN_ALLOW_THREADS
+        size_t off = 0;
         for (size_t i = 0; i < n; i++) {
             if (sizes[i] > 0)
                 memcpy(joined + off, parts[i], sizes[i]);
             off += sizes[i];
         }
         rc = cr_store_upsert(self->store, k, joined, total, &cfg);
-        Py_END_ALLOW_THREADS free(joined);
+        Py_END_ALLOW_THREADS
+        free(joined);
     }
     result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
 out:
@@ -421,8 +447,10 @@ static PyObject *store_put_from_multi(Store *self, PyObject *args, PyObject *kw)
         pcr_sizes(&cx, sizes_o, n, "sizes", &sizes) == 0 &&
         pcr_replicate_config(&cx, config, &cfg, NULL, self->name) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS rc = cr_store_put_from_multi(self->store, k, bufs, sizes, n, &cfg);
-        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_store_put_from_multi(self->store, k, bufs, sizes, n, &cfg);
+        Py_END_ALLOW_THREADS
+        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -459,11 +487,14 @@ static PyObject *batch_put_common(Store *self, PyObject *args, PyObject *kw, boo
         if (pcr_value(&cx, PyTuple_GET_ITEM(vt, (Py_ssize_t)i), &vals[i], &sizes[i]) < 0)
             goto out;
     int rc = 0;
-    Py_BEGIN_ALLOW_THREADS if (!upsert) rc =
-        cr_store_batch_put(self->store, keys, vals, sizes, n, &cfg, res);
-    else for (size_t i = 0; i < n; i++) res[i] =
-        cr_store_upsert(self->store, keys[i], vals[i], sizes[i], &cfg);
-    Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
+    Py_BEGIN_ALLOW_THREADS
+    if (!upsert)
+        rc = cr_store_batch_put(self->store, keys, vals, sizes, n, &cfg, res);
+    else
+        for (size_t i = 0; i < n; i++)
+            res[i] = cr_store_upsert(self->store, keys[i], vals[i], sizes[i], &cfg);
+    Py_END_ALLOW_THREADS
+    result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
 out:
     pcr_call_release(&cx);
     LEAVE(self);
@@ -506,8 +537,10 @@ static PyObject *batch_from_common(Store *self, PyObject *args, PyObject *kw, ba
         pcr_replicate_config(&cx, config, &cfg, NULL, self->name) == 0 &&
         (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS rc = fn(self->store, keys, bufs, sizes, n, &cfg, res);
-        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
+        Py_BEGIN_ALLOW_THREADS
+        rc = fn(self->store, keys, bufs, sizes, n, &cfg, res);
+        Py_END_ALLOW_THREADS
+        result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -580,9 +613,12 @@ static PyObject *store_batch_put_from_multi(Store *self, PyObject *args, PyObjec
         nested(&cx, addrs, sizes_o, n, false, &bufs, &sizes, &counts) == 0 &&
         pcr_replicate_config(&cx, config, &cfg, NULL, self->name) == 0 &&
         (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
-        Py_BEGIN_ALLOW_THREADS for (size_t i = 0; i < n; i++) res[i] =
-            cr_store_put_from_multi(self->store, keys[i], bufs[i], sizes[i], counts[i], &cfg);
-        Py_END_ALLOW_THREADS result = int_list(res, n);
+        Py_BEGIN_ALLOW_THREADS
+        for (size_t i = 0; i < n; i++)
+            res[i] =
+                cr_store_put_from_multi(self->store, keys[i], bufs[i], sizes[i], counts[i], &cfg);
+        Py_END_ALLOW_THREADS
+        result = int_list(res, n);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -606,13 +642,12 @@ static PyObject *store_get(Store *self, PyObject *args, PyObject *kw)
     if (pcr_key(&cx, key, &k) == 0) {
         void *v = NULL;
         int64_t rc;
-        Py_BEGIN_ALLOW_THREADS rc = cr_store_get(self->store, k, &v);
-        Py_END_ALLOW_THREADS if (rc < 0)
-        {
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_store_get(self->store, k, &v);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
             pcr_raise(rc);
-        }
-        else
-        {
+        } else {
             result = PyBytes_FromStringAndSize(v, (Py_ssize_t)rc);
             free(v);
         }
@@ -635,8 +670,10 @@ static PyObject *store_get_buffer(Store *self, PyObject *args, PyObject *kw)
     if (pcr_key(&cx, key, &k) == 0) {
         void *v = NULL;
         int64_t rc;
-        Py_BEGIN_ALLOW_THREADS rc = cr_store_get(self->store, k, &v);
-        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : pcr_buffer_handle_new(v, (size_t)rc);
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_store_get(self->store, k, &v);
+        Py_END_ALLOW_THREADS
+        result = rc < 0 ? pcr_raise(rc) : pcr_buffer_handle_new(v, (size_t)rc);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -660,13 +697,12 @@ static PyObject *store_batch_get(Store *self, PyObject *args, PyObject *kw)
         (vals = pcr_call_alloc(&cx, n, sizeof(*vals))) != NULL &&
         (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS rc = cr_store_batch_get(self->store, keys, n, vals, res);
-        Py_END_ALLOW_THREADS if (rc < 0)
-        {
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_store_batch_get(self->store, keys, n, vals, res);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
             pcr_raise(rc);
-        }
-        else
-        {
+        } else {
             result = PyList_New((Py_ssize_t)n);
             for (size_t i = 0; i < n; i++) {
                 PyObject *item = NULL;
@@ -702,8 +738,10 @@ static PyObject *store_get_into(Store *self, PyObject *args, PyObject *kw)
     if (pcr_key(&cx, key, &k) == 0 && pcr_ptr(&cx, addr, true, true, "address", &p) == 0 &&
         pcr_size(size, "size", &n) == 0) {
         int64_t rc;
-        Py_BEGIN_ALLOW_THREADS rc = cr_store_get_into(self->store, k, p, n);
-        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : PyLong_FromLongLong(rc);
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_store_get_into(self->store, k, p, n);
+        Py_END_ALLOW_THREADS
+        result = rc < 0 ? pcr_raise(rc) : PyLong_FromLongLong(rc);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -727,8 +765,10 @@ static PyObject *store_get_into_multi(Store *self, PyObject *args, PyObject *kw)
         pcr_ptrs(&cx, t, n, true, "addresses", &bufs) == 0 &&
         pcr_sizes(&cx, sizes_o, n, "sizes", &sizes) == 0) {
         int64_t rc;
-        Py_BEGIN_ALLOW_THREADS rc = cr_store_get_into_multi(self->store, k, bufs, sizes, n);
-        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : PyLong_FromLongLong(rc);
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_store_get_into_multi(self->store, k, bufs, sizes, n);
+        Py_END_ALLOW_THREADS
+        result = rc < 0 ? pcr_raise(rc) : PyLong_FromLongLong(rc);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -754,8 +794,10 @@ static PyObject *store_batch_get_into(Store *self, PyObject *args, PyObject *kw)
         pcr_sizes(&cx, sizes_o, n, "sizes", &sizes) == 0 &&
         (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS rc = cr_store_batch_get_into(self->store, keys, bufs, sizes, n, res);
-        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : i64_list(res, n);
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_store_batch_get_into(self->store, keys, bufs, sizes, n, res);
+        Py_END_ALLOW_THREADS
+        result = rc < 0 ? pcr_raise(rc) : i64_list(res, n);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -779,9 +821,11 @@ static PyObject *store_batch_get_into_multi(Store *self, PyObject *args, PyObjec
     if (pcr_keys(&cx, keys_o, &keys, &n) == 0 &&
         nested(&cx, addrs, sizes_o, n, true, &bufs, &sizes, &counts) == 0 &&
         (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
-        Py_BEGIN_ALLOW_THREADS for (size_t i = 0; i < n; i++) res[i] =
-            cr_store_get_into_multi(self->store, keys[i], bufs[i], sizes[i], counts[i]);
-        Py_END_ALLOW_THREADS result = i64_list(res, n);
+        Py_BEGIN_ALLOW_THREADS
+        for (size_t i = 0; i < n; i++)
+            res[i] = cr_store_get_into_multi(self->store, keys[i], bufs[i], sizes[i], counts[i]);
+        Py_END_ALLOW_THREADS
+        result = i64_list(res, n);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -806,10 +850,13 @@ static PyObject *key_int_op(Store *self, PyObject *args, PyObject *kw, const cha
     PyObject *result = NULL;
     if (pcr_key(&cx, key, &k) == 0) {
         int64_t rc;
-        Py_BEGIN_ALLOW_THREADS rc =
-            op == 0 ? cr_store_exist(self->store, k) : cr_store_get_size(self->store, k);
-        Py_END_ALLOW_THREADS if (rc < 0) pcr_raise(rc);
-        else result = op == 0 ? PyBool_FromLong(rc > 0) : PyLong_FromLongLong(rc);
+        Py_BEGIN_ALLOW_THREADS
+        rc = op == 0 ? cr_store_exist(self->store, k) : cr_store_get_size(self->store, k);
+        Py_END_ALLOW_THREADS
+        if (rc < 0)
+            pcr_raise(rc);
+        else
+            result = op == 0 ? PyBool_FromLong(rc > 0) : PyLong_FromLongLong(rc);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -841,8 +888,10 @@ static PyObject *store_batch_exists(Store *self, PyObject *args, PyObject *kw)
     if (pcr_keys(&cx, keys_o, &keys, &n) == 0 &&
         (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS rc = cr_store_batch_exist(self->store, keys, n, res);
-        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_store_batch_exist(self->store, keys, n, res);
+        Py_END_ALLOW_THREADS
+        result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -862,8 +911,10 @@ static PyObject *store_remove(Store *self, PyObject *args, PyObject *kw)
     PyObject *result = NULL;
     if (pcr_key(&cx, key, &k) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS rc = cr_store_remove(self->store, k, force != 0);
-        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_store_remove(self->store, k, force != 0);
+        Py_END_ALLOW_THREADS
+        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -879,8 +930,10 @@ static PyObject *store_remove_by_regex(Store *self, PyObject *args, PyObject *kw
         return NULL;
     ENTER(self);
     int64_t rc;
-    Py_BEGIN_ALLOW_THREADS rc = cr_store_remove_by_regex(self->store, pattern, force != 0);
-    Py_END_ALLOW_THREADS LEAVE(self);
+    Py_BEGIN_ALLOW_THREADS
+    rc = cr_store_remove_by_regex(self->store, pattern, force != 0);
+    Py_END_ALLOW_THREADS
+    LEAVE(self);
     return rc < 0 ? pcr_raise(rc) : PyLong_FromLongLong(rc);
 }
 
@@ -892,8 +945,10 @@ static PyObject *store_remove_all(Store *self, PyObject *args, PyObject *kw)
         return NULL;
     ENTER(self);
     int64_t rc;
-    Py_BEGIN_ALLOW_THREADS rc = cr_store_remove_all(self->store, force != 0);
-    Py_END_ALLOW_THREADS LEAVE(self);
+    Py_BEGIN_ALLOW_THREADS
+    rc = cr_store_remove_all(self->store, force != 0);
+    Py_END_ALLOW_THREADS
+    LEAVE(self);
     return rc < 0 ? pcr_raise(rc) : PyLong_FromLongLong(rc);
 }
 
@@ -913,8 +968,10 @@ static PyObject *store_batch_remove(Store *self, PyObject *args, PyObject *kw)
     if (pcr_keys(&cx, keys_o, &keys, &n) == 0 &&
         (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS rc = cr_store_batch_remove(self->store, keys, n, force != 0, res);
-        Py_END_ALLOW_THREADS result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_store_batch_remove(self->store, keys, n, force != 0, res);
+        Py_END_ALLOW_THREADS
+        result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -969,9 +1026,10 @@ static PyObject *store_register_buffer(Store *self, PyObject *args, PyObject *kw
             goto out;
     }
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = cr_store_register_buffer(self->store, p, n);
-    Py_END_ALLOW_THREADS if (rc < 0)
-    {
+    Py_BEGIN_ALLOW_THREADS
+    rc = cr_store_register_buffer(self->store, p, n);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
         pcr_raise(rc);
         goto out;
     }
@@ -1002,13 +1060,12 @@ static PyObject *store_unregister_buffer(Store *self, PyObject *args, PyObject *
     PyObject *result = NULL;
     if (pcr_ptr(&cx, addr, false, true, "address", &p) == 0) {
         int rc;
-        Py_BEGIN_ALLOW_THREADS rc = cr_store_unregister_buffer(self->store, p);
-        Py_END_ALLOW_THREADS if (rc < 0)
-        {
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_store_unregister_buffer(self->store, p);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
             pcr_raise(rc);
-        }
-        else
-        {
+        } else {
             PyObject *k = PyLong_FromVoidPtr(p);
             if (k == NULL ||
                 (PyDict_Contains(self->pins, k) == 1 && PyDict_DelItem(self->pins, k) < 0))

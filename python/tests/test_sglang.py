@@ -75,11 +75,21 @@ def test_hicache_setup_variants(master):
     te = TransferEngine()
     assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
     hc2 = HiCacheStore(master, te.get_engine())  # 8th positional engine
+    # The store runs on that engine: same RPC port, bytes through it.
+    assert hc2.store._s.engine_rpc_port == te.get_rpc_port()
+    assert hc2.store.put("sgl/shared-engine", b"x" * 5000) == 0
+    assert hc2.store.get("sgl/shared-engine") == b"x" * 5000
+    with pytest.raises(RuntimeError, match="in use by a store"):
+        te._e.close()  # the engine outlives the store that borrows it
     hc2.store.close()
     s = MooncakeDistributedStore()
     assert s.setup("127.0.0.1", "P2PHANDSHAKE", 64 * MiB, 16 * MiB, "tcp", "", master,
                    engine=te.get_engine()) == 0
+    assert s._s.engine_rpc_port == te.get_rpc_port()
     s.close()
+    bad = MooncakeDistributedStore()
+    assert bad.setup("127.0.0.1", "P2PHANDSHAKE", 64 * MiB, 16 * MiB, "tcp", "", master,
+                     engine=object()) == -600
     te.close()
 
 
