@@ -216,6 +216,24 @@ CR_API int cr_engine_open_segment(cr_engine *engine, const char *name, cr_segmen
  */
 CR_API int cr_engine_close_segment(cr_engine *engine, cr_segment_handle segment);
 
+/** One buffer of an opened segment, as its descriptor describes it. */
+typedef struct cr_buffer_info {
+    uint64_t addr;
+    uint64_t length;
+    int kind;   /**< cr_mem_kind */
+    int device; /**< device index, -1 for host memory */
+    bool remote_accessible;
+} cr_buffer_info;
+
+/**
+ * List the buffers of an opened segment (from its cached descriptor, in
+ * address order): copies up to `cap` entries into `out` (may be NULL when
+ * cap is 0) and writes the total count to *total. Errors:
+ * CR_ERR_INVALID_HANDLE.
+ */
+CR_API int cr_engine_segment_buffers(cr_engine *engine, cr_segment_handle segment,
+                                     cr_buffer_info *out, size_t cap, size_t *total);
+
 /* ----------------------------------------------------------------------- */
 /* Batches                                                                 */
 /* ----------------------------------------------------------------------- */

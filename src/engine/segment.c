@@ -312,3 +312,23 @@ void cre_peers_destroy(cr_engine *e)
     e->peers = NULL;
     e->n_peers = 0;
 }
+
+int cr_engine_segment_buffers(cr_engine *e, cr_segment_handle h, cr_buffer_info *out, size_t cap,
+                              size_t *total)
+{
+    if (e == NULL || total == NULL || (cap > 0 && out == NULL))
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "segment_buffers: NULL argument");
+    cre_peer *p = NULL;
+    int rc = cre_segment_lookup(e, h, &p);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&p->lock);
+    size_t n = p->desc_valid ? p->desc.n_buffers : 0;
+    for (size_t i = 0; i < n && i < cap; i++) {
+        const crp_buffer_desc *b = &p->desc.buffers[i];
+        out[i] = (cr_buffer_info){b->addr, b->length, b->kind, b->device, b->remote_accessible};
+    }
+    pthread_mutex_unlock(&p->lock);
+    *total = n;
+    return 0;
+}

@@ -236,6 +236,40 @@ static void memory_kinds_seed_002(void **state)
     peer_cmd(&f->peer, "unreg %llu", (unsigned long long)dev);
 }
 
+static void segment_buffers_are_listed(void **state)
+{
+    fixture *f = *state;
+    uint64_t a = peer_reg(&f->peer, "cpu:0", 8192, 0);
+    uint64_t b = peer_reg(&f->peer, "cuda:3", 4096, 1);
+    assert_true(a != 0 && b != 0);
+    assert_int_equal(cr_engine_open_segment(f->engine, f->peer.name, &f->seg), 0); /* refresh */
+    size_t total = 0;
+    assert_int_equal(cr_engine_segment_buffers(f->engine, f->seg, NULL, 0, &total), 0);
+    assert_int_equal(total, 2);
+    cr_buffer_info info[2];
+    assert_int_equal(cr_engine_segment_buffers(f->engine, f->seg, info, 2, &total), 0);
+    int seen = 0;
+    for (int i = 0; i < 2; i++) {
+        if (info[i].addr == a) {
+            assert_int_equal(info[i].length, 8192);
+            assert_int_equal(info[i].kind, CR_MEM_HOST);
+            assert_true(info[i].remote_accessible);
+            seen |= 1;
+        } else if (info[i].addr == b) {
+            assert_int_equal(info[i].kind, CR_MEM_CUDA);
+            assert_int_equal(info[i].device, 3);
+            assert_false(info[i].remote_accessible);
+            seen |= 2;
+        }
+    }
+    assert_int_equal(seen, 3);
+    assert_true(info[0].addr < info[1].addr); /* address order */
+    assert_int_equal(cr_engine_segment_buffers(f->engine, 12345, info, 2, &total),
+                     CR_ERR_INVALID_HANDLE);
+    peer_cmd(&f->peer, "unreg %llu", (unsigned long long)a);
+    peer_cmd(&f->peer, "unreg %llu", (unsigned long long)b);
+}
+
 static void notify_and_probe(void **state)
 {
     fixture *f = *state;
@@ -286,6 +320,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(batch_of_many_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_ranges_get_their_own_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(memory_kinds_seed_002, setup, teardown),
+        cmocka_unit_test_setup_teardown(segment_buffers_are_listed, setup, teardown),
         cmocka_unit_test_setup_teardown(notify_and_probe, setup, teardown),
         cmocka_unit_test(local_segment_uses_memcpy_with_auto),
     };
