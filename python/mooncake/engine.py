@@ -433,7 +433,7 @@ class TransferEngine:
         return _crescent.read_memory(addr, n)
 
     def get_first_buffer_address(self, segment_name: str) -> int:
-        """First buffer of a segment; known for this engine's own segment only (else 0)."""
+        """Address of the first (lowest) buffer of a segment, or 0 if it has none."""
         e = self._e
         if e is None:
             return 0
@@ -441,12 +441,10 @@ class TransferEngine:
             regs = self._regs
             return regs.first() if regs is not None else 0
         try:
-            self._segment(segment_name)
+            bufs = e.segment_buffers(self._segment(segment_name))
         except CrescentError:
             return 0
-        log.warning("get_first_buffer_address(%s): crescent cannot list a peer's buffers",
-                    segment_name)
-        return 0
+        return bufs[0][0] if bufs else 0
 
     # ------------------------------------------------------------------ transfers
     def _segment(self, target: str) -> int:

@@ -546,6 +546,43 @@ static PyObject *engine_close_segment(Engine *self, PyObject *arg)
     return rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
 }
 
+/* segment_buffers(handle) -> [(address, length, kind, device, remote_accessible)] */
+static PyObject *engine_segment_buffers(Engine *self, PyObject *arg)
+{
+    size_t h;
+    if (pcr_size(arg, "segment", &h) < 0)
+        return NULL;
+    ENTER(self);
+    size_t total = 0;
+    cr_buffer_info *info = NULL;
+    int rc = cr_engine_segment_buffers(self->engine, (cr_segment_handle)h, NULL, 0, &total);
+    if (rc == 0 && total > 0) {
+        info = PyMem_Calloc(total, sizeof(*info));
+        rc = info == NULL ? CR_ERR_NO_MEMORY
+                          : cr_engine_segment_buffers(self->engine, (cr_segment_handle)h, info,
+                                                      total, &total);
+    }
+    LEAVE(self);
+    if (rc < 0) {
+        PyMem_Free(info);
+        return pcr_raise(rc);
+    }
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0; list != NULL && i < total; i++) {
+        PyObject *t = Py_BuildValue("(KKiiO)", (unsigned long long)info[i].addr,
+                                    (unsigned long long)info[i].length, info[i].kind,
+                                    info[i].device, info[i].remote_accessible ? Py_True : Py_False);
+        if (t == NULL || PyList_Append(list, t) < 0) {
+            Py_XDECREF(t);
+            Py_CLEAR(list);
+            break;
+        }
+        Py_DECREF(t);
+    }
+    PyMem_Free(info);
+    return list;
+}
+
 static PyObject *engine_transfer_sync(Engine *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"opcode", "local_address", "segment", "remote_address",
@@ -860,6 +897,9 @@ static PyMethodDef engine_methods[] = {
     {"open_segment", F(engine_open_segment), METH_O,
      "open_segment(name) -> int\n\nOpen a peer segment ('host:port') and return its handle."},
     {"close_segment", F(engine_close_segment), METH_O, "close_segment(handle)"},
+    {"segment_buffers", F(engine_segment_buffers), METH_O,
+     "segment_buffers(handle) -> [(address, length, kind, device, remote_accessible)], in "
+     "address order"},
     {"transfer_sync", F(engine_transfer_sync), KW,
      "transfer_sync(opcode, local_address, segment, remote_address, length, timeout_ms=0)\n\n"
      "One blocking READ (remote -> local) or WRITE (local -> remote). `segment` is\n"

@@ -133,7 +133,7 @@ def test_http_metadata(child, metadata_url):
     assert te.write_bytes_to_buffer(buf, b"via-http", 8) == 0
     assert te.transfer_sync_write(info["session"], buf, info["addr"], 8) == 0
     assert read_remote(target, 0, 8) == b"via-http"
-    assert te.get_first_buffer_address(info["session"]) == 0  # peers' lists are not visible
+    assert te.get_first_buffer_address(info["session"]) == info["addr"]  # the peer's buffer
     target.send("quit")
     target.finish()
     te.close()
