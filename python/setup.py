@@ -92,6 +92,7 @@ setup(
     entry_points={"console_scripts": [
         "mooncake_master=mooncake.cli:master",
         "mooncake_http_metadata_server=mooncake.cli:metadata_server",
+        "transfer_engine_bench=mooncake.te_bench:main",
     ]},
     python_requires=">=3.8",
     zip_safe=False,

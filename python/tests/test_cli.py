@@ -20,6 +20,9 @@ def command(name):
     bin_dir = os.environ.get("CRESCENT_PY_BIN")
     if bin_dir and os.path.exists(os.path.join(bin_dir, name)):
         return [os.path.join(bin_dir, name)]
+    if name == "transfer_engine_bench":
+        return [sys.executable, "-c",
+                "import sys; from mooncake.te_bench import main; sys.exit(main())"]
     func = {"mooncake_master": "master", "mooncake_http_metadata_server": "metadata_server"}[name]
     return [sys.executable, "-c",
             f"import sys; from mooncake.cli import {func}; sys.exit({func}())"]
@@ -112,3 +115,34 @@ def test_find_binary_env(monkeypatch, tmp_path):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__]))
+
+
+def test_transfer_engine_bench_command():
+    """Mooncake's target/initiator benchmark pair, with gflags-style flags."""
+    target = subprocess.Popen(
+        command("transfer_engine_bench") + ["--mode=target", "--buffer_size=16777216",
+                                            "--protocol=tcp", "--device_name=mlx5_0"],
+        stdout=subprocess.PIPE, text=True, env=child_env())
+    try:
+        line = target.stdout.readline()
+        assert "target ready: segment " in line, line
+        segment = line.split("segment ")[1].split()[0]
+        for op in ("read", "write"):
+            out = subprocess.run(
+                command("transfer_engine_bench") + [
+                    "--mode=initiator", f"--segment_id={segment}", f"--operation={op}",
+                    "--duration", "0.3", "--threads=2", "--batch_size=8", "--block_size=65536",
+                    "--buffer_size=16777216"],
+                capture_output=True, text=True, timeout=60, env=child_env())
+            assert out.returncode == 0, out.stderr
+            assert "Test completed" in out.stdout and "GB/s" in out.stdout
+        # A missing segment id and an unknown flag are refused (exit 2).
+        bad = subprocess.run(command("transfer_engine_bench") + ["--mode=initiator"],
+                             capture_output=True, text=True, timeout=60, env=child_env())
+        assert bad.returncode == 2
+        bad = subprocess.run(command("transfer_engine_bench") + ["--no_such_flag=1"],
+                             capture_output=True, text=True, timeout=60, env=child_env())
+        assert bad.returncode == 2
+    finally:
+        target.terminate()
+        assert target.wait(timeout=30) == 0
