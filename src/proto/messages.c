@@ -11,15 +11,13 @@
  * on the wire what a decoder here would refuse.
  *
  * Decoders run in three steps:
- *  1. scan_one() walks the raw bytes once, without allocating, and proves
- *     they hold exactly one complete msgpack object (no truncation, no
- *     trailing bytes), nested at most SCAN_MAX_DEPTH deep, and that every
- *     array/map count is backed by at least one input byte per element.
- *     msgpack-c allocates an array's element storage from the declared count
- *     before it has seen the elements, so without this check a five-byte
- *     header could make it ask for 64 GiB; with it, the zone never exceeds
- *     about 32 bytes per input byte. It also keeps nesting well inside
- *     msgpack-c's fixed parse stack (which reports overflow as NOMEM).
+ *  1. crp_mp_scan() (proto/mp_scan.c, shared with rpc.c) walks the raw bytes once, without
+ * allocating, and proves they hold exactly one complete msgpack object (no truncation, no trailing
+ * bytes), nested at most CRP_MP_MAX_DEPTH deep, and that every array/map count is backed by at
+ * least one input byte per element. msgpack-c allocates an array's element storage from the
+ * declared count before it has seen the elements, so without this check a five-byte header could
+ * make it ask for 64 GiB; with it, the zone never exceeds about 32 bytes per input byte. It also
+ * keeps nesting well inside msgpack-c's fixed parse stack (which reports overflow as NOMEM).
  *  2. msgpack_unpack_next() builds the object tree. Strings and binaries
  *     point into the input; containers live in the msgpack_unpacked's zone.
  *  3. The decoder walks the tree with strict type and bound checks into a
@@ -34,6 +32,8 @@
  */
 #include "proto/messages.h"
 
+#include "proto/mp_scan.h"
+
 #include <msgpack.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -42,8 +42,7 @@
 
 #include "base/error.h"
 
-#define SCAN_MAX_DEPTH 16
-#define BUF_MIN_CAP    256
+#define BUF_MIN_CAP 256
 
 /* ------------------------------------------------------------------------ */
 /* Error context                                                            */
@@ -214,179 +213,10 @@ static void enc_bin(enc *e, const char *key, const void *p, size_t n)
 /* Decoder: structural pre-scan                                             */
 /* ------------------------------------------------------------------------ */
 
-static uint64_t load_be(const uint8_t *p, size_t n)
-{
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-/*
- * Prove that p[0..len) is exactly one complete msgpack object whose
- * containers are nested at most SCAN_MAX_DEPTH deep and whose element counts
- * are each backed by input bytes. Returns NULL, or why not.
- */
-static const char *scan_one(const uint8_t *p, size_t len)
-{
-    uint64_t left[SCAN_MAX_DEPTH + 1]; /* objects still expected per level */
-    size_t depth = 0;
-    size_t pos = 0;
-    uint64_t pending = 1; /* sum of left[] */
-
-    left[0] = 1;
-    for (;;) {
-        while (left[depth] == 0) {
-            if (depth == 0)
-                return pos == len ? NULL : "has trailing bytes after the body";
-            depth--;
-        }
-        if (pos >= len)
-            return "is truncated";
-        uint8_t b = p[pos++];
-        left[depth]--;
-        pending--;
-
-        size_t len_bytes = 0;  /* size of a following length/count field */
-        uint64_t skip = 0;     /* fixed payload bytes */
-        uint64_t children = 0; /* objects contained */
-        int container = 0;
-        int ext = 0;
-
-        if (b <= 0x7f || b >= 0xe0) {
-            /* fixint */
-        } else if (b <= 0x8f) {
-            container = 1;
-            children = 2u * (b & 0x0fu);
-        } else if (b <= 0x9f) {
-            container = 1;
-            children = b & 0x0fu;
-        } else if (b <= 0xbf) {
-            skip = b & 0x1fu;
-        } else {
-            switch (b) {
-            case 0xc0: /* nil */
-            case 0xc2: /* false */
-            case 0xc3: /* true */
-                break;
-            case 0xc4: /* bin 8/16/32 */
-            case 0xd9: /* str 8/16/32 */
-                len_bytes = 1;
-                break;
-            case 0xc5:
-            case 0xda:
-                len_bytes = 2;
-                break;
-            case 0xc6:
-            case 0xdb:
-                len_bytes = 4;
-                break;
-            case 0xc7: /* ext 8/16/32: length, then a type byte, then data */
-                len_bytes = 1;
-                ext = 1;
-                break;
-            case 0xc8:
-                len_bytes = 2;
-                ext = 1;
-                break;
-            case 0xc9:
-                len_bytes = 4;
-                ext = 1;
-                break;
-            case 0xca: /* float 32/64 */
-                skip = 4;
-                break;
-            case 0xcb:
-                skip = 8;
-                break;
-            case 0xcc: /* uint 8..64, int 8..64 */
-            case 0xd0:
-                skip = 1;
-                break;
-            case 0xcd:
-            case 0xd1:
-                skip = 2;
-                break;
-            case 0xce:
-            case 0xd2:
-                skip = 4;
-                break;
-            case 0xcf:
-            case 0xd3:
-                skip = 8;
-                break;
-            case 0xd4: /* fixext 1..16: type byte plus data */
-                skip = 2;
-                break;
-            case 0xd5:
-                skip = 3;
-                break;
-            case 0xd6:
-                skip = 5;
-                break;
-            case 0xd7:
-                skip = 9;
-                break;
-            case 0xd8:
-                skip = 17;
-                break;
-            case 0xdc: /* array 16/32 */
-                len_bytes = 2;
-                container = 1;
-                break;
-            case 0xdd:
-                len_bytes = 4;
-                container = 1;
-                break;
-            case 0xde: /* map 16/32 */
-                len_bytes = 2;
-                container = 2;
-                break;
-            case 0xdf:
-                len_bytes = 4;
-                container = 2;
-                break;
-            default: /* 0xc1: never used */
-                return "contains the invalid msgpack byte 0xc1";
-            }
-        }
-        if (len_bytes > 0) {
-            if (len_bytes > len - pos)
-                return "is truncated";
-            uint64_t n = load_be(p + pos, len_bytes);
-            pos += len_bytes;
-            if (container != 0)
-                children = n * (uint64_t)container; /* n < 2^32: no overflow */
-            else
-                skip = n + (uint64_t)ext;
-        }
-        if (skip > len - pos)
-            return "is truncated";
-        pos += (size_t)skip;
-        /* Every object still expected needs at least one more byte. */
-        if (pending > len - pos)
-            return "is truncated";
-        if (container != 0) {
-            if (depth == SCAN_MAX_DEPTH)
-                return "is nested too deeply";
-            if (children > len - pos - pending)
-                return "is truncated";
-            if (children > 0) {
-                left[++depth] = children;
-                pending += children;
-            }
-        }
-    }
-}
-
-/* ------------------------------------------------------------------------ */
-/* Decoder: object tree helpers                                             */
-/* ------------------------------------------------------------------------ */
-
 /* Scan and unpack data into u. On success the caller destroys u. */
 static int unpack_body(const where *w, const void *data, size_t len, msgpack_unpacked *u)
 {
-    const char *why = scan_one(data, len);
+    const char *why = crp_mp_scan(data, len);
     if (why != NULL)
         return fail(MALFORMED, w, NULL, "body %s (%zu bytes)", why, len);
 
@@ -1034,7 +864,7 @@ static const char *read_uint(const uint8_t *p, size_t len, size_t *pos, uint64_t
     }
     if (n > len - *pos)
         return "is truncated";
-    uint64_t x = load_be(p + *pos, n);
+    uint64_t x = crp_mp_load_be(p + *pos, n);
     *pos += n;
     if (is_signed && (x >> (8 * n - 1)) != 0)
         return "is negative";
@@ -1060,7 +890,7 @@ int crp_data_req_decode(const void *data, size_t len, crp_data_req *out)
         size_t n = b == 0xdc ? 2 : 4;
         if (n > len - pos)
             return fail(MALFORMED, &w, NULL, "body is truncated (%zu bytes)", len);
-        count = load_be(p + pos, n);
+        count = crp_mp_load_be(p + pos, n);
         pos += n;
     } else {
         return fail(MALFORMED, &w, NULL, "body is not an array (first byte 0x%02x)", b);
