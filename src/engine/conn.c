@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 
 #include "base/error.h"
+#include "base/tsan.h"
 #include "engine/internal.h"
 
 static uint8_t drain_scratch[64 * 1024]; /* contents never read */
@@ -113,7 +114,11 @@ int cre_conn_read(cre_conn *c, const cre_read_ops *ops)
                     if (want > sizeof(drain_scratch))
                         want = sizeof(drain_scratch);
                 }
+                if (c->data_dst != NULL)
+                    CRB_PAYLOAD_WRITES_BEGIN();
                 n = recv_some(c, dst, (size_t)want);
+                if (c->data_dst != NULL)
+                    CRB_PAYLOAD_WRITES_END();
                 if (n <= 0)
                     return (int)n;
                 c->data_got += (uint64_t)n;

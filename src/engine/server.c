@@ -25,6 +25,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/tsan.h"
 #include "engine/internal.h"
 
 static void out_free(cre_out *o)
@@ -86,7 +87,9 @@ static int server_flush(cre_conn *c)
             }
         }
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
+        CRB_PAYLOAD_READS_BEGIN();
         ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+        CRB_PAYLOAD_READS_END();
         if (n < 0) {
             if (errno == EINTR)
                 continue;
