@@ -112,11 +112,11 @@ static void *worker(void *arg)
             }
             switch (r % 4) {
             case 0:
-                crk_batch_put_start(svc, me, keys, sizes, 8, &cfg, t, res, lists);
+                crk_batch_put_start(svc, me, keys, sizes, 8, &cfg, t, res, lists, false);
                 crk_batch_put_end(svc, me, keys, 8, now_ms(), res);
                 break;
             case 1:
-                crk_batch_get_replica_list(svc, keys, 8, t, res, lists);
+                crk_batch_get_replica_list(svc, keys, 8, t, res, lists, false);
                 for (int i = 0; i < 8; i++)
                     if (res[i] == 0)
                         check_list(&lists[i]);

@@ -9,6 +9,7 @@
 #include "master/dispatch.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,28 +17,83 @@
 
 #define CHUNK 256
 
+#define SCRATCH_BLOCK (64 * 1024)
+#define SCRATCH_KEEP  (1024 * 1024) /* largest block kept across resets */
+
+struct crk_scratch_block {
+    crk_scratch_block *next;
+    size_t cap, used;
+    _Alignas(16) unsigned char data[];
+};
+
 void crk_scratch_free(crk_scratch *s)
 {
-    for (size_t i = 0; i < s->n; i++)
-        free(s->blocks[i]);
-    free(s->blocks);
-    memset(s, 0, sizeof(*s));
+    while (s->head != NULL) {
+        crk_scratch_block *b = s->head;
+        s->head = b->next;
+        free(b);
+    }
 }
 
-/* calloc that the scratch frees later; NULL on failure. */
-static void *scratch_alloc(crk_scratch *s, size_t n, size_t size)
+void crk_scratch_reset(crk_scratch *s)
 {
-    if (s->n == s->cap) {
-        size_t ncap = s->cap ? s->cap * 2 : 8;
-        void **nb = realloc(s->blocks, ncap * sizeof(*nb));
+    crk_scratch_block *keep = NULL;
+    while (s->head != NULL) {
+        crk_scratch_block *b = s->head;
+        s->head = b->next;
+        if (keep == NULL || b->cap > keep->cap) {
+            free(keep);
+            keep = b;
+        } else {
+            free(b);
+        }
+    }
+    if (keep != NULL && keep->cap > SCRATCH_KEEP) {
+        free(keep);
+        keep = NULL;
+    }
+    if (keep != NULL) {
+        keep->used = 0;
+        keep->next = NULL;
+    }
+    s->head = keep;
+}
+
+/* n*size bytes from the arena, 16-byte aligned, not zeroed; NULL on failure. */
+static void *scratch_alloc_raw(crk_scratch *s, size_t n, size_t size)
+{
+    if (size != 0 && n > (SIZE_MAX - 64) / size)
+        return NULL;
+    size_t bytes = (n * size + 15) & ~(size_t)15;
+    crk_scratch_block *b = s->head;
+    if (b == NULL || b->cap - b->used < bytes) {
+        size_t cap = bytes > SCRATCH_BLOCK ? bytes : SCRATCH_BLOCK;
+        crk_scratch_block *nb = malloc(sizeof(*nb) + cap);
         if (nb == NULL)
             return NULL;
-        s->blocks = nb;
-        s->cap = ncap;
+        nb->cap = cap;
+        nb->used = 0;
+        /* Keep carving the old head when the new block is a one-off large one. */
+        if (b != NULL && cap == bytes && b->cap - b->used >= 64) {
+            nb->next = b->next;
+            b->next = nb;
+            nb->used = bytes;
+            return nb->data;
+        }
+        nb->next = b;
+        s->head = b = nb;
     }
-    void *p = calloc(n ? n : 1, size);
+    void *p = b->data + b->used;
+    b->used += bytes;
+    return p;
+}
+
+/* Zeroed n*size bytes from the arena; NULL on failure. */
+static void *scratch_alloc(crk_scratch *s, size_t n, size_t size)
+{
+    void *p = scratch_alloc_raw(s, n, size);
     if (p != NULL)
-        s->blocks[s->n++] = p;
+        memset(p, 0, n * size);
     return p;
 }
 
@@ -89,7 +145,7 @@ static int replicas_of(crk_scratch *s, const crk_replica_list *l, uint8_t status
         return CR_ERR_NO_MEMORY;
     for (uint32_t i = 0; i < l->n; i++) {
         size_t nl = strlen(l->r[i].segment) + 1;
-        char *name = scratch_alloc(s, nl, 1);
+        char *name = scratch_alloc_raw(s, nl, 1);
         if (name == NULL)
             return CR_ERR_NO_MEMORY;
         memcpy(name, l->r[i].segment, nl);
@@ -102,27 +158,28 @@ static int replicas_of(crk_scratch *s, const crk_replica_list *l, uint8_t status
 
 typedef int (*batch_fn)(crk_service *s, crk_client_id c, const char *const *keys,
                         const uint64_t *sizes, size_t n, const crk_replicate_config *cfg,
-                        uint64_t now, int *results, crk_replica_list *lists);
+                        uint64_t now, int *results, crk_replica_list *lists, bool continued);
 
 static int do_batch_put_start(crk_service *s, crk_client_id c, const char *const *keys,
                               const uint64_t *sizes, size_t n, const crk_replicate_config *cfg,
-                              uint64_t now, int *results, crk_replica_list *lists)
+                              uint64_t now, int *results, crk_replica_list *lists, bool continued)
 {
-    return crk_batch_put_start(s, c, keys, sizes, n, cfg, now, results, lists);
+    return crk_batch_put_start(s, c, keys, sizes, n, cfg, now, results, lists, continued);
 }
 
 static int do_batch_upsert_start(crk_service *s, crk_client_id c, const char *const *keys,
                                  const uint64_t *sizes, size_t n, const crk_replicate_config *cfg,
-                                 uint64_t now, int *results, crk_replica_list *lists)
+                                 uint64_t now, int *results, crk_replica_list *lists,
+                                 bool continued)
 {
-    return crk_batch_upsert_start(s, c, keys, sizes, n, cfg, now, results, lists);
+    return crk_batch_upsert_start(s, c, keys, sizes, n, cfg, now, results, lists, continued);
 }
 
 static int do_batch_get(crk_service *s, crk_client_id c, const char *const *keys,
                         const uint64_t *sizes, size_t n, const crk_replicate_config *cfg,
-                        uint64_t now, int *results, crk_replica_list *lists)
+                        uint64_t now, int *results, crk_replica_list *lists, bool continued)
 {
-    return crk_batch_get_replica_list(s, keys, n, now, results, lists);
+    return crk_batch_get_replica_list(s, keys, n, now, results, lists, continued);
 }
 
 /* Run a batch that returns replica lists, chunk by chunk. */
@@ -132,17 +189,16 @@ static int batch_with_lists(crk_service *s, crk_scratch *sc, batch_fn fn, crk_cl
                             crp_rpc_key_result **out, uint64_t *lease_ttl)
 {
     crp_rpc_key_result *res = scratch_alloc(sc, n, sizeof(*res));
-    int *st = malloc(CHUNK * sizeof(int));
-    crk_replica_list *lists = malloc(CHUNK * sizeof(*lists));
+    size_t chunk = n < CHUNK ? n : CHUNK;
+    int *st = scratch_alloc_raw(sc, chunk ? chunk : 1, sizeof(int));
+    crk_replica_list *lists = scratch_alloc_raw(sc, chunk ? chunk : 1, sizeof(*lists));
+    if (res == NULL || st == NULL || lists == NULL)
+        return CR_ERR_NO_MEMORY;
     int rc = 0;
-    if (res == NULL || st == NULL || lists == NULL) {
-        rc = CR_ERR_NO_MEMORY;
-        goto out_free;
-    }
     for (size_t off = 0; off < n && rc == 0; off += CHUNK) {
         size_t m = n - off < CHUNK ? n - off : CHUNK;
         rc = fn(s, client, (const char *const *)keys + off, sizes ? sizes + off : NULL, m, cfg, now,
-                st, lists);
+                st, lists, off > 0);
         for (size_t i = 0; i < m && rc == 0; i++) {
             res[off + i].status = st[i];
             if (st[i] == 0) {
@@ -154,9 +210,6 @@ static int batch_with_lists(crk_service *s, crk_scratch *sc, batch_fn fn, crk_cl
         }
     }
     *out = res;
-out_free:
-    free(st);
-    free(lists);
     return rc;
 }
 

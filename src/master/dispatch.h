@@ -11,12 +11,21 @@
 #include "master/service.h"
 #include "proto/rpc.h"
 
-/* Memory a reply points into; valid until crk_scratch_free. */
+/*
+ * Memory a reply points into: a bump arena. Valid until crk_scratch_reset or
+ * crk_scratch_free. An I/O thread keeps one scratch for all the requests it
+ * serves and resets it after each reply is encoded, so a request costs no
+ * malloc once the arena has grown to the thread's usual reply size.
+ * Zero-initialise before first use; not thread-safe (one owner thread).
+ */
+typedef struct crk_scratch_block crk_scratch_block;
 typedef struct crk_scratch {
-    void **blocks;
-    size_t n, cap;
+    crk_scratch_block *head; /* block being carved; older blocks follow */
 } crk_scratch;
 
+/* Forget every allocation; keeps the largest block for the next request. */
+void crk_scratch_reset(crk_scratch *s);
+/* Free everything; the scratch is empty (and reusable) afterwards. */
 void crk_scratch_free(crk_scratch *s);
 
 /* What the server tells the dispatcher about itself. */

@@ -81,10 +81,9 @@ struct crk_write;
 
 /*
  * One key. Allocated as one block: header, key bytes + NUL padded to 8, then
- * the replica array (crk_obj_reps). 72 bytes of header; see the memory test.
+ * the replica array (crk_obj_reps). 64 bytes of header; see the memory test.
  */
 typedef struct crk_object {
-    struct crk_object *hnext;               /* bucket chain */
     struct crk_object *lru_prev, *lru_next; /* shard LRU, head = least recent */
     struct crk_write *write;                /* write in flight, or NULL */
     uint64_t size;                          /* value size */
@@ -117,11 +116,25 @@ typedef struct crk_write {
     crk_replica rep[];
 } crk_write;
 
+/* A slot of a shard's open-addressed table: the key hash's low 32 bits
+ * (compared before the object is touched) and the object, NULL if empty. */
+typedef struct crk_slot {
+    uint32_t hash;
+    crk_object *obj;
+} crk_slot;
+
 typedef struct crk_shard {
     _Alignas(64) pthread_mutex_t mu;
-    crk_object **buckets;
-    size_t nbuckets; /* power of two */
-    size_t nobjs;
+    crk_slot *slots; /* linear probing, at most 3/4 full */
+    size_t nslots;   /* power of two */
+    /* slots and nslots - 1 again, for batch prefetching without the lock: a
+     * stale pair only makes a prefetch useless (a prefetch never faults).
+     * On a line of their own: written only when the table grows, read by
+     * every thread, so they must not share a line with the mutex or the
+     * counters and lists below that each put writes. */
+    _Alignas(64) _Atomic(crk_slot *) hint_slots;
+    _Atomic size_t hint_mask;
+    _Alignas(64) size_t nobjs;
     crk_object *lru_head, *lru_tail;
     size_t lru_count;
     crk_write *w_head, *w_tail;

@@ -4,8 +4,10 @@
  * operator queries.
  *
  * The table has CRK_NUM_SHARDS shards chosen by the key hash's high bits;
- * each shard is a chained hash table (buckets double at load factor 1) under
- * its own mutex, plus:
+ * each shard is an open-addressed hash table (linear probing over slots that
+ * hold the hash and the object pointer, so a probe for an absent key touches
+ * only the slot array; doubled at 3/4 full; deletion shifts later entries
+ * back instead of leaving tombstones) under its own mutex, plus:
  *   - an LRU list of its complete, not hard-pinned objects (head = least
  *     recently read; put_end appends, get_replica_list moves to the tail),
  *     which eviction consumes from the head;
@@ -32,7 +34,7 @@
 #include "master/internal.h"
 #include "master/mem.h"
 
-#define INITIAL_BUCKETS 16
+#define INITIAL_SLOTS 16
 
 /* --- shards ------------------------------------------------------------------ */
 
@@ -42,24 +44,26 @@ int crk_shards_init(crk_service *s)
     int rc = 0;
     for (i = 0; i < CRK_NUM_SHARDS; i++) {
         crk_shard *sh = &s->shards[i];
-        sh->buckets = crk_calloc(INITIAL_BUCKETS, sizeof(*sh->buckets));
-        if (!sh->buckets) {
-            rc = crb_error(CR_ERR_NO_MEMORY, "master: shard %zu buckets", i);
+        sh->slots = crk_calloc(INITIAL_SLOTS, sizeof(*sh->slots));
+        if (!sh->slots) {
+            rc = crb_error(CR_ERR_NO_MEMORY, "master: shard %zu slots", i);
             goto undo_shards;
         }
         if (pthread_mutex_init(&sh->mu, NULL) != 0) {
-            crk_free(sh->buckets);
+            crk_free(sh->slots);
             rc = crb_error(CR_ERR_NO_MEMORY, "master: shard %zu mutex", i);
             goto undo_shards;
         }
-        sh->nbuckets = INITIAL_BUCKETS;
+        sh->nslots = INITIAL_SLOTS;
+        atomic_store_explicit(&sh->hint_slots, sh->slots, CRK_RELAXED);
+        atomic_store_explicit(&sh->hint_mask, INITIAL_SLOTS - 1, CRK_RELAXED);
     }
     return 0;
 
 undo_shards:
     while (i-- > 0) {
         pthread_mutex_destroy(&s->shards[i].mu);
-        crk_free(s->shards[i].buckets);
+        crk_free(s->shards[i].slots);
     }
     return rc;
 }
@@ -68,13 +72,11 @@ void crk_shards_destroy(crk_service *s)
 {
     for (size_t i = 0; i < CRK_NUM_SHARDS; i++) {
         crk_shard *sh = &s->shards[i];
-        for (size_t b = 0; b < sh->nbuckets; b++) {
-            crk_object *o = sh->buckets[b];
-            while (o) {
-                crk_object *next = o->hnext;
+        for (size_t j = 0; j < sh->nslots; j++) {
+            crk_object *o = sh->slots[j].obj;
+            if (o) {
                 crk_free(o->write);
                 crk_free(o);
-                o = next;
             }
         }
         crk_discard *d = sh->discards;
@@ -83,7 +85,7 @@ void crk_shards_destroy(crk_service *s)
             crk_free(d);
             d = next;
         }
-        crk_free(sh->buckets);
+        crk_free(sh->slots);
         pthread_mutex_destroy(&sh->mu);
     }
 }
@@ -106,56 +108,94 @@ static int key_check(const char *key, size_t *len_out)
     return 0;
 }
 
-/* Link that points at the object with this key, or the NULL link ending its chain. */
-static crk_object **lookup_link(crk_shard *sh, const char *key, size_t len, uint32_t h)
+/* Index of the slot holding this key, or of the empty slot ending its probe. */
+static size_t probe(const crk_shard *sh, const char *key, size_t len, uint32_t h)
 {
-    crk_object **pp = &sh->buckets[h & (sh->nbuckets - 1)];
-    for (; *pp; pp = &(*pp)->hnext) {
-        crk_object *o = *pp;
-        if (o->hash == h && o->key_len == len && memcmp(o->key, key, len) == 0)
-            break;
+    size_t mask = sh->nslots - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+        const crk_slot *sl = &sh->slots[i];
+        if (!sl->obj ||
+            (sl->hash == h && sl->obj->key_len == len && memcmp(sl->obj->key, key, len) == 0))
+            return i;
     }
-    return pp;
 }
 
-static crk_object **link_of(crk_shard *sh, const crk_object *o)
+static crk_object *lookup(const crk_shard *sh, const char *key, size_t len, uint32_t h)
 {
-    crk_object **pp = &sh->buckets[o->hash & (sh->nbuckets - 1)];
-    while (*pp != o)
-        pp = &(*pp)->hnext;
-    return pp;
+    return sh->slots[probe(sh, key, len, h)].obj;
 }
 
-static void grow_buckets(crk_shard *sh)
+/* Index of the slot holding o (which is in the table). */
+static size_t slot_of(const crk_shard *sh, const crk_object *o)
 {
-    size_t nb = sh->nbuckets * 2;
-    crk_object **b = crk_calloc(nb, sizeof(*b));
-    if (!b)
-        return; /* longer chains, still correct */
-    for (size_t i = 0; i < sh->nbuckets; i++) {
-        crk_object *o = sh->buckets[i];
-        while (o) {
-            crk_object *next = o->hnext;
-            size_t j = o->hash & (nb - 1);
-            o->hnext = b[j];
-            b[j] = o;
-            o = next;
+    size_t mask = sh->nslots - 1;
+    size_t i = o->hash & mask;
+    while (sh->slots[i].obj != o)
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* Empty slot i and shift later entries of its run back so that every probe
+ * still reaches its key without crossing an empty slot. */
+static void slot_clear(crk_shard *sh, size_t i)
+{
+    size_t mask = sh->nslots - 1;
+    for (size_t j = (i + 1) & mask; sh->slots[j].obj; j = (j + 1) & mask) {
+        size_t home = sh->slots[j].hash & mask;
+        /* The entry at j may fill the hole unless its home lies in (i, j]. */
+        bool home_after_hole = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!home_after_hole) {
+            sh->slots[i] = sh->slots[j];
+            i = j;
         }
     }
-    crk_free(sh->buckets);
-    sh->buckets = b;
-    sh->nbuckets = nb;
+    sh->slots[i] = (crk_slot){0, NULL};
 }
 
+/* Double the slot array; false (table unchanged) without memory. */
+static bool grow_slots(crk_shard *sh)
+{
+    size_t n = sh->nslots * 2;
+    crk_slot *t = crk_calloc(n, sizeof(*t));
+    if (!t)
+        return false;
+    for (size_t i = 0; i < sh->nslots; i++) {
+        crk_slot sl = sh->slots[i];
+        if (!sl.obj)
+            continue;
+        size_t j = sl.hash & (n - 1);
+        while (t[j].obj)
+            j = (j + 1) & (n - 1);
+        t[j] = sl;
+    }
+    crk_free(sh->slots);
+    sh->slots = t;
+    sh->nslots = n;
+    atomic_store_explicit(&sh->hint_slots, t, CRK_RELAXED);
+    atomic_store_explicit(&sh->hint_mask, n - 1, CRK_RELAXED);
+    return true;
+}
+
+/* Room for one more object: grows at 3/4 full; fails only when the table
+ * could not grow and would have no empty slot left. */
+static int table_reserve(crk_shard *sh)
+{
+    if ((sh->nobjs + 1) * 4 <= sh->nslots * 3 || grow_slots(sh) || sh->nobjs + 2 <= sh->nslots)
+        return 0;
+    return crb_error(CR_ERR_NO_MEMORY, "master: object table of a shard cannot grow past %zu",
+                     sh->nobjs);
+}
+
+/* Insert o, known absent, after table_reserve succeeded. */
 static void table_insert(crk_service *s, crk_shard *sh, crk_object *o)
 {
-    size_t b = o->hash & (sh->nbuckets - 1);
-    o->hnext = sh->buckets[b];
-    sh->buckets[b] = o;
+    size_t mask = sh->nslots - 1;
+    size_t i = o->hash & mask;
+    while (sh->slots[i].obj)
+        i = (i + 1) & mask;
+    sh->slots[i] = (crk_slot){o->hash, o};
     sh->nobjs++;
     crk_add(s->c.keys, 1);
-    if (sh->nobjs > sh->nbuckets)
-        grow_buckets(sh);
 }
 
 /* --- LRU and write lists --------------------------------------------------------- */
@@ -303,8 +343,7 @@ void crk_release_or_defer(crk_service *s, crk_shard *sh, const crk_replica *reps
 
 void crk_erase_object_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t now)
 {
-    crk_object **pp = link_of(sh, o);
-    *pp = o->hnext;
+    slot_clear(sh, slot_of(sh, o));
     sh->nobjs--;
     crk_sub(s->c.keys, 1);
     lru_unlink(sh, o);
@@ -333,10 +372,16 @@ uint64_t crk_purge_segment_locked(crk_service *s, crk_shard *sh, crk_segment *se
 {
     uint64_t writers = 0;
     uint64_t writer_end;
-    for (size_t b = 0; b < sh->nbuckets; b++) {
-        crk_object **pp = &sh->buckets[b];
-        while (*pp) {
-            crk_object *o = *pp;
+    /* Erasing shifts later entries back into slot i, so i is examined again;
+     * an entry that wraps from the front to the back may be seen twice,
+     * which changes nothing the second time. */
+    for (size_t i = 0; i < sh->nslots;) {
+        crk_object *o = sh->slots[i].obj;
+        if (!o) {
+            i++;
+            continue;
+        }
+        {
             crk_write *w = o->write;
             writer_end = w ? crk_sat_add(w->start_ms, s->cfg.put_start_release_timeout_ms) : 0;
             uint32_t gone = drop_reps_on(crk_obj_reps(o), &o->nrep, seg);
@@ -345,13 +390,13 @@ uint64_t crk_purge_segment_locked(crk_service *s, crk_shard *sh, crk_segment *se
             if (w && w->upsert && drop_reps_on(w->rep, &w->nrep, seg) && writer_end > writers)
                 writers = writer_end;
             if (o->nrep > 0 || (w && (o->flags & CRK_OBJ_COMPLETE))) {
-                pp = &o->hnext;
+                i++;
                 continue;
             }
             /* Nothing left to read or to complete: erase (no space to free). */
             if (w)
                 write_drop(s, sh, w);
-            crk_erase_object_locked(s, sh, o, 0); /* *pp now points past o */
+            crk_erase_object_locked(s, sh, o, 0); /* slot i now holds a later entry */
         }
     }
     crk_discard **dp = &sh->discards;
@@ -489,7 +534,7 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
 
     for (uint32_t attempt = 0;; attempt++) {
         pthread_mutex_lock(&sh->mu);
-        crk_object *o = *lookup_link(sh, key, len, (uint32_t)h);
+        crk_object *o = lookup(sh, key, len, (uint32_t)h);
         if (o && !upsert && (o->flags & CRK_OBJ_COMPLETE)) {
             pthread_mutex_unlock(&sh->mu);
             return crb_error(CR_OBJECT_ALREADY_EXISTS, "put_start '%s': key exists", key);
@@ -511,6 +556,10 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
             return crb_error(CR_OBJECT_ALREADY_EXISTS, "put_start '%s': key exists", key);
         }
 
+        if (!o && (rc = table_reserve(sh)) != 0) {
+            pthread_mutex_unlock(&sh->mu);
+            return rc;
+        }
         crk_place_info info;
         uint32_t k = crk_place(s, alloc_size, cfg->replica_num, cfg->preferred_segments,
                                cfg->n_preferred, h, now, reps, &info);
@@ -599,8 +648,8 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, u
     uint64_t h = crk_hash_bytes(key, len);
     crk_shard *sh = shard_of(s, h);
     pthread_mutex_lock(&sh->mu);
-    crk_object **pp = lookup_link(sh, key, len, (uint32_t)h);
-    crk_object *o = *pp;
+    size_t slot = probe(sh, key, len, (uint32_t)h);
+    crk_object *o = sh->slots[slot].obj;
     if (!o) {
         rc = crb_error(CR_OBJECT_NOT_FOUND, "put_end '%s': no such object", key);
         goto unlock;
@@ -644,8 +693,7 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, u
     apply_pins(n, w, o->flags, o->soft_pin_until, now);
     n->flags |= CRK_OBJ_COMPLETE;
     n->last_access = now;
-    n->hnext = o->hnext;
-    *pp = n;
+    sh->slots[slot].obj = n;
     lru_unlink(sh, o);
     if (!(n->flags & CRK_OBJ_HARD_PIN))
         lru_push_tail(sh, n);
@@ -670,7 +718,7 @@ static int put_revoke_impl(crk_service *s, crk_client_id client, const char *key
     uint64_t h = crk_hash_bytes(key, len);
     crk_shard *sh = shard_of(s, h);
     pthread_mutex_lock(&sh->mu);
-    crk_object *o = *lookup_link(sh, key, len, (uint32_t)h);
+    crk_object *o = lookup(sh, key, len, (uint32_t)h);
     if (!o) {
         rc = crb_error(CR_OBJECT_NOT_FOUND, "put_revoke '%s': no such object", key);
         goto unlock;
@@ -713,7 +761,7 @@ static int exist_impl(crk_service *s, const char *key)
     uint64_t h = crk_hash_bytes(key, len);
     crk_shard *sh = shard_of(s, h);
     pthread_mutex_lock(&sh->mu);
-    crk_object *o = *lookup_link(sh, key, len, (uint32_t)h);
+    crk_object *o = lookup(sh, key, len, (uint32_t)h);
     int found = o && (o->flags & CRK_OBJ_COMPLETE) && o->nrep > 0;
     pthread_mutex_unlock(&sh->mu);
     return found;
@@ -730,7 +778,7 @@ static int get_impl(crk_service *s, const char *key, uint64_t now, crk_replica_l
     uint64_t h = crk_hash_bytes(key, len);
     crk_shard *sh = shard_of(s, h);
     pthread_mutex_lock(&sh->mu);
-    crk_object *o = *lookup_link(sh, key, len, (uint32_t)h);
+    crk_object *o = lookup(sh, key, len, (uint32_t)h);
     if (!o) {
         rc = crb_error(CR_OBJECT_NOT_FOUND, "get_replica_list '%s': no such object", key);
         goto unlock;
@@ -784,7 +832,7 @@ static int remove_impl(crk_service *s, const char *key, bool force, uint64_t now
     uint64_t h = crk_hash_bytes(key, len);
     crk_shard *sh = shard_of(s, h);
     pthread_mutex_lock(&sh->mu);
-    crk_object *o = *lookup_link(sh, key, len, (uint32_t)h);
+    crk_object *o = lookup(sh, key, len, (uint32_t)h);
     if (!o)
         rc = crb_error(CR_OBJECT_NOT_FOUND, "remove '%s': no such object", key);
     else if (o->write)
@@ -804,18 +852,17 @@ static uint64_t remove_matching(crk_service *s, const regex_t *re, bool force, u
     for (size_t i = 0; i < CRK_NUM_SHARDS; i++) {
         crk_shard *sh = &s->shards[i];
         pthread_mutex_lock(&sh->mu);
-        for (size_t b = 0; b < sh->nbuckets; b++) {
-            crk_object **pp = &sh->buckets[b];
-            while (*pp) {
-                crk_object *o = *pp;
-                if (o->write || (o->lease_until > now && !force) ||
-                    (re && regexec(re, o->key, 0, NULL, 0) != 0)) {
-                    pp = &o->hnext;
-                    continue;
-                }
-                crk_erase_object_locked(s, sh, o, now); /* *pp moves past o */
-                count++;
+        /* As in crk_purge_segment_locked: after an erase slot j is examined
+         * again; an entry seen twice is judged the same way twice. */
+        for (size_t j = 0; j < sh->nslots;) {
+            crk_object *o = sh->slots[j].obj;
+            if (!o || o->write || (o->lease_until > now && !force) ||
+                (re && regexec(re, o->key, 0, NULL, 0) != 0)) {
+                j++;
+                continue;
             }
+            crk_erase_object_locked(s, sh, o, now); /* slot j now holds a later entry */
+            count++;
         }
         pthread_mutex_unlock(&sh->mu);
     }
@@ -903,16 +950,52 @@ int crk_remove_all(crk_service *s, bool force, uint64_t now_ms, uint64_t *remove
 
 /* --- batches ----------------------------------------------------------------------------- */
 
-static int batch_begin(crk_service *s, int op, size_t n, const void *a, const void *b,
-                       const void *c, const void *d)
+static int batch_begin_part(crk_service *s, int op, bool continued, size_t n, const void *a,
+                            const void *b, const void *c, const void *d)
 {
-    crk_add(s->c.requests[op], 1);
+    if (!continued)
+        crk_add(s->c.requests[op], 1);
     if (n > 0 && (!a || !b || !c || !d)) {
         crk_add(s->c.failures[op], 1);
         return crb_error(CR_INVALID_PARAMS, "%s: NULL array for %zu keys", crk_op_name(op), n);
     }
     crk_add(s->c.batch_items[op], n);
     return 0;
+}
+
+static int batch_begin(crk_service *s, int op, size_t n, const void *a, const void *b,
+                       const void *c, const void *d)
+{
+    return batch_begin_part(s, op, false, n, a, b, c, d);
+}
+
+/*
+ * Batches walk their keys with a prefetch PREFETCH_AHEAD keys ahead: the
+ * slot a later key will probe is pulled into the cache while this key is
+ * served, so the table's cache misses (the main cost of a batch on a table
+ * of millions of keys) overlap instead of queueing one after another.
+ */
+#define PREFETCH_AHEAD 8
+
+static void prefetch_key(crk_service *s, const char *key)
+{
+    if (!key)
+        return;
+    uint64_t h = crk_hash_bytes(key, strnlen(key, CRK_MAX_KEY_LEN + 1));
+    crk_shard *sh = shard_of(s, h);
+    crk_slot *slots = atomic_load_explicit(&sh->hint_slots, CRK_RELAXED);
+    size_t mask = atomic_load_explicit(&sh->hint_mask, CRK_RELAXED);
+    __builtin_prefetch(&slots[(uint32_t)h & mask]);
+}
+
+/* Prefetch for key i of n: the first call also starts the first keys. */
+static void prefetch_ahead(crk_service *s, const char *const *keys, size_t i, size_t n)
+{
+    if (i == 0)
+        for (size_t j = 0; j < PREFETCH_AHEAD && j < n; j++)
+            prefetch_key(s, keys[j]);
+    if (i + PREFETCH_AHEAD < n)
+        prefetch_key(s, keys[i + PREFETCH_AHEAD]);
 }
 
 static void batch_item(crk_service *s, int op, int rc)
@@ -925,56 +1008,65 @@ int crk_batch_exist(crk_service *s, const char *const *keys, size_t n, uint64_t 
                     int *results)
 {
     int rc = batch_begin(s, CRK_OP_BATCH_EXIST, n, keys, results, results, results);
-    for (size_t i = 0; rc == 0 && i < n; i++)
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        prefetch_ahead(s, keys, i, n);
         batch_item(s, CRK_OP_BATCH_EXIST, results[i] = exist_impl(s, keys[i]));
+    }
     return rc;
 }
 
 int crk_batch_get_replica_list(crk_service *s, const char *const *keys, size_t n, uint64_t now_ms,
-                               int *results, crk_replica_list *lists)
+                               int *results, crk_replica_list *lists, bool continued)
 {
-    int rc = batch_begin(s, CRK_OP_BATCH_GET_REPLICA_LIST, n, keys, results, lists, lists);
-    for (size_t i = 0; rc == 0 && i < n; i++)
+    int rc = batch_begin_part(s, CRK_OP_BATCH_GET_REPLICA_LIST, continued, n, keys, results, lists,
+                              lists);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        prefetch_ahead(s, keys, i, n);
         batch_item(s, CRK_OP_BATCH_GET_REPLICA_LIST,
                    results[i] = get_impl(s, keys[i], now_ms, &lists[i]));
+    }
     return rc;
 }
 
 static int batch_start(crk_service *s, int op, bool upsert, crk_client_id client,
                        const char *const *keys, const uint64_t *sizes, size_t n,
                        const crk_replicate_config *cfg, uint64_t now, int *results,
-                       crk_replica_list *lists)
+                       crk_replica_list *lists, bool continued)
 {
-    int rc = batch_begin(s, op, n, keys, sizes, results, lists);
-    for (size_t i = 0; rc == 0 && i < n; i++)
+    int rc = batch_begin_part(s, op, continued, n, keys, sizes, results, lists);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        prefetch_ahead(s, keys, i, n);
         batch_item(s, op,
                    results[i] =
                        put_start_impl(s, client, keys[i], sizes[i], cfg, now, upsert, &lists[i]));
+    }
     return rc;
 }
 
 int crk_batch_put_start(crk_service *s, crk_client_id client, const char *const *keys,
                         const uint64_t *value_sizes, size_t n, const crk_replicate_config *cfg,
-                        uint64_t now_ms, int *results, crk_replica_list *lists)
+                        uint64_t now_ms, int *results, crk_replica_list *lists, bool continued)
 {
     return batch_start(s, CRK_OP_BATCH_PUT_START, false, client, keys, value_sizes, n, cfg, now_ms,
-                       results, lists);
+                       results, lists, continued);
 }
 
 int crk_batch_upsert_start(crk_service *s, crk_client_id client, const char *const *keys,
                            const uint64_t *value_sizes, size_t n, const crk_replicate_config *cfg,
-                           uint64_t now_ms, int *results, crk_replica_list *lists)
+                           uint64_t now_ms, int *results, crk_replica_list *lists, bool continued)
 {
     return batch_start(s, CRK_OP_BATCH_UPSERT_START, true, client, keys, value_sizes, n, cfg,
-                       now_ms, results, lists);
+                       now_ms, results, lists, continued);
 }
 
 int crk_batch_put_end(crk_service *s, crk_client_id client, const char *const *keys, size_t n,
                       uint64_t now_ms, int *results)
 {
     int rc = batch_begin(s, CRK_OP_BATCH_PUT_END, n, keys, results, results, results);
-    for (size_t i = 0; rc == 0 && i < n; i++)
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        prefetch_ahead(s, keys, i, n);
         batch_item(s, CRK_OP_BATCH_PUT_END, results[i] = put_end_impl(s, client, keys[i], now_ms));
+    }
     return rc;
 }
 
@@ -992,8 +1084,10 @@ int crk_batch_remove(crk_service *s, const char *const *keys, size_t n, bool for
                      int *results)
 {
     int rc = batch_begin(s, CRK_OP_BATCH_REMOVE, n, keys, results, results, results);
-    for (size_t i = 0; rc == 0 && i < n; i++)
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        prefetch_ahead(s, keys, i, n);
         batch_item(s, CRK_OP_BATCH_REMOVE, results[i] = remove_impl(s, keys[i], force, now_ms));
+    }
     return rc;
 }
 
@@ -1010,7 +1104,7 @@ int crk_query_key(crk_service *s, const char *key, uint64_t now_ms, crk_key_info
     uint64_t h = crk_hash_bytes(key, len);
     crk_shard *sh = shard_of(s, h);
     pthread_mutex_lock(&sh->mu);
-    crk_object *o = *lookup_link(sh, key, len, (uint32_t)h);
+    crk_object *o = lookup(sh, key, len, (uint32_t)h);
     if (!o) {
         pthread_mutex_unlock(&sh->mu);
         return crb_error(CR_OBJECT_NOT_FOUND, "query_key '%s': no such object", key);

@@ -33,8 +33,9 @@
 #include "proto/messages.h"
 #include "proto/rpc.h"
 
-#define OUT_HIGH_WATER (8u << 20)
-#define READ_CHUNK     (256u << 10)
+#define OUT_HIGH_WATER   (8u << 20)
+#define READ_CHUNK       (256u << 10)
+#define REPLY_KEEP_BYTES (1u << 20) /* reply buffer kept between requests */
 
 typedef struct rpc_conn {
     int fd;
@@ -55,6 +56,8 @@ typedef struct rpc_thread {
     pthread_mutex_t lock; /* conns list */
     rpc_conn **conns;
     size_t n_conns, cap_conns;
+    crk_scratch scratch; /* reply memory, reset after every request */
+    crp_buf reply;       /* encoded reply body; emptied, not freed, per request */
 } rpc_thread;
 
 struct crk_rpc_server {
@@ -162,15 +165,16 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
     }
     uint64_t t0 = crb_now_ns();
     crp_rpc_resp resp;
-    crk_scratch scratch = {0};
-    crk_dispatch(srv->svc, srv->info, &req, crb_now_ms(), &resp, &scratch);
-    crp_buf out = {0};
-    rc = crp_rpc_resp_encode(&resp, &out);
+    crk_scratch *scratch = &c->thread->scratch;
+    crk_dispatch(srv->svc, srv->info, &req, crb_now_ms(), &resp, scratch);
+    crp_buf *out = &c->thread->reply;
+    out->len = 0;
+    rc = crp_rpc_resp_encode(&resp, out);
     if (rc < 0) {
         /* e.g. a reply larger than a frame: say so instead of going silent */
         queue_error(c, rc, h->request_id, cr_last_error_message());
     } else {
-        rc = queue_frame(c, CRP_RPC_RESP, resp.status, h->request_id, &out);
+        rc = queue_frame(c, CRP_RPC_RESP, resp.status, h->request_id, out);
     }
     uint64_t us = (crb_now_ns() - t0) / 1000;
     int bucket = 0;
@@ -179,8 +183,9 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
     int idx = crp_rpc_op_index(req.op);
     if (idx >= 0)
         atomic_fetch_add(&srv->latency[idx][bucket], 1);
-    crp_buf_free(&out);
-    crk_scratch_free(&scratch);
+    if (out->cap > REPLY_KEEP_BYTES)
+        crp_buf_free(out); /* do not pin a rare huge reply's memory */
+    crk_scratch_reset(scratch);
     crp_rpc_req_clear(&req);
     return rc < 0 ? rc : 0;
 }
@@ -409,6 +414,8 @@ void crk_rpc_server_stop(crk_rpc_server *srv)
         while (t->n_conns > 0)
             conn_free(t->conns[t->n_conns - 1]);
         free(t->conns);
+        crk_scratch_free(&t->scratch);
+        crp_buf_free(&t->reply);
         close(t->epfd);
         close(t->wakefd);
         pthread_mutex_destroy(&t->lock);

@@ -442,11 +442,18 @@ void crk_note_horizon(crk_segment *seg, uint64_t until)
 
 /* --- placement (seg_lock held for reading) -------------------------------------- */
 
-static bool try_alloc(crk_service *s, crk_segment *seg, uint64_t size, uint64_t now,
-                      crk_replica *out)
+enum { ALLOC_OK, ALLOC_NO_ROOM, ALLOC_BUSY };
+
+/* Allocate a replica in seg. With wait false a segment whose allocator
+ * another thread holds answers ALLOC_BUSY instead of blocking. */
+static int try_alloc(crk_service *s, crk_segment *seg, uint64_t size, uint64_t now, bool wait,
+                     crk_replica *out)
 {
-    bool ok = false;
-    pthread_mutex_lock(&seg->mu);
+    int res = ALLOC_NO_ROOM;
+    if (wait)
+        pthread_mutex_lock(&seg->mu);
+    else if (pthread_mutex_trylock(&seg->mu) != 0)
+        return ALLOC_BUSY;
     if (atomic_load(&seg->state) == CRK_SEG_MOUNTED && now >= seg->fence_until) {
         crk_oa_allocation a;
         if (crk_oa_alloc(seg->oa, size, &a) == 0) {
@@ -455,11 +462,11 @@ static bool try_alloc(crk_service *s, crk_segment *seg, uint64_t size, uint64_t 
             out->node = a.node;
             atomic_store_explicit(&seg->used, crk_oa_used(seg->oa), CRK_RELAXED);
             crk_add(s->c.allocated, a.size);
-            ok = true;
+            res = ALLOC_OK;
         }
     }
     pthread_mutex_unlock(&seg->mu);
-    return ok;
+    return res;
 }
 
 static bool already_used(const crk_replica *out, uint32_t k, const crk_segment *seg)
@@ -514,7 +521,7 @@ uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const cha
         crk_segment *seg = seg_find_locked(s, preferred[p], len);
         if (!seg || already_used(out, k, seg) || !eligible(seg, alloc_size, now, info))
             continue;
-        if (try_alloc(s, seg, alloc_size, now, &out[k]))
+        if (try_alloc(s, seg, alloc_size, now, true, &out[k]) == ALLOC_OK)
             k++;
     }
 
@@ -522,6 +529,9 @@ uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const cha
      * 2. Sample a few eligible segments starting at a random index, try them
      * by free ratio (emptiest first), so load spreads without every writer
      * piling onto the one newest, emptiest segment (Mooncake #3688).
+     * A sampled segment whose allocator another thread holds is passed over
+     * for the next candidate and only waited for if no other one had room,
+     * so concurrent puts spread instead of queueing on the emptiest segment.
      * 3. If that is not enough, try every remaining segment once.
      */
     size_t n = s->nsegs;
@@ -551,8 +561,19 @@ uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const cha
             cand[j] = seg;
             ratio[j] = r;
         }
-        for (size_t c = 0; c < nc && k < want; c++)
-            if (try_alloc(s, cand[c], alloc_size, now, &out[k]))
+        bool busy[SAMPLE_MAX] = {false};
+        size_t nbusy = 0;
+        for (size_t c = 0; c < nc && k < want; c++) {
+            int r = try_alloc(s, cand[c], alloc_size, now, false, &out[k]);
+            if (r == ALLOC_OK)
+                k++;
+            else if (r == ALLOC_BUSY) {
+                busy[c] = true;
+                nbusy++;
+            }
+        }
+        for (size_t c = 0; c < nc && k < want && nbusy > 0; c++)
+            if (busy[c] && try_alloc(s, cand[c], alloc_size, now, true, &out[k]) == ALLOC_OK)
                 k++;
         while (k < want && scanned < n) {
             crk_segment *seg = s->segs[idx];
@@ -560,7 +581,7 @@ uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const cha
             scanned++;
             if (already_used(out, k, seg) || !eligible(seg, alloc_size, now, info))
                 continue;
-            if (try_alloc(s, seg, alloc_size, now, &out[k]))
+            if (try_alloc(s, seg, alloc_size, now, true, &out[k]) == ALLOC_OK)
                 k++;
         }
     }

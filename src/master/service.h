@@ -392,18 +392,23 @@ int crk_remove_all(crk_service *s, bool force, uint64_t now_ms, uint64_t *remove
 /* --- batches: one status per key in results[0..n) --------------------------
  * Each returns 0 after processing every key (per-key results as for the single
  * call; exist: 1/0/negative), or CR_INVALID_PARAMS if an array is NULL while n
- * > 0 (nothing processed then). */
+ * > 0 (nothing processed then).
+ *
+ * The list-returning batches (get replica list, put/upsert start) fill one
+ * crk_replica_list (a few KiB) per key, so a caller may run a large request
+ * in parts: `continued` is false for the first part and true for the rest,
+ * which count their keys and failures but not another request. */
 
 int crk_batch_exist(crk_service *s, const char *const *keys, size_t n, uint64_t now_ms,
                     int *results);
 int crk_batch_get_replica_list(crk_service *s, const char *const *keys, size_t n, uint64_t now_ms,
-                               int *results, crk_replica_list *lists);
+                               int *results, crk_replica_list *lists, bool continued);
 int crk_batch_put_start(crk_service *s, crk_client_id client, const char *const *keys,
                         const uint64_t *value_sizes, size_t n, const crk_replicate_config *cfg,
-                        uint64_t now_ms, int *results, crk_replica_list *lists);
+                        uint64_t now_ms, int *results, crk_replica_list *lists, bool continued);
 int crk_batch_upsert_start(crk_service *s, crk_client_id client, const char *const *keys,
                            const uint64_t *value_sizes, size_t n, const crk_replicate_config *cfg,
-                           uint64_t now_ms, int *results, crk_replica_list *lists);
+                           uint64_t now_ms, int *results, crk_replica_list *lists, bool continued);
 int crk_batch_put_end(crk_service *s, crk_client_id client, const char *const *keys, size_t n,
                       uint64_t now_ms, int *results);
 int crk_batch_put_revoke(crk_service *s, crk_client_id client, const char *const *keys, size_t n,

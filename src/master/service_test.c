@@ -326,7 +326,7 @@ static void test_batches(void **state)
     int res[4];
     crk_replica_list lists[4];
     crk_replicate_config cfg = tu_cfg(1);
-    assert_int_equal(crk_batch_put_start(s, a, keys, sizes, 4, &cfg, 0, res, lists), 0);
+    assert_int_equal(crk_batch_put_start(s, a, keys, sizes, 4, &cfg, 0, res, lists, false), 0);
     assert_int_equal(res[0], 0);
     assert_int_equal(res[1], CR_INVALID_KEY);
     assert_int_equal(res[2], 0);
@@ -345,7 +345,7 @@ static void test_batches(void **state)
     assert_int_equal(res[1], CR_INVALID_KEY);
     assert_int_equal(res[2], 1);
     assert_int_equal(res[3], 0);
-    assert_int_equal(crk_batch_get_replica_list(s, keys, 4, 3, res, lists), 0);
+    assert_int_equal(crk_batch_get_replica_list(s, keys, 4, 3, res, lists, false), 0);
     assert_int_equal(res[0], 0);
     assert_int_equal(lists[0].value_size, 100);
     assert_int_equal(res[3], CR_OBJECT_NOT_FOUND);
@@ -356,11 +356,11 @@ static void test_batches(void **state)
     assert_int_equal(res[2], 0);
     assert_int_equal(res[3], CR_OBJECT_NOT_FOUND);
     /* Upsert batch on absent keys behaves as put. */
-    assert_int_equal(crk_batch_upsert_start(s, a, keys, sizes, 1, &cfg, 5, res, lists), 0);
+    assert_int_equal(crk_batch_upsert_start(s, a, keys, sizes, 1, &cfg, 5, res, lists, false), 0);
     assert_int_equal(res[0], 0);
     /* Bad arrays: nothing processed. */
     assert_int_equal(crk_batch_exist(s, NULL, 2, 0, res), CR_INVALID_PARAMS);
-    assert_int_equal(crk_batch_put_start(s, a, keys, sizes, 2, &cfg, 0, res, NULL),
+    assert_int_equal(crk_batch_put_start(s, a, keys, sizes, 2, &cfg, 0, res, NULL, false),
                      CR_INVALID_PARAMS);
     assert_int_equal(crk_batch_remove(s, keys, 0, false, 0, NULL), 0);
     crk_stats st = tu_stats(s);
@@ -370,6 +370,14 @@ static void test_batches(void **state)
     assert_int_equal(st.batch_failed_items[CRK_OP_BATCH_PUT_START], 1);
     assert_int_equal(st.batch_items[CRK_OP_BATCH_EXIST], 4);
     assert_int_equal(st.batch_failed_items[CRK_OP_BATCH_EXIST], 1);
+    /* One request run in two parts counts once, with every key. */
+    uint64_t gets = st.requests[CRK_OP_BATCH_GET_REPLICA_LIST];
+    uint64_t items = st.batch_items[CRK_OP_BATCH_GET_REPLICA_LIST];
+    assert_int_equal(crk_batch_get_replica_list(s, keys, 2, 6, res, lists, false), 0);
+    assert_int_equal(crk_batch_get_replica_list(s, keys + 2, 2, 6, res, lists, true), 0);
+    st = tu_stats(s);
+    assert_int_equal(st.requests[CRK_OP_BATCH_GET_REPLICA_LIST], gets + 1);
+    assert_int_equal(st.batch_items[CRK_OP_BATCH_GET_REPLICA_LIST], items + 4);
     crk_service_destroy(s);
 }
 
@@ -535,6 +543,67 @@ static void test_pin_settings(void **state)
     crk_service_destroy(s);
 }
 
+/* The object table under churn: enough keys to grow every shard's table
+ * several times, removals by key, by regex and by unmounting a segment (each
+ * shifting entries back in the open-addressed table), and every key's
+ * existence checked against a model after each step. */
+static void test_table_churn(void **state)
+{
+    (void)state;
+    enum { N = 6000 };
+    crk_service *s = tu_service(NULL, 0);
+    crk_client_id a = tu_client(1), b = tu_client(2);
+    tu_mount(s, a, "segA", 1ull << 40, 1ull << 30, 0);
+    tu_mount(s, b, "segB", 2ull << 40, 1ull << 30, 0);
+    crk_replicate_config onA = tu_cfg(1), onB = tu_cfg(1);
+    const char *pa[] = {"segA"}, *pb[] = {"segB"};
+    onA.preferred_segments = pa;
+    onA.n_preferred = 1;
+    onB.preferred_segments = pb;
+    onB.n_preferred = 1;
+    static bool live[N];
+    char key[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "%s-%d", i % 5 == 0 ? "drop" : "keep", i);
+        assert_int_equal(tu_put(s, a, key, 64, i % 7 == 0 ? &onB : &onA, 1), 0);
+        live[i] = true;
+    }
+    for (int i = 0; i < N; i += 3) {
+        snprintf(key, sizeof(key), "%s-%d", i % 5 == 0 ? "drop" : "keep", i);
+        assert_int_equal(crk_remove(s, key, false, 2), 0);
+        live[i] = false;
+    }
+    uint64_t removed = 0;
+    assert_int_equal(crk_remove_by_regex(s, "^drop-", false, 3, &removed), 0);
+    uint64_t want = 0;
+    for (int i = 0; i < N; i++)
+        if (i % 5 == 0 && live[i]) {
+            live[i] = false;
+            want++;
+        }
+    assert_int_equal(removed, want);
+    /* Unmounting segB erases the objects whose only replica was there. */
+    assert_int_equal(crk_unmount_segment(s, b, "segB", 4), 0);
+    for (int i = 0; i < N; i += 7)
+        live[i] = false;
+    uint64_t count = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "%s-%d", i % 5 == 0 ? "drop" : "keep", i);
+        int ex = crk_exist(s, key, 5);
+        if (ex != (live[i] ? 1 : 0))
+            fail_msg("key %s: exist %d, expected %d", key, ex, live[i] ? 1 : 0);
+        count += live[i];
+    }
+    assert_int_equal(tu_stats(s).keys, count);
+    /* Re-insert every removed key: probes must still end at empty slots. */
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "%s-%d", i % 5 == 0 ? "drop" : "keep", i);
+        assert_int_equal(tu_put(s, a, key, 64, &onA, 6), live[i] ? CR_OBJECT_ALREADY_EXISTS : 0);
+    }
+    assert_int_equal(tu_stats(s).keys, N);
+    crk_service_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -548,6 +617,7 @@ int main(void)
         cmocka_unit_test(test_remove_in_flight),
         cmocka_unit_test(test_remove_regex_and_all),
         cmocka_unit_test(test_batches),
+        cmocka_unit_test(test_table_churn),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_stale_write_sweep),
         cmocka_unit_test(test_upsert),

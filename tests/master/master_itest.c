@@ -926,6 +926,12 @@ static void test_http_endpoints(void **state)
     xcmd(&c, 0, "get k1");
     xcmd(&c, CR_OBJECT_NOT_FOUND, "get nokey");
     xcmd(&c, 0, "batch_exist k1,k2");
+    /* 300 keys: the dispatcher runs them in two parts, still one request. */
+    char big[4096];
+    size_t bl = 0;
+    for (int i = 0; i < 300; i++)
+        bl += (size_t)snprintf(big + bl, sizeof(big) - bl, "%sk%d", i ? "," : "", 1 + i % 2);
+    assert_int_equal(mh_cmd_st(&c, "batch_get %s", big), 0);
 
     char *body = NULL;
     assert_int_equal(mh_http_get(m.metrics_port, "/health", &body), 200);
@@ -943,6 +949,8 @@ static void test_http_endpoints(void **state)
     assert_int_equal((int)mh_prom_value(body, "master_requests_total{op=\"batch_exist_key\"}"), 1);
     assert_int_equal((int)mh_prom_value(body, "master_requests_total{op=\"get_replica_list\"}"), 2);
     assert_int_equal((int)mh_prom_value(body, "master_failures_total{op=\"get_replica_list\"}"), 1);
+    assert_int_equal(
+        (int)mh_prom_value(body, "master_requests_total{op=\"batch_get_replica_list\"}"), 1);
     assert_non_null(strstr(body, "master_rpc_latency_seconds_bucket{op=\"put_start\""));
     free(body);
 
