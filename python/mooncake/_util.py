@@ -246,6 +246,23 @@ class Registrations:
             s = self._starts[i]
             return addr >= s and addr + size <= self._phys[s][0]
 
+    def span_end(self, addr: int) -> int:
+        """End of the registered memory that contains addr, following adjacent
+        physical pieces (an overlapping registration is split into such
+        pieces); 0 when addr is not registered."""
+        with self._lock:
+            i = bisect.bisect_right(self._starts, addr) - 1
+            if i < 0:
+                return 0
+            s = self._starts[i]
+            end = self._phys[s][0]
+            if addr >= end:
+                return 0
+            while i + 1 < len(self._starts) and self._starts[i + 1] == end:
+                i += 1
+                end = self._phys[self._starts[i]][0]
+            return end
+
     def clear(self) -> None:
         with self._lock:
             self._starts.clear()

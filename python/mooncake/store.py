@@ -19,25 +19,48 @@ The work is done by ``crescent._crescent.Store`` (C, GIL released). An
 ``crescent.Engine``) is shared: the store registers its memory with that
 engine and moves its bytes through it; the engine refuses ``close()`` while
 the store uses it. Without one, the store creates its own engine.
+
+Beyond the core calls the class has Mooncake's tensor family (``put_tensor``,
+``get_tensor``, ``*_with_tp``, ``*_tensor_into``, ``*_tensor_from``,
+safetensors files; see ``mooncake._tensor_api`` and the byte layout in
+``mooncake.tensor_format``), ``get_into_ranges`` (ranged gather),
+``batch_replica_clear`` and ``get_offload_rpc_read_count``.
+
+Replica locations (``batch_get_replica_desc``'s ``segment_name`` and
+``batch_replica_clear`` with a segment) come from the master's admin HTTP
+endpoint ``/query_key`` (crescent's client protocol has no call for them):
+its address is ``$CRESCENT_MASTER_ADMIN`` ("host:port", or "off"), else the
+master's host with ``$MOONCAKE_MASTER_METRICS_PORT`` (default 9003, the
+master's ``--metrics_port``). It is used only if it answers ``/health``
+and lists this client's segment (so it is this store's master; checked
+once). When it cannot be reached, replica
+descriptors carry an empty ``segment_name`` and ``batch_replica_clear`` with
+a segment clears nothing (logged).
 """
 
 from __future__ import annotations
 
+import ctypes
+import http.client
+import json
 import logging
 import operator
 import os
 import threading
-from typing import Any, Dict, List, Optional, Sequence
+import time
+import urllib.parse
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import crescent
 from crescent import _crescent
 from crescent._config import ReplicateConfig, SoftPinAction
 
 from . import _util
+from ._tensor_api import ParallelAxis, ReadTarget, TensorMixin, TensorParallelism
 
 __all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "BufferHandle",
            "MooncakeHostMemAllocator", "ReplicaDescriptor", "ReplicaStatus", "ReplicaType",
-           "ObjectDataType"]
+           "ObjectDataType", "ParallelAxis", "TensorParallelism", "ReadTarget"]
 
 log = logging.getLogger("mooncake")
 _util.apply_log_env()
@@ -109,7 +132,7 @@ class ReplicaDescriptor:
         return False
 
     def __repr__(self) -> str:
-        return f"ReplicaDescriptor(memory, status={self.status})"
+        return f"ReplicaDescriptor(memory, segment={self.segment_name!r}, status={self.status})"
 
 
 class MooncakeHostMemAllocator:
@@ -217,7 +240,92 @@ _SETUP_DICT_DEFAULTS = {
 }
 
 
-class MooncakeDistributedStore:
+def _admin_address(master: str) -> str:
+    """host:port of the master's admin HTTP endpoint ("" = none)."""
+    env = os.environ.get("CRESCENT_MASTER_ADMIN", "").strip()
+    if env:
+        return "" if env.lower() in ("off", "none", "0") else env
+    host = master.rsplit(":", 1)[0] if _util.has_port(master) else master
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    port = os.environ.get("MOONCAKE_MASTER_METRICS_PORT", "").strip() or "9003"
+    if not port.isdigit():
+        return ""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class _Admin:
+    """Replica locations from the master's admin HTTP endpoint (/query_key)."""
+
+    RETRY_S = 30.0
+    TIMEOUT_S = 2.0
+
+    def __init__(self, address: str, own_segment: str = "") -> None:
+        self.address = address
+        self.own_segment = own_segment  # must be listed there (it is our master)
+        self._lock = threading.Lock()
+        self._down_until = 0.0
+        self._checked = False
+
+    def _conn(self) -> http.client.HTTPConnection:
+        host, _, port = self.address.rpartition(":")
+        return http.client.HTTPConnection(host.strip("[]"), int(port), timeout=self.TIMEOUT_S)
+
+    def _get(self, conn: http.client.HTTPConnection, path: str) -> Tuple[int, Any]:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        body = r.read()
+        return r.status, json.loads(body.decode("utf-8")) if body else None
+
+    def replicas(self, keys: Sequence[str]
+                 ) -> Optional[Dict[str, Optional[List[Tuple[str, bool]]]]]:
+        """key -> [(segment, complete)] (None for a missing key); None if unreachable."""
+        if not self.address:
+            return None
+        with self._lock:
+            if time.monotonic() < self._down_until:
+                return None
+        out: Dict[str, Optional[List[Tuple[str, bool]]]] = {}
+        conn = None
+        try:
+            conn = self._conn()
+            if not self._checked:
+                st, body = self._get(conn, "/health")
+                if st != 200 or not isinstance(body, dict) or body.get("status") != "ok":
+                    raise ValueError(f"/health answered {st}")
+                if self.own_segment:
+                    st, body = self._get(conn, "/get_all_segments")
+                    names = [g.get("name") for g in (body or {}).get("segments", [])
+                             if isinstance(g, dict)] if isinstance(body, dict) else []
+                    if st != 200 or self.own_segment not in names:
+                        raise ValueError("it is not this store's master (segment "
+                                         f"{self.own_segment} not listed)")
+                self._checked = True
+            for k in keys:
+                if k in out:
+                    continue
+                st, body = self._get(conn, "/query_key?key=" + urllib.parse.quote(k, safe=""))
+                if st == 404 or st == 400:
+                    out[k] = None
+                    continue
+                if st != 200 or not isinstance(body, dict):
+                    raise ValueError(f"/query_key answered {st}")
+                complete = bool(body.get("complete", True))
+                out[k] = [(str(r.get("segment", "")), complete)
+                          for r in body.get("replicas", []) if isinstance(r, dict)]
+            return out
+        except (OSError, ValueError, http.client.HTTPException) as e:
+            log.warning("master admin endpoint %s unavailable (%s); replica locations "
+                        "unknown for %.0f s", self.address, e, self.RETRY_S)
+            with self._lock:
+                self._down_until = time.monotonic() + self.RETRY_S
+            return None
+        finally:
+            if conn is not None:
+                conn.close()
+
+
+class MooncakeDistributedStore(TensorMixin):
     """Client of the distributed KV store (crescent-master), Mooncake's API.
 
     Create it, call :meth:`setup`, then put/get. One object may be used by
@@ -229,6 +337,7 @@ class MooncakeDistributedStore:
         self._regs: Optional[_util.Registrations] = None
         self._lock = threading.Lock()
         self._engine: Any = None
+        self._admin = _Admin("")
 
     # ------------------------------------------------------------------ lifecycle
     def setup(self, local_hostname: Any = _REQUIRED, metadata_server: Any = _REQUIRED,
@@ -364,6 +473,13 @@ class MooncakeDistributedStore:
             self._s = s
             self._engine = engine
             self._regs = _util.Registrations(self._phys_register, self._phys_unregister)
+            own = ""
+            if gss:
+                try:
+                    own = s.hostname
+                except CrescentError:
+                    own = ""
+            self._admin = _Admin(_admin_address(master), own)
         return 0
 
     def _phys_register(self, addr: int, size: int) -> int:
@@ -744,15 +860,182 @@ class MooncakeDistributedStore:
             return [e.code] * len(keys)
 
     def batch_get_replica_desc(self, keys: List[str]) -> Dict[str, List[ReplicaDescriptor]]:
-        """Replica descriptors per key (crescent replicas are all in memory)."""
+        """Replica descriptors per key (crescent replicas are all in memory).
+
+        With the master's admin endpoint (see the module docstring) there is
+        one descriptor per replica with its ``segment_name`` (status COMPLETE,
+        or PROCESSING while the object is being written); without it one
+        descriptor with an empty segment name per existing key.
+        """
         s = self._s
         if s is None:
             return {}
+        keys = list(keys)
+        for k in keys:
+            if not isinstance(k, str):
+                raise TypeError(f"keys must be str, not {type(k).__name__}")
+        where = self._admin.replicas(keys)
+        if where is not None:
+            out: Dict[str, List[ReplicaDescriptor]] = {}
+            for k in keys:
+                reps = where.get(k) or []
+                out[k] = [ReplicaDescriptor(seg, ReplicaStatus.COMPLETE if done
+                                            else ReplicaStatus.PROCESSING) for seg, done in reps]
+            return out
         try:
             exists = s.batch_exists(keys)
         except CrescentError:
             return {}
         return {k: ([ReplicaDescriptor()] if e == 1 else []) for k, e in zip(keys, exists)}
+
+    def batch_replica_clear(self, keys: List[str], segment_name: str = "") -> List[str]:
+        """Clear objects; returns the keys actually cleared.
+
+        segment_name "": each key is removed unless it is leased (being read)
+        or otherwise refused (missing keys are not reported). With a segment
+        name: the keys all of whose replicas live in that segment are removed
+        (same lease rule); a key with a replica in another segment too is left
+        alone and not reported -- dropping a single replica of a multi-replica
+        object is not supported yet. Replica locations need the master's admin
+        endpoint (module docstring); without it nothing is cleared.
+        """
+        if not isinstance(segment_name, str):
+            raise TypeError(f"segment_name must be str, not {type(segment_name).__name__}")
+        if isinstance(keys, (str, bytes)):
+            raise TypeError("keys must be a list of str")
+        keys = list(dict.fromkeys(keys))
+        for k in keys:
+            if not isinstance(k, str):
+                raise TypeError(f"keys must be str, not {type(k).__name__}")
+        s = self._s
+        if s is None or not keys:
+            return []
+        if segment_name:
+            where = self._admin.replicas(keys)
+            if where is None:
+                log.error("batch_replica_clear: replica locations are unknown (master admin "
+                          "endpoint '%s' unreachable); nothing cleared", self._admin.address)
+                return []
+            keys = [k for k in keys
+                    if where.get(k) and all(seg == segment_name for seg, _ in where[k])]
+            if not keys:
+                return []
+        try:
+            res = s.batch_remove(keys, False)
+        except CrescentError as e:
+            log.error("batch_replica_clear: %s", e)
+            return []
+        return [k for k, r in zip(keys, res) if r == 0]
+
+    def get_offload_rpc_read_count(self) -> int:
+        """Reads served by the SSD offload tier: always 0 (crescent has no offload tier)."""
+        return 0
+
+    # ------------------------------------------------------------------ ranged reads
+    def get_into_ranges(self, buffer_ptrs: List[int], all_keys: List[List[str]],
+                        all_dst_offsets: List[List[List[int]]],
+                        all_src_offsets: List[List[List[int]]],
+                        all_sizes: List[List[List[int]]]) -> List[List[List[int]]]:
+        """Gather byte ranges of objects into registered buffers (buffer-major).
+
+        For buffer i, key j, fragment k: copy ``all_sizes[i][j][k]`` bytes
+        from offset ``all_src_offsets[i][j][k]`` of object ``all_keys[i][j]``
+        to ``buffer_ptrs[i] + all_dst_offsets[i][j][k]``. Returns the same
+        nesting as ``all_keys`` with one entry per fragment: bytes copied, or
+        a negative code: -600 (INVALID_PARAMS) for lists whose shapes do not
+        match, a negative offset or size, a range past the end of the object,
+        a destination buffer that is not registered with this store, or a
+        destination range past the end of its registered region; -704 for a
+        missing key; other store errors as returned.
+
+        crescent has no ranged read: each distinct key is fetched once in
+        full, then its fragments are copied. Wrong types raise TypeError.
+        """
+        INV = _INVALID_PARAMS
+        if isinstance(all_keys, (str, bytes)):
+            raise TypeError("all_keys must be a list of lists of str")
+        all_keys = [list(ks) for ks in all_keys]
+        ptrs = [_addr(p, "buffer_ptrs item") for p in buffer_ptrs]
+
+        def level(seq: Any, i: int) -> Optional[List[Any]]:
+            try:
+                v = seq[i]
+            except (IndexError, TypeError, KeyError):
+                return None
+            return list(v) if isinstance(v, (list, tuple)) else None
+
+        def nonneg(v: Any, what: str) -> int:
+            if v is None or isinstance(v, bool):
+                raise TypeError(f"{what} must be an int, not {type(v).__name__}")
+            try:
+                return operator.index(v)
+            except TypeError:
+                raise TypeError(f"{what} must be an int, not {type(v).__name__}") from None
+
+        out: List[List[List[int]]] = []
+        plan: List[Tuple[int, int, int, str, int, int, int]] = []  # i, j, k, key, dst, src, n
+        outer_ok = len(ptrs) == len(all_keys) and len(all_dst_offsets) == len(all_keys) and \
+            len(all_src_offsets) == len(all_keys) and len(all_sizes) == len(all_keys)
+        regs = self._regs
+        for i, ks in enumerate(all_keys):
+            for k in ks:
+                if not isinstance(k, str):
+                    raise TypeError(f"keys must be str, not {type(k).__name__}")
+            dsts, srcs, sizes = (level(all_dst_offsets, i), level(all_src_offsets, i),
+                                 level(all_sizes, i))
+            row: List[List[int]] = []
+            row_ok = outer_ok and dsts is not None and srcs is not None and sizes is not None \
+                and len(dsts) == len(ks) == len(srcs) == len(sizes)
+            end = 0
+            if row_ok and regs is not None:
+                end = regs.span_end(ptrs[i])
+                if end == 0:
+                    log.error("get_into_ranges: buffer %#x is not registered", ptrs[i])
+            for j, key in enumerate(ks):
+                d, s_, z = (level(dsts, j) if dsts else None, level(srcs, j) if srcs else None,
+                            level(sizes, j) if sizes else None)
+                m = max(len(x) for x in (d or [], s_ or [], z or []))
+                if m == 0 and (d is None or s_ is None or z is None):
+                    m = 1  # not even a fragment list: one negative entry
+                if not row_ok or d is None or s_ is None or z is None or \
+                        not len(d) == len(s_) == len(z):
+                    row.append([INV] * m)
+                    continue
+                frag: List[int] = []
+                for k in range(m):
+                    dv = nonneg(d[k], "dst offset")
+                    sv = nonneg(s_[k], "src offset")
+                    zv = nonneg(z[k], "size")
+                    if dv < 0 or sv < 0 or zv < 0 or end == 0 or ptrs[i] + dv + zv > end:
+                        frag.append(INV)
+                    else:
+                        frag.append(0)
+                        plan.append((i, j, k, key, ptrs[i] + dv, sv, zv))
+                row.append(frag)
+            out.append(row)
+        if not plan:
+            return out
+        s = self._s
+        uniq = list(dict.fromkeys(p[3] for p in plan))
+        got: Dict[str, Any] = {}
+        if s is None:
+            got = {k: _INTERNAL_ERROR for k in uniq}
+        else:
+            try:
+                got = dict(zip(uniq, s.batch_get(uniq)))
+            except CrescentError as e:
+                got = {k: e.code for k in uniq}
+        for i, j, k, key, dst, src, n in plan:
+            h = got[key]
+            if isinstance(h, int):
+                out[i][j][k] = _read_code(h)
+            elif src + n > h.size():
+                out[i][j][k] = INV
+            else:
+                if n:
+                    ctypes.memmove(dst, h.ptr() + src, n)
+                out[i][j][k] = n
+        return out
 
     def get_replica_desc(self, key: str) -> List[ReplicaDescriptor]:
         return self.batch_get_replica_desc([key]).get(key, [])
