@@ -116,6 +116,16 @@ static int buf_reserve(crp_buf *b, size_t extra)
     return 0;
 }
 
+int crp_buf_append(crp_buf *b, const void *p, size_t n)
+{
+    if (buf_reserve(b, n) != 0)
+        return crb_error(CR_ERR_NO_MEMORY, "cannot grow a buffer of %zu bytes by %zu", b->len, n);
+    if (n > 0)
+        memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
 typedef struct enc {
     msgpack_packer pk;
     crp_buf *out;

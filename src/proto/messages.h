@@ -42,6 +42,8 @@ typedef struct crp_buf {
 void crp_buf_free(crp_buf *b);
 /** Set len to 0, keep the allocation. */
 void crp_buf_reset(crp_buf *b);
+/** Append n bytes of p; CR_ERR_NO_MEMORY (b unchanged) if it cannot grow. */
+int crp_buf_append(crp_buf *b, const void *p, size_t n);
 
 /* --- CHALLENGE: {"n": bin[16]} ---------------------------------------- */
 typedef struct crp_challenge {

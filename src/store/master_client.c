@@ -2,10 +2,13 @@
  * master_client.c - see master_client.h.
  *
  * Callers register a pending slot (request id, condition variable), write
- * their frame under the write lock and sleep on the slot. A reader thread
- * owns the socket's read side: it reads whole frames and hands each body to
- * the slot with the same request id. Deadlines are per call; a caller that
- * gives up removes its slot, and a late reply for it is dropped.
+ * their frame (header and body in one buffer, one send) under the write
+ * lock and sleep on the slot. A reader thread owns the socket's read side:
+ * it reads whatever has arrived into one buffer, hands every complete frame
+ * in it to the slot with the same request id, and keeps a partial frame for
+ * the next read, so a burst of replies costs one read, not two per reply.
+ * Deadlines are per call; a caller that gives up removes its slot, and a
+ * late reply for it is dropped.
  */
 #include "store/master_client.h"
 
@@ -86,10 +89,96 @@ static void fail_pending_locked(crc_master *m, int status)
     }
 }
 
+#define READER_CHUNK (64u * 1024)
+
+/* Hand one reply to its waiting caller (or drop it). Takes lock. */
+static int deliver(crc_master *m, const crp_header *h, const uint8_t *body)
+{
+    uint8_t *copy = malloc(h->body_len ? h->body_len : 1);
+    if (copy == NULL)
+        return CR_ERR_NO_MEMORY;
+    memcpy(copy, body, h->body_len);
+    pthread_mutex_lock(&m->lock);
+    pending *p = m->pending;
+    while (p != NULL && p->id != h->request_id)
+        p = p->next;
+    if (p != NULL && !p->done) {
+        p->done = true;
+        p->status = 0;
+        p->hdr = *h;
+        p->body = copy;
+        copy = NULL;
+        pthread_cond_signal(&p->cond);
+    }
+    pthread_mutex_unlock(&m->lock);
+    free(copy); /* a reply nobody waits for any more */
+    return 0;
+}
+
+/* Deliver every complete frame in buf[0..*len) and keep the rest at the
+ * front. Negative when the stream is malformed. */
+static int deliver_frames(crc_master *m, uint8_t *buf, size_t *len)
+{
+    size_t off = 0;
+    int rc = 0;
+    while (*len - off >= CRP_HEADER_SIZE) {
+        crp_header h;
+        rc = crp_header_decode(buf + off, &h);
+        if (rc == 0 && h.data_len != 0)
+            rc = crb_error(CR_ERR_MALFORMED_FRAME, "master reply carries data bytes");
+        if (rc < 0)
+            break;
+        if (*len - off - CRP_HEADER_SIZE < h.body_len)
+            break;
+        rc = deliver(m, &h, buf + off + CRP_HEADER_SIZE);
+        if (rc < 0)
+            break;
+        off += CRP_HEADER_SIZE + h.body_len;
+    }
+    memmove(buf, buf + off, *len - off);
+    *len -= off;
+    return rc;
+}
+
+/* Read until the frame at the front of the buffer is complete or nothing
+ * more is waiting; grows the buffer for a large frame. */
+static int reader_fill(int fd, uint8_t **buf, size_t *cap, size_t *len)
+{
+    size_t want = READER_CHUNK;
+    if (*len >= CRP_HEADER_SIZE) {
+        crp_header h;
+        if (crp_header_decode(*buf, &h) == 0 && CRP_HEADER_SIZE + (size_t)h.body_len > want)
+            want = CRP_HEADER_SIZE + (size_t)h.body_len;
+    }
+    if (*cap < want) {
+        uint8_t *nb = realloc(*buf, want);
+        if (nb == NULL)
+            return CR_ERR_NO_MEMORY;
+        *buf = nb;
+        *cap = want;
+    }
+    for (;;) {
+        ssize_t n = recv(fd, *buf + *len, *cap - *len, MSG_DONTWAIT);
+        if (n > 0) {
+            *len += (size_t)n;
+            return 0;
+        }
+        if (n == 0)
+            return crb_error(CR_ERR_CONNECTION, "master closed the connection");
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return 0;
+        return crb_error(CR_ERR_CONNECTION, "reading from the master: %s", strerror(errno));
+    }
+}
+
 static void *reader_main(void *arg)
 {
     crc_master *m = arg;
     int fd = m->fd;
+    uint8_t *buf = NULL;
+    size_t cap = 0, len = 0;
     while (!atomic_load(&m->stop)) {
         struct pollfd pf = {.fd = fd, .events = POLLIN};
         int n = poll(&pf, 1, 200);
@@ -97,12 +186,12 @@ static void *reader_main(void *arg)
             continue;
         if (n < 0 && errno == EINTR)
             continue;
-        crp_header h;
-        uint8_t *body = NULL;
-        int rc = n < 0 ? CR_ERR_CONNECTION
-                       : read_frame(fd, &h, &body, crb_now_ns() + 10ull * 1000000000ull);
-        pthread_mutex_lock(&m->lock);
+        int rc = n < 0 ? crb_error(CR_ERR_CONNECTION, "poll: %s", strerror(errno))
+                       : reader_fill(fd, &buf, &cap, &len);
+        if (rc == 0)
+            rc = deliver_frames(m, buf, &len);
         if (rc < 0) {
+            pthread_mutex_lock(&m->lock);
             if (!atomic_load(&m->stop))
                 crb_log(CRB_LOG_WARN, "master %s:%u: connection lost: %s", m->host,
                         (unsigned)m->port, cr_last_error_message());
@@ -112,20 +201,8 @@ static void *reader_main(void *arg)
             pthread_mutex_unlock(&m->lock);
             break;
         }
-        pending *p = m->pending;
-        while (p != NULL && p->id != h.request_id)
-            p = p->next;
-        if (p != NULL && !p->done) {
-            p->done = true;
-            p->status = 0;
-            p->hdr = h;
-            p->body = body;
-            body = NULL;
-            pthread_cond_signal(&p->cond);
-        }
-        pthread_mutex_unlock(&m->lock);
-        free(body); /* a reply nobody waits for any more */
     }
+    free(buf);
     /* Unpublish the fd before closing it, so crc_master_close never shuts
      * down a number the kernel may already have handed out again. */
     pthread_mutex_lock(&m->lock);
@@ -136,18 +213,25 @@ static void *reader_main(void *arg)
     return NULL;
 }
 
-static int send_frame(int fd, int type, uint64_t id, const crp_buf *body, uint64_t deadline)
+/* Encode req as a whole frame into out, header space first so that the
+ * frame leaves in one send; frame_set_id fills the header once the request
+ * id is known. */
+static int encode_frame(const crp_rpc_req *req, crp_buf *out)
 {
-    uint8_t hb[CRP_HEADER_SIZE];
-    crp_header h = {.version = CRP_VERSION,
-                    .type = (uint8_t)type,
-                    .body_len = (uint32_t)body->len,
-                    .request_id = id};
-    crp_header_encode(&h, hb);
-    int rc = crb_write_full(fd, hb, sizeof(hb), deadline);
+    uint8_t zero[CRP_HEADER_SIZE] = {0};
+    int rc = crp_buf_append(out, zero, sizeof(zero));
     if (rc == 0)
-        rc = crb_write_full(fd, body->data, body->len, deadline);
+        rc = crp_rpc_req_encode(req, out);
     return rc;
+}
+
+static void frame_set_id(crp_buf *frame, uint64_t id)
+{
+    crp_header h = {.version = CRP_VERSION,
+                    .type = CRP_RPC_REQ,
+                    .body_len = (uint32_t)(frame->len - CRP_HEADER_SIZE),
+                    .request_id = id};
+    crp_header_encode(&h, frame->data);
 }
 
 /* Decode a reply frame into resp. */
@@ -196,11 +280,13 @@ static int connect_locked(crc_master *m, int timeout_ms)
     crp_rpc_req hello = {.op = CRP_RPC_SERVICE_READY};
     hello.u.hello =
         (crp_rpc_hello_req){CRP_RPC_VERSION, CRP_RPC_CAPS_DEFINED, m->client_id, "crescent 0.1.0"};
-    crp_buf body = {0};
-    int rc = crp_rpc_req_encode(&hello, &body);
-    if (rc == 0)
-        rc = send_frame(fd, CRP_RPC_REQ, 0, &body, deadline);
-    crp_buf_free(&body);
+    crp_buf frame = {0};
+    int rc = encode_frame(&hello, &frame);
+    if (rc == 0) {
+        frame_set_id(&frame, 0);
+        rc = crb_write_full(fd, frame.data, frame.len, deadline);
+    }
+    crp_buf_free(&frame);
     crp_header h;
     uint8_t *rb = NULL;
     if (rc == 0)
@@ -269,10 +355,12 @@ int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_
 
 int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms)
 {
-    crp_buf body = {0};
-    int rc = crp_rpc_req_encode(req, &body);
-    if (rc < 0)
+    crp_buf frame = {0};
+    int rc = encode_frame(req, &frame);
+    if (rc < 0) {
+        crp_buf_free(&frame);
         return rc;
+    }
     uint64_t deadline = crb_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     pending p = {.done = false};
     pthread_condattr_t ca;
@@ -293,14 +381,15 @@ int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, i
     }
     pthread_mutex_unlock(&m->lock);
     if (rc == 0) {
-        rc = send_frame(fd, CRP_RPC_REQ, p.id, &body, deadline);
+        frame_set_id(&frame, p.id);
+        rc = crb_write_full(fd, frame.data, frame.len, deadline);
         if (rc < 0)
             rc = crb_error(rc == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL,
                            "sending %s to the master: %s", crp_rpc_op_name(req->op),
                            cr_last_error_message());
     }
     pthread_mutex_unlock(&m->write_lock);
-    crp_buf_free(&body);
+    crp_buf_free(&frame);
 
     pthread_mutex_lock(&m->lock);
     if (rc == 0) {
