@@ -80,6 +80,12 @@ static void check_invariants(const crp_rpc_req *m)
         check_strs(m->u.batch_remove.n_keys, m->u.batch_remove.keys, CRP_RPC_MAX_BATCH,
                    CRP_RPC_MAX_KEY);
         break;
+    case CRP_RPC_BATCH_REPLICA_CLEAR:
+        check_strs(m->u.replica_clear.n_keys, m->u.replica_clear.keys, CRP_RPC_MAX_BATCH,
+                   CRP_RPC_MAX_KEY);
+        FUZZ_CHECK(m->u.replica_clear.segment != NULL);
+        FUZZ_CHECK(strlen(m->u.replica_clear.segment) <= CRP_MAX_NAME);
+        break;
     case CRP_RPC_REMOVE_BY_REGEX:
         FUZZ_CHECK(m->u.regex.pattern != NULL);
         FUZZ_CHECK(strlen(m->u.regex.pattern) <= CRP_RPC_MAX_REGEX);

@@ -151,6 +151,10 @@ static void rq_batch_remove(crp_rpc_req *m)
 {
     m->u.batch_remove = (crp_rpc_batch_remove_req){3, rpc_keys, false};
 }
+static void rq_replica_clear(crp_rpc_req *m)
+{
+    m->u.replica_clear = (crp_rpc_replica_clear_req){rpc_cid, 3, rpc_keys, "node-b:17000"};
+}
 static void rq_name(crp_rpc_req *m)
 {
     m->u.name.name = "node-a:17000";

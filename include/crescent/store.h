@@ -40,6 +40,9 @@ extern "C" {
 /** Longest key, in bytes. */
 #define CR_STORE_MAX_KEY 4096
 
+/** Longest segment name, in bytes (the master protocol's name limit). */
+#define CR_STORE_MAX_SEGMENT 256
+
 typedef struct cr_store cr_store;
 
 /**
@@ -190,6 +193,50 @@ CR_API int64_t cr_store_remove_by_regex(cr_store *s, const char *pattern, bool f
 CR_API int64_t cr_store_remove_all(cr_store *s, bool force);
 CR_API int cr_store_batch_remove(cr_store *s, const char *const *keys, size_t n, bool force,
                                  int *results);
+
+/* --- replicas ---------------------------------------------------------------- */
+
+/** Where one replica of an object lives, as the master knows it. */
+typedef struct cr_replica_info {
+    char segment[CR_STORE_MAX_SEGMENT + 1]; /**< segment name (an engine segment name) */
+    uint64_t address;                       /**< start of the replica in that segment */
+    uint64_t size;                          /**< value size in bytes */
+    bool complete; /**< readable; false while the object's first put is in flight */
+} cr_replica_info;
+
+/**
+ * The replicas the master knows for key (one QUERY_KEY call; grants no read
+ * lease and does not count as an access). Writes min(n, cap) entries to out
+ * (out may be NULL when cap is 0) and returns n, the number of replicas,
+ * which may exceed cap: call again with a larger array to see them all.
+ * Errors: CR_OBJECT_NOT_FOUND (a miss), CR_INVALID_KEY, CR_INVALID_PARAMS
+ * (out NULL with cap > 0), CR_RPC_FAIL / CR_RPC_TIMEOUT, and the master's
+ * codes. The answer is a snapshot: replicas may be added or dropped at once.
+ */
+CR_API int cr_store_get_replicas(cr_store *s, const char *key, cr_replica_info *out, size_t cap);
+
+/**
+ * Drop replicas of n keys (Mooncake's batch_replica_clear). segment NULL or
+ * "": every replica goes, i.e. the object is removed. Otherwise only the
+ * replicas on that segment go; an object left without replicas is removed,
+ * one with replicas elsewhere stays readable from them. results[i]:
+ *   0                          cleared
+ *   CR_OBJECT_NOT_FOUND        no such key
+ *   CR_OBJECT_HAS_LEASE        a read lease is running (no force: skipped)
+ *   CR_REPLICA_IS_NOT_READY    a put/upsert is in flight (skipped)
+ *   CR_REPLICA_NOT_FOUND       the key has no replica on that segment
+ *   CR_INVALID_KEY             empty or over-long key (not sent)
+ * Large batches go to the master in parts; a part that fails as a whole
+ * (CR_RPC_FAIL, CR_RPC_TIMEOUT, CR_NOT_SUPPORTED from a master without
+ * this operation, ...) gives each of its keys that code. Returns 0 if every
+ * key got its result from the master or was refused locally; else the code
+ * of the first part that failed as a whole (results are still filled in).
+ * CR_INVALID_PARAMS (NULL arrays with n > 0, segment name over
+ * CR_STORE_MAX_SEGMENT bytes) and CR_UNAVAILABLE_IN_CURRENT_STATUS (closed)
+ * leave results untouched.
+ */
+CR_API int cr_store_batch_replica_clear(cr_store *s, const char *const *keys, size_t n,
+                                        const char *segment, int *results);
 
 /* --- memory ------------------------------------------------------------------ */
 

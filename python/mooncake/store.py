@@ -26,29 +26,18 @@ safetensors files; see ``mooncake._tensor_api`` and the byte layout in
 ``mooncake.tensor_format``), ``get_into_ranges`` (ranged gather),
 ``batch_replica_clear`` and ``get_offload_rpc_read_count``.
 
-Replica locations (``batch_get_replica_desc``'s ``segment_name`` and
-``batch_replica_clear`` with a segment) come from the master's admin HTTP
-endpoint ``/query_key`` (crescent's client protocol has no call for them):
-its address is ``$CRESCENT_MASTER_ADMIN`` ("host:port", or "off"), else the
-master's host with ``$MOONCAKE_MASTER_METRICS_PORT`` (default 9003, the
-master's ``--metrics_port``). It is used only if it answers ``/health``
-and lists this client's segment (so it is this store's master; checked
-once). When it cannot be reached, replica
-descriptors carry an empty ``segment_name`` and ``batch_replica_clear`` with
-a segment clears nothing (logged).
+Replica locations (``get_replica_desc`` / ``batch_get_replica_desc``) and
+``batch_replica_clear`` use the master's client protocol (QUERY_KEY and
+BATCH_REPLICA_CLEAR), so they need no other endpoint.
 """
 
 from __future__ import annotations
 
 import ctypes
-import http.client
-import json
 import logging
 import operator
 import os
 import threading
-import time
-import urllib.parse
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import crescent
@@ -240,91 +229,6 @@ _SETUP_DICT_DEFAULTS = {
 }
 
 
-def _admin_address(master: str) -> str:
-    """host:port of the master's admin HTTP endpoint ("" = none)."""
-    env = os.environ.get("CRESCENT_MASTER_ADMIN", "").strip()
-    if env:
-        return "" if env.lower() in ("off", "none", "0") else env
-    host = master.rsplit(":", 1)[0] if _util.has_port(master) else master
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    port = os.environ.get("MOONCAKE_MASTER_METRICS_PORT", "").strip() or "9003"
-    if not port.isdigit():
-        return ""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-class _Admin:
-    """Replica locations from the master's admin HTTP endpoint (/query_key)."""
-
-    RETRY_S = 30.0
-    TIMEOUT_S = 2.0
-
-    def __init__(self, address: str, own_segment: str = "") -> None:
-        self.address = address
-        self.own_segment = own_segment  # must be listed there (it is our master)
-        self._lock = threading.Lock()
-        self._down_until = 0.0
-        self._checked = False
-
-    def _conn(self) -> http.client.HTTPConnection:
-        host, _, port = self.address.rpartition(":")
-        return http.client.HTTPConnection(host.strip("[]"), int(port), timeout=self.TIMEOUT_S)
-
-    def _get(self, conn: http.client.HTTPConnection, path: str) -> Tuple[int, Any]:
-        conn.request("GET", path)
-        r = conn.getresponse()
-        body = r.read()
-        return r.status, json.loads(body.decode("utf-8")) if body else None
-
-    def replicas(self, keys: Sequence[str]
-                 ) -> Optional[Dict[str, Optional[List[Tuple[str, bool]]]]]:
-        """key -> [(segment, complete)] (None for a missing key); None if unreachable."""
-        if not self.address:
-            return None
-        with self._lock:
-            if time.monotonic() < self._down_until:
-                return None
-        out: Dict[str, Optional[List[Tuple[str, bool]]]] = {}
-        conn = None
-        try:
-            conn = self._conn()
-            if not self._checked:
-                st, body = self._get(conn, "/health")
-                if st != 200 or not isinstance(body, dict) or body.get("status") != "ok":
-                    raise ValueError(f"/health answered {st}")
-                if self.own_segment:
-                    st, body = self._get(conn, "/get_all_segments")
-                    names = [g.get("name") for g in (body or {}).get("segments", [])
-                             if isinstance(g, dict)] if isinstance(body, dict) else []
-                    if st != 200 or self.own_segment not in names:
-                        raise ValueError("it is not this store's master (segment "
-                                         f"{self.own_segment} not listed)")
-                self._checked = True
-            for k in keys:
-                if k in out:
-                    continue
-                st, body = self._get(conn, "/query_key?key=" + urllib.parse.quote(k, safe=""))
-                if st == 404 or st == 400:
-                    out[k] = None
-                    continue
-                if st != 200 or not isinstance(body, dict):
-                    raise ValueError(f"/query_key answered {st}")
-                complete = bool(body.get("complete", True))
-                out[k] = [(str(r.get("segment", "")), complete)
-                          for r in body.get("replicas", []) if isinstance(r, dict)]
-            return out
-        except (OSError, ValueError, http.client.HTTPException) as e:
-            log.warning("master admin endpoint %s unavailable (%s); replica locations "
-                        "unknown for %.0f s", self.address, e, self.RETRY_S)
-            with self._lock:
-                self._down_until = time.monotonic() + self.RETRY_S
-            return None
-        finally:
-            if conn is not None:
-                conn.close()
-
-
 class MooncakeDistributedStore(TensorMixin):
     """Client of the distributed KV store (crescent-master), Mooncake's API.
 
@@ -337,7 +241,6 @@ class MooncakeDistributedStore(TensorMixin):
         self._regs: Optional[_util.Registrations] = None
         self._lock = threading.Lock()
         self._engine: Any = None
-        self._admin = _Admin("")
 
     # ------------------------------------------------------------------ lifecycle
     def setup(self, local_hostname: Any = _REQUIRED, metadata_server: Any = _REQUIRED,
@@ -473,13 +376,6 @@ class MooncakeDistributedStore(TensorMixin):
             self._s = s
             self._engine = engine
             self._regs = _util.Registrations(self._phys_register, self._phys_unregister)
-            own = ""
-            if gss:
-                try:
-                    own = s.hostname
-                except CrescentError:
-                    own = ""
-            self._admin = _Admin(_admin_address(master), own)
         return 0
 
     def _phys_register(self, addr: int, size: int) -> int:
@@ -862,42 +758,43 @@ class MooncakeDistributedStore(TensorMixin):
     def batch_get_replica_desc(self, keys: List[str]) -> Dict[str, List[ReplicaDescriptor]]:
         """Replica descriptors per key (crescent replicas are all in memory).
 
-        With the master's admin endpoint (see the module docstring) there is
-        one descriptor per replica with its ``segment_name`` (status COMPLETE,
-        or PROCESSING while the object is being written); without it one
-        descriptor with an empty segment name per existing key.
+        One descriptor per replica the master knows, with its ``segment_name``
+        and status COMPLETE (PROCESSING while the object's first put is in
+        flight); ``[]`` for a missing key. Grants no read lease.
         """
-        s = self._s
-        if s is None:
-            return {}
+        if isinstance(keys, (str, bytes)):
+            raise TypeError("keys must be a list of str")
         keys = list(keys)
         for k in keys:
             if not isinstance(k, str):
                 raise TypeError(f"keys must be str, not {type(k).__name__}")
-        where = self._admin.replicas(keys)
-        if where is not None:
-            out: Dict[str, List[ReplicaDescriptor]] = {}
-            for k in keys:
-                reps = where.get(k) or []
-                out[k] = [ReplicaDescriptor(seg, ReplicaStatus.COMPLETE if done
-                                            else ReplicaStatus.PROCESSING) for seg, done in reps]
-            return out
-        try:
-            exists = s.batch_exists(keys)
-        except CrescentError:
+        s = self._s
+        if s is None:
             return {}
-        return {k: ([ReplicaDescriptor()] if e == 1 else []) for k, e in zip(keys, exists)}
+        out: Dict[str, List[ReplicaDescriptor]] = {}
+        for k in keys:
+            if k in out:
+                continue
+            try:
+                reps = s.get_replicas(k)
+            except CrescentError as e:
+                if e.code != _OBJECT_NOT_FOUND:
+                    log.warning("batch_get_replica_desc %r: %s", k, e)
+                reps = []
+            out[k] = [ReplicaDescriptor(seg, ReplicaStatus.COMPLETE if done
+                                        else ReplicaStatus.PROCESSING)
+                      for seg, _addr, _size, done in reps]
+        return out
 
     def batch_replica_clear(self, keys: List[str], segment_name: str = "") -> List[str]:
-        """Clear objects; returns the keys actually cleared.
+        """Clear replicas; returns the keys actually cleared (Mooncake's List[str]).
 
-        segment_name "": each key is removed unless it is leased (being read)
-        or otherwise refused (missing keys are not reported). With a segment
-        name: the keys all of whose replicas live in that segment are removed
-        (same lease rule); a key with a replica in another segment too is left
-        alone and not reported -- dropping a single replica of a multi-replica
-        object is not supported yet. Replica locations need the master's admin
-        endpoint (module docstring); without it nothing is cleared.
+        segment_name "": each key is removed (every replica). With a segment
+        name: each key's replica on that segment is dropped; a key with
+        replicas elsewhere stays readable from them, one left without
+        replicas is removed. Keys that are leased (being read), being
+        written, missing, or have no replica on that segment are skipped and
+        not reported.
         """
         if not isinstance(segment_name, str):
             raise TypeError(f"segment_name must be str, not {type(segment_name).__name__}")
@@ -910,21 +807,14 @@ class MooncakeDistributedStore(TensorMixin):
         s = self._s
         if s is None or not keys:
             return []
-        if segment_name:
-            where = self._admin.replicas(keys)
-            if where is None:
-                log.error("batch_replica_clear: replica locations are unknown (master admin "
-                          "endpoint '%s' unreachable); nothing cleared", self._admin.address)
-                return []
-            keys = [k for k in keys
-                    if where.get(k) and all(seg == segment_name for seg, _ in where[k])]
-            if not keys:
-                return []
         try:
-            res = s.batch_remove(keys, False)
+            res = s.batch_replica_clear(keys, segment_name)
         except CrescentError as e:
             log.error("batch_replica_clear: %s", e)
             return []
+        failed = {r for r in res if r not in (0, _OBJECT_NOT_FOUND)}
+        if failed:
+            log.debug("batch_replica_clear: skipped keys with %s", sorted(failed))
         return [k for k, r in zip(keys, res) if r == 0]
 
     def get_offload_rpc_read_count(self) -> int:

@@ -979,6 +979,91 @@ static PyObject *store_batch_remove(Store *self, PyObject *args, PyObject *kw)
 }
 
 /* ------------------------------------------------------------------------- */
+/* Replica locations                                                         */
+/* ------------------------------------------------------------------------- */
+
+static PyObject *store_get_replicas(Store *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"key", NULL};
+    PyObject *key;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O:get_replicas", kwlist, &key))
+        return NULL;
+    ENTER(self);
+    pcr_call cx = PCR_CALL_INIT;
+    const char *k;
+    PyObject *result = NULL;
+    /* An object has at most a handful of replicas; ask again if there are more. */
+    size_t cap = 8;
+    cr_replica_info *info = NULL;
+    if (pcr_key(&cx, key, &k) != 0)
+        goto out;
+    for (;;) {
+        info = pcr_call_alloc(&cx, cap, sizeof(*info));
+        if (info == NULL)
+            goto out;
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_store_get_replicas(self->store, k, info, cap);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
+            pcr_raise(rc);
+            goto out;
+        }
+        if ((size_t)rc > cap) {
+            cap = (size_t)rc;
+            continue;
+        }
+        result = PyList_New(rc);
+        for (int i = 0; result != NULL && i < rc; i++) {
+            PyObject *t = Py_BuildValue(
+                "(sKKO)", info[i].segment, (unsigned long long)info[i].address,
+                (unsigned long long)info[i].size, info[i].complete ? Py_True : Py_False);
+            if (t == NULL)
+                Py_CLEAR(result);
+            else
+                PyList_SET_ITEM(result, i, t);
+        }
+        break;
+    }
+out:
+    pcr_call_release(&cx);
+    LEAVE(self);
+    return result;
+}
+
+static PyObject *store_batch_replica_clear(Store *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"keys", "segment", NULL};
+    PyObject *keys_o;
+    const char *segment = "";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|s:batch_replica_clear", kwlist, &keys_o,
+                                     &segment))
+        return NULL;
+    ENTER(self);
+    pcr_call cx = PCR_CALL_INIT;
+    const char **keys;
+    size_t n;
+    int *res;
+    PyObject *result = NULL;
+    if (pcr_keys(&cx, keys_o, &keys, &n) == 0 &&
+        (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
+        int rc;
+        /* A status is never positive: 1 marks results the call left untouched. */
+        for (size_t i = 0; i < n; i++)
+            res[i] = 1;
+        Py_BEGIN_ALLOW_THREADS
+        rc = cr_store_batch_replica_clear(self->store, keys, n, segment, res);
+        Py_END_ALLOW_THREADS
+        /* The call refused as a whole: raise. A part that failed at the master
+         * put its code into each of its keys' results: return those. */
+        result = rc < 0 && (n == 0 || res[0] == 1) ? pcr_raise(rc) : int_list(res, n);
+    }
+    pcr_call_release(&cx);
+    LEAVE(self);
+    return result;
+}
+
+/* ------------------------------------------------------------------------- */
 /* Memory registration                                                       */
 /* ------------------------------------------------------------------------- */
 
@@ -1152,6 +1237,15 @@ static PyMethodDef store_methods[] = {
     {"batch_remove", F(store_batch_remove), KW,
      "batch_remove(keys, force=False) -> list[int]\n\n0 or a negative status (-704 missing) "
      "per key."},
+    {"get_replicas", F(store_get_replicas), KW,
+     "get_replicas(key) -> list[tuple[str, int, int, bool]]\n\n(segment, address, size, "
+     "complete) per replica the master knows;\ngrants no lease. Raises NotFoundError on a "
+     "miss."},
+    {"batch_replica_clear", F(store_batch_replica_clear), KW,
+     "batch_replica_clear(keys, segment='') -> list[int]\n\nDrop the keys' replicas on "
+     "`segment` ('' = every replica: remove);\nan object left without replicas is removed. "
+     "0 or a negative status\nper key (-704 missing, -706 leased, -703 write in flight, "
+     "-710 no\nreplica on that segment)."},
     {"register_buffer", F(store_register_buffer), KW,
      "register_buffer(address, size=None) -> int\n\nRegister host memory for the zero-copy "
      "calls. A buffer\nobject is pinned until unregister_buffer(). Returns the address."},

@@ -1,39 +1,18 @@
-"""get_into_ranges (buffer-major ranged gather), batch_replica_clear in both
-modes, replica descriptors with segment names (from the master's admin
-endpoint), and get_offload_rpc_read_count. This module runs its own master
-with the admin HTTP endpoint on."""
+"""get_into_ranges (buffer-major ranged gather), replica descriptors with
+segment names, batch_replica_clear in both modes (whole objects, and one
+segment's replicas, including one replica of a two-replica object), and
+get_offload_rpc_read_count. Replica locations and clearing go through the
+master's client protocol (QUERY_KEY, BATCH_REPLICA_CLEAR)."""
 
 import time
 
 import numpy as np
 import pytest
 
-from conftest import Server, _binary
-from mooncake import cli
 from mooncake.store import ReplicaStatus, ReplicateConfig
 
 MiB = 1 << 20
-LEASE_S = 1.1  # a little over the master's 1 s lease (long enough for slow builds)
-
-
-@pytest.fixture(scope="module")
-def admin_master():
-    srv = Server([_binary(cli.MASTER), "--rpc_port=0", "--metrics_port=0",
-                  "--rpc_address=127.0.0.1", "--metrics_host=127.0.0.1",
-                  "--default_kv_lease_ttl=1s"],
-                 r"listening on (\S+) \(metrics (\S+)\)")
-    yield srv.match.group(1), srv.match.group(2)
-    assert srv.stop() == 0
-
-
-@pytest.fixture(scope="module")
-def master(admin_master):
-    return admin_master[0]
-
-
-@pytest.fixture(autouse=True)
-def admin_env(admin_master, monkeypatch):
-    monkeypatch.setenv("CRESCENT_MASTER_ADMIN", admin_master[1])
+LEASE_S = 0.4  # a little over the conftest master's 200 ms lease
 
 
 def value(i, n):
@@ -124,7 +103,8 @@ def test_replica_desc_has_segment_names(store_factory):
     rc2 = ReplicateConfig()
     rc2.replica_num = 2
     assert a.put("d/both", b"y" * 100, rc2) == 0
-    desc = a.batch_get_replica_desc(["d/b", "d/both", "d/none"])
+    desc = a.batch_get_replica_desc(["d/b", "d/both", "d/none", "d/b"])
+    assert set(desc) == {"d/b", "d/both", "d/none"}
     assert [d.segment_name for d in desc["d/b"]] == [b.get_hostname()]
     assert sorted(d.segment_name for d in desc["d/both"]) == \
         sorted([a.get_hostname(), b.get_hostname()])
@@ -132,6 +112,29 @@ def test_replica_desc_has_segment_names(store_factory):
     assert all(d.is_memory_replica() and d.status == ReplicaStatus.COMPLETE
                for d in desc["d/both"])
     assert [d.segment_name for d in a.get_replica_desc("d/b")] == [b.get_hostname()]
+    assert a.get_replica_desc("d/none") == []
+    # Asking grants no lease: the object can be cleared at once.
+    assert a.batch_replica_clear(["d/b"]) == ["d/b"]
+    with pytest.raises(TypeError):
+        a.batch_get_replica_desc([1])
+    with pytest.raises(TypeError):
+        a.batch_get_replica_desc("d/b")
+
+
+def test_native_get_replicas(store_factory):
+    a, b = store_factory(), store_factory()
+    two = ReplicateConfig()
+    two.replica_num = 2
+    assert a.put("g/two", b"z" * 300, two) == 0
+    reps = a._s.get_replicas("g/two")
+    assert sorted(r[0] for r in reps) == sorted([a.get_hostname(), b.get_hostname()])
+    assert all(size == 300 and done is True and addr > 0 for _, addr, size, done in reps)
+    import crescent
+    with pytest.raises(crescent.NotFoundError):
+        a._s.get_replicas("g/missing")
+    # The native clear reports a status per key.
+    assert a._s.batch_replica_clear(["g/two", "g/missing"], "no-such-segment:1") == [-710, -704]
+    assert a._s.batch_replica_clear(["g/two", ""]) == [0, -400]
 
 
 def test_batch_replica_clear_all_segments(store):
@@ -161,12 +164,19 @@ def test_batch_replica_clear_by_segment(store_factory):
     assert a.put("s/a1", b"3" * 64, on_a) == 0
     assert a.put("s/ab", b"4" * 64, two) == 0
     keys = ["s/b1", "s/b2", "s/a1", "s/ab", "s/missing"]
-    # Only keys whose replicas all live in b's segment; s/ab (also on a) is kept.
-    assert a.batch_replica_clear(keys, b.get_hostname()) == ["s/b1", "s/b2"]
+    # b's replicas go: s/b1 and s/b2 entirely, s/ab keeps its replica on a.
+    assert a.batch_replica_clear(keys, b.get_hostname()) == ["s/b1", "s/b2", "s/ab"]
     assert a.batch_is_exist(keys) == [0, 0, 1, 1, 0]
+    assert [d.segment_name for d in a.get_replica_desc("s/ab")] == [a.get_hostname()]
+    assert b.get("s/ab") == b"4" * 64  # still readable, from a's segment
     assert a.batch_replica_clear(keys, "no-such-segment:1") == []
-    assert a.batch_replica_clear(keys, a.get_hostname()) == ["s/a1"]
-    assert a.batch_is_exist(["s/a1", "s/ab"]) == [0, 1]
+    # Nothing of these lives on b any more.
+    assert a.batch_replica_clear(keys, b.get_hostname()) == []
+    time.sleep(LEASE_S)  # the read above leased s/ab
+    # s/ab's last replica: the object goes too.
+    assert a.batch_replica_clear(keys, a.get_hostname()) == ["s/a1", "s/ab"]
+    assert a.batch_is_exist(["s/a1", "s/ab"]) == [0, 0]
+    assert a.get_replica_desc("s/ab") == []
     # Leased keys are not cleared.
     assert a.put("s/b3", b"5" * 64, on_b) == 0
     assert a.get("s/b3") == b"5" * 64
@@ -181,38 +191,12 @@ def test_batch_replica_clear_by_segment(store_factory):
         a.batch_replica_clear("s/ab")
 
 
-def test_without_admin_endpoint(store_factory, monkeypatch):
-    monkeypatch.setenv("CRESCENT_MASTER_ADMIN", "off")
+def test_replica_clear_after_close(store_factory):
     s = store_factory()
-    assert s.put("n/1", b"v") == 0
-    desc = s.batch_get_replica_desc(["n/1", "n/2"])
-    assert [d.segment_name for d in desc["n/1"]] == [""] and desc["n/2"] == []
-    # Segment mode cannot know where replicas live: clears nothing.
-    assert s.batch_replica_clear(["n/1"], s.get_hostname()) == []
-    assert s.is_exist("n/1") == 1
-    assert s.batch_replica_clear(["n/1"]) == ["n/1"]
-    # An address where nothing listens behaves the same (and is not retried at once).
-    monkeypatch.setenv("CRESCENT_MASTER_ADMIN", "127.0.0.1:1")
-    t = store_factory()
-    assert t.put("n/3", b"v") == 0
-    assert t.batch_replica_clear(["n/3"], t.get_hostname()) == []
-    assert [d.segment_name for d in t.get_replica_desc("n/3")] == [""]
-
-
-def test_admin_endpoint_of_another_master_is_not_used(store_factory, monkeypatch):
-    other = Server([_binary(cli.MASTER), "--rpc_port=0", "--metrics_port=0",
-                    "--rpc_address=127.0.0.1", "--metrics_host=127.0.0.1"],
-                   r"listening on (\S+) \(metrics (\S+)\)")
-    try:
-        monkeypatch.setenv("CRESCENT_MASTER_ADMIN", other.match.group(2))
-        s = store_factory()
-        assert s.put("o/1", b"v") == 0
-        # The other master does not list this store's segment: no locations.
-        assert [d.segment_name for d in s.get_replica_desc("o/1")] == [""]
-        assert s.batch_replica_clear(["o/1"], s.get_hostname()) == []
-        assert s.is_exist("o/1") == 1
-    finally:
-        assert other.stop() == 0
+    assert s.put("z/1", b"v") == 0
+    s.close()
+    assert s.batch_replica_clear(["z/1"]) == []
+    assert s.batch_get_replica_desc(["z/1"]) == {}
 
 
 def test_offload_rpc_read_count(store):

@@ -440,6 +440,21 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, const crp_rpc_req
         rc = batch_statuses(s, sc, do_remove, (crk_client_id){0, 0}, u->batch_remove.keys,
                             u->batch_remove.n_keys, u->batch_remove.force, now, &resp->u.statuses);
         break;
+    case CRP_RPC_BATCH_REPLICA_CLEAR: {
+        const crp_rpc_replica_clear_req *r = &u->replica_clear;
+        int32_t *r32 = scratch_alloc(sc, r->n_keys, sizeof(*r32));
+        int *st = scratch_alloc_raw(sc, r->n_keys ? r->n_keys : 1, sizeof(int));
+        if (r32 == NULL || st == NULL) {
+            rc = CR_ERR_NO_MEMORY;
+            break;
+        }
+        rc = crk_batch_replica_clear(s, client_of(r->client_id), (const char *const *)r->keys,
+                                     r->n_keys, r->segment, now, st);
+        for (size_t i = 0; rc == 0 && i < r->n_keys; i++)
+            r32[i] = st[i];
+        resp->u.statuses = (crp_rpc_statuses_resp){r->n_keys, r32};
+        break;
+    }
     case CRP_RPC_GET_ALL_SEGMENTS:
         rc = all_segments(s, sc, &resp->u.names);
         break;

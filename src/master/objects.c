@@ -846,6 +846,64 @@ static int remove_impl(crk_service *s, const char *key, bool force, uint64_t now
     return rc;
 }
 
+/*
+ * Drop key's replicas on the segment named seg (seg_len bytes; 0 = every
+ * replica). Objects with a lease or a write in flight are skipped; dropped
+ * space is released as crk_erase_object_locked releases it.
+ */
+static int replica_clear_impl(crk_service *s, const char *key, const char *seg, size_t seg_len,
+                              uint64_t now)
+{
+    size_t len = 0;
+    int rc = key_check(key, &len);
+    if (rc != 0)
+        return rc;
+    uint64_t h = crk_hash_bytes(key, len);
+    crk_shard *sh = shard_of(s, h);
+    pthread_mutex_lock(&sh->mu);
+    crk_object *o = lookup(sh, key, len, (uint32_t)h);
+    if (!o) {
+        rc = crb_error(CR_OBJECT_NOT_FOUND, "replica_clear '%s': no such object", key);
+        goto unlock;
+    }
+    if (o->write || !(o->flags & CRK_OBJ_COMPLETE)) {
+        rc = crb_error(CR_REPLICA_IS_NOT_READY, "replica_clear '%s': a put is in flight", key);
+        goto unlock;
+    }
+    if (o->lease_until > now) {
+        rc = crb_error(CR_OBJECT_HAS_LEASE, "replica_clear '%s': leased for %llu more ms", key,
+                       (unsigned long long)(o->lease_until - now));
+        goto unlock;
+    }
+    if (seg_len == 0) {
+        crk_erase_object_locked(s, sh, o, now);
+        goto unlock;
+    }
+    /* Keep the other replicas in their order; collect the dropped ones. */
+    crk_replica *reps = crk_obj_reps(o);
+    crk_replica dropped[CRK_MAX_REPLICAS];
+    uint32_t nd = 0, kept = 0;
+    for (uint32_t i = 0; i < o->nrep; i++) {
+        const crk_segment *g = reps[i].seg;
+        if (g->name_len == seg_len && memcmp(g->name, seg, seg_len) == 0)
+            dropped[nd++] = reps[i];
+        else
+            reps[kept++] = reps[i];
+    }
+    if (nd == 0) {
+        rc = crb_error(CR_REPLICA_NOT_FOUND, "replica_clear '%s': no replica on segment '%s'", key,
+                       seg);
+        goto unlock;
+    }
+    o->nrep = (uint8_t)kept;
+    crk_release_or_defer(s, sh, dropped, nd, o->size, o->lease_until, now);
+    if (kept == 0)
+        crk_erase_object_locked(s, sh, o, now); /* nothing left to release */
+unlock:
+    pthread_mutex_unlock(&sh->mu);
+    return rc;
+}
+
 static uint64_t remove_matching(crk_service *s, const regex_t *re, bool force, uint64_t now)
 {
     uint64_t count = 0;
@@ -1087,6 +1145,24 @@ int crk_batch_remove(crk_service *s, const char *const *keys, size_t n, bool for
     for (size_t i = 0; rc == 0 && i < n; i++) {
         prefetch_ahead(s, keys, i, n);
         batch_item(s, CRK_OP_BATCH_REMOVE, results[i] = remove_impl(s, keys[i], force, now_ms));
+    }
+    return rc;
+}
+
+int crk_batch_replica_clear(crk_service *s, crk_client_id client, const char *const *keys, size_t n,
+                            const char *segment, uint64_t now_ms, int *results)
+{
+    if (!crk_id_valid(client)) {
+        crk_add(s->c.requests[CRK_OP_BATCH_REPLICA_CLEAR], 1);
+        crk_add(s->c.failures[CRK_OP_BATCH_REPLICA_CLEAR], 1);
+        return crb_error(CR_ILLEGAL_CLIENT, "batch_replica_clear: the zero client id is not valid");
+    }
+    int rc = batch_begin(s, CRK_OP_BATCH_REPLICA_CLEAR, n, keys, results, results, results);
+    size_t seg_len = segment ? strlen(segment) : 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        prefetch_ahead(s, keys, i, n);
+        batch_item(s, CRK_OP_BATCH_REPLICA_CLEAR,
+                   results[i] = replica_clear_impl(s, keys[i], segment, seg_len, now_ms));
     }
     return rc;
 }

@@ -43,6 +43,7 @@ static const char *const op_names[CRK_OP_COUNT] = {
     [CRK_OP_BATCH_PUT_END] = "batch_put_end",
     [CRK_OP_BATCH_PUT_REVOKE] = "batch_put_revoke",
     [CRK_OP_BATCH_REMOVE] = "batch_remove",
+    [CRK_OP_BATCH_REPLICA_CLEAR] = "batch_replica_clear",
 };
 
 const char *crk_op_name(int op)

@@ -175,6 +175,7 @@ enum crk_op {
     CRK_OP_BATCH_PUT_END,
     CRK_OP_BATCH_PUT_REVOKE,
     CRK_OP_BATCH_REMOVE,
+    CRK_OP_BATCH_REPLICA_CLEAR,
     CRK_OP_COUNT
 };
 
@@ -415,6 +416,23 @@ int crk_batch_put_revoke(crk_service *s, crk_client_id client, const char *const
                          uint64_t now_ms, int *results);
 int crk_batch_remove(crk_service *s, const char *const *keys, size_t n, bool force, uint64_t now_ms,
                      int *results);
+
+/**
+ * Drop replicas of keys (Mooncake's BatchReplicaClear). With `segment` NULL
+ * or "" every replica goes: the object is removed. Otherwise only the
+ * replicas on the segment of that name go, and an object left with none is
+ * erased; its other replicas stay readable. The space of dropped replicas
+ * goes back through the deferred-release path, exactly as for crk_remove.
+ * Per key: 0 cleared; CR_INVALID_KEY; CR_OBJECT_NOT_FOUND (no such key);
+ * CR_OBJECT_HAS_LEASE (a read lease is still running: skipped, there is no
+ * force); CR_REPLICA_IS_NOT_READY (a put or upsert is in flight: skipped);
+ * CR_REPLICA_NOT_FOUND (no replica on that segment). `client` is the caller
+ * (not the owner: any client may clear); the zero id is refused for the
+ * whole call with CR_ILLEGAL_CLIENT, nothing processed. Counted as
+ * CRK_OP_BATCH_REPLICA_CLEAR.
+ */
+int crk_batch_replica_clear(crk_service *s, crk_client_id client, const char *const *keys, size_t n,
+                            const char *segment, uint64_t now_ms, int *results);
 
 /* --- operator queries and metrics ------------------------------------------ */
 

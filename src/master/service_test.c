@@ -604,6 +604,110 @@ static void test_table_churn(void **state)
     crk_service_destroy(s);
 }
 
+/* BATCH_REPLICA_CLEAR: all replicas, one segment's, skips and counters. */
+static void test_batch_replica_clear(void **state)
+{
+    crk_service *s = tu_service(NULL, 0);
+    crk_client_id a = tu_client(1), b = tu_client(2);
+    tu_mount(s, a, "seg-a", 0x100000, MIB, 0);
+    tu_mount(s, b, "seg-b", 0x900000, MIB, 0);
+    crk_replicate_config one = tu_cfg(1), two = tu_cfg(2), on_b = tu_cfg(1);
+    const char *pref_b[] = {"seg-b"};
+    on_b.preferred_segments = pref_b;
+    on_b.n_preferred = 1;
+    crk_replica_list l;
+    assert_int_equal(tu_put(s, a, "all", 4096, &one, 1), 0);
+    assert_int_equal(tu_put(s, a, "two", 4096, &two, 1), 0);
+    assert_int_equal(tu_put(s, a, "only-b", 4096, &on_b, 1), 0);
+    assert_int_equal(tu_put(s, a, "leased", 4096, &one, 1), 0);
+    assert_int_equal(crk_put_start(s, a, "inflight", 4096, &one, 1, &l), 0);
+    assert_int_equal(tu_put(s, a, "upserting", 4096, &one, 1), 0);
+    assert_int_equal(crk_upsert_start(s, a, "upserting", 4096, &one, 2, &l), 0);
+    assert_int_equal(crk_get_replica_list(s, "leased", 3, &l), 0); /* lease until 10003 */
+    crk_stats st = tu_stats(s);
+    assert_int_equal(st.allocated_bytes, 8 * 4096);
+    assert_int_equal(st.keys, 6);
+
+    /* Every replica (segment NULL or ""): remove, unless leased or being written. */
+    int res[8];
+    const char *keys[] = {"all", "missing", "", "leased", "inflight", "upserting"};
+    assert_int_equal(crk_batch_replica_clear(s, a, keys, 6, NULL, 10, res), 0);
+    assert_int_equal(res[0], 0);
+    assert_int_equal(res[1], CR_OBJECT_NOT_FOUND);
+    assert_int_equal(res[2], CR_INVALID_KEY);
+    assert_int_equal(res[3], CR_OBJECT_HAS_LEASE);
+    assert_int_equal(res[4], CR_REPLICA_IS_NOT_READY);
+    assert_int_equal(res[5], CR_REPLICA_IS_NOT_READY);
+    assert_int_equal(crk_exist(s, "all", 11), 0);
+    assert_int_equal(crk_exist(s, "leased", 11), 1);
+    st = tu_stats(s);
+    assert_int_equal(st.allocated_bytes, 7 * 4096); /* freed at once: no lease on it */
+    assert_int_equal(st.discarded_bytes, 0);
+    assert_int_equal(st.keys, 5);
+    /* The same segment filter from another client, once the lease ran out. */
+    const char *leased[] = {"leased"};
+    assert_int_equal(crk_batch_replica_clear(s, b, leased, 1, "", 10004, res), 0);
+    assert_int_equal(res[0], 0);
+    assert_int_equal(crk_exist(s, "leased", 10005), 0);
+
+    /* One segment of a two-replica object: the other replica stays readable. */
+    const char *two_k[] = {"two"};
+    assert_int_equal(crk_batch_replica_clear(s, a, two_k, 1, "seg-b", 10010, res), 0);
+    assert_int_equal(res[0], 0);
+    crk_key_info ki;
+    assert_int_equal(crk_query_key(s, "two", 10011, &ki), 0);
+    assert_int_equal(ki.replicas.n, 1);
+    assert_string_equal(ki.replicas.r[0].segment, "seg-a");
+    assert_true(ki.complete);
+    st = tu_stats(s);
+    assert_int_equal(st.allocated_bytes, 5 * 4096);
+    assert_int_equal(st.keys, 4);
+    /* No replica left on seg-b; an unknown segment likewise. */
+    assert_int_equal(crk_batch_replica_clear(s, a, two_k, 1, "seg-b", 10012, res), 0);
+    assert_int_equal(res[0], CR_REPLICA_NOT_FOUND);
+    const char *only_b[] = {"only-b"};
+    assert_int_equal(crk_batch_replica_clear(s, a, only_b, 1, "no-such-segment", 10012, res), 0);
+    assert_int_equal(res[0], CR_REPLICA_NOT_FOUND);
+    assert_int_equal(crk_exist(s, "only-b", 10012), 1);
+    /* Readable from seg-a; the read leases it, so clearing waits for the lease. */
+    assert_int_equal(crk_get_replica_list(s, "two", 10013, &l), 0);
+    assert_int_equal(l.n, 1);
+    assert_string_equal(l.r[0].segment, "seg-a");
+    assert_int_equal(crk_batch_replica_clear(s, a, two_k, 1, "seg-a", 10014, res), 0);
+    assert_int_equal(res[0], CR_OBJECT_HAS_LEASE);
+    /* The last replica: the object is gone. */
+    assert_int_equal(crk_batch_replica_clear(s, a, two_k, 1, "seg-a", 20014, res), 0);
+    assert_int_equal(res[0], 0);
+    assert_int_equal(crk_query_key(s, "two", 20015, &ki), CR_OBJECT_NOT_FOUND);
+    /* A single-replica object cleared through its segment. */
+    assert_int_equal(crk_batch_replica_clear(s, a, only_b, 1, "seg-b", 20016, res), 0);
+    assert_int_equal(res[0], 0);
+    assert_int_equal(crk_exist(s, "only-b", 20016), 0);
+    st = tu_stats(s);
+    assert_int_equal(st.allocated_bytes, 3 * 4096); /* inflight + upserting (old, new) */
+    assert_int_equal(st.keys, 2);
+    /* The freed space is reusable: a 2-replica put fits on both segments again. */
+    assert_int_equal(tu_put(s, a, "again", 4096, &two, 20017), 0);
+    assert_int_equal(crk_query_key(s, "again", 20018, &ki), 0);
+    assert_int_equal(ki.replicas.n, 2);
+
+    /* Refused calls: nothing processed. */
+    crk_client_id zero = {0, 0};
+    assert_int_equal(crk_batch_replica_clear(s, zero, two_k, 1, NULL, 20020, res),
+                     CR_ILLEGAL_CLIENT);
+    assert_int_equal(crk_batch_replica_clear(s, a, NULL, 2, NULL, 20020, res), CR_INVALID_PARAMS);
+    assert_int_equal(crk_batch_replica_clear(s, a, two_k, 0, "seg-a", 20020, NULL), 0);
+
+    st = tu_stats(s);
+    assert_string_equal(crk_op_name(CRK_OP_BATCH_REPLICA_CLEAR), "batch_replica_clear");
+    assert_int_equal(st.requests[CRK_OP_BATCH_REPLICA_CLEAR], 11);
+    assert_int_equal(st.failures[CRK_OP_BATCH_REPLICA_CLEAR], 2);
+    assert_int_equal(st.batch_items[CRK_OP_BATCH_REPLICA_CLEAR], 13);
+    assert_int_equal(st.batch_failed_items[CRK_OP_BATCH_REPLICA_CLEAR], 8);
+    assert_int_equal(st.requests[CRK_OP_BATCH_REMOVE], 0);
+    crk_service_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -617,6 +721,7 @@ int main(void)
         cmocka_unit_test(test_remove_in_flight),
         cmocka_unit_test(test_remove_regex_and_all),
         cmocka_unit_test(test_batches),
+        cmocka_unit_test(test_batch_replica_clear),
         cmocka_unit_test(test_table_churn),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_stale_write_sweep),

@@ -72,6 +72,7 @@ typedef enum req_shape_id {
     RQ_regex,
     RQ_force,
     RQ_batch_remove,
+    RQ_replica_clear,
     RQ_name,
     RQ_none,
     RQ_COUNT
@@ -1220,6 +1221,24 @@ static int dec_rq_batch_remove(dec *d, fields v, crp_rpc_req *m)
     return rc;
 }
 
+static void enc_rq_replica_clear(enc *e, const crp_rpc_req *m)
+{
+    const crp_rpc_replica_clear_req *r = &m->u.replica_clear;
+    enc_uuid(e, "cid", &r->client_id);
+    enc_keys(e, r->n_keys, r->keys);
+    enc_str(e, "n", r->segment, CRP_MAX_NAME);
+}
+
+static int dec_rq_replica_clear(dec *d, fields v, crp_rpc_req *m)
+{
+    crp_rpc_replica_clear_req *r = &m->u.replica_clear;
+    int rc;
+    if ((rc = get_uuid(&d->c, "cid", v[1], &r->client_id)) != 0 ||
+        (rc = dec_keys(d, v[2], &r->n_keys, &r->keys)) != 0)
+        return rc;
+    return get_str(d, "n", v[3], CRP_MAX_NAME, &r->segment);
+}
+
 static void enc_rq_name(enc *e, const crp_rpc_req *m)
 {
     enc_str(e, "n", m->u.name.name, CRP_MAX_NAME);
@@ -1267,6 +1286,7 @@ RQ_KEYS(remove, "k", "f");
 RQ_KEYS(regex, "re", "f");
 RQ_KEYS(force, "f");
 RQ_KEYS(batch_remove, "ks", "f");
+RQ_KEYS(replica_clear, "cid", "ks", "n");
 RQ_KEYS(name, "n");
 static const char *const rq_keys_none[] = {"op"};
 #undef RQ_KEYS
@@ -1280,8 +1300,8 @@ static const req_shape REQ_SHAPES[RQ_COUNT] = {
     RQ_SHAPE(owner_key),    RQ_SHAPE(batch_put_start),
     RQ_SHAPE(owner_keys),   RQ_SHAPE(remove),
     RQ_SHAPE(regex),        RQ_SHAPE(force),
-    RQ_SHAPE(batch_remove), RQ_SHAPE(name),
-    RQ_SHAPE(none),
+    RQ_SHAPE(batch_remove), RQ_SHAPE(replica_clear),
+    RQ_SHAPE(name),         RQ_SHAPE(none),
 };
 #undef RQ_SHAPE
 

@@ -52,6 +52,7 @@
  *   regex            "re": str pattern (<= CRP_RPC_MAX_REGEX), "f"
  *   force            "f"
  *   batch_remove     "ks", "f"
+ *   replica_clear    "cid", "ks", "n": str segment name (<= CRP_MAX_NAME; "" = every replica)
  *   name             "n": str segment name
  *   none             (no fields)
  *
@@ -105,12 +106,14 @@
 #define CRP_RPC_VERSION 1
 
 /* Capability bits announced in SERVICE_READY ("caps"). */
-#define CRP_RPC_CAP_BATCH    (1ull << 0) /* batch forms of the hot operations */
-#define CRP_RPC_CAP_UPSERT   (1ull << 1) /* UPSERT_* */
-#define CRP_RPC_CAP_SOFT_PIN (1ull << 2) /* soft pin action and ttl in config */
-#define CRP_RPC_CAP_EPOCH    (1ull << 3) /* segment epochs in replicas (restart fence) */
+#define CRP_RPC_CAP_BATCH         (1ull << 0) /* batch forms of the hot operations */
+#define CRP_RPC_CAP_UPSERT        (1ull << 1) /* UPSERT_* */
+#define CRP_RPC_CAP_SOFT_PIN      (1ull << 2) /* soft pin action and ttl in config */
+#define CRP_RPC_CAP_EPOCH         (1ull << 3) /* segment epochs in replicas (restart fence) */
+#define CRP_RPC_CAP_REPLICA_CLEAR (1ull << 4) /* BATCH_REPLICA_CLEAR */
 #define CRP_RPC_CAPS_DEFINED                                                                       \
-    (CRP_RPC_CAP_BATCH | CRP_RPC_CAP_UPSERT | CRP_RPC_CAP_SOFT_PIN | CRP_RPC_CAP_EPOCH)
+    (CRP_RPC_CAP_BATCH | CRP_RPC_CAP_UPSERT | CRP_RPC_CAP_SOFT_PIN | CRP_RPC_CAP_EPOCH |           \
+     CRP_RPC_CAP_REPLICA_CLEAR)
 
 /* Bounds enforced by encoders and decoders. */
 #define CRP_RPC_MAX_KEY       4096  /* bytes per key */
@@ -153,6 +156,7 @@
     X(REMOVE_BY_REGEX, 51, "remove_by_regex", regex, count)                                        \
     X(REMOVE_ALL, 52, "remove_all", force, count)                                                  \
     X(BATCH_REMOVE, 53, "batch_remove", batch_remove, statuses)                                    \
+    X(BATCH_REPLICA_CLEAR, 54, "batch_replica_clear", replica_clear, statuses)                     \
     X(GET_ALL_SEGMENTS, 60, "get_all_segments", none, names)                                       \
     X(QUERY_SEGMENT, 61, "query_segment", name, segment_info)                                      \
     X(QUERY_KEY, 62, "query_key", key, key_info)
@@ -165,7 +169,7 @@ typedef enum crp_rpc_op {
 } crp_rpc_op;
 
 /** Number of opcodes in CRP_RPC_OP_TABLE. */
-#define CRP_RPC_OP_COUNT 28
+#define CRP_RPC_OP_COUNT 29
 
 /** Mooncake's ReplicaStatus. */
 typedef enum crp_rpc_replica_status {
@@ -316,6 +320,14 @@ typedef struct crp_rpc_batch_remove_req {
     bool force;
 } crp_rpc_batch_remove_req;
 
+/* BATCH_REPLICA_CLEAR: drop the replicas of keys on one segment ("" = all). */
+typedef struct crp_rpc_replica_clear_req {
+    crp_rpc_uuid client_id;
+    size_t n_keys;
+    char **keys;
+    char *segment; /* never NULL on the wire; "" clears every replica */
+} crp_rpc_replica_clear_req;
+
 typedef struct crp_rpc_name_req {
     char *name;
 } crp_rpc_name_req;
@@ -340,6 +352,7 @@ typedef struct crp_rpc_req {
         crp_rpc_regex_req regex;
         crp_rpc_force_req force;
         crp_rpc_batch_remove_req batch_remove;
+        crp_rpc_replica_clear_req replica_clear;
         crp_rpc_name_req name;
     } u;
     struct crp_rpc_arena *arena; /* NULL unless decoded */

@@ -291,6 +291,14 @@ static void fill_rq_batch_remove(crp_rpc_req *m, int v)
     m->u.batch_remove.force = v == V_SMALL;
 }
 
+static void fill_rq_replica_clear(crp_rpc_req *m, int v)
+{
+    crp_rpc_replica_clear_req *r = &m->u.replica_clear;
+    r->client_id = sample_uuid(v);
+    sample_keys(v, &r->n_keys, &r->keys);
+    r->segment = v == V_MIN ? "" : sample_segment(v).name;
+}
+
 static void fill_rq_name(crp_rpc_req *m, int v)
 {
     m->u.name.name = sample_segment(v).name;
@@ -634,6 +642,14 @@ static void eq_rq_batch_remove(const crp_rpc_req *a, const crp_rpc_req *b)
     assert_int_equal(a->u.batch_remove.force, b->u.batch_remove.force);
 }
 
+static void eq_rq_replica_clear(const crp_rpc_req *a, const crp_rpc_req *b)
+{
+    eq_uuid(&a->u.replica_clear.client_id, &b->u.replica_clear.client_id);
+    eq_strs(a->u.replica_clear.n_keys, a->u.replica_clear.keys, b->u.replica_clear.n_keys,
+            b->u.replica_clear.keys);
+    eq_str(a->u.replica_clear.segment, b->u.replica_clear.segment);
+}
+
 static void eq_rq_name(const crp_rpc_req *a, const crp_rpc_req *b)
 {
     eq_str(a->u.name.name, b->u.name.name);
@@ -907,7 +923,10 @@ static void test_op_table(void **state)
     assert_string_equal(crp_rpc_op_name(CRP_RPC_PUT_START), "put_start");
     assert_string_equal(crp_rpc_op_name(CRP_RPC_BATCH_GET_REPLICA_LIST), "batch_get_replica_list");
     assert_string_equal(crp_rpc_op_name(CRP_RPC_EXIST), "exist_key");
-    static const int bad[] = {0, 3, 9, 13, 19, 24, 29, 36, 46, 54, 59, 63, 255, 65535, -1, 70000};
+    assert_string_equal(crp_rpc_op_name(CRP_RPC_BATCH_REPLICA_CLEAR), "batch_replica_clear");
+    assert_int_equal(CRP_RPC_BATCH_REPLICA_CLEAR, 54);
+    assert_true((CRP_RPC_CAPS_DEFINED & CRP_RPC_CAP_REPLICA_CLEAR) != 0);
+    static const int bad[] = {0, 3, 9, 13, 19, 24, 29, 36, 46, 55, 59, 63, 255, 65535, -1, 70000};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         assert_false(crp_rpc_op_valid(bad[i]));
         assert_int_equal(crp_rpc_op_index(bad[i]), -1);
@@ -1742,6 +1761,74 @@ static void test_opcodes(void **state)
     expect_encode_invalid(RESP, &rs, "unknown opcode");
 }
 
+/* BATCH_REPLICA_CLEAR: every field required, the segment name bounded. */
+static void test_replica_clear_request(void **state)
+{
+    (void)state;
+    static const uint8_t cid[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    char *long_name = malloc(CRP_MAX_NAME + 2);
+    assert_non_null(long_name);
+    memset(long_name, 'n', CRP_MAX_NAME + 1);
+    long_name[CRP_MAX_NAME + 1] = '\0';
+
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    /* fields: bit 0 cid, bit 1 ks, bit 2 n; name_len = strlen of the name to send */
+    for (int mask = 0; mask < 8; mask++) {
+        for (int variant = 0; variant < 3; variant++) {
+            if (variant > 0 && mask != 7)
+                continue;
+            msgpack_sbuffer_clear(&sb);
+            msgpack_pack_map(&pk, 1 + (size_t)__builtin_popcount((unsigned)mask));
+            msgpack_pack_str_with_body(&pk, "op", 2);
+            msgpack_pack_int(&pk, CRP_RPC_BATCH_REPLICA_CLEAR);
+            if (mask & 1) {
+                msgpack_pack_str_with_body(&pk, "cid", 3);
+                msgpack_pack_bin_with_body(&pk, cid, sizeof(cid));
+            }
+            if (mask & 2) {
+                msgpack_pack_str_with_body(&pk, "ks", 2);
+                msgpack_pack_array(&pk, 2);
+                msgpack_pack_str_with_body(&pk, "a", 1);
+                msgpack_pack_str_with_body(&pk, "b", 1);
+            }
+            if (mask & 4) {
+                msgpack_pack_str_with_body(&pk, "n", 1);
+                if (variant == 1)
+                    msgpack_pack_str_with_body(&pk, long_name, CRP_MAX_NAME + 1);
+                else if (variant == 2)
+                    msgpack_pack_nil(&pk);
+                else
+                    msgpack_pack_str_with_body(&pk, "", 0);
+            }
+            if (mask != 7 || variant != 0) {
+                expect_reject(REQ, sb.data, sb.size, CR_ERR_MALFORMED_FRAME);
+                continue;
+            }
+            crp_rpc_req back;
+            assert_int_equal(crp_rpc_req_decode(sb.data, sb.size, &back), 0);
+            assert_int_equal(back.op, CRP_RPC_BATCH_REPLICA_CLEAR);
+            assert_int_equal(back.u.replica_clear.n_keys, 2);
+            assert_string_equal(back.u.replica_clear.keys[1], "b");
+            assert_string_equal(back.u.replica_clear.segment, "");
+            assert_true(back.u.replica_clear.client_id.hi == 0x0102030405060708ull);
+            crp_rpc_req_clear(&back);
+        }
+    }
+    msgpack_sbuffer_destroy(&sb);
+
+    /* The encoder refuses a NULL or too long segment name. */
+    char *keys[] = {"a"};
+    crp_rpc_req m = {.op = CRP_RPC_BATCH_REPLICA_CLEAR};
+    m.u.replica_clear = (crp_rpc_replica_clear_req){{1, 2}, 1, keys, NULL};
+    expect_encode_invalid(REQ, &m, "'n'");
+    m.u.replica_clear.segment = long_name;
+    expect_encode_invalid(REQ, &m, "'n'");
+    free(long_name);
+}
+
 static void test_version_check(void **state)
 {
     (void)state;
@@ -1815,6 +1902,7 @@ int main(void)
         cmocka_unit_test(test_array_bounds),
         cmocka_unit_test(test_ranges_and_enums),
         cmocka_unit_test(test_opcodes),
+        cmocka_unit_test(test_replica_clear_request),
         cmocka_unit_test(test_version_check),
         cmocka_unit_test(test_clear),
     };

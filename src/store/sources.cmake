@@ -5,4 +5,5 @@ list(APPEND CRESCENT_SOURCES
   src/store/staging.c
   src/store/put.c
   src/store/get.c
+  src/store/replicas.c
 )

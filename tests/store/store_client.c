@@ -30,6 +30,8 @@
  *   batch_exist PFX N                <rc> yes=<n> no=<n> err=<n>
  *   batch_remove PFX N [force]       <rc> ok=<n> fail=<n> first=<code>
  *   exist KEY | size KEY | remove KEY [force] | remove_all [force]
+ *   replicas KEY [CAP]               <rc> <segment>/<complete 0|1>/<size> ... (<= CAP, 8)
+ *   replica_clear SEG|- K1,K2,...    <rc> r=<c1>,<c2>,...  ("-" = every replica)
  *   remove_regex PATTERN [force]     <rc>
  *   health                           <rc>
  *   name                             0 <segment-name>
@@ -500,6 +502,47 @@ static void cmd_key_op(const char *cmd)
     printf("%" PRId64 "\n", rc);
 }
 
+static void cmd_replicas(void)
+{
+    char *key = strtok(NULL, " \t\r\n");
+    char *cap_s = key != NULL ? strtok(NULL, " \t\r\n") : NULL;
+    size_t cap = cap_s != NULL ? (size_t)atoi(cap_s) : 8;
+    if (key == NULL || cap > 64) {
+        printf("%d usage\n", CR_INVALID_PARAMS);
+        return;
+    }
+    cr_replica_info info[64];
+    int rc = cr_store_get_replicas(store, key, cap ? info : NULL, cap);
+    if (rc != CR_OBJECT_NOT_FOUND)
+        report_error("replicas", rc);
+    printf("%d", rc);
+    for (int i = 0; i < rc && (size_t)i < cap; i++)
+        printf(" %s/%d/%" PRIu64, info[i].segment, info[i].complete ? 1 : 0, info[i].size);
+    printf("\n");
+}
+
+static void cmd_replica_clear(void)
+{
+    char *seg = strtok(NULL, " \t\r\n");
+    char *list = seg != NULL ? strtok(NULL, " \t\r\n") : NULL;
+    if (list == NULL) {
+        printf("%d usage\n", CR_INVALID_PARAMS);
+        return;
+    }
+    const char *keys[MAX_BATCH];
+    size_t n = 0;
+    for (char *save = NULL, *k = strtok_r(list, ",", &save); k != NULL && n < MAX_BATCH;
+         k = strtok_r(NULL, ",", &save))
+        keys[n++] = k;
+    int res[MAX_BATCH];
+    int rc = cr_store_batch_replica_clear(store, keys, n, strcmp(seg, "-") == 0 ? "" : seg, res);
+    report_error("replica_clear", rc);
+    printf("%d r=", rc);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        printf(i ? ",%d" : "%d", res[i]);
+    printf("\n");
+}
+
 static int parse_size_flag(const char *flag, const char *v, uint64_t *out)
 {
     if (cr_parse_size(v, out) < 0) {
@@ -590,6 +633,10 @@ int main(int argc, char **argv)
                  strcmp(cmd, "remove") == 0 || strcmp(cmd, "remove_all") == 0 ||
                  strcmp(cmd, "remove_regex") == 0)
             cmd_key_op(cmd);
+        else if (strcmp(cmd, "replicas") == 0)
+            cmd_replicas();
+        else if (strcmp(cmd, "replica_clear") == 0)
+            cmd_replica_clear();
         else if (strcmp(cmd, "health") == 0) {
             rc = cr_store_health(store);
             report_error("health", rc);

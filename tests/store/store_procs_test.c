@@ -15,12 +15,20 @@
  *       after --client_ttl=1 while the other clients' objects stay.
  *   lease_blocks_remove  a read lease makes remove fail with
  *       CR_OBJECT_HAS_LEASE (-706) until it expires; force removes anyway.
+ *   replica_locations_and_clear  cr_store_get_replicas names both
+ *       segments of a replica_num 2 object (writing min(n, cap) entries);
+ *       cr_store_batch_replica_clear drops one replica (the object stays
+ *       readable from the other in both processes), reports a segment without
+ *       a replica (-710), a missing key (-704) and a leased object (-706),
+ *       removes the object with its last replica, and with no segment
+ *       removes whole objects; the freed space is reused.
  *   eviction_under_pressure  8 MiB of segments, 24 MiB of puts: puts keep
  *       succeeding because old objects are evicted (or fail cleanly with
  *       -200), and every read returns the right bytes or a miss.
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -336,6 +344,82 @@ static void lease_blocks_remove(void **state)
 
 /* ------------------------------------------------------------------------ */
 
+/* "<rc> seg/c/size ..." contains "<name>/1/<size>" as a whole token. */
+static bool has_replica(const char *reply, const char *name, unsigned long long size)
+{
+    char tok[400];
+    snprintf(tok, sizeof(tok), " %s/1/%llu", name, size);
+    const char *p = strstr(reply, tok);
+    return p != NULL && (p[strlen(tok)] == '\0' || p[strlen(tok)] == ' ');
+}
+
+static void replica_locations_and_clear(void **state)
+{
+    (void)state;
+    sh_master m;
+    sh_client a, b;
+    const char *const margs[] = {"--default_kv_lease_ttl=300ms", NULL};
+    start_master(&m, margs);
+    const char *const cargs[] = {"--segment", "16M", NULL};
+    start_client(&a, &m, cargs);
+    start_client(&b, &m, cargs);
+
+    /* Where the replicas are: both segments, complete, with the value size. */
+    assert_int_equal(sh_rc(&a, "put two 65536 11 r=2 pref=%s,%s", a.name, b.name), 0);
+    const char *r = sh_cmd(&b, "replicas two");
+    assert_int_equal(strtoll(r, NULL, 10), 2);
+    assert_true(has_replica(r, a.name, 65536));
+    assert_true(has_replica(r, b.name, 65536));
+    r = sh_cmd(&a, "replicas two 1"); /* the count, but one entry only */
+    assert_int_equal(strtoll(r, NULL, 10), 2);
+    assert_int_equal(has_replica(r, a.name, 65536) + has_replica(r, b.name, 65536), 1);
+    assert_int_equal(sh_rc(&a, "replicas two 0"), 2);
+    assert_int_equal(sh_rc(&a, "replicas missing"), CR_OBJECT_NOT_FOUND);
+
+    /* Asking granted no lease. Drop b's replica: the object stays readable
+     * (from a's segment) in both processes. */
+    r = sh_cmd(&a, "replica_clear %s two,missing", b.name);
+    assert_int_equal(strtoll(r, NULL, 10), 0);
+    assert_non_null(strstr(r, "r=0,-704"));
+    r = sh_cmd(&a, "replicas two");
+    assert_int_equal(strtoll(r, NULL, 10), 1);
+    assert_true(has_replica(r, a.name, 65536));
+    r = sh_cmd(&b, "replica_clear %s two", b.name);
+    assert_non_null(strstr(r, "r=-710"));
+    r = sh_cmd(&b, "replica_clear no-such-segment:1 two");
+    assert_non_null(strstr(r, "r=-710"));
+    assert_read_ok(sh_cmd(&b, "get two 11"), 65536, 11, "get two after dropping b's replica");
+    /* That read holds a lease: a's replica is not dropped until it ends. */
+    r = sh_cmd(&b, "replica_clear %s two", a.name);
+    assert_non_null(strstr(r, "r=-706"));
+    assert_read_ok(sh_cmd(&a, "get two 11"), 65536, 11, "get two while leased");
+    sh_sleep_ms(400);
+    /* The last replica: the object is gone. */
+    r = sh_cmd(&b, "replica_clear %s two", a.name);
+    assert_non_null(strstr(r, "r=0"));
+    assert_int_equal(sh_rc(&a, "exist two"), 0);
+    assert_int_equal(sh_rc(&b, "replicas two"), CR_OBJECT_NOT_FOUND);
+
+    /* No segment: whole objects go, wherever their replicas are. */
+    assert_int_equal(sh_rc(&a, "put x0 4096 21 pref=%s", b.name), 0);
+    assert_int_equal(sh_rc(&a, "put x1 4096 22 r=2"), 0);
+    r = sh_cmd(&b, "replica_clear - x0,x1,x2");
+    assert_int_equal(strtoll(r, NULL, 10), 0);
+    assert_non_null(strstr(r, "r=0,0,-704"));
+    assert_int_equal(sh_field(sh_cmd(&a, "batch_exist x 3"), "no"), 3);
+    /* The space came back: a put of most of b's segment fits there. */
+    assert_int_equal(sh_rc(&a, "put big 12582912 23 pref=%s", b.name), 0);
+    r = sh_cmd(&a, "replicas big");
+    assert_true(has_replica(r, b.name, 12582912));
+
+    assert_true(sh_metric(&m, "master_requests_total{op=\"batch_replica_clear\"}") == 6);
+    assert_int_equal(sh_client_stop(&a), 0);
+    assert_int_equal(sh_client_stop(&b), 0);
+    assert_int_equal(sh_master_stop(&m), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+
 #define EV_KEYS 96
 #define EV_SIZE (256 * 1024)
 
@@ -388,6 +472,7 @@ int main(void)
         cmocka_unit_test_teardown(replicas_survive_writer_close, teardown),
         cmocka_unit_test_teardown(killed_client_expires, teardown),
         cmocka_unit_test_teardown(lease_blocks_remove, teardown),
+        cmocka_unit_test_teardown(replica_locations_and_clear, teardown),
         cmocka_unit_test_teardown(eviction_under_pressure, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
