@@ -127,7 +127,7 @@ static uint64_t evict_locked(crk_service *s, uint64_t target, uint64_t min_bytes
 
 uint64_t crk_evict_round(crk_service *s, uint64_t target_bytes, uint64_t now, uint64_t *keys_out)
 {
-    uint64_t cap = crk_get(s->c.capacity), used = crk_get(s->c.allocated);
+    uint64_t cap = crk_get(s->c.capacity), used = crk_allocated(s);
     double wm = s->cfg.eviction_high_watermark_ratio;
     uint64_t over = (double)used > wm * (double)cap ? used - (uint64_t)(wm * (double)cap) : 0;
     pthread_mutex_lock(&s->evict_lock);
@@ -144,7 +144,7 @@ void crk_evict_for_alloc(crk_service *s, uint64_t need_bytes, uint64_t seen_roun
         pthread_mutex_unlock(&s->evict_lock); /* a round just ran: retry first */
         return;
     }
-    uint64_t used = crk_get(s->c.allocated);
+    uint64_t used = crk_allocated(s);
     uint64_t target = (uint64_t)(s->cfg.eviction_ratio * (double)used);
     if (target < need_bytes)
         target = need_bytes;
@@ -185,7 +185,7 @@ void crk_shard_housekeeping_locked(crk_service *s, crk_shard *sh, uint64_t now)
         crb_log(CRB_LOG_INFO, "master: dropping the put of '%s' left unfinished for %llu ms",
                 o->key, (unsigned long long)crk_elapsed(now, w->start_ms));
         crk_write_unlink(sh, w);
-        crk_sub(s->c.writes, 1);
+        crk_sub(sh->writes, 1);
         o->write = NULL;
         crk_add(s->c.put_start_releases, 1);
         if (w->upsert) {

@@ -135,6 +135,10 @@ typedef struct crk_shard {
     _Alignas(64) _Atomic(crk_slot *) hint_slots;
     _Atomic size_t hint_mask;
     _Alignas(64) size_t nobjs;
+    /* Gauges and counters kept per shard and summed when read, so that two
+     * threads putting keys in different shards never write one cache line
+     * (written under mu, read anywhere). */
+    _Atomic uint64_t keys, writes, leases_granted;
     crk_object *lru_head, *lru_tail;
     size_t lru_count;
     crk_write *w_head, *w_tail;
@@ -167,9 +171,10 @@ typedef struct crk_counters {
     _Atomic uint64_t evictions_attempted, evictions_successful, evicted_keys, evicted_bytes;
     _Atomic uint64_t alloc_failures, partial_allocations;
     _Atomic uint64_t put_start_discards, put_start_releases;
-    _Atomic uint64_t leases_granted, clients_expired;
-    /* gauges */
-    _Atomic uint64_t capacity, allocated, keys, writes, soft_pinned, hard_pinned, discarded;
+    _Atomic uint64_t clients_expired;
+    /* gauges (keys, writes in flight and leases granted are per shard;
+     * allocated bytes are the segments' used bytes: see crk_allocated) */
+    _Atomic uint64_t capacity, soft_pinned, hard_pinned, discarded;
 } crk_counters;
 
 struct crk_service {
@@ -226,8 +231,12 @@ static inline bool crk_id_valid(crk_client_id a)
 /* 64-bit hash of bytes. */
 uint64_t crk_hash_bytes(const void *p, size_t n);
 
-/* A random 64-bit value (splitmix64 over an atomic counter, mixed with seed). */
+/* A random 64-bit value: splitmix64 over a per-thread counter (seeded once
+ * per thread from the service), mixed with seed. */
 uint64_t crk_random(crk_service *s, uint64_t seed);
+
+/* Bytes allocated in all mounted (or unmounting) segments. Takes seg_lock. */
+uint64_t crk_allocated(crk_service *s);
 
 /* Allocated bytes of one replica of a value of `size` bytes. */
 static inline uint64_t crk_rep_bytes(const crk_service *s, uint64_t size)

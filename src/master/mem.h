@@ -11,8 +11,10 @@
  * The counter lets a test measure bytes per stored object directly, and feeds
  * the metadata_bytes metric.
  *
- * Threading: all functions may be called from any thread; the counter is a
- * relaxed atomic.
+ * Threading: all functions may be called from any thread. Each thread
+ * batches its changes (up to 64 KiB) before adding them to the shared
+ * counter, so the count read by one thread is exact for its own allocations
+ * and may lag other threads' by less than 64 KiB each.
  */
 #ifndef CRESCENT_MASTER_MEM_H
 #define CRESCENT_MASTER_MEM_H

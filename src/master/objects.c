@@ -195,7 +195,7 @@ static void table_insert(crk_service *s, crk_shard *sh, crk_object *o)
         i = (i + 1) & mask;
     sh->slots[i] = (crk_slot){o->hash, o};
     sh->nobjs++;
-    crk_add(s->c.keys, 1);
+    crk_add(sh->keys, 1);
 }
 
 /* --- LRU and write lists --------------------------------------------------------- */
@@ -247,7 +247,7 @@ static void write_push(crk_service *s, crk_shard *sh, crk_write *w)
     else
         sh->w_head = w;
     sh->w_tail = w;
-    crk_add(s->c.writes, 1);
+    crk_add(sh->writes, 1);
 }
 
 void crk_write_unlink(crk_shard *sh, crk_write *w)
@@ -269,7 +269,7 @@ static void write_drop(crk_service *s, crk_shard *sh, crk_write *w)
     crk_write_unlink(sh, w);
     if (w->obj)
         w->obj->write = NULL;
-    crk_sub(s->c.writes, 1);
+    crk_sub(sh->writes, 1);
     crk_free(w);
 }
 
@@ -345,7 +345,7 @@ void crk_erase_object_locked(crk_service *s, crk_shard *sh, crk_object *o, uint6
 {
     slot_clear(sh, slot_of(sh, o));
     sh->nobjs--;
-    crk_sub(s->c.keys, 1);
+    crk_sub(sh->keys, 1);
     lru_unlink(sh, o);
     pin_gauges(s, o, -1);
     crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now);
@@ -815,7 +815,7 @@ static int get_impl(crk_service *s, const char *key, uint64_t now, crk_replica_l
     out->n = n;
     out->value_size = o->size;
     out->lease_ttl_ms = s->cfg.default_kv_lease_ttl_ms;
-    crk_add(s->c.leases_granted, 1);
+    crk_add(sh->leases_granted, 1);
 unlock:
     pthread_mutex_unlock(&sh->mu);
     return rc;

@@ -365,7 +365,6 @@ void crk_unmount_finish(crk_service *s, crk_segment *seg, uint64_t now)
 
     pthread_mutex_lock(&seg->mu);
     crk_sub(s->c.capacity, seg->capacity);
-    crk_sub(s->c.allocated, atomic_load(&seg->used));
     pthread_mutex_unlock(&seg->mu);
     crb_log(CRB_LOG_INFO, "master: unmounted segment '%s' (epoch %llu)%s", seg->name,
             (unsigned long long)seg->epoch, horizon > now ? "; name fenced" : "");
@@ -422,13 +421,11 @@ void crk_free_replica(crk_service *s, const crk_replica *r)
 {
     crk_segment *seg = r->seg;
     pthread_mutex_lock(&seg->mu);
-    uint64_t before = atomic_load_explicit(&seg->used, CRK_RELAXED);
     if (crk_oa_free(seg->oa, r->node) != 0)
         crb_log(CRB_LOG_ERROR, "master: freeing replica node %u of segment '%s' failed", r->node,
                 seg->name);
     uint64_t after = crk_oa_used(seg->oa);
     atomic_store_explicit(&seg->used, after, CRK_RELAXED);
-    crk_sub(s->c.allocated, before - after);
     pthread_mutex_unlock(&seg->mu);
 }
 
@@ -446,8 +443,7 @@ enum { ALLOC_OK, ALLOC_NO_ROOM, ALLOC_BUSY };
 
 /* Allocate a replica in seg. With wait false a segment whose allocator
  * another thread holds answers ALLOC_BUSY instead of blocking. */
-static int try_alloc(crk_service *s, crk_segment *seg, uint64_t size, uint64_t now, bool wait,
-                     crk_replica *out)
+static int try_alloc(crk_segment *seg, uint64_t size, uint64_t now, bool wait, crk_replica *out)
 {
     int res = ALLOC_NO_ROOM;
     if (wait)
@@ -461,7 +457,6 @@ static int try_alloc(crk_service *s, crk_segment *seg, uint64_t size, uint64_t n
             out->offset = a.offset;
             out->node = a.node;
             atomic_store_explicit(&seg->used, crk_oa_used(seg->oa), CRK_RELAXED);
-            crk_add(s->c.allocated, a.size);
             res = ALLOC_OK;
         }
     }
@@ -521,7 +516,7 @@ uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const cha
         crk_segment *seg = seg_find_locked(s, preferred[p], len);
         if (!seg || already_used(out, k, seg) || !eligible(seg, alloc_size, now, info))
             continue;
-        if (try_alloc(s, seg, alloc_size, now, true, &out[k]) == ALLOC_OK)
+        if (try_alloc(seg, alloc_size, now, true, &out[k]) == ALLOC_OK)
             k++;
     }
 
@@ -564,7 +559,7 @@ uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const cha
         bool busy[SAMPLE_MAX] = {false};
         size_t nbusy = 0;
         for (size_t c = 0; c < nc && k < want; c++) {
-            int r = try_alloc(s, cand[c], alloc_size, now, false, &out[k]);
+            int r = try_alloc(cand[c], alloc_size, now, false, &out[k]);
             if (r == ALLOC_OK)
                 k++;
             else if (r == ALLOC_BUSY) {
@@ -573,7 +568,7 @@ uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const cha
             }
         }
         for (size_t c = 0; c < nc && k < want && nbusy > 0; c++)
-            if (busy[c] && try_alloc(s, cand[c], alloc_size, now, true, &out[k]) == ALLOC_OK)
+            if (busy[c] && try_alloc(cand[c], alloc_size, now, true, &out[k]) == ALLOC_OK)
                 k++;
         while (k < want && scanned < n) {
             crk_segment *seg = s->segs[idx];
@@ -581,7 +576,7 @@ uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const cha
             scanned++;
             if (already_used(out, k, seg) || !eligible(seg, alloc_size, now, info))
                 continue;
-            if (try_alloc(s, seg, alloc_size, now, true, &out[k]) == ALLOC_OK)
+            if (try_alloc(seg, alloc_size, now, true, &out[k]) == ALLOC_OK)
                 k++;
         }
     }
@@ -590,6 +585,16 @@ uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const cha
 }
 
 /* --- operator view ------------------------------------------------------------------ */
+
+uint64_t crk_allocated(crk_service *s)
+{
+    uint64_t total = 0;
+    pthread_rwlock_rdlock(&s->seg_lock);
+    for (size_t i = 0; i < s->nsegs; i++)
+        total += atomic_load_explicit(&s->segs[i]->used, CRK_RELAXED);
+    pthread_rwlock_unlock(&s->seg_lock);
+    return total;
+}
 
 int crk_list_segments(crk_service *s, crk_segment_info *out, size_t cap, size_t *total_out)
 {

@@ -78,8 +78,11 @@ uint64_t crk_hash_bytes(const void *p, size_t n)
 
 uint64_t crk_random(crk_service *s, uint64_t seed)
 {
-    uint64_t z = atomic_fetch_add_explicit(&s->rng, 0x9E3779B97F4A7C15ull, CRK_RELAXED);
-    z ^= seed;
+    static _Thread_local uint64_t state;
+    if (state == 0) /* first use on this thread: a distinct stream per thread */
+        state = atomic_fetch_add_explicit(&s->rng, 0x9E3779B97F4A7C15ull, CRK_RELAXED) | 1;
+    state += 0x9E3779B97F4A7C15ull;
+    uint64_t z = state ^ seed;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
@@ -385,7 +388,7 @@ int crk_tick(crk_service *s, uint64_t now_ms)
     }
     crk_prune_tombs(s, now_ms);
 
-    uint64_t cap = crk_get(s->c.capacity), used = crk_get(s->c.allocated);
+    uint64_t cap = crk_get(s->c.capacity), used = crk_allocated(s);
     double wm = s->cfg.eviction_high_watermark_ratio;
     if (cap > 0 && s->cfg.eviction_ratio > 0 && (double)used > wm * (double)cap) {
         double target = s->cfg.eviction_ratio * (double)used + ((double)used - wm * (double)cap);
@@ -411,15 +414,18 @@ void crk_get_stats(crk_service *s, crk_stats *out)
 {
     memset(out, 0, sizeof(*out));
     out->capacity_bytes = crk_get(s->c.capacity);
-    out->allocated_bytes = crk_get(s->c.allocated);
+    out->allocated_bytes = crk_allocated(s);
     pthread_rwlock_rdlock(&s->seg_lock);
     out->segments = s->nsegs;
     pthread_rwlock_unlock(&s->seg_lock);
     pthread_mutex_lock(&s->clients_lock);
     out->clients = s->nclients;
     pthread_mutex_unlock(&s->clients_lock);
-    out->keys = crk_get(s->c.keys);
-    out->writes_in_flight = crk_get(s->c.writes);
+    for (size_t i = 0; i < CRK_NUM_SHARDS; i++) {
+        out->keys += crk_get(s->shards[i].keys);
+        out->writes_in_flight += crk_get(s->shards[i].writes);
+        out->leases_granted += crk_get(s->shards[i].leases_granted);
+    }
     out->soft_pinned_keys = crk_get(s->c.soft_pinned);
     out->hard_pinned_keys = crk_get(s->c.hard_pinned);
     out->discarded_bytes = crk_get(s->c.discarded);
@@ -438,6 +444,5 @@ void crk_get_stats(crk_service *s, crk_stats *out)
     out->partial_allocations = crk_get(s->c.partial_allocations);
     out->put_start_discards = crk_get(s->c.put_start_discards);
     out->put_start_releases = crk_get(s->c.put_start_releases);
-    out->leases_granted = crk_get(s->c.leases_granted);
     out->clients_expired = crk_get(s->c.clients_expired);
 }
