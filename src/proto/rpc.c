@@ -33,6 +33,7 @@
  */
 #include "proto/rpc.h"
 
+#include "proto/mp_codec.h"
 #include "proto/mp_scan.h"
 
 #include <msgpack.h>
@@ -46,7 +47,6 @@
 #include "crescent/status.h"
 #include "proto/frame.h"
 
-#define BUF_MIN_CAP  256
 #define MAX_FIELDS   12 /* top-level keys of the widest shape */
 #define MALFORMED    CR_ERR_MALFORMED_FRAME
 #define N_KEYS(keys) (sizeof(keys) / sizeof((keys)[0]))
@@ -159,86 +159,15 @@ int crp_rpc_check_version(const char *peer, uint32_t peer_version)
 /* Error context                                                            */
 /* ------------------------------------------------------------------------ */
 
-/*
- * Which message and which nested entry a failure is about. The path is a
- * small stack of (item, index) pairs, formatted only when a failure is
- * reported: entering an entry costs two stores, so walking a batch of
- * thousands of keys stays cheap.
- */
-#define PATH_DEPTH 4
-#define NO_INDEX   SIZE_MAX
-
-typedef struct path_entry {
-    const char *item;
-    size_t index; /* NO_INDEX for a named sub-map such as the config */
-} path_entry;
-
-typedef struct ctx {
-    char msg[48]; /* "put_start request" */
-    size_t depth; /* may exceed PATH_DEPTH; deeper entries are not kept */
-    path_entry path[PATH_DEPTH];
-} ctx;
-
-static void ctx_init(ctx *c, const char *what, int op)
+/* "<op> <what>" (e.g. "put_start request"), or "rpc <what>" for op 0. */
+static void rpc_ctx_init(crp_mp_ctx *c, const char *what, int op)
 {
+    char msg[sizeof(c->msg)];
     if (op > 0)
-        snprintf(c->msg, sizeof(c->msg), "%s %s", crp_rpc_op_name(op), what);
+        snprintf(msg, sizeof(msg), "%s %s", crp_rpc_op_name(op), what);
     else
-        snprintf(c->msg, sizeof(c->msg), "rpc %s", what);
-    c->depth = 0;
-}
-
-/* Enter entry `index` of an array of `item`s; returns the depth to restore. */
-static size_t path_push(ctx *c, const char *item, size_t index)
-{
-    size_t d = c->depth;
-    if (d < PATH_DEPTH)
-        c->path[d] = (path_entry){item, index};
-    c->depth = d + 1;
-    return d;
-}
-
-/* Enter the sub-map `name`; returns the depth to restore. */
-static size_t path_push_name(ctx *c, const char *name)
-{
-    return path_push(c, name, NO_INDEX);
-}
-
-static void path_pop(ctx *c, size_t depth)
-{
-    c->depth = depth;
-}
-
-/* "result 3 replica 1 " (empty at top level). */
-static void path_format(const ctx *c, char *buf, size_t len)
-{
-    size_t n = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; i < c->depth && i < PATH_DEPTH && n < len; i++) {
-        int w = c->path[i].index == NO_INDEX
-                    ? snprintf(buf + n, len - n, "%s ", c->path[i].item)
-                    : snprintf(buf + n, len - n, "%s %zu ", c->path[i].item, c->path[i].index);
-        if (w < 0)
-            break;
-        n += (size_t)w;
-    }
-}
-
-static int fail(int status, const ctx *c, const char *field, const char *fmt, ...) CRB_PRINTF(4, 5);
-
-static int fail(int status, const ctx *c, const char *field, const char *fmt, ...)
-{
-    char detail[256];
-    char path[96];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof(detail), fmt, ap);
-    va_end(ap);
-    path_format(c, path, sizeof(path));
-    if (field != NULL)
-        return crb_error(status, "%s: %sfield '%s' %s", c->msg, path, field, detail);
-    return crb_error(status, "%s: %s%s", c->msg, path, detail);
+        snprintf(msg, sizeof(msg), "rpc %s", what);
+    crp_mp_ctx_init(c, msg);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -295,277 +224,137 @@ static void *arena_alloc(struct crp_rpc_arena **head, size_t first_hint, size_t 
 /* Encoder                                                                  */
 /* ------------------------------------------------------------------------ */
 
-typedef struct enc {
-    msgpack_packer pk;
-    crp_buf *out;
-    size_t start; /* out->len on entry, restored on failure */
-    ctx c;
-    int status; /* first failure, 0 while none */
-} enc;
-
-static void enc_invalid(enc *e, const char *field, const char *fmt, ...) CRB_PRINTF(3, 4);
-
-static void enc_invalid(enc *e, const char *field, const char *fmt, ...)
+static void rpc_enc_init(crp_mp_enc *e, crp_buf *out, const char *what, int op)
 {
-    char detail[200];
-    va_list ap;
-
-    if (e->status != 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof(detail), fmt, ap);
-    va_end(ap);
-    e->status = fail(CR_ERR_INVALID_ARGUMENT, &e->c, field, "%s (encoding)", detail);
+    crp_mp_enc_init(e, out, "", CRP_MAX_BODY);
+    rpc_ctx_init(&e->c, what, op);
 }
 
-/* Make room for extra more bytes; 0 or -1 on allocation failure/overflow. */
-static int buf_reserve(crp_buf *b, size_t extra)
-{
-    if (extra <= b->cap - b->len)
-        return 0;
-    if (extra > SIZE_MAX - b->len)
-        return -1;
-    size_t need = b->len + extra;
-    size_t cap = b->cap < BUF_MIN_CAP ? BUF_MIN_CAP : b->cap;
-    while (cap < need)
-        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    uint8_t *p = realloc(b->data, cap);
-    if (p == NULL)
-        return -1;
-    b->data = p;
-    b->cap = cap;
-    return 0;
-}
-
-static int enc_write(void *data, const char *p, size_t n)
-{
-    enc *e = data;
-    if (e->status != 0)
-        return -1;
-    size_t body = e->out->len - e->start;
-    if (n > CRP_MAX_BODY - body) {
-        e->status = fail(CR_ERR_INVALID_ARGUMENT, &e->c, NULL,
-                         "body would exceed %u bytes (split the batch)", (unsigned)CRP_MAX_BODY);
-        return -1;
-    }
-    if (buf_reserve(e->out, n) != 0) {
-        e->status = fail(CR_ERR_NO_MEMORY, &e->c, NULL,
-                         "cannot grow the output buffer (%zu + %zu bytes)", e->out->len, n);
-        return -1;
-    }
-    if (n > 0)
-        memcpy(e->out->data + e->out->len, p, n);
-    e->out->len += n;
-    return 0;
-}
-
-static void enc_init(enc *e, crp_buf *out, const char *what, int op)
-{
-    e->out = out;
-    e->start = out->len;
-    e->status = 0;
-    ctx_init(&e->c, what, op);
-    msgpack_packer_init(&e->pk, e, enc_write);
-}
-
-static int enc_finish(enc *e)
-{
-    if (e->status != 0) {
-        e->out->len = e->start;
-        return e->status;
-    }
-    return 0;
-}
-
-/* A map key: every key here is a short literal, written as one fixstr in a single write. */
-static void enc_key(enc *e, const char *key)
-{
-    char buf[32];
-    size_t n = strlen(key);
-    if (n >= sizeof(buf)) {
-        msgpack_pack_str_with_body(&e->pk, key, n);
-        return;
-    }
-    buf[0] = (char)(0xa0 | n);
-    memcpy(buf + 1, key, n);
-    enc_write(e, buf, n + 1);
-}
-
-static void enc_u64(enc *e, const char *key, uint64_t v)
-{
-    enc_key(e, key);
-    msgpack_pack_uint64(&e->pk, v);
-}
-
-static void enc_i32(enc *e, const char *key, int32_t v)
-{
-    enc_key(e, key);
-    msgpack_pack_int32(&e->pk, v);
-}
-
-static void enc_bool(enc *e, const char *key, bool v)
-{
-    enc_key(e, key);
-    if (v)
-        msgpack_pack_true(&e->pk);
-    else
-        msgpack_pack_false(&e->pk);
-}
-
-/* A string value (no key) of at most max bytes; field names it in errors. */
-static void enc_str_value(enc *e, const char *field, const char *s, size_t max)
-{
-    if (s == NULL) {
-        enc_invalid(e, field, "is NULL");
-        return;
-    }
-    size_t n = strnlen(s, max + 1);
-    if (n > max) {
-        enc_invalid(e, field, "is longer than %zu bytes", max);
-        return;
-    }
-    msgpack_pack_str_with_body(&e->pk, s, n);
-}
-
-static void enc_str(enc *e, const char *key, const char *s, size_t max)
-{
-    if (s == NULL) {
-        enc_invalid(e, key, "is NULL");
-        return;
-    }
-    size_t n = strnlen(s, max + 1);
-    if (n > max) {
-        enc_invalid(e, key, "is longer than %zu bytes", max);
-        return;
-    }
-    enc_key(e, key);
-    msgpack_pack_str_with_body(&e->pk, s, n);
-}
-
-static void enc_uuid(enc *e, const char *key, const crp_rpc_uuid *id)
+static void enc_uuid(crp_mp_enc *e, const char *key, const crp_rpc_uuid *id)
 {
     uint8_t b[16];
     for (int i = 0; i < 8; i++) {
         b[i] = (uint8_t)(id->hi >> (56 - 8 * i));
         b[8 + i] = (uint8_t)(id->lo >> (56 - 8 * i));
     }
-    enc_key(e, key);
+    crp_mp_enc_key(e, key);
     msgpack_pack_bin_with_body(&e->pk, b, sizeof(b));
 }
 
 /* Check an array's count and pointer, then write key and array header. 0 or -1. */
-static int enc_array(enc *e, const char *key, size_t n, const void *p, size_t max)
+static int enc_array(crp_mp_enc *e, const char *key, size_t n, const void *p, size_t max)
 {
     if (n > max) {
-        enc_invalid(e, key, "has too many entries (%zu > %zu)", n, max);
+        crp_mp_enc_invalid(e, key, "has too many entries (%zu > %zu)", n, max);
         return -1;
     }
     if (n > 0 && p == NULL) {
-        enc_invalid(e, key, "is NULL with %zu entries", n);
+        crp_mp_enc_invalid(e, key, "is NULL with %zu entries", n);
         return -1;
     }
-    enc_key(e, key);
+    crp_mp_enc_key(e, key);
     msgpack_pack_array(&e->pk, n);
     return e->status == 0 ? 0 : -1;
 }
 
-static void enc_str_array(enc *e, const char *key, size_t n, char *const *v, size_t max_n,
+static void enc_str_array(crp_mp_enc *e, const char *key, size_t n, char *const *v, size_t max_n,
                           size_t max_len, const char *item)
 {
     if (enc_array(e, key, n, v, max_n) != 0)
         return;
     for (size_t i = 0; i < n && e->status == 0; i++) {
-        size_t mark = path_push(&e->c, item, i);
-        enc_str_value(e, key, v[i], max_len);
-        path_pop(&e->c, mark);
+        size_t mark = crp_mp_path_push(&e->c, item, i);
+        crp_mp_enc_str_value(e, key, v[i], max_len);
+        crp_mp_path_pop(&e->c, mark);
     }
 }
 
-static void enc_segment(enc *e, const char *key, const crp_rpc_segment *s)
+static void enc_segment(crp_mp_enc *e, const char *key, const crp_rpc_segment *s)
 {
     if (s->size == 0) {
-        enc_invalid(e, key, "has size 0");
+        crp_mp_enc_invalid(e, key, "has size 0");
         return;
     }
     if (s->base > UINT64_MAX - s->size) {
-        enc_invalid(e, key, "range 0x%llx + 0x%llx overflows", (unsigned long long)s->base,
-                    (unsigned long long)s->size);
+        crp_mp_enc_invalid(e, key, "range 0x%llx + 0x%llx overflows", (unsigned long long)s->base,
+                           (unsigned long long)s->size);
         return;
     }
     if (key != NULL)
-        enc_key(e, key);
+        crp_mp_enc_key(e, key);
     msgpack_pack_map(&e->pk, 4);
-    enc_str(e, "n", s->name, CRP_MAX_NAME);
-    enc_u64(e, "b", s->base);
-    enc_u64(e, "l", s->size);
-    enc_u64(e, "e", s->epoch);
+    crp_mp_enc_str(e, "n", s->name, CRP_MAX_NAME);
+    crp_mp_enc_u64(e, "b", s->base);
+    crp_mp_enc_u64(e, "l", s->size);
+    crp_mp_enc_u64(e, "e", s->epoch);
 }
 
-static void enc_replica(enc *e, const crp_rpc_replica *r)
+static void enc_replica(crp_mp_enc *e, const crp_rpc_replica *r)
 {
     if (r->addr > UINT64_MAX - r->size) {
-        enc_invalid(e, NULL, "range 0x%llx + 0x%llx overflows", (unsigned long long)r->addr,
-                    (unsigned long long)r->size);
+        crp_mp_enc_invalid(e, NULL, "range 0x%llx + 0x%llx overflows", (unsigned long long)r->addr,
+                           (unsigned long long)r->size);
         return;
     }
     if (r->status > CRP_RPC_REPLICA_FAILED) {
-        enc_invalid(e, "t", "is not a replica status (%u)", (unsigned)r->status);
+        crp_mp_enc_invalid(e, "t", "is not a replica status (%u)", (unsigned)r->status);
         return;
     }
     msgpack_pack_map(&e->pk, 5);
-    enc_str(e, "s", r->segment, CRP_MAX_NAME);
-    enc_u64(e, "a", r->addr);
-    enc_u64(e, "l", r->size);
-    enc_u64(e, "e", r->epoch);
-    enc_u64(e, "t", r->status);
+    crp_mp_enc_str(e, "s", r->segment, CRP_MAX_NAME);
+    crp_mp_enc_u64(e, "a", r->addr);
+    crp_mp_enc_u64(e, "l", r->size);
+    crp_mp_enc_u64(e, "e", r->epoch);
+    crp_mp_enc_u64(e, "t", r->status);
 }
 
-static void enc_replicas(enc *e, size_t n, const crp_rpc_replica *r)
+static void enc_replicas(crp_mp_enc *e, size_t n, const crp_rpc_replica *r)
 {
     if (enc_array(e, "reps", n, r, CRP_RPC_MAX_REPLICAS) != 0)
         return;
     for (size_t i = 0; i < n && e->status == 0; i++) {
-        size_t mark = path_push(&e->c, "replica", i);
+        size_t mark = crp_mp_path_push(&e->c, "replica", i);
         enc_replica(e, &r[i]);
-        path_pop(&e->c, mark);
+        crp_mp_path_pop(&e->c, mark);
     }
 }
 
-static void enc_config(enc *e, const crp_rpc_replica_config *cfg)
+static void enc_config(crp_mp_enc *e, const crp_rpc_replica_config *cfg)
 {
     if (cfg->soft_pin_action > CRP_RPC_SOFT_PIN_DISABLE) {
-        enc_invalid(e, "spa", "is not a soft pin action (%u)", (unsigned)cfg->soft_pin_action);
+        crp_mp_enc_invalid(e, "spa", "is not a soft pin action (%u)",
+                           (unsigned)cfg->soft_pin_action);
         return;
     }
-    enc_key(e, "cfg");
+    crp_mp_enc_key(e, "cfg");
     msgpack_pack_map(&e->pk, cfg->has_soft_pin_ttl ? 6 : 5);
-    enc_u64(e, "n", cfg->replica_num);
-    enc_bool(e, "hp", cfg->hard_pin);
-    enc_u64(e, "spa", cfg->soft_pin_action);
+    crp_mp_enc_u64(e, "n", cfg->replica_num);
+    crp_mp_enc_bool(e, "hp", cfg->hard_pin);
+    crp_mp_enc_u64(e, "spa", cfg->soft_pin_action);
     if (cfg->has_soft_pin_ttl)
-        enc_u64(e, "spt", cfg->soft_pin_ttl_ms);
+        crp_mp_enc_u64(e, "spt", cfg->soft_pin_ttl_ms);
     enc_str_array(e, "pref", cfg->n_preferred, cfg->preferred_segments, CRP_RPC_MAX_PREFERRED,
                   CRP_MAX_NAME, "preferred segment");
-    enc_bool(e, "same", cfg->prefer_same_node);
+    crp_mp_enc_bool(e, "same", cfg->prefer_same_node);
 }
 
-static void enc_results(enc *e, size_t n, const crp_rpc_key_result *r)
+static void enc_results(crp_mp_enc *e, size_t n, const crp_rpc_key_result *r)
 {
     if (enc_array(e, "r", n, r, CRP_RPC_MAX_BATCH) != 0)
         return;
     for (size_t i = 0; i < n && e->status == 0; i++) {
-        size_t mark = path_push(&e->c, "result", i);
+        size_t mark = crp_mp_path_push(&e->c, "result", i);
         if (r[i].status > 0) {
-            enc_invalid(e, "st", "is positive (%d)", (int)r[i].status);
+            crp_mp_enc_invalid(e, "st", "is positive (%d)", (int)r[i].status);
         } else if (r[i].status == 0) {
             msgpack_pack_map(&e->pk, 2);
-            enc_i32(e, "st", 0);
+            crp_mp_enc_i32(e, "st", 0);
             enc_replicas(e, r[i].n_replicas, r[i].replicas);
         } else {
             msgpack_pack_map(&e->pk, 1);
-            enc_i32(e, "st", r[i].status);
+            crp_mp_enc_i32(e, "st", r[i].status);
         }
-        path_pop(&e->c, mark);
+        crp_mp_path_pop(&e->c, mark);
     }
 }
 
@@ -578,14 +367,14 @@ static void enc_results(enc *e, size_t n, const crp_rpc_key_result *r)
 /* ------------------------------------------------------------------------ */
 
 typedef struct dec {
-    ctx c;
+    crp_mp_ctx c;
     struct crp_rpc_arena *arena; /* everything the message will own */
     size_t first_chunk;          /* arena's first chunk size, from the body length */
 } dec;
 
 static void dec_init(dec *d, const char *what, size_t len)
 {
-    ctx_init(&d->c, what, 0);
+    rpc_ctx_init(&d->c, what, 0);
     d->arena = NULL;
     d->first_chunk = len < (SIZE_MAX - 256) / 2 ? 2 * len + 256 : len;
 }
@@ -594,7 +383,7 @@ static void *dec_alloc(dec *d, const char *field, size_t n, size_t align)
 {
     void *p = arena_alloc(&d->arena, d->first_chunk, n, align);
     if (p == NULL)
-        fail(CR_ERR_NO_MEMORY, &d->c, field, "cannot allocate %zu bytes", n);
+        crp_mp_fail(CR_ERR_NO_MEMORY, &d->c, field, "cannot allocate %zu bytes", n);
     return p;
 }
 
@@ -605,200 +394,50 @@ static int dec_alloc_array(dec *d, const char *field, size_t n, size_t size, voi
     if (n == 0)
         return 0;
     if (n > SIZE_MAX / size)
-        return fail(CR_ERR_NO_MEMORY, &d->c, field, "%zu entries overflow", n);
+        return crp_mp_fail(CR_ERR_NO_MEMORY, &d->c, field, "%zu entries overflow", n);
     *out = dec_alloc(d, field, n * size, sizeof(uint64_t));
     return *out != NULL ? 0 : CR_ERR_NO_MEMORY;
 }
 
-/* Scan and unpack data into u. On success the caller destroys u. */
-static int unpack_body(const ctx *c, const void *data, size_t len, msgpack_unpacked *u)
-{
-    if (len > CRP_MAX_BODY)
-        return fail(MALFORMED, c, NULL, "body of %zu bytes exceeds %u", len,
-                    (unsigned)CRP_MAX_BODY);
-    const char *why = crp_mp_scan(data, len);
-    if (why != NULL)
-        return fail(MALFORMED, c, NULL, "body %s (%zu bytes)", why, len);
-
-    size_t off = 0;
-    msgpack_unpacked_init(u);
-    msgpack_unpack_return r = msgpack_unpack_next(u, data, len, &off);
-    if (r == MSGPACK_UNPACK_SUCCESS && off == len)
-        return 0;
-    msgpack_unpacked_destroy(u);
-    if (r == MSGPACK_UNPACK_NOMEM_ERROR)
-        return fail(CR_ERR_NO_MEMORY, c, NULL, "out of memory unpacking %zu bytes", len);
-    return fail(MALFORMED, c, NULL, "body is not valid msgpack (unpack result %d)", (int)r);
-}
-
-static int key_is(const msgpack_object *k, const char *name)
-{
-    if (k->via.str.size == 0 || k->via.str.ptr[0] != name[0])
-        return 0; /* cheap reject: keys differ in their first byte almost always */
-    size_t n = strlen(name);
-    return k->via.str.size == n && memcmp(k->via.str.ptr, name, n) == 0;
-}
-
-/*
- * o (the value of field f, or with f NULL the body or an array entry) must
- * be a map with string keys; vals[i] is set to the value of keys[i], or NULL
- * when absent. Known keys may appear once; others are ignored.
- */
-static int map_fields(const ctx *c, const char *f, const msgpack_object *o, const char *const *keys,
-                      size_t n_keys, const msgpack_object **vals)
-{
-    if (o->type != MSGPACK_OBJECT_MAP && f != NULL)
-        return fail(MALFORMED, c, f, "is not a map (msgpack type %d)", (int)o->type);
-    if (o->type != MSGPACK_OBJECT_MAP)
-        return fail(MALFORMED, c, NULL, "%s is not a map (msgpack type %d)",
-                    c->depth > 0 ? "entry" : "body", (int)o->type);
-    for (size_t i = 0; i < n_keys; i++)
-        vals[i] = NULL;
-    for (uint32_t j = 0; j < o->via.map.size; j++) {
-        const msgpack_object_kv *kv = &o->via.map.ptr[j];
-        if (kv->key.type != MSGPACK_OBJECT_STR)
-            return fail(MALFORMED, c, NULL, "map key %u is not a string", (unsigned)j);
-        for (size_t i = 0; i < n_keys; i++) {
-            if (!key_is(&kv->key, keys[i]))
-                continue;
-            if (vals[i] != NULL)
-                return fail(MALFORMED, c, keys[i], "appears twice");
-            vals[i] = &kv->val;
-            break;
-        }
-    }
-    return 0;
-}
-
-static int get_uint(const ctx *c, const char *f, const msgpack_object *v, uint64_t max,
-                    uint64_t *out)
-{
-    if (v == NULL)
-        return fail(MALFORMED, c, f, "is missing");
-    if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
-        return fail(MALFORMED, c, f, "is negative (%lld)", (long long)v->via.i64);
-    if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-        return fail(MALFORMED, c, f, "is not an unsigned integer (msgpack type %d)", (int)v->type);
-    if (v->via.u64 > max)
-        return fail(MALFORMED, c, f, "is out of range (%llu > %llu)",
-                    (unsigned long long)v->via.u64, (unsigned long long)max);
-    *out = v->via.u64;
-    return 0;
-}
-
-static int get_u64(const ctx *c, const char *f, const msgpack_object *v, uint64_t *out)
-{
-    return get_uint(c, f, v, UINT64_MAX, out);
-}
-
-static int get_u32(const ctx *c, const char *f, const msgpack_object *v, uint32_t *out)
-{
-    uint64_t x;
-    int rc = get_uint(c, f, v, UINT32_MAX, &x);
-    if (rc == 0)
-        *out = (uint32_t)x;
-    return rc;
-}
-
-/* A u8 enum value in 0..max. */
-static int get_enum(const ctx *c, const char *f, const msgpack_object *v, uint8_t max, uint8_t *out)
-{
-    uint64_t x;
-    int rc = get_uint(c, f, v, max, &x);
-    if (rc == 0)
-        *out = (uint8_t)x;
-    return rc;
-}
-
-static int get_i32(const ctx *c, const char *f, const msgpack_object *v, int32_t *out)
-{
-    if (v == NULL)
-        return fail(MALFORMED, c, f, "is missing");
-    if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
-        if (v->via.u64 > INT32_MAX)
-            return fail(MALFORMED, c, f, "is out of range (%llu)", (unsigned long long)v->via.u64);
-        *out = (int32_t)v->via.u64;
-        return 0;
-    }
-    if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
-        if (v->via.i64 < INT32_MIN)
-            return fail(MALFORMED, c, f, "is out of range (%lld)", (long long)v->via.i64);
-        *out = (int32_t)v->via.i64;
-        return 0;
-    }
-    return fail(MALFORMED, c, f, "is not an integer (msgpack type %d)", (int)v->type);
-}
-
 /* A status: an i32 that is 0 or negative. */
-static int get_status(const ctx *c, const char *f, const msgpack_object *v, int32_t *out)
+static int get_status(const crp_mp_ctx *c, const char *f, const msgpack_object *v, int32_t *out)
 {
     int32_t s;
-    int rc = get_i32(c, f, v, &s);
+    int rc = crp_mp_get_i32(c, f, v, &s);
     if (rc != 0)
         return rc;
     if (s > 0)
-        return fail(MALFORMED, c, f, "is a positive status (%d)", (int)s);
+        return crp_mp_fail(MALFORMED, c, f, "is a positive status (%d)", (int)s);
     *out = s;
-    return 0;
-}
-
-static int get_bool(const ctx *c, const char *f, const msgpack_object *v, bool *out)
-{
-    if (v == NULL)
-        return fail(MALFORMED, c, f, "is missing");
-    if (v->type != MSGPACK_OBJECT_BOOLEAN)
-        return fail(MALFORMED, c, f, "is not a boolean (msgpack type %d)", (int)v->type);
-    *out = v->via.boolean;
     return 0;
 }
 
 /* A string of at most max bytes and no NUL, copied into the arena. */
 static int get_str(dec *d, const char *f, const msgpack_object *v, size_t max, char **out)
 {
-    if (v == NULL)
-        return fail(MALFORMED, &d->c, f, "is missing");
-    if (v->type != MSGPACK_OBJECT_STR)
-        return fail(MALFORMED, &d->c, f, "is not a string (msgpack type %d)", (int)v->type);
-    size_t n = v->via.str.size;
-    if (n > max)
-        return fail(MALFORMED, &d->c, f, "is too long (%zu > %zu bytes)", n, max);
-    if (n > 0 && memchr(v->via.str.ptr, 0, n) != NULL)
-        return fail(MALFORMED, &d->c, f, "contains a NUL byte");
+    const char *p;
+    size_t n;
+    int rc = crp_mp_get_str_view(&d->c, f, v, max, &p, &n);
+    if (rc != 0)
+        return rc;
     char *s = dec_alloc(d, f, n + 1, 1);
     if (s == NULL)
         return CR_ERR_NO_MEMORY;
     if (n > 0)
-        memcpy(s, v->via.str.ptr, n);
+        memcpy(s, p, n);
     s[n] = '\0';
     *out = s;
     return 0;
 }
 
-static int get_uuid(const ctx *c, const char *f, const msgpack_object *v, crp_rpc_uuid *out)
+static int get_uuid(const crp_mp_ctx *c, const char *f, const msgpack_object *v, crp_rpc_uuid *out)
 {
-    if (v == NULL)
-        return fail(MALFORMED, c, f, "is missing");
-    if (v->type != MSGPACK_OBJECT_BIN)
-        return fail(MALFORMED, c, f, "is not binary (msgpack type %d)", (int)v->type);
-    if (v->via.bin.size != 16)
-        return fail(MALFORMED, c, f, "has %u bytes, not 16", (unsigned)v->via.bin.size);
-    const uint8_t *b = (const uint8_t *)v->via.bin.ptr;
+    const uint8_t *b;
+    int rc = crp_mp_get_bin_view(c, f, v, 16, &b);
+    if (rc != 0)
+        return rc;
     out->hi = crp_mp_load_be(b, 8);
     out->lo = crp_mp_load_be(b + 8, 8);
-    return 0;
-}
-
-static int get_array(const ctx *c, const char *f, const msgpack_object *v, size_t max,
-                     const msgpack_object_array **out)
-{
-    if (v == NULL)
-        return fail(MALFORMED, c, f, "is missing");
-    if (v->type != MSGPACK_OBJECT_ARRAY)
-        return fail(MALFORMED, c, f, "is not an array (msgpack type %d)", (int)v->type);
-    if (v->via.array.size > max)
-        return fail(MALFORMED, c, f, "has too many entries (%u > %zu)", (unsigned)v->via.array.size,
-                    max);
-    *out = &v->via.array;
     return 0;
 }
 
@@ -807,16 +446,16 @@ static int dec_str_array(dec *d, const char *f, const msgpack_object *v, size_t 
 {
     const msgpack_object_array *a;
     void *p;
-    int rc = get_array(&d->c, f, v, max_n, &a);
+    int rc = crp_mp_get_array(&d->c, f, v, max_n, &a);
     if (rc == 0)
         rc = dec_alloc_array(d, f, a->size, sizeof(char *), &p);
     if (rc != 0)
         return rc;
     char **strs = p;
     for (uint32_t i = 0; i < a->size; i++) {
-        size_t mark = path_push(&d->c, item, i);
+        size_t mark = crp_mp_path_push(&d->c, item, i);
         rc = get_str(d, f, &a->ptr[i], max_len, &strs[i]);
-        path_pop(&d->c, mark);
+        crp_mp_path_pop(&d->c, mark);
         if (rc != 0)
             return rc;
     }
@@ -833,18 +472,18 @@ static int dec_segment(dec *d, const char *f, const msgpack_object *o, crp_rpc_s
     int rc;
 
     if (o == NULL)
-        return fail(MALFORMED, &d->c, f, "is missing");
-    if ((rc = map_fields(&d->c, f, o, keys, N_KEYS(keys), v)) != 0 ||
+        return crp_mp_fail(MALFORMED, &d->c, f, "is missing");
+    if ((rc = crp_mp_map_fields(&d->c, f, o, keys, N_KEYS(keys), v)) != 0 ||
         (rc = get_str(d, "n", v[K_N], CRP_MAX_NAME, &s->name)) != 0 ||
-        (rc = get_u64(&d->c, "b", v[K_B], &s->base)) != 0 ||
-        (rc = get_u64(&d->c, "l", v[K_L], &s->size)) != 0 ||
-        (rc = get_u64(&d->c, "e", v[K_E], &s->epoch)) != 0)
+        (rc = crp_mp_get_u64(&d->c, "b", v[K_B], &s->base)) != 0 ||
+        (rc = crp_mp_get_u64(&d->c, "l", v[K_L], &s->size)) != 0 ||
+        (rc = crp_mp_get_u64(&d->c, "e", v[K_E], &s->epoch)) != 0)
         return rc;
     if (s->size == 0)
-        return fail(MALFORMED, &d->c, f, "has size 0");
+        return crp_mp_fail(MALFORMED, &d->c, f, "has size 0");
     if (s->base > UINT64_MAX - s->size)
-        return fail(MALFORMED, &d->c, f, "range 0x%llx + 0x%llx overflows",
-                    (unsigned long long)s->base, (unsigned long long)s->size);
+        return crp_mp_fail(MALFORMED, &d->c, f, "range 0x%llx + 0x%llx overflows",
+                           (unsigned long long)s->base, (unsigned long long)s->size);
     return 0;
 }
 
@@ -855,16 +494,16 @@ static int dec_replica(dec *d, const msgpack_object *o, crp_rpc_replica *r)
     const msgpack_object *v[N_KEYS(keys)];
     int rc;
 
-    if ((rc = map_fields(&d->c, NULL, o, keys, N_KEYS(keys), v)) != 0 ||
+    if ((rc = crp_mp_map_fields(&d->c, NULL, o, keys, N_KEYS(keys), v)) != 0 ||
         (rc = get_str(d, "s", v[K_S], CRP_MAX_NAME, &r->segment)) != 0 ||
-        (rc = get_u64(&d->c, "a", v[K_A], &r->addr)) != 0 ||
-        (rc = get_u64(&d->c, "l", v[K_L], &r->size)) != 0 ||
-        (rc = get_u64(&d->c, "e", v[K_E], &r->epoch)) != 0 ||
-        (rc = get_enum(&d->c, "t", v[K_T], CRP_RPC_REPLICA_FAILED, &r->status)) != 0)
+        (rc = crp_mp_get_u64(&d->c, "a", v[K_A], &r->addr)) != 0 ||
+        (rc = crp_mp_get_u64(&d->c, "l", v[K_L], &r->size)) != 0 ||
+        (rc = crp_mp_get_u64(&d->c, "e", v[K_E], &r->epoch)) != 0 ||
+        (rc = crp_mp_get_u8(&d->c, "t", v[K_T], CRP_RPC_REPLICA_FAILED, &r->status)) != 0)
         return rc;
     if (r->addr > UINT64_MAX - r->size)
-        return fail(MALFORMED, &d->c, NULL, "range 0x%llx + 0x%llx overflows",
-                    (unsigned long long)r->addr, (unsigned long long)r->size);
+        return crp_mp_fail(MALFORMED, &d->c, NULL, "range 0x%llx + 0x%llx overflows",
+                           (unsigned long long)r->addr, (unsigned long long)r->size);
     return 0;
 }
 
@@ -872,16 +511,16 @@ static int dec_replicas(dec *d, const msgpack_object *v, size_t *n_out, crp_rpc_
 {
     const msgpack_object_array *a;
     void *p;
-    int rc = get_array(&d->c, "reps", v, CRP_RPC_MAX_REPLICAS, &a);
+    int rc = crp_mp_get_array(&d->c, "reps", v, CRP_RPC_MAX_REPLICAS, &a);
     if (rc == 0)
         rc = dec_alloc_array(d, "reps", a->size, sizeof(crp_rpc_replica), &p);
     if (rc != 0)
         return rc;
     crp_rpc_replica *reps = p;
     for (uint32_t i = 0; i < a->size; i++) {
-        size_t mark = path_push(&d->c, "replica", i);
+        size_t mark = crp_mp_path_push(&d->c, "replica", i);
         rc = dec_replica(d, &a->ptr[i], &reps[i]);
-        path_pop(&d->c, mark);
+        crp_mp_path_pop(&d->c, mark);
         if (rc != 0)
             return rc;
     }
@@ -898,16 +537,16 @@ static int dec_config(dec *d, const msgpack_object *o, crp_rpc_replica_config *c
     int rc;
 
     if (o == NULL)
-        return fail(MALFORMED, &d->c, "cfg", "is missing");
-    size_t mark = path_push_name(&d->c, "config");
-    if ((rc = map_fields(&d->c, "cfg", o, keys, N_KEYS(keys), v)) != 0 ||
-        (rc = get_u32(&d->c, "n", v[K_N], &cfg->replica_num)) != 0 ||
-        (rc = get_bool(&d->c, "hp", v[K_HP], &cfg->hard_pin)) != 0 ||
-        (rc = get_enum(&d->c, "spa", v[K_SPA], CRP_RPC_SOFT_PIN_DISABLE, &cfg->soft_pin_action)) !=
-            0)
+        return crp_mp_fail(MALFORMED, &d->c, "cfg", "is missing");
+    size_t mark = crp_mp_path_push_name(&d->c, "config");
+    if ((rc = crp_mp_map_fields(&d->c, "cfg", o, keys, N_KEYS(keys), v)) != 0 ||
+        (rc = crp_mp_get_u32(&d->c, "n", v[K_N], &cfg->replica_num)) != 0 ||
+        (rc = crp_mp_get_bool(&d->c, "hp", v[K_HP], &cfg->hard_pin)) != 0 ||
+        (rc = crp_mp_get_u8(&d->c, "spa", v[K_SPA], CRP_RPC_SOFT_PIN_DISABLE,
+                            &cfg->soft_pin_action)) != 0)
         goto restore_path;
     if (v[K_SPT] != NULL) {
-        rc = get_u64(&d->c, "spt", v[K_SPT], &cfg->soft_pin_ttl_ms);
+        rc = crp_mp_get_u64(&d->c, "spt", v[K_SPT], &cfg->soft_pin_ttl_ms);
         if (rc != 0)
             goto restore_path;
         cfg->has_soft_pin_ttl = true;
@@ -915,10 +554,10 @@ static int dec_config(dec *d, const msgpack_object *o, crp_rpc_replica_config *c
     if ((rc = dec_str_array(d, "pref", v[K_PREF], CRP_RPC_MAX_PREFERRED, CRP_MAX_NAME,
                             "preferred segment", &cfg->n_preferred, &cfg->preferred_segments)) !=
             0 ||
-        (rc = get_bool(&d->c, "same", v[K_SAME], &cfg->prefer_same_node)) != 0)
+        (rc = crp_mp_get_bool(&d->c, "same", v[K_SAME], &cfg->prefer_same_node)) != 0)
         goto restore_path;
 restore_path:
-    path_pop(&d->c, mark);
+    crp_mp_path_pop(&d->c, mark);
     return rc;
 }
 
@@ -929,20 +568,20 @@ static int dec_results(dec *d, const msgpack_object *v, size_t *n_out, crp_rpc_k
     const msgpack_object *f[N_KEYS(keys)];
     const msgpack_object_array *a;
     void *p;
-    int rc = get_array(&d->c, "r", v, CRP_RPC_MAX_BATCH, &a);
+    int rc = crp_mp_get_array(&d->c, "r", v, CRP_RPC_MAX_BATCH, &a);
     if (rc == 0)
         rc = dec_alloc_array(d, "r", a->size, sizeof(crp_rpc_key_result), &p);
     if (rc != 0)
         return rc;
     crp_rpc_key_result *res = p;
     for (uint32_t i = 0; i < a->size; i++) {
-        size_t mark = path_push(&d->c, "result", i);
+        size_t mark = crp_mp_path_push(&d->c, "result", i);
         res[i].n_replicas = 0;
         res[i].replicas = NULL;
-        if ((rc = map_fields(&d->c, NULL, &a->ptr[i], keys, N_KEYS(keys), f)) == 0 &&
+        if ((rc = crp_mp_map_fields(&d->c, NULL, &a->ptr[i], keys, N_KEYS(keys), f)) == 0 &&
             (rc = get_status(&d->c, "st", f[K_ST], &res[i].status)) == 0 && res[i].status == 0)
             rc = dec_replicas(d, f[K_REPS], &res[i].n_replicas, &res[i].replicas);
-        path_pop(&d->c, mark);
+        crp_mp_path_pop(&d->c, mark);
         if (rc != 0)
             return rc;
     }
@@ -958,27 +597,27 @@ static int dec_results(dec *d, const msgpack_object *v, size_t *n_out, crp_rpc_k
 /* Field values of a request: v[0] is "op", v[1..] the shape's keys in order. */
 typedef const msgpack_object *const *fields;
 
-static void enc_rq_hello(enc *e, const crp_rpc_req *m)
+static void enc_rq_hello(crp_mp_enc *e, const crp_rpc_req *m)
 {
     const crp_rpc_hello_req *r = &m->u.hello;
-    enc_u64(e, "v", r->version);
-    enc_u64(e, "caps", r->caps);
+    crp_mp_enc_u64(e, "v", r->version);
+    crp_mp_enc_u64(e, "caps", r->caps);
     enc_uuid(e, "cid", &r->client_id);
-    enc_str(e, "sw", r->software, CRP_RPC_MAX_SOFTWARE);
+    crp_mp_enc_str(e, "sw", r->software, CRP_RPC_MAX_SOFTWARE);
 }
 
 static int dec_rq_hello(dec *d, fields v, crp_rpc_req *m)
 {
     crp_rpc_hello_req *r = &m->u.hello;
     int rc;
-    if ((rc = get_u32(&d->c, "v", v[1], &r->version)) != 0 ||
-        (rc = get_u64(&d->c, "caps", v[2], &r->caps)) != 0 ||
+    if ((rc = crp_mp_get_u32(&d->c, "v", v[1], &r->version)) != 0 ||
+        (rc = crp_mp_get_u64(&d->c, "caps", v[2], &r->caps)) != 0 ||
         (rc = get_uuid(&d->c, "cid", v[3], &r->client_id)) != 0)
         return rc;
     return get_str(d, "sw", v[4], CRP_RPC_MAX_SOFTWARE, &r->software);
 }
 
-static void enc_rq_client(enc *e, const crp_rpc_req *m)
+static void enc_rq_client(crp_mp_enc *e, const crp_rpc_req *m)
 {
     enc_uuid(e, "cid", &m->u.client.client_id);
 }
@@ -988,7 +627,7 @@ static int dec_rq_client(dec *d, fields v, crp_rpc_req *m)
     return get_uuid(&d->c, "cid", v[1], &m->u.client.client_id);
 }
 
-static void enc_rq_mount(enc *e, const crp_rpc_req *m)
+static void enc_rq_mount(crp_mp_enc *e, const crp_rpc_req *m)
 {
     enc_uuid(e, "cid", &m->u.mount.client_id);
     enc_segment(e, "seg", &m->u.mount.segment);
@@ -1002,16 +641,16 @@ static int dec_rq_mount(dec *d, fields v, crp_rpc_req *m)
     return dec_segment(d, "seg", v[2], &m->u.mount.segment);
 }
 
-static void enc_rq_remount(enc *e, const crp_rpc_req *m)
+static void enc_rq_remount(crp_mp_enc *e, const crp_rpc_req *m)
 {
     const crp_rpc_remount_req *r = &m->u.remount;
     enc_uuid(e, "cid", &r->client_id);
     if (enc_array(e, "segs", r->n_segments, r->segments, CRP_RPC_MAX_SEGMENTS) != 0)
         return;
     for (size_t i = 0; i < r->n_segments && e->status == 0; i++) {
-        size_t mark = path_push(&e->c, "segment", i);
+        size_t mark = crp_mp_path_push(&e->c, "segment", i);
         enc_segment(e, NULL, &r->segments[i]);
-        path_pop(&e->c, mark);
+        crp_mp_path_pop(&e->c, mark);
     }
 }
 
@@ -1022,14 +661,14 @@ static int dec_rq_remount(dec *d, fields v, crp_rpc_req *m)
     void *p;
     int rc;
     if ((rc = get_uuid(&d->c, "cid", v[1], &r->client_id)) != 0 ||
-        (rc = get_array(&d->c, "segs", v[2], CRP_RPC_MAX_SEGMENTS, &a)) != 0 ||
+        (rc = crp_mp_get_array(&d->c, "segs", v[2], CRP_RPC_MAX_SEGMENTS, &a)) != 0 ||
         (rc = dec_alloc_array(d, "segs", a->size, sizeof(crp_rpc_segment), &p)) != 0)
         return rc;
     r->segments = p;
     for (uint32_t i = 0; i < a->size; i++) {
-        size_t mark = path_push(&d->c, "segment", i);
+        size_t mark = crp_mp_path_push(&d->c, "segment", i);
         rc = dec_segment(d, NULL, &a->ptr[i], &r->segments[i]);
-        path_pop(&d->c, mark);
+        crp_mp_path_pop(&d->c, mark);
         if (rc != 0)
             return rc;
     }
@@ -1037,10 +676,10 @@ static int dec_rq_remount(dec *d, fields v, crp_rpc_req *m)
     return 0;
 }
 
-static void enc_rq_unmount(enc *e, const crp_rpc_req *m)
+static void enc_rq_unmount(crp_mp_enc *e, const crp_rpc_req *m)
 {
     enc_uuid(e, "cid", &m->u.unmount.client_id);
-    enc_str(e, "n", m->u.unmount.name, CRP_MAX_NAME);
+    crp_mp_enc_str(e, "n", m->u.unmount.name, CRP_MAX_NAME);
 }
 
 static int dec_rq_unmount(dec *d, fields v, crp_rpc_req *m)
@@ -1051,9 +690,9 @@ static int dec_rq_unmount(dec *d, fields v, crp_rpc_req *m)
     return rc;
 }
 
-static void enc_rq_key(enc *e, const crp_rpc_req *m)
+static void enc_rq_key(crp_mp_enc *e, const crp_rpc_req *m)
 {
-    enc_str(e, "k", m->u.key.key, CRP_RPC_MAX_KEY);
+    crp_mp_enc_str(e, "k", m->u.key.key, CRP_RPC_MAX_KEY);
 }
 
 static int dec_rq_key(dec *d, fields v, crp_rpc_req *m)
@@ -1061,7 +700,7 @@ static int dec_rq_key(dec *d, fields v, crp_rpc_req *m)
     return get_str(d, "k", v[1], CRP_RPC_MAX_KEY, &m->u.key.key);
 }
 
-static void enc_keys(enc *e, size_t n, char *const *keys)
+static void enc_keys(crp_mp_enc *e, size_t n, char *const *keys)
 {
     enc_str_array(e, "ks", n, keys, CRP_RPC_MAX_BATCH, CRP_RPC_MAX_KEY, "key");
 }
@@ -1071,7 +710,7 @@ static int dec_keys(dec *d, const msgpack_object *v, size_t *n, char ***keys)
     return dec_str_array(d, "ks", v, CRP_RPC_MAX_BATCH, CRP_RPC_MAX_KEY, "key", n, keys);
 }
 
-static void enc_rq_keys(enc *e, const crp_rpc_req *m)
+static void enc_rq_keys(crp_mp_enc *e, const crp_rpc_req *m)
 {
     enc_keys(e, m->u.keys.n_keys, m->u.keys.keys);
 }
@@ -1081,12 +720,12 @@ static int dec_rq_keys(dec *d, fields v, crp_rpc_req *m)
     return dec_keys(d, v[1], &m->u.keys.n_keys, &m->u.keys.keys);
 }
 
-static void enc_rq_put_start(enc *e, const crp_rpc_req *m)
+static void enc_rq_put_start(crp_mp_enc *e, const crp_rpc_req *m)
 {
     const crp_rpc_put_start_req *r = &m->u.put_start;
     enc_uuid(e, "cid", &r->client_id);
-    enc_str(e, "k", r->key, CRP_RPC_MAX_KEY);
-    enc_u64(e, "sz", r->value_size);
+    crp_mp_enc_str(e, "k", r->key, CRP_RPC_MAX_KEY);
+    crp_mp_enc_u64(e, "sz", r->value_size);
     enc_config(e, &r->config);
 }
 
@@ -1096,15 +735,15 @@ static int dec_rq_put_start(dec *d, fields v, crp_rpc_req *m)
     int rc;
     if ((rc = get_uuid(&d->c, "cid", v[1], &r->client_id)) != 0 ||
         (rc = get_str(d, "k", v[2], CRP_RPC_MAX_KEY, &r->key)) != 0 ||
-        (rc = get_u64(&d->c, "sz", v[3], &r->value_size)) != 0)
+        (rc = crp_mp_get_u64(&d->c, "sz", v[3], &r->value_size)) != 0)
         return rc;
     return dec_config(d, v[4], &r->config);
 }
 
-static void enc_rq_owner_key(enc *e, const crp_rpc_req *m)
+static void enc_rq_owner_key(crp_mp_enc *e, const crp_rpc_req *m)
 {
     enc_uuid(e, "cid", &m->u.owner_key.client_id);
-    enc_str(e, "k", m->u.owner_key.key, CRP_RPC_MAX_KEY);
+    crp_mp_enc_str(e, "k", m->u.owner_key.key, CRP_RPC_MAX_KEY);
 }
 
 static int dec_rq_owner_key(dec *d, fields v, crp_rpc_req *m)
@@ -1115,7 +754,7 @@ static int dec_rq_owner_key(dec *d, fields v, crp_rpc_req *m)
     return rc;
 }
 
-static void enc_rq_batch_put_start(enc *e, const crp_rpc_req *m)
+static void enc_rq_batch_put_start(crp_mp_enc *e, const crp_rpc_req *m)
 {
     const crp_rpc_batch_put_start_req *r = &m->u.batch_put_start;
     enc_uuid(e, "cid", &r->client_id);
@@ -1135,25 +774,25 @@ static int dec_rq_batch_put_start(dec *d, fields v, crp_rpc_req *m)
     int rc;
     if ((rc = get_uuid(&d->c, "cid", v[1], &r->client_id)) != 0 ||
         (rc = dec_keys(d, v[2], &r->n_keys, &r->keys)) != 0 ||
-        (rc = get_array(&d->c, "szs", v[3], CRP_RPC_MAX_BATCH, &a)) != 0)
+        (rc = crp_mp_get_array(&d->c, "szs", v[3], CRP_RPC_MAX_BATCH, &a)) != 0)
         return rc;
     if (a->size != r->n_keys)
-        return fail(MALFORMED, &d->c, "szs", "has %u entries for %zu keys", (unsigned)a->size,
-                    r->n_keys);
+        return crp_mp_fail(MALFORMED, &d->c, "szs", "has %u entries for %zu keys",
+                           (unsigned)a->size, r->n_keys);
     if ((rc = dec_alloc_array(d, "szs", a->size, sizeof(uint64_t), &p)) != 0)
         return rc;
     r->value_sizes = p;
     for (uint32_t i = 0; i < a->size; i++) {
-        size_t mark = path_push(&d->c, "size", i);
-        rc = get_u64(&d->c, "szs", &a->ptr[i], &r->value_sizes[i]);
-        path_pop(&d->c, mark);
+        size_t mark = crp_mp_path_push(&d->c, "size", i);
+        rc = crp_mp_get_u64(&d->c, "szs", &a->ptr[i], &r->value_sizes[i]);
+        crp_mp_path_pop(&d->c, mark);
         if (rc != 0)
             return rc;
     }
     return dec_config(d, v[4], &r->config);
 }
 
-static void enc_rq_owner_keys(enc *e, const crp_rpc_req *m)
+static void enc_rq_owner_keys(crp_mp_enc *e, const crp_rpc_req *m)
 {
     enc_uuid(e, "cid", &m->u.owner_keys.client_id);
     enc_keys(e, m->u.owner_keys.n_keys, m->u.owner_keys.keys);
@@ -1168,48 +807,48 @@ static int dec_rq_owner_keys(dec *d, fields v, crp_rpc_req *m)
     return rc;
 }
 
-static void enc_rq_remove(enc *e, const crp_rpc_req *m)
+static void enc_rq_remove(crp_mp_enc *e, const crp_rpc_req *m)
 {
-    enc_str(e, "k", m->u.remove.key, CRP_RPC_MAX_KEY);
-    enc_bool(e, "f", m->u.remove.force);
+    crp_mp_enc_str(e, "k", m->u.remove.key, CRP_RPC_MAX_KEY);
+    crp_mp_enc_bool(e, "f", m->u.remove.force);
 }
 
 static int dec_rq_remove(dec *d, fields v, crp_rpc_req *m)
 {
     int rc = get_str(d, "k", v[1], CRP_RPC_MAX_KEY, &m->u.remove.key);
     if (rc == 0)
-        rc = get_bool(&d->c, "f", v[2], &m->u.remove.force);
+        rc = crp_mp_get_bool(&d->c, "f", v[2], &m->u.remove.force);
     return rc;
 }
 
-static void enc_rq_regex(enc *e, const crp_rpc_req *m)
+static void enc_rq_regex(crp_mp_enc *e, const crp_rpc_req *m)
 {
-    enc_str(e, "re", m->u.regex.pattern, CRP_RPC_MAX_REGEX);
-    enc_bool(e, "f", m->u.regex.force);
+    crp_mp_enc_str(e, "re", m->u.regex.pattern, CRP_RPC_MAX_REGEX);
+    crp_mp_enc_bool(e, "f", m->u.regex.force);
 }
 
 static int dec_rq_regex(dec *d, fields v, crp_rpc_req *m)
 {
     int rc = get_str(d, "re", v[1], CRP_RPC_MAX_REGEX, &m->u.regex.pattern);
     if (rc == 0)
-        rc = get_bool(&d->c, "f", v[2], &m->u.regex.force);
+        rc = crp_mp_get_bool(&d->c, "f", v[2], &m->u.regex.force);
     return rc;
 }
 
-static void enc_rq_force(enc *e, const crp_rpc_req *m)
+static void enc_rq_force(crp_mp_enc *e, const crp_rpc_req *m)
 {
-    enc_bool(e, "f", m->u.force.force);
+    crp_mp_enc_bool(e, "f", m->u.force.force);
 }
 
 static int dec_rq_force(dec *d, fields v, crp_rpc_req *m)
 {
-    return get_bool(&d->c, "f", v[1], &m->u.force.force);
+    return crp_mp_get_bool(&d->c, "f", v[1], &m->u.force.force);
 }
 
-static void enc_rq_batch_remove(enc *e, const crp_rpc_req *m)
+static void enc_rq_batch_remove(crp_mp_enc *e, const crp_rpc_req *m)
 {
     enc_keys(e, m->u.batch_remove.n_keys, m->u.batch_remove.keys);
-    enc_bool(e, "f", m->u.batch_remove.force);
+    crp_mp_enc_bool(e, "f", m->u.batch_remove.force);
 }
 
 static int dec_rq_batch_remove(dec *d, fields v, crp_rpc_req *m)
@@ -1217,16 +856,16 @@ static int dec_rq_batch_remove(dec *d, fields v, crp_rpc_req *m)
     crp_rpc_batch_remove_req *r = &m->u.batch_remove;
     int rc = dec_keys(d, v[1], &r->n_keys, &r->keys);
     if (rc == 0)
-        rc = get_bool(&d->c, "f", v[2], &r->force);
+        rc = crp_mp_get_bool(&d->c, "f", v[2], &r->force);
     return rc;
 }
 
-static void enc_rq_replica_clear(enc *e, const crp_rpc_req *m)
+static void enc_rq_replica_clear(crp_mp_enc *e, const crp_rpc_req *m)
 {
     const crp_rpc_replica_clear_req *r = &m->u.replica_clear;
     enc_uuid(e, "cid", &r->client_id);
     enc_keys(e, r->n_keys, r->keys);
-    enc_str(e, "n", r->segment, CRP_MAX_NAME);
+    crp_mp_enc_str(e, "n", r->segment, CRP_MAX_NAME);
 }
 
 static int dec_rq_replica_clear(dec *d, fields v, crp_rpc_req *m)
@@ -1239,9 +878,9 @@ static int dec_rq_replica_clear(dec *d, fields v, crp_rpc_req *m)
     return get_str(d, "n", v[3], CRP_MAX_NAME, &r->segment);
 }
 
-static void enc_rq_name(enc *e, const crp_rpc_req *m)
+static void enc_rq_name(crp_mp_enc *e, const crp_rpc_req *m)
 {
-    enc_str(e, "n", m->u.name.name, CRP_MAX_NAME);
+    crp_mp_enc_str(e, "n", m->u.name.name, CRP_MAX_NAME);
 }
 
 static int dec_rq_name(dec *d, fields v, crp_rpc_req *m)
@@ -1249,7 +888,7 @@ static int dec_rq_name(dec *d, fields v, crp_rpc_req *m)
     return get_str(d, "n", v[1], CRP_MAX_NAME, &m->u.name.name);
 }
 
-static void enc_rq_none(enc *e, const crp_rpc_req *m)
+static void enc_rq_none(crp_mp_enc *e, const crp_rpc_req *m)
 {
     (void)e;
     (void)m;
@@ -1266,7 +905,7 @@ static int dec_rq_none(dec *d, fields v, crp_rpc_req *m)
 typedef struct req_shape {
     const char *const *keys; /* keys[0] is "op" */
     size_t n_keys;
-    void (*enc)(enc *e, const crp_rpc_req *m);
+    void (*enc)(crp_mp_enc *e, const crp_rpc_req *m);
     int (*dec)(dec *d, fields v, crp_rpc_req *m);
 } req_shape;
 
@@ -1312,55 +951,57 @@ static const req_shape REQ_SHAPES[RQ_COUNT] = {
 /* Field values of a reply: v[0..2] are "op", "st", "msg"; v[3..] the shape's keys. */
 #define RS_FIRST 3
 
-static void enc_rs_hello(enc *e, const crp_rpc_resp *m)
+static void enc_rs_hello(crp_mp_enc *e, const crp_rpc_resp *m)
 {
     const crp_rpc_hello_resp *r = &m->u.hello;
-    enc_u64(e, "v", r->version);
-    enc_u64(e, "caps", r->caps);
-    enc_str(e, "sw", r->software, CRP_RPC_MAX_SOFTWARE);
-    enc_u64(e, "view", r->view_version);
+    crp_mp_enc_u64(e, "v", r->version);
+    crp_mp_enc_u64(e, "caps", r->caps);
+    crp_mp_enc_str(e, "sw", r->software, CRP_RPC_MAX_SOFTWARE);
+    crp_mp_enc_u64(e, "view", r->view_version);
 }
 
 static int dec_rs_hello(dec *d, fields v, crp_rpc_resp *m)
 {
     crp_rpc_hello_resp *r = &m->u.hello;
     int rc;
-    if ((rc = get_u32(&d->c, "v", v[3], &r->version)) != 0 ||
-        (rc = get_u64(&d->c, "caps", v[4], &r->caps)) != 0 ||
+    if ((rc = crp_mp_get_u32(&d->c, "v", v[3], &r->version)) != 0 ||
+        (rc = crp_mp_get_u64(&d->c, "caps", v[4], &r->caps)) != 0 ||
         (rc = get_str(d, "sw", v[5], CRP_RPC_MAX_SOFTWARE, &r->software)) != 0)
         return rc;
-    return get_u64(&d->c, "view", v[6], &r->view_version);
+    return crp_mp_get_u64(&d->c, "view", v[6], &r->view_version);
 }
 
-static void enc_rs_ping(enc *e, const crp_rpc_resp *m)
+static void enc_rs_ping(crp_mp_enc *e, const crp_rpc_resp *m)
 {
     if (m->u.ping.client_status > CRP_RPC_CLIENT_NEED_REMOUNT) {
-        enc_invalid(e, "cs", "is not a client status (%u)", (unsigned)m->u.ping.client_status);
+        crp_mp_enc_invalid(e, "cs", "is not a client status (%u)",
+                           (unsigned)m->u.ping.client_status);
         return;
     }
-    enc_u64(e, "cs", m->u.ping.client_status);
-    enc_u64(e, "view", m->u.ping.view_version);
+    crp_mp_enc_u64(e, "cs", m->u.ping.client_status);
+    crp_mp_enc_u64(e, "view", m->u.ping.view_version);
 }
 
 static int dec_rs_ping(dec *d, fields v, crp_rpc_resp *m)
 {
-    int rc = get_enum(&d->c, "cs", v[3], CRP_RPC_CLIENT_NEED_REMOUNT, &m->u.ping.client_status);
+    int rc =
+        crp_mp_get_u8(&d->c, "cs", v[3], CRP_RPC_CLIENT_NEED_REMOUNT, &m->u.ping.client_status);
     if (rc == 0)
-        rc = get_u64(&d->c, "view", v[4], &m->u.ping.view_version);
+        rc = crp_mp_get_u64(&d->c, "view", v[4], &m->u.ping.view_version);
     return rc;
 }
 
-static void enc_rs_exist(enc *e, const crp_rpc_resp *m)
+static void enc_rs_exist(crp_mp_enc *e, const crp_rpc_resp *m)
 {
-    enc_bool(e, "ex", m->u.exist.exists);
+    crp_mp_enc_bool(e, "ex", m->u.exist.exists);
 }
 
 static int dec_rs_exist(dec *d, fields v, crp_rpc_resp *m)
 {
-    return get_bool(&d->c, "ex", v[3], &m->u.exist.exists);
+    return crp_mp_get_bool(&d->c, "ex", v[3], &m->u.exist.exists);
 }
 
-static void enc_rs_statuses(enc *e, const crp_rpc_resp *m)
+static void enc_rs_statuses(crp_mp_enc *e, const crp_rpc_resp *m)
 {
     const crp_rpc_statuses_resp *r = &m->u.statuses;
     if (enc_array(e, "r", r->n, r->results, CRP_RPC_MAX_BATCH) != 0)
@@ -1375,14 +1016,14 @@ static int dec_rs_statuses(dec *d, fields v, crp_rpc_resp *m)
     const msgpack_object_array *a;
     void *p;
     int rc;
-    if ((rc = get_array(&d->c, "r", v[3], CRP_RPC_MAX_BATCH, &a)) != 0 ||
+    if ((rc = crp_mp_get_array(&d->c, "r", v[3], CRP_RPC_MAX_BATCH, &a)) != 0 ||
         (rc = dec_alloc_array(d, "r", a->size, sizeof(int32_t), &p)) != 0)
         return rc;
     r->results = p;
     for (uint32_t i = 0; i < a->size; i++) {
-        size_t mark = path_push(&d->c, "result", i);
-        rc = get_i32(&d->c, "r", &a->ptr[i], &r->results[i]);
-        path_pop(&d->c, mark);
+        size_t mark = crp_mp_path_push(&d->c, "result", i);
+        rc = crp_mp_get_i32(&d->c, "r", &a->ptr[i], &r->results[i]);
+        crp_mp_path_pop(&d->c, mark);
         if (rc != 0)
             return rc;
     }
@@ -1390,21 +1031,21 @@ static int dec_rs_statuses(dec *d, fields v, crp_rpc_resp *m)
     return 0;
 }
 
-static void enc_rs_get(enc *e, const crp_rpc_resp *m)
+static void enc_rs_get(crp_mp_enc *e, const crp_rpc_resp *m)
 {
     enc_replicas(e, m->u.get.n_replicas, m->u.get.replicas);
-    enc_u64(e, "lease", m->u.get.lease_ttl_ms);
+    crp_mp_enc_u64(e, "lease", m->u.get.lease_ttl_ms);
 }
 
 static int dec_rs_get(dec *d, fields v, crp_rpc_resp *m)
 {
     int rc = dec_replicas(d, v[3], &m->u.get.n_replicas, &m->u.get.replicas);
     if (rc == 0)
-        rc = get_u64(&d->c, "lease", v[4], &m->u.get.lease_ttl_ms);
+        rc = crp_mp_get_u64(&d->c, "lease", v[4], &m->u.get.lease_ttl_ms);
     return rc;
 }
 
-static void enc_rs_alloc(enc *e, const crp_rpc_resp *m)
+static void enc_rs_alloc(crp_mp_enc *e, const crp_rpc_resp *m)
 {
     enc_replicas(e, m->u.alloc.n_replicas, m->u.alloc.replicas);
 }
@@ -1414,21 +1055,21 @@ static int dec_rs_alloc(dec *d, fields v, crp_rpc_resp *m)
     return dec_replicas(d, v[3], &m->u.alloc.n_replicas, &m->u.alloc.replicas);
 }
 
-static void enc_rs_batch_get(enc *e, const crp_rpc_resp *m)
+static void enc_rs_batch_get(crp_mp_enc *e, const crp_rpc_resp *m)
 {
     enc_results(e, m->u.batch_get.n, m->u.batch_get.results);
-    enc_u64(e, "lease", m->u.batch_get.lease_ttl_ms);
+    crp_mp_enc_u64(e, "lease", m->u.batch_get.lease_ttl_ms);
 }
 
 static int dec_rs_batch_get(dec *d, fields v, crp_rpc_resp *m)
 {
     int rc = dec_results(d, v[3], &m->u.batch_get.n, &m->u.batch_get.results);
     if (rc == 0)
-        rc = get_u64(&d->c, "lease", v[4], &m->u.batch_get.lease_ttl_ms);
+        rc = crp_mp_get_u64(&d->c, "lease", v[4], &m->u.batch_get.lease_ttl_ms);
     return rc;
 }
 
-static void enc_rs_batch_alloc(enc *e, const crp_rpc_resp *m)
+static void enc_rs_batch_alloc(crp_mp_enc *e, const crp_rpc_resp *m)
 {
     enc_results(e, m->u.batch_alloc.n, m->u.batch_alloc.results);
 }
@@ -1438,17 +1079,17 @@ static int dec_rs_batch_alloc(dec *d, fields v, crp_rpc_resp *m)
     return dec_results(d, v[3], &m->u.batch_alloc.n, &m->u.batch_alloc.results);
 }
 
-static void enc_rs_count(enc *e, const crp_rpc_resp *m)
+static void enc_rs_count(crp_mp_enc *e, const crp_rpc_resp *m)
 {
-    enc_u64(e, "n", m->u.count.count);
+    crp_mp_enc_u64(e, "n", m->u.count.count);
 }
 
 static int dec_rs_count(dec *d, fields v, crp_rpc_resp *m)
 {
-    return get_u64(&d->c, "n", v[3], &m->u.count.count);
+    return crp_mp_get_u64(&d->c, "n", v[3], &m->u.count.count);
 }
 
-static void enc_rs_names(enc *e, const crp_rpc_resp *m)
+static void enc_rs_names(crp_mp_enc *e, const crp_rpc_resp *m)
 {
     enc_str_array(e, "names", m->u.names.n_names, m->u.names.names, CRP_RPC_MAX_SEGMENTS,
                   CRP_MAX_NAME, "name");
@@ -1460,11 +1101,11 @@ static int dec_rs_names(dec *d, fields v, crp_rpc_resp *m)
                          &m->u.names.n_names, &m->u.names.names);
 }
 
-static void enc_rs_segment_info(enc *e, const crp_rpc_resp *m)
+static void enc_rs_segment_info(crp_mp_enc *e, const crp_rpc_resp *m)
 {
     const crp_rpc_segment_info_resp *r = &m->u.segment_info;
     enc_segment(e, "seg", &r->segment);
-    enc_u64(e, "used", r->used);
+    crp_mp_enc_u64(e, "used", r->used);
     enc_uuid(e, "cid", &r->client_id);
 }
 
@@ -1473,19 +1114,19 @@ static int dec_rs_segment_info(dec *d, fields v, crp_rpc_resp *m)
     crp_rpc_segment_info_resp *r = &m->u.segment_info;
     int rc;
     if ((rc = dec_segment(d, "seg", v[3], &r->segment)) != 0 ||
-        (rc = get_u64(&d->c, "used", v[4], &r->used)) != 0)
+        (rc = crp_mp_get_u64(&d->c, "used", v[4], &r->used)) != 0)
         return rc;
     return get_uuid(&d->c, "cid", v[5], &r->client_id);
 }
 
-static void enc_rs_key_info(enc *e, const crp_rpc_resp *m)
+static void enc_rs_key_info(crp_mp_enc *e, const crp_rpc_resp *m)
 {
     const crp_rpc_key_info_resp *r = &m->u.key_info;
-    enc_u64(e, "sz", r->value_size);
+    crp_mp_enc_u64(e, "sz", r->value_size);
     enc_replicas(e, r->n_replicas, r->replicas);
-    enc_u64(e, "lease", r->lease_ms_left);
-    enc_bool(e, "hp", r->hard_pin);
-    enc_u64(e, "sp", r->soft_pin_ms_left);
+    crp_mp_enc_u64(e, "lease", r->lease_ms_left);
+    crp_mp_enc_bool(e, "hp", r->hard_pin);
+    crp_mp_enc_u64(e, "sp", r->soft_pin_ms_left);
     enc_uuid(e, "cid", &r->client_id);
 }
 
@@ -1493,16 +1134,16 @@ static int dec_rs_key_info(dec *d, fields v, crp_rpc_resp *m)
 {
     crp_rpc_key_info_resp *r = &m->u.key_info;
     int rc;
-    if ((rc = get_u64(&d->c, "sz", v[3], &r->value_size)) != 0 ||
+    if ((rc = crp_mp_get_u64(&d->c, "sz", v[3], &r->value_size)) != 0 ||
         (rc = dec_replicas(d, v[4], &r->n_replicas, &r->replicas)) != 0 ||
-        (rc = get_u64(&d->c, "lease", v[5], &r->lease_ms_left)) != 0 ||
-        (rc = get_bool(&d->c, "hp", v[6], &r->hard_pin)) != 0 ||
-        (rc = get_u64(&d->c, "sp", v[7], &r->soft_pin_ms_left)) != 0)
+        (rc = crp_mp_get_u64(&d->c, "lease", v[5], &r->lease_ms_left)) != 0 ||
+        (rc = crp_mp_get_bool(&d->c, "hp", v[6], &r->hard_pin)) != 0 ||
+        (rc = crp_mp_get_u64(&d->c, "sp", v[7], &r->soft_pin_ms_left)) != 0)
         return rc;
     return get_uuid(&d->c, "cid", v[8], &r->client_id);
 }
 
-static void enc_rs_none(enc *e, const crp_rpc_resp *m)
+static void enc_rs_none(crp_mp_enc *e, const crp_rpc_resp *m)
 {
     (void)e;
     (void)m;
@@ -1519,7 +1160,7 @@ static int dec_rs_none(dec *d, fields v, crp_rpc_resp *m)
 typedef struct resp_shape {
     const char *const *keys; /* "op", "st", "msg", then the payload keys */
     size_t n_keys;
-    void (*enc)(enc *e, const crp_rpc_resp *m);
+    void (*enc)(crp_mp_enc *e, const crp_rpc_resp *m);
     int (*dec)(dec *d, fields v, crp_rpc_resp *m);
 } resp_shape;
 
@@ -1554,37 +1195,37 @@ static const resp_shape RESP_SHAPES[RS_COUNT] = {
 /* ------------------------------------------------------------------------ */
 
 /* Read "op" from a body map: 0, MALFORMED, or CR_NOT_SUPPORTED for an unknown op. */
-static int read_op(const ctx *c, const msgpack_object *body, int *index)
+static int read_op(const crp_mp_ctx *c, const msgpack_object *body, int *index)
 {
     static const char *const keys[] = {"op"};
     const msgpack_object *v[1];
     uint64_t op;
-    int rc = map_fields(c, NULL, body, keys, 1, v);
+    int rc = crp_mp_map_fields(c, NULL, body, keys, 1, v);
     if (rc == 0)
-        rc = get_uint(c, "op", v[0], UINT16_MAX, &op);
+        rc = crp_mp_get_uint(c, "op", v[0], UINT16_MAX, &op);
     if (rc != 0)
         return rc;
     int i = crp_rpc_op_index((int)op);
     if (i < 0)
-        return fail(CR_NOT_SUPPORTED, c, "op", "is an unknown opcode (%u)", (unsigned)op);
+        return crp_mp_fail(CR_NOT_SUPPORTED, c, "op", "is an unknown opcode (%u)", (unsigned)op);
     *index = i;
     return 0;
 }
 
 int crp_rpc_req_encode(const crp_rpc_req *m, crp_buf *out)
 {
-    enc e;
+    crp_mp_enc e;
     int i = crp_rpc_op_index(m->op);
-    enc_init(&e, out, "request", i >= 0 ? m->op : 0);
+    rpc_enc_init(&e, out, "request", i >= 0 ? m->op : 0);
     if (i < 0) {
-        enc_invalid(&e, "op", "is an unknown opcode (%u)", (unsigned)m->op);
-        return enc_finish(&e);
+        crp_mp_enc_invalid(&e, "op", "is an unknown opcode (%u)", (unsigned)m->op);
+        return crp_mp_enc_finish(&e);
     }
     const req_shape *s = &REQ_SHAPES[OPS[i].req];
     msgpack_pack_map(&e.pk, s->n_keys);
-    enc_u64(&e, "op", m->op);
+    crp_mp_enc_u64(&e, "op", m->op);
     s->enc(&e, m);
-    return enc_finish(&e);
+    return crp_mp_enc_finish(&e);
 }
 
 int crp_rpc_req_decode(const void *data, size_t len, crp_rpc_req *out)
@@ -1596,17 +1237,17 @@ int crp_rpc_req_decode(const void *data, size_t len, crp_rpc_req *out)
     int i = -1;
 
     dec_init(&d, "request", len);
-    int rc = unpack_body(&d.c, data, len, &u);
+    int rc = crp_mp_unpack(&d.c, data, len, CRP_MAX_BODY, &u);
     if (rc != 0)
         return rc;
     rc = read_op(&d.c, &u.data, &i);
     if (rc != 0)
         goto destroy_unpacked;
-    ctx_init(&d.c, "request", OPS[i].op);
+    rpc_ctx_init(&d.c, "request", OPS[i].op);
     const req_shape *s = &REQ_SHAPES[OPS[i].req];
     memset(&m, 0, sizeof(m));
     m.op = OPS[i].op;
-    rc = map_fields(&d.c, NULL, &u.data, s->keys, s->n_keys, v);
+    rc = crp_mp_map_fields(&d.c, NULL, &u.data, s->keys, s->n_keys, v);
     if (rc == 0)
         rc = s->dec(&d, v, &m);
     if (rc != 0) {
@@ -1628,16 +1269,16 @@ void crp_rpc_req_clear(crp_rpc_req *m)
 
 int crp_rpc_resp_encode(const crp_rpc_resp *m, crp_buf *out)
 {
-    enc e;
+    crp_mp_enc e;
     int i = crp_rpc_op_index(m->op);
-    enc_init(&e, out, "reply", i >= 0 ? m->op : 0);
+    rpc_enc_init(&e, out, "reply", i >= 0 ? m->op : 0);
     if (i < 0) {
-        enc_invalid(&e, "op", "is an unknown opcode (%u)", (unsigned)m->op);
-        return enc_finish(&e);
+        crp_mp_enc_invalid(&e, "op", "is an unknown opcode (%u)", (unsigned)m->op);
+        return crp_mp_enc_finish(&e);
     }
     if (m->status > 0) {
-        enc_invalid(&e, "st", "is a positive status (%d)", (int)m->status);
-        return enc_finish(&e);
+        crp_mp_enc_invalid(&e, "st", "is a positive status (%d)", (int)m->status);
+        return crp_mp_enc_finish(&e);
     }
     const resp_shape *s = &RESP_SHAPES[OPS[i].resp];
     bool payload = m->status == 0 || OPS[i].resp == RS_hello;
@@ -1654,15 +1295,15 @@ int crp_rpc_resp_encode(const crp_rpc_resp *m, crp_buf *out)
     }
     size_t n = 2 + (m->message != NULL ? 1 : 0) + (payload ? s->n_keys - RS_FIRST : 0);
     msgpack_pack_map(&e.pk, n);
-    enc_u64(&e, "op", m->op);
-    enc_i32(&e, "st", m->status);
+    crp_mp_enc_u64(&e, "op", m->op);
+    crp_mp_enc_i32(&e, "st", m->status);
     if (m->message != NULL) {
-        enc_key(&e, "msg");
+        crp_mp_enc_key(&e, "msg");
         msgpack_pack_str_with_body(&e.pk, m->message, msg_len);
     }
     if (payload)
         s->enc(&e, m);
-    return enc_finish(&e);
+    return crp_mp_enc_finish(&e);
 }
 
 int crp_rpc_resp_decode(const void *data, size_t len, crp_rpc_resp *out)
@@ -1674,17 +1315,17 @@ int crp_rpc_resp_decode(const void *data, size_t len, crp_rpc_resp *out)
     int i = -1;
 
     dec_init(&d, "reply", len);
-    int rc = unpack_body(&d.c, data, len, &u);
+    int rc = crp_mp_unpack(&d.c, data, len, CRP_MAX_BODY, &u);
     if (rc != 0)
         return rc;
     rc = read_op(&d.c, &u.data, &i);
     if (rc != 0)
         goto destroy_unpacked;
-    ctx_init(&d.c, "reply", OPS[i].op);
+    rpc_ctx_init(&d.c, "reply", OPS[i].op);
     const resp_shape *s = &RESP_SHAPES[OPS[i].resp];
     memset(&m, 0, sizeof(m));
     m.op = OPS[i].op;
-    rc = map_fields(&d.c, NULL, &u.data, s->keys, s->n_keys, v);
+    rc = crp_mp_map_fields(&d.c, NULL, &u.data, s->keys, s->n_keys, v);
     if (rc == 0)
         rc = get_status(&d.c, "st", v[1], &m.status);
     if (rc == 0 && v[2] != NULL)

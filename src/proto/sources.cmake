@@ -2,6 +2,7 @@ list(APPEND CRESCENT_SOURCES
   src/proto/frame.c
   src/proto/messages.c
   src/proto/mp_scan.c
+  src/proto/mp_codec.c
   src/proto/rpc.c
 )
 cr_unit_test(proto_frame_test src/proto/frame_test.c)
