@@ -108,6 +108,58 @@ static int key_check(const char *key, size_t *len_out)
     return 0;
 }
 
+/* A checked key and the shard it lives in. */
+typedef struct key_ref {
+    const char *key;
+    size_t len;
+    uint32_t hash; /* low bits of the 64-bit key hash */
+    uint64_t hash64;
+    crk_shard *sh;
+} key_ref;
+
+static size_t probe(const crk_shard *sh, const char *key, size_t len, uint32_t h);
+
+/* Check key (CR_INVALID_KEY) and find its shard, without locking it. */
+static int key_ref_of(crk_service *s, const char *key, key_ref *k)
+{
+    size_t len = 0;
+    int rc = key_check(key, &len);
+    if (rc != 0)
+        return rc;
+    uint64_t h = crk_hash_bytes(key, len);
+    *k = (key_ref){key, len, (uint32_t)h, h, shard_of(s, h)};
+    return 0;
+}
+
+/* Lock k's shard; returns the key's slot (its object is NULL when absent). */
+static size_t lock_and_probe(const key_ref *k)
+{
+    pthread_mutex_lock(&k->sh->mu);
+    return probe(k->sh, k->key, k->len, k->hash);
+}
+
+/*
+ * Check key, lock its shard and find its object. 0: the shard is locked and
+ * *o / *slot are set. Otherwise nothing is locked: CR_INVALID_KEY, or
+ * CR_OBJECT_NOT_FOUND with a message naming op.
+ */
+static int lock_object(crk_service *s, const char *op, const char *key, key_ref *k, crk_object **o,
+                       size_t *slot)
+{
+    int rc = key_ref_of(s, key, k);
+    if (rc != 0)
+        return rc;
+    size_t i = lock_and_probe(k);
+    if (!k->sh->slots[i].obj) {
+        pthread_mutex_unlock(&k->sh->mu);
+        return crb_error(CR_OBJECT_NOT_FOUND, "%s '%s': no such object", op, key);
+    }
+    *o = k->sh->slots[i].obj;
+    if (slot)
+        *slot = i;
+    return 0;
+}
+
 /* Index of the slot holding this key, or of the empty slot ending its probe. */
 static size_t probe(const crk_shard *sh, const char *key, size_t len, uint32_t h)
 {
@@ -118,11 +170,6 @@ static size_t probe(const crk_shard *sh, const char *key, size_t len, uint32_t h
             (sl->hash == h && sl->obj->key_len == len && memcmp(sl->obj->key, key, len) == 0))
             return i;
     }
-}
-
-static crk_object *lookup(const crk_shard *sh, const char *key, size_t len, uint32_t h)
-{
-    return sh->slots[probe(sh, key, len, h)].obj;
 }
 
 /* Index of the slot holding o (which is in the table). */
@@ -509,9 +556,9 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
                           uint64_t value_size, const crk_replicate_config *cfg, uint64_t now,
                           bool upsert, crk_replica_list *out)
 {
-    size_t len = 0;
+    key_ref kr;
     uint64_t soft_ttl = 0;
-    int rc = key_check(key, &len);
+    int rc = key_ref_of(s, key, &kr);
     if (rc != 0)
         return rc;
     if (!crk_id_valid(client))
@@ -524,8 +571,8 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
     if (!out)
         return crb_error(CR_INVALID_PARAMS, "put_start '%s': no output list", key);
 
-    uint64_t h = crk_hash_bytes(key, len);
-    crk_shard *sh = shard_of(s, h);
+    uint64_t h = kr.hash64;
+    crk_shard *sh = kr.sh;
     uint64_t alloc_size = crk_rep_bytes(s, value_size);
     if (alloc_size == UINT64_MAX)
         return crb_error(CR_INVALID_PARAMS, "put_start '%s': value size %llu too large", key,
@@ -533,8 +580,8 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
     crk_replica reps[CRK_MAX_REPLICAS];
 
     for (uint32_t attempt = 0;; attempt++) {
-        pthread_mutex_lock(&sh->mu);
-        crk_object *o = lookup(sh, key, len, (uint32_t)h);
+        size_t slot = lock_and_probe(&kr); /* sh->slots may change until locked */
+        crk_object *o = sh->slots[slot].obj;
         if (o && !upsert && (o->flags & CRK_OBJ_COMPLETE)) {
             pthread_mutex_unlock(&sh->mu);
             return crb_error(CR_OBJECT_ALREADY_EXISTS, "put_start '%s': key exists", key);
@@ -574,7 +621,7 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
         }
 
         crk_write *w = crk_calloc(1, sizeof(*w) + (o ? k : 0) * sizeof(crk_replica));
-        crk_object *fresh = o ? NULL : obj_new(key, len, (uint32_t)h, k);
+        crk_object *fresh = o ? NULL : obj_new(key, kr.len, kr.hash, k);
         if (!w || (!o && !fresh)) {
             crk_free(w);
             crk_free(fresh);
@@ -641,19 +688,13 @@ static void apply_pins(crk_object *dst, const crk_write *w, uint8_t old_flags,
 
 static int put_end_impl(crk_service *s, crk_client_id client, const char *key, uint64_t now)
 {
-    size_t len = 0;
-    int rc = key_check(key, &len);
+    key_ref k;
+    crk_object *o;
+    size_t slot;
+    int rc = lock_object(s, "put_end", key, &k, &o, &slot);
     if (rc != 0)
         return rc;
-    uint64_t h = crk_hash_bytes(key, len);
-    crk_shard *sh = shard_of(s, h);
-    pthread_mutex_lock(&sh->mu);
-    size_t slot = probe(sh, key, len, (uint32_t)h);
-    crk_object *o = sh->slots[slot].obj;
-    if (!o) {
-        rc = crb_error(CR_OBJECT_NOT_FOUND, "put_end '%s': no such object", key);
-        goto unlock;
-    }
+    crk_shard *sh = k.sh;
     crk_write *w = o->write;
     if (!w)
         goto unlock; /* already complete: a repeated put_end is a no-op */
@@ -683,7 +724,7 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, u
         goto unlock;
     }
     /* Upsert: a new block with the new replicas replaces the object. */
-    crk_object *n = obj_new(key, len, (uint32_t)h, w->nrep);
+    crk_object *n = obj_new(key, k.len, k.hash, w->nrep);
     if (!n) {
         rc = crb_error(CR_ERR_NO_MEMORY, "put_end '%s': new version record", key);
         goto unlock;
@@ -711,18 +752,12 @@ unlock:
 
 static int put_revoke_impl(crk_service *s, crk_client_id client, const char *key, uint64_t now)
 {
-    size_t len = 0;
-    int rc = key_check(key, &len);
+    key_ref k;
+    crk_object *o;
+    int rc = lock_object(s, "put_revoke", key, &k, &o, NULL);
     if (rc != 0)
         return rc;
-    uint64_t h = crk_hash_bytes(key, len);
-    crk_shard *sh = shard_of(s, h);
-    pthread_mutex_lock(&sh->mu);
-    crk_object *o = lookup(sh, key, len, (uint32_t)h);
-    if (!o) {
-        rc = crb_error(CR_OBJECT_NOT_FOUND, "put_revoke '%s': no such object", key);
-        goto unlock;
-    }
+    crk_shard *sh = k.sh;
     crk_write *w = o->write;
     if (!w) {
         rc = crb_error(CR_INVALID_WRITE, "put_revoke '%s': no write in flight", key);
@@ -754,35 +789,27 @@ unlock:
 
 static int exist_impl(crk_service *s, const char *key)
 {
-    size_t len = 0;
-    int rc = key_check(key, &len);
+    key_ref k;
+    int rc = key_ref_of(s, key, &k);
     if (rc != 0)
         return rc;
-    uint64_t h = crk_hash_bytes(key, len);
-    crk_shard *sh = shard_of(s, h);
-    pthread_mutex_lock(&sh->mu);
-    crk_object *o = lookup(sh, key, len, (uint32_t)h);
+    size_t slot = lock_and_probe(&k); /* read slots only once locked */
+    crk_object *o = k.sh->slots[slot].obj;
     int found = o && (o->flags & CRK_OBJ_COMPLETE) && o->nrep > 0;
-    pthread_mutex_unlock(&sh->mu);
+    pthread_mutex_unlock(&k.sh->mu);
     return found;
 }
 
 static int get_impl(crk_service *s, const char *key, uint64_t now, crk_replica_list *out)
 {
-    size_t len = 0;
-    int rc = key_check(key, &len);
+    if (!out)
+        return crb_error(CR_INVALID_PARAMS, "get_replica_list: no output list");
+    key_ref k;
+    crk_object *o;
+    int rc = lock_object(s, "get_replica_list", key, &k, &o, NULL);
     if (rc != 0)
         return rc;
-    if (!out)
-        return crb_error(CR_INVALID_PARAMS, "get_replica_list '%s': no output list", key);
-    uint64_t h = crk_hash_bytes(key, len);
-    crk_shard *sh = shard_of(s, h);
-    pthread_mutex_lock(&sh->mu);
-    crk_object *o = lookup(sh, key, len, (uint32_t)h);
-    if (!o) {
-        rc = crb_error(CR_OBJECT_NOT_FOUND, "get_replica_list '%s': no such object", key);
-        goto unlock;
-    }
+    crk_shard *sh = k.sh;
     if (!(o->flags & CRK_OBJ_COMPLETE)) {
         rc = crb_error(CR_REPLICA_IS_NOT_READY, "get_replica_list '%s': put in flight", key);
         goto unlock;
@@ -825,17 +852,13 @@ unlock:
 
 static int remove_impl(crk_service *s, const char *key, bool force, uint64_t now)
 {
-    size_t len = 0;
-    int rc = key_check(key, &len);
+    key_ref k;
+    crk_object *o;
+    int rc = lock_object(s, "remove", key, &k, &o, NULL);
     if (rc != 0)
         return rc;
-    uint64_t h = crk_hash_bytes(key, len);
-    crk_shard *sh = shard_of(s, h);
-    pthread_mutex_lock(&sh->mu);
-    crk_object *o = lookup(sh, key, len, (uint32_t)h);
-    if (!o)
-        rc = crb_error(CR_OBJECT_NOT_FOUND, "remove '%s': no such object", key);
-    else if (o->write)
+    crk_shard *sh = k.sh;
+    if (o->write)
         rc = crb_error(CR_REPLICA_IS_NOT_READY, "remove '%s': a put is in flight", key);
     else if (o->lease_until > now && !force)
         rc = crb_error(CR_OBJECT_HAS_LEASE, "remove '%s': leased for %llu more ms", key,
@@ -854,18 +877,12 @@ static int remove_impl(crk_service *s, const char *key, bool force, uint64_t now
 static int replica_clear_impl(crk_service *s, const char *key, const char *seg, size_t seg_len,
                               uint64_t now)
 {
-    size_t len = 0;
-    int rc = key_check(key, &len);
+    key_ref k;
+    crk_object *o;
+    int rc = lock_object(s, "replica_clear", key, &k, &o, NULL);
     if (rc != 0)
         return rc;
-    uint64_t h = crk_hash_bytes(key, len);
-    crk_shard *sh = shard_of(s, h);
-    pthread_mutex_lock(&sh->mu);
-    crk_object *o = lookup(sh, key, len, (uint32_t)h);
-    if (!o) {
-        rc = crb_error(CR_OBJECT_NOT_FOUND, "replica_clear '%s': no such object", key);
-        goto unlock;
-    }
+    crk_shard *sh = k.sh;
     if (o->write || !(o->flags & CRK_OBJ_COMPLETE)) {
         rc = crb_error(CR_REPLICA_IS_NOT_READY, "replica_clear '%s': a put is in flight", key);
         goto unlock;
@@ -1171,20 +1188,14 @@ int crk_batch_replica_clear(crk_service *s, crk_client_id client, const char *co
 
 int crk_query_key(crk_service *s, const char *key, uint64_t now_ms, crk_key_info *out)
 {
-    size_t len = 0;
-    int rc = key_check(key, &len);
+    if (!out)
+        return crb_error(CR_INVALID_PARAMS, "query_key: no output");
+    key_ref k;
+    crk_object *o;
+    int rc = lock_object(s, "query_key", key, &k, &o, NULL);
     if (rc != 0)
         return rc;
-    if (!out)
-        return crb_error(CR_INVALID_PARAMS, "query_key '%s': no output", key);
-    uint64_t h = crk_hash_bytes(key, len);
-    crk_shard *sh = shard_of(s, h);
-    pthread_mutex_lock(&sh->mu);
-    crk_object *o = lookup(sh, key, len, (uint32_t)h);
-    if (!o) {
-        pthread_mutex_unlock(&sh->mu);
-        return crb_error(CR_OBJECT_NOT_FOUND, "query_key '%s': no such object", key);
-    }
+    crk_shard *sh = k.sh;
     out->value_size = o->size;
     out->complete = (o->flags & CRK_OBJ_COMPLETE) != 0;
     out->write_in_flight = o->write != NULL;
