@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tool_util.h"
 #include "bench.h"
 
 /* dup2 onto `to`; if the pipe end already is `to`, just clear O_CLOEXEC. */
@@ -62,30 +63,7 @@ close_in_pipe:
 
 int cb_child_read_line(cb_child *c, char *buf, size_t len, int timeout_ms)
 {
-    size_t n = 0;
-    uint64_t deadline = cb_now_ns() + (uint64_t)timeout_ms * 1000000u;
-    while (n + 1 < len) {
-        uint64_t now = cb_now_ns();
-        if (now >= deadline)
-            return -1;
-        struct pollfd pfd = {.fd = c->out_fd, .events = POLLIN};
-        int pr = poll(&pfd, 1, (int)((deadline - now) / 1000000u) + 1);
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr <= 0)
-            return -1;
-        char ch;
-        ssize_t r = read(c->out_fd, &ch, 1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        if (ch == '\n')
-            break;
-        buf[n++] = ch;
-    }
-    buf[n] = '\0';
-    return 0;
+    return ct_read_line(c->out_fd, buf, len, timeout_ms);
 }
 
 static void close_fds(cb_child *c)

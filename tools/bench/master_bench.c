@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "base/net.h"
+#include "tool_util.h"
 #include "bench.h"
 #include "crescent/status.h"
 #include "proto/frame.h"
@@ -912,28 +913,11 @@ typedef struct master_proc {
     char addr[CRB_HOST_MAX + 8];
 } master_proc;
 
-static const char *default_master_bin(char *buf, size_t len)
-{
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n > 0) {
-        self[n] = '\0';
-        char *slash = strrchr(self, '/');
-        if (slash != NULL) {
-            *slash = '\0';
-            snprintf(buf, len, "%s/../master/crescent-master", self);
-            if (access(buf, X_OK) == 0)
-                return buf;
-        }
-    }
-    return "crescent-master"; /* execvp searches PATH */
-}
-
 static int master_spawn(const mb_opts *o, master_proc *mp, char *err, size_t err_len)
 {
     char path_buf[PATH_MAX + 32];
     const char *bin =
-        o->master_bin ? o->master_bin : default_master_bin(path_buf, sizeof(path_buf));
+        o->master_bin ? o->master_bin : ct_default_master_bin(path_buf, sizeof(path_buf));
     char threads[32];
     snprintf(threads, sizeof(threads), "--rpc_thread_num=%" PRIu32, o->master_threads);
     const char *argv[] = {bin,

@@ -62,6 +62,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tool_util.h"
 #include "bench.h"
 #include "crescent/store.h"
 
@@ -861,25 +862,6 @@ static int parse_opts(int argc, char **argv, sb_opts *o)
     return 0;
 }
 
-/* ---- master -------------------------------------------------------------- */
-
-static const char *default_master_bin(char *buf, size_t len)
-{
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n > 0) {
-        self[n] = '\0';
-        char *slash = strrchr(self, '/');
-        if (slash != NULL) {
-            *slash = '\0';
-            snprintf(buf, len, "%s/../master/crescent-master", self);
-            if (access(buf, X_OK) == 0)
-                return buf;
-        }
-    }
-    return "crescent-master"; /* execvp searches PATH */
-}
-
 static int read_fd_line(int fd, char *buf, size_t len, int timeout_ms)
 {
     cb_child c = {-1, -1, fd};
@@ -889,7 +871,7 @@ static int read_fd_line(int fd, char *buf, size_t len, int timeout_ms)
 static int master_spawn(const sb_opts *o, sb_master *m)
 {
     char path[PATH_MAX + 32];
-    const char *bin = o->master_bin ? o->master_bin : default_master_bin(path, sizeof(path));
+    const char *bin = o->master_bin ? o->master_bin : ct_default_master_bin(path, sizeof(path));
     int out[2];
     if (pipe2(out, O_CLOEXEC) < 0)
         return -1;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "tool_util.h"
 #include "bench.h"
 
 uint64_t cb_now_ns(void)
@@ -24,20 +25,7 @@ uint64_t cb_now_ns(void)
 
 int cb_flag_value(int argc, char **argv, int *i, const char *name, const char **value)
 {
-    const char *arg = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(arg, name, n) != 0)
-        return 0;
-    if (arg[n] == '=') {
-        *value = arg + n + 1;
-        return 1;
-    }
-    if (arg[n] != '\0')
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *value = argv[++*i];
-    return 1;
+    return ct_flag_value(argc, argv, i, name, value);
 }
 
 int cb_parse_size(const char *text, uint64_t *out)

@@ -55,6 +55,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tool_util.h"
 #include "crescent/store.h"
 
 #define N_CLIENTS  3
@@ -583,30 +584,7 @@ static int spawn(proc *p, char *const argv[], bool want_stdin)
 
 static int read_line(proc *p, char *buf, size_t len, int timeout_ms)
 {
-    size_t n = 0;
-    uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ull;
-    while (n + 1 < len) {
-        uint64_t now = now_ns();
-        if (now >= deadline)
-            return -1;
-        struct pollfd pf = {.fd = p->out_fd, .events = POLLIN};
-        int r = poll(&pf, 1, (int)((deadline - now) / 1000000ull) + 1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        char ch;
-        ssize_t got = read(p->out_fd, &ch, 1);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got != 1)
-            return -1;
-        if (ch == '\n')
-            break;
-        buf[n++] = ch;
-    }
-    buf[n] = '\0';
-    return 0;
+    return ct_read_line(p->out_fd, buf, len, timeout_ms);
 }
 
 static int send_cmd(proc *p, const char *fmt, ...)
@@ -799,23 +777,6 @@ static int collect(proc *p, done *d)
     }
 }
 
-static const char *default_master_bin(char *buf, size_t len)
-{
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n > 0) {
-        self[n] = '\0';
-        char *slash = strrchr(self, '/');
-        if (slash != NULL) {
-            *slash = '\0';
-            snprintf(buf, len, "%s/../master/crescent-master", self);
-            if (access(buf, X_OK) == 0)
-                return buf;
-        }
-    }
-    return "crescent-master";
-}
-
 static uint64_t total_objects(void)
 {
     return (uint64_t)N_CLIENTS * (ZB_BATCHES * ZB_PER + ZS_COUNT + CS_COUNT + CB_BATCHES * CB_PER);
@@ -874,7 +835,7 @@ static int orchestrate(const char *master_bin)
     setenv("CRESCENT_LOG", "error", 0); /* children: errors only */
     signal(SIGPIPE, SIG_IGN);
     char path[PATH_MAX + 32];
-    const char *bin = master_bin ? master_bin : default_master_bin(path, sizeof(path));
+    const char *bin = master_bin ? master_bin : ct_default_master_bin(path, sizeof(path));
     char ttl[32];
     snprintf(ttl, sizeof(ttl), "--client_ttl=%d", CLIENT_TTL);
     char *margv[] = {(char *)bin,

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tool_util.h"
 #include "base/error.h"
 #include "metadata/http_server.h"
 
@@ -35,29 +36,6 @@ static void usage(FILE *to)
                 "  --host ADDR  address to listen on (default 127.0.0.1; 0.0.0.0 for all)\n"
                 "  --port N     port to listen on (default 8080; 0 picks a free one)\n"
                 "Serves GET/PUT/DELETE /metadata?key=K and GET /health until SIGINT/SIGTERM.\n");
-}
-
-/*
- * If argv[*i] is "name" (value in the next argument) or "name=value", set
- * *value and return 1; return 0 for another argument and -1 when "name" is
- * the last argument.
- */
-static int flag_value(int argc, char **argv, int *i, const char *name, const char **value)
-{
-    const char *arg = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(arg, name, n) != 0)
-        return 0;
-    if (arg[n] == '=') {
-        *value = arg + n + 1;
-        return 1;
-    }
-    if (arg[n] != '\0')
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *value = argv[++*i];
-    return 1;
 }
 
 static int parse_port(const char *text, uint16_t *port)
@@ -81,9 +59,9 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        int r = flag_value(argc, argv, &i, "--host", &host);
+        int r = ct_flag_value(argc, argv, &i, "--host", &host);
         if (r == 0)
-            r = flag_value(argc, argv, &i, "--port", &port_text);
+            r = ct_flag_value(argc, argv, &i, "--port", &port_text);
         if (r < 0) {
             fprintf(stderr, PROG ": flag '%s' needs a value\n", arg);
             return 2;
