@@ -330,6 +330,10 @@ int cre_workers_start(cr_engine *e);
 void cre_workers_stop(cr_engine *e);
 void cre_worker_kick(cre_worker *w);
 int cre_worker_add_conn(cre_worker *w, cre_conn *c, uint32_t events);
+/* Hand an accepted connection to the next worker (round-robin): append it to
+ * that worker's list under its lock and watch `events`. On failure (no
+ * memory) nothing is kept and the caller still owns c. Any thread. */
+int cre_worker_adopt_conn(cr_engine *e, cre_conn *c, uint32_t events);
 void cre_worker_mod_conn(cre_conn *c, bool want_out);
 
 /* server.c (worker thread) */

@@ -188,29 +188,11 @@ void cre_server_accept(cr_engine *e)
         }
         crp_buf_free(&body);
         /* Hand to a worker, round-robin. */
-        unsigned wi = atomic_fetch_add(&e->next_worker, 1) % e->n_workers;
-        cre_worker *w = &e->workers[wi];
-        /* Registering with another worker's epoll is thread-safe; its conn
-         * list is appended under its lock and only read by that worker. */
-        pthread_mutex_lock(&w->lock);
-        if (w->n_conns == w->cap_conns) {
-            size_t ncap = w->cap_conns ? w->cap_conns * 2 : 16;
-            cre_conn **nc = realloc(w->conns, ncap * sizeof(*nc));
-            if (nc == NULL) {
-                pthread_mutex_unlock(&w->lock);
-                out_free(c->out_head);
-                close(fd);
-                free(c);
-                continue;
-            }
-            w->conns = nc;
-            w->cap_conns = ncap;
-        }
-        w->conns[w->n_conns++] = c;
-        c->worker = w;
-        pthread_mutex_unlock(&w->lock);
-        if (cre_worker_add_conn(w, c, EPOLLIN | EPOLLOUT) < 0) {
-            crb_log(CRB_LOG_WARN, "cannot watch accepted connection: %s", cr_last_error_message());
+        if (cre_worker_adopt_conn(e, c, EPOLLIN | EPOLLOUT) < 0) {
+            out_free(c->out_head);
+            close(fd);
+            free(c);
+            continue;
         }
     }
 }

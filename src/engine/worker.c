@@ -37,6 +37,30 @@ int cre_worker_add_conn(cre_worker *w, cre_conn *c, uint32_t events)
     return 0;
 }
 
+int cre_worker_adopt_conn(cr_engine *e, cre_conn *c, uint32_t events)
+{
+    cre_worker *w = &e->workers[atomic_fetch_add(&e->next_worker, 1) % e->n_workers];
+    /* Registering with another worker's epoll is thread-safe; its conn list
+     * is appended under its lock and only read by that worker. */
+    pthread_mutex_lock(&w->lock);
+    if (w->n_conns == w->cap_conns) {
+        size_t ncap = w->cap_conns ? w->cap_conns * 2 : 16;
+        cre_conn **nc = realloc(w->conns, ncap * sizeof(*nc));
+        if (nc == NULL) {
+            pthread_mutex_unlock(&w->lock);
+            return crb_error(CR_ERR_NO_MEMORY, "worker connection list of %zu", w->n_conns);
+        }
+        w->conns = nc;
+        w->cap_conns = ncap;
+    }
+    w->conns[w->n_conns++] = c;
+    c->worker = w;
+    pthread_mutex_unlock(&w->lock);
+    if (cre_worker_add_conn(w, c, events) < 0)
+        crb_log(CRB_LOG_WARN, "cannot watch accepted connection: %s", cr_last_error_message());
+    return 0;
+}
+
 void cre_worker_mod_conn(cre_conn *c, bool want_out)
 {
     if (c->want_out == want_out || c->fd < 0)

@@ -117,25 +117,11 @@ void cre_shm_service_accept(cr_engine *e)
         c->fd = fd;
         c->engine = e;
         c->shm_allowed = allowed;
-        cre_worker *w = &e->workers[atomic_fetch_add(&e->next_worker, 1) % e->n_workers];
-        pthread_mutex_lock(&w->lock);
-        if (w->n_conns == w->cap_conns) {
-            size_t ncap = w->cap_conns ? w->cap_conns * 2 : 16;
-            cre_conn **nc = realloc(w->conns, ncap * sizeof(*nc));
-            if (nc == NULL) {
-                pthread_mutex_unlock(&w->lock);
-                close(fd);
-                free(c);
-                continue;
-            }
-            w->conns = nc;
-            w->cap_conns = ncap;
+        if (cre_worker_adopt_conn(e, c, EPOLLIN) < 0) {
+            close(fd);
+            free(c);
+            continue;
         }
-        w->conns[w->n_conns++] = c;
-        c->worker = w;
-        pthread_mutex_unlock(&w->lock);
-        if (cre_worker_add_conn(w, c, EPOLLIN) < 0)
-            crb_log(CRB_LOG_WARN, "shm service: %s", cr_last_error_message());
     }
 }
 
