@@ -17,7 +17,6 @@
 #include "master/admin_http.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +26,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "base/net.h"
+#include "metadata/mhd_server.h"
 #include "crescent/status.h"
 
 #define ADMIN_THREADS          2
@@ -35,26 +34,9 @@
 #define ADMIN_IDLE_TIMEOUT_S   30
 
 struct crk_admin_http {
-    struct MHD_Daemon *daemon;
-    uint16_t port;
+    crm_mhd_server mhd;
     crk_admin_callbacks cb;
-    pthread_mutex_t log_lock; /* guards last_mhd_error */
-    char last_mhd_error[200];
 };
-
-static void mhd_log(void *cls, const char *fmt, va_list ap)
-{
-    crk_admin_http *s = cls;
-    char line[200];
-    vsnprintf(line, sizeof(line), fmt, ap);
-    size_t n = strlen(line);
-    while (n > 0 && line[n - 1] == '\n')
-        line[--n] = '\0';
-    pthread_mutex_lock(&s->log_lock);
-    memcpy(s->last_mhd_error, line, n + 1);
-    pthread_mutex_unlock(&s->log_lock);
-    crb_log(CRB_LOG_INFO, "admin http: %s", line);
-}
 
 /* Queue the bytes of body (taken over) with a status and content type. */
 static enum MHD_Result send_text(struct MHD_Connection *conn, unsigned int status, crk_text *body,
@@ -188,59 +170,35 @@ int crk_admin_http_start(const char *host, uint16_t port, const crk_admin_callba
 {
     if (host == NULL || cb == NULL || out == NULL)
         return crb_error(CR_ERR_INVALID_ARGUMENT, "crk_admin_http_start: NULL argument");
-    struct sockaddr_storage addr;
-    socklen_t addrlen;
-    int rc = crb_resolve(host, port, &addr, &addrlen);
-    if (rc < 0)
-        return rc;
-
     crk_admin_http *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "admin http %s:%u: out of memory", host, (unsigned)port);
     s->cb = *cb;
-    if (pthread_mutex_init(&s->log_lock, NULL) != 0) {
-        rc = crb_error(CR_ERR_SYSTEM, "admin http: pthread_mutex_init failed");
-        goto free_server;
+    const crm_mhd_config cfg = {
+        .threads = ADMIN_THREADS,
+        .connection_limit = ADMIN_CONNECTION_LIMIT,
+        .idle_timeout_s = ADMIN_IDLE_TIMEOUT_S,
+        .on_request = on_request,
+        .request_cls = s,
+    };
+    int rc = crm_mhd_start(&s->mhd, "admin http server", host, port, &cfg);
+    if (rc < 0) {
+        free(s);
+        return rc;
     }
-
-    unsigned int flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
-    if (addr.ss_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    s->daemon = MHD_start_daemon(flags, port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
-                                 mhd_log, s, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&addr,
-                                 MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)ADMIN_THREADS,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned int)ADMIN_CONNECTION_LIMIT,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)ADMIN_IDLE_TIMEOUT_S,
-                                 MHD_OPTION_END);
-    if (s->daemon == NULL) {
-        rc = crb_error(
-            CR_ERR_BIND, "admin http server cannot listen on %s:%u: %s", host, (unsigned)port,
-            s->last_mhd_error[0] != '\0' ? s->last_mhd_error : "MHD_start_daemon failed");
-        goto destroy_log_lock;
-    }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info != NULL && info->port != 0 ? info->port : port;
-    crb_log(CRB_LOG_INFO, "admin http server listening on %s:%u", host, (unsigned)s->port);
     *out = s;
     return 0;
-
-destroy_log_lock:
-    pthread_mutex_destroy(&s->log_lock);
-free_server:
-    free(s);
-    return rc;
 }
 
 uint16_t crk_admin_http_port(const crk_admin_http *s)
 {
-    return s->port;
+    return s->mhd.port;
 }
 
 void crk_admin_http_stop(crk_admin_http *s)
 {
     if (s == NULL)
         return;
-    MHD_stop_daemon(s->daemon);
-    pthread_mutex_destroy(&s->log_lock);
+    crm_mhd_stop(&s->mhd);
     free(s);
 }

@@ -29,7 +29,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "base/net.h"
+#include "metadata/mhd_server.h"
 #include "metadata/kv_table.h"
 
 #define SERVER_THREADS          4
@@ -37,12 +37,9 @@
 #define SERVER_IDLE_TIMEOUT_S   60
 
 struct crm_http_server {
-    struct MHD_Daemon *daemon;
-    uint16_t port;
+    crm_mhd_server mhd;
     pthread_mutex_t lock; /* guards table */
     crm_kv_table *table;
-    pthread_mutex_t log_lock; /* guards last_mhd_error */
-    char last_mhd_error[200];
 };
 
 /* State of one PUT while its body arrives. */
@@ -54,20 +51,6 @@ typedef struct put_request {
     bool too_large;
     bool oom;
 } put_request;
-
-static void mhd_log(void *cls, const char *fmt, va_list ap)
-{
-    crm_http_server *s = cls;
-    char line[200];
-    vsnprintf(line, sizeof(line), fmt, ap);
-    size_t n = strlen(line);
-    while (n > 0 && line[n - 1] == '\n')
-        line[--n] = '\0';
-    pthread_mutex_lock(&s->log_lock);
-    memcpy(s->last_mhd_error, line, n + 1);
-    pthread_mutex_unlock(&s->log_lock);
-    crb_log(CRB_LOG_INFO, "metadata server: %s", line);
-}
 
 /* Queue a response; `owned` bodies came from malloc and are freed by MHD (or here). */
 static enum MHD_Result reply(struct MHD_Connection *conn, unsigned int status, const void *body,
@@ -265,53 +248,35 @@ int crm_http_server_start(const char *host, uint16_t port, crm_http_server **out
 {
     if (host == NULL || out == NULL)
         return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_http_server_start: NULL argument");
-    struct sockaddr_storage addr;
-    socklen_t addrlen;
-    int rc = crb_resolve(host, port, &addr, &addrlen);
-    if (rc < 0)
-        return rc;
-
     crm_http_server *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "metadata server %s:%u: out of memory", host,
                          (unsigned)port);
+    int rc = 0;
     if (pthread_mutex_init(&s->lock, NULL) != 0) {
         rc = crb_error(CR_ERR_SYSTEM, "metadata server: pthread_mutex_init failed");
         goto free_server;
     }
-    if (pthread_mutex_init(&s->log_lock, NULL) != 0) {
-        rc = crb_error(CR_ERR_SYSTEM, "metadata server: pthread_mutex_init failed");
-        goto destroy_lock;
-    }
     rc = crm_kv_table_create(&s->table);
     if (rc < 0)
-        goto destroy_log_lock;
-
-    unsigned int flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
-    if (addr.ss_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    s->daemon = MHD_start_daemon(flags, port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
-                                 mhd_log, s, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&addr,
-                                 MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)SERVER_THREADS,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned int)SERVER_CONNECTION_LIMIT,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_IDLE_TIMEOUT_S,
-                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
-    if (s->daemon == NULL) {
-        rc = crb_error(
-            CR_ERR_BIND, "metadata server cannot listen on %s:%u: %s", host, (unsigned)port,
-            s->last_mhd_error[0] != '\0' ? s->last_mhd_error : "MHD_start_daemon failed");
+        goto destroy_lock;
+    const crm_mhd_config cfg = {
+        .threads = SERVER_THREADS,
+        .connection_limit = SERVER_CONNECTION_LIMIT,
+        .idle_timeout_s = SERVER_IDLE_TIMEOUT_S,
+        .on_request = on_request,
+        .request_cls = s,
+        .on_completed = on_completed,
+        .completed_cls = s,
+    };
+    rc = crm_mhd_start(&s->mhd, "metadata server", host, port, &cfg);
+    if (rc < 0)
         goto destroy_table;
-    }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info != NULL && info->port != 0 ? info->port : port;
-    crb_log(CRB_LOG_INFO, "metadata server listening on %s:%u", host, (unsigned)s->port);
     *out = s;
     return 0;
 
 destroy_table:
     crm_kv_table_destroy(s->table);
-destroy_log_lock:
-    pthread_mutex_destroy(&s->log_lock);
 destroy_lock:
     pthread_mutex_destroy(&s->lock);
 free_server:
@@ -321,7 +286,7 @@ free_server:
 
 uint16_t crm_http_server_port(const crm_http_server *s)
 {
-    return s->port;
+    return s->mhd.port;
 }
 
 size_t crm_http_server_key_count(crm_http_server *s)
@@ -336,9 +301,8 @@ void crm_http_server_stop(crm_http_server *s)
 {
     if (s == NULL)
         return;
-    MHD_stop_daemon(s->daemon);
+    crm_mhd_stop(&s->mhd);
     crm_kv_table_destroy(s->table);
-    pthread_mutex_destroy(&s->log_lock);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
