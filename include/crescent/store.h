@@ -145,16 +145,56 @@ CR_API int cr_store_put_parts(cr_store *s, const char *key, const void *const *p
 /** One object gathered from n registered buffers (zero-copy). */
 CR_API int cr_store_put_from_multi(cr_store *s, const char *key, void *const *bufs,
                                    const size_t *sizes, size_t n, const cr_replicate_config *cfg);
-/** Batch forms: one status per key in results[0..n). */
+/**
+ * Batch forms: one status per key in results[0..n) (0 = stored, including a
+ * key that already existed complete for the put forms).
+ *
+ * Every batch put talks to the master once per phase for the whole batch
+ * (one BATCH_PUT_START, one engine batch writing every value to every
+ * replica, one BATCH_PUT_END, one BATCH_PUT_REVOKE for what failed), in
+ * rounds of up to 1024 keys. A key that occurs again later in the same batch
+ * is put on its own after the batch, so the outcome per key is what one put
+ * per key in order gives.
+ *
+ * Copying forms (cr_store_batch_put / cr_store_batch_upsert): each value is
+ * copied whole into the local buffer when that much of it is free at the
+ * moment, and those values go in one batch; a value that does not fit is
+ * put on its own (staged in chunks, as cr_store_put). They return 0 once the
+ * call ran and report every failure, even of the master call, per key.
+ *
+ * Zero-copy forms (_from, _from_multi): the buffers must lie in registered
+ * memory. They return 0, or the failure of a master call that failed as a
+ * whole (its keys then get that code too); CR_INVALID_PARAMS for NULL
+ * arrays with n > 0 leaves results untouched.
+ */
 CR_API int cr_store_batch_put(cr_store *s, const char *const *keys, const void *const *values,
                               const size_t *sizes, size_t n, const cr_replicate_config *cfg,
                               int *results);
+CR_API int cr_store_batch_upsert(cr_store *s, const char *const *keys, const void *const *values,
+                                 const size_t *sizes, size_t n, const cr_replicate_config *cfg,
+                                 int *results);
 CR_API int cr_store_batch_put_from(cr_store *s, const char *const *keys, void *const *bufs,
                                    const size_t *sizes, size_t n, const cr_replicate_config *cfg,
                                    int *results);
 CR_API int cr_store_batch_upsert_from(cr_store *s, const char *const *keys, void *const *bufs,
                                       const size_t *sizes, size_t n, const cr_replicate_config *cfg,
                                       int *results);
+/**
+ * Batch gather put: key i's object is the concatenation of the counts[i]
+ * registered buffers bufs[i][0..counts[i]) of sizes[i][0..counts[i]) bytes
+ * (parts of 0 bytes are allowed, and counts[i] may be 0: an empty value).
+ * Same rounds and results as cr_store_batch_put_from; a key whose part list
+ * is invalid (NULL arrays with counts[i] > 0, a NULL part with a size)
+ * gets CR_INVALID_PARAMS alone. All arrays are borrowed for the call.
+ */
+CR_API int cr_store_batch_put_from_multi(cr_store *s, const char *const *keys,
+                                         void *const *const *bufs, const size_t *const *sizes,
+                                         const size_t *counts, size_t n,
+                                         const cr_replicate_config *cfg, int *results);
+CR_API int cr_store_batch_upsert_from_multi(cr_store *s, const char *const *keys,
+                                            void *const *const *bufs, const size_t *const *sizes,
+                                            const size_t *counts, size_t n,
+                                            const cr_replicate_config *cfg, int *results);
 
 /* --- reads ---------------------------------------------------------------- */
 
@@ -171,10 +211,35 @@ CR_API int64_t cr_store_get_into(cr_store *s, const char *key, void *buf, size_t
 /** Scatter one object into n registered buffers (sizes must cover it). */
 CR_API int64_t cr_store_get_into_multi(cr_store *s, const char *key, void *const *bufs,
                                        const size_t *sizes, size_t n);
-/** Batch forms: results[i] is the size or a negative status. */
+/**
+ * Batch forms: results[i] is the size or a negative status, with the
+ * single-key semantics (CR_OBJECT_NOT_FOUND for a miss, CR_BUFFER_OVERFLOW
+ * when the destination is smaller than the value, CR_LEASE_EXPIRED when the
+ * batch's read lease ran out before its transfers finished). One
+ * BATCH_GET_REPLICA_LIST and one engine batch reading each value from its
+ * best replica (this client's own first), in rounds of up to 1024 keys; a
+ * key whose read failed is read again one replica after the other.
+ * The zero-copy forms return 0, or the failure of a master call that failed
+ * as a whole (its keys then get that code too).
+ */
 CR_API int cr_store_batch_get_into(cr_store *s, const char *const *keys, void *const *bufs,
                                    const size_t *caps, size_t n, int64_t *results);
-/** Copying batch get: values_out[i] is malloc'd when results[i] >= 0. */
+/**
+ * Batch scatter get: key i's object is read into the counts[i] registered
+ * buffers bufs[i][k] of sizes[i][k] bytes, in order (the buffers together
+ * must hold it, else CR_BUFFER_OVERFLOW and nothing is read; bytes past the
+ * value are left as they were). A key whose buffer list is invalid gets
+ * CR_INVALID_PARAMS alone. All arrays are borrowed for the call.
+ */
+CR_API int cr_store_batch_get_into_multi(cr_store *s, const char *const *keys,
+                                         void *const *const *bufs, const size_t *const *sizes,
+                                         const size_t *counts, size_t n, int64_t *results);
+/**
+ * Copying batch get: values_out[i] is a malloc'd copy (caller frees) when
+ * results[i] >= 0, else NULL. Values that fit the free local buffer are read
+ * in one engine batch through it; larger ones are read in chunks under the
+ * same lease. Returns 0 once the call ran; failures are reported per key.
+ */
 CR_API int cr_store_batch_get(cr_store *s, const char *const *keys, size_t n, void **values_out,
                               int64_t *results);
 /** Value size, or CR_OBJECT_NOT_FOUND. Grants no lease. */

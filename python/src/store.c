@@ -8,9 +8,9 @@
  * failure. Arguments are converted first (pcr_call arena), then the GIL is
  * released around the single C call.
  *
- * Where the C API has no batch form (multi-buffer batches, copying upsert
- * batches, upsert of parts) the loop over keys runs here, still without the
- * GIL. Buffer objects passed to register_buffer() are pinned until
+ * Every batch method is one C batch call (one master round trip per phase
+ * for the whole batch); only upsert of parts, which has no C form, is
+ * composed here. Buffer objects passed to register_buffer() are pinned until
  * unregister_buffer(), as in engine.c.
  */
 #include "pycrescent.h"
@@ -486,13 +486,10 @@ static PyObject *batch_put_common(Store *self, PyObject *args, PyObject *kw, boo
     for (size_t i = 0; i < n; i++)
         if (pcr_value(&cx, PyTuple_GET_ITEM(vt, (Py_ssize_t)i), &vals[i], &sizes[i]) < 0)
             goto out;
-    int rc = 0;
+    int rc;
     Py_BEGIN_ALLOW_THREADS
-    if (!upsert)
-        rc = cr_store_batch_put(self->store, keys, vals, sizes, n, &cfg, res);
-    else
-        for (size_t i = 0; i < n; i++)
-            res[i] = cr_store_upsert(self->store, keys[i], vals[i], sizes[i], &cfg);
+    rc = upsert ? cr_store_batch_upsert(self->store, keys, vals, sizes, n, &cfg, res)
+                : cr_store_batch_put(self->store, keys, vals, sizes, n, &cfg, res);
     Py_END_ALLOW_THREADS
     result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
 out:
@@ -594,12 +591,13 @@ static int nested(pcr_call *cx, PyObject *addrs, PyObject *sizes_o, size_t n, bo
     return 0;
 }
 
-static PyObject *store_batch_put_from_multi(Store *self, PyObject *args, PyObject *kw)
+static PyObject *batch_from_multi_common(Store *self, PyObject *args, PyObject *kw, bool upsert)
 {
     static char *kwlist[] = {"keys", "addresses", "sizes", "config", NULL};
     PyObject *keys_o, *addrs, *sizes_o, *config = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|O:batch_put_from_multi", kwlist, &keys_o,
-                                     &addrs, &sizes_o, &config))
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kw, upsert ? "OOO|O:batch_upsert_from_multi" : "OOO|O:batch_put_from_multi",
+            kwlist, &keys_o, &addrs, &sizes_o, &config))
         return NULL;
     ENTER(self);
     pcr_call cx = PCR_CALL_INIT;
@@ -613,16 +611,31 @@ static PyObject *store_batch_put_from_multi(Store *self, PyObject *args, PyObjec
         nested(&cx, addrs, sizes_o, n, false, &bufs, &sizes, &counts) == 0 &&
         pcr_replicate_config(&cx, config, &cfg, NULL, self->name) == 0 &&
         (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
+        int rc;
         Py_BEGIN_ALLOW_THREADS
-        for (size_t i = 0; i < n; i++)
-            res[i] =
-                cr_store_put_from_multi(self->store, keys[i], bufs[i], sizes[i], counts[i], &cfg);
+        rc =
+            upsert
+                ? cr_store_batch_upsert_from_multi(self->store, keys, (void *const *const *)bufs,
+                                                   (const size_t *const *)sizes, counts, n, &cfg,
+                                                   res)
+                : cr_store_batch_put_from_multi(self->store, keys, (void *const *const *)bufs,
+                                                (const size_t *const *)sizes, counts, n, &cfg, res);
         Py_END_ALLOW_THREADS
-        result = int_list(res, n);
+        result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
     }
     pcr_call_release(&cx);
     LEAVE(self);
     return result;
+}
+
+static PyObject *store_batch_put_from_multi(Store *self, PyObject *args, PyObject *kw)
+{
+    return batch_from_multi_common(self, args, kw, false);
+}
+
+static PyObject *store_batch_upsert_from_multi(Store *self, PyObject *args, PyObject *kw)
+{
+    return batch_from_multi_common(self, args, kw, true);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -821,11 +834,12 @@ static PyObject *store_batch_get_into_multi(Store *self, PyObject *args, PyObjec
     if (pcr_keys(&cx, keys_o, &keys, &n) == 0 &&
         nested(&cx, addrs, sizes_o, n, true, &bufs, &sizes, &counts) == 0 &&
         (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
+        int rc;
         Py_BEGIN_ALLOW_THREADS
-        for (size_t i = 0; i < n; i++)
-            res[i] = cr_store_get_into_multi(self->store, keys[i], bufs[i], sizes[i], counts[i]);
+        rc = cr_store_batch_get_into_multi(self->store, keys, (void *const *const *)bufs,
+                                           (const size_t *const *)sizes, counts, n, res);
         Py_END_ALLOW_THREADS
-        result = i64_list(res, n);
+        result = rc < 0 ? pcr_raise(rc) : i64_list(res, n);
     }
     pcr_call_release(&cx);
     LEAVE(self);
@@ -1204,7 +1218,11 @@ static PyMethodDef store_methods[] = {
      "batch_upsert_from(keys, addresses, sizes, config=None) -> list[int]"},
     {"batch_put_from_multi", F(store_batch_put_from_multi), KW,
      "batch_put_from_multi(keys, addresses, sizes, config=None) -> list[int]\n\n"
-     "addresses and sizes are one list per key."},
+     "Zero-copy gather puts: addresses and sizes are one list per key; one\n"
+     "batch for all keys. 0 or a negative status per key."},
+    {"batch_upsert_from_multi", F(store_batch_upsert_from_multi), KW,
+     "batch_upsert_from_multi(keys, addresses, sizes, config=None) -> list[int]\n\n"
+     "Like batch_put_from_multi, replacing existing keys."},
     {"get", F(store_get), KW, "get(key) -> bytes\n\nCopying get; raises NotFoundError on a miss."},
     {"get_buffer", F(store_get_buffer), KW,
      "get_buffer(key) -> BufferHandle\n\nLike get() without the extra copy into bytes."},
@@ -1221,7 +1239,10 @@ static PyMethodDef store_methods[] = {
      "batch_get_into(keys, addresses, sizes) -> list[int]\n\nBytes read or a negative status "
      "per key."},
     {"batch_get_into_multi", F(store_batch_get_into_multi), KW,
-     "batch_get_into_multi(keys, addresses, sizes) -> list[int]"},
+     "batch_get_into_multi(keys, addresses, sizes) -> list[int]\n\n"
+     "Zero-copy scatter gets: addresses and sizes are one list per key; one\n"
+     "batch for all keys. Bytes read or a negative status per key\n"
+     "(BUFFER_OVERFLOW when the buffers cannot hold the value)."},
     {"exists", F(store_exists), KW, "exists(key) -> bool"},
     {"batch_exists", F(store_batch_exists), KW,
      "batch_exists(keys) -> list[int]\n\n1 exists, 0 missing, negative status per key."},

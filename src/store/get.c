@@ -158,120 +158,269 @@ int64_t cr_store_get_into_multi(cr_store *s, const char *key, void *const *bufs,
     return get_value(s, key, &d, NULL);
 }
 
+/*
+ * One master round of a batch get: keys[idx[j]] for j < m, each checked.
+ * One BATCH_GET_REPLICA_LIST (one lease start for all), one engine batch
+ * reading each value from its best replica, then, one key at a time, every
+ * replica of the keys whose read failed (failover, as get_value) and, for
+ * copying gets, the values that did not fit the free staging space (read in
+ * chunks). Copying gets (values_out != NULL) read into staging and copy out;
+ * values_out[idx[j]] is set only for keys that succeed. Sets results[idx[j]]
+ * to the size or a failure, CR_LEASE_EXPIRED if the lease ran out before the
+ * round finished. Returns 0, or the failure of the master call as a whole
+ * (results untouched then).
+ */
+static int batch_get_round(cr_store *s, const char *const *keys, const dest_parts *dests,
+                           const size_t *idx, size_t m, void **values_out, int64_t *results)
+{
+    int rc = 0;
+    char **ks = calloc(m, sizeof(*ks));
+    int64_t *res = calloc(m, sizeof(*res));
+    void **vals = calloc(m, sizeof(*vals));               /* copying: malloc'd values */
+    crk_oa_allocation *stage = calloc(m, sizeof(*stage)); /* copying: staged values */
+    uint8_t **stage_ptr = calloc(m, sizeof(*stage_ptr));  /* NULL: not staged */
+    uint8_t *retry = calloc(m, 1);                        /* read one key at a time */
+    cr_transfer_request *reqs = NULL;
+    size_t *task_pos = NULL;
+    bool *failed = NULL;
+    if (ks == NULL || res == NULL || vals == NULL || stage == NULL || stage_ptr == NULL ||
+        retry == NULL) {
+        rc = crb_error(CR_ERR_NO_MEMORY, "batch get of %zu keys", m);
+        goto out_free;
+    }
+    for (size_t j = 0; j < m; j++)
+        ks[j] = (char *)keys[idx[j]];
+    uint64_t t0 = crb_now_ms();
+    crp_rpc_req req = {.op = CRP_RPC_BATCH_GET_REPLICA_LIST};
+    req.u.keys = (crp_rpc_keys_req){m, ks};
+    crp_rpc_resp resp;
+    rc = crc_call(s, &req, &resp);
+    if (rc < 0)
+        goto out_free;
+    if (resp.status < 0 || resp.u.batch_get.n != m) {
+        rc = resp.status < 0 ? resp.status
+                             : crb_error(CR_RPC_FAIL, "batch get: %zu results for %zu keys",
+                                         resp.u.batch_get.n, m);
+        goto out_resp;
+    }
+    uint64_t deadline = t0 + resp.u.batch_get.lease_ttl_ms;
+    size_t n_tasks = 0;
+    for (size_t j = 0; j < m; j++)
+        n_tasks += values_out != NULL ? 1 : dests[idx[j]].n;
+    reqs = calloc(n_tasks ? n_tasks : 1, sizeof(*reqs));
+    task_pos = calloc(n_tasks ? n_tasks : 1, sizeof(*task_pos));
+    failed = calloc(n_tasks ? n_tasks : 1, sizeof(*failed));
+    if (reqs == NULL || task_pos == NULL || failed == NULL) {
+        rc = crb_error(CR_ERR_NO_MEMORY, "batch get transfers");
+        goto out_resp;
+    }
+    size_t t = 0;
+    for (size_t j = 0; j < m; j++) {
+        crp_rpc_key_result *kr = &resp.u.batch_get.results[j];
+        const dest_parts *d = values_out != NULL ? NULL : &dests[idx[j]];
+        if (kr->status < 0 || kr->n_replicas == 0) {
+            res[j] = kr->status < 0 ? kr->status : CR_REPLICA_IS_NOT_READY;
+            continue;
+        }
+        order_replicas(s, kr->replicas, kr->n_replicas);
+        uint64_t size = kr->replicas[0].size;
+        if (values_out != NULL) {
+            vals[j] = malloc(size ? size : 1);
+            if (vals[j] == NULL) {
+                res[j] = crb_error(CR_ERR_NO_MEMORY, "get '%s': %llu bytes", ks[j],
+                                   (unsigned long long)size);
+                continue;
+            }
+        } else {
+            uint64_t cap = 0;
+            for (size_t k = 0; k < d->n; k++)
+                cap += d->sizes[k];
+            if (size > cap) {
+                res[j] = CR_BUFFER_OVERFLOW;
+                continue;
+            }
+        }
+        res[j] = (int64_t)size;
+        if (size == 0)
+            continue;
+        cr_segment_handle h;
+        if (crc_segment_handle(s, kr->replicas[0].segment, &h) < 0) {
+            retry[j] = 1; /* the other replicas may still be reachable */
+            continue;
+        }
+        if (values_out != NULL) {
+            if (crc_staging_try_alloc(s, size, &stage[j], &stage_ptr[j]) < 0) {
+                retry[j] = 1; /* larger than the free staging space: chunks, alone */
+                continue;
+            }
+            reqs[t] =
+                (cr_transfer_request){CR_OP_READ, stage_ptr[j], h, kr->replicas[0].addr, size};
+            task_pos[t++] = j;
+            continue;
+        }
+        uint64_t off = 0;
+        for (size_t k = 0; k < d->n && off < size; k++) {
+            uint64_t len = d->sizes[k] < size - off ? d->sizes[k] : size - off;
+            if (len == 0)
+                continue;
+            reqs[t] =
+                (cr_transfer_request){CR_OP_READ, d->bufs[k], h, kr->replicas[0].addr + off, len};
+            task_pos[t++] = j;
+            off += len;
+        }
+    }
+    crc_run_batch(s, reqs, t, failed);
+    for (size_t k = 0; k < t; k++)
+        if (failed[k])
+            retry[task_pos[k]] = 1;
+    for (size_t j = 0; j < m; j++) {
+        if (stage_ptr[j] == NULL)
+            continue;
+        if (!retry[j])
+            memcpy(vals[j], stage_ptr[j], (size_t)res[j]);
+        crc_staging_free(s, &stage[j]);
+    }
+    /* One key at a time, with the staging space free again: every replica in order. */
+    for (size_t j = 0; j < m; j++) {
+        if (!retry[j] || res[j] < 0)
+            continue;
+        crp_rpc_key_result *kr = &resp.u.batch_get.results[j];
+        size_t zero = 0;
+        dest_parts copy = {&vals[j], &zero, 1, false};
+        const dest_parts *d = values_out != NULL ? &copy : &dests[idx[j]];
+        int one = CR_TRANSFER_FAIL;
+        for (size_t r = 0; r < kr->n_replicas && one < 0; r++)
+            one = read_from(s, &kr->replicas[r], d, (uint64_t)res[j]);
+        if (one < 0)
+            res[j] = crb_error(CR_TRANSFER_FAIL, "get '%s': every replica failed: %s", ks[j],
+                               cr_last_error_message());
+    }
+    if (crb_now_ms() >= deadline)
+        for (size_t j = 0; j < m; j++)
+            if (res[j] >= 0)
+                res[j] = crb_error(CR_LEASE_EXPIRED,
+                                   "get '%s': the read lease ran out during the transfer; the "
+                                   "bytes may be stale and were not returned",
+                                   ks[j]);
+    for (size_t j = 0; j < m; j++) {
+        results[idx[j]] = res[j];
+        if (values_out != NULL && res[j] >= 0) {
+            values_out[idx[j]] = vals[j];
+            vals[j] = NULL;
+        }
+    }
+    rc = 0;
+out_resp:
+    crp_rpc_resp_clear(&resp);
+out_free:
+    for (size_t j = 0; vals != NULL && j < m; j++)
+        free(vals[j]);
+    free(failed);
+    free(task_pos);
+    free(reqs);
+    free(retry);
+    free(stage_ptr);
+    free(stage);
+    free(vals);
+    free(res);
+    free(ks);
+    return rc;
+}
+
+/*
+ * Every batch get: dests[i] is key i's registered destination (unused for
+ * copying gets, values_out != NULL). results[i] is 0 on entry, or a failure
+ * found by the caller. Keys go to the master in rounds of at most
+ * CRC_BATCH_KEYS keys (batch_get_round). Returns 0, or the failure of the
+ * first round that failed as a whole (its keys get that code as their
+ * result).
+ */
+static int batch_get_values(cr_store *s, const char *const *keys, const dest_parts *dests, size_t n,
+                            void **values_out, int64_t *results)
+{
+    int first = 0;
+    size_t *idx = calloc(CRC_BATCH_KEYS, sizeof(*idx));
+    if (idx == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n);
+    for (size_t i = 0; i < n; i++)
+        if (results[i] == 0)
+            results[i] = crc_check_key(keys[i]);
+    for (size_t i = 0; i < n;) {
+        size_t m = 0, key_bytes = 0;
+        for (; i < n && m < CRC_BATCH_KEYS; i++) {
+            if (results[i] < 0)
+                continue;
+            size_t kl = strlen(keys[i]);
+            if (m > 0 && key_bytes + kl > CRC_BATCH_KEY_BYTES)
+                break;
+            key_bytes += kl;
+            idx[m++] = i;
+        }
+        int rc = m > 0 ? batch_get_round(s, keys, dests, idx, m, values_out, results) : 0;
+        if (rc < 0) {
+            for (size_t j = 0; j < m; j++)
+                results[idx[j]] = rc;
+            first = first < 0 ? first : rc;
+        }
+    }
+    free(idx);
+    return first;
+}
+
 int cr_store_batch_get_into(cr_store *s, const char *const *keys, void *const *bufs,
                             const size_t *caps, size_t n, int64_t *results)
 {
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
-    if (n > 0 && (keys == NULL || bufs == NULL || caps == NULL || results == NULL))
-        return crb_error(CR_INVALID_PARAMS, "batch_get_into: NULL array");
     if (n == 0)
         return 0;
-    char **ks = calloc(n, sizeof(*ks));
-    size_t *map = calloc(n, sizeof(*map));
-    cr_transfer_request *reqs = calloc(n, sizeof(*reqs));
-    size_t *task_key = calloc(n, sizeof(*task_key));
-    if (ks == NULL || map == NULL || reqs == NULL || task_key == NULL) {
-        rc = crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n);
-        goto out_free;
-    }
-    size_t nv = 0;
+    if (keys == NULL || bufs == NULL || caps == NULL || results == NULL)
+        return crb_error(CR_INVALID_PARAMS, "batch_get_into: NULL array");
+    dest_parts *dests = calloc(n, sizeof(*dests));
+    if (dests == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n);
     for (size_t i = 0; i < n; i++) {
-        results[i] = crc_check_key(keys[i]);
-        if (results[i] == 0) {
-            ks[nv] = (char *)keys[i];
-            map[nv++] = i;
-        }
+        dests[i] = (dest_parts){&bufs[i], &caps[i], 1, true};
+        results[i] = bufs[i] == NULL && caps[i] > 0
+                         ? crb_error(CR_INVALID_PARAMS, "batch_get_into '%s': NULL buffer",
+                                     keys[i] ? keys[i] : "")
+                         : 0;
     }
-    if (nv == 0)
-        goto out_free;
-    uint64_t t0 = crb_now_ms();
-    crp_rpc_req req = {.op = CRP_RPC_BATCH_GET_REPLICA_LIST};
-    req.u.keys = (crp_rpc_keys_req){nv, ks};
-    crp_rpc_resp resp;
-    rc = crc_call(s, &req, &resp);
+    rc = batch_get_values(s, keys, dests, n, NULL, results);
+    free(dests);
+    return rc;
+}
+
+int cr_store_batch_get_into_multi(cr_store *s, const char *const *keys, void *const *const *bufs,
+                                  const size_t *const *sizes, const size_t *counts, size_t n,
+                                  int64_t *results)
+{
+    int rc = crc_check_open(s);
     if (rc < 0)
-        goto out_free;
-    if (resp.status < 0 || resp.u.batch_get.n != nv) {
-        rc = resp.status < 0 ? resp.status : CR_RPC_FAIL;
-        crp_rpc_resp_clear(&resp);
-        goto out_free;
+        return rc;
+    if (n == 0)
+        return 0;
+    if (keys == NULL || bufs == NULL || sizes == NULL || counts == NULL || results == NULL)
+        return crb_error(CR_INVALID_PARAMS, "batch_get_into_multi: NULL array");
+    dest_parts *dests = calloc(n, sizeof(*dests));
+    if (dests == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n);
+    for (size_t i = 0; i < n; i++) {
+        dests[i] = (dest_parts){bufs[i], sizes[i], counts[i], true};
+        results[i] = 0;
+        if (counts[i] > 0 && (bufs[i] == NULL || sizes[i] == NULL)) {
+            results[i] =
+                crb_error(CR_INVALID_PARAMS, "batch_get_into_multi: key %zu: NULL arrays", i);
+            continue;
+        }
+        for (size_t k = 0; k < counts[i] && results[i] == 0; k++)
+            if (bufs[i][k] == NULL && sizes[i][k] > 0)
+                results[i] = crb_error(CR_INVALID_PARAMS,
+                                       "batch_get_into_multi: key %zu: buffer %zu is NULL", i, k);
     }
-    uint64_t deadline = t0 + resp.u.batch_get.lease_ttl_ms;
-    size_t t = 0;
-    for (size_t j = 0; j < nv; j++) {
-        crp_rpc_key_result *kr = &resp.u.batch_get.results[j];
-        size_t i = map[j];
-        if (kr->status < 0 || kr->n_replicas == 0) {
-            results[i] = kr->status < 0 ? kr->status : CR_REPLICA_IS_NOT_READY;
-            continue;
-        }
-        order_replicas(s, kr->replicas, kr->n_replicas);
-        uint64_t size = kr->replicas[0].size;
-        if (size > caps[i]) {
-            results[i] = CR_BUFFER_OVERFLOW;
-            continue;
-        }
-        results[i] = (int64_t)size;
-        if (size == 0)
-            continue;
-        cr_segment_handle h;
-        int hrc = crc_segment_handle(s, kr->replicas[0].segment, &h);
-        if (hrc < 0) {
-            results[i] = hrc;
-            continue;
-        }
-        reqs[t] = (cr_transfer_request){CR_OP_READ, bufs[i], h, kr->replicas[0].addr, size};
-        task_key[t++] = j;
-    }
-    bool *failed = calloc(t ? t : 1, sizeof(bool));
-    if (failed == NULL) /* read nothing, report nothing as read */
-        for (size_t k = 0; k < t; k++)
-            results[map[task_key[k]]] = CR_ERR_NO_MEMORY;
-    if (t > 0 && failed != NULL) {
-        cr_batch_id b = 0;
-        int brc = cr_batch_create(s->engine, t, &b);
-        if (brc == 0)
-            brc = cr_batch_submit(s->engine, b, reqs, t);
-        if (brc == 0) {
-            cr_batch_wait(s->engine, b, (int)s->transfer_timeout_ms + 1000);
-            for (size_t k = 0; k < t; k++) {
-                cr_task_status st;
-                failed[k] =
-                    cr_batch_task_status(s->engine, b, k, &st) < 0 || st.state != CR_TASK_COMPLETED;
-            }
-            cr_batch_cancel(s->engine, b);
-        } else {
-            for (size_t k = 0; k < t; k++)
-                failed[k] = true;
-        }
-        cr_batch_free(s->engine, b); /* harmless if create failed: stale id */
-        /* Failed reads: every replica of the key, one at a time. */
-        for (size_t k = 0; k < t; k++) {
-            if (!failed[k])
-                continue;
-            crp_rpc_key_result *kr = &resp.u.batch_get.results[task_key[k]];
-            size_t i = map[task_key[k]];
-            int one = CR_TRANSFER_FAIL;
-            for (size_t r = 0; r < kr->n_replicas && one < 0; r++)
-                one = crc_transfer(s, CR_OP_READ, &kr->replicas[r], 1, 0, bufs[i],
-                                   kr->replicas[r].size);
-            if (one < 0)
-                results[i] = CR_TRANSFER_FAIL;
-        }
-    }
-    free(failed);
-    crp_rpc_resp_clear(&resp);
-    if (crb_now_ms() >= deadline)
-        for (size_t i = 0; i < n; i++)
-            if (results[i] > 0)
-                results[i] = CR_LEASE_EXPIRED;
-out_free:
-    free(ks);
-    free(map);
-    free(reqs);
-    free(task_key);
+    rc = batch_get_values(s, keys, dests, n, NULL, results);
+    free(dests);
     return rc;
 }
 
@@ -281,13 +430,16 @@ int cr_store_batch_get(cr_store *s, const char *const *keys, size_t n, void **va
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
-    if (n > 0 && (keys == NULL || values_out == NULL || results == NULL))
+    if (n == 0)
+        return 0;
+    if (keys == NULL || values_out == NULL || results == NULL)
         return crb_error(CR_INVALID_PARAMS, "batch_get: NULL array");
     for (size_t i = 0; i < n; i++) {
         values_out[i] = NULL;
-        results[i] = cr_store_get(s, keys[i], &values_out[i]);
+        results[i] = 0;
     }
-    return 0;
+    batch_get_values(s, keys, NULL, n, values_out, results);
+    return 0; /* everything is reported per key, as one get per key did */
 }
 
 int64_t cr_store_get_size(cr_store *s, const char *key)

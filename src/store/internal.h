@@ -66,10 +66,23 @@ void crc_config_to_wire(const cr_replicate_config *cfg, crp_rpc_replica_config *
 /* staging.c: take up to `want` bytes (at least `min`) of the local buffer */
 int crc_staging_alloc(cr_store *s, uint64_t want, uint64_t min, crk_oa_allocation *out,
                       uint8_t **ptr);
+/* staging.c: take exactly `size` (> 0) bytes if they are free now; never
+ * waits and records no error message (CR_NO_AVAILABLE_HANDLE otherwise) */
+int crc_staging_try_alloc(cr_store *s, uint64_t size, crk_oa_allocation *out, uint8_t **ptr);
 void crc_staging_free(cr_store *s, const crk_oa_allocation *a);
+
+/* Batches go to the master in parts of at most this many keys (and
+ * CRC_BATCH_KEY_BYTES bytes of keys) so that requests and replies stay well
+ * inside one frame body. */
+#define CRC_BATCH_KEYS      1024
+#define CRC_BATCH_KEY_BYTES (256u << 10)
 
 /* transfers: write/read one contiguous range to/from every (or one) replica */
 int crc_transfer(cr_store *s, int opcode, const crp_rpc_replica *reps, size_t n_reps,
                  uint64_t offset, void *local, uint64_t len);
+
+/* Run t engine transfers as one batch (one at a time if the engine refuses
+ * the batch); failed[k] says whether transfer k did not complete. */
+void crc_run_batch(cr_store *s, cr_transfer_request *reqs, size_t t, bool *failed);
 
 #endif

@@ -213,14 +213,306 @@ int cr_store_put_from_multi(cr_store *s, const char *key, void *const *bufs, con
     return rc < 0 ? rc : put_value(s, key, &v, false, cfg);
 }
 
+/* --- batches --------------------------------------------------------------- */
+
+/* BATCH_{PUT,UPSERT}_{END,REVOKE} of m keys; statuses (may be NULL) get one
+ * result per key when the call as a whole succeeded. Returns the call's
+ * failure, or 0. */
+static int batch_finish(cr_store *s, bool upsert, bool ok, char **ks, size_t m, int timeout_ms,
+                        int *statuses)
+{
+    crp_rpc_req fin = {.op =
+                           ok ? (upsert ? CRP_RPC_BATCH_UPSERT_END : CRP_RPC_BATCH_PUT_END)
+                              : (upsert ? CRP_RPC_BATCH_UPSERT_REVOKE : CRP_RPC_BATCH_PUT_REVOKE)};
+    fin.u.owner_keys = (crp_rpc_owner_keys_req){s->client_id, m, ks};
+    crp_rpc_resp fr;
+    int rc = crc_master_call(s->master, &fin, &fr, timeout_ms);
+    if (rc < 0)
+        return rc;
+    rc = fr.status < 0 ? fr.status : (fr.u.statuses.n == m ? 0 : CR_RPC_FAIL);
+    if (rc == 0 && statuses != NULL)
+        memcpy(statuses, fr.u.statuses.results, m * sizeof(*statuses));
+    crp_rpc_resp_clear(&fr);
+    return rc;
+}
+
 /*
- * Batch zero-copy put: one BATCH_PUT_START, one engine batch writing every
- * replica of every key, then one BATCH_PUT_END for the keys that made it and
- * one BATCH_PUT_REVOKE for the others.
+ * One master round of a batch put: keys[idx[j]] for j < m, each checked, no
+ * key twice, every value in registered memory (the caller's or staging).
+ * One BATCH_PUT_START, one engine batch writing every part of every value
+ * to every replica, then one BATCH_PUT_END for the keys that were written
+ * and one BATCH_PUT_REVOKE for the allocated keys that were not. Sets
+ * results[idx[j]]; returns 0, or the failure of the start call as a whole
+ * (results untouched then).
  */
-static int batch_put_from(cr_store *s, const char *const *keys, void *const *bufs,
-                          const size_t *sizes, size_t n, const cr_replicate_config *cfg,
-                          int *results, bool upsert)
+static int batch_put_round(cr_store *s, const char *const *keys, const value_parts *vals,
+                           const size_t *idx, size_t m, const cr_replicate_config *cfg, bool upsert,
+                           int *results)
+{
+    int rc = 0;
+    char **ks = calloc(m, sizeof(*ks));
+    uint64_t *vs = calloc(m, sizeof(*vs));
+    int *res = calloc(m, sizeof(*res));
+    size_t *pos = calloc(m, sizeof(*pos)); /* END list position -> round position */
+    uint8_t *allocated = calloc(m, 1);     /* the master allocated it: END or REVOKE */
+    cr_transfer_request *reqs = NULL;
+    size_t *task_pos = NULL;
+    bool *failed = NULL;
+    if (ks == NULL || vs == NULL || res == NULL || pos == NULL || allocated == NULL) {
+        rc = crb_error(CR_ERR_NO_MEMORY, "batch put of %zu keys", m);
+        goto out_free;
+    }
+    for (size_t j = 0; j < m; j++) {
+        ks[j] = (char *)keys[idx[j]];
+        vs[j] = vals[idx[j]].total;
+    }
+    crp_rpc_req req = {.op = upsert ? CRP_RPC_BATCH_UPSERT_START : CRP_RPC_BATCH_PUT_START};
+    req.u.batch_put_start.client_id = s->client_id;
+    req.u.batch_put_start.n_keys = m;
+    req.u.batch_put_start.keys = ks;
+    req.u.batch_put_start.value_sizes = vs;
+    crc_config_to_wire(cfg, &req.u.batch_put_start.config);
+    crp_rpc_resp resp;
+    rc = crc_call(s, &req, &resp);
+    if (rc == CR_RPC_TIMEOUT) {
+        /* As for one key: queue a revoke behind a start the master may still
+         * process, without waiting for its reply. */
+        char detail[400];
+        snprintf(detail, sizeof(detail), "%s", cr_last_error_message());
+        batch_finish(s, upsert, false, ks, m, 50, NULL);
+        rc = crb_error(rc, "%s", detail);
+        goto out_free;
+    }
+    if (rc < 0)
+        goto out_free;
+    if (resp.status < 0 || resp.u.batch_alloc.n != m) {
+        rc = resp.status < 0 ? resp.status
+                             : crb_error(CR_RPC_FAIL, "batch put: %zu results for %zu keys",
+                                         resp.u.batch_alloc.n, m);
+        goto out_resp;
+    }
+    size_t n_tasks = 0;
+    for (size_t j = 0; j < m; j++) {
+        const value_parts *v = &vals[idx[j]];
+        if (resp.u.batch_alloc.results[j].status != 0 || v->total == 0)
+            continue;
+        for (size_t k = 0; k < v->n; k++)
+            n_tasks += v->sizes[k] > 0 ? resp.u.batch_alloc.results[j].n_replicas : 0;
+    }
+    reqs = calloc(n_tasks ? n_tasks : 1, sizeof(*reqs));
+    task_pos = calloc(n_tasks ? n_tasks : 1, sizeof(*task_pos));
+    failed = calloc(n_tasks ? n_tasks : 1, sizeof(*failed));
+    if (reqs == NULL || task_pos == NULL || failed == NULL) {
+        rc = crb_error(CR_ERR_NO_MEMORY, "batch put transfers");
+        goto out_resp;
+    }
+    size_t t = 0;
+    for (size_t j = 0; j < m; j++) {
+        const crp_rpc_key_result *kr = &resp.u.batch_alloc.results[j];
+        const value_parts *v = &vals[idx[j]];
+        /* An existing complete key is a success for put (not ended: not ours). */
+        res[j] = kr->status == CR_OBJECT_ALREADY_EXISTS && !upsert ? 0 : kr->status;
+        allocated[j] = kr->status == 0;
+        if (kr->status != 0 || v->total == 0)
+            continue;
+        for (size_t r = 0; r < kr->n_replicas && res[j] == 0; r++) {
+            cr_segment_handle h;
+            int hrc = crc_segment_handle(s, kr->replicas[r].segment, &h);
+            if (hrc < 0) {
+                res[j] = hrc;
+                break;
+            }
+            uint64_t off = 0;
+            for (size_t k = 0; k < v->n; off += v->sizes[k], k++) {
+                if (v->sizes[k] == 0)
+                    continue;
+                reqs[t] = (cr_transfer_request){CR_OP_WRITE, (void *)v->parts[k], h,
+                                                kr->replicas[r].addr + off, v->sizes[k]};
+                task_pos[t++] = j;
+            }
+        }
+    }
+    crc_run_batch(s, reqs, t, failed);
+    for (size_t k = 0; k < t; k++)
+        if (failed[k] && res[task_pos[k]] == 0)
+            res[task_pos[k]] = CR_TRANSFER_FAIL;
+    /* Finish: END for the written keys, REVOKE for the allocated-but-failed ones. */
+    size_t ne = 0, nr = 0;
+    for (size_t j = 0; j < m; j++)
+        if (allocated[j] && res[j] == 0)
+            pos[ne++] = j;
+    for (size_t e = 0; e < ne; e++)
+        ks[e] = (char *)keys[idx[pos[e]]];
+    if (ne > 0) {
+        int *st = calloc(ne, sizeof(*st));
+        int frc = st == NULL ? crb_error(CR_ERR_NO_MEMORY, "batch put end")
+                             : batch_finish(s, upsert, true, ks, ne, (int)s->rpc_timeout_ms, st);
+        for (size_t e = 0; e < ne; e++)
+            res[pos[e]] = frc < 0 ? frc : st[e];
+        free(st);
+    }
+    for (size_t j = 0; j < m; j++)
+        if (allocated[j] && res[j] < 0)
+            ks[nr++] = (char *)keys[idx[j]];
+    if (nr > 0)
+        batch_finish(s, upsert, false, ks, nr, (int)s->rpc_timeout_ms, NULL);
+    for (size_t j = 0; j < m; j++)
+        results[idx[j]] = res[j];
+    rc = 0;
+out_resp:
+    crp_rpc_resp_clear(&resp);
+out_free:
+    free(failed);
+    free(task_pos);
+    free(reqs);
+    free(allocated);
+    free(pos);
+    free(res);
+    free(vs);
+    free(ks);
+    return rc;
+}
+
+typedef struct key_at {
+    const char *key;
+    size_t i;
+} key_at;
+
+static int cmp_key_at(const void *a, const void *b)
+{
+    const key_at *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c != 0 ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+/* later[i] = 1 for every key that occurs earlier in the batch too. */
+static int mark_repeats(const char *const *keys, const int *results, size_t n, uint8_t *later)
+{
+    key_at *order = malloc((n ? n : 1) * sizeof(*order));
+    if (order == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (results[i] == 0)
+            order[m++] = (key_at){keys[i], i};
+    qsort(order, m, sizeof(*order), cmp_key_at);
+    for (size_t j = 1; j < m; j++)
+        if (strcmp(order[j].key, order[j - 1].key) == 0)
+            later[order[j].i] = 1;
+    free(order);
+    return 0;
+}
+
+/*
+ * Every batch put: vals[i] is key i's value as parts, registered (written
+ * directly) or not (copying: staged whole in the local buffer when it fits
+ * there now). results[i] is 0 on entry, or a failure found by the caller.
+ * Keys go to the master in rounds of at most CRC_BATCH_KEYS keys
+ * (batch_put_round); a copying value that does not fit the free staging
+ * space, and a key that occurs earlier in the batch, is put on its own
+ * (put_value) after its round, so the per-key outcome is what one put per
+ * key in order would give. Returns 0, or the failure of the first round that
+ * failed as a whole (its keys get that code as their result).
+ */
+static int batch_put_values(cr_store *s, const char *const *keys, const value_parts *vals, size_t n,
+                            const cr_replicate_config *cfg, bool upsert, int *results)
+{
+    int rc = 0, first = 0;
+    uint8_t *later = calloc(n, 1);
+    uint8_t *alone = calloc(CRC_BATCH_KEYS, 1);
+    size_t *idx = calloc(CRC_BATCH_KEYS, sizeof(*idx));
+    value_parts *staged = calloc(n, sizeof(*staged));
+    const void **stage_ptr = calloc(CRC_BATCH_KEYS, sizeof(*stage_ptr));
+    size_t *stage_size = calloc(CRC_BATCH_KEYS, sizeof(*stage_size));
+    crk_oa_allocation *stage = calloc(CRC_BATCH_KEYS, sizeof(*stage));
+    if (later == NULL || alone == NULL || idx == NULL || staged == NULL || stage_ptr == NULL ||
+        stage_size == NULL || stage == NULL) {
+        rc = crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n);
+        goto out_free;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (results[i] == 0)
+            results[i] = crc_check_key(keys[i]);
+    rc = mark_repeats(keys, results, n, later);
+    if (rc < 0)
+        goto out_free;
+    for (size_t i = 0; i < n;) {
+        /* One round: the next keys, up to the key-count and key-bytes bounds. */
+        size_t m = 0, key_bytes = 0;
+        for (; i < n && m < CRC_BATCH_KEYS; i++) {
+            if (results[i] < 0 || later[i])
+                continue;
+            size_t kl = strlen(keys[i]);
+            if (m > 0 && key_bytes + kl > CRC_BATCH_KEY_BYTES)
+                break;
+            key_bytes += kl;
+            alone[m] = 0;
+            staged[i] = vals[i];
+            if (!vals[i].registered && vals[i].total > 0) {
+                uint8_t *p;
+                if (crc_staging_try_alloc(s, vals[i].total, &stage[m], &p) == 0) {
+                    for (size_t k = 0, off = 0; k < vals[i].n; off += vals[i].sizes[k], k++)
+                        if (vals[i].sizes[k] > 0)
+                            memcpy(p + off, vals[i].parts[k], vals[i].sizes[k]);
+                    stage_ptr[m] = p;
+                    stage_size[m] = (size_t)vals[i].total;
+                    staged[i] =
+                        (value_parts){&stage_ptr[m], &stage_size[m], 1, true, vals[i].total};
+                } else {
+                    alone[m] = 1;
+                }
+            }
+            idx[m++] = i;
+        }
+        /* Batch the keys that are in registered memory now, keeping order. */
+        size_t nb = 0;
+        size_t *bidx = malloc((m ? m : 1) * sizeof(*bidx));
+        if (bidx == NULL) {
+            rc = crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n);
+            for (size_t j = 0; j < m; j++)
+                if (!vals[idx[j]].registered && vals[idx[j]].total > 0 && !alone[j])
+                    crc_staging_free(s, &stage[j]);
+            goto out_free;
+        }
+        for (size_t j = 0; j < m; j++)
+            if (!alone[j])
+                bidx[nb++] = idx[j];
+        int brc = nb > 0 ? batch_put_round(s, keys, staged, bidx, nb, cfg, upsert, results) : 0;
+        if (brc < 0) {
+            for (size_t j = 0; j < nb; j++)
+                results[bidx[j]] = brc;
+            first = first < 0 ? first : brc;
+        }
+        free(bidx);
+        for (size_t j = 0; j < m; j++)
+            if (!vals[idx[j]].registered && vals[idx[j]].total > 0 && !alone[j])
+                crc_staging_free(s, &stage[j]);
+        /* What did not fit the staging buffer now: one key at a time, in chunks. */
+        for (size_t j = 0; j < m; j++)
+            if (alone[j])
+                results[idx[j]] = put_value(s, keys[idx[j]], &vals[idx[j]], upsert, cfg);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (later[i])
+            results[i] = put_value(s, keys[i], &vals[i], upsert, cfg);
+    rc = first;
+out_free:
+    free(stage);
+    free(stage_size);
+    free(stage_ptr);
+    free(staged);
+    free(idx);
+    free(alone);
+    free(later);
+    return rc;
+}
+
+typedef enum batch_kind { BATCH_COPY, BATCH_FROM } batch_kind;
+
+/* The single-buffer batch forms: one part per key. */
+static int batch_put_single(cr_store *s, const char *const *keys, const void *const *bufs,
+                            const size_t *sizes, size_t n, const cr_replicate_config *cfg,
+                            int *results, bool upsert, batch_kind kind)
 {
     int rc = crc_check_open(s);
     if (rc < 0)
@@ -229,147 +521,42 @@ static int batch_put_from(cr_store *s, const char *const *keys, void *const *buf
         return 0;
     if (keys == NULL || bufs == NULL || sizes == NULL || results == NULL)
         return crb_error(CR_INVALID_PARAMS, "batch put: NULL array");
-    uint64_t *vs = calloc(n, sizeof(*vs));
-    char **ks = calloc(n, sizeof(*ks));
-    size_t *map = calloc(n, sizeof(*map)); /* request position -> caller's index */
-    uint8_t *allocated = calloc(n, 1);     /* the master allocated it: END or REVOKE */
-    size_t *task_key = NULL;
-    cr_transfer_request *reqs = NULL;
-    if (vs == NULL || ks == NULL || map == NULL || allocated == NULL) {
-        rc = crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n);
-        goto out_free;
-    }
-    size_t nv = 0;
+    value_parts *vals = calloc(n, sizeof(*vals));
+    if (vals == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n);
     for (size_t i = 0; i < n; i++) {
-        results[i] = crc_check_key(keys[i]);
-        if (results[i] < 0)
-            continue;
-        vs[nv] = sizes[i];
-        ks[nv] = (char *)keys[i];
-        map[nv++] = i;
+        vals[i] = (value_parts){&bufs[i], &sizes[i], 1, kind == BATCH_FROM, sizes[i]};
+        results[i] =
+            bufs[i] == NULL && sizes[i] > 0
+                ? crb_error(CR_INVALID_PARAMS, "batch put '%s': NULL value", keys[i] ? keys[i] : "")
+                : 0;
     }
-    if (nv == 0)
-        goto out_free;
-    crp_rpc_req req = {.op = upsert ? CRP_RPC_BATCH_UPSERT_START : CRP_RPC_BATCH_PUT_START};
-    req.u.batch_put_start.client_id = s->client_id;
-    req.u.batch_put_start.n_keys = nv;
-    req.u.batch_put_start.keys = ks;
-    req.u.batch_put_start.value_sizes = vs;
-    crc_config_to_wire(cfg, &req.u.batch_put_start.config);
-    crp_rpc_resp resp;
-    rc = crc_call(s, &req, &resp);
+    rc = batch_put_values(s, keys, vals, n, cfg, upsert, results);
+    free(vals);
+    /* The copying forms report everything per key, as one put per key did. */
+    return kind == BATCH_COPY ? 0 : rc;
+}
+
+static int batch_put_multi(cr_store *s, const char *const *keys, void *const *const *bufs,
+                           const size_t *const *sizes, const size_t *counts, size_t n,
+                           const cr_replicate_config *cfg, int *results, bool upsert)
+{
+    int rc = crc_check_open(s);
     if (rc < 0)
-        goto out_free;
-    if (resp.status < 0 || resp.u.batch_alloc.n != nv) {
-        rc = resp.status < 0 ? resp.status
-                             : crb_error(CR_RPC_FAIL, "batch put: %zu results for %zu keys",
-                                         resp.u.batch_alloc.n, nv);
-        crp_rpc_resp_clear(&resp);
-        goto out_free;
+        return rc;
+    if (n == 0)
+        return 0;
+    if (keys == NULL || bufs == NULL || sizes == NULL || counts == NULL || results == NULL)
+        return crb_error(CR_INVALID_PARAMS, "batch put (multi): NULL array");
+    value_parts *vals = calloc(n, sizeof(*vals));
+    if (vals == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n);
+    for (size_t i = 0; i < n; i++) {
+        vals[i] = (value_parts){(const void *const *)bufs[i], sizes[i], counts[i], true, 0};
+        results[i] = parts_total(vals[i].parts, sizes[i], counts[i], &vals[i].total);
     }
-    size_t n_tasks = 0;
-    for (size_t j = 0; j < nv; j++)
-        if (resp.u.batch_alloc.results[j].status == 0 && sizes[map[j]] > 0)
-            n_tasks += resp.u.batch_alloc.results[j].n_replicas;
-    reqs = calloc(n_tasks ? n_tasks : 1, sizeof(*reqs));
-    task_key = calloc(n_tasks ? n_tasks : 1, sizeof(*task_key));
-    if (reqs == NULL || task_key == NULL) {
-        crp_rpc_resp_clear(&resp);
-        rc = crb_error(CR_ERR_NO_MEMORY, "batch put transfers");
-        goto out_free;
-    }
-    size_t t = 0;
-    for (size_t j = 0; j < nv; j++) {
-        const crp_rpc_key_result *kr = &resp.u.batch_alloc.results[j];
-        size_t i = map[j];
-        results[i] = kr->status == CR_OBJECT_ALREADY_EXISTS && !upsert ? 1 : kr->status;
-        allocated[i] = kr->status == 0;
-        if (kr->status != 0 || sizes[i] == 0)
-            continue;
-        for (size_t r = 0; r < kr->n_replicas && results[i] == 0; r++) {
-            cr_segment_handle h;
-            int hrc = crc_segment_handle(s, kr->replicas[r].segment, &h);
-            if (hrc < 0) {
-                results[i] = hrc;
-                break;
-            }
-            reqs[t] =
-                (cr_transfer_request){CR_OP_WRITE, bufs[i], h, kr->replicas[r].addr, sizes[i]};
-            task_key[t++] = i;
-        }
-    }
-    crp_rpc_resp_clear(&resp);
-    if (t > 0) {
-        cr_batch_id b;
-        rc = cr_batch_create(s->engine, t, &b);
-        if (rc == 0) {
-            rc = cr_batch_submit(s->engine, b, reqs, t);
-            if (rc < 0) { /* validation refused something: fall back to one key at a time */
-                for (size_t k = 0; k < t; k++) {
-                    int one = cr_engine_transfer_sync(s->engine, CR_OP_WRITE, reqs[k].local_addr,
-                                                      reqs[k].segment, reqs[k].remote_addr,
-                                                      reqs[k].length, (int)s->transfer_timeout_ms);
-                    if (one < 0 && results[task_key[k]] == 0)
-                        results[task_key[k]] = CR_TRANSFER_FAIL;
-                }
-            } else {
-                cr_batch_wait(s->engine, b, (int)s->transfer_timeout_ms + 1000);
-                for (size_t k = 0; k < t; k++) {
-                    cr_task_status st;
-                    if (cr_batch_task_status(s->engine, b, k, &st) < 0 ||
-                        st.state != CR_TASK_COMPLETED)
-                        if (results[task_key[k]] == 0)
-                            results[task_key[k]] = CR_TRANSFER_FAIL;
-                }
-                cr_batch_cancel(s->engine, b);
-            }
-            cr_batch_free(s->engine, b);
-        } else {
-            /* Nothing was written: none of these keys may be ended. */
-            for (size_t k = 0; k < t; k++)
-                if (results[task_key[k]] == 0)
-                    results[task_key[k]] = rc;
-        }
-        rc = 0;
-    }
-    /* Finish: END for the written keys, REVOKE for the allocated-but-failed ones. */
-    for (int pass = 0; pass < 2; pass++) {
-        size_t m = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (allocated[i] && (pass == 0) == (results[i] == 0))
-                ks[m++] = (char *)keys[i];
-        }
-        if (m == 0)
-            continue;
-        crp_rpc_req fin = {
-            .op = pass == 0 ? (upsert ? CRP_RPC_BATCH_UPSERT_END : CRP_RPC_BATCH_PUT_END)
-                            : (upsert ? CRP_RPC_BATCH_UPSERT_REVOKE : CRP_RPC_BATCH_PUT_REVOKE)};
-        fin.u.owner_keys = (crp_rpc_owner_keys_req){s->client_id, m, ks};
-        crp_rpc_resp fr;
-        int frc = crc_call(s, &fin, &fr);
-        if (frc == 0 && pass == 0 && fr.status == 0 && fr.u.statuses.n == m) {
-            size_t j = 0;
-            for (size_t i = 0; i < n; i++)
-                if (results[i] == 0)
-                    results[i] = fr.u.statuses.results[j++];
-        } else if (pass == 0) {
-            for (size_t i = 0; i < n; i++)
-                if (results[i] == 0)
-                    results[i] = frc < 0 ? frc : (fr.status < 0 ? fr.status : CR_RPC_FAIL);
-        }
-        if (frc == 0)
-            crp_rpc_resp_clear(&fr);
-    }
-    for (size_t i = 0; i < n; i++)
-        if (results[i] == 1)
-            results[i] = 0; /* existed already: success */
-out_free:
-    free(reqs);
-    free(task_key);
-    free(vs);
-    free(ks);
-    free(map);
-    free(allocated);
+    rc = batch_put_values(s, keys, vals, n, cfg, upsert, results);
+    free(vals);
     return rc;
 }
 
@@ -377,25 +564,41 @@ int cr_store_batch_put_from(cr_store *s, const char *const *keys, void *const *b
                             const size_t *sizes, size_t n, const cr_replicate_config *cfg,
                             int *results)
 {
-    return batch_put_from(s, keys, bufs, sizes, n, cfg, results, false);
+    return batch_put_single(s, keys, (const void *const *)bufs, sizes, n, cfg, results, false,
+                            BATCH_FROM);
 }
 
 int cr_store_batch_upsert_from(cr_store *s, const char *const *keys, void *const *bufs,
                                const size_t *sizes, size_t n, const cr_replicate_config *cfg,
                                int *results)
 {
-    return batch_put_from(s, keys, bufs, sizes, n, cfg, results, true);
+    return batch_put_single(s, keys, (const void *const *)bufs, sizes, n, cfg, results, true,
+                            BATCH_FROM);
 }
 
 int cr_store_batch_put(cr_store *s, const char *const *keys, const void *const *values,
                        const size_t *sizes, size_t n, const cr_replicate_config *cfg, int *results)
 {
-    int rc = crc_check_open(s);
-    if (rc < 0)
-        return rc;
-    if (n > 0 && (keys == NULL || values == NULL || sizes == NULL || results == NULL))
-        return crb_error(CR_INVALID_PARAMS, "batch put: NULL array");
-    for (size_t i = 0; i < n; i++)
-        results[i] = cr_store_put(s, keys[i], values[i], sizes[i], cfg);
-    return 0;
+    return batch_put_single(s, keys, values, sizes, n, cfg, results, false, BATCH_COPY);
+}
+
+int cr_store_batch_upsert(cr_store *s, const char *const *keys, const void *const *values,
+                          const size_t *sizes, size_t n, const cr_replicate_config *cfg,
+                          int *results)
+{
+    return batch_put_single(s, keys, values, sizes, n, cfg, results, true, BATCH_COPY);
+}
+
+int cr_store_batch_put_from_multi(cr_store *s, const char *const *keys, void *const *const *bufs,
+                                  const size_t *const *sizes, const size_t *counts, size_t n,
+                                  const cr_replicate_config *cfg, int *results)
+{
+    return batch_put_multi(s, keys, bufs, sizes, counts, n, cfg, results, false);
+}
+
+int cr_store_batch_upsert_from_multi(cr_store *s, const char *const *keys, void *const *const *bufs,
+                                     const size_t *const *sizes, const size_t *counts, size_t n,
+                                     const cr_replicate_config *cfg, int *results)
+{
+    return batch_put_multi(s, keys, bufs, sizes, counts, n, cfg, results, true);
 }

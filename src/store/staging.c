@@ -6,7 +6,8 @@
  * for up to `want` bytes and accepts anything from `min` up, so a value
  * larger than the free space moves in chunks instead of failing; a caller
  * that cannot get even `min` waits (bounded) for another thread to free
- * space.
+ * space. Batch calls instead try (without waiting) to take each value whole,
+ * and move the values that do not fit one key at a time.
  */
 #include <string.h>
 
@@ -44,6 +45,19 @@ int crc_staging_alloc(cr_store *s, uint64_t want, uint64_t min, crk_oa_allocatio
     return crb_error(CR_NO_AVAILABLE_HANDLE,
                      "no %llu free bytes in the %llu-byte local buffer within the deadline",
                      (unsigned long long)min, (unsigned long long)s->staging_size);
+}
+
+int crc_staging_try_alloc(cr_store *s, uint64_t size, crk_oa_allocation *out, uint8_t **ptr)
+{
+    if (s->staging_oa == NULL || size == 0 || size > s->staging_size)
+        return CR_NO_AVAILABLE_HANDLE;
+    pthread_mutex_lock(&s->staging_lock);
+    int rc = crk_oa_alloc(s->staging_oa, size, out);
+    pthread_mutex_unlock(&s->staging_lock);
+    if (rc < 0)
+        return CR_NO_AVAILABLE_HANDLE;
+    *ptr = s->staging + out->offset;
+    return 0;
 }
 
 void crc_staging_free(cr_store *s, const crk_oa_allocation *a)
@@ -84,4 +98,33 @@ int crc_transfer(cr_store *s, int opcode, const crp_rpc_replica *reps, size_t n_
         cr_batch_cancel(s->engine, b);
     cr_batch_free(s->engine, b);
     return rc;
+}
+
+void crc_run_batch(cr_store *s, cr_transfer_request *reqs, size_t t, bool *failed)
+{
+    if (t == 0)
+        return;
+    cr_batch_id b;
+    int rc = cr_batch_create(s->engine, t, &b);
+    if (rc < 0) {
+        for (size_t k = 0; k < t; k++)
+            failed[k] = true;
+        return;
+    }
+    rc = cr_batch_submit(s->engine, b, reqs, t);
+    if (rc < 0) { /* validation refused something: one transfer at a time */
+        for (size_t k = 0; k < t; k++)
+            failed[k] = cr_engine_transfer_sync(s->engine, reqs[k].opcode, reqs[k].local_addr,
+                                                reqs[k].segment, reqs[k].remote_addr,
+                                                reqs[k].length, (int)s->transfer_timeout_ms) < 0;
+    } else {
+        cr_batch_wait(s->engine, b, (int)s->transfer_timeout_ms + 1000);
+        for (size_t k = 0; k < t; k++) {
+            cr_task_status st;
+            failed[k] =
+                cr_batch_task_status(s->engine, b, k, &st) < 0 || st.state != CR_TASK_COMPLETED;
+        }
+        cr_batch_cancel(s->engine, b);
+    }
+    cr_batch_free(s->engine, b);
 }

@@ -27,6 +27,12 @@
  *                                    <rc> ok=<n> fail=<n> first=<code>
  *                                    keys PFX0..PFX<N-1>, seeds SEED+i
  *   batch_get PFX N LEN SEED [into]  <rc> ok=<n> miss=<n> err=<n> bad=<n> first=<code>
+ *   batch_put_multi PFX N LEN SEED NPARTS [upsert]
+ *                                    <rc> ok=<n> fail=<n> first=<code>
+ *                                    zero-copy gather from NPARTS region pieces each
+ *   batch_get_multi PFX N CAP SEED NPARTS
+ *                                    <rc> ok=<n> miss=<n> over=<n> err=<n> bad=<n>
+ *                                    scatter over NPARTS pieces holding CAP bytes
  *   batch_exist PFX N                <rc> yes=<n> no=<n> err=<n>
  *   batch_remove PFX N [force]       <rc> ok=<n> fail=<n> first=<code>
  *   exist KEY | size KEY | remove KEY [force] | remove_all [force]
@@ -435,6 +441,121 @@ static void cmd_batch_get(void)
     free_keys(keys, n);
 }
 
+/* Key i's NPARTS pieces in region: back to back per key, 64-byte gaps. */
+static int multi_layout(int n, uint64_t len, size_t nparts, void ****bufs, size_t ***sizes,
+                        size_t **counts)
+{
+    uint64_t stride = len + 64 * nparts;
+    if (nparts == 0 || nparts > 64 || !region_fits(0, stride * (uint64_t)n))
+        return -1;
+    *bufs = calloc((size_t)n, sizeof(**bufs));
+    *sizes = calloc((size_t)n, sizeof(**sizes));
+    *counts = calloc((size_t)n, sizeof(**counts));
+    for (int i = 0; i < n; i++) {
+        (*bufs)[i] = calloc(nparts, sizeof(void *));
+        (*sizes)[i] = calloc(nparts, sizeof(size_t));
+        (*counts)[i] = nparts;
+        uint64_t o = stride * (uint64_t)i, step = len / nparts;
+        for (size_t k = 0; k < nparts; k++) {
+            (*sizes)[i][k] = k + 1 == nparts ? len - step * (nparts - 1) : step;
+            (*bufs)[i][k] = region + o;
+            o += (*sizes)[i][k] + 64;
+        }
+    }
+    return 0;
+}
+
+static void free_layout(int n, void ***bufs, size_t **sizes, size_t *counts)
+{
+    for (int i = 0; i < n; i++) {
+        free(bufs[i]);
+        free(sizes[i]);
+    }
+    free(bufs);
+    free(sizes);
+    free(counts);
+}
+
+static void cmd_batch_multi(bool get)
+{
+    char **keys;
+    int n = batch_keys(&keys);
+    char *len_s = n > 0 ? strtok(NULL, " \t\r\n") : NULL;
+    char *seed_s = len_s ? strtok(NULL, " \t\r\n") : NULL;
+    char *np_s = seed_s ? strtok(NULL, " \t\r\n") : NULL;
+    char *flag = np_s ? strtok(NULL, " \t\r\n") : NULL;
+    void ***bufs;
+    size_t **sizes, *counts;
+    uint64_t len = len_s ? strtoull(len_s, NULL, 10) : 0;
+    uint64_t seed = seed_s ? strtoull(seed_s, NULL, 0) : 0;
+    if (np_s == NULL || multi_layout(n, len, strtoul(np_s, NULL, 10), &bufs, &sizes, &counts) < 0) {
+        if (n > 0)
+            free_keys(keys, n);
+        printf("%d usage\n", CR_INVALID_PARAMS);
+        return;
+    }
+    uint8_t *flat = malloc(len + 1);
+    int ok = 0, fail = 0, miss = 0, over = 0, bad = 0, first = 0, rc;
+    if (!get) {
+        for (int i = 0; i < n; i++) {
+            sp_fill(flat, len, seed + (uint64_t)i);
+            for (size_t k = 0, at = 0; k < counts[i]; at += sizes[i][k], k++)
+                memcpy(bufs[i][k], flat + at, sizes[i][k]);
+        }
+        int *res = calloc((size_t)n, sizeof(int));
+        bool upsert = flag != NULL && strcmp(flag, "upsert") == 0;
+        rc = (upsert ? cr_store_batch_upsert_from_multi : cr_store_batch_put_from_multi)(
+            store, (const char *const *)keys, (void *const *const *)bufs,
+            (const size_t *const *)sizes, counts, (size_t)n, NULL, res);
+        report_error("batch_put_multi", rc);
+        for (int i = 0; i < n && rc == 0; i++) {
+            if (res[i] == 0) {
+                ok++;
+            } else {
+                fail++;
+                first = first ? first : res[i];
+            }
+        }
+        printf("%d ok=%d fail=%d first=%d\n", rc, ok, fail, first);
+        free(res);
+    } else {
+        memset(region, 0xa5, (len + 64 * counts[0]) * (uint64_t)n);
+        int64_t *res = calloc((size_t)n, sizeof(int64_t));
+        rc = cr_store_batch_get_into_multi(store, (const char *const *)keys,
+                                           (void *const *const *)bufs, (const size_t *const *)sizes,
+                                           counts, (size_t)n, res);
+        report_error("batch_get_multi", rc);
+        for (int i = 0; i < n && rc == 0; i++) {
+            if (res[i] == CR_OBJECT_NOT_FOUND) {
+                miss++;
+            } else if (res[i] == CR_BUFFER_OVERFLOW) {
+                over++;
+            } else if (res[i] < 0) {
+                fail++;
+                first = first ? first : (int)res[i];
+            } else {
+                uint64_t at = 0;
+                for (size_t k = 0; k < counts[i] && at < (uint64_t)res[i]; k++) {
+                    uint64_t take = (uint64_t)res[i] - at;
+                    take = take < sizes[i][k] ? take : sizes[i][k];
+                    memcpy(flat + at, bufs[i][k], take);
+                    at += take;
+                }
+                if (sp_check(flat, (uint64_t)res[i], seed + (uint64_t)i) >= 0)
+                    bad++;
+                else
+                    ok++;
+            }
+        }
+        printf("%d ok=%d miss=%d over=%d err=%d bad=%d first=%d\n", rc, ok, miss, over, fail, bad,
+               first);
+        free(res);
+    }
+    free(flat);
+    free_layout(n, bufs, sizes, counts);
+    free_keys(keys, n);
+}
+
 static void cmd_batch_exist_remove(bool remove)
 {
     char **keys;
@@ -625,6 +746,10 @@ int main(int argc, char **argv)
             cmd_batch_put();
         else if (strcmp(cmd, "batch_get") == 0)
             cmd_batch_get();
+        else if (strcmp(cmd, "batch_put_multi") == 0)
+            cmd_batch_multi(false);
+        else if (strcmp(cmd, "batch_get_multi") == 0)
+            cmd_batch_multi(true);
         else if (strcmp(cmd, "batch_exist") == 0)
             cmd_batch_exist_remove(false);
         else if (strcmp(cmd, "batch_remove") == 0)

@@ -6,7 +6,9 @@
  *       and zero-copy, sizes 0, 1, 4 KiB, 1 MiB+1 and 8 MiB with a 1 MiB
  *       local buffer (larger values are staged in chunks), batch, multi-part
  *       and upsert forms; every byte checked against the value's pattern
- *       and FNV-1a; prefer_same_node keeps the replica in the writer's
+ *       and FNV-1a; batch gather/scatter (cr_store_batch_put_from_multi /
+ *       _get_into_multi over 1..4 buffers: a miss among hits, a too-small
+ *       destination, empty values); prefer_same_node keeps the replica in the writer's
  *       segment; the bytes moved over shared memory, never tcp.
  *   replicas_survive_writer_close  replica_num 2 placed on two other
  *       clients' segments (preferred_segments) stays readable after the
@@ -162,6 +164,29 @@ static void put_get_across_processes(void **state)
     r = sh_cmd(&b, "batch_exist bc 17");
     assert_int_equal(sh_field(r, "yes"), 16);
     assert_int_equal(sh_field(r, "no"), 1);
+
+    /* Batch gather in one process, batch scatter in the other, 1..4 buffers. */
+    r = sh_cmd(&a, "batch_put_multi bm 16 65536 500 2");
+    assert_int_equal(strtoll(r, NULL, 10), 0);
+    assert_int_equal(sh_field(r, "ok"), 16);
+    for (int parts = 1; parts <= 4; parts++) {
+        r = sh_cmd(&b, "batch_get_multi bm 16 65536 500 %d", parts);
+        assert_int_equal(strtoll(r, NULL, 10), 0);
+        assert_int_equal(sh_field(r, "ok"), 16);
+        assert_int_equal(sh_field(r, "bad"), 0);
+    }
+    r = sh_cmd(&b, "batch_get_multi bm 17 65535 500 3"); /* one byte short, bm16 missing */
+    assert_int_equal(sh_field(r, "over"), 16);
+    assert_int_equal(sh_field(r, "miss"), 1);
+    assert_int_equal(sh_field(r, "ok"), 0);
+    r = sh_cmd(&a, "batch_put_multi be 4 0 600 3"); /* empty values: three empty parts */
+    assert_int_equal(sh_field(r, "ok"), 4);
+    r = sh_cmd(&b, "batch_get_multi be 4 0 600 2");
+    assert_int_equal(sh_field(r, "ok"), 4);
+    r = sh_cmd(&a, "batch_put_multi bm 4 4096 700 4 upsert");
+    assert_int_equal(sh_field(r, "ok"), 4);
+    r = sh_cmd(&b, "batch_get_multi bm 4 4096 700 1");
+    assert_int_equal(sh_field(r, "ok"), 4);
 
     /* One object from several parts, read back scattered over several buffers. */
     assert_int_equal(sh_rc(&a, "put_parts parts 1000003 55 5"), 0);
