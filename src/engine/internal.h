@@ -122,8 +122,10 @@ struct cre_conn {
     crp_header hdr;
     uint8_t *body;
     size_t body_cap, body_got;
-    uint8_t *data_dst; /* where DATA goes; NULL → drain into scratch */
+    uint8_t *data_dst; /* where DATA goes; NULL → discard */
     uint64_t data_got;
+    uint8_t *rbuf; /* read buffer (conn.c), malloc'd on first use */
+    size_t rbuf_off, rbuf_len;
     bool want_out; /* EPOLLOUT armed */
     /* server side */
     bool authed;
@@ -376,6 +378,8 @@ typedef struct cre_read_ops {
 } cre_read_ops;
 /* Read until EAGAIN. Returns 0, or negative when the connection must close. */
 int cre_conn_read(cre_conn *c, const cre_read_ops *ops);
+/* Forget a partly read frame and any buffered bytes (a lane's new socket). */
+void cre_conn_reset_reader(cre_conn *c);
 /* Build header+body into a malloc'd buffer. */
 int cre_frame_build(int type, int32_t status, uint64_t request_id, uint64_t data_len,
                     const crp_buf *body, uint8_t **out, size_t *out_len);

@@ -58,6 +58,7 @@ static void server_close(cre_conn *c)
     }
     pthread_mutex_unlock(&w->lock);
     free(c->body);
+    free(c->rbuf);
     free(c);
 }
 

@@ -143,9 +143,7 @@ static void lane_close(cre_lane *l)
         l->conn.fd = -1;
     }
     l->state = LANE_IDLE;
-    l->conn.phase = CRE_READ_HEADER;
-    l->conn.hdr_got = l->conn.body_got = 0;
-    l->conn.data_got = 0;
+    cre_conn_reset_reader(&l->conn);
 }
 
 /* The connection broke: fail what is on the wire, keep unstarted slices. */
@@ -185,6 +183,8 @@ void cre_lane_fail_all(cre_lane *l, int status)
     free(l->conn.body);
     l->conn.body = NULL;
     l->conn.body_cap = 0;
+    free(l->conn.rbuf);
+    l->conn.rbuf = NULL;
     crp_buf_free(&l->scratch);
 }
 
@@ -210,9 +210,7 @@ static int lane_start_connect(cre_lane *l)
     l->conn.kind = CRE_CONN_LANE;
     l->conn.engine = p->engine;
     l->conn.peer = p;
-    l->conn.phase = CRE_READ_HEADER;
-    l->conn.hdr_got = l->conn.body_got = 0;
-    l->conn.data_got = 0;
+    cre_conn_reset_reader(&l->conn);
     l->state = LANE_CONNECTING;
     l->connect_deadline_ns = crb_now_ns() + (uint64_t)p->engine->connect_timeout_ms * 1000000ull;
     rc = cre_worker_add_conn(l->worker, &l->conn, EPOLLIN | EPOLLOUT);
