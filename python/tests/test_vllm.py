@@ -143,15 +143,18 @@ def test_store_connector_send_and_recv_threads(config_file):
             try:
                 w.save([k], [i % N_BLOCKS])
             except AssertionError as e:
-                errors.append(e)
+                errors.append(("save", k, e))
             i += 1
 
     def receiver(j):
         while not stop.is_set():
             res = w.load([f"vllm/threads/{j}"], [N_BLOCKS - 1])
-            # A miss, or a put still in flight (-703), is a cache miss for vLLM.
-            if res[0] not in (BLOCK * N_LAYERS, -704, -703):
-                errors.append(res)
+            # A miss (-704), a put still in flight (-703), or a read whose
+            # lease (200 ms in this cluster) ran out before its transfer
+            # finished on a slow, loaded machine (-707: the bytes are not
+            # returned) is a cache miss for vLLM; anything else is an error.
+            if res[0] not in (BLOCK * N_LAYERS, -704, -703, -707):
+                errors.append(("load", j, res))
 
     threads = [threading.Thread(target=sender)] + [threading.Thread(target=receiver, args=(j,))
                                                     for j in range(3)]
