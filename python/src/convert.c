@@ -280,16 +280,24 @@ int pcr_ptr(pcr_call *cx, PyObject *o, bool writable, bool allow_null, const cha
     return 0;
 }
 
-int pcr_ptrs(pcr_call *cx, PyObject *seq, size_t n, bool writable, const char *what, void ***out)
+/* A sequence snapshot of exactly n entries (one per key); ValueError otherwise. */
+static int seq_of_len(pcr_call *cx, PyObject *seq, size_t n, const char *what, PyObject **tuple)
 {
-    PyObject *t;
     size_t m;
-    if (pcr_seq(cx, seq, what, &t, &m) < 0)
+    if (pcr_seq(cx, seq, what, tuple, &m) < 0)
         return -1;
     if (m != n) {
         PyErr_Format(PyExc_ValueError, "%s has %zu entries for %zu keys", what, m, n);
         return -1;
     }
+    return 0;
+}
+
+int pcr_ptrs(pcr_call *cx, PyObject *seq, size_t n, bool writable, const char *what, void ***out)
+{
+    PyObject *t;
+    if (seq_of_len(cx, seq, n, what, &t) < 0)
+        return -1;
     void **p = pcr_call_alloc(cx, n, sizeof(*p));
     if (p == NULL)
         return -1;
@@ -303,13 +311,8 @@ int pcr_ptrs(pcr_call *cx, PyObject *seq, size_t n, bool writable, const char *w
 int pcr_sizes(pcr_call *cx, PyObject *seq, size_t n, const char *what, size_t **out)
 {
     PyObject *t;
-    size_t m;
-    if (pcr_seq(cx, seq, what, &t, &m) < 0)
+    if (seq_of_len(cx, seq, n, what, &t) < 0)
         return -1;
-    if (m != n) {
-        PyErr_Format(PyExc_ValueError, "%s has %zu entries for %zu keys", what, m, n);
-        return -1;
-    }
     size_t *s = pcr_call_alloc(cx, n, sizeof(*s));
     if (s == NULL)
         return -1;
@@ -415,6 +418,24 @@ int pcr_opt_str(PyObject *o, const char *what, const char **out)
         return -1;
     *out = s;
     return 0;
+}
+
+int pcr_conv_str(PyObject *o, void *out)
+{
+    return pcr_opt_str(o, "argument", out) == 0;
+}
+
+int pcr_conv_u32(PyObject *o, void *out)
+{
+    size_t v;
+    if (pcr_size(o, "argument", &v) < 0)
+        return 0;
+    if (v > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "argument is too large");
+        return 0;
+    }
+    *(uint32_t *)out = (uint32_t)v;
+    return 1;
 }
 
 /* ------------------------------------------------------------------------- */

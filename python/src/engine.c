@@ -12,44 +12,31 @@
  * still touch.
  *
  * Every blocking C call runs with the GIL released; close() waits for the
- * calls in flight (see pcr_guard in pycrescent.h).
+ * calls in flight (see pcr_guard in pycrescent.h). The lifecycle, pins and
+ * result lists shared with Store live in common.c.
  */
 #include "pycrescent.h"
 
 #include <string.h>
 
 typedef struct {
-    PyObject_HEAD cr_engine *engine;
-    pcr_guard guard;
-    PyObject *pins; /* {address: memoryview} for registered buffer objects */
-    int borrowers;  /* Stores running on this engine (GIL-protected) */
+    pcr_object base;   /* call guard and pins (common.c) */
+    cr_engine *engine; /* NULL once closed */
+    int borrowers;     /* Stores running on this engine (GIL-protected) */
 } Engine;
 
 #define ENTER(self)                                                                                \
     do {                                                                                           \
-        if (pcr_guard_enter(&(self)->guard, (self)->engine != NULL, "engine") < 0)                 \
+        if (pcr_guard_enter(&(self)->base.guard, (self)->engine != NULL, "engine") < 0)            \
             return NULL;                                                                           \
     } while (0)
-#define LEAVE(self) pcr_guard_leave(&(self)->guard)
+#define LEAVE(self) pcr_guard_leave(&(self)->base.guard)
 
-/* O& converters for keyword parsing. */
-static int conv_u32(PyObject *o, void *out)
-{
-    size_t v;
-    if (pcr_size(o, "argument", &v) < 0)
-        return 0;
-    if (v > UINT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "argument is too large");
-        return 0;
-    }
-    *(uint32_t *)out = (uint32_t)v;
-    return 1;
-}
-
+/* O& converters for keyword parsing (see also pcr_conv_str / pcr_conv_u32). */
 static int conv_u16(PyObject *o, void *out)
 {
     uint32_t v;
-    if (!conv_u32(o, &v))
+    if (!pcr_conv_u32(o, &v))
         return 0;
     if (v > 65535) {
         PyErr_SetString(PyExc_OverflowError, "port is larger than 65535");
@@ -66,11 +53,6 @@ static int conv_u64(PyObject *o, void *out)
         return 0;
     *(uint64_t *)out = (uint64_t)v;
     return 1;
-}
-
-static int conv_str(PyObject *o, void *out)
-{
-    return pcr_opt_str(o, "argument", out) == 0;
 }
 
 static int conv_int(PyObject *o, void *out)
@@ -107,20 +89,6 @@ static int conv_opcode(PyObject *o, void *out)
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------- */
 
-static PyObject *engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
-{
-    Engine *self = (Engine *)type->tp_alloc(type, 0);
-    if (self == NULL)
-        return NULL;
-    atomic_init(&self->guard.inflight, 0);
-    self->pins = PyDict_New();
-    if (self->pins == NULL) {
-        Py_DECREF(self);
-        return NULL;
-    }
-    return (PyObject *)self;
-}
-
 static int engine_init(Engine *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"local_hostname",     "metadata",
@@ -138,11 +106,12 @@ static int engine_init(Engine *self, PyObject *args, PyObject *kw)
     cr_engine_config_init(&cfg);
     int any_user = 0, no_cma = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "|O&O&O&O&$O&O&O&O&O&O&O&pp:Engine", kwlist, conv_str, &cfg.local_hostname,
-            conv_str, &cfg.metadata, conv_str, &cfg.protocol, conv_u16, &cfg.rpc_port, conv_str,
-            &cfg.metadata_prefix, conv_u32, &cfg.worker_threads, conv_u32, &cfg.lanes_per_peer,
-            conv_u64, &cfg.slice_size, conv_u32, &cfg.connect_timeout_ms, conv_u32,
-            &cfg.request_timeout_ms, conv_str, &cfg.shared_secret, &any_user, &no_cma))
+            args, kw, "|O&O&O&O&$O&O&O&O&O&O&O&pp:Engine", kwlist, pcr_conv_str,
+            &cfg.local_hostname, pcr_conv_str, &cfg.metadata, pcr_conv_str, &cfg.protocol, conv_u16,
+            &cfg.rpc_port, pcr_conv_str, &cfg.metadata_prefix, pcr_conv_u32, &cfg.worker_threads,
+            pcr_conv_u32, &cfg.lanes_per_peer, conv_u64, &cfg.slice_size, pcr_conv_u32,
+            &cfg.connect_timeout_ms, pcr_conv_u32, &cfg.request_timeout_ms, pcr_conv_str,
+            &cfg.shared_secret, &any_user, &no_cma))
         return -1;
     cr_engine_config d;
     cr_engine_config_init(&d);
@@ -166,30 +135,27 @@ static int engine_init(Engine *self, PyObject *args, PyObject *kw)
         return -1;
     }
     self->engine = e;
-    self->guard.closing = false;
+    self->base.guard.closing = false;
     return 0;
+}
+
+static void destroy_engine(void *engine)
+{
+    cr_engine_destroy(engine);
 }
 
 static void engine_shutdown(Engine *self)
 {
-    /* A second close() while the first is draining returns at once. */
-    if (self->engine == NULL || self->guard.closing)
+    if (!pcr_object_close(&self->base, self->engine, destroy_engine))
         return;
-    self->guard.closing = true;
-    cr_engine *e = self->engine;
-    Py_BEGIN_ALLOW_THREADS
-    pcr_guard_drain(&self->guard);
-    cr_engine_destroy(e);
-    Py_END_ALLOW_THREADS
     self->engine = NULL;
-    PyDict_Clear(self->pins);
+    PyDict_Clear(self->base.pins);
 }
 
 static void engine_dealloc(Engine *self)
 {
     engine_shutdown(self);
-    Py_XDECREF(self->pins);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    pcr_object_free(&self->base);
 }
 
 static PyObject *engine_close(Engine *self, PyObject *unused)
@@ -211,7 +177,7 @@ cr_engine *pcr_engine_borrow(PyObject *o)
         return NULL;
     }
     Engine *e = (Engine *)o;
-    if (e->engine == NULL || e->guard.closing) {
+    if (e->engine == NULL || e->base.guard.closing) {
         PyErr_SetString(PyExc_RuntimeError, "engine is closed");
         return NULL;
     }
@@ -230,20 +196,12 @@ void pcr_engine_release(PyObject *o)
 
 static PyObject *engine_enter(Engine *self, PyObject *unused)
 {
-    ENTER(self);
-    LEAVE(self);
-    return Py_NewRef((PyObject *)self);
+    return pcr_object_enter(&self->base, self->engine != NULL, "engine");
 }
-
-static PyObject *engine_close(Engine *self, PyObject *unused);
 
 static PyObject *engine_exit(Engine *self, PyObject *args)
 {
-    PyObject *r = engine_close(self, NULL);
-    if (r == NULL)
-        return NULL;
-    Py_DECREF(r);
-    Py_RETURN_FALSE;
+    return pcr_exit_result(engine_close(self, NULL));
 }
 
 static PyObject *engine_get_closed(Engine *self, void *unused)
@@ -274,102 +232,32 @@ static PyObject *engine_get_rpc_port(Engine *self, void *unused)
 /* Registration                                                              */
 /* ------------------------------------------------------------------------- */
 
-/*
- * Resolve (address, length) of one buffer. A buffer-protocol object yields
- * its memory and length (length may then be None) and a memoryview to pin.
- */
-static int buffer_arg(pcr_call *cx, PyObject *addr, PyObject *length, void **p, size_t *n,
-                      PyObject **pin)
-{
-    *pin = NULL;
-    if (pcr_buffer_like(addr)) {
-        PyObject *mv = PyMemoryView_FromObject(addr);
-        if (mv == NULL)
-            return -1;
-        Py_buffer *view = PyMemoryView_GET_BUFFER(mv);
-        if (!PyBuffer_IsContiguous(view, 'A')) {
-            Py_DECREF(mv);
-            PyErr_SetString(PyExc_ValueError, "buffer is not contiguous");
-            return -1;
-        }
-        *p = view->buf;
-        *n = (size_t)view->len;
-        if (length != NULL && length != Py_None) {
-            size_t want;
-            if (pcr_size(length, "length", &want) < 0) {
-                Py_DECREF(mv);
-                return -1;
-            }
-            if (want > *n) {
-                Py_DECREF(mv);
-                PyErr_Format(PyExc_ValueError, "length %zu exceeds the buffer's %zu bytes", want,
-                             *n);
-                return -1;
-            }
-            *n = want;
-        }
-        *pin = mv;
-        return 0;
-    }
-    if (pcr_ptr(cx, addr, false, false, "address", p) < 0)
-        return -1;
-    if (length == NULL || length == Py_None) {
-        PyErr_SetString(PyExc_TypeError, "length is required when the address is an int");
-        return -1;
-    }
-    return pcr_size(length, "length", n);
-}
-
-static int pin(Engine *self, void *addr, PyObject *mv)
-{
-    if (mv == NULL)
-        return 0;
-    PyObject *key = PyLong_FromVoidPtr(addr);
-    int rc = key ? PyDict_SetItem(self->pins, key, mv) : -1;
-    Py_XDECREF(key);
-    return rc;
-}
-
-static void unpin(Engine *self, void *addr)
-{
-    PyObject *key = PyLong_FromVoidPtr(addr);
-    if (key == NULL) {
-        PyErr_Clear();
-        return;
-    }
-    if (PyDict_DelItem(self->pins, key) < 0)
-        PyErr_Clear();
-    Py_DECREF(key);
-}
-
 static PyObject *engine_register(Engine *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"address", "length", "location", "remote_accessible", NULL};
     PyObject *addr, *length = Py_None;
     const char *location = NULL;
     int remote = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO&p:register", kwlist, &addr, &length, conv_str,
-                                     &location, &remote))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO&p:register", kwlist, &addr, &length,
+                                     pcr_conv_str, &location, &remote))
         return NULL;
     ENTER(self);
     pcr_call cx = PCR_CALL_INIT;
     void *p;
     size_t n;
     PyObject *mv = NULL, *result = NULL;
-    if (buffer_arg(&cx, addr, length, &p, &n, &mv) == 0) {
+    if (pcr_buffer_arg(&cx, addr, length, "length", &p, &n, &mv) == 0) {
         int rc;
         Py_BEGIN_ALLOW_THREADS
         rc = cr_engine_register(self->engine, p, n, location, remote != 0);
         Py_END_ALLOW_THREADS
         if (rc < 0)
             pcr_raise(rc);
-        else if (pin(self, p, mv) == 0)
+        else if (pcr_pin(&self->base, p, mv) == 0)
             result = PyLong_FromVoidPtr(p);
     }
     Py_XDECREF(mv);
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *engine_register_batch(Engine *self, PyObject *args, PyObject *kw)
@@ -378,7 +266,7 @@ static PyObject *engine_register_batch(Engine *self, PyObject *args, PyObject *k
     PyObject *seq;
     const char *location = NULL;
     int remote = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O&p:register_batch", kwlist, &seq, conv_str,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O&p:register_batch", kwlist, &seq, pcr_conv_str,
                                      &location, &remote))
         return NULL;
     ENTER(self);
@@ -397,7 +285,7 @@ static PyObject *engine_register_batch(Engine *self, PyObject *args, PyObject *k
         } else {
             a = item;
         }
-        if (buffer_arg(&cx, a, l, &specs[i].addr, &specs[i].length, &mv) < 0)
+        if (pcr_buffer_arg(&cx, a, l, "length", &specs[i].addr, &specs[i].length, &mv) < 0)
             goto out;
         specs[i].location = location;
         specs[i].remote_accessible = remote != 0;
@@ -421,15 +309,13 @@ static PyObject *engine_register_batch(Engine *self, PyObject *args, PyObject *k
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(mvs); i++) {
         PyObject *pair = PyList_GET_ITEM(mvs, i);
         PyObject *mv = PyTuple_GET_ITEM(pair, 1);
-        if (mv != Py_None && PyDict_SetItem(self->pins, PyTuple_GET_ITEM(pair, 0), mv) < 0)
+        if (mv != Py_None && PyDict_SetItem(self->base.pins, PyTuple_GET_ITEM(pair, 0), mv) < 0)
             goto out;
     }
     result = Py_NewRef(Py_None);
 out:
     Py_XDECREF(mvs);
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *engine_unregister(Engine *self, PyObject *arg)
@@ -446,13 +332,11 @@ static PyObject *engine_unregister(Engine *self, PyObject *arg)
         if (rc < 0) {
             pcr_raise(rc);
         } else {
-            unpin(self, p);
+            pcr_unpin(&self->base, p);
             result = Py_NewRef(Py_None);
         }
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *engine_unregister_batch(Engine *self, PyObject *arg)
@@ -476,13 +360,11 @@ static PyObject *engine_unregister_batch(Engine *self, PyObject *arg)
             Py_END_ALLOW_THREADS
             /* Every address is attempted even when one fails: unpin them all. */
             for (i = 0; i < n; i++)
-                unpin(self, addrs[i]);
-            result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+                pcr_unpin(&self->base, addrs[i]);
+            result = pcr_none_or_raise(rc);
         }
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *engine_registration_count(Engine *self, PyObject *unused)
@@ -543,7 +425,15 @@ static PyObject *engine_close_segment(Engine *self, PyObject *arg)
     ENTER(self);
     int rc = cr_engine_close_segment(self->engine, (cr_segment_handle)h);
     LEAVE(self);
-    return rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+    return pcr_none_or_raise(rc);
+}
+
+/* (address, length, kind, device, remote_accessible) of cr_buffer_info[i]. */
+static PyObject *buffer_info_item(const void *items, size_t i)
+{
+    const cr_buffer_info *b = &((const cr_buffer_info *)items)[i];
+    return Py_BuildValue("(KKiiO)", (unsigned long long)b->addr, (unsigned long long)b->length,
+                         b->kind, b->device, b->remote_accessible ? Py_True : Py_False);
 }
 
 /* segment_buffers(handle) -> [(address, length, kind, device, remote_accessible)] */
@@ -567,18 +457,7 @@ static PyObject *engine_segment_buffers(Engine *self, PyObject *arg)
         PyMem_Free(info);
         return pcr_raise(rc);
     }
-    PyObject *list = PyList_New(0);
-    for (size_t i = 0; list != NULL && i < total; i++) {
-        PyObject *t = Py_BuildValue("(KKiiO)", (unsigned long long)info[i].addr,
-                                    (unsigned long long)info[i].length, info[i].kind,
-                                    info[i].device, info[i].remote_accessible ? Py_True : Py_False);
-        if (t == NULL || PyList_Append(list, t) < 0) {
-            Py_XDECREF(t);
-            Py_CLEAR(list);
-            break;
-        }
-        Py_DECREF(t);
-    }
+    PyObject *list = pcr_list_build(total, buffer_info_item, info);
     PyMem_Free(info);
     return list;
 }
@@ -605,11 +484,9 @@ static PyObject *engine_transfer_sync(Engine *self, PyObject *args, PyObject *kw
         Py_BEGIN_ALLOW_THREADS
         rc = cr_engine_transfer_sync(self->engine, op, lp, h, raddr, len, timeout);
         Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        result = pcr_none_or_raise(rc);
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *engine_transfer_sync_batch(Engine *self, PyObject *args, PyObject *kw)
@@ -643,12 +520,10 @@ static PyObject *engine_transfer_sync_batch(Engine *self, PyObject *args, PyObje
             Py_BEGIN_ALLOW_THREADS
             rc = cr_engine_transfer_sync_batch(self->engine, op, h, lp, ra64, len64, n, timeout);
             Py_END_ALLOW_THREADS
-            result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+            result = pcr_none_or_raise(rc);
         }
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *engine_batch_create(Engine *self, PyObject *arg)
@@ -701,11 +576,9 @@ static PyObject *engine_batch_submit(Engine *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     rc = cr_batch_submit(self->engine, (cr_batch_id)b, rq, n);
     Py_END_ALLOW_THREADS
-    result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+    result = pcr_none_or_raise(rc);
 out:
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *engine_batch_task_status(Engine *self, PyObject *args)
@@ -741,7 +614,7 @@ static PyObject *engine_batch_wait(Engine *self, PyObject *args, PyObject *kw)
     rc = cr_batch_wait(self->engine, (cr_batch_id)b, timeout);
     Py_END_ALLOW_THREADS
     LEAVE(self);
-    return rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+    return pcr_none_or_raise(rc);
 }
 
 static PyObject *batch_simple(Engine *self, PyObject *arg, int (*fn)(cr_engine *, cr_batch_id))
@@ -755,7 +628,7 @@ static PyObject *batch_simple(Engine *self, PyObject *arg, int (*fn)(cr_engine *
     rc = fn(self->engine, (cr_batch_id)b);
     Py_END_ALLOW_THREADS
     LEAVE(self);
-    return rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+    return pcr_none_or_raise(rc);
 }
 
 static PyObject *engine_batch_cancel(Engine *self, PyObject *arg)
@@ -797,12 +670,17 @@ static PyObject *engine_notify(Engine *self, PyObject *args)
         Py_BEGIN_ALLOW_THREADS
         rc = cr_engine_notify(self->engine, h, p, n);
         Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        result = pcr_none_or_raise(rc);
     }
 out:
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
+}
+
+/* (sender, message) of cr_notification[i]. */
+static PyObject *notification_item(const void *items, size_t i)
+{
+    const cr_notification *m = &((const cr_notification *)items)[i];
+    return Py_BuildValue("(sy#)", m->from, m->message, (Py_ssize_t)m->length);
 }
 
 static PyObject *engine_take_notifications(Engine *self, PyObject *unused)
@@ -817,16 +695,7 @@ static PyObject *engine_take_notifications(Engine *self, PyObject *unused)
     LEAVE(self);
     if (rc < 0)
         return pcr_raise(rc);
-    PyObject *out = PyList_New((Py_ssize_t)n);
-    for (size_t i = 0; out != NULL && i < n; i++) {
-        PyObject *item =
-            Py_BuildValue("(sy#)", list[i].from, list[i].message, (Py_ssize_t)list[i].length);
-        if (item == NULL) {
-            Py_CLEAR(out);
-            break;
-        }
-        PyList_SET_ITEM(out, (Py_ssize_t)i, item);
-    }
+    PyObject *out = pcr_list_build(n, notification_item, list);
     cr_notifications_free(list, n);
     return out;
 }
@@ -844,7 +713,7 @@ static PyObject *engine_probe(Engine *self, PyObject *args, PyObject *kw)
     rc = cr_engine_probe(self->engine, name, timeout);
     Py_END_ALLOW_THREADS
     LEAVE(self);
-    return rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+    return pcr_none_or_raise(rc);
 }
 
 static PyObject *engine_stats(Engine *self, PyObject *unused)
@@ -948,7 +817,7 @@ PyTypeObject pcr_EngineType = {
               "crescent's transfer engine: one-sided READ/WRITE between registered memory\n"
               "of processes and hosts. protocol is 'tcp', 'shm' or 'auto'. Thread-safe;\n"
               "a context manager (close() on exit).",
-    .tp_new = engine_new,
+    .tp_new = pcr_object_new,
     .tp_init = (initproc)engine_init,
     .tp_dealloc = (destructor)engine_dealloc,
     .tp_methods = engine_methods,

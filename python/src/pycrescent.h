@@ -112,6 +112,11 @@ int pcr_replicate_config(pcr_call *cx, PyObject *o, cr_replicate_config *cfg, bo
 /* Optional string keyword (None allowed). */
 int pcr_opt_str(PyObject *o, const char *what, const char **out);
 
+/* PyArg_Parse "O&" converters (1 on success, 0 with an exception): an
+ * optional str into `const char *` (pcr_opt_str), a size into uint32_t. */
+int pcr_conv_str(PyObject *o, void *out);
+int pcr_conv_u32(PyObject *o, void *out);
+
 /* --- types ------------------------------------------------------------------ */
 
 extern PyTypeObject pcr_EngineType;
@@ -141,5 +146,65 @@ int pcr_guard_enter(pcr_guard *g, bool open, const char *what);
 void pcr_guard_leave(pcr_guard *g);
 /* Mark closing and wait for the calls in flight; call with the GIL released. */
 void pcr_guard_drain(pcr_guard *g);
+
+/* --- Engine / Store common parts (common.c) ---------------------------------- */
+
+/*
+ * The head of an Engine or a Store: the call guard and the pinned buffer
+ * objects. Each type embeds it first and adds its own C object pointer
+ * (NULL once closed). All pcr_object_* and pin helpers need the GIL, except
+ * where a helper says it releases it.
+ */
+typedef struct pcr_object {
+    PyObject_HEAD pcr_guard guard;
+    PyObject *pins; /* {address: memoryview} for registered buffer objects */
+} pcr_object;
+
+/* tp_new of Engine and Store: a closed object with an empty pins dict. */
+PyObject *pcr_object_new(PyTypeObject *type, PyObject *args, PyObject *kw);
+/*
+ * Close `c_obj`, the C object owned by `o`: refuse new calls, wait for the
+ * ones in flight and destroy it with `destroy`, both with the GIL released.
+ * Returns false, doing nothing, if `c_obj` is NULL (closed) or another
+ * close() is already draining. On true the caller forgets `c_obj` and
+ * clears o->pins.
+ */
+bool pcr_object_close(pcr_object *o, void *c_obj, void (*destroy)(void *c_obj));
+/* tp_dealloc tail, after the type closed its C object: drop pins, free `o`. */
+void pcr_object_free(pcr_object *o);
+/* __enter__: `o` (new reference), or CrescentError if it is closed. */
+PyObject *pcr_object_enter(pcr_object *o, bool open, const char *what);
+/* __exit__ from the result of close(): NULL stays NULL, else False. Steals. */
+PyObject *pcr_exit_result(PyObject *close_result);
+
+/*
+ * Resolve (address, length) of one buffer to register. A buffer-protocol
+ * object yields its memory and length (length may then be None or smaller)
+ * and a new memoryview in *pin to keep while registered; an int address
+ * (held in cx) requires the length and sets *pin = NULL. `what` names the
+ * length argument in errors ("length", "size").
+ */
+int pcr_buffer_arg(pcr_call *cx, PyObject *addr, PyObject *length, const char *what, void **p,
+                   size_t *n, PyObject **pin);
+/* Keep `mv` (a pin from pcr_buffer_arg; NULL: none) in o->pins under addr
+ * (the dict takes its own reference). 0, or -1 with an exception. */
+int pcr_pin(pcr_object *o, void *addr, PyObject *mv);
+/* Forget the pin of addr, if any. Never raises. */
+void pcr_unpin(pcr_object *o, void *addr);
+
+/* End a guarded method: release cx, leave o's guard, pass `result` through. */
+PyObject *pcr_call_finish(pcr_call *cx, pcr_object *o, PyObject *result);
+
+/* A C status as a method result: None, or the raised error (NULL) if < 0. */
+PyObject *pcr_none_or_raise(int64_t rc);
+/* A C count or size as a method result: an int, or the raised error if < 0. */
+PyObject *pcr_int_or_raise(int64_t rc);
+/* A new list of n items, item i made by make(items, i) (a new reference);
+ * NULL with an exception if the list or any item fails. */
+PyObject *pcr_list_build(size_t n, PyObject *(*make)(const void *items, size_t i),
+                         const void *items);
+/* Per-key batch results as a list of ints (new reference, NULL on error). */
+PyObject *pcr_int_list(const int *v, size_t n);
+PyObject *pcr_i64_list(const int64_t *v, size_t n);
 
 #endif /* PYCRESCENT_H */

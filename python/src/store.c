@@ -11,7 +11,8 @@
  * Every batch method is one C batch call (one master round trip per phase
  * for the whole batch); only upsert of parts, which has no C form, is
  * composed here. Buffer objects passed to register_buffer() are pinned until
- * unregister_buffer(), as in engine.c.
+ * unregister_buffer(), as in engine.c. The lifecycle, pins and result lists
+ * shared with Engine live in common.c; this file holds what is store-only.
  */
 #include "pycrescent.h"
 
@@ -19,19 +20,18 @@
 #include <string.h>
 
 typedef struct {
-    PyObject_HEAD cr_store *store;
-    pcr_guard guard;
-    PyObject *pins;       /* {address: memoryview} */
+    pcr_object base;      /* call guard and pins (common.c) */
+    cr_store *store;      /* NULL once closed */
     char name[256];       /* this client's segment name, for prefer_alloc_in_same_node */
     PyObject *engine_obj; /* borrowed Engine (setup(engine=...)), or NULL */
 } Store;
 
 #define ENTER(self)                                                                                \
     do {                                                                                           \
-        if (pcr_guard_enter(&(self)->guard, (self)->store != NULL, "store") < 0)                   \
+        if (pcr_guard_enter(&(self)->base.guard, (self)->store != NULL, "store") < 0)              \
             return NULL;                                                                           \
     } while (0)
-#define LEAVE(self) pcr_guard_leave(&(self)->guard)
+#define LEAVE(self) pcr_guard_leave(&(self)->base.guard)
 
 /* A size from an int or a human-readable str ("16MB"). */
 static int size_or_text(PyObject *o, const char *what, uint64_t *out)
@@ -54,69 +54,77 @@ static int size_or_text(PyObject *o, const char *what, uint64_t *out)
     return 0;
 }
 
-static int conv_u32(PyObject *o, void *out)
+/* The keys of a batch and a zeroed int result per key, both owned by cx. */
+static int keys_with_results(pcr_call *cx, PyObject *keys_o, const char ***keys, size_t *n,
+                             int **res)
 {
-    size_t v;
-    if (pcr_size(o, "argument", &v) < 0)
-        return 0;
-    if (v > UINT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "argument is too large");
-        return 0;
-    }
-    *(uint32_t *)out = (uint32_t)v;
-    return 1;
+    if (pcr_keys(cx, keys_o, keys, n) < 0)
+        return -1;
+    *res = pcr_call_alloc(cx, *n, sizeof(**res));
+    return *res == NULL ? -1 : 0;
 }
 
-static int conv_str(PyObject *o, void *out)
+/* A list of addresses and a matching list of sizes, n entries each (one per key). */
+static int flat(pcr_call *cx, PyObject *addrs, PyObject *sizes_o, size_t n, bool writable,
+                void ***bufs, size_t **sizes)
 {
-    return pcr_opt_str(o, "argument", out) == 0;
+    if (pcr_ptrs(cx, addrs, n, writable, "addresses", bufs) < 0 ||
+        pcr_sizes(cx, sizes_o, n, "sizes", sizes) < 0)
+        return -1;
+    return 0;
 }
 
-static PyObject *int_list(const int *v, size_t n)
+/* One value's buffers: a list of addresses and a matching list of sizes (*n each). */
+static int buffer_lists(pcr_call *cx, PyObject *addrs, PyObject *sizes_o, bool writable,
+                        void ***bufs, size_t **sizes, size_t *n)
 {
-    PyObject *l = PyList_New((Py_ssize_t)n);
-    for (size_t i = 0; l != NULL && i < n; i++) {
-        PyObject *x = PyLong_FromLong(v[i]);
-        if (x == NULL) {
-            Py_CLEAR(l);
-            break;
-        }
-        PyList_SET_ITEM(l, (Py_ssize_t)i, x);
-    }
-    return l;
+    PyObject *t;
+    if (pcr_seq(cx, addrs, "addresses", &t, n) < 0 ||
+        flat(cx, t, sizes_o, *n, writable, bufs, sizes) < 0)
+        return -1;
+    return 0;
 }
 
-static PyObject *i64_list(const int64_t *v, size_t n)
+/*
+ * Convert a list of lists of addresses and a matching list of lists of sizes
+ * (one inner list per key) into flat arrays with per-key offsets.
+ */
+static int nested(pcr_call *cx, PyObject *addrs, PyObject *sizes_o, size_t n, bool writable,
+                  void ****bufs_out, size_t ***sizes_out, size_t **counts_out)
 {
-    PyObject *l = PyList_New((Py_ssize_t)n);
-    for (size_t i = 0; l != NULL && i < n; i++) {
-        PyObject *x = PyLong_FromLongLong(v[i]);
-        if (x == NULL) {
-            Py_CLEAR(l);
-            break;
-        }
-        PyList_SET_ITEM(l, (Py_ssize_t)i, x);
+    PyObject *at, *st;
+    size_t an, sn;
+    if (pcr_seq(cx, addrs, "addresses", &at, &an) < 0 ||
+        pcr_seq(cx, sizes_o, "sizes", &st, &sn) < 0)
+        return -1;
+    if (an != n || sn != n) {
+        PyErr_Format(PyExc_ValueError, "%zu address lists and %zu size lists for %zu keys", an, sn,
+                     n);
+        return -1;
     }
-    return l;
+    void ***bufs = pcr_call_alloc(cx, n, sizeof(*bufs));
+    size_t **sizes = pcr_call_alloc(cx, n, sizeof(*sizes));
+    size_t *counts = pcr_call_alloc(cx, n, sizeof(*counts));
+    if (bufs == NULL || sizes == NULL || counts == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *inner;
+        if (pcr_seq(cx, PyTuple_GET_ITEM(at, (Py_ssize_t)i), "addresses[i]", &inner, &counts[i]) <
+                0 ||
+            pcr_ptrs(cx, inner, counts[i], writable, "addresses[i]", &bufs[i]) < 0 ||
+            pcr_sizes(cx, PyTuple_GET_ITEM(st, (Py_ssize_t)i), counts[i], "sizes[i]", &sizes[i]) <
+                0)
+            return -1;
+    }
+    *bufs_out = bufs;
+    *sizes_out = sizes;
+    *counts_out = counts;
+    return 0;
 }
 
 /* ------------------------------------------------------------------------- */
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------- */
-
-static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
-{
-    Store *self = (Store *)type->tp_alloc(type, 0);
-    if (self == NULL)
-        return NULL;
-    atomic_init(&self->guard.inflight, 0);
-    self->pins = PyDict_New();
-    if (self->pins == NULL) {
-        Py_DECREF(self);
-        return NULL;
-    }
-    return (PyObject *)self;
-}
 
 static int store_init(Store *self, PyObject *args, PyObject *kw)
 {
@@ -140,11 +148,11 @@ static int store_init(Store *self, PyObject *args, PyObject *kw)
     cr_store_config_init(&cfg);
     const char *host = NULL, *meta = NULL, *proto = NULL, *dev = NULL, *master = NULL;
     PyObject *gss = NULL, *lbs = NULL, *engine = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&O&OOO&O&O&$O&O&O&O:Store", kwlist, conv_str,
-                                     &host, conv_str, &meta, &gss, &lbs, conv_str, &proto, conv_str,
-                                     &dev, conv_str, &master, conv_u32, &cfg.transfer_timeout_ms,
-                                     conv_u32, &cfg.rpc_timeout_ms, conv_u32,
-                                     &cfg.heartbeat_interval_ms, &engine))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&O&OOO&O&O&$O&O&O&O:Store", kwlist, pcr_conv_str,
+                                     &host, pcr_conv_str, &meta, &gss, &lbs, pcr_conv_str, &proto,
+                                     pcr_conv_str, &dev, pcr_conv_str, &master, pcr_conv_u32,
+                                     &cfg.transfer_timeout_ms, pcr_conv_u32, &cfg.rpc_timeout_ms,
+                                     pcr_conv_u32, &cfg.heartbeat_interval_ms, &engine))
         return -1;
     if (host != NULL)
         cfg.local_hostname = host;
@@ -181,25 +189,23 @@ static int store_init(Store *self, PyObject *args, PyObject *kw)
     if (cfg.engine != NULL)
         self->engine_obj = engine;
     self->store = s;
-    self->guard.closing = false;
+    self->base.guard.closing = false;
     if (cr_store_hostname(s, self->name, sizeof(self->name)) < 0)
         self->name[0] = '\0';
     return 0;
 }
 
+static void destroy_store(void *store)
+{
+    cr_store_destroy(store);
+}
+
 static void store_shutdown(Store *self)
 {
-    /* A second close() while the first is draining returns at once. */
-    if (self->store == NULL || self->guard.closing)
+    if (!pcr_object_close(&self->base, self->store, destroy_store))
         return;
-    self->guard.closing = true;
-    cr_store *s = self->store;
-    Py_BEGIN_ALLOW_THREADS
-    pcr_guard_drain(&self->guard);
-    cr_store_destroy(s);
-    Py_END_ALLOW_THREADS
     self->store = NULL;
-    PyDict_Clear(self->pins);
+    PyDict_Clear(self->base.pins);
     PyObject *engine = self->engine_obj; /* the engine may close from now on */
     self->engine_obj = NULL;
     pcr_engine_release(engine);
@@ -208,8 +214,7 @@ static void store_shutdown(Store *self)
 static void store_dealloc(Store *self)
 {
     store_shutdown(self);
-    Py_XDECREF(self->pins);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    pcr_object_free(&self->base);
 }
 
 static PyObject *store_close(Store *self, PyObject *unused)
@@ -220,15 +225,12 @@ static PyObject *store_close(Store *self, PyObject *unused)
 
 static PyObject *store_enter(Store *self, PyObject *unused)
 {
-    ENTER(self);
-    LEAVE(self);
-    return Py_NewRef((PyObject *)self);
+    return pcr_object_enter(&self->base, self->store != NULL, "store");
 }
 
 static PyObject *store_exit(Store *self, PyObject *args)
 {
-    store_shutdown(self);
-    Py_RETURN_FALSE;
+    return pcr_exit_result(store_close(self, NULL));
 }
 
 static PyObject *store_get_closed(Store *self, void *unused)
@@ -262,7 +264,7 @@ static PyObject *store_health(Store *self, PyObject *unused)
     rc = cr_store_health(self->store);
     Py_END_ALLOW_THREADS
     LEAVE(self);
-    return rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+    return pcr_none_or_raise(rc);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -292,11 +294,9 @@ static PyObject *put_common(Store *self, PyObject *args, PyObject *kw, put_fn fn
         Py_BEGIN_ALLOW_THREADS
         rc = fn(self->store, k, p, n, &cfg);
         Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        result = pcr_none_or_raise(rc);
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *store_put(Store *self, PyObject *args, PyObject *kw)
@@ -332,11 +332,9 @@ static PyObject *put_from_common(Store *self, PyObject *args, PyObject *kw, put_
         Py_BEGIN_ALLOW_THREADS
         rc = fn(self->store, k, p, n, &cfg);
         Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        result = pcr_none_or_raise(rc);
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *store_put_from(Store *self, PyObject *args, PyObject *kw)
@@ -411,11 +409,9 @@ static PyObject *parts_common(Store *self, PyObject *args, PyObject *kw, bool up
         Py_END_ALLOW_THREADS
         free(joined);
     }
-    result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+    result = pcr_none_or_raise(rc);
 out:
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *store_put_parts(Store *self, PyObject *args, PyObject *kw)
@@ -438,23 +434,20 @@ static PyObject *store_put_from_multi(Store *self, PyObject *args, PyObject *kw)
     ENTER(self);
     pcr_call cx = PCR_CALL_INIT;
     const char *k;
-    PyObject *t, *result = NULL;
+    PyObject *result = NULL;
     size_t n, *sizes;
     void **bufs;
     cr_replicate_config cfg;
-    if (pcr_key(&cx, key, &k) == 0 && pcr_seq(&cx, addrs, "addresses", &t, &n) == 0 &&
-        pcr_ptrs(&cx, t, n, false, "addresses", &bufs) == 0 &&
-        pcr_sizes(&cx, sizes_o, n, "sizes", &sizes) == 0 &&
+    if (pcr_key(&cx, key, &k) == 0 &&
+        buffer_lists(&cx, addrs, sizes_o, false, &bufs, &sizes, &n) == 0 &&
         pcr_replicate_config(&cx, config, &cfg, NULL, self->name) == 0) {
         int rc;
         Py_BEGIN_ALLOW_THREADS
         rc = cr_store_put_from_multi(self->store, k, bufs, sizes, n, &cfg);
         Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        result = pcr_none_or_raise(rc);
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 /* batch_put / batch_upsert: copying, one value per key. */
@@ -491,11 +484,9 @@ static PyObject *batch_put_common(Store *self, PyObject *args, PyObject *kw, boo
     rc = upsert ? cr_store_batch_upsert(self->store, keys, vals, sizes, n, &cfg, res)
                 : cr_store_batch_put(self->store, keys, vals, sizes, n, &cfg, res);
     Py_END_ALLOW_THREADS
-    result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
+    result = rc < 0 ? pcr_raise(rc) : pcr_int_list(res, n);
 out:
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *store_batch_put(Store *self, PyObject *args, PyObject *kw)
@@ -529,19 +520,16 @@ static PyObject *batch_from_common(Store *self, PyObject *args, PyObject *kw, ba
     cr_replicate_config cfg;
     PyObject *result = NULL;
     if (pcr_keys(&cx, keys_o, &keys, &n) == 0 &&
-        pcr_ptrs(&cx, addrs, n, false, "addresses", &bufs) == 0 &&
-        pcr_sizes(&cx, sizes_o, n, "sizes", &sizes) == 0 &&
+        flat(&cx, addrs, sizes_o, n, false, &bufs, &sizes) == 0 &&
         pcr_replicate_config(&cx, config, &cfg, NULL, self->name) == 0 &&
         (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
         int rc;
         Py_BEGIN_ALLOW_THREADS
         rc = fn(self->store, keys, bufs, sizes, n, &cfg, res);
         Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
+        result = rc < 0 ? pcr_raise(rc) : pcr_int_list(res, n);
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *store_batch_put_from(Store *self, PyObject *args, PyObject *kw)
@@ -552,43 +540,6 @@ static PyObject *store_batch_put_from(Store *self, PyObject *args, PyObject *kw)
 static PyObject *store_batch_upsert_from(Store *self, PyObject *args, PyObject *kw)
 {
     return batch_from_common(self, args, kw, cr_store_batch_upsert_from, "batch_upsert_from");
-}
-
-/*
- * Convert a list of lists of addresses and a matching list of lists of sizes
- * (one inner list per key) into flat arrays with per-key offsets.
- */
-static int nested(pcr_call *cx, PyObject *addrs, PyObject *sizes_o, size_t n, bool writable,
-                  void ****bufs_out, size_t ***sizes_out, size_t **counts_out)
-{
-    PyObject *at, *st;
-    size_t an, sn;
-    if (pcr_seq(cx, addrs, "addresses", &at, &an) < 0 ||
-        pcr_seq(cx, sizes_o, "sizes", &st, &sn) < 0)
-        return -1;
-    if (an != n || sn != n) {
-        PyErr_Format(PyExc_ValueError, "%zu address lists and %zu size lists for %zu keys", an, sn,
-                     n);
-        return -1;
-    }
-    void ***bufs = pcr_call_alloc(cx, n, sizeof(*bufs));
-    size_t **sizes = pcr_call_alloc(cx, n, sizeof(*sizes));
-    size_t *counts = pcr_call_alloc(cx, n, sizeof(*counts));
-    if (bufs == NULL || sizes == NULL || counts == NULL)
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        PyObject *inner;
-        if (pcr_seq(cx, PyTuple_GET_ITEM(at, (Py_ssize_t)i), "addresses[i]", &inner, &counts[i]) <
-                0 ||
-            pcr_ptrs(cx, inner, counts[i], writable, "addresses[i]", &bufs[i]) < 0 ||
-            pcr_sizes(cx, PyTuple_GET_ITEM(st, (Py_ssize_t)i), counts[i], "sizes[i]", &sizes[i]) <
-                0)
-            return -1;
-    }
-    *bufs_out = bufs;
-    *sizes_out = sizes;
-    *counts_out = counts;
-    return 0;
 }
 
 static PyObject *batch_from_multi_common(Store *self, PyObject *args, PyObject *kw, bool upsert)
@@ -621,11 +572,9 @@ static PyObject *batch_from_multi_common(Store *self, PyObject *args, PyObject *
                 : cr_store_batch_put_from_multi(self->store, keys, (void *const *const *)bufs,
                                                 (const size_t *const *)sizes, counts, n, &cfg, res);
         Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
+        result = rc < 0 ? pcr_raise(rc) : pcr_int_list(res, n);
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *store_batch_put_from_multi(Store *self, PyObject *args, PyObject *kw)
@@ -642,11 +591,15 @@ static PyObject *store_batch_upsert_from_multi(Store *self, PyObject *args, PyOb
 /* Reads                                                                     */
 /* ------------------------------------------------------------------------- */
 
-static PyObject *store_get(Store *self, PyObject *args, PyObject *kw)
+/* get / get_buffer: the value as bytes or as a BufferHandle (no second copy). */
+static PyObject *get_common(Store *self, PyObject *args, PyObject *kw, const char *name,
+                            bool as_handle)
 {
     static char *kwlist[] = {"key", NULL};
     PyObject *key;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O:get", kwlist, &key))
+    char fmt[64];
+    snprintf(fmt, sizeof(fmt), "O:%s", name);
+    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &key))
         return NULL;
     ENTER(self);
     pcr_call cx = PCR_CALL_INIT;
@@ -660,37 +613,24 @@ static PyObject *store_get(Store *self, PyObject *args, PyObject *kw)
         Py_END_ALLOW_THREADS
         if (rc < 0) {
             pcr_raise(rc);
+        } else if (as_handle) {
+            result = pcr_buffer_handle_new(v, (size_t)rc);
         } else {
             result = PyBytes_FromStringAndSize(v, (Py_ssize_t)rc);
             free(v);
         }
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
+}
+
+static PyObject *store_get(Store *self, PyObject *args, PyObject *kw)
+{
+    return get_common(self, args, kw, "get", false);
 }
 
 static PyObject *store_get_buffer(Store *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"key", NULL};
-    PyObject *key;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O:get_buffer", kwlist, &key))
-        return NULL;
-    ENTER(self);
-    pcr_call cx = PCR_CALL_INIT;
-    const char *k;
-    PyObject *result = NULL;
-    if (pcr_key(&cx, key, &k) == 0) {
-        void *v = NULL;
-        int64_t rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_store_get(self->store, k, &v);
-        Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : pcr_buffer_handle_new(v, (size_t)rc);
-    }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return get_common(self, args, kw, "get_buffer", true);
 }
 
 static PyObject *store_batch_get(Store *self, PyObject *args, PyObject *kw)
@@ -731,9 +671,7 @@ static PyObject *store_batch_get(Store *self, PyObject *args, PyObject *kw)
             }
         }
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *store_get_into(Store *self, PyObject *args, PyObject *kw)
@@ -754,11 +692,9 @@ static PyObject *store_get_into(Store *self, PyObject *args, PyObject *kw)
         Py_BEGIN_ALLOW_THREADS
         rc = cr_store_get_into(self->store, k, p, n);
         Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : PyLong_FromLongLong(rc);
+        result = pcr_int_or_raise(rc);
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *store_get_into_multi(Store *self, PyObject *args, PyObject *kw)
@@ -771,79 +707,60 @@ static PyObject *store_get_into_multi(Store *self, PyObject *args, PyObject *kw)
     ENTER(self);
     pcr_call cx = PCR_CALL_INIT;
     const char *k;
-    PyObject *t, *result = NULL;
+    PyObject *result = NULL;
     size_t n, *sizes;
     void **bufs;
-    if (pcr_key(&cx, key, &k) == 0 && pcr_seq(&cx, addrs, "addresses", &t, &n) == 0 &&
-        pcr_ptrs(&cx, t, n, true, "addresses", &bufs) == 0 &&
-        pcr_sizes(&cx, sizes_o, n, "sizes", &sizes) == 0) {
+    if (pcr_key(&cx, key, &k) == 0 &&
+        buffer_lists(&cx, addrs, sizes_o, true, &bufs, &sizes, &n) == 0) {
         int64_t rc;
         Py_BEGIN_ALLOW_THREADS
         rc = cr_store_get_into_multi(self->store, k, bufs, sizes, n);
         Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : PyLong_FromLongLong(rc);
+        result = pcr_int_or_raise(rc);
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
+}
+
+/* batch_get_into (one buffer per key) / batch_get_into_multi (a list per key). */
+static PyObject *batch_get_into_common(Store *self, PyObject *args, PyObject *kw, bool multi)
+{
+    static char *kwlist[] = {"keys", "addresses", "sizes", NULL};
+    PyObject *keys_o, *addrs, *sizes_o;
+    if (!PyArg_ParseTupleAndKeywords(args, kw,
+                                     multi ? "OOO:batch_get_into_multi" : "OOO:batch_get_into",
+                                     kwlist, &keys_o, &addrs, &sizes_o))
+        return NULL;
+    ENTER(self);
+    pcr_call cx = PCR_CALL_INIT;
+    const char **keys;
+    void **bufs, ***buf_lists;
+    size_t n, *sizes, **size_lists, *counts;
+    int64_t *res;
+    PyObject *result = NULL;
+    if (pcr_keys(&cx, keys_o, &keys, &n) == 0 &&
+        (multi ? nested(&cx, addrs, sizes_o, n, true, &buf_lists, &size_lists, &counts)
+               : flat(&cx, addrs, sizes_o, n, true, &bufs, &sizes)) == 0 &&
+        (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = multi
+                 ? cr_store_batch_get_into_multi(self->store, keys, (void *const *const *)buf_lists,
+                                                 (const size_t *const *)size_lists, counts, n, res)
+                 : cr_store_batch_get_into(self->store, keys, bufs, sizes, n, res);
+        Py_END_ALLOW_THREADS
+        result = rc < 0 ? pcr_raise(rc) : pcr_i64_list(res, n);
+    }
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *store_batch_get_into(Store *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"keys", "addresses", "sizes", NULL};
-    PyObject *keys_o, *addrs, *sizes_o;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:batch_get_into", kwlist, &keys_o, &addrs,
-                                     &sizes_o))
-        return NULL;
-    ENTER(self);
-    pcr_call cx = PCR_CALL_INIT;
-    const char **keys;
-    void **bufs;
-    size_t n, *sizes;
-    int64_t *res;
-    PyObject *result = NULL;
-    if (pcr_keys(&cx, keys_o, &keys, &n) == 0 &&
-        pcr_ptrs(&cx, addrs, n, true, "addresses", &bufs) == 0 &&
-        pcr_sizes(&cx, sizes_o, n, "sizes", &sizes) == 0 &&
-        (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
-        int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_store_batch_get_into(self->store, keys, bufs, sizes, n, res);
-        Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : i64_list(res, n);
-    }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return batch_get_into_common(self, args, kw, false);
 }
 
 static PyObject *store_batch_get_into_multi(Store *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"keys", "addresses", "sizes", NULL};
-    PyObject *keys_o, *addrs, *sizes_o;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:batch_get_into_multi", kwlist, &keys_o, &addrs,
-                                     &sizes_o))
-        return NULL;
-    ENTER(self);
-    pcr_call cx = PCR_CALL_INIT;
-    const char **keys;
-    void ***bufs;
-    size_t n, **sizes, *counts;
-    int64_t *res;
-    PyObject *result = NULL;
-    if (pcr_keys(&cx, keys_o, &keys, &n) == 0 &&
-        nested(&cx, addrs, sizes_o, n, true, &bufs, &sizes, &counts) == 0 &&
-        (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
-        int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = cr_store_batch_get_into_multi(self->store, keys, (void *const *const *)bufs,
-                                           (const size_t *const *)sizes, counts, n, res);
-        Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : i64_list(res, n);
-    }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return batch_get_into_common(self, args, kw, true);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -872,9 +789,7 @@ static PyObject *key_int_op(Store *self, PyObject *args, PyObject *kw, const cha
         else
             result = op == 0 ? PyBool_FromLong(rc > 0) : PyLong_FromLongLong(rc);
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *store_exists(Store *self, PyObject *args, PyObject *kw)
@@ -899,17 +814,14 @@ static PyObject *store_batch_exists(Store *self, PyObject *args, PyObject *kw)
     size_t n;
     int *res;
     PyObject *result = NULL;
-    if (pcr_keys(&cx, keys_o, &keys, &n) == 0 &&
-        (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
+    if (keys_with_results(&cx, keys_o, &keys, &n, &res) == 0) {
         int rc;
         Py_BEGIN_ALLOW_THREADS
         rc = cr_store_batch_exist(self->store, keys, n, res);
         Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
+        result = rc < 0 ? pcr_raise(rc) : pcr_int_list(res, n);
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *store_remove(Store *self, PyObject *args, PyObject *kw)
@@ -928,11 +840,9 @@ static PyObject *store_remove(Store *self, PyObject *args, PyObject *kw)
         Py_BEGIN_ALLOW_THREADS
         rc = cr_store_remove(self->store, k, force != 0);
         Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : Py_NewRef(Py_None);
+        result = pcr_none_or_raise(rc);
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *store_remove_by_regex(Store *self, PyObject *args, PyObject *kw)
@@ -948,7 +858,7 @@ static PyObject *store_remove_by_regex(Store *self, PyObject *args, PyObject *kw
     rc = cr_store_remove_by_regex(self->store, pattern, force != 0);
     Py_END_ALLOW_THREADS
     LEAVE(self);
-    return rc < 0 ? pcr_raise(rc) : PyLong_FromLongLong(rc);
+    return pcr_int_or_raise(rc);
 }
 
 static PyObject *store_remove_all(Store *self, PyObject *args, PyObject *kw)
@@ -963,7 +873,7 @@ static PyObject *store_remove_all(Store *self, PyObject *args, PyObject *kw)
     rc = cr_store_remove_all(self->store, force != 0);
     Py_END_ALLOW_THREADS
     LEAVE(self);
-    return rc < 0 ? pcr_raise(rc) : PyLong_FromLongLong(rc);
+    return pcr_int_or_raise(rc);
 }
 
 static PyObject *store_batch_remove(Store *self, PyObject *args, PyObject *kw)
@@ -979,22 +889,27 @@ static PyObject *store_batch_remove(Store *self, PyObject *args, PyObject *kw)
     size_t n;
     int *res;
     PyObject *result = NULL;
-    if (pcr_keys(&cx, keys_o, &keys, &n) == 0 &&
-        (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
+    if (keys_with_results(&cx, keys_o, &keys, &n, &res) == 0) {
         int rc;
         Py_BEGIN_ALLOW_THREADS
         rc = cr_store_batch_remove(self->store, keys, n, force != 0, res);
         Py_END_ALLOW_THREADS
-        result = rc < 0 ? pcr_raise(rc) : int_list(res, n);
+        result = rc < 0 ? pcr_raise(rc) : pcr_int_list(res, n);
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 /* ------------------------------------------------------------------------- */
 /* Replica locations                                                         */
 /* ------------------------------------------------------------------------- */
+
+/* (segment, address, size, complete) of cr_replica_info[i]. */
+static PyObject *replica_item(const void *items, size_t i)
+{
+    const cr_replica_info *r = &((const cr_replica_info *)items)[i];
+    return Py_BuildValue("(sKKO)", r->segment, (unsigned long long)r->address,
+                         (unsigned long long)r->size, r->complete ? Py_True : Py_False);
+}
 
 static PyObject *store_get_replicas(Store *self, PyObject *args, PyObject *kw)
 {
@@ -1027,22 +942,11 @@ static PyObject *store_get_replicas(Store *self, PyObject *args, PyObject *kw)
             cap = (size_t)rc;
             continue;
         }
-        result = PyList_New(rc);
-        for (int i = 0; result != NULL && i < rc; i++) {
-            PyObject *t = Py_BuildValue(
-                "(sKKO)", info[i].segment, (unsigned long long)info[i].address,
-                (unsigned long long)info[i].size, info[i].complete ? Py_True : Py_False);
-            if (t == NULL)
-                Py_CLEAR(result);
-            else
-                PyList_SET_ITEM(result, i, t);
-        }
+        result = pcr_list_build((size_t)rc, replica_item, info);
         break;
     }
 out:
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *store_batch_replica_clear(Store *self, PyObject *args, PyObject *kw)
@@ -1059,8 +963,7 @@ static PyObject *store_batch_replica_clear(Store *self, PyObject *args, PyObject
     size_t n;
     int *res;
     PyObject *result = NULL;
-    if (pcr_keys(&cx, keys_o, &keys, &n) == 0 &&
-        (res = pcr_call_alloc(&cx, n, sizeof(*res))) != NULL) {
+    if (keys_with_results(&cx, keys_o, &keys, &n, &res) == 0) {
         int rc;
         /* A status is never positive: 1 marks results the call left untouched. */
         for (size_t i = 0; i < n; i++)
@@ -1070,11 +973,9 @@ static PyObject *store_batch_replica_clear(Store *self, PyObject *args, PyObject
         Py_END_ALLOW_THREADS
         /* The call refused as a whole: raise. A part that failed at the master
          * put its code into each of its keys' results: return those. */
-        result = rc < 0 && (n == 0 || res[0] == 1) ? pcr_raise(rc) : int_list(res, n);
+        result = rc < 0 && (n == 0 || res[0] == 1) ? pcr_raise(rc) : pcr_int_list(res, n);
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -1092,38 +993,8 @@ static PyObject *store_register_buffer(Store *self, PyObject *args, PyObject *kw
     PyObject *mv = NULL, *result = NULL;
     void *p = NULL;
     size_t n = 0;
-    if (pcr_buffer_like(addr)) {
-        /* A buffer object: pin it with a memoryview for as long as it is registered. */
-        mv = PyMemoryView_FromObject(addr);
-        if (mv == NULL)
-            goto out;
-        Py_buffer *view = PyMemoryView_GET_BUFFER(mv);
-        if (!PyBuffer_IsContiguous(view, 'A')) {
-            PyErr_SetString(PyExc_ValueError, "buffer is not contiguous");
-            goto out;
-        }
-        p = view->buf;
-        n = (size_t)view->len;
-        if (size != Py_None) {
-            size_t want;
-            if (pcr_size(size, "size", &want) < 0)
-                goto out;
-            if (want > n) {
-                PyErr_Format(PyExc_ValueError, "size %zu exceeds the buffer's %zu bytes", want, n);
-                goto out;
-            }
-            n = want;
-        }
-    } else {
-        if (pcr_ptr(&cx, addr, false, false, "address", &p) < 0)
-            goto out;
-        if (size == Py_None) {
-            PyErr_SetString(PyExc_TypeError, "size is required when the address is an int");
-            goto out;
-        }
-        if (pcr_size(size, "size", &n) < 0)
-            goto out;
-    }
+    if (pcr_buffer_arg(&cx, addr, size, "size", &p, &n, &mv) < 0)
+        goto out;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = cr_store_register_buffer(self->store, p, n);
@@ -1132,19 +1003,12 @@ static PyObject *store_register_buffer(Store *self, PyObject *args, PyObject *kw
         pcr_raise(rc);
         goto out;
     }
-    if (mv != NULL) {
-        PyObject *k = PyLong_FromVoidPtr(p);
-        int src = k ? PyDict_SetItem(self->pins, k, mv) : -1;
-        Py_XDECREF(k);
-        if (src < 0)
-            goto out;
-    }
+    if (pcr_pin(&self->base, p, mv) < 0)
+        goto out;
     result = PyLong_FromVoidPtr(p);
 out:
     Py_XDECREF(mv);
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 static PyObject *store_unregister_buffer(Store *self, PyObject *args, PyObject *kw)
@@ -1165,17 +1029,11 @@ static PyObject *store_unregister_buffer(Store *self, PyObject *args, PyObject *
         if (rc < 0) {
             pcr_raise(rc);
         } else {
-            PyObject *k = PyLong_FromVoidPtr(p);
-            if (k == NULL ||
-                (PyDict_Contains(self->pins, k) == 1 && PyDict_DelItem(self->pins, k) < 0))
-                PyErr_Clear();
-            Py_XDECREF(k);
+            pcr_unpin(&self->base, p);
             result = Py_NewRef(Py_None);
         }
     }
-    pcr_call_release(&cx);
-    LEAVE(self);
-    return result;
+    return pcr_call_finish(&cx, &self->base, result);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -1294,7 +1152,7 @@ PyTypeObject pcr_StoreType = {
               "cluster at master_address ('host:port') and stages copies through\n"
               "local_buffer_size bytes. Sizes are ints or strings like '64MB'. None keeps\n"
               "the C defaults. Thread-safe; a context manager (close() on exit).",
-    .tp_new = store_new,
+    .tp_new = pcr_object_new,
     .tp_init = (initproc)store_init,
     .tp_dealloc = (destructor)store_dealloc,
     .tp_methods = store_methods,
