@@ -207,8 +207,8 @@ struct cre_peer {
     int32_t cma_pid;                       /* 0 if the peer offers no CMA */
     cre_peer_local local;
     bool desc_valid;
-    bool desc_stale; /* peer restarted: refetch before next submit */
-    atomic_uint next_lane;
+    bool desc_stale;               /* peer restarted: refetch before next submit */
+    atomic_ullong lane_bytes;      /* slice bytes charged so far: picks the lane (lane.c) */
     atomic_bool reset_backoff[64]; /* per lane: set when the peer came back */
     cre_lane *lanes;
     size_t n_lanes;

@@ -47,6 +47,7 @@
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
 #define MAX_IOV        64
+#define LANE_FILL      (256u * 1024) /* bytes of small slices kept on one lane */
 
 static cre_lane *lane_of(cre_conn *c)
 {
@@ -108,7 +109,16 @@ static int tcp_submit(cr_engine *e, const cre_endpoints *ep, cre_task *t)
         }
     }
     atomic_store(&t->slices_left, (unsigned)nslices);
-    unsigned first = atomic_fetch_add(&p->next_lane, (unsigned)nslices);
+    /* Lane choice: each slice is charged min(length, LANE_FILL) bytes and
+     * goes to lane (bytes charged before it / LANE_FILL) mod lanes. Slices of
+     * LANE_FILL or more stripe one per lane; small ones fill a lane up to
+     * LANE_FILL first, so a batch of small requests wakes one worker on each
+     * side instead of every lane's. */
+    uint64_t charge_last = t->length - (nslices - 1) * e->slice_size;
+    uint64_t charge_full = e->slice_size < LANE_FILL ? e->slice_size : LANE_FILL;
+    uint64_t charge =
+        (nslices - 1) * charge_full + (charge_last < LANE_FILL ? charge_last : LANE_FILL);
+    uint64_t charged = atomic_fetch_add(&p->lane_bytes, charge);
     bool kick[64] = {false};
     pthread_mutex_lock(&p->lock);
     for (uint64_t i = 0; i < nslices; i++) {
@@ -123,7 +133,8 @@ static int tcp_submit(cr_engine *e, const cre_endpoints *ep, cre_task *t)
         s->peer_instance = peer_instance;
         s->sent = 0;
         s->head_len = 0;
-        cre_lane *l = &p->lanes[(first + i) % p->n_lanes];
+        cre_lane *l = &p->lanes[(charged / LANE_FILL) % p->n_lanes];
+        charged += s->length < LANE_FILL ? s->length : LANE_FILL;
         list_push(&l->queue_head, &l->queue_tail, s);
         kick[l->worker->index % 64] = true;
     }
