@@ -8,6 +8,7 @@
  */
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -39,6 +41,27 @@ typedef struct worker_arg {
     int count; /* registrations this thread performs */
     int round;
 } worker_arg;
+
+/* Progress for the watchdog: a stuck round is reported with where it stood
+ * instead of running into CTest's timeout without a word. */
+static shared *watch_shared;
+static _Atomic int watch_round;
+
+static void watchdog(int sig)
+{
+    (void)sig;
+    char msg[200];
+    shared *sh = watch_shared;
+    int n = snprintf(msg, sizeof(msg),
+                     "engine_threads_test: stuck in round %d: %d registrations, %d "
+                     "unregistrations, %d verified, %d failures\n",
+                     atomic_load(&watch_round), sh ? atomic_load(&sh->registrations) : -1,
+                     sh ? atomic_load(&sh->unregistrations) : -1,
+                     sh ? atomic_load(&sh->verified) : -1, sh ? atomic_load(&sh->failures) : -1);
+    if (n > 0)
+        (void)!write(2, msg, (size_t)n);
+    _exit(1);
+}
 
 static void *pool_thread(void *p)
 {
@@ -89,7 +112,11 @@ static void pool_threads_register_transfer_unregister(void **state)
     assert_int_equal(cr_engine_create(&cfg, &sh.engine), 0);
     assert_int_equal(cr_engine_open_segment(sh.engine, peer.name, &sh.seg), 0);
 
+    watch_shared = &sh;
+    signal(SIGALRM, watchdog);
+    alarm(200); /* the whole test takes about a second, 30 s under sanitizers */
     for (int round = 0; round < ROUNDS; round++) {
+        atomic_store(&watch_round, round);
         atomic_store(&sh.registrations, 0);
         atomic_store(&sh.unregistrations, 0);
         atomic_store(&sh.verified, 0);
@@ -109,8 +136,11 @@ static void pool_threads_register_transfer_unregister(void **state)
         assert_int_equal(atomic_load(&sh.verified), REGISTRATIONS);
         assert_int_equal(cr_engine_registration_count(sh.engine), 0);
     }
+    atomic_store(&watch_round, ROUNDS); /* shutting down */
     cr_engine_destroy(sh.engine);
     assert_int_equal(peer_stop(&peer), 0);
+    alarm(0);
+    watch_shared = NULL;
 }
 
 int main(void)

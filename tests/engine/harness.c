@@ -86,15 +86,32 @@ uint64_t peer_reg(test_peer *p, const char *loc, uint64_t size, int read_only)
     return strtoull(r + 3, NULL, 10);
 }
 
+/* waitpid with a deadline: the pid's status, or -1 if it has not exited. */
+static int wait_exit(pid_t pid, int timeout_ms, int *st)
+{
+    for (int waited = 0; waited <= timeout_ms; waited += 10) {
+        pid_t r = waitpid(pid, st, WNOHANG);
+        if (r == pid)
+            return 0;
+        if (r < 0)
+            return -1;
+        usleep(10000);
+    }
+    return -1;
+}
+
 int peer_stop(test_peer *p)
 {
     int st = -1;
-    if (write(p->to_fd, "quit\n", 5) == 5 && waitpid(p->pid, &st, 0) == p->pid) {
+    /* A peer that does not exit within 30 s is a failure to report, not a
+     * reason for the test to hang until CTest's timeout. */
+    if (write(p->to_fd, "quit\n", 5) == 5 && wait_exit(p->pid, 30000, &st) == 0) {
         close(p->to_fd);
         close(p->from_fd);
         p->pid = 0;
         return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     }
+    fprintf(stderr, "peer %d did not exit within 30 s of 'quit'; killing it\n", (int)p->pid);
     peer_kill(p);
     return -1;
 }
