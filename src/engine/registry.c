@@ -165,7 +165,6 @@ int cre_registry_add(cre_registry *r, const cre_buffer_spec *specs, size_t n)
             }
         }
         atomic_init(&b->refs, 0);
-        atomic_init(&b->dying, false);
         rc = insert_sorted(r, b);
         if (rc < 0) {
             buffer_free(r, b, 0);
@@ -198,13 +197,16 @@ int cre_registry_remove(cre_registry *r, uint64_t addr)
                          (unsigned long long)addr);
     }
     cre_buffer *b = r->items[at];
-    atomic_store(&b->dying, true);
+    atomic_fetch_or(&b->refs, CRE_BUFFER_DYING);
     remove_at(r, at);
     r->version++;
     pthread_rwlock_unlock(&r->lock);
 
+    /* The last release of a dying buffer broadcasts under drain_lock, and we
+     * test the count under it, so the wake-up cannot fall between our test
+     * and our sleep. */
     pthread_mutex_lock(&r->drain_lock);
-    while (atomic_load(&b->refs) > 0)
+    while ((atomic_load(&b->refs) & ~CRE_BUFFER_DYING) > 0)
         pthread_cond_wait(&r->drained, &r->drain_lock);
     pthread_mutex_unlock(&r->drain_lock);
     buffer_free(r, b, r->fence_timeout_ms);
@@ -245,13 +247,16 @@ int cre_registry_acquire(cre_registry *r, uint64_t addr, uint64_t len, const cha
 
 void cre_buffer_release(cre_buffer *b)
 {
-    /* Read everything we need from b before dropping the reference: once
-     * refs reaches 0 an unregistering thread may free b. With seq_cst
-     * ordering, either we see dying (and wake the waiter under its lock) or
-     * the waiter sees our decrement before it sleeps. */
+    /* Once the count reaches 0 an unregistering thread may free b, so read
+     * the registry first and touch only it afterwards. The decrement returns
+     * the dying bit of the same word: if it was set and this was the last
+     * reference, the unregistering thread is waiting (or about to test the
+     * count under drain_lock) and is woken under that lock. Reading a
+     * separate "dying" flag before the decrement would lose that wake-up
+     * when unregistration starts between the read and the decrement. */
     cre_registry *r = b->owner;
-    bool dying = atomic_load(&b->dying);
-    if (atomic_fetch_sub(&b->refs, 1) == 1 && dying) {
+    unsigned old = atomic_fetch_sub(&b->refs, 1);
+    if (old == (CRE_BUFFER_DYING | 1u)) {
         pthread_mutex_lock(&r->drain_lock);
         pthread_cond_broadcast(&r->drained);
         pthread_mutex_unlock(&r->drain_lock);

@@ -30,10 +30,15 @@ typedef struct cre_buffer {
     uint64_t shared_offset; /* offset of addr inside that allocation's memfd */
     uint32_t ctl_slot;      /* control-page slot fencing same-host copies */
     uint64_t ctl_gen;       /* 0 when the registry has no control page */
-    atomic_int refs;
-    atomic_bool dying;
+    /* References in flight, with CRE_BUFFER_DYING set once unregistration
+     * has begun: one word, so a release learns atomically whether the
+     * unregistering thread may be waiting for it (registry.c). */
+    atomic_uint refs;
     struct cre_registry *owner;
 } cre_buffer;
+
+/* High bit of cre_buffer.refs: unregistration has begun. */
+#define CRE_BUFFER_DYING 0x80000000u
 
 typedef struct cre_registry {
     pthread_rwlock_t lock;

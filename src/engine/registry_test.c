@@ -1,5 +1,7 @@
 /* registry_test.c - registration table: overlap, lookup, barrier semantics. */
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -101,6 +103,66 @@ static void unregister_waits_for_references(void **state)
     cre_registry_fini(&r);
 }
 
+/*
+ * The release that races unregistration: a user finishes with a buffer at
+ * the moment another thread unregisters it (a transfer completes, its caller
+ * unregisters at once while the worker is still dropping its reference).
+ * The last release must wake the unregistering thread whatever the
+ * interleaving; a lost wake-up leaves cre_registry_remove asleep forever,
+ * which the watchdog turns into a failure. The release path has no hooks to
+ * force the one bad interleaving (the release preempted between learning
+ * that the buffer is not dying and dropping its count, while the remover
+ * tests the count and sleeps), so this is a stress test over many
+ * interleavings; why the design has no such window is argued in
+ * cre_buffer_release.
+ */
+typedef struct race_arg {
+    cre_buffer *b;
+    atomic_int go;
+    unsigned spin;
+} race_arg;
+
+static void *release_racing(void *p)
+{
+    race_arg *a = p;
+    while (!atomic_load(&a->go))
+        ;
+    for (volatile unsigned i = 0; i < a->spin; i++)
+        ;
+    cre_buffer_release(a->b);
+    return NULL;
+}
+
+static void hang_watchdog(int sig)
+{
+    (void)sig;
+    static const char msg[] = "registry_test: cre_registry_remove missed the last release\n";
+    (void)!write(2, msg, sizeof(msg) - 1);
+    _exit(1);
+}
+
+static void last_release_racing_unregister_wakes_it(void **state)
+{
+    (void)state;
+    signal(SIGALRM, hang_watchdog);
+    alarm(60);
+    cre_registry r;
+    cre_registry_init(&r);
+    for (unsigned i = 0; i < 20000; i++) {
+        cre_buffer_spec s = spec(0x1000, 0x1000);
+        assert_int_equal(cre_registry_add(&r, &s, 1), 0);
+        race_arg a = {.spin = i % 64};
+        assert_int_equal(cre_registry_acquire(&r, 0x1000, 8, "t", &a.b), 0);
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, release_racing, &a), 0);
+        atomic_store(&a.go, 1);
+        assert_int_equal(cre_registry_remove(&r, 0x1000), 0);
+        pthread_join(th, NULL);
+    }
+    alarm(0);
+    cre_registry_fini(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -108,6 +170,7 @@ int main(void)
         cmocka_unit_test(batch_add_is_all_or_nothing),
         cmocka_unit_test(lookup_inside_and_past_end),
         cmocka_unit_test(unregister_waits_for_references),
+        cmocka_unit_test(last_release_racing_unregister_wakes_it),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
