@@ -170,7 +170,7 @@ void crk_shard_housekeeping_locked(crk_service *s, crk_shard *sh, uint64_t now)
         }
         *dp = d->next;
         for (uint32_t i = 0; i < d->nrep; i++)
-            crk_free_replica(s, &d->rep[i]);
+            crk_free_replica(&d->rep[i]);
         crk_sub(s->c.discarded, d->bytes * d->nrep);
         crk_add(s->c.put_start_releases, 1);
         crk_free(d);
@@ -190,12 +190,12 @@ void crk_shard_housekeeping_locked(crk_service *s, crk_shard *sh, uint64_t now)
         crk_add(s->c.put_start_releases, 1);
         if (w->upsert) {
             for (uint32_t i = 0; i < w->nrep; i++)
-                crk_free_replica(s, &w->rep[i]);
+                crk_free_replica(&w->rep[i]);
             if (o->nrep == 0)
                 crk_erase_object_locked(s, sh, o, now);
         } else {
             for (uint32_t i = 0; i < o->nrep; i++)
-                crk_free_replica(s, &crk_obj_reps(o)[i]);
+                crk_free_replica(&crk_obj_reps(o)[i]);
             o->nrep = 0;
             crk_erase_object_locked(s, sh, o, now);
         }

@@ -265,7 +265,7 @@ typedef struct crk_place_info {
 uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const char *const *preferred,
                    size_t n_preferred, uint64_t seed, uint64_t now, crk_replica *out,
                    crk_place_info *info);
-void crk_free_replica(crk_service *s, const crk_replica *r);
+void crk_free_replica(const crk_replica *r);
 void crk_note_horizon(crk_segment *seg, uint64_t until);
 int crk_unmount_begin_locked(crk_service *s, crk_segment *seg);
 void crk_unmount_finish(crk_service *s, crk_segment *seg, uint64_t now);

@@ -112,8 +112,7 @@ static int key_check(const char *key, size_t *len_out)
 typedef struct key_ref {
     const char *key;
     size_t len;
-    uint32_t hash; /* low bits of the 64-bit key hash */
-    uint64_t hash64;
+    uint64_t hash; /* its low 32 bits are the slot hash */
     crk_shard *sh;
 } key_ref;
 
@@ -127,7 +126,7 @@ static int key_ref_of(crk_service *s, const char *key, key_ref *k)
     if (rc != 0)
         return rc;
     uint64_t h = crk_hash_bytes(key, len);
-    *k = (key_ref){key, len, (uint32_t)h, h, shard_of(s, h)};
+    *k = (key_ref){key, len, h, shard_of(s, h)};
     return 0;
 }
 
@@ -135,7 +134,7 @@ static int key_ref_of(crk_service *s, const char *key, key_ref *k)
 static size_t lock_and_probe(const key_ref *k)
 {
     pthread_mutex_lock(&k->sh->mu);
-    return probe(k->sh, k->key, k->len, k->hash);
+    return probe(k->sh, k->key, k->len, (uint32_t)k->hash);
 }
 
 /*
@@ -385,7 +384,7 @@ void crk_release_or_defer(crk_service *s, crk_shard *sh, const crk_replica *reps
         crb_log(CRB_LOG_ERROR, "master: out of memory deferring a release; freeing now");
     }
     for (uint32_t i = 0; i < n; i++)
-        crk_free_replica(s, &reps[i]);
+        crk_free_replica(&reps[i]);
 }
 
 void crk_erase_object_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t now)
@@ -571,7 +570,7 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
     if (!out)
         return crb_error(CR_INVALID_PARAMS, "put_start '%s': no output list", key);
 
-    uint64_t h = kr.hash64;
+    uint64_t h = kr.hash;
     crk_shard *sh = kr.sh;
     uint64_t alloc_size = crk_rep_bytes(s, value_size);
     if (alloc_size == UINT64_MAX)
@@ -621,12 +620,12 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
         }
 
         crk_write *w = crk_calloc(1, sizeof(*w) + (o ? k : 0) * sizeof(crk_replica));
-        crk_object *fresh = o ? NULL : obj_new(key, kr.len, kr.hash, k);
+        crk_object *fresh = o ? NULL : obj_new(key, kr.len, (uint32_t)kr.hash, k);
         if (!w || (!o && !fresh)) {
             crk_free(w);
             crk_free(fresh);
             for (uint32_t i = 0; i < k; i++)
-                crk_free_replica(s, &reps[i]);
+                crk_free_replica(&reps[i]);
             pthread_mutex_unlock(&sh->mu);
             return crb_error(CR_ERR_NO_MEMORY, "put_start '%s': object record", key);
         }
@@ -724,7 +723,7 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, u
         goto unlock;
     }
     /* Upsert: a new block with the new replicas replaces the object. */
-    crk_object *n = obj_new(key, k.len, k.hash, w->nrep);
+    crk_object *n = obj_new(key, k.len, (uint32_t)k.hash, w->nrep);
     if (!n) {
         rc = crb_error(CR_ERR_NO_MEMORY, "put_end '%s': new version record", key);
         goto unlock;

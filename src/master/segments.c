@@ -417,7 +417,7 @@ void crk_segments_destroy(crk_service *s)
 
 /* --- replicas --------------------------------------------------------------------- */
 
-void crk_free_replica(crk_service *s, const crk_replica *r)
+void crk_free_replica(const crk_replica *r)
 {
     crk_segment *seg = r->seg;
     pthread_mutex_lock(&seg->mu);

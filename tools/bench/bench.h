@@ -40,13 +40,6 @@ int cb_store_main(int argc, char **argv);
 /* Monotonic clock in nanoseconds. */
 uint64_t cb_now_ns(void);
 
-/*
- * If argv[*i] is "name" (value in the next argument) or "name=value", set
- * *value (advancing *i past a separate value) and return 1; return 0 for any
- * other argument and -1 when "name" is the last argument.
- */
-int cb_flag_value(int argc, char **argv, int *i, const char *name, const char **value);
-
 /* "N", "NK", "NM", "NG", "NT" (binary; an optional trailing "B"/"iB"). */
 int cb_parse_size(const char *text, uint64_t *out);
 /* Decimal integer in [min, max]. */

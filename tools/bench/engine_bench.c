@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "tool_util.h"
 #include "crescent/engine.h"
 
 #define TARGET_SEED     0x6372657363656e74ull /* "crescent" */
@@ -331,7 +332,7 @@ static int parse_opts(int argc, char **argv, eb_opts *o)
         int matched = 0;
         for (size_t f = 0; f < sizeof(value_flags) / sizeof(value_flags[0]) && !matched; f++) {
             const char *v = NULL;
-            matched = cb_flag_value(argc, argv, &i, value_flags[f], &v);
+            matched = ct_flag_value(argc, argv, &i, value_flags[f], &v);
             if (matched < 0) {
                 fprintf(stderr, CB_PROG " engine: flag '%s' needs a value\n", arg);
                 return -1;

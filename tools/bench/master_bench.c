@@ -1081,7 +1081,7 @@ static int parse_args(int argc, char **argv, mb_opts *o)
             o->processes = true;
             continue;
         }
-#define FLAG_(name) ((got = cb_flag_value(argc, argv, &i, name, &v)) != 0)
+#define FLAG_(name) ((got = ct_flag_value(argc, argv, &i, name, &v)) != 0)
         if (FLAG_("--master")) {
             if (got > 0)
                 o->master = v;

@@ -816,7 +816,7 @@ static int parse_opts(int argc, char **argv, sb_opts *o)
         int matched = 0;
         for (size_t f = 0; f < sizeof(value_flags) / sizeof(value_flags[0]) && !matched; f++) {
             const char *v = NULL;
-            matched = cb_flag_value(argc, argv, &i, value_flags[f], &v);
+            matched = ct_flag_value(argc, argv, &i, value_flags[f], &v);
             if (matched < 0) {
                 fprintf(stderr, CB_PROG " store: flag '%s' needs a value\n", arg);
                 return -1;

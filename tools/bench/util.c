@@ -13,7 +13,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "tool_util.h"
 #include "bench.h"
 
 uint64_t cb_now_ns(void)
@@ -21,11 +20,6 @@ uint64_t cb_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-int cb_flag_value(int argc, char **argv, int *i, const char *name, const char **value)
-{
-    return ct_flag_value(argc, argv, i, name, value);
 }
 
 int cb_parse_size(const char *text, uint64_t *out)

@@ -88,6 +88,19 @@ static bool tcp_can_serve(const cr_engine *e, const cre_endpoints *ep)
     return cre_kind_is_host(ep->local_kind) && cre_kind_is_host(ep->remote_kind);
 }
 
+/* Bytes of slice i of t (every slice is slice_size but the last). */
+static uint64_t slice_length(const cr_engine *e, const cre_task *t, uint64_t i)
+{
+    uint64_t off = i * e->slice_size;
+    return t->length - off < e->slice_size ? t->length - off : e->slice_size;
+}
+
+/* What a slice counts against its lane's fill budget. */
+static uint64_t lane_charge(uint64_t length)
+{
+    return length < LANE_FILL ? length : LANE_FILL;
+}
+
 static int tcp_submit(cr_engine *e, const cre_endpoints *ep, cre_task *t)
 {
     cre_peer *p = ep->peer;
@@ -114,10 +127,9 @@ static int tcp_submit(cr_engine *e, const cre_endpoints *ep, cre_task *t)
      * LANE_FILL or more stripe one per lane; small ones fill a lane up to
      * LANE_FILL first, so a batch of small requests wakes one worker on each
      * side instead of every lane's. */
-    uint64_t charge_last = t->length - (nslices - 1) * e->slice_size;
-    uint64_t charge_full = e->slice_size < LANE_FILL ? e->slice_size : LANE_FILL;
-    uint64_t charge =
-        (nslices - 1) * charge_full + (charge_last < LANE_FILL ? charge_last : LANE_FILL);
+    uint64_t charge = 0;
+    for (uint64_t i = 0; i < nslices; i++)
+        charge += lane_charge(slice_length(e, t, i));
     uint64_t charged = atomic_fetch_add(&p->lane_bytes, charge);
     bool kick[64] = {false};
     pthread_mutex_lock(&p->lock);
@@ -128,13 +140,13 @@ static int tcp_submit(cr_engine *e, const cre_endpoints *ep, cre_task *t)
         s->task = t;
         s->local = t->local + off;
         s->remote_addr = t->remote_addr + off;
-        s->length = t->length - off < e->slice_size ? t->length - off : e->slice_size;
+        s->length = slice_length(e, t, i);
         s->deadline_ns = deadline;
         s->peer_instance = peer_instance;
         s->sent = 0;
         s->head_len = 0;
         cre_lane *l = &p->lanes[(charged / LANE_FILL) % p->n_lanes];
-        charged += s->length < LANE_FILL ? s->length : LANE_FILL;
+        charged += lane_charge(s->length);
         list_push(&l->queue_head, &l->queue_tail, s);
         kick[l->worker->index % 64] = true;
     }
