@@ -6,7 +6,7 @@ The C library is built with the project's own CMake files (CMake and the
 library's -dev packages from scripts/install-deps.sh are needed; no network):
 build_ext configures the repository one level up (or $CRESCENT_SOURCE_DIR)
 in a private build directory with tests and these bindings turned off,
-builds crescent_static, crescent-master and crescent-metadata-server, links
+builds crescent_static (libcrescent as an archive), crescent-master and crescent-metadata-server, links
 the extension (python/src/*.c) against libcrescent_static.a, and installs the
 two servers as crescent/bin/* so that the mooncake_master and
 mooncake_http_metadata_server console commands find them.
@@ -22,7 +22,7 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.environ.get("CRESCENT_SOURCE_DIR") or os.path.join(HERE, ".."))
-PKG_CONFIG_DEPS = ["msgpack", "libmicrohttpd", "libcurl", "libcrypto", "jansson"]
+PKG_CONFIG_DEPS = ["msgpack", "libcurl", "libcrypto"]  # what libcrescent links
 TOOLS = {"crescent-master": "tools/master", "crescent-metadata-server": "tools/metadata-server"}
 
 

@@ -13,6 +13,7 @@ PACKAGES=(
   libcmocka-dev         # C unit test framework
   libjansson-dev        # crescent-master --config_path JSON files
   clang libclang-rt-14-dev  # sanitizers and libFuzzer
+  clang-format          # scripts/check-format.sh (CTest format_check)
   python3-dev           # python/: the crescent._crescent extension (/usr/bin/python3)
   python3-pytest        # python/tests: the Python conformance suite
   python3-numpy         # python/tests: numpy arrays as sources and destinations

@@ -26,7 +26,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "metadata/mhd_server.h"
+#include "httpd/mhd_server.h"
 #include "crescent/status.h"
 
 #define ADMIN_THREADS          2
@@ -34,7 +34,7 @@
 #define ADMIN_IDLE_TIMEOUT_S   30
 
 struct crk_admin_http {
-    crm_mhd_server mhd;
+    crh_mhd_server mhd;
     crk_admin_callbacks cb;
 };
 
@@ -174,14 +174,14 @@ int crk_admin_http_start(const char *host, uint16_t port, const crk_admin_callba
     if (s == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "admin http %s:%u: out of memory", host, (unsigned)port);
     s->cb = *cb;
-    const crm_mhd_config cfg = {
+    const crh_mhd_config cfg = {
         .threads = ADMIN_THREADS,
         .connection_limit = ADMIN_CONNECTION_LIMIT,
         .idle_timeout_s = ADMIN_IDLE_TIMEOUT_S,
         .on_request = on_request,
         .request_cls = s,
     };
-    int rc = crm_mhd_start(&s->mhd, "admin http server", host, port, &cfg);
+    int rc = crh_mhd_start(&s->mhd, "admin http server", host, port, &cfg);
     if (rc < 0) {
         free(s);
         return rc;
@@ -199,6 +199,6 @@ void crk_admin_http_stop(crk_admin_http *s)
 {
     if (s == NULL)
         return;
-    crm_mhd_stop(&s->mhd);
+    crh_mhd_stop(&s->mhd);
     free(s);
 }

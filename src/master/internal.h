@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "master/offset_allocator.h"
+#include "base/offset_allocator.h"
 #include "master/service.h"
 
 /* --- segments -------------------------------------------------------------- */
@@ -46,10 +46,10 @@ typedef struct crk_segment {
     uint64_t epoch;
     uint64_t fence_until;     /* no allocation before this; immutable once published */
     _Atomic int state;        /* CRK_SEG_*; set under seg_lock (write) and mu */
-    _Atomic uint64_t used;    /* mirrors crk_oa_used(oa); written under mu */
+    _Atomic uint64_t used;    /* mirrors crb_oa_used(oa); written under mu */
     _Atomic uint64_t horizon; /* latest lease/writer deadline on this memory */
     pthread_mutex_t mu;       /* guards oa */
-    crk_oa *oa;
+    crb_oa *oa;
     char name[];
 } crk_segment;
 

@@ -100,3 +100,10 @@ uint64_t crk_mem_live_bytes(void)
     int64_t v = atomic_load_explicit(&live_bytes, memory_order_relaxed) + thread_delta;
     return v > 0 ? (uint64_t)v : 0;
 }
+
+const crb_alloc_ops crk_counted_heap = {
+    .alloc = crk_malloc,
+    .alloc_zeroed = crk_calloc,
+    .resize = crk_realloc,
+    .release = crk_free,
+};

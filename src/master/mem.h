@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/alloc.h"
+
 /** malloc(n), counted. NULL on failure (nothing counted). */
 void *crk_malloc(size_t n);
 
@@ -36,6 +38,10 @@ void *crk_realloc(void *p, size_t n);
 
 /** free(p) of a pointer from the functions above. NULL is ignored. */
 void crk_free(void *p);
+
+/** The functions above as a heap for base data structures (the offset
+ *  allocator's node storage). */
+extern const crb_alloc_ops crk_counted_heap;
 
 /** Live bytes currently held by crk_ allocations in this process. */
 uint64_t crk_mem_live_bytes(void);

@@ -91,7 +91,7 @@ static void seg_unlink_locked(crk_service *s, crk_segment *seg)
 
 static void seg_destroy(crk_segment *seg)
 {
-    crk_oa_destroy(seg->oa);
+    crb_oa_destroy(seg->oa);
     pthread_mutex_destroy(&seg->mu);
     crk_free(seg);
 }
@@ -203,7 +203,7 @@ static int mount_one_locked(crk_service *s, crk_client_id client, const crk_segm
     crk_segment *seg = crk_calloc(1, sizeof(*seg) + len + 1);
     if (!seg)
         return crb_error(CR_ERR_NO_MEMORY, "mount: segment '%s'", spec->name);
-    int rc = crk_oa_create(spec->size, s->cfg.alloc_alignment, &seg->oa);
+    int rc = crb_oa_create(spec->size, s->cfg.alloc_alignment, &crk_counted_heap, &seg->oa);
     if (rc != 0)
         goto undo_seg;
     if (pthread_mutex_init(&seg->mu, NULL) != 0) {
@@ -226,7 +226,7 @@ static int mount_one_locked(crk_service *s, crk_client_id client, const crk_segm
     seg->owner = client;
     seg->base = spec->base;
     seg->size = spec->size;
-    seg->capacity = crk_oa_capacity(seg->oa);
+    seg->capacity = crb_oa_capacity(seg->oa);
     seg->epoch = s->cfg.epoch_base + atomic_fetch_add(&s->epoch_counter, 1) + 1;
     uint64_t fence = tomb_take_locked(s, seg->name);
     uint64_t restart_end = crk_sat_add(s->start_ms, s->cfg.restart_fence_ms);
@@ -254,7 +254,7 @@ static int mount_one_locked(crk_service *s, crk_client_id client, const crk_segm
 undo_mutex:
     pthread_mutex_destroy(&seg->mu);
 undo_oa:
-    crk_oa_destroy(seg->oa);
+    crb_oa_destroy(seg->oa);
 undo_seg:
     crk_free(seg);
     return rc;
@@ -421,10 +421,10 @@ void crk_free_replica(const crk_replica *r)
 {
     crk_segment *seg = r->seg;
     pthread_mutex_lock(&seg->mu);
-    if (crk_oa_free(seg->oa, r->node) != 0)
+    if (crb_oa_free(seg->oa, r->node) != 0)
         crb_log(CRB_LOG_ERROR, "master: freeing replica node %u of segment '%s' failed", r->node,
                 seg->name);
-    uint64_t after = crk_oa_used(seg->oa);
+    uint64_t after = crb_oa_used(seg->oa);
     atomic_store_explicit(&seg->used, after, CRK_RELAXED);
     pthread_mutex_unlock(&seg->mu);
 }
@@ -451,12 +451,12 @@ static int try_alloc(crk_segment *seg, uint64_t size, uint64_t now, bool wait, c
     else if (pthread_mutex_trylock(&seg->mu) != 0)
         return ALLOC_BUSY;
     if (atomic_load(&seg->state) == CRK_SEG_MOUNTED && now >= seg->fence_until) {
-        crk_oa_allocation a;
-        if (crk_oa_alloc(seg->oa, size, &a) == 0) {
+        crb_oa_allocation a;
+        if (crb_oa_alloc(seg->oa, size, &a) == 0) {
             out->seg = seg;
             out->offset = a.offset;
             out->node = a.node;
-            atomic_store_explicit(&seg->used, crk_oa_used(seg->oa), CRK_RELAXED);
+            atomic_store_explicit(&seg->used, crb_oa_used(seg->oa), CRK_RELAXED);
             res = ALLOC_OK;
         }
     }

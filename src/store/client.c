@@ -243,7 +243,7 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
         if (rc == 0)
             s->staging_registered = true;
         if (rc == 0)
-            rc = crk_oa_create(s->staging_size, 64, &s->staging_oa);
+            rc = crb_oa_create(s->staging_size, 64, NULL, &s->staging_oa);
         if (rc < 0)
             goto err_destroy;
     }
@@ -304,7 +304,7 @@ int cr_store_close(cr_store *s)
             cr_engine_unregister(s->engine, s->staging);
     }
     s->engine = NULL;
-    crk_oa_destroy(s->staging_oa);
+    crb_oa_destroy(s->staging_oa);
     s->staging_oa = NULL;
     cr_free_shared(s->segment);
     cr_free_shared(s->staging);

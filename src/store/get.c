@@ -50,7 +50,7 @@ static int read_from(cr_store *s, const crp_rpc_replica *rep, const dest_parts *
     }
     uint8_t *out = d->bufs[0];
     for (uint64_t done = 0; done < size;) {
-        crk_oa_allocation a;
+        crb_oa_allocation a;
         uint8_t *stage;
         uint64_t want = size - done;
         int rc = crc_staging_alloc(s, want, want < (64u << 10) ? want : (64u << 10), &a, &stage);
@@ -177,7 +177,7 @@ static int batch_get_round(cr_store *s, const char *const *keys, const dest_part
     char **ks = calloc(m, sizeof(*ks));
     int64_t *res = calloc(m, sizeof(*res));
     void **vals = calloc(m, sizeof(*vals));               /* copying: malloc'd values */
-    crk_oa_allocation *stage = calloc(m, sizeof(*stage)); /* copying: staged values */
+    crb_oa_allocation *stage = calloc(m, sizeof(*stage)); /* copying: staged values */
     uint8_t **stage_ptr = calloc(m, sizeof(*stage_ptr));  /* NULL: not staged */
     uint8_t *retry = calloc(m, 1);                        /* read one key at a time */
     cr_transfer_request *reqs = NULL;

@@ -16,7 +16,7 @@
 #include <sys/uio.h>
 
 #include "crescent/store.h"
-#include "master/offset_allocator.h"
+#include "base/offset_allocator.h"
 #include "proto/rpc.h"
 #include "store/master_client.h"
 
@@ -47,7 +47,7 @@ struct cr_store {
 
     uint8_t *staging;
     uint64_t staging_size;
-    crk_oa *staging_oa;
+    crb_oa *staging_oa;
     pthread_mutex_t staging_lock;
     pthread_cond_t staging_freed;
 
@@ -64,12 +64,12 @@ int crc_call(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp);
 void crc_config_to_wire(const cr_replicate_config *cfg, crp_rpc_replica_config *out);
 
 /* staging.c: take up to `want` bytes (at least `min`) of the local buffer */
-int crc_staging_alloc(cr_store *s, uint64_t want, uint64_t min, crk_oa_allocation *out,
+int crc_staging_alloc(cr_store *s, uint64_t want, uint64_t min, crb_oa_allocation *out,
                       uint8_t **ptr);
 /* staging.c: take exactly `size` (> 0) bytes if they are free now; never
  * waits and records no error message (CR_NO_AVAILABLE_HANDLE otherwise) */
-int crc_staging_try_alloc(cr_store *s, uint64_t size, crk_oa_allocation *out, uint8_t **ptr);
-void crc_staging_free(cr_store *s, const crk_oa_allocation *a);
+int crc_staging_try_alloc(cr_store *s, uint64_t size, crb_oa_allocation *out, uint8_t **ptr);
+void crc_staging_free(cr_store *s, const crb_oa_allocation *a);
 
 /* Batches go to the master in parts of at most this many keys (and
  * CRC_BATCH_KEY_BYTES bytes of keys) so that requests and replies stay well

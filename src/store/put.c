@@ -68,7 +68,7 @@ static int write_replicas(cr_store *s, const crp_rpc_replica *reps, size_t n_rep
     uint64_t done = 0;
     size_t part = 0, part_off = 0;
     while (done < v->total) {
-        crk_oa_allocation a;
+        crb_oa_allocation a;
         uint8_t *stage;
         uint64_t want = v->total - done;
         int rc = crc_staging_alloc(s, want, want < (64u << 10) ? want : (64u << 10), &a, &stage);
@@ -424,7 +424,7 @@ static int batch_put_values(cr_store *s, const char *const *keys, const value_pa
     value_parts *staged = calloc(n, sizeof(*staged));
     const void **stage_ptr = calloc(CRC_BATCH_KEYS, sizeof(*stage_ptr));
     size_t *stage_size = calloc(CRC_BATCH_KEYS, sizeof(*stage_size));
-    crk_oa_allocation *stage = calloc(CRC_BATCH_KEYS, sizeof(*stage));
+    crb_oa_allocation *stage = calloc(CRC_BATCH_KEYS, sizeof(*stage));
     if (later == NULL || alone == NULL || idx == NULL || staged == NULL || stage_ptr == NULL ||
         stage_size == NULL || stage == NULL) {
         rc = crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n);

@@ -15,7 +15,7 @@
 #include "base/error.h"
 #include "store/internal.h"
 
-int crc_staging_alloc(cr_store *s, uint64_t want, uint64_t min, crk_oa_allocation *out,
+int crc_staging_alloc(cr_store *s, uint64_t want, uint64_t min, crb_oa_allocation *out,
                       uint8_t **ptr)
 {
     if (s->staging_oa == NULL)
@@ -29,7 +29,7 @@ int crc_staging_alloc(cr_store *s, uint64_t want, uint64_t min, crk_oa_allocatio
     for (;;) {
         uint64_t size = want;
         for (;;) {
-            if (crk_oa_alloc(s->staging_oa, size, out) == 0) {
+            if (crb_oa_alloc(s->staging_oa, size, out) == 0) {
                 pthread_mutex_unlock(&s->staging_lock);
                 *ptr = s->staging + out->offset;
                 return 0;
@@ -47,12 +47,12 @@ int crc_staging_alloc(cr_store *s, uint64_t want, uint64_t min, crk_oa_allocatio
                      (unsigned long long)min, (unsigned long long)s->staging_size);
 }
 
-int crc_staging_try_alloc(cr_store *s, uint64_t size, crk_oa_allocation *out, uint8_t **ptr)
+int crc_staging_try_alloc(cr_store *s, uint64_t size, crb_oa_allocation *out, uint8_t **ptr)
 {
     if (s->staging_oa == NULL || size == 0 || size > s->staging_size)
         return CR_NO_AVAILABLE_HANDLE;
     pthread_mutex_lock(&s->staging_lock);
-    int rc = crk_oa_alloc(s->staging_oa, size, out);
+    int rc = crb_oa_alloc(s->staging_oa, size, out);
     pthread_mutex_unlock(&s->staging_lock);
     if (rc < 0)
         return CR_NO_AVAILABLE_HANDLE;
@@ -60,10 +60,10 @@ int crc_staging_try_alloc(cr_store *s, uint64_t size, crk_oa_allocation *out, ui
     return 0;
 }
 
-void crc_staging_free(cr_store *s, const crk_oa_allocation *a)
+void crc_staging_free(cr_store *s, const crb_oa_allocation *a)
 {
     pthread_mutex_lock(&s->staging_lock);
-    crk_oa_free(s->staging_oa, a->node);
+    crb_oa_free(s->staging_oa, a->node);
     pthread_cond_broadcast(&s->staging_freed);
     pthread_mutex_unlock(&s->staging_lock);
 }

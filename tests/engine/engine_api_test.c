@@ -18,7 +18,7 @@
 
 #include "crescent/engine.h"
 #include "harness.h"
-#include "metadata/http_server.h"
+#include "mdserver/http_server.h"
 
 static int create_with(const char *field, const char *value, uint64_t number)
 {
@@ -233,10 +233,10 @@ static void unregister_waits_for_in_flight_transfers(void **state)
 static void http_metadata_backend(void **state)
 {
     (void)state;
-    crm_http_server *srv;
-    assert_int_equal(crm_http_server_start("127.0.0.1", 0, &srv), 0);
+    crd_http_server *srv;
+    assert_int_equal(crd_http_server_start("127.0.0.1", 0, &srv), 0);
     char url[128], port[16];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u/metadata", crm_http_server_port(srv));
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/metadata", crd_http_server_port(srv));
     const char *args[] = {"--metadata", url, "--host", "target-node", NULL};
     test_peer peer;
     /* "target-node" is not resolvable as a listen address: must fail cleanly. */
@@ -247,7 +247,7 @@ static void http_metadata_backend(void **state)
     uint64_t remote = peer_reg(&peer, "cpu:0", 1 << 20, 0);
     assert_true(remote != 0);
     /* descriptor and rpc_meta of the peer are published */
-    assert_true(crm_http_server_key_count(srv) >= 2);
+    assert_true(crd_http_server_key_count(srv) >= 2);
 
     cr_engine_config cfg;
     cr_engine_config_init(&cfg);
@@ -277,8 +277,8 @@ static void http_metadata_backend(void **state)
     assert_int_equal(peer_stop(&peer), 0);
     free(buf);
     /* Both engines removed their keys on shutdown. */
-    assert_int_equal(crm_http_server_key_count(srv), 0);
-    crm_http_server_stop(srv);
+    assert_int_equal(crd_http_server_key_count(srv), 0);
+    crd_http_server_stop(srv);
 }
 
 int main(void)

@@ -28,7 +28,7 @@
 #include "master/prom.h"
 #include "master/rpc_server.h"
 #include "master/service.h"
-#include "metadata/http_server.h"
+#include "mdserver/http_server.h"
 
 #define SOFTWARE "crescent-master 0.1.0"
 
@@ -37,7 +37,7 @@ typedef struct master {
     crk_service *svc;
     crk_rpc_server *rpc;
     crk_admin_http *admin;
-    crm_http_server *metadata;
+    crd_http_server *metadata;
     crk_server_info info;
     pthread_t ticker;
     atomic_bool stop;
@@ -194,7 +194,7 @@ static void master_stop(master *m)
         pthread_join(m->ticker, NULL);
     crk_admin_http_stop(m->admin);
     crk_rpc_server_stop(m->rpc);
-    crm_http_server_stop(m->metadata);
+    crd_http_server_stop(m->metadata);
     crk_service_destroy(m->svc);
 }
 
@@ -231,7 +231,7 @@ static int master_start(master *m)
             return rc;
     }
     if (m->opt.enable_http_metadata_server) {
-        rc = crm_http_server_start(m->opt.http_metadata_server_host,
+        rc = crd_http_server_start(m->opt.http_metadata_server_host,
                                    m->opt.http_metadata_server_port, &m->metadata);
         if (rc < 0)
             return rc;
@@ -280,7 +280,7 @@ int main(int argc, char **argv)
            m.metadata ? ", http metadata server on" : "");
     if (m.metadata)
         printf("crescent-master http metadata server on %s:%u\n", m.opt.http_metadata_server_host,
-               (unsigned)crm_http_server_port(m.metadata));
+               (unsigned)crd_http_server_port(m.metadata));
     fflush(stdout);
     int sig = 0;
     sigwait(&set, &sig);

@@ -1,6 +1,6 @@
 /*
  * main.c - crescent-metadata-server: the standalone HTTP metadata server
- * (the same crm_http_server the master embeds), a drop-in for Mooncake's
+ * (the same crd_http_server the master embeds), a drop-in for Mooncake's
  * mooncake_http_metadata_server.
  *
  *   crescent-metadata-server [--host ADDR] [--port N]
@@ -26,7 +26,7 @@
 
 #include "tool_util.h"
 #include "base/error.h"
-#include "metadata/http_server.h"
+#include "mdserver/http_server.h"
 
 #define PROG "crescent-metadata-server"
 
@@ -90,19 +90,19 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    crm_http_server *server = NULL;
-    if (crm_http_server_start(host, port, &server) < 0) {
+    crd_http_server *server = NULL;
+    if (crd_http_server_start(host, port, &server) < 0) {
         fprintf(stderr, PROG ": %s\n", cr_last_error_message());
         return 1;
     }
     int v6 = strchr(host, ':') != NULL;
     printf(PROG " listening on %s%s%s:%u\n", v6 ? "[" : "", host, v6 ? "]" : "",
-           (unsigned)crm_http_server_port(server));
+           (unsigned)crd_http_server_port(server));
     fflush(stdout);
 
     int sig = 0;
     sigwait(&stop_signals, &sig);
     fprintf(stderr, PROG ": %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    crm_http_server_stop(server);
+    crd_http_server_stop(server);
     return 0;
 }

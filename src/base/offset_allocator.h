@@ -29,23 +29,25 @@
  *     recycled through a free list. A node is 32 bytes.
  *
  * Threading: none. The owner serialises every call (the master holds the
- * segment's mutex around each one).
+ * segment's mutex around each one; the store client its staging lock).
  */
-#ifndef CRESCENT_MASTER_OFFSET_ALLOCATOR_H
-#define CRESCENT_MASTER_OFFSET_ALLOCATOR_H
+#ifndef CRESCENT_BASE_OFFSET_ALLOCATOR_H
+#define CRESCENT_BASE_OFFSET_ALLOCATOR_H
 
 #include <stdint.h>
 
-typedef struct crk_oa crk_oa;
+#include "base/alloc.h"
+
+typedef struct crb_oa crb_oa;
 
 /** An allocation: byte offset, allocated bytes (>= requested), node handle. */
-typedef struct crk_oa_allocation {
+typedef struct crb_oa_allocation {
     uint64_t offset;
     uint64_t size;
     uint32_t node;
-} crk_oa_allocation;
+} crb_oa_allocation;
 
-typedef struct crk_oa_stats {
+typedef struct crb_oa_stats {
     uint64_t capacity;      /* managed bytes (segment size rounded down to alignment) */
     uint64_t used;          /* bytes in allocations */
     uint64_t free;          /* capacity - used */
@@ -54,18 +56,21 @@ typedef struct crk_oa_stats {
     uint32_t free_blocks;   /* free blocks (1 when fully coalesced and empty) */
     uint32_t nodes;         /* nodes in use (allocations + free blocks) */
     uint32_t node_capacity; /* nodes the storage array holds now */
-} crk_oa_stats;
+} crb_oa_stats;
 
 /**
  * Create an allocator over [0, size) with the given alignment (a power of
- * two >= 1). The capacity is size rounded down to the alignment.
+ * two >= 1). The capacity is size rounded down to the alignment. The
+ * allocator's own bookkeeping comes from `heap` (NULL: libc), which must
+ * outlive it; the master passes its counted heap so node storage shows in
+ * its metadata bytes.
  * Errors: CR_INVALID_PARAMS (alignment not a power of two, capacity 0),
  * CR_ERR_NO_MEMORY. *out is written only on success.
  */
-int crk_oa_create(uint64_t size, uint64_t alignment, crk_oa **out);
+int crb_oa_create(uint64_t size, uint64_t alignment, const crb_alloc_ops *heap, crb_oa **out);
 
 /** Free the allocator and all its bookkeeping. NULL is ignored. */
-void crk_oa_destroy(crk_oa *oa);
+void crb_oa_destroy(crb_oa *oa);
 
 /**
  * Allocate `size` bytes (> 0; rounded up to the alignment). *out is written
@@ -73,27 +78,27 @@ void crk_oa_destroy(crk_oa *oa);
  * CR_NO_AVAILABLE_HANDLE (no free block is large enough), CR_ERR_NO_MEMORY
  * (node storage could not grow).
  */
-int crk_oa_alloc(crk_oa *oa, uint64_t size, crk_oa_allocation *out);
+int crb_oa_alloc(crb_oa *oa, uint64_t size, crb_oa_allocation *out);
 
 /**
  * Free the allocation whose node handle is `node`, merging it with free
  * neighbours. Errors: CR_INVALID_PARAMS for a handle that is not a live
  * allocation (double free, garbage); nothing changes then.
  */
-int crk_oa_free(crk_oa *oa, uint32_t node);
+int crb_oa_free(crb_oa *oa, uint32_t node);
 
 /** Bytes currently allocated. O(1). */
-uint64_t crk_oa_used(const crk_oa *oa);
+uint64_t crb_oa_used(const crb_oa *oa);
 
 /** Managed capacity in bytes. O(1). */
-uint64_t crk_oa_capacity(const crk_oa *oa);
+uint64_t crb_oa_capacity(const crb_oa *oa);
 
 /**
  * Fill *st. O(1) except largest_free, which scans the highest non-empty bin.
  */
-void crk_oa_get_stats(const crk_oa *oa, crk_oa_stats *st);
+void crb_oa_get_stats(const crb_oa *oa, crb_oa_stats *st);
 
 /** Bytes of heap the allocator itself holds (node array and header). */
-uint64_t crk_oa_footprint(const crk_oa *oa);
+uint64_t crb_oa_footprint(const crb_oa *oa);
 
 #endif

@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "base/error.h"
-#include "master/offset_allocator.h"
+#include "base/offset_allocator.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
@@ -40,112 +40,112 @@ static void shuffle(uint32_t *v, size_t n)
 
 static void test_basic_alignment(void **state)
 {
-    crk_oa *oa = NULL;
-    assert_int_equal(crk_oa_create(1 << 20, 64, &oa), 0);
-    assert_int_equal(crk_oa_capacity(oa), 1 << 20);
-    crk_oa_allocation a, b, c;
-    assert_int_equal(crk_oa_alloc(oa, 1, &a), 0);
+    crb_oa *oa = NULL;
+    assert_int_equal(crb_oa_create(1 << 20, 64, NULL, &oa), 0);
+    assert_int_equal(crb_oa_capacity(oa), 1 << 20);
+    crb_oa_allocation a, b, c;
+    assert_int_equal(crb_oa_alloc(oa, 1, &a), 0);
     assert_int_equal(a.size, 64);
     assert_int_equal(a.offset % 64, 0);
-    assert_int_equal(crk_oa_alloc(oa, 100, &b), 0);
+    assert_int_equal(crb_oa_alloc(oa, 100, &b), 0);
     assert_int_equal(b.size, 128);
     assert_int_equal(b.offset % 64, 0);
-    assert_int_equal(crk_oa_alloc(oa, 4096, &c), 0);
+    assert_int_equal(crb_oa_alloc(oa, 4096, &c), 0);
     assert_int_equal(c.size, 4096);
-    assert_int_equal(crk_oa_used(oa), 64 + 128 + 4096);
+    assert_int_equal(crb_oa_used(oa), 64 + 128 + 4096);
     /* Non-overlapping. */
     assert_true(a.offset + a.size <= b.offset || b.offset + b.size <= a.offset);
     assert_true(b.offset + b.size <= c.offset || c.offset + c.size <= b.offset);
 
-    crk_oa_stats st;
-    crk_oa_get_stats(oa, &st);
+    crb_oa_stats st;
+    crb_oa_get_stats(oa, &st);
     assert_int_equal(st.allocations, 3);
     assert_int_equal(st.free_blocks, 1);
     assert_int_equal(st.used + st.free, st.capacity);
     assert_int_equal(st.largest_free, st.free);
 
-    assert_int_equal(crk_oa_free(oa, b.node), 0);
-    assert_int_equal(crk_oa_free(oa, a.node), 0);
-    assert_int_equal(crk_oa_free(oa, c.node), 0);
-    crk_oa_get_stats(oa, &st);
+    assert_int_equal(crb_oa_free(oa, b.node), 0);
+    assert_int_equal(crb_oa_free(oa, a.node), 0);
+    assert_int_equal(crb_oa_free(oa, c.node), 0);
+    crb_oa_get_stats(oa, &st);
     assert_int_equal(st.used, 0);
     assert_int_equal(st.free_blocks, 1);
     assert_int_equal(st.nodes, 1);
     assert_int_equal(st.largest_free, 1 << 20);
 
     /* Capacity rounds down to the alignment. */
-    crk_oa *odd = NULL;
-    assert_int_equal(crk_oa_create(1000, 64, &odd), 0);
-    assert_int_equal(crk_oa_capacity(odd), 960);
-    crk_oa_destroy(odd);
-    crk_oa_destroy(oa);
+    crb_oa *odd = NULL;
+    assert_int_equal(crb_oa_create(1000, 64, NULL, &odd), 0);
+    assert_int_equal(crb_oa_capacity(odd), 960);
+    crb_oa_destroy(odd);
+    crb_oa_destroy(oa);
 }
 
 static void test_invalid(void **state)
 {
-    crk_oa *oa = (crk_oa *)0x1;
-    assert_int_equal(crk_oa_create(4096, 3, &oa), CR_INVALID_PARAMS);
-    assert_int_equal(crk_oa_create(4096, 0, &oa), CR_INVALID_PARAMS);
-    assert_int_equal(crk_oa_create(63, 64, &oa), CR_INVALID_PARAMS);
-    assert_ptr_equal(oa, (crk_oa *)0x1); /* untouched on failure */
-    assert_int_equal(crk_oa_create(4096, 64, &oa), 0);
-    crk_oa_allocation a = {0};
-    assert_int_equal(crk_oa_alloc(oa, 0, &a), CR_INVALID_PARAMS);
-    assert_int_equal(crk_oa_alloc(oa, UINT64_MAX, &a), CR_INVALID_PARAMS);
-    assert_int_equal(crk_oa_alloc(oa, 4097, &a), CR_NO_AVAILABLE_HANDLE);
-    assert_int_equal(crk_oa_alloc(oa, 64, &a), 0);
-    assert_int_equal(crk_oa_free(oa, a.node), 0);
-    assert_int_equal(crk_oa_free(oa, a.node), CR_INVALID_PARAMS); /* double free */
-    assert_int_equal(crk_oa_free(oa, 12345678), CR_INVALID_PARAMS);
-    assert_int_equal(crk_oa_free(oa, 5), CR_INVALID_PARAMS); /* spare node */
-    assert_int_equal(crk_oa_used(oa), 0);
-    crk_oa_destroy(oa);
-    crk_oa_destroy(NULL);
+    crb_oa *oa = (crb_oa *)0x1;
+    assert_int_equal(crb_oa_create(4096, 3, NULL, &oa), CR_INVALID_PARAMS);
+    assert_int_equal(crb_oa_create(4096, 0, NULL, &oa), CR_INVALID_PARAMS);
+    assert_int_equal(crb_oa_create(63, 64, NULL, &oa), CR_INVALID_PARAMS);
+    assert_ptr_equal(oa, (crb_oa *)0x1); /* untouched on failure */
+    assert_int_equal(crb_oa_create(4096, 64, NULL, &oa), 0);
+    crb_oa_allocation a = {0};
+    assert_int_equal(crb_oa_alloc(oa, 0, &a), CR_INVALID_PARAMS);
+    assert_int_equal(crb_oa_alloc(oa, UINT64_MAX, &a), CR_INVALID_PARAMS);
+    assert_int_equal(crb_oa_alloc(oa, 4097, &a), CR_NO_AVAILABLE_HANDLE);
+    assert_int_equal(crb_oa_alloc(oa, 64, &a), 0);
+    assert_int_equal(crb_oa_free(oa, a.node), 0);
+    assert_int_equal(crb_oa_free(oa, a.node), CR_INVALID_PARAMS); /* double free */
+    assert_int_equal(crb_oa_free(oa, 12345678), CR_INVALID_PARAMS);
+    assert_int_equal(crb_oa_free(oa, 5), CR_INVALID_PARAMS); /* spare node */
+    assert_int_equal(crb_oa_used(oa), 0);
+    crb_oa_destroy(oa);
+    crb_oa_destroy(NULL);
 }
 
 static void test_exhaustion(void **state)
 {
-    crk_oa *oa = NULL;
+    crb_oa *oa = NULL;
     const uint64_t cap = 64ull << 20, blk = 64 << 10;
-    assert_int_equal(crk_oa_create(cap, 64, &oa), 0);
+    assert_int_equal(crb_oa_create(cap, 64, NULL, &oa), 0);
     uint32_t n = 0;
-    crk_oa_allocation a;
-    while (crk_oa_alloc(oa, blk, &a) == 0)
+    crb_oa_allocation a;
+    while (crb_oa_alloc(oa, blk, &a) == 0)
         n++;
     assert_int_equal(n, cap / blk);
-    assert_int_equal(crk_oa_used(oa), cap);
-    assert_int_equal(crk_oa_alloc(oa, 1, &a), CR_NO_AVAILABLE_HANDLE);
-    crk_oa_stats st;
-    crk_oa_get_stats(oa, &st);
+    assert_int_equal(crb_oa_used(oa), cap);
+    assert_int_equal(crb_oa_alloc(oa, 1, &a), CR_NO_AVAILABLE_HANDLE);
+    crb_oa_stats st;
+    crb_oa_get_stats(oa, &st);
     assert_int_equal(st.free, 0);
     assert_int_equal(st.largest_free, 0);
     assert_int_equal(st.free_blocks, 0);
-    crk_oa_destroy(oa);
+    crb_oa_destroy(oa);
 }
 
 static void test_fragmentation(void **state)
 {
-    crk_oa *oa = NULL;
+    crb_oa *oa = NULL;
     const uint32_t n = 1024;
     const uint64_t blk = 4096;
-    assert_int_equal(crk_oa_create(n * blk, 64, &oa), 0);
-    crk_oa_allocation *al = calloc(n, sizeof(*al));
+    assert_int_equal(crb_oa_create(n * blk, 64, NULL, &oa), 0);
+    crb_oa_allocation *al = calloc(n, sizeof(*al));
     for (uint32_t i = 0; i < n; i++)
-        assert_int_equal(crk_oa_alloc(oa, blk, &al[i]), 0);
+        assert_int_equal(crb_oa_alloc(oa, blk, &al[i]), 0);
     for (uint32_t i = 0; i < n; i += 2)
-        assert_int_equal(crk_oa_free(oa, al[i].node), 0);
-    crk_oa_stats st;
-    crk_oa_get_stats(oa, &st);
+        assert_int_equal(crb_oa_free(oa, al[i].node), 0);
+    crb_oa_stats st;
+    crb_oa_get_stats(oa, &st);
     assert_int_equal(st.free, n / 2 * blk);
     assert_int_equal(st.free_blocks, n / 2);
     assert_int_equal(st.largest_free, blk);
     /* Half the space is free but no block holds two units: refused. */
-    crk_oa_allocation big;
-    assert_int_equal(crk_oa_alloc(oa, 2 * blk, &big), CR_NO_AVAILABLE_HANDLE);
+    crb_oa_allocation big;
+    assert_int_equal(crb_oa_alloc(oa, 2 * blk, &big), CR_NO_AVAILABLE_HANDLE);
     /* Blocks of the hole size still fit, every one of them. */
     for (uint32_t i = 0; i < n; i += 2)
-        assert_int_equal(crk_oa_alloc(oa, blk, &al[i]), 0);
-    assert_int_equal(crk_oa_used(oa), n * blk);
+        assert_int_equal(crb_oa_alloc(oa, blk, &al[i]), 0);
+    assert_int_equal(crb_oa_used(oa), n * blk);
     /* Free two address neighbours: they merge and a double block fits again. */
     int lo = -1, hi = -1;
     for (uint32_t i = 0; i < n; i++) {
@@ -155,48 +155,48 @@ static void test_fragmentation(void **state)
             hi = (int)i;
     }
     assert_true(lo >= 0 && hi >= 0);
-    assert_int_equal(crk_oa_free(oa, al[lo].node), 0);
-    assert_int_equal(crk_oa_free(oa, al[hi].node), 0);
-    assert_int_equal(crk_oa_alloc(oa, 2 * blk, &big), 0);
+    assert_int_equal(crb_oa_free(oa, al[lo].node), 0);
+    assert_int_equal(crb_oa_free(oa, al[hi].node), 0);
+    assert_int_equal(crb_oa_alloc(oa, 2 * blk, &big), 0);
     assert_int_equal(big.offset, 10 * blk);
     free(al);
-    crk_oa_destroy(oa);
+    crb_oa_destroy(oa);
 }
 
 static void test_coalesce_random_order(void **state)
 {
-    crk_oa *oa = NULL;
+    crb_oa *oa = NULL;
     const uint64_t cap = 1ull << 30;
-    assert_int_equal(crk_oa_create(cap, 64, &oa), 0);
+    assert_int_equal(crb_oa_create(cap, 64, NULL, &oa), 0);
     enum { N = 20000 };
-    crk_oa_allocation *al = calloc(N, sizeof(*al));
+    crb_oa_allocation *al = calloc(N, sizeof(*al));
     uint32_t *order = calloc(N, sizeof(*order));
     uint32_t got = 0;
     for (uint32_t i = 0; i < N; i++) {
         uint64_t sz = 1 + rnd() % 60000;
-        if (crk_oa_alloc(oa, sz, &al[got]) == 0)
+        if (crb_oa_alloc(oa, sz, &al[got]) == 0)
             order[got] = got, got++;
     }
     assert_true(got > N / 2);
-    crk_oa_stats st;
-    crk_oa_get_stats(oa, &st);
+    crb_oa_stats st;
+    crb_oa_get_stats(oa, &st);
     assert_true(st.node_capacity >= got); /* grew on demand */
     shuffle(order, got);
     for (uint32_t i = 0; i < got; i++)
-        assert_int_equal(crk_oa_free(oa, al[order[i]].node), 0);
-    crk_oa_get_stats(oa, &st);
+        assert_int_equal(crb_oa_free(oa, al[order[i]].node), 0);
+    crb_oa_get_stats(oa, &st);
     assert_int_equal(st.used, 0);
     assert_int_equal(st.allocations, 0);
     assert_int_equal(st.free_blocks, 1);
     assert_int_equal(st.nodes, 1);
     assert_int_equal(st.largest_free, cap);
     /* The whole segment is one block again. */
-    crk_oa_allocation whole;
-    assert_int_equal(crk_oa_alloc(oa, cap, &whole), 0);
+    crb_oa_allocation whole;
+    assert_int_equal(crb_oa_alloc(oa, cap, &whole), 0);
     assert_int_equal(whole.offset, 0);
     free(order);
     free(al);
-    crk_oa_destroy(oa);
+    crb_oa_destroy(oa);
 }
 
 /*
@@ -206,39 +206,39 @@ static void test_coalesce_random_order(void **state)
  */
 static void uniform_fill(uint64_t cap, uint64_t blk)
 {
-    crk_oa *oa = NULL;
-    assert_int_equal(crk_oa_create(cap, 64, &oa), 0);
+    crb_oa *oa = NULL;
+    assert_int_equal(crb_oa_create(cap, 64, NULL, &oa), 0);
     uint64_t per = (blk + 63) / 64 * 64;
     uint32_t max = (uint32_t)(cap / per);
-    crk_oa_allocation *al = calloc(max + 1, sizeof(*al));
+    crb_oa_allocation *al = calloc(max + 1, sizeof(*al));
     uint32_t *idx = calloc(max + 1, sizeof(*idx));
     uint32_t n = 0;
-    while (n <= max && crk_oa_alloc(oa, blk, &al[n]) == 0)
+    while (n <= max && crb_oa_alloc(oa, blk, &al[n]) == 0)
         n++;
     assert_int_equal(n, max);
-    double util = (double)crk_oa_used(oa) / (double)cap;
-    assert_true(cap - crk_oa_used(oa) < per);
+    double util = (double)crb_oa_used(oa) / (double)cap;
+    assert_true(cap - crb_oa_used(oa) < per);
     for (int round = 0; round < 5; round++) {
         for (uint32_t i = 0; i < n; i++)
             idx[i] = i;
         shuffle(idx, n);
         for (uint32_t i = 0; i < n / 2; i++)
-            assert_int_equal(crk_oa_free(oa, al[idx[i]].node), 0);
+            assert_int_equal(crb_oa_free(oa, al[idx[i]].node), 0);
         uint32_t refilled = 0;
         for (uint32_t i = 0; i < n / 2; i++) {
-            assert_int_equal(crk_oa_alloc(oa, blk, &al[idx[i]]), 0);
+            assert_int_equal(crb_oa_alloc(oa, blk, &al[idx[i]]), 0);
             refilled++;
         }
-        crk_oa_allocation extra;
-        assert_int_equal(crk_oa_alloc(oa, blk, &extra), CR_NO_AVAILABLE_HANDLE);
+        crb_oa_allocation extra;
+        assert_int_equal(crb_oa_alloc(oa, blk, &extra), CR_NO_AVAILABLE_HANDLE);
         assert_int_equal(refilled, n / 2);
-        util = (double)crk_oa_used(oa) / (double)cap;
-        assert_true(cap - crk_oa_used(oa) < per);
+        util = (double)crb_oa_used(oa) / (double)cap;
+        assert_true(cap - crb_oa_used(oa) < per);
     }
     assert_true(util > 0.99);
     free(idx);
     free(al);
-    crk_oa_destroy(oa);
+    crb_oa_destroy(oa);
 }
 
 static void test_uniform_kv_blocks(void **state)
@@ -269,17 +269,17 @@ static uint64_t model_longest_run(const uint8_t *bits, uint64_t units)
 static void test_reference_model(void **state)
 {
     const uint64_t align = 16, units = 4096;
-    crk_oa *oa = NULL;
-    assert_int_equal(crk_oa_create(units * align, align, &oa), 0);
+    crb_oa *oa = NULL;
+    assert_int_equal(crb_oa_create(units * align, align, NULL, &oa), 0);
     uint8_t *bits = calloc(units, 1);
     enum { SLOTS = 600 };
-    crk_oa_allocation al[SLOTS];
+    crb_oa_allocation al[SLOTS];
     uint8_t live[SLOTS] = {0};
     uint64_t used_units = 0;
     for (int step = 0; step < 100000; step++) {
         uint32_t slot = (uint32_t)(rnd() % SLOTS);
         if (live[slot]) {
-            assert_int_equal(crk_oa_free(oa, al[slot].node), 0);
+            assert_int_equal(crb_oa_free(oa, al[slot].node), 0);
             uint64_t u0 = al[slot].offset / align, un = al[slot].size / align;
             for (uint64_t u = u0; u < u0 + un; u++)
                 bits[u] = 0;
@@ -288,8 +288,8 @@ static void test_reference_model(void **state)
         } else {
             uint64_t sz = (rnd() & 3) ? 1 + rnd() % (align * 24) : 1 + rnd() % (align * 300);
             uint64_t need = (sz + align - 1) / align;
-            crk_oa_allocation a;
-            int rc = crk_oa_alloc(oa, sz, &a);
+            crb_oa_allocation a;
+            int rc = crb_oa_alloc(oa, sz, &a);
             uint64_t longest = model_longest_run(bits, units);
             if (rc != 0) {
                 assert_int_equal(rc, CR_NO_AVAILABLE_HANDLE);
@@ -309,90 +309,90 @@ static void test_reference_model(void **state)
             al[slot] = a;
             live[slot] = 1;
         }
-        assert_int_equal(crk_oa_used(oa), used_units * align);
+        assert_int_equal(crb_oa_used(oa), used_units * align);
         if (step % 997 == 0) {
-            crk_oa_stats st;
-            crk_oa_get_stats(oa, &st);
+            crb_oa_stats st;
+            crb_oa_get_stats(oa, &st);
             assert_int_equal(st.largest_free, model_longest_run(bits, units) * align);
         }
     }
     for (uint32_t s = 0; s < SLOTS; s++)
         if (live[s])
-            assert_int_equal(crk_oa_free(oa, al[s].node), 0);
-    crk_oa_stats st;
-    crk_oa_get_stats(oa, &st);
+            assert_int_equal(crb_oa_free(oa, al[s].node), 0);
+    crb_oa_stats st;
+    crb_oa_get_stats(oa, &st);
     assert_int_equal(st.free_blocks, 1);
     assert_int_equal(st.largest_free, units * align);
     free(bits);
-    crk_oa_destroy(oa);
+    crb_oa_destroy(oa);
 }
 
 static void test_huge_sizes(void **state)
 {
-    crk_oa *oa = NULL;
+    crb_oa *oa = NULL;
     /* A 2^62-byte segment, byte granularity: offsets far beyond 32 bits. */
-    assert_int_equal(crk_oa_create(1ull << 62, 1, &oa), 0);
-    crk_oa_allocation a, b, c;
-    assert_int_equal(crk_oa_alloc(oa, 1ull << 61, &a), 0);
-    assert_int_equal(crk_oa_alloc(oa, (1ull << 60) + 12345, &b), 0);
+    assert_int_equal(crb_oa_create(1ull << 62, 1, NULL, &oa), 0);
+    crb_oa_allocation a, b, c;
+    assert_int_equal(crb_oa_alloc(oa, 1ull << 61, &a), 0);
+    assert_int_equal(crb_oa_alloc(oa, (1ull << 60) + 12345, &b), 0);
     assert_int_equal(b.size, (1ull << 60) + 12345);
-    assert_int_equal(crk_oa_alloc(oa, 7, &c), 0);
+    assert_int_equal(crb_oa_alloc(oa, 7, &c), 0);
     assert_true(b.offset >= (1ull << 32) || a.offset >= (1ull << 32));
-    assert_int_equal(crk_oa_used(oa), (1ull << 61) + (1ull << 60) + 12345 + 7);
-    crk_oa_allocation d;
-    assert_int_equal(crk_oa_alloc(oa, 1ull << 61, &d), CR_NO_AVAILABLE_HANDLE);
-    assert_int_equal(crk_oa_free(oa, a.node), 0);
-    assert_int_equal(crk_oa_alloc(oa, 1ull << 61, &d), 0);
+    assert_int_equal(crb_oa_used(oa), (1ull << 61) + (1ull << 60) + 12345 + 7);
+    crb_oa_allocation d;
+    assert_int_equal(crb_oa_alloc(oa, 1ull << 61, &d), CR_NO_AVAILABLE_HANDLE);
+    assert_int_equal(crb_oa_free(oa, a.node), 0);
+    assert_int_equal(crb_oa_alloc(oa, 1ull << 61, &d), 0);
     assert_int_equal(d.offset, a.offset);
-    assert_int_equal(crk_oa_free(oa, b.node), 0);
-    assert_int_equal(crk_oa_free(oa, c.node), 0);
-    assert_int_equal(crk_oa_free(oa, d.node), 0);
-    crk_oa_stats st;
-    crk_oa_get_stats(oa, &st);
+    assert_int_equal(crb_oa_free(oa, b.node), 0);
+    assert_int_equal(crb_oa_free(oa, c.node), 0);
+    assert_int_equal(crb_oa_free(oa, d.node), 0);
+    crb_oa_stats st;
+    crb_oa_get_stats(oa, &st);
     assert_int_equal(st.largest_free, 1ull << 62);
-    crk_oa_destroy(oa);
+    crb_oa_destroy(oa);
 
     /* The largest segment: every byte of the 64-bit space but the last. */
-    assert_int_equal(crk_oa_create(UINT64_MAX, 1, &oa), 0);
-    assert_int_equal(crk_oa_capacity(oa), UINT64_MAX);
-    assert_int_equal(crk_oa_alloc(oa, UINT64_MAX - 4096, &a), 0);
-    assert_int_equal(crk_oa_alloc(oa, 4096, &b), 0);
+    assert_int_equal(crb_oa_create(UINT64_MAX, 1, NULL, &oa), 0);
+    assert_int_equal(crb_oa_capacity(oa), UINT64_MAX);
+    assert_int_equal(crb_oa_alloc(oa, UINT64_MAX - 4096, &a), 0);
+    assert_int_equal(crb_oa_alloc(oa, 4096, &b), 0);
     assert_int_equal(b.offset, UINT64_MAX - 4096);
-    assert_int_equal(crk_oa_alloc(oa, 1, &c), CR_NO_AVAILABLE_HANDLE);
-    assert_int_equal(crk_oa_free(oa, a.node), 0);
-    assert_int_equal(crk_oa_free(oa, b.node), 0);
-    crk_oa_destroy(oa);
+    assert_int_equal(crb_oa_alloc(oa, 1, &c), CR_NO_AVAILABLE_HANDLE);
+    assert_int_equal(crb_oa_free(oa, a.node), 0);
+    assert_int_equal(crb_oa_free(oa, b.node), 0);
+    crb_oa_destroy(oa);
 
     /* 1 TiB with 4 KiB alignment. */
-    assert_int_equal(crk_oa_create(1ull << 40, 4096, &oa), 0);
-    assert_int_equal(crk_oa_alloc(oa, (1ull << 40) - 4095, &a), 0);
+    assert_int_equal(crb_oa_create(1ull << 40, 4096, NULL, &oa), 0);
+    assert_int_equal(crb_oa_alloc(oa, (1ull << 40) - 4095, &a), 0);
     assert_int_equal(a.size, 1ull << 40);
-    crk_oa_destroy(oa);
+    crb_oa_destroy(oa);
 }
 
 static void test_node_growth(void **state)
 {
-    crk_oa *oa = NULL;
-    assert_int_equal(crk_oa_create(1ull << 30, 64, &oa), 0);
-    crk_oa_stats st;
-    crk_oa_get_stats(oa, &st);
+    crb_oa *oa = NULL;
+    assert_int_equal(crb_oa_create(1ull << 30, 64, NULL, &oa), 0);
+    crb_oa_stats st;
+    crb_oa_get_stats(oa, &st);
     assert_true(st.node_capacity <= 64); /* nothing sized for the worst case */
-    uint64_t fp0 = crk_oa_footprint(oa);
+    uint64_t fp0 = crb_oa_footprint(oa);
     enum { N = 100000 };
-    crk_oa_allocation *al = calloc(N, sizeof(*al));
+    crb_oa_allocation *al = calloc(N, sizeof(*al));
     for (uint32_t i = 0; i < N; i++)
-        assert_int_equal(crk_oa_alloc(oa, 64, &al[i]), 0);
-    crk_oa_get_stats(oa, &st);
+        assert_int_equal(crb_oa_alloc(oa, 64, &al[i]), 0);
+    crb_oa_get_stats(oa, &st);
     assert_int_equal(st.allocations, N);
     assert_int_equal(st.nodes, N + 1);
     assert_true(st.node_capacity >= N + 1 && st.node_capacity <= 2 * (N + 1));
-    assert_true(crk_oa_footprint(oa) > fp0);
+    assert_true(crb_oa_footprint(oa) > fp0);
     for (uint32_t i = 0; i < N; i++)
-        assert_int_equal(crk_oa_free(oa, al[i].node), 0);
-    crk_oa_get_stats(oa, &st);
+        assert_int_equal(crb_oa_free(oa, al[i].node), 0);
+    crb_oa_get_stats(oa, &st);
     assert_int_equal(st.nodes, 1);
     free(al);
-    crk_oa_destroy(oa);
+    crb_oa_destroy(oa);
 }
 
 int main(void)

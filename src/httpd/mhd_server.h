@@ -18,15 +18,15 @@
 
 /* A daemon and what its logger keeps; embed it in the server object (it
  * must not move while the daemon runs). */
-typedef struct crm_mhd_server {
+typedef struct crh_mhd_server {
     struct MHD_Daemon *daemon;
     uint16_t port;            /* bound port once started */
     const char *what;         /* "metadata server" (static string, for messages) */
     pthread_mutex_t log_lock; /* guards last_error */
     char last_error[200];     /* libmicrohttpd's last log line */
-} crm_mhd_server;
+} crh_mhd_server;
 
-typedef struct crm_mhd_config {
+typedef struct crh_mhd_config {
     unsigned threads;
     unsigned connection_limit;
     unsigned idle_timeout_s;
@@ -34,17 +34,17 @@ typedef struct crm_mhd_config {
     void *request_cls;
     MHD_RequestCompletedCallback on_completed; /* may be NULL */
     void *completed_cls;
-} crm_mhd_config;
+} crh_mhd_config;
 
 /**
  * Listen on host:port and serve with cfg. 0 on success (m->port set, an
  * info line logged); otherwise the status (bad host, CR_ERR_BIND with the
  * reason) and m holds nothing to stop.
  */
-int crm_mhd_start(crm_mhd_server *m, const char *what, const char *host, uint16_t port,
-                  const crm_mhd_config *cfg);
+int crh_mhd_start(crh_mhd_server *m, const char *what, const char *host, uint16_t port,
+                  const crh_mhd_config *cfg);
 
 /** Stop the daemon (waits for its threads) and release m's lock. */
-void crm_mhd_stop(crm_mhd_server *m);
+void crh_mhd_stop(crh_mhd_server *m);
 
 #endif

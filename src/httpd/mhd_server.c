@@ -1,7 +1,7 @@
 /*
  * mhd_server.c - see mhd_server.h.
  */
-#include "metadata/mhd_server.h"
+#include "httpd/mhd_server.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,7 +16,7 @@
 /* libmicrohttpd's logger: keep the last line for error messages, log it. */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
-    crm_mhd_server *m = cls;
+    crh_mhd_server *m = cls;
     char line[sizeof(m->last_error)];
     vsnprintf(line, sizeof(line), fmt, ap);
     size_t n = strlen(line);
@@ -28,8 +28,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     crb_log(CRB_LOG_INFO, "%s: %s", m->what, line);
 }
 
-int crm_mhd_start(crm_mhd_server *m, const char *what, const char *host, uint16_t port,
-                  const crm_mhd_config *cfg)
+int crh_mhd_start(crh_mhd_server *m, const char *what, const char *host, uint16_t port,
+                  const crh_mhd_config *cfg)
 {
     struct sockaddr_storage addr;
     socklen_t addrlen;
@@ -64,7 +64,7 @@ int crm_mhd_start(crm_mhd_server *m, const char *what, const char *host, uint16_
     return 0;
 }
 
-void crm_mhd_stop(crm_mhd_server *m)
+void crh_mhd_stop(crh_mhd_server *m)
 {
     MHD_stop_daemon(m->daemon);
     m->daemon = NULL;

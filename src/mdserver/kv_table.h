@@ -5,45 +5,45 @@
  * contain NULs, and may be empty). The table owns copies of both.
  *
  * Threading: none. The table does no locking; its owner serialises access
- * (crm_http_server holds one mutex around every call).
+ * (crd_http_server holds one mutex around every call).
  */
 #ifndef CRESCENT_METADATA_KV_TABLE_H
 #define CRESCENT_METADATA_KV_TABLE_H
 
 #include <stddef.h>
 
-typedef struct crm_kv_table crm_kv_table;
+typedef struct crd_kv_table crd_kv_table;
 
 /** Create an empty table. Errors: CR_ERR_NO_MEMORY. */
-int crm_kv_table_create(crm_kv_table **out);
+int crd_kv_table_create(crd_kv_table **out);
 
 /** Free the table and everything in it. NULL is ignored. */
-void crm_kv_table_destroy(crm_kv_table *t);
+void crd_kv_table_destroy(crd_kv_table *t);
 
 /** Store a copy of value[0..len) under key, replacing any previous value. */
-int crm_kv_table_put(crm_kv_table *t, const char *key, const void *value, size_t len);
+int crd_kv_table_put(crd_kv_table *t, const char *key, const void *value, size_t len);
 
 /**
- * Like crm_kv_table_put but takes ownership of `value` (from malloc; NULL is
+ * Like crd_kv_table_put but takes ownership of `value` (from malloc; NULL is
  * allowed when len is 0) on success, saving a copy. On failure the caller
  * still owns it.
  */
-int crm_kv_table_put_owned(crm_kv_table *t, const char *key, void *value, size_t len);
+int crd_kv_table_put_owned(crd_kv_table *t, const char *key, void *value, size_t len);
 
 /**
  * Copy the value of key into a fresh malloc'd buffer (*value, never NULL on
  * success even for an empty value; caller frees) of *len bytes.
  * Errors: CR_ERR_NOT_FOUND, CR_ERR_NO_MEMORY.
  */
-int crm_kv_table_get(const crm_kv_table *t, const char *key, void **value, size_t *len);
+int crd_kv_table_get(const crd_kv_table *t, const char *key, void **value, size_t *len);
 
 /** Remove key. Errors: CR_ERR_NOT_FOUND when it is not there. */
-int crm_kv_table_del(crm_kv_table *t, const char *key);
+int crd_kv_table_del(crd_kv_table *t, const char *key);
 
 /** Number of keys stored. */
-size_t crm_kv_table_count(const crm_kv_table *t);
+size_t crd_kv_table_count(const crd_kv_table *t);
 
 /** Total bytes of all values stored (keys not counted). */
-size_t crm_kv_table_value_bytes(const crm_kv_table *t);
+size_t crd_kv_table_value_bytes(const crd_kv_table *t);
 
 #endif

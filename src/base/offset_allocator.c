@@ -8,14 +8,14 @@
  *   allocation : bin_prev == USED
  *   spare node : bin_prev == SPARE, chained through bin_next in spare list
  */
-#include "master/offset_allocator.h"
+#include "base/offset_allocator.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
-#include "master/mem.h"
+#include "base/alloc.h"
 
 #define NIL       0xFFFFFFFFu
 #define USED      0xFFFFFFFEu
@@ -38,12 +38,13 @@ typedef struct oa_node {
     uint32_t nb_prev, nb_next; /* address-order neighbours */
 } oa_node;
 
-struct crk_oa {
+struct crb_oa {
     uint64_t capacity_units;
     uint64_t used_units;
     unsigned shift; /* log2(alignment) */
     uint32_t allocations;
     uint32_t free_blocks;
+    const crb_alloc_ops *heap; /* where nodes and this header come from */
     oa_node *nodes;
     uint32_t node_cap;
     uint32_t spare; /* head of spare-node list */
@@ -82,7 +83,7 @@ static uint32_t bin_round_up(uint64_t size)
     return (exp << MANTISSA_BITS) + mant;
 }
 
-static void bin_insert(crk_oa *oa, uint32_t n)
+static void bin_insert(crb_oa *oa, uint32_t n)
 {
     oa_node *node = &oa->nodes[n];
     uint32_t bin = bin_round_down(node->len);
@@ -99,7 +100,7 @@ static void bin_insert(crk_oa *oa, uint32_t n)
     oa->free_blocks++;
 }
 
-static void bin_remove(crk_oa *oa, uint32_t n)
+static void bin_remove(crb_oa *oa, uint32_t n)
 {
     oa_node *node = &oa->nodes[n];
     if (node->bin_prev != NIL) {
@@ -121,7 +122,7 @@ static void bin_remove(crk_oa *oa, uint32_t n)
 }
 
 /* Make sure at least one spare node exists. */
-static int reserve_node(crk_oa *oa)
+static int reserve_node(crb_oa *oa)
 {
     if (oa->spare != NIL)
         return 0;
@@ -130,7 +131,7 @@ static int reserve_node(crk_oa *oa)
     uint64_t want = (uint64_t)oa->node_cap * 2;
     if (want > MAX_NODES)
         want = MAX_NODES;
-    oa_node *grown = crk_realloc(oa->nodes, (size_t)want * sizeof(*grown));
+    oa_node *grown = oa->heap->resize(oa->nodes, (size_t)want * sizeof(*grown));
     if (!grown)
         return crb_error(CR_ERR_NO_MEMORY, "offset allocator: growing nodes to %llu",
                          (unsigned long long)want);
@@ -146,7 +147,7 @@ static int reserve_node(crk_oa *oa)
     return 0;
 }
 
-static uint32_t take_spare(crk_oa *oa)
+static uint32_t take_spare(crb_oa *oa)
 {
     uint32_t n = oa->spare;
     oa->spare = oa->nodes[n].bin_next;
@@ -154,7 +155,7 @@ static uint32_t take_spare(crk_oa *oa)
     return n;
 }
 
-static void put_spare(crk_oa *oa, uint32_t n)
+static void put_spare(crb_oa *oa, uint32_t n)
 {
     oa->nodes[n].bin_prev = SPARE;
     oa->nodes[n].bin_next = oa->spare;
@@ -162,7 +163,7 @@ static void put_spare(crk_oa *oa, uint32_t n)
     oa->spare_count++;
 }
 
-int crk_oa_create(uint64_t size, uint64_t alignment, crk_oa **out)
+int crb_oa_create(uint64_t size, uint64_t alignment, const crb_alloc_ops *heap, crb_oa **out)
 {
     if (alignment == 0 || (alignment & (alignment - 1)) != 0)
         return crb_error(CR_INVALID_PARAMS,
@@ -174,10 +175,13 @@ int crk_oa_create(uint64_t size, uint64_t alignment, crk_oa **out)
         return crb_error(CR_INVALID_PARAMS,
                          "offset allocator: size %llu is smaller than the alignment %llu",
                          (unsigned long long)size, (unsigned long long)alignment);
-    crk_oa *oa = crk_calloc(1, sizeof(*oa));
+    if (heap == NULL)
+        heap = &crb_alloc_libc;
+    crb_oa *oa = heap->alloc_zeroed(1, sizeof(*oa));
     if (!oa)
         return crb_error(CR_ERR_NO_MEMORY, "offset allocator: header");
-    oa->nodes = crk_malloc(INITIAL_NODES * sizeof(oa_node));
+    oa->heap = heap;
+    oa->nodes = heap->alloc(INITIAL_NODES * sizeof(oa_node));
     if (!oa->nodes)
         goto undo_header;
     oa->node_cap = INITIAL_NODES;
@@ -198,20 +202,21 @@ int crk_oa_create(uint64_t size, uint64_t alignment, crk_oa **out)
     return 0;
 
 undo_header:
-    crk_free(oa);
+    heap->release(oa);
     return crb_error(CR_ERR_NO_MEMORY, "offset allocator: initial nodes");
 }
 
-void crk_oa_destroy(crk_oa *oa)
+void crb_oa_destroy(crb_oa *oa)
 {
     if (!oa)
         return;
-    crk_free(oa->nodes);
-    crk_free(oa);
+    const crb_alloc_ops *heap = oa->heap;
+    heap->release(oa->nodes);
+    heap->release(oa);
 }
 
 /* First non-empty bin >= `bin`, or NIL. */
-static uint32_t find_bin_at_least(const crk_oa *oa, uint32_t bin)
+static uint32_t find_bin_at_least(const crb_oa *oa, uint32_t bin)
 {
     uint32_t top = bin >> 3;
     if (top >= TOP_BINS)
@@ -229,7 +234,7 @@ static uint32_t find_bin_at_least(const crk_oa *oa, uint32_t bin)
 }
 
 /* Scan bin `bin` for a block of >= units, skipping the first `skip` nodes. */
-static uint32_t scan_bin(const crk_oa *oa, uint32_t bin, uint64_t units, uint32_t skip,
+static uint32_t scan_bin(const crb_oa *oa, uint32_t bin, uint64_t units, uint32_t skip,
                          uint32_t limit)
 {
     uint32_t n = oa->bin_head[bin];
@@ -240,7 +245,7 @@ static uint32_t scan_bin(const crk_oa *oa, uint32_t bin, uint64_t units, uint32_
     return NIL;
 }
 
-int crk_oa_alloc(crk_oa *oa, uint64_t size, crk_oa_allocation *out)
+int crb_oa_alloc(crb_oa *oa, uint64_t size, crb_oa_allocation *out)
 {
     if (size == 0)
         return crb_error(CR_INVALID_PARAMS, "offset allocator: zero-size allocation");
@@ -304,7 +309,7 @@ int crk_oa_alloc(crk_oa *oa, uint64_t size, crk_oa_allocation *out)
 }
 
 /* Unlink free neighbour `m` of a block being freed and recycle its node. */
-static void absorb(crk_oa *oa, uint32_t m)
+static void absorb(crb_oa *oa, uint32_t m)
 {
     bin_remove(oa, m);
     oa_node *node = &oa->nodes[m];
@@ -315,12 +320,12 @@ static void absorb(crk_oa *oa, uint32_t m)
     put_spare(oa, m);
 }
 
-static bool is_free_block(const crk_oa *oa, uint32_t m)
+static bool is_free_block(const crb_oa *oa, uint32_t m)
 {
     return m != NIL && oa->nodes[m].bin_prev != USED && oa->nodes[m].bin_prev != SPARE;
 }
 
-int crk_oa_free(crk_oa *oa, uint32_t n)
+int crb_oa_free(crb_oa *oa, uint32_t n)
 {
     if (n >= oa->node_cap || oa->nodes[n].bin_prev != USED)
         return crb_error(CR_INVALID_PARAMS, "offset allocator: node %u is not a live allocation",
@@ -345,17 +350,17 @@ int crk_oa_free(crk_oa *oa, uint32_t n)
     return 0;
 }
 
-uint64_t crk_oa_used(const crk_oa *oa)
+uint64_t crb_oa_used(const crb_oa *oa)
 {
     return oa->used_units << oa->shift;
 }
 
-uint64_t crk_oa_capacity(const crk_oa *oa)
+uint64_t crb_oa_capacity(const crb_oa *oa)
 {
     return oa->capacity_units << oa->shift;
 }
 
-void crk_oa_get_stats(const crk_oa *oa, crk_oa_stats *st)
+void crb_oa_get_stats(const crb_oa *oa, crb_oa_stats *st)
 {
     memset(st, 0, sizeof(*st));
     st->capacity = oa->capacity_units << oa->shift;
@@ -376,7 +381,7 @@ void crk_oa_get_stats(const crk_oa *oa, crk_oa_stats *st)
     }
 }
 
-uint64_t crk_oa_footprint(const crk_oa *oa)
+uint64_t crb_oa_footprint(const crb_oa *oa)
 {
     return sizeof(*oa) + (uint64_t)oa->node_cap * sizeof(oa_node);
 }

@@ -28,10 +28,10 @@
 #include "base/error.h"
 #include "base/net.h"
 #include "metadata/backend.h"
-#include "metadata/http_server.h"
+#include "mdserver/http_server.h"
 
 typedef struct fixture {
-    crm_http_server *server;
+    crd_http_server *server;
     crm_backend *backend;
     char url[128];
 } fixture;
@@ -39,15 +39,15 @@ typedef struct fixture {
 static int setup_server(void **state)
 {
     fixture *f = calloc(1, sizeof(*f));
-    if (f == NULL || crm_http_server_start("127.0.0.1", 0, &f->server) != 0) {
+    if (f == NULL || crd_http_server_start("127.0.0.1", 0, &f->server) != 0) {
         print_error("server start: %s\n", cr_last_error_message());
         free(f);
         return -1;
     }
     snprintf(f->url, sizeof(f->url), "http://127.0.0.1:%u/metadata",
-             (unsigned)crm_http_server_port(f->server));
+             (unsigned)crd_http_server_port(f->server));
     if (crm_backend_open(f->url, 10000, &f->backend) != 0) {
-        crm_http_server_stop(f->server);
+        crd_http_server_stop(f->server);
         free(f);
         return -1;
     }
@@ -59,7 +59,7 @@ static int teardown_server(void **state)
 {
     fixture *f = *state;
     crm_backend_close(f->backend);
-    crm_http_server_stop(f->server);
+    crd_http_server_stop(f->server);
     free(f);
     return 0;
 }
@@ -119,7 +119,7 @@ static long raw_request(const fixture *f, const char *method, const char *path_q
                         size_t chunked_len, char body[256])
 {
     char url[512];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", (unsigned)crm_http_server_port(f->server),
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", (unsigned)crd_http_server_port(f->server),
              path_query);
     CURL *h = curl_easy_init();
     assert_non_null(h);
@@ -155,18 +155,18 @@ static void test_round_trip(void **state)
 {
     fixture *f = *state;
     crm_backend *b = f->backend;
-    assert_int_equal(crm_http_server_key_count(f->server), 0);
+    assert_int_equal(crd_http_server_key_count(f->server), 0);
     check_missing(b, "mooncake/ram/seg0");
     assert_non_null(strstr(cr_last_error_message(), "mooncake/ram/seg0"));
 
     assert_int_equal(b->ops->put(b, "mooncake/ram/seg0", "descriptor-1", 12), 0);
     check_value(b, "mooncake/ram/seg0", "descriptor-1", 12);
-    assert_int_equal(crm_http_server_key_count(f->server), 1);
+    assert_int_equal(crd_http_server_key_count(f->server), 1);
 
     /* overwrite */
     assert_int_equal(b->ops->put(b, "mooncake/ram/seg0", "d2", 2), 0);
     check_value(b, "mooncake/ram/seg0", "d2", 2);
-    assert_int_equal(crm_http_server_key_count(f->server), 1);
+    assert_int_equal(crd_http_server_key_count(f->server), 1);
 
     /* binary value with NUL bytes, and an empty value */
     const unsigned char bin[] = {0x82, 0x00, 0xa1, 0x00, 0x00, 0xff, 0x00};
@@ -174,7 +174,7 @@ static void test_round_trip(void **state)
     check_value(b, "mooncake/rpc_meta/seg0", bin, sizeof(bin));
     assert_int_equal(b->ops->put(b, "empty", NULL, 0), 0);
     check_value(b, "empty", NULL, 0);
-    assert_int_equal(crm_http_server_key_count(f->server), 3);
+    assert_int_equal(crd_http_server_key_count(f->server), 3);
 
     /* keys that must be escaped keep their identity */
     static const char *const keys[] = {
@@ -192,14 +192,14 @@ static void test_round_trip(void **state)
         assert_int_equal(b->ops->put(b, keys[i], keys[i], strlen(keys[i])), 0);
     for (size_t i = 0; i < nkeys; i++)
         check_value(b, keys[i], keys[i], strlen(keys[i]));
-    assert_int_equal(crm_http_server_key_count(f->server), 3 + nkeys);
+    assert_int_equal(crd_http_server_key_count(f->server), 3 + nkeys);
 
     /* delete: present, then missing (both succeed), then it is gone */
     assert_int_equal(b->ops->del(b, "mooncake/ram/seg0"), 0);
     assert_int_equal(b->ops->del(b, "mooncake/ram/seg0"), 0);
     check_missing(b, "mooncake/ram/seg0");
     check_value(b, "mooncake/rpc_meta/seg0", bin, sizeof(bin));
-    assert_int_equal(crm_http_server_key_count(f->server), 2 + nkeys);
+    assert_int_equal(crd_http_server_key_count(f->server), 2 + nkeys);
 
     /* the client refuses empty keys itself */
     assert_int_equal(b->ops->put(b, "", "x", 1), CR_ERR_INVALID_ARGUMENT);
@@ -224,7 +224,7 @@ static void test_large_value(void **state)
     free(big);
 
     /* exactly the limit is accepted */
-    size_t max = CRM_HTTP_SERVER_MAX_VALUE;
+    size_t max = CRD_HTTP_SERVER_MAX_VALUE;
     char *at_limit = malloc(max);
     assert_non_null(at_limit);
     memset(at_limit, 'm', max);
@@ -239,10 +239,10 @@ static void test_too_large(void **state)
 {
     fixture *f = *state;
     crm_backend *b = f->backend;
-    size_t over = CRM_HTTP_SERVER_MAX_VALUE + 1;
+    size_t over = CRD_HTTP_SERVER_MAX_VALUE + 1;
 
     /* Content-Length over the limit: refused before the body is read */
-    int fd = crb_connect("127.0.0.1", crm_http_server_port(f->server), 2000);
+    int fd = crb_connect("127.0.0.1", crd_http_server_port(f->server), 2000);
     assert_true(fd >= 0);
     char req[256];
     int len =
@@ -259,7 +259,7 @@ static void test_too_large(void **state)
     assert_int_equal(raw_request(f, "PUT", "/metadata?key=huge", over, body), 413);
     /* a small chunked body is fine */
     assert_int_equal(raw_request(f, "PUT", "/metadata?key=chunked", 100000, body), 200);
-    assert_int_equal(crm_http_server_key_count(f->server), 1);
+    assert_int_equal(crd_http_server_key_count(f->server), 1);
     check_missing(b, "huge");
 
     /* through the backend: an error naming the status */
@@ -296,7 +296,7 @@ static void test_bad_requests(void **state)
     assert_int_equal(raw_request(f, "PUT", "/metadata?key=one&key=two", 0, body), 200);
     assert_int_equal(raw_request(f, "GET", "/metadata?key=one", 0, body), 200);
     assert_int_equal(raw_request(f, "DELETE", "/metadata?key=one", 0, body), 200);
-    assert_int_equal(crm_http_server_key_count(f->server), 0);
+    assert_int_equal(crd_http_server_key_count(f->server), 0);
 }
 
 static void test_non_200_is_metadata_error(void **state)
@@ -304,7 +304,7 @@ static void test_non_200_is_metadata_error(void **state)
     fixture *f = *state;
     char url[160];
     snprintf(url, sizeof(url), "http://127.0.0.1:%u/wrong/path",
-             (unsigned)crm_http_server_port(f->server));
+             (unsigned)crd_http_server_port(f->server));
     crm_backend *b = NULL;
     assert_int_equal(crm_backend_open(url, 5000, &b), 0);
     assert_int_equal(b->ops->put(b, "mooncake/ram/k", "v", 1), CR_ERR_METADATA);
@@ -367,9 +367,9 @@ static void test_server_gone_then_back(void **state)
 {
     fixture *f = *state;
     crm_backend *b = f->backend;
-    uint16_t port = crm_http_server_port(f->server);
+    uint16_t port = crd_http_server_port(f->server);
     assert_int_equal(b->ops->put(b, "k", "v", 1), 0); /* leaves a pooled kept-alive connection */
-    crm_http_server_stop(f->server);
+    crd_http_server_stop(f->server);
     f->server = NULL;
 
     uint64_t t0 = crb_now_ms();
@@ -379,8 +379,8 @@ static void test_server_gone_then_back(void **state)
     assert_true(crb_now_ms() - t0 < 5000);
 
     /* a new server on the same port: the same backend works again (empty store) */
-    assert_int_equal(crm_http_server_start("127.0.0.1", port, &f->server), 0);
-    assert_int_equal(crm_http_server_port(f->server), port);
+    assert_int_equal(crd_http_server_start("127.0.0.1", port, &f->server), 0);
+    assert_int_equal(crd_http_server_port(f->server), port);
     check_missing(b, "k");
     assert_int_equal(b->ops->put(b, "k", "v2", 2), 0);
     check_value(b, "k", "v2", 2);
@@ -430,26 +430,26 @@ static void test_concurrent_clients(void **state)
     size_t want = 0;
     for (int i = 90; i < 100; i++)
         want += (i % 3 != 0);
-    assert_int_equal(crm_http_server_key_count(f->server), T * want);
+    assert_int_equal(crd_http_server_key_count(f->server), T * want);
 }
 
 static void test_start_errors(void **state)
 {
-    crm_http_server *s = NULL, *s2 = NULL;
-    assert_int_equal(crm_http_server_start("127.0.0.1", 0, &s), 0);
-    uint16_t port = crm_http_server_port(s);
+    crd_http_server *s = NULL, *s2 = NULL;
+    assert_int_equal(crd_http_server_start("127.0.0.1", 0, &s), 0);
+    uint16_t port = crd_http_server_port(s);
     assert_true(port != 0);
-    int rc = crm_http_server_start("127.0.0.1", port, &s2);
+    int rc = crd_http_server_start("127.0.0.1", port, &s2);
     assert_int_equal(rc, CR_ERR_BIND);
     char where[64];
     snprintf(where, sizeof(where), "127.0.0.1:%u", (unsigned)port);
     assert_non_null(strstr(cr_last_error_message(), where));
     assert_null(s2);
-    crm_http_server_stop(s);
+    crd_http_server_stop(s);
 
-    assert_int_equal(crm_http_server_start("no-such-host.invalid", 0, &s), CR_ERR_DNS);
-    assert_int_equal(crm_http_server_start(NULL, 0, &s), CR_ERR_INVALID_ARGUMENT);
-    crm_http_server_stop(NULL);
+    assert_int_equal(crd_http_server_start("no-such-host.invalid", 0, &s), CR_ERR_DNS);
+    assert_int_equal(crd_http_server_start(NULL, 0, &s), CR_ERR_INVALID_ARGUMENT);
+    crd_http_server_stop(NULL);
 }
 
 int main(void)

@@ -4,7 +4,7 @@
  * Endpoints:
  *   GET    /metadata?key=K  200 + the value bytes, or 404
  *   PUT    /metadata?key=K  store the request body (at most
- *                           CRM_HTTP_SERVER_MAX_VALUE bytes, else 413); 200
+ *                           CRD_HTTP_SERVER_MAX_VALUE bytes, else 413); 200
  *   DELETE /metadata?key=K  200 if the key was there, 404 if not
  *   GET    /health          200 "OK"
  * A missing or empty key parameter is 400, another path 404, another method
@@ -24,25 +24,25 @@
 #include <stdint.h>
 
 /** Largest PUT body accepted. */
-#define CRM_HTTP_SERVER_MAX_VALUE ((size_t)64 << 20)
+#define CRD_HTTP_SERVER_MAX_VALUE ((size_t)64 << 20)
 
-typedef struct crm_http_server crm_http_server;
+typedef struct crd_http_server crd_http_server;
 
 /**
  * Start serving on host:port (a numeric address or a name; port 0 lets the
- * kernel pick, see crm_http_server_port). Binds only to that address.
+ * kernel pick, see crd_http_server_port). Binds only to that address.
  * Errors: CR_ERR_INVALID_ARGUMENT, CR_ERR_DNS, CR_ERR_BIND (message names
  * host:port and the reason), CR_ERR_NO_MEMORY.
  */
-int crm_http_server_start(const char *host, uint16_t port, crm_http_server **out);
+int crd_http_server_start(const char *host, uint16_t port, crd_http_server **out);
 
 /** The port actually bound. */
-uint16_t crm_http_server_port(const crm_http_server *s);
+uint16_t crd_http_server_port(const crd_http_server *s);
 
 /** Number of keys currently stored. */
-size_t crm_http_server_key_count(crm_http_server *s);
+size_t crd_http_server_key_count(crd_http_server *s);
 
 /** Close the listener and all connections, join the threads, free everything. NULL is ok. */
-void crm_http_server_stop(crm_http_server *s);
+void crd_http_server_stop(crd_http_server *s);
 
 #endif

@@ -10,7 +10,7 @@
  * random per-table seed: a client cannot pick keys that all land in one
  * bucket and turn the server's lookups quadratic.
  */
-#include "metadata/kv_table.h"
+#include "mdserver/kv_table.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -30,7 +30,7 @@ typedef struct kv_entry {
     char key[]; /* key_len bytes plus a NUL */
 } kv_entry;
 
-struct crm_kv_table {
+struct crd_kv_table {
     kv_entry **buckets;
     size_t nbuckets; /* power of two */
     size_t count;
@@ -94,9 +94,9 @@ static uint64_t siphash13(const uint64_t seed[2], const void *data, size_t len)
     return v0 ^ v1 ^ v2 ^ v3;
 }
 
-int crm_kv_table_create(crm_kv_table **out)
+int crd_kv_table_create(crd_kv_table **out)
 {
-    crm_kv_table *t = calloc(1, sizeof(*t));
+    crd_kv_table *t = calloc(1, sizeof(*t));
     if (t == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "kv table: cannot allocate the table");
     t->buckets = calloc(KV_INITIAL_BUCKETS, sizeof(*t->buckets));
@@ -116,7 +116,7 @@ int crm_kv_table_create(crm_kv_table **out)
     return 0;
 }
 
-void crm_kv_table_destroy(crm_kv_table *t)
+void crd_kv_table_destroy(crd_kv_table *t)
 {
     if (t == NULL)
         return;
@@ -134,7 +134,7 @@ void crm_kv_table_destroy(crm_kv_table *t)
 }
 
 /* Returns the link that points at key's entry (or at the NULL ending its chain). */
-static kv_entry **find_link(const crm_kv_table *t, const char *key, size_t key_len, uint64_t hash)
+static kv_entry **find_link(const crd_kv_table *t, const char *key, size_t key_len, uint64_t hash)
 {
     kv_entry **link = &t->buckets[hash & (t->nbuckets - 1)];
     while (*link != NULL) {
@@ -147,7 +147,7 @@ static kv_entry **find_link(const crm_kv_table *t, const char *key, size_t key_l
 }
 
 /* Double the bucket array; on allocation failure keep the old one (still correct). */
-static void grow(crm_kv_table *t)
+static void grow(crd_kv_table *t)
 {
     size_t n = t->nbuckets * 2;
     if (n < t->nbuckets || n > SIZE_MAX / sizeof(kv_entry *))
@@ -170,7 +170,7 @@ static void grow(crm_kv_table *t)
     t->nbuckets = n;
 }
 
-int crm_kv_table_put_owned(crm_kv_table *t, const char *key, void *value, size_t len)
+int crd_kv_table_put_owned(crd_kv_table *t, const char *key, void *value, size_t len)
 {
     size_t key_len = strlen(key);
     uint64_t hash = siphash13(t->seed, key, key_len);
@@ -208,7 +208,7 @@ int crm_kv_table_put_owned(crm_kv_table *t, const char *key, void *value, size_t
     return 0;
 }
 
-int crm_kv_table_put(crm_kv_table *t, const char *key, const void *value, size_t len)
+int crd_kv_table_put(crd_kv_table *t, const char *key, const void *value, size_t len)
 {
     void *copy = NULL;
     if (len > 0) {
@@ -218,13 +218,13 @@ int crm_kv_table_put(crm_kv_table *t, const char *key, const void *value, size_t
                              "kv table: cannot copy a %zu-byte value for key '%.100s'", len, key);
         memcpy(copy, value, len);
     }
-    int rc = crm_kv_table_put_owned(t, key, copy, len);
+    int rc = crd_kv_table_put_owned(t, key, copy, len);
     if (rc < 0)
         free(copy);
     return rc;
 }
 
-int crm_kv_table_get(const crm_kv_table *t, const char *key, void **value, size_t *len)
+int crd_kv_table_get(const crd_kv_table *t, const char *key, void **value, size_t *len)
 {
     size_t key_len = strlen(key);
     kv_entry *e = *find_link(t, key, key_len, siphash13(t->seed, key, key_len));
@@ -241,7 +241,7 @@ int crm_kv_table_get(const crm_kv_table *t, const char *key, void **value, size_
     return 0;
 }
 
-int crm_kv_table_del(crm_kv_table *t, const char *key)
+int crd_kv_table_del(crd_kv_table *t, const char *key)
 {
     size_t key_len = strlen(key);
     kv_entry **link = find_link(t, key, key_len, siphash13(t->seed, key, key_len));
@@ -256,12 +256,12 @@ int crm_kv_table_del(crm_kv_table *t, const char *key)
     return 0;
 }
 
-size_t crm_kv_table_count(const crm_kv_table *t)
+size_t crd_kv_table_count(const crd_kv_table *t)
 {
     return t->count;
 }
 
-size_t crm_kv_table_value_bytes(const crm_kv_table *t)
+size_t crd_kv_table_value_bytes(const crd_kv_table *t)
 {
     return t->value_bytes;
 }

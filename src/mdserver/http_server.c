@@ -9,14 +9,14 @@
  * Content-Length when given) that the body is appended to, and is answered
  * once the body is complete. Oversized bodies are refused with 413 before
  * reading when Content-Length says so, otherwise discarded as they stream in
- * and refused at the end. The store is a crm_kv_table behind one mutex;
+ * and refused at the end. The store is a crd_kv_table behind one mutex;
  * finished PUT buffers are handed to the table without a copy, and GET
  * copies the value out under the lock so that the response owns its bytes.
  *
  * MHD's own error messages go to crb_log; the last one is kept so that a
  * failed start can say why (e.g. "Address already in use").
  */
-#include "metadata/http_server.h"
+#include "mdserver/http_server.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -29,17 +29,17 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "metadata/mhd_server.h"
-#include "metadata/kv_table.h"
+#include "httpd/mhd_server.h"
+#include "mdserver/kv_table.h"
 
 #define SERVER_THREADS          4
 #define SERVER_CONNECTION_LIMIT 1024
 #define SERVER_IDLE_TIMEOUT_S   60
 
-struct crm_http_server {
-    crm_mhd_server mhd;
+struct crd_http_server {
+    crh_mhd_server mhd;
     pthread_mutex_t lock; /* guards table */
-    crm_kv_table *table;
+    crd_kv_table *table;
 };
 
 /* State of one PUT while its body arrives. */
@@ -82,12 +82,12 @@ static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned int stat
     return reply(conn, status, text, strlen(text), false, "text/plain");
 }
 
-static enum MHD_Result handle_get(crm_http_server *s, struct MHD_Connection *conn, const char *key)
+static enum MHD_Result handle_get(crd_http_server *s, struct MHD_Connection *conn, const char *key)
 {
     void *value = NULL;
     size_t len = 0;
     pthread_mutex_lock(&s->lock);
-    int rc = crm_kv_table_get(s->table, key, &value, &len);
+    int rc = crd_kv_table_get(s->table, key, &value, &len);
     pthread_mutex_unlock(&s->lock);
     if (rc == CR_ERR_NOT_FOUND)
         return reply_text(conn, MHD_HTTP_NOT_FOUND, "metadata not found");
@@ -96,11 +96,11 @@ static enum MHD_Result handle_get(crm_http_server *s, struct MHD_Connection *con
     return reply(conn, MHD_HTTP_OK, value, len, true, "application/octet-stream");
 }
 
-static enum MHD_Result handle_delete(crm_http_server *s, struct MHD_Connection *conn,
+static enum MHD_Result handle_delete(crd_http_server *s, struct MHD_Connection *conn,
                                      const char *key)
 {
     pthread_mutex_lock(&s->lock);
-    int rc = crm_kv_table_del(s->table, key);
+    int rc = crd_kv_table_del(s->table, key);
     pthread_mutex_unlock(&s->lock);
     if (rc < 0)
         return reply_text(conn, MHD_HTTP_NOT_FOUND, "metadata not found");
@@ -117,7 +117,7 @@ static enum MHD_Result begin_put(struct MHD_Connection *conn, const char *key, v
         char *end = NULL;
         errno = 0;
         unsigned long long v = strtoull(cl, &end, 10);
-        if (errno != 0 || v > CRM_HTTP_SERVER_MAX_VALUE)
+        if (errno != 0 || v > CRD_HTTP_SERVER_MAX_VALUE)
             return reply_text(conn, MHD_HTTP_CONTENT_TOO_LARGE, "value too large");
         expect = (size_t)v;
     }
@@ -146,7 +146,7 @@ static void put_append(put_request *pr, const char *data, size_t n)
 {
     if (pr->too_large || pr->oom)
         return; /* already refused: discard the rest */
-    if (n > CRM_HTTP_SERVER_MAX_VALUE - pr->len) {
+    if (n > CRD_HTTP_SERVER_MAX_VALUE - pr->len) {
         pr->too_large = true;
         goto drop_buffer;
     }
@@ -154,8 +154,8 @@ static void put_append(put_request *pr, const char *data, size_t n)
         size_t cap = pr->cap > 0 ? pr->cap : 4096;
         while (cap < pr->len + n)
             cap *= 2;
-        if (cap > CRM_HTTP_SERVER_MAX_VALUE)
-            cap = CRM_HTTP_SERVER_MAX_VALUE;
+        if (cap > CRD_HTTP_SERVER_MAX_VALUE)
+            cap = CRD_HTTP_SERVER_MAX_VALUE;
         char *p = realloc(pr->buf, cap);
         if (p == NULL) {
             pr->oom = true;
@@ -174,7 +174,7 @@ drop_buffer:
 }
 
 /* Later callbacks of a PUT: body chunks, then a final call with no data. */
-static enum MHD_Result continue_put(crm_http_server *s, struct MHD_Connection *conn,
+static enum MHD_Result continue_put(crd_http_server *s, struct MHD_Connection *conn,
                                     put_request *pr, const char *data, size_t *data_size)
 {
     if (*data_size > 0) {
@@ -187,7 +187,7 @@ static enum MHD_Result continue_put(crm_http_server *s, struct MHD_Connection *c
     if (pr->oom)
         return reply_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
     pthread_mutex_lock(&s->lock);
-    int rc = crm_kv_table_put_owned(s->table, pr->key, pr->buf, pr->len);
+    int rc = crd_kv_table_put_owned(s->table, pr->key, pr->buf, pr->len);
     pthread_mutex_unlock(&s->lock);
     if (rc < 0)
         return reply_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
@@ -199,7 +199,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **req_cls)
 {
-    crm_http_server *s = cls;
+    crd_http_server *s = cls;
     if (*req_cls != NULL)
         return continue_put(s, conn, *req_cls, upload_data, upload_data_size);
 
@@ -244,11 +244,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     *req_cls = NULL;
 }
 
-int crm_http_server_start(const char *host, uint16_t port, crm_http_server **out)
+int crd_http_server_start(const char *host, uint16_t port, crd_http_server **out)
 {
     if (host == NULL || out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_http_server_start: NULL argument");
-    crm_http_server *s = calloc(1, sizeof(*s));
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "crd_http_server_start: NULL argument");
+    crd_http_server *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "metadata server %s:%u: out of memory", host,
                          (unsigned)port);
@@ -257,10 +257,10 @@ int crm_http_server_start(const char *host, uint16_t port, crm_http_server **out
         rc = crb_error(CR_ERR_SYSTEM, "metadata server: pthread_mutex_init failed");
         goto free_server;
     }
-    rc = crm_kv_table_create(&s->table);
+    rc = crd_kv_table_create(&s->table);
     if (rc < 0)
         goto destroy_lock;
-    const crm_mhd_config cfg = {
+    const crh_mhd_config cfg = {
         .threads = SERVER_THREADS,
         .connection_limit = SERVER_CONNECTION_LIMIT,
         .idle_timeout_s = SERVER_IDLE_TIMEOUT_S,
@@ -269,14 +269,14 @@ int crm_http_server_start(const char *host, uint16_t port, crm_http_server **out
         .on_completed = on_completed,
         .completed_cls = s,
     };
-    rc = crm_mhd_start(&s->mhd, "metadata server", host, port, &cfg);
+    rc = crh_mhd_start(&s->mhd, "metadata server", host, port, &cfg);
     if (rc < 0)
         goto destroy_table;
     *out = s;
     return 0;
 
 destroy_table:
-    crm_kv_table_destroy(s->table);
+    crd_kv_table_destroy(s->table);
 destroy_lock:
     pthread_mutex_destroy(&s->lock);
 free_server:
@@ -284,25 +284,25 @@ free_server:
     return rc;
 }
 
-uint16_t crm_http_server_port(const crm_http_server *s)
+uint16_t crd_http_server_port(const crd_http_server *s)
 {
     return s->mhd.port;
 }
 
-size_t crm_http_server_key_count(crm_http_server *s)
+size_t crd_http_server_key_count(crd_http_server *s)
 {
     pthread_mutex_lock(&s->lock);
-    size_t n = crm_kv_table_count(s->table);
+    size_t n = crd_kv_table_count(s->table);
     pthread_mutex_unlock(&s->lock);
     return n;
 }
 
-void crm_http_server_stop(crm_http_server *s)
+void crd_http_server_stop(crd_http_server *s)
 {
     if (s == NULL)
         return;
-    crm_mhd_stop(&s->mhd);
-    crm_kv_table_destroy(s->table);
+    crh_mhd_stop(&s->mhd);
+    crd_kv_table_destroy(s->table);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
