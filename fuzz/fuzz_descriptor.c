@@ -18,7 +18,11 @@ static void check_equal(const crp_descriptor *a, const crp_descriptor *b)
     FUZZ_CHECK((a->n_endpoints == 0) == (a->endpoints == NULL));
     for (size_t i = 0; i < a->n_endpoints; i++) {
         FUZZ_CHECK(fuzz_str_eq(a->endpoints[i].transport, b->endpoints[i].transport));
-        FUZZ_CHECK(fuzz_str_eq(a->endpoints[i].address, b->endpoints[i].address));
+        FUZZ_CHECK(a->endpoints[i].address_len == b->endpoints[i].address_len);
+        FUZZ_CHECK(a->endpoints[i].address_len >= 1 &&
+                   a->endpoints[i].address_len <= CRP_MAX_ENDPOINT);
+        FUZZ_CHECK(memcmp(a->endpoints[i].address, b->endpoints[i].address,
+                          a->endpoints[i].address_len) == 0);
         FUZZ_CHECK(a->endpoints[i].transport != NULL && a->endpoints[i].address != NULL);
     }
     FUZZ_CHECK(a->n_buffers == b->n_buffers);
@@ -32,7 +36,14 @@ static void check_equal(const crp_descriptor *a, const crp_descriptor *b)
         FUZZ_CHECK(x->kind == y->kind);
         FUZZ_CHECK(x->device == y->device);
         FUZZ_CHECK(x->remote_accessible == y->remote_accessible);
-        FUZZ_CHECK(fuzz_str_eq(x->shm_handle, y->shm_handle));
+        FUZZ_CHECK(x->n_blobs == y->n_blobs && x->n_blobs <= CRP_MAX_BLOBS);
+        FUZZ_CHECK((x->n_blobs == 0) == (x->blobs == NULL));
+        for (size_t j = 0; j < x->n_blobs; j++) {
+            FUZZ_CHECK(fuzz_str_eq(x->blobs[j].transport, y->blobs[j].transport));
+            FUZZ_CHECK(x->blobs[j].len == y->blobs[j].len);
+            FUZZ_CHECK(x->blobs[j].len >= 1 && x->blobs[j].len <= CRP_MAX_BLOB);
+            FUZZ_CHECK(memcmp(x->blobs[j].data, y->blobs[j].data, x->blobs[j].len) == 0);
+        }
     }
 }
 

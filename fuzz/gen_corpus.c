@@ -271,14 +271,17 @@ int main(int argc, char **argv)
 
     crp_descriptor d = {.name = "seg", .host_id = "host-1", .instance = 9, .version = 1};
     seed("descriptor", 0, crp_descriptor_encode(&d, &b), &b);
-    crp_endpoint eps[2] = {{"tcp", "10.0.0.1:7000"}, {"local", "host-1"}};
+    uint8_t ucx_addr[64] = {0, 1, 2, 3, 0xff};
+    crp_endpoint eps[3] = {
+        {"tcp", "10.0.0.1:7000", 0}, {"shm", "@crescent-1-2", 0}, {"ucx", (char *)ucx_addr, 64}};
+    crp_blob blobs[2] = {{"shm", (uint8_t *)"\x01\x02", 2}, {"ucx", ucx_addr, 40}};
     crp_buffer_desc bufs[3] = {
-        {0x7f0000000000ull, 1 << 20, 0, -1, true, NULL},
-        {0x1000, 4096, 1, 0, false, "/crescent-1"},
-        {0x200000, 1 << 30, 2, 7, true, NULL},
+        {0x7f0000000000ull, 1 << 20, 0, -1, true, 0, NULL},
+        {0x1000, 4096, 1, 0, false, 2, blobs},
+        {0x200000, 1 << 30, 2, 7, true, 1, &blobs[1]},
     };
     d.endpoints = eps;
-    d.n_endpoints = 2;
+    d.n_endpoints = 3;
     d.buffers = bufs;
     d.n_buffers = 3;
     seed("descriptor", 1, crp_descriptor_encode(&d, &b), &b);

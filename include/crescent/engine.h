@@ -52,8 +52,11 @@ typedef struct cr_engine_config {
     /** Key prefix in a metadata server. Default "crescent". */
     const char *metadata_prefix;
     /** "tcp" (sockets only, even on one host), "shm" (same-host paths only:
-     *  local memcpy, shared memory, process_vm_readv/writev) or "auto"
-     *  (default: the fastest path each pair of buffers allows, tcp last). */
+     *  local memcpy, shared memory, process_vm_readv/writev), "ucx" (UCX
+     *  alone, whatever transports UCX itself is allowed: RDMA, or tcp/sm
+     *  with UCX_TLS), or "auto" (default: the fastest path each pair of
+     *  buffers allows: local, shm, cma, ucx when UCX has an RDMA device,
+     *  tcp last). A protocol this build lacks is CR_ERR_INVALID_CONFIG. */
     const char *protocol;
     /** RPC port to listen on; 0 = choose a free one (query it afterwards). */
     uint16_t rpc_port;
@@ -75,6 +78,9 @@ typedef struct cr_engine_config {
     bool shm_allow_any_user;
     /** Do not offer process_vm_readv/writev access to peers. Default false. */
     bool disable_cma;
+    /** Connections to our port open at once; more are accepted and closed
+     *  at once. 0 = default (4096). */
+    uint32_t max_connections;
 } cr_engine_config;
 
 /** Fill *cfg with struct_size and defaults. Never fails. */
@@ -381,7 +387,31 @@ typedef struct cr_engine_stats {
     uint64_t transport_fallbacks; /**< requests moved to a slower path at first use */
 } cr_engine_stats;
 
+/**
+ * Fill *out with the counters above (the per-path fields are read from the
+ * generic counters of the transports with those names; 0 when not
+ * installed). Any thread. Errors: CR_ERR_INVALID_ARGUMENT.
+ */
 CR_API int cr_engine_get_stats(cr_engine *engine, cr_engine_stats *out);
+
+/** One counter: which transport (or "engine"), what, how much. The strings
+ *  are static and live as long as the process. */
+typedef struct cr_engine_counter {
+    const char *transport;
+    const char *name;
+    uint64_t value;
+} cr_engine_counter;
+
+/**
+ * Every counter of the engine and of each installed transport, one generic
+ * array: for each transport "bytes", "requests" and "failures" (tasks it
+ * finished as initiator), then the transport's own (tcp "connects", shm
+ * "mappings", ...), then the engine's ("tasks_completed", ...). Copies up
+ * to `cap` entries into out (may be NULL when cap is 0) and writes the
+ * total number to *total, so a caller can size the array. Any thread.
+ * Errors: CR_ERR_INVALID_ARGUMENT.
+ */
+CR_API int cr_engine_counters(cr_engine *engine, cr_engine_counter *out, size_t cap, size_t *total);
 
 #ifdef __cplusplus
 }

@@ -96,7 +96,9 @@ extern "C" {
     X(ERR_SHUTDOWN, -3025, "engine is shutting down")                                              \
     X(ERR_REMOTE, -3026, "peer reported an error")                                                 \
     X(ERR_SYSTEM, -3027, "system call failed")                                                     \
-    X(ERR_NOT_FOUND, -3028, "not found")
+    X(ERR_NOT_FOUND, -3028, "not found")                                                           \
+    X(ERR_DESCRIPTOR_FULL, -3029, "the segment descriptor cannot carry more registrations")        \
+    X(ERR_BUSY, -3030, "resource busy; retry later")
 
 /** Status codes. 0 is success; every failure is negative. */
 typedef enum cr_status {

@@ -80,6 +80,11 @@ void cre_task_slice_done(cre_task *t, int status, uint64_t bytes)
     cre_buffer *local_buf = t->local_buf;
     t->local_buf = NULL;
     atomic_fetch_add(err == 0 ? &e->stats.tasks_completed : &e->stats.tasks_failed, 1);
+    if (t->tp != NULL) {
+        atomic_fetch_add(err == 0 ? &t->tp->requests : &t->tp->failures, 1);
+        if (err == 0)
+            atomic_fetch_add(&t->tp->bytes, t->length);
+    }
     cre_batch *b = t->batch;
     pthread_mutex_lock(&b->lock);
     atomic_store(&t->state, state);
@@ -129,20 +134,15 @@ int cr_batch_create(cr_engine *e, size_t capacity, cr_batch_id *out)
 
 /* What the submit path resolved for one request. */
 typedef struct planned {
-    cre_endpoints ep;
-    cre_buffer *local_buf;
-    const cre_transport *transport;
+    cre_route route;
+    cre_tp *tp;
 } planned;
 
-bool cre_kind_is_host(int kind)
+/* Find the descriptor buffer holding [addr, addr+len) in snapshot d. */
+static int desc_check(const cre_peer *p, const cre_desc *dd, size_t idx, uint64_t addr,
+                      uint64_t len, cre_route *r)
 {
-    return kind == CR_MEM_HOST || kind == CR_MEM_HOST_SHAREABLE;
-}
-
-/* Find the descriptor buffer holding [addr, addr+len). Caller holds p->lock. */
-static int desc_check(cre_peer *p, size_t idx, uint64_t addr, uint64_t len, cre_endpoints *ep)
-{
-    const crp_descriptor *d = &p->desc;
+    const crp_descriptor *d = &dd->d;
     size_t lo = 0, hi = d->n_buffers;
     while (lo < hi) { /* buffers are sorted by address */
         size_t mid = lo + (hi - lo) / 2;
@@ -168,29 +168,30 @@ static int desc_check(cre_peer *p, size_t idx, uint64_t addr, uint64_t len, cre_
                          "request %zu: remote buffer 0x%llx of segment %s is not "
                          "remote-accessible",
                          idx, (unsigned long long)b->addr, p->name);
-    ep->remote_kind = b->kind;
-    ep->remote_device = b->device;
-    ep->peer_instance = d->instance;
-    ep->remote_base = b->addr;
-    const cre_buffer_extra *x = &p->desc_extra[lo - 1];
-    ep->shared_id = x->shared_id;
-    ep->shared_offset = x->shared_offset;
-    ep->ctl_slot = x->ctl_slot;
-    ep->ctl_gen = x->ctl_gen;
-    ep->same_host = p->same_host;
-    ep->cma_pid = p->cma_pid;
+    r->remote_index = lo - 1;
+    r->remote_kind = b->kind;
+    r->remote_device = b->device;
+    r->peer_instance = d->instance;
+    r->remote_base = b->addr;
     return 0;
 }
 
-/* Validate the remote range against the peer's cached descriptor,
- * refreshing it once if the range is not there (or the peer restarted). */
-static int plan_remote(cre_peer *p, size_t idx, const cr_transfer_request *r, cre_endpoints *ep)
+/* Validate the remote range against the peer's current descriptor,
+ * refreshing it once if the range is not there (or the peer restarted).
+ * On success r->desc holds a reference on the snapshot used. */
+static int plan_remote(cre_peer *p, size_t idx, const cr_transfer_request *req, cre_route *r)
 {
     bool refreshed = false;
     for (;;) {
         pthread_mutex_lock(&p->lock);
-        bool need_refresh = !p->desc_valid || p->desc_stale;
-        int rc = need_refresh ? 0 : desc_check(p, idx, r->remote_addr, r->length, ep);
+        cre_desc *d = p->desc;
+        bool need_refresh = d == NULL || p->desc_stale;
+        int rc = need_refresh ? 0 : desc_check(p, d, idx, req->remote_addr, req->length, r);
+        if (rc == 0 && !need_refresh) {
+            cre_desc_ref(d);
+            r->desc = d;
+            r->same_host = p->same_host;
+        }
         pthread_mutex_unlock(&p->lock);
         bool missing = rc == CR_ERR_ADDRESS_NOT_REGISTERED || rc == CR_ERR_OUT_OF_RANGE;
         if (!need_refresh && (rc == 0 || !missing || refreshed))
@@ -203,95 +204,103 @@ static int plan_remote(cre_peer *p, size_t idx, const cr_transfer_request *r, cr
 }
 
 /* Target in this very process: validate against the live registry. */
-static int plan_self(cr_engine *e, size_t idx, const cr_transfer_request *r, cre_endpoints *ep)
+static int plan_self(cr_engine *e, size_t idx, const cr_transfer_request *req, cre_route *r)
 {
-    int rc =
-        cre_registry_acquire(&e->registry, r->remote_addr, r->length, "target", &ep->self_target);
+    int rc = cre_registry_acquire(&e->registry, req->remote_addr, req->length, "target",
+                                  &r->self_target);
     if (rc < 0)
         return crb_error(rc, "request %zu: %s", idx, cr_last_error_message());
-    if (!ep->self_target->remote_accessible) {
+    if (!r->self_target->remote_accessible) {
         rc = crb_error(CR_ERR_NOT_REMOTE_ACCESSIBLE,
                        "request %zu: target buffer 0x%llx is not remote-accessible", idx,
-                       (unsigned long long)ep->self_target->addr);
-        cre_buffer_release(ep->self_target);
-        ep->self_target = NULL;
+                       (unsigned long long)r->self_target->addr);
+        cre_buffer_release(r->self_target);
+        r->self_target = NULL;
         return rc;
     }
-    ep->remote_kind = ep->self_target->kind;
-    ep->remote_device = ep->self_target->device;
-    ep->peer_instance = e->instance;
+    r->remote_kind = r->self_target->kind;
+    r->remote_device = r->self_target->device;
+    r->remote_base = r->self_target->addr;
+    r->peer_instance = e->instance;
     return 0;
 }
 
-static bool local_transport_installed(const cr_engine *e)
+/* Does an installed transport reach our own process without the network? */
+static bool process_transport_installed(const cr_engine *e)
 {
-    for (size_t i = 0; i < e->n_transports; i++)
-        if (e->transports[i] == &cre_transport_local)
+    for (size_t i = 0; i < e->n_tps; i++)
+        if (e->tps[i].ops->reach == CRE_REACH_PROCESS)
             return true;
     return false;
 }
 
-static int choose_transport(cr_engine *e, size_t idx, const cr_transfer_request *r, planned *pl)
+static int choose_transport(cr_engine *e, size_t idx, const cr_transfer_request *req, planned *pl)
 {
-    for (size_t i = 0; i < e->n_transports; i++) {
-        if (e->transports[i]->can_serve(e, &pl->ep)) {
-            pl->transport = e->transports[i];
+    for (size_t i = 0; i < e->n_tps; i++) {
+        if (e->tps[i].ops->can_serve(&e->tps[i], &pl->route)) {
+            pl->tp = &e->tps[i];
             return 0;
         }
     }
-    char names[64] = "";
-    for (size_t i = 0; i < e->n_transports; i++)
+    char names[96] = "";
+    for (size_t i = 0; i < e->n_tps; i++)
         snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? ", " : "",
-                 e->transports[i]->name);
-    bool remote_bad = !cre_kind_is_host(pl->ep.remote_kind);
-    uint64_t addr = remote_bad ? r->remote_addr : (uint64_t)(uintptr_t)r->local_addr;
-    int kind = remote_bad ? pl->ep.remote_kind : pl->ep.local_kind;
-    int device = remote_bad ? pl->ep.remote_device : pl->local_buf->device;
+                 e->tps[i].ops->name);
+    const cre_route *r = &pl->route;
+    bool remote_bad = !cre_kind_is_host(r->remote_kind);
+    uint64_t addr = remote_bad ? req->remote_addr : (uint64_t)(uintptr_t)req->local_addr;
+    int kind = remote_bad ? r->remote_kind : r->local_kind;
+    int device = remote_bad ? r->remote_device : r->local_device;
     return crb_error(CR_ERR_TRANSPORT_UNSUPPORTED,
                      "request %zu: %s buffer at 0x%llx (segment %s) is %s memory (device %d); "
                      "no installed transport (%s) can move it",
                      idx, remote_bad ? "remote" : "local", (unsigned long long)addr,
-                     remote_bad ? pl->ep.peer->name : "local", cr_mem_kind_name(kind), device,
-                     names);
+                     remote_bad ? r->peer->name : "local", cr_mem_kind_name(kind), device, names);
 }
 
-static void plan_release(planned *pl)
+/* Release what a plan holds: the local buffer reference (unless a task took
+ * it), the self target and the descriptor snapshot. */
+static void plan_release(planned *pl, bool keep_local)
 {
-    if (pl->local_buf != NULL)
-        cre_buffer_release(pl->local_buf);
-    if (pl->ep.self_target != NULL)
-        cre_buffer_release(pl->ep.self_target);
-    pl->local_buf = NULL;
-    pl->ep.self_target = NULL;
+    if (pl->route.local_buf != NULL && !keep_local)
+        cre_buffer_release(pl->route.local_buf);
+    if (pl->route.self_target != NULL)
+        cre_buffer_release(pl->route.self_target);
+    cre_desc_unref(pl->route.desc);
+    pl->route.local_buf = NULL;
+    pl->route.self_target = NULL;
+    pl->route.desc = NULL;
 }
 
-static int plan_one(cr_engine *e, size_t idx, const cr_transfer_request *r, planned *pl)
+static int plan_one(cr_engine *e, size_t idx, const cr_transfer_request *req, planned *pl)
 {
-    if (r->opcode != CR_OP_READ && r->opcode != CR_OP_WRITE)
+    if (req->opcode != CR_OP_READ && req->opcode != CR_OP_WRITE)
         return crb_error(CR_ERR_INVALID_ARGUMENT,
-                         "request %zu: opcode %d is neither READ nor WRITE", idx, r->opcode);
-    if (r->length == 0)
+                         "request %zu: opcode %d is neither READ nor WRITE", idx, req->opcode);
+    if (req->length == 0)
         return crb_error(CR_ERR_ZERO_LENGTH, "request %zu has length 0", idx);
-    if (r->remote_addr + r->length < r->remote_addr)
+    if (req->remote_addr + req->length < req->remote_addr)
         return crb_error(CR_ERR_RANGE_OVERFLOW, "request %zu: remote 0x%llx + %llu overflows", idx,
-                         (unsigned long long)r->remote_addr, (unsigned long long)r->length);
-    int rc = cre_segment_lookup(e, r->segment, &pl->ep.peer);
+                         (unsigned long long)req->remote_addr, (unsigned long long)req->length);
+    cre_route *r = &pl->route;
+    int rc = cre_segment_lookup(e, req->segment, &r->peer);
     if (rc < 0)
         return crb_error(rc, "request %zu: segment handle 0x%llx is stale or invalid", idx,
-                         (unsigned long long)r->segment);
-    rc = cre_registry_acquire(&e->registry, (uint64_t)(uintptr_t)r->local_addr, r->length, "local",
-                              &pl->local_buf);
+                         (unsigned long long)req->segment);
+    rc = cre_registry_acquire(&e->registry, (uint64_t)(uintptr_t)req->local_addr, req->length,
+                              "local", &r->local_buf);
     if (rc < 0)
         return crb_error(rc, "request %zu: %s", idx, cr_last_error_message());
-    pl->ep.local_kind = pl->local_buf->kind;
-    if (pl->ep.peer->is_self && local_transport_installed(e))
-        rc = plan_self(e, idx, r, &pl->ep);
+    r->local_kind = r->local_buf->kind;
+    r->local_device = r->local_buf->device;
+    if (r->peer->is_self && process_transport_installed(e))
+        rc = plan_self(e, idx, req, r);
     else
-        rc = plan_remote(pl->ep.peer, idx, r, &pl->ep);
+        rc = plan_remote(r->peer, idx, req, r);
     if (rc == 0)
-        rc = choose_transport(e, idx, r, pl);
+        rc = choose_transport(e, idx, req, pl);
     if (rc < 0)
-        plan_release(pl);
+        plan_release(pl, false);
     return rc;
 }
 
@@ -301,25 +310,21 @@ static int plan_one(cr_engine *e, size_t idx, const cr_transfer_request *r, plan
  * pair takes over. */
 static int start_task(cr_engine *e, planned *pl, cre_task *t)
 {
-    size_t i = 0;
-    while (i < e->n_transports && e->transports[i] != pl->transport)
-        i++;
-    for (; i < e->n_transports; i++) {
-        const cre_transport *tr = e->transports[i];
-        if (tr != pl->transport && !tr->can_serve(e, &pl->ep))
+    for (size_t i = (size_t)pl->tp->index; i < e->n_tps; i++) {
+        cre_tp *tp = &e->tps[i];
+        if (tp != pl->tp && !tp->ops->can_serve(tp, &pl->route))
             continue;
-        int rc = tr->submit(e, &pl->ep, t);
+        t->tp = tp;
+        int rc = tp->ops->submit(tp, &pl->route, t);
         if (rc != CR_ERR_TRANSPORT_UNSUPPORTED)
             return rc;
         atomic_fetch_add(&e->stats.transport_fallbacks, 1);
-        crb_log(CRB_LOG_DEBUG,
-                "transport %s refused a request to %s at first use; trying "
-                "the next",
-                tr->name, pl->ep.peer->name);
-        pl->transport = NULL;
+        crb_log(CRB_LOG_DEBUG, "transport %s refused a request to %s at first use; trying the next",
+                tp->ops->name, pl->route.peer->name);
     }
+    t->tp = NULL;
     return crb_error(CR_ERR_TRANSPORT_UNSUPPORTED, "no transport could move the request to %s",
-                     pl->ep.peer->name);
+                     pl->route.peer->name);
 }
 
 int cr_batch_submit(cr_engine *e, cr_batch_id id, const cr_transfer_request *reqs, size_t n)
@@ -367,7 +372,8 @@ int cr_batch_submit(cr_engine *e, cr_batch_id id, const cr_transfer_request *req
         t->local = reqs[i].local_addr;
         t->remote_addr = reqs[i].remote_addr;
         t->length = reqs[i].length;
-        t->local_buf = plan[i].local_buf;
+        t->local_buf = plan[i].route.local_buf;
+        t->tp = NULL;
         atomic_store(&t->error, 0);
         atomic_store(&t->done_bytes, 0);
         atomic_store(&t->canceled, false);
@@ -378,8 +384,7 @@ int cr_batch_submit(cr_engine *e, cr_batch_id id, const cr_transfer_request *req
     for (size_t i = 0; i < n; i++) {
         cre_task *t = &b->tasks[first + i];
         int src = start_task(e, &plan[i], t);
-        if (plan[i].ep.self_target != NULL)
-            cre_buffer_release(plan[i].ep.self_target);
+        plan_release(&plan[i], true); /* the task holds the local reference */
         if (src < 0) {
             atomic_store(&t->slices_left, 1);
             cre_task_slice_done(t, src, 0);
@@ -391,7 +396,7 @@ int cr_batch_submit(cr_engine *e, cr_batch_id id, const cr_transfer_request *req
 
 err_release_plan:
     for (size_t i = 0; i < planned_n; i++)
-        plan_release(&plan[i]);
+        plan_release(&plan[i], false);
     free(plan);
     batch_put(b);
     return rc;
@@ -434,6 +439,11 @@ int cr_batch_wait(cr_engine *e, cr_batch_id id, int timeout_ms)
     struct timespec deadline = crb_deadline_ts(timeout_ms < 0 ? 0 : (uint64_t)timeout_ms);
     pthread_mutex_lock(&b->lock);
     while (b->unfinished > 0) {
+        if (atomic_load(&e->shutting_down)) {
+            b->users--;
+            batch_unlock_and_maybe_destroy(b);
+            return crb_error(CR_ERR_SHUTDOWN, "batch wait: the engine is being destroyed");
+        }
         if (timeout_ms < 0) {
             pthread_cond_wait(&b->cond, &b->lock);
         } else if (pthread_cond_timedwait(&b->cond, &b->lock, &deadline) != 0 &&
@@ -468,9 +478,10 @@ int cr_batch_cancel(cr_engine *e, cr_batch_id id)
     for (size_t i = 0; i < b->count; i++)
         atomic_store(&b->tasks[i].canceled, true);
     pthread_mutex_unlock(&b->lock);
-    /* Workers drop unstarted slices of canceled tasks on their next pass. */
-    for (uint32_t w = 0; w < e->n_workers; w++)
-        cre_worker_kick(&e->workers[w]);
+    /* Transports drop unstarted work of canceled tasks on their next pass. */
+    for (size_t i = 0; i < e->n_tps; i++)
+        if (e->tps[i].ops->cancel != NULL)
+            e->tps[i].ops->cancel(&e->tps[i]);
     batch_put(b);
     return 0;
 }

@@ -20,6 +20,7 @@
 #define MAX_LANES          64
 #define MIN_SLICE          4096ull
 #define MAX_SLICE          (64ull << 20)
+#define DEFAULT_MAX_CONNS  4096
 
 void cr_engine_config_init(cr_engine_config *cfg)
 {
@@ -58,19 +59,11 @@ int cre_config_apply(cr_engine *e, const cr_engine_config *cfg)
                          hostname);
     e->rpc_port = cfg->rpc_port ? cfg->rpc_port : host_port;
 
+    /* Which transports this names is decided by cre_transports_install. */
     const char *proto = cfg->protocol ? cfg->protocol : "auto";
-    bool same_host_paths = strcmp(proto, "shm") == 0 || strcmp(proto, "auto") == 0;
-    if (!same_host_paths && strcmp(proto, "tcp") != 0)
-        return crb_error(CR_ERR_INVALID_CONFIG,
-                         "protocol '%s' is not supported by this build (supported: tcp, shm, auto)",
-                         proto);
-    if (same_host_paths) {
-        e->transports[e->n_transports++] = &cre_transport_local;
-        e->transports[e->n_transports++] = &cre_transport_shm;
-        e->transports[e->n_transports++] = &cre_transport_cma;
-    }
-    if (strcmp(proto, "shm") != 0)
-        e->transports[e->n_transports++] = &cre_transport_tcp;
+    if (strlen(proto) == 0 || strlen(proto) >= sizeof(e->protocol))
+        return crb_error(CR_ERR_INVALID_CONFIG, "protocol '%.64s' is empty or too long", proto);
+    memcpy(e->protocol, proto, strlen(proto) + 1);
 
     const char *prefix = cfg->metadata_prefix ? cfg->metadata_prefix : "crescent";
     int rc = copy_str(e->metadata_prefix, sizeof(e->metadata_prefix), prefix, "metadata_prefix");
@@ -100,6 +93,8 @@ int cre_config_apply(cr_engine *e, const cr_engine_config *cfg)
 #define CFG_HAS(field) (cfg->struct_size >= offsetof(cr_engine_config, field) + sizeof(cfg->field))
     e->shm_allow_any_user = CFG_HAS(shm_allow_any_user) && cfg->shm_allow_any_user;
     e->cma_enabled = !(CFG_HAS(disable_cma) && cfg->disable_cma);
+    e->max_connections =
+        CFG_HAS(max_connections) && cfg->max_connections ? cfg->max_connections : DEFAULT_MAX_CONNS;
 #undef CFG_HAS
 
     if (cfg->shared_secret != NULL && cfg->shared_secret[0] != '\0') {

@@ -1,6 +1,7 @@
 /*
- * descriptor.c - this engine's segment descriptor: built from a registry
- * snapshot, cached in encoded form until the registry changes, served to
+ * descriptor.c - this engine's segment descriptor: built from the registry
+ * (each buffer with the blobs its transports made) and the transports'
+ * endpoints, cached in encoded form until the registry changes, served to
  * peers (DESC_GET) and, with a metadata server, published under
  * "<prefix>/ram/<segment>" next to "<prefix>/rpc_meta/<segment>" = "host:port".
  */
@@ -12,105 +13,95 @@
 #include "base/error.h"
 #include "engine/internal.h"
 
-/*
- * A buffer's same-host handle: "c<slot>.<gen>" (its control-page slot) and,
- * for shareable memory, ",m<region>.<offset>" (its cr_alloc_shared region
- * and offset). Returns false when there is nothing to say.
- */
-bool cre_handle_format(const cre_buffer_spec *s, char *out, size_t cap)
+/* Endpoint addresses of every transport that has one. */
+static int collect_endpoints(cr_engine *e, crp_endpoint *eps, crp_buf *addrs, size_t *n_eps)
 {
-    if (s->ctl_gen == 0)
-        return false;
-    int n = snprintf(out, cap, "c%u.%llu", s->ctl_slot, (unsigned long long)s->ctl_gen);
-    if (s->shared_id != 0)
-        snprintf(out + n, cap - (size_t)n, ",m%llu.%llu", (unsigned long long)s->shared_id,
-                 (unsigned long long)s->shared_offset);
-    return true;
+    size_t n = 0;
+    for (size_t t = 0; t < e->n_tps; t++) {
+        if (e->tps[t].ops->endpoint == NULL)
+            continue;
+        int rc = e->tps[t].ops->endpoint(&e->tps[t], &addrs[t]);
+        if (rc < 0)
+            return rc;
+        if (addrs[t].len == 0)
+            continue;
+        eps[n++] = (crp_endpoint){(char *)e->tps[t].ops->name, (char *)addrs[t].data, addrs[t].len};
+    }
+    *n_eps = n;
+    return 0;
 }
 
-bool cre_handle_parse(const char *h, cre_buffer_extra *out)
-{
-    cre_buffer_extra x = {0};
-    unsigned slot;
-    unsigned long long gen, id = 0, off = 0;
-    int used = 0;
-    if (h == NULL || sscanf(h, "c%u.%llu%n", &slot, &gen, &used) != 2)
-        return false;
-    if (h[used] == ',' && sscanf(h + used, ",m%llu.%llu", &id, &off) != 2)
-        return false;
-    if (slot >= CRE_CTL_SLOTS || gen == 0)
-        return false;
-    x.ctl_slot = slot;
-    x.ctl_gen = gen;
-    x.shared_id = id;
-    x.shared_offset = off;
-    *out = x;
-    return true;
-}
+typedef struct encode_job {
+    cr_engine *engine;
+    crp_endpoint *eps;
+    size_t n_eps;
+    uint64_t version;
+} encode_job;
 
-static uint64_t registry_version(cre_registry *r)
+/* Under the registry's read lock: the buffers' blobs are encoded in place
+ * (they are immutable while a buffer is in the table). */
+static int encode_locked(void *ctx, cre_buffer *const *items, size_t n, uint64_t version)
 {
-    pthread_rwlock_rdlock(&r->lock);
-    uint64_t v = r->version;
-    pthread_rwlock_unlock(&r->lock);
-    return v;
+    encode_job *job = ctx;
+    cr_engine *e = job->engine;
+    crp_buffer_desc *bufs = calloc(n ? n : 1, sizeof(*bufs));
+    crp_blob *blobs = calloc((n ? n : 1) * CRE_MAX_TRANSPORTS, sizeof(*blobs));
+    int rc = 0;
+    if (bufs == NULL || blobs == NULL) {
+        rc = crb_error(CR_ERR_NO_MEMORY, "descriptor of %zu buffers", n);
+        goto out_free;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const cre_buffer *b = items[i];
+        crp_blob *x = &blobs[i * CRE_MAX_TRANSPORTS];
+        bufs[i] = (crp_buffer_desc){.addr = b->addr,
+                                    .length = b->length,
+                                    .kind = (uint8_t)b->kind,
+                                    .device = b->device,
+                                    .remote_accessible = b->remote_accessible,
+                                    .blobs = x};
+        for (size_t t = 0; t < e->n_tps; t++)
+            if (b->tp_blob[t].len > 0)
+                x[bufs[i].n_blobs++] =
+                    (crp_blob){(char *)e->tps[t].ops->name, b->tp_blob[t].data, b->tp_blob[t].len};
+        if (bufs[i].n_blobs == 0)
+            bufs[i].blobs = NULL;
+    }
+    crp_descriptor d = {.name = e->segment_name,
+                        .host_id = e->host_id,
+                        .instance = e->instance,
+                        .version = version,
+                        .n_endpoints = job->n_eps,
+                        .endpoints = job->eps,
+                        .n_buffers = n,
+                        .buffers = bufs};
+    crp_buf_reset(&e->desc_encoded);
+    rc = crp_descriptor_encode(&d, &e->desc_encoded);
+    job->version = version;
+out_free:
+    free(bufs);
+    free(blobs);
+    return rc;
 }
 
 /* Rebuild e->desc_encoded if the registry moved. Caller holds desc_lock. */
 static int rebuild_locked(cr_engine *e)
 {
-    if (e->desc_built && registry_version(&e->registry) == e->desc_version)
+    if (e->desc_built && cre_registry_version(&e->registry) == e->desc_version)
         return 0;
-    cre_buffer_spec *specs;
-    size_t n;
-    uint64_t version;
-    int rc = cre_registry_snapshot(&e->registry, &specs, &n, &version);
-    if (rc < 0)
-        return rc;
-    crp_buffer_desc *bufs = calloc(n ? n : 1, sizeof(*bufs));
-    char(*handles)[64] = calloc(n ? n : 1, sizeof(*handles));
-    if (bufs == NULL || handles == NULL) {
-        free(bufs);
-        free(handles);
-        free(specs);
-        return crb_error(CR_ERR_NO_MEMORY, "descriptor of %zu buffers", n);
+    crp_endpoint eps[CRE_MAX_TRANSPORTS];
+    crp_buf addrs[CRE_MAX_TRANSPORTS] = {{0}};
+    encode_job job = {.engine = e, .eps = eps};
+    int rc = collect_endpoints(e, eps, addrs, &job.n_eps);
+    if (rc == 0)
+        rc = cre_registry_visit(&e->registry, encode_locked, &job);
+    if (rc == 0) {
+        e->desc_version = job.version;
+        e->desc_built = true;
     }
-    for (size_t i = 0; i < n; i++) {
-        bufs[i] = (crp_buffer_desc){.addr = specs[i].addr,
-                                    .length = specs[i].length,
-                                    .kind = (uint8_t)specs[i].kind,
-                                    .device = specs[i].device,
-                                    .remote_accessible = specs[i].remote_accessible};
-        if (cre_handle_format(&specs[i], handles[i], sizeof(handles[i])))
-            bufs[i].shm_handle = handles[i];
-    }
-    char address[CRB_HOST_MAX + 8], pid[24];
-    snprintf(address, sizeof(address), "%s:%u", e->hostname, (unsigned)e->rpc_port);
-    snprintf(pid, sizeof(pid), "%d", (int)getpid());
-    crp_endpoint eps[3] = {{.transport = "tcp", .address = address}};
-    size_t n_eps = 1;
-    if (e->shm_address[0] != '\0')
-        eps[n_eps++] = (crp_endpoint){.transport = "shm", .address = e->shm_address};
-    if (e->shm_address[0] != '\0' && e->cma_enabled)
-        eps[n_eps++] = (crp_endpoint){.transport = "cma", .address = pid};
-    crp_descriptor d = {.name = e->segment_name,
-                        .host_id = e->host_id,
-                        .instance = e->instance,
-                        .version = version,
-                        .n_endpoints = n_eps,
-                        .endpoints = eps,
-                        .n_buffers = n,
-                        .buffers = bufs};
-    crp_buf_reset(&e->desc_encoded);
-    rc = crp_descriptor_encode(&d, &e->desc_encoded);
-    free(handles);
-    free(bufs);
-    free(specs);
-    if (rc < 0)
-        return rc;
-    e->desc_version = version;
-    e->desc_built = true;
-    return 0;
+    for (size_t t = 0; t < CRE_MAX_TRANSPORTS; t++)
+        crp_buf_free(&addrs[t]);
+    return rc;
 }
 
 int cre_descriptor_encoded(cr_engine *e, crp_buf *copy_out)

@@ -1,8 +1,7 @@
 /*
  * engine.c - engine lifecycle and the public registration, notification,
  * probe and statistics calls. Batches live in batch.c, segments in
- * segment.c, the serving side in server.c and the tcp lanes in
- * transports/tcp/lane.c.
+ * segment.c, our port in server.c, the transports in transports/.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +37,51 @@ static int engine_listen(cr_engine *e)
     return 0;
 }
 
+/* Registry hooks: every installed transport attaches its state (and the
+ * blob peers will see) to a new buffer, and detaches it at the end. */
+static int buffer_prepare(void *ctx, cre_buffer *b)
+{
+    cr_engine *e = ctx;
+    for (size_t i = 0; i < e->n_tps; i++) {
+        cre_tp *tp = &e->tps[i];
+        if (tp->ops->reg == NULL)
+            continue;
+        int rc = tp->ops->reg(tp, b, &b->tp_blob[i]);
+        if (rc == 0 && b->tp_blob[i].len > CRP_MAX_BLOB)
+            rc = crb_error(CR_INTERNAL_ERROR, "transport %s made a %zu-byte blob", tp->ops->name,
+                           b->tp_blob[i].len);
+        if (rc < 0) {
+            for (size_t j = i + 1; j-- > 0;)
+                if (e->tps[j].ops->dereg != NULL && (j < i || rc == 0))
+                    e->tps[j].ops->dereg(&e->tps[j], b);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static void buffer_dying(void *ctx, cre_buffer *b)
+{
+    cr_engine *e = ctx;
+    /* Workers close served connections that still use b (conn.c). */
+    atomic_fetch_add(&e->unregister_epoch, 1);
+    if (e->workers_running)
+        cre_workers_kick_all(e);
+}
+
+static void buffer_release(void *ctx, cre_buffer *b)
+{
+    cr_engine *e = ctx;
+    for (size_t i = e->n_tps; i-- > 0;)
+        if (e->tps[i].ops->dereg != NULL)
+            e->tps[i].ops->dereg(&e->tps[i], b);
+}
+
+/* What the descriptor may spend on buffers: everything a frame carries
+ * but room for the name, host identity and every endpoint. */
+#define DESC_BUFFER_BYTES                                                                          \
+    (CRP_MAX_BODY - CRP_MAX_ENDPOINTS * (CRP_MAX_ENDPOINT + 64) - 4 * CRP_MAX_NAME - 256)
+
 int cr_engine_create(const cr_engine_config *cfg, cr_engine **out)
 {
     if (out == NULL)
@@ -46,14 +90,16 @@ int cr_engine_create(const cr_engine_config *cfg, cr_engine **out)
     if (e == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "engine");
     e->listen_fd = -1;
-    e->shm_listen_fd = -1;
-    e->ctl.fd = -1;
-    cre_registry_init(&e->registry);
+    cre_registry_hooks hooks = {buffer_prepare, buffer_dying, buffer_release, e};
+    cre_registry_init(&e->registry, &hooks);
+    e->registry.max_desc_bytes = DESC_BUFFER_BYTES;
     cre_handles_init(&e->segments);
     cre_handles_init(&e->batches);
     pthread_mutex_init(&e->desc_lock, NULL);
     pthread_mutex_init(&e->peers_lock, NULL);
     pthread_mutex_init(&e->notify_lock, NULL);
+    pthread_mutex_init(&e->calls_lock, NULL);
+    pthread_cond_init(&e->calls_done, NULL);
 
     int rc = cre_config_apply(e, cfg);
     if (rc < 0)
@@ -63,11 +109,6 @@ int cr_engine_create(const cr_engine_config *cfg, cr_engine **out)
     if (rc < 0)
         goto err_destroy;
     crb_random_bytes(&e->instance, sizeof(e->instance));
-    rc = cre_ctl_init(&e->ctl);
-    if (rc < 0)
-        goto err_destroy;
-    e->registry.ctl = &e->ctl;
-    e->registry.fence_timeout_ms = e->request_timeout_ms;
     rc = engine_listen(e);
     if (rc < 0)
         goto err_destroy;
@@ -82,17 +123,29 @@ int cr_engine_create(const cr_engine_config *cfg, cr_engine **out)
                        e->segment_name, CRP_MAX_NAME - 1);
         goto err_destroy;
     }
-    rc = cre_workers_start(e);
+    rc = cre_workers_init(e);
     if (rc < 0)
         goto err_destroy;
-    rc = cre_shm_service_start(e);
+    rc = cre_transports_install(e);
+    if (rc < 0)
+        goto err_destroy;
+    rc = cre_server_start(e);
+    if (rc < 0)
+        goto err_destroy;
+    rc = cre_workers_start(e);
     if (rc < 0)
         goto err_destroy;
     rc = cre_descriptor_publish(e);
     if (rc < 0)
         goto err_destroy;
-    crb_log(CRB_LOG_INFO, "engine %s up (instance %016llx, %u workers, %u lanes/peer)",
-            e->segment_name, (unsigned long long)e->instance, e->n_workers, e->lanes_per_peer);
+    if (crb_log_enabled(CRB_LOG_INFO)) {
+        char names[96] = "";
+        for (size_t i = 0; i < e->n_tps; i++)
+            snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? "," : "",
+                     e->tps[i].ops->name);
+        crb_log(CRB_LOG_INFO, "engine %s up (instance %016llx, %u workers, transports %s)",
+                e->segment_name, (unsigned long long)e->instance, e->n_workers, names);
+    }
     *out = e;
     return 0;
 
@@ -105,13 +158,18 @@ void cr_engine_destroy(cr_engine *e)
 {
     if (e == NULL)
         return;
-    atomic_store(&e->shutting_down, true);
+    cre_calls_drain(e); /* calls in flight on other threads finish or fail first */
     cre_descriptor_unpublish(e);
     cre_workers_stop(e);
-    cre_shm_service_stop(e);
+    cre_server_stop(e);
+    cre_peers_destroy(e); /* transports' per-peer state (lanes, mappings) */
+    /* Buffers still registered: transports detach from them while they are
+     * still installed. */
+    cre_registry_fini(&e->registry);
+    cre_transports_fini(e); /* fails what their queues still hold */
+    cre_workers_free(e);
     if (e->listen_fd >= 0)
         close(e->listen_fd);
-    cre_peers_destroy(e);
     /* Batches the caller never freed: every task has finished by now. */
     for (size_t i = 0; i < e->batches.cap; i++) {
         cre_batch *b = e->batches.items[i];
@@ -124,14 +182,14 @@ void cr_engine_destroy(cr_engine *e)
     }
     cre_handles_fini(&e->batches);
     cre_handles_fini(&e->segments);
-    cre_registry_fini(&e->registry);
-    cre_ctl_fini(&e->ctl);
     crm_backend_close(e->metadata);
     cr_notifications_free(e->notifications, e->n_notifications);
     crp_buf_free(&e->desc_encoded);
     pthread_mutex_destroy(&e->desc_lock);
     pthread_mutex_destroy(&e->peers_lock);
     pthread_mutex_destroy(&e->notify_lock);
+    pthread_mutex_destroy(&e->calls_lock);
+    pthread_cond_destroy(&e->calls_done);
     free(e->secret);
     free(e);
 }
@@ -356,21 +414,72 @@ int cr_engine_probe(cr_engine *e, const char *name, int timeout_ms)
     return rc;
 }
 
+/* The generic counter array: per transport, then the engine's. */
+static size_t collect_counters(cr_engine *e, cr_engine_counter *out, size_t cap)
+{
+    size_t n = 0;
+#define PUT(tname, cname, v)                                                                       \
+    do {                                                                                           \
+        if (n < cap)                                                                               \
+            out[n] = (cr_engine_counter){(tname), (cname), (v)};                                   \
+        n++;                                                                                       \
+    } while (0)
+    for (size_t i = 0; i < e->n_tps; i++) {
+        cre_tp *tp = &e->tps[i];
+        PUT(tp->ops->name, "bytes", atomic_load(&tp->bytes));
+        PUT(tp->ops->name, "requests", atomic_load(&tp->requests));
+        PUT(tp->ops->name, "failures", atomic_load(&tp->failures));
+        if (tp->ops->counters != NULL)
+            n += tp->ops->counters(tp, n < cap ? out + n : NULL, n < cap ? cap - n : 0);
+    }
+    PUT("engine", "tasks_completed", atomic_load(&e->stats.tasks_completed));
+    PUT("engine", "tasks_failed", atomic_load(&e->stats.tasks_failed));
+    PUT("engine", "bytes_served", atomic_load(&e->stats.bytes_served));
+    PUT("engine", "descriptor_fetches", atomic_load(&e->stats.descriptor_fetches));
+    PUT("engine", "transport_fallbacks", atomic_load(&e->stats.transport_fallbacks));
+    PUT("engine", "served_timeouts", atomic_load(&e->stats.served_timeouts));
+    PUT("engine", "preauth_timeouts", atomic_load(&e->stats.conns_refused_preauth));
+    PUT("engine", "connections_refused",
+        e->acceptor_started ? crb_acceptor_refused(&e->acceptor) : 0);
+#undef PUT
+    return n;
+}
+
+int cr_engine_counters(cr_engine *e, cr_engine_counter *out, size_t cap, size_t *total)
+{
+    if (e == NULL || total == NULL || (cap > 0 && out == NULL))
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "engine_counters: NULL argument");
+    *total = collect_counters(e, out, cap);
+    return 0;
+}
+
+static uint64_t counter_of(const cr_engine_counter *c, size_t n, const char *tp, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(c[i].transport, tp) == 0 && strcmp(c[i].name, name) == 0)
+            return c[i].value;
+    return 0;
+}
+
 int cr_engine_get_stats(cr_engine *e, cr_engine_stats *out)
 {
     if (e == NULL || out == NULL)
         return crb_error(CR_ERR_INVALID_ARGUMENT, "get_stats: NULL argument");
+    cr_engine_counter c[128];
+    size_t n = collect_counters(e, c, 128);
+    if (n > 128)
+        n = 128;
     *out = (cr_engine_stats){
         .tasks_completed = atomic_load(&e->stats.tasks_completed),
         .tasks_failed = atomic_load(&e->stats.tasks_failed),
-        .bytes_local = atomic_load(&e->stats.bytes_local),
-        .bytes_shm = atomic_load(&e->stats.bytes_shm),
-        .bytes_cma = atomic_load(&e->stats.bytes_cma),
-        .shm_mappings = atomic_load(&e->stats.shm_mappings),
+        .bytes_local = counter_of(c, n, "local", "bytes"),
+        .bytes_shm = counter_of(c, n, "shm", "bytes"),
+        .bytes_cma = counter_of(c, n, "cma", "bytes"),
+        .shm_mappings = counter_of(c, n, "shm", "mappings"),
         .transport_fallbacks = atomic_load(&e->stats.transport_fallbacks),
-        .bytes_tcp = atomic_load(&e->stats.bytes_tcp),
+        .bytes_tcp = counter_of(c, n, "tcp", "bytes"),
         .bytes_served = atomic_load(&e->stats.bytes_served),
-        .tcp_connects = atomic_load(&e->stats.tcp_connects),
+        .tcp_connects = counter_of(c, n, "tcp", "connects"),
         .descriptor_fetches = atomic_load(&e->stats.descriptor_fetches),
     };
     return 0;

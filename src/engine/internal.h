@@ -1,22 +1,25 @@
 /*
- * internal.h - the engine's private structures, shared by its files.
+ * internal.h - the engine core's private structures, shared by its files
+ * and by the transports (transport.h is their contract).
  *
  * Object graph (all owned by cr_engine, freed by cr_engine_destroy):
  *
- *   cr_engine ─ registry          local buffers (registry.h)
- *             ─ workers[]         I/O threads; each owns an epoll set and the
- *                                 connections (server side and lanes) in it
- *             ─ listener fd       on worker 0; accepted connections are
- *                                 handed round-robin to workers
+ *   cr_engine ─ tps[]             installed transports (transport.h)
+ *             ─ registry          local buffers (registry.h)
+ *             ─ workers[]         I/O threads: one event loop each
+ *                                 (base/evloop.h); transports hang their
+ *                                 connections and ticks on them
+ *             ─ acceptor          the engine's one port, on worker 0
  *             ─ segments          handle table → cre_peer
- *             ─ peers             one per remote segment name; each has a
- *                                 cached descriptor and lanes_per_peer lanes
+ *             ─ peers             one per remote segment name: the current
+ *                                 descriptor snapshot and each transport's
+ *                                 per-peer area
  *             ─ batches           handle table → cre_batch → cre_task[]
  *
- * Threads: API calls run on caller threads; they validate, create tasks and
- * slices, push slices onto a lane's queue and wake the lane's worker. Only
- * the owning worker thread touches a connection's socket, so closing it on
- * that thread guarantees no later I/O into a failed slice's memory.
+ * Threads: API calls run on caller threads; they validate, resolve a route
+ * and hand the task to a transport. Only the owning worker thread touches a
+ * connection's socket, so closing it on that thread guarantees no later I/O
+ * into a failed request's memory.
  */
 #ifndef CRESCENT_ENGINE_INTERNAL_H
 #define CRESCENT_ENGINE_INTERNAL_H
@@ -26,21 +29,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/acceptor.h"
+#include "base/evloop.h"
 #include "base/net.h"
 #include "crescent/engine.h"
-#include "engine/ctl_page.h"
 #include "engine/registry.h"
 #include "engine/transport.h"
 #include "metadata/backend.h"
 #include "proto/frame.h"
+#include "proto/frame_reader.h"
 #include "proto/messages.h"
 
-typedef struct cre_worker cre_worker;
-typedef struct cre_conn cre_conn;
-typedef struct cre_peer cre_peer;
 typedef struct cre_batch cre_batch;
-typedef struct cre_task cre_task;
-typedef struct cre_slice cre_slice;
 
 /* ---- tasks and batches -------------------------------------------------- */
 
@@ -51,6 +51,7 @@ struct cre_task {
     uint64_t remote_addr;
     uint64_t length;
     cre_buffer *local_buf; /* reference held until the task finishes */
+    cre_tp *tp;            /* the transport that took it */
     atomic_uint slices_left;
     atomic_int error; /* first error, 0 if none */
     atomic_int state; /* cr_task_state */
@@ -70,128 +71,17 @@ struct cre_batch {
     int users;         /* API calls currently holding it; guarded by lock */
 };
 
-/* One wire request: a piece of a task, at most slice_size bytes. */
-struct cre_slice {
-    cre_slice *next;
-    cre_task *task;
-    uint8_t *local;
-    uint64_t remote_addr;
-    uint64_t length;
-    uint64_t request_id;
-    uint64_t deadline_ns;
-    uint64_t peer_instance; /* instance the range was validated against */
-    size_t sent;            /* bytes of header+body+payload written */
-    uint8_t head[CRP_HEADER_SIZE + 32];
-    size_t head_len;
-};
+/* ---- descriptors and peers ---------------------------------------------- */
 
-/* ---- connections -------------------------------------------------------- */
-
-enum cre_conn_kind {
-    CRE_CONN_SERVER,
-    CRE_CONN_LANE,
-    CRE_CONN_LISTENER,
-    CRE_CONN_WAKE,
-    CRE_CONN_SHM_LISTENER, /* our same-host fd service (Unix SEQPACKET) */
-    CRE_CONN_SHM_SERVER,   /* a peer connected to it */
-    CRE_CONN_SHM_WATCH,    /* our connection to a peer's fd service */
-};
-
-enum cre_read_phase { CRE_READ_HEADER, CRE_READ_BODY, CRE_READ_DATA };
-
-/* An outbound item on a server connection: header(+body) then optional payload. */
-typedef struct cre_out {
-    struct cre_out *next;
-    uint8_t *head; /* header + body, malloc'd */
-    size_t head_len;
-    const uint8_t *payload; /* registered memory; NULL if none */
-    size_t payload_len;
-    cre_buffer *payload_buf; /* reference released when sent */
-    size_t sent;
-} cre_out;
-
-struct cre_conn {
-    int kind; /* cre_conn_kind */
-    int fd;
-    cre_worker *worker;
+/* An immutable snapshot of a peer's descriptor, reference-counted: submits
+ * and transports hold it while they use what it says; a refresh replaces
+ * the peer's current one. Buffers are sorted by address. */
+struct cre_desc {
+    atomic_uint refs;
     cr_engine *engine;
-    /* reader */
-    int phase;
-    uint8_t hdr_bytes[CRP_HEADER_SIZE];
-    size_t hdr_got;
-    crp_header hdr;
-    uint8_t *body;
-    size_t body_cap, body_got;
-    uint8_t *data_dst; /* where DATA goes; NULL → discard */
-    uint64_t data_got;
-    uint8_t *rbuf; /* read buffer (conn.c), malloc'd on first use */
-    size_t rbuf_off, rbuf_len;
-    bool want_out; /* EPOLLOUT armed */
-    /* server side */
-    bool authed;
-    uint8_t nonce[CRP_NONCE_SIZE];
-    cre_out *out_head, *out_tail;
-    cre_buffer *rx_buf; /* WRITE target buffer being received into */
-    int rx_status;      /* status to ack for the WRITE being received */
-    /* lane side */
-    cre_peer *peer;
-    int lane_index;
-    /* shm server side: may this peer receive fds? */
-    bool shm_allowed;
+    crp_descriptor d;
+    void *tp_state[CRE_MAX_TRANSPORTS]; /* per transport (desc_parse) */
 };
-
-/* ---- peers and lanes ---------------------------------------------------- */
-
-enum cre_lane_state { LANE_IDLE, LANE_CONNECTING, LANE_WAIT_CHALLENGE, LANE_WAIT_ACK, LANE_READY };
-
-typedef struct cre_lane {
-    cre_peer *peer;
-    int index;
-    cre_worker *worker;
-    /* submit side → worker: guarded by peer->lock */
-    cre_slice *queue_head, *queue_tail;
-    /* worker-owned */
-    int state;
-    cre_conn conn;
-    cre_slice *send_head, *send_tail;     /* taken from queue, not fully written */
-    cre_slice *flight_head, *flight_tail; /* written, awaiting response */
-    uint64_t next_request_id;
-    uint64_t retry_at_ns;
-    uint64_t connect_deadline_ns;
-    uint32_t backoff_ms;
-    uint64_t instance; /* peer instance seen in HELLO_ACK */
-    uint8_t client_nonce[CRP_NONCE_SIZE];
-    crp_buf scratch; /* encoding space for request bodies */
-} cre_lane;
-
-/* A mapped region of a same-host peer. */
-typedef struct cre_shm_map {
-    uint64_t id;
-    uint8_t *base;
-    uint64_t size;
-} cre_shm_map;
-
-/* Same-host state of a peer (shm and CMA transports). */
-typedef struct cre_peer_local {
-    pthread_mutex_t lock;      /* connecting, mapping; before map_lock */
-    pthread_rwlock_t map_lock; /* copies hold it shared; dropping takes it exclusive */
-    int sock;                  /* SEQPACKET to the peer's fd service, -1 if none */
-    cre_conn watch;            /* sock in a worker's epoll: notices the peer dying */
-    atomic_bool refused;       /* the peer refused us fds (credentials) */
-    cre_ctl_slot *ctl;         /* the peer's control page, mapped */
-    uint64_t ctl_size;
-    cre_shm_map *maps;
-    size_t n_maps, cap_maps;
-    atomic_int cma_state; /* 0 untried, 1 works, -1 refused by the kernel */
-    uint64_t instance;    /* peer instance the mappings belong to */
-} cre_peer_local;
-
-/* Per descriptor buffer: its parsed shm handle. */
-typedef struct cre_buffer_extra {
-    uint64_t shared_id, shared_offset;
-    uint32_t ctl_slot;
-    uint64_t ctl_gen;
-} cre_buffer_extra;
 
 struct cre_peer {
     cr_engine *engine;
@@ -199,37 +89,71 @@ struct cre_peer {
     char host[CRB_HOST_MAX];
     uint16_t port;
     bool is_self;
-    pthread_mutex_t lock;                  /* descriptor, lane queues */
-    crp_descriptor desc;                   /* cached; desc.instance identifies the process */
-    cre_buffer_extra *desc_extra;          /* parallel to desc.buffers */
-    bool same_host;                        /* desc.host_id equals ours */
-    char shm_address[CRP_MAX_ADDRESS + 1]; /* peer's fd service ("" if none) */
-    int32_t cma_pid;                       /* 0 if the peer offers no CMA */
-    cre_peer_local local;
-    bool desc_valid;
-    bool desc_stale;               /* peer restarted: refetch before next submit */
-    atomic_ullong lane_bytes;      /* slice bytes charged so far: picks the lane (lane.c) */
-    atomic_bool reset_backoff[64]; /* per lane: set when the peer came back */
-    cre_lane *lanes;
-    size_t n_lanes;
+    pthread_mutex_t lock; /* desc, desc_stale, same_host */
+    cre_desc *desc;       /* current snapshot, NULL until fetched */
+    bool desc_stale;      /* the peer restarted: refetch before the next submit */
+    bool same_host;       /* desc->d.host_id equals ours */
+    void *tp_priv[CRE_MAX_TRANSPORTS];
+};
+
+/* ---- connections to our port -------------------------------------------- */
+
+/* An outbound item: header(+body) then an optional payload from registered
+ * memory (a reference on its buffer is held until it has been sent). */
+typedef struct cre_out {
+    struct cre_out *next;
+    uint8_t *head; /* header + body, malloc'd */
+    size_t head_len;
+    const uint8_t *payload;
+    size_t payload_len;
+    cre_buffer *payload_buf;
+    uint64_t deadline_ns; /* queued + request timeout */
+    size_t sent;
+} cre_out;
+
+/* What happens to a connection's frames; set by whoever serves it. */
+typedef struct cre_conn_handler {
+    int (*on_head)(cre_conn *c, const crp_header *h, const uint8_t *body, uint8_t **data_dst);
+    int (*on_frame)(cre_conn *c, const crp_header *h, const uint8_t *body);
+    /* The connection is closing: release what the handler holds. */
+    void (*on_close)(cre_conn *c);
+    /* Does the handler hold a buffer that is being unregistered? */
+    bool (*holds_dying)(cre_conn *c);
+} cre_conn_handler;
+
+/* A connection accepted on our port (conn.c). Owned by one worker. */
+struct cre_conn {
+    crb_io io;
+    cr_engine *engine;
+    cre_worker *worker;
+    struct cre_conn *prev, *next; /* the worker's list (worker thread) */
+    crp_reader reader;
+    const cre_conn_handler *handler;
+    void *handler_data;
+    bool authed;
+    uint8_t role;
+    uint64_t accepted_ns;
+    uint8_t nonce[CRP_NONCE_SIZE];
+    /* output queue and its bounds (hostile peers that never read) */
+    cre_out *out_head, *out_tail;
+    size_t out_items, out_bytes;
+    bool reading_paused;
+    bool closing; /* flush what is queued, then close */
 };
 
 /* ---- workers ------------------------------------------------------------ */
 
 struct cre_worker {
+    crb_loop loop;
     cr_engine *engine;
     int index;
-    int epfd;
-    int wakefd; /* eventfd */
-    cre_conn wake_conn;
-    pthread_t thread;
-    atomic_bool stop;
-    atomic_bool kicked;
-    pthread_mutex_t lock;
-    cre_lane **lanes; /* lanes owned by this worker; guarded by lock */
-    size_t n_lanes, cap_lanes;
-    cre_conn **conns; /* server conns owned by this worker (worker thread only) */
-    size_t n_conns, cap_conns;
+    cre_conn *conns; /* connections to our port owned by this worker */
+    size_t n_conns;
+    uint64_t seen_unregister_epoch;
+    /* accepted sockets waiting to be adopted by this worker (server.c) */
+    pthread_mutex_t inbox_lock;
+    int *inbox;
+    size_t n_inbox, cap_inbox;
 };
 
 /* ---- the engine --------------------------------------------------------- */
@@ -247,23 +171,23 @@ struct cr_engine {
     char segment_name[CRB_HOST_MAX + 8];
     char metadata_prefix[128];
     char host_id[128];
+    char protocol[16];
     char *secret;
     size_t secret_len;
-    const cre_transport *transports[4]; /* installed, fastest first */
-    size_t n_transports;
     uint16_t rpc_port;
     uint32_t n_workers, lanes_per_peer;
     uint64_t slice_size;
     uint32_t connect_timeout_ms, request_timeout_ms;
+    uint32_t max_connections;
     uint64_t instance;
     bool shm_allow_any_user, cma_enabled;
 
+    cre_tp tps[CRE_MAX_TRANSPORTS]; /* installed, by rank */
+    size_t n_tps;
+
     crm_backend *metadata;
     cre_registry registry;
-    cre_ctl_page ctl;
-    int shm_listen_fd;
-    cre_conn shm_listen_conn;
-    char shm_address[CRP_MAX_ADDRESS + 1]; /* "@crescent-<pid>-<instance>" */
+    atomic_ullong unregister_epoch; /* bumped when an unregistration begins */
 
     /* cached local descriptor encoding, rebuilt when registry version moves */
     pthread_mutex_t desc_lock;
@@ -272,8 +196,10 @@ struct cr_engine {
     bool desc_built;
 
     int listen_fd;
-    cre_conn listen_conn;
+    crb_acceptor acceptor;
+    bool acceptor_started;
     cre_worker *workers;
+    bool workers_running;
     atomic_uint next_worker;
 
     cre_handle_table segments;
@@ -286,10 +212,15 @@ struct cr_engine {
     cr_notification *notifications;
     size_t n_notifications, cap_notifications;
 
+    /* API calls in flight: destroy waits for them (lifecycle.c) */
+    pthread_mutex_t calls_lock;
+    pthread_cond_t calls_done;
+    atomic_uint calls_in_flight_atomic;
     atomic_bool shutting_down;
+
     struct {
-        atomic_ullong tasks_completed, tasks_failed, bytes_local, bytes_shm, bytes_cma, bytes_tcp,
-            bytes_served, tcp_connects, descriptor_fetches, shm_mappings, transport_fallbacks;
+        atomic_ullong tasks_completed, tasks_failed, bytes_served, descriptor_fetches,
+            transport_fallbacks, served_timeouts, conns_refused_preauth;
     } stats;
 };
 
@@ -302,12 +233,15 @@ void *cre_handles_get_locked(cre_handle_table *t, uint64_t h);
 /* Invalidate h; returns the item it named or NULL. Caller holds t->lock. */
 void *cre_handles_remove_locked(cre_handle_table *t, uint64_t h);
 
-/* config.c */
+/* config.c: validate cfg into e (protocol, sizes, timeouts, identity) */
 int cre_config_apply(cr_engine *e, const cr_engine_config *cfg);
 
+/* transports/registry.c: install and init the transports e->protocol names,
+ * by rank; stop (fini) them again. */
+int cre_transports_install(cr_engine *e);
+void cre_transports_fini(cr_engine *e);
+
 /* descriptor.c */
-bool cre_handle_format(const cre_buffer_spec *s, char *out, size_t cap);
-bool cre_handle_parse(const char *h, cre_buffer_extra *out);
 int cre_descriptor_encoded(cr_engine *e, crp_buf *copy_out);
 int cre_descriptor_publish(cr_engine *e);
 void cre_descriptor_unpublish(cr_engine *e);
@@ -317,6 +251,13 @@ void cre_auth_mac(const cr_engine *e, const char *label, const uint8_t a[CRP_NON
                   const uint8_t b[CRP_NONCE_SIZE], uint8_t mac[CRP_MAC_SIZE]);
 bool cre_auth_check(const cr_engine *e, const char *label, const uint8_t a[CRP_NONCE_SIZE],
                     const uint8_t b[CRP_NONCE_SIZE], const uint8_t mac[CRP_MAC_SIZE]);
+/* A HELLO proving the secret over the server's nonce (control.c, lanes). */
+int cre_hello_build(cr_engine *e, uint8_t role, const uint8_t server_nonce[CRP_NONCE_SIZE],
+                    uint8_t client_nonce[CRP_NONCE_SIZE], crp_buf *frame);
+/* Check a HELLO_ACK body: version, and the server's proof of the secret. */
+int cre_hello_ack_check(cr_engine *e, const char *peer, const uint8_t *body, size_t len,
+                        const uint8_t server_nonce[CRP_NONCE_SIZE],
+                        const uint8_t client_nonce[CRP_NONCE_SIZE], uint64_t *instance);
 
 /* control.c: one short request/response exchange over a fresh connection */
 int cre_control_call(cr_engine *e, const char *host, uint16_t port, int type, const crp_buf *body,
@@ -326,60 +267,57 @@ int cre_control_call(cr_engine *e, const char *host, uint16_t port, int type, co
 int cre_peer_refresh(cre_peer *p);
 int cre_segment_lookup(cr_engine *e, cr_segment_handle h, cre_peer **out);
 void cre_peers_destroy(cr_engine *e);
+/* Mark a peer's descriptor stale (it restarted); the next submit refetches. */
+void cre_peer_mark_stale(cre_peer *p);
 
 /* worker.c */
+int cre_workers_init(cr_engine *e);
 int cre_workers_start(cr_engine *e);
 void cre_workers_stop(cr_engine *e);
+/* After stop and the transports' fini: close connections, free workers. */
+void cre_workers_free(cr_engine *e);
 void cre_worker_kick(cre_worker *w);
-int cre_worker_add_conn(cre_worker *w, cre_conn *c, uint32_t events);
-/* Hand an accepted connection to the next worker (round-robin): append it to
- * that worker's list under its lock and watch `events`. On failure (no
- * memory) nothing is kept and the caller still owns c. Any thread. */
-int cre_worker_adopt_conn(cr_engine *e, cre_conn *c, uint32_t events);
-void cre_worker_mod_conn(cre_conn *c, bool want_out);
+void cre_workers_kick_all(cr_engine *e);
+/* The worker that should own a new connection (round-robin). */
+cre_worker *cre_worker_next(cr_engine *e);
 
-/* server.c (worker thread) */
-void cre_server_accept(cr_engine *e);
-void cre_server_on_event(cre_conn *c, uint32_t events);
-void cre_server_close_all(cre_worker *w);
+/* conn.c: connections to our port */
+/* Adopt an accepted socket on worker w with handler h. On failure the fd is
+ * closed. Worker thread of w or before the workers run. */
+int cre_conn_adopt(cre_worker *w, int fd, const cre_conn_handler *h, cre_conn **out);
+/* Queue a frame (payload borrowed from registered memory; payload_buf's
+ * reference moves to the queue). Worker thread. */
+int cre_conn_queue(cre_conn *c, int type, int32_t status, uint64_t request_id, const crp_buf *body,
+                   const uint8_t *payload, size_t payload_len, cre_buffer *payload_buf);
+int cre_conn_queue_error(cre_conn *c, int status, uint64_t request_id, const char *text);
+/* Write what the socket takes. Negative when the connection is dead. */
+int cre_conn_flush(cre_conn *c);
+void cre_conn_close(cre_conn *c);
+/* Worker tick: deadlines of unauthenticated connections and queued output,
+ * buffers being unregistered. */
+void cre_conns_tick(cre_worker *w, uint64_t now_ns);
+void cre_conns_close_all(cre_worker *w);
 
-/* tcp lanes (transports/tcp) */
-void cre_lane_on_event(cre_conn *c, uint32_t events);
-void cre_lanes_tick(cre_worker *w, uint64_t now_ns);
-void cre_lane_fail_all(cre_lane *l, int status);
-
-/* transports/shm: same-host service and peer state */
-int cre_shm_service_start(cr_engine *e);
-void cre_shm_service_stop(cr_engine *e);
-void cre_shm_service_accept(cr_engine *e);
-void cre_shm_service_on_event(cre_conn *c, uint32_t events);
-void cre_peer_local_init(cre_peer_local *l);
-void cre_peer_local_fini(cre_peer_local *l);
-/* Drop every mapping of the peer (it died or restarted). */
-void cre_peer_local_drop(cre_peer *p);
-/* Drop mappings of regions that are not among live_ids (the descriptor no
- * longer lists a buffer in them). */
-void cre_peer_local_prune(cre_peer *p, const uint64_t *live_ids, size_t n_live);
-void cre_shm_watch_on_event(cre_conn *c, uint32_t events);
+/* server.c: our port (acceptor, handshake, control frames) */
+int cre_server_start(cr_engine *e);
+void cre_server_stop(cr_engine *e);
+/* Worker tick: adopt the sockets worker 0 accepted for this worker. */
+void cre_server_take_inbox(cre_worker *w);
+/* Worker teardown: close sockets never adopted. */
+void cre_server_drop_inbox(cre_worker *w);
 
 /* batch.c */
 void cre_task_slice_done(cre_task *t, int status, uint64_t bytes);
 
-/* notifications */
+/* engine.c: notifications */
 int cre_notify_push(cr_engine *e, const char *from, const uint8_t *msg, size_t len);
 
-/* shared connection reader (conn.c) */
-typedef struct cre_read_ops {
-    /* header+body complete: return 0 and set c->data_dst (or NULL to drain)
-     * if hdr.data_len > 0; negative to drop the connection. */
-    int (*on_head)(cre_conn *c);
-    /* whole frame complete; negative to drop the connection. */
-    int (*on_frame)(cre_conn *c);
-} cre_read_ops;
-/* Read until EAGAIN. Returns 0, or negative when the connection must close. */
-int cre_conn_read(cre_conn *c, const cre_read_ops *ops);
-/* Forget a partly read frame and any buffered bytes (a lane's new socket). */
-void cre_conn_reset_reader(cre_conn *c);
+/* lifecycle.c: every public call brackets itself with these. */
+int cre_call_enter(cr_engine *e, const char *what);
+void cre_call_leave(cr_engine *e);
+/* Destroy: refuse new calls, wake sleeping ones, wait for the rest. */
+void cre_calls_drain(cr_engine *e);
+
 /* Build header+body into a malloc'd buffer. */
 int cre_frame_build(int type, int32_t status, uint64_t request_id, uint64_t data_len,
                     const crp_buf *body, uint8_t **out, size_t *out_len);

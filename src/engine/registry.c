@@ -9,40 +9,40 @@
 
 #include "base/error.h"
 #include "crescent/engine.h"
-#include "engine/ctl_page.h"
 #include "engine/shared_alloc.h"
 #include "proto/messages.h"
 
-static void buffer_free(cre_registry *r, cre_buffer *b, uint64_t fence_ms);
-
-int cre_registry_init(cre_registry *r)
+int cre_registry_init(cre_registry *r, const cre_registry_hooks *hooks)
 {
     memset(r, 0, sizeof(*r));
+    if (hooks != NULL)
+        r->hooks = *hooks;
     pthread_rwlock_init(&r->lock, NULL);
     pthread_mutex_init(&r->drain_lock, NULL);
     pthread_cond_init(&r->drained, NULL);
     return 0;
 }
 
+/* Undo what prepare attached, unpin the shared allocation, free. */
+static void buffer_free(cre_registry *r, cre_buffer *b, bool prepared)
+{
+    if (prepared && r->hooks.release != NULL)
+        r->hooks.release(r->hooks.ctx, b);
+    for (size_t i = 0; i < CRE_MAX_TRANSPORTS; i++)
+        crp_buf_free(&b->tp_blob[i]);
+    if (b->shared_id != 0)
+        cre_shared_unpin(b->shared_id);
+    free(b);
+}
+
 void cre_registry_fini(cre_registry *r)
 {
     for (size_t i = 0; i < r->count; i++)
-        buffer_free(r, r->items[i], 0);
+        buffer_free(r, r->items[i], true);
     free(r->items);
     pthread_rwlock_destroy(&r->lock);
     pthread_mutex_destroy(&r->drain_lock);
     pthread_cond_destroy(&r->drained);
-}
-
-/* Fence same-host peers out of the buffer, unpin its shared allocation and
- * free it. Published buffers wait up to fence_ms for peers' copies. */
-static void buffer_free(cre_registry *r, cre_buffer *b, uint64_t fence_ms)
-{
-    if (r->ctl != NULL && b->ctl_gen != 0)
-        cre_ctl_retire(r->ctl, b->ctl_slot, fence_ms);
-    if (b->shared_id != 0)
-        cre_shared_unpin(b->shared_id);
-    free(b);
 }
 
 /* Index of the first buffer whose addr > a (caller holds the lock). */
@@ -109,81 +109,101 @@ static size_t find_exact(const cre_registry *r, uint64_t addr)
     return SIZE_MAX;
 }
 
+/* A checked, prepared buffer for spec i (not yet in the table). */
+static int buffer_make(cre_registry *r, const cre_buffer_spec *s, size_t i, cre_buffer **out)
+{
+    if (s->length == 0)
+        return crb_error(CR_ERR_ZERO_LENGTH, "buffer %zu at 0x%llx has length 0", i,
+                         (unsigned long long)s->addr);
+    if (s->addr == 0)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "buffer %zu has a NULL address", i);
+    if (s->addr + s->length < s->addr)
+        return crb_error(CR_ERR_RANGE_OVERFLOW, "buffer %zu: 0x%llx + %llu overflows", i,
+                         (unsigned long long)s->addr, (unsigned long long)s->length);
+    cre_buffer *b = calloc(1, sizeof(*b));
+    if (b == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "registry: allocating buffer %zu", i);
+    b->addr = s->addr;
+    b->length = s->length;
+    b->kind = s->kind;
+    b->device = s->device;
+    b->remote_accessible = s->remote_accessible;
+    b->owner = r;
+    atomic_init(&b->refs, 0);
+    if (b->kind == CR_MEM_HOST &&
+        cre_shared_pin(b->addr, b->length, &b->shared_id, &b->shared_offset))
+        b->kind = CR_MEM_HOST_SHAREABLE;
+    if (r->hooks.prepare != NULL) {
+        int rc = r->hooks.prepare(r->hooks.ctx, b);
+        if (rc < 0) {
+            buffer_free(r, b, false);
+            return rc;
+        }
+    }
+    b->desc_bytes = CRP_DESC_BUFFER_OVERHEAD;
+    for (size_t t = 0; t < CRE_MAX_TRANSPORTS; t++)
+        if (b->tp_blob[t].len > 0)
+            b->desc_bytes += b->tp_blob[t].len + CRP_DESC_BLOB_OVERHEAD;
+    *out = b;
+    return 0;
+}
+
 int cre_registry_add(cre_registry *r, const cre_buffer_spec *specs, size_t n)
 {
+    if (n == 0)
+        return 0;
+    cre_buffer **made = calloc(n, sizeof(*made));
+    if (made == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "registry: %zu buffers", n);
     int rc = 0;
-    size_t added = 0;
+    size_t n_made = 0, added = 0, bytes = 0;
+    /* Check and prepare outside the lock: preparing may block (pinning
+     * memory for a NIC). */
+    for (; n_made < n; n_made++) {
+        rc = buffer_make(r, &specs[n_made], n_made, &made[n_made]);
+        if (rc < 0)
+            goto err_free_made;
+        bytes += made[n_made]->desc_bytes;
+    }
     pthread_rwlock_wrlock(&r->lock);
     if (r->count + n > CRP_MAX_BUFFERS) {
-        size_t have = r->count;
-        pthread_rwlock_unlock(&r->lock);
-        return crb_error(CR_ERR_INVALID_ARGUMENT,
-                         "%zu registered + %zu new buffers exceed the limit of %d per engine "
-                         "(register fewer, larger regions)",
-                         have, n, CRP_MAX_BUFFERS);
+        rc = crb_error(CR_ERR_INVALID_ARGUMENT,
+                       "%zu registered + %zu new buffers exceed the limit of %d per engine "
+                       "(register fewer, larger regions)",
+                       r->count, n, CRP_MAX_BUFFERS);
+        goto err_unlock;
     }
-    for (size_t i = 0; i < n; i++) {
-        const cre_buffer_spec *s = &specs[i];
-        if (s->length == 0) {
-            rc = crb_error(CR_ERR_ZERO_LENGTH, "buffer %zu at 0x%llx has length 0", i,
-                           (unsigned long long)s->addr);
-            goto err_rollback;
-        }
-        if (s->addr == 0) {
-            rc = crb_error(CR_ERR_INVALID_ARGUMENT, "buffer %zu has a NULL address", i);
-            goto err_rollback;
-        }
-        if (s->addr + s->length < s->addr) {
-            rc = crb_error(CR_ERR_RANGE_OVERFLOW, "buffer %zu: 0x%llx + %llu overflows", i,
-                           (unsigned long long)s->addr, (unsigned long long)s->length);
-            goto err_rollback;
-        }
-        rc = check_overlap(r, s);
+    if (r->max_desc_bytes != 0 && r->desc_bytes + bytes > r->max_desc_bytes) {
+        rc = crb_error(CR_ERR_DESCRIPTOR_FULL,
+                       "%zu more buffers would grow the segment descriptor to about %zu bytes, "
+                       "over the %zu peers can fetch (%zu buffers registered; register fewer, "
+                       "larger regions)",
+                       n, r->desc_bytes + bytes, r->max_desc_bytes, r->count);
+        goto err_unlock;
+    }
+    for (; added < n; added++) {
+        cre_buffer_spec s = {.addr = made[added]->addr, .length = made[added]->length};
+        rc = check_overlap(r, &s);
+        if (rc == 0)
+            rc = insert_sorted(r, made[added]);
         if (rc < 0)
             goto err_rollback;
-        cre_buffer *b = calloc(1, sizeof(*b));
-        if (b == NULL) {
-            rc = crb_error(CR_ERR_NO_MEMORY, "registry: allocating buffer %zu", i);
-            goto err_rollback;
-        }
-        b->addr = s->addr;
-        b->length = s->length;
-        b->kind = s->kind;
-        b->device = s->device;
-        b->remote_accessible = s->remote_accessible;
-        b->owner = r;
-        if (b->kind == CR_MEM_HOST &&
-            cre_shared_pin(b->addr, b->length, &b->shared_id, &b->shared_offset))
-            b->kind = CR_MEM_HOST_SHAREABLE;
-        if (r->ctl != NULL) {
-            rc = cre_ctl_acquire(r->ctl, &b->ctl_slot, &b->ctl_gen);
-            if (rc < 0) {
-                if (b->shared_id)
-                    cre_shared_unpin(b->shared_id);
-                free(b);
-                goto err_rollback;
-            }
-        }
-        atomic_init(&b->refs, 0);
-        rc = insert_sorted(r, b);
-        if (rc < 0) {
-            buffer_free(r, b, 0);
-            goto err_rollback;
-        }
-        added++;
     }
+    r->desc_bytes += bytes;
     r->version++;
     pthread_rwlock_unlock(&r->lock);
+    free(made);
     return 0;
 
 err_rollback:
-    for (size_t i = 0; i < added; i++) {
-        size_t at = find_exact(r, specs[i].addr);
-        cre_buffer *b = r->items[at];
-        remove_at(r, at);
-        buffer_free(r, b, 0);
-    }
+    for (size_t i = 0; i < added; i++)
+        remove_at(r, find_exact(r, made[i]->addr));
+err_unlock:
     pthread_rwlock_unlock(&r->lock);
+err_free_made:
+    for (size_t i = 0; i < n_made; i++)
+        buffer_free(r, made[i], true);
+    free(made);
     return rc;
 }
 
@@ -199,8 +219,11 @@ int cre_registry_remove(cre_registry *r, uint64_t addr)
     cre_buffer *b = r->items[at];
     atomic_fetch_or(&b->refs, CRE_BUFFER_DYING);
     remove_at(r, at);
+    r->desc_bytes -= b->desc_bytes;
     r->version++;
     pthread_rwlock_unlock(&r->lock);
+    if (r->hooks.dying != NULL)
+        r->hooks.dying(r->hooks.ctx, b);
 
     /* The last release of a dying buffer broadcasts under drain_lock, and we
      * test the count under it, so the wake-up cannot fall between our test
@@ -209,7 +232,7 @@ int cre_registry_remove(cre_registry *r, uint64_t addr)
     while ((atomic_load(&b->refs) & ~CRE_BUFFER_DYING) > 0)
         pthread_cond_wait(&r->drained, &r->drain_lock);
     pthread_mutex_unlock(&r->drain_lock);
-    buffer_free(r, b, r->fence_timeout_ms);
+    buffer_free(r, b, true);
     return 0;
 }
 
@@ -271,24 +294,20 @@ size_t cre_registry_count(cre_registry *r)
     return n;
 }
 
-int cre_registry_snapshot(cre_registry *r, cre_buffer_spec **out, size_t *n, uint64_t *version)
+uint64_t cre_registry_version(cre_registry *r)
 {
     pthread_rwlock_rdlock(&r->lock);
-    size_t count = r->count;
-    cre_buffer_spec *specs = calloc(count ? count : 1, sizeof(*specs));
-    if (specs == NULL) {
-        pthread_rwlock_unlock(&r->lock);
-        return crb_error(CR_ERR_NO_MEMORY, "registry snapshot of %zu buffers", count);
-    }
-    for (size_t i = 0; i < count; i++) {
-        const cre_buffer *b = r->items[i];
-        specs[i] = (cre_buffer_spec){
-            b->addr,      b->length,        b->kind,     b->device, b->remote_accessible,
-            b->shared_id, b->shared_offset, b->ctl_slot, b->ctl_gen};
-    }
-    *version = r->version;
+    uint64_t v = r->version;
     pthread_rwlock_unlock(&r->lock);
-    *out = specs;
-    *n = count;
-    return 0;
+    return v;
+}
+
+int cre_registry_visit(cre_registry *r,
+                       int (*fn)(void *ctx, cre_buffer *const *items, size_t n, uint64_t version),
+                       void *ctx)
+{
+    pthread_rwlock_rdlock(&r->lock);
+    int rc = fn(ctx, r->items, r->count, r->version);
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
 }

@@ -9,7 +9,9 @@
  * Lifetime: a successful lookup takes a reference on the buffer, released
  * with cre_buffer_release() once the engine no longer touches the range.
  * Unregistration is a barrier: it removes the buffer from the table (so new
- * lookups fail), waits until the last reference is released, then frees it.
+ * lookups fail), waits until the last reference is released, lets the
+ * owner undo what it attached (the transports' dereg, through hooks), then
+ * frees it.
  */
 #ifndef CRESCENT_ENGINE_REGISTRY_H
 #define CRESCENT_ENGINE_REGISTRY_H
@@ -20,6 +22,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/messages.h"
+
+#include "engine/transport.h"
+
 typedef struct cre_buffer {
     uint64_t addr;
     uint64_t length;
@@ -28,8 +34,12 @@ typedef struct cre_buffer {
     bool remote_accessible;
     uint64_t shared_id;     /* cr_alloc_shared allocation holding it, 0 if none */
     uint64_t shared_offset; /* offset of addr inside that allocation's memfd */
-    uint32_t ctl_slot;      /* control-page slot fencing same-host copies */
-    uint64_t ctl_gen;       /* 0 when the registry has no control page */
+    /* Per installed transport (index = cre_tp.index): what its reg made of
+     * this buffer, and the blob peers see in our descriptor. Written before
+     * the buffer is inserted, immutable afterwards. */
+    void *tp_state[CRE_MAX_TRANSPORTS];
+    crp_buf tp_blob[CRE_MAX_TRANSPORTS];
+    size_t desc_bytes; /* upper bound of what it adds to our descriptor */
     /* References in flight, with CRE_BUFFER_DYING set once unregistration
      * has begun: one word, so a release learns atomically whether the
      * unregistering thread may be waiting for it (registry.c). */
@@ -40,13 +50,27 @@ typedef struct cre_buffer {
 /* High bit of cre_buffer.refs: unregistration has begun. */
 #define CRE_BUFFER_DYING 0x80000000u
 
+/* What the owner does around a buffer's life (the engine: transports'
+ * reg/dereg). Every hook may be NULL. */
+typedef struct cre_registry_hooks {
+    /* A new buffer, before it is inserted; may block. Negative refuses it. */
+    int (*prepare)(void *ctx, cre_buffer *b);
+    /* Unregistration began: no new lookups find b (references may remain). */
+    void (*dying)(void *ctx, cre_buffer *b);
+    /* The last reference is gone (or prepare succeeded but insertion
+     * failed): undo prepare; may block, bounded. */
+    void (*release)(void *ctx, cre_buffer *b);
+    void *ctx;
+} cre_registry_hooks;
+
 typedef struct cre_registry {
     pthread_rwlock_t lock;
-    struct cre_ctl_page *ctl; /* NULL: no same-host fencing (unit tests) */
-    uint64_t fence_timeout_ms;
-    cre_buffer **items; /* sorted by addr, non-overlapping */
+    cre_registry_hooks hooks;
+    size_t max_desc_bytes; /* 0 = no limit */
+    cre_buffer **items;    /* sorted by addr, non-overlapping */
     size_t count, cap;
-    uint64_t version; /* bumped on every change; guarded by lock */
+    size_t desc_bytes; /* sum over items */
+    uint64_t version;  /* bumped on every change; guarded by lock */
     pthread_mutex_t drain_lock;
     pthread_cond_t drained;
 } cre_registry;
@@ -58,22 +82,24 @@ typedef struct cre_buffer_spec {
     int kind;
     int device;
     bool remote_accessible;
-    /* filled by the registry (snapshots); ignored on add */
-    uint64_t shared_id, shared_offset;
-    uint32_t ctl_slot;
-    uint64_t ctl_gen;
 } cre_buffer_spec;
 
-int cre_registry_init(cre_registry *r);
+/** hooks may be NULL (a bare table, for tests). */
+int cre_registry_init(cre_registry *r, const cre_registry_hooks *hooks);
+/** Release (hooks) and free every buffer still registered. No concurrent use. */
 void cre_registry_fini(cre_registry *r);
 
-/** Insert all specs or none. Errors: overlap (with each other or existing).
+/** Insert all specs or none. Errors: CR_ERR_ZERO_LENGTH,
+ *  CR_ERR_INVALID_ARGUMENT (NULL address, too many buffers),
+ *  CR_ERR_RANGE_OVERFLOW, CR_ERR_ADDRESS_OVERLAPPED (with each other or an
+ *  existing buffer; the message names both ranges), CR_ERR_DESCRIPTOR_FULL
+ *  (our descriptor could not carry them), a prepare hook's error.
  *  Host memory inside a cr_alloc_shared allocation becomes host-shareable
- *  (and pins the allocation); with a control page each buffer gets a slot. */
+ *  (and pins the allocation). */
 int cre_registry_add(cre_registry *r, const cre_buffer_spec *specs, size_t n);
 
-/** Remove the buffer starting exactly at addr, waiting for its local
- *  references and then (control page) for same-host peers' copies. */
+/** Remove the buffer starting exactly at addr: new lookups fail at once,
+ *  then wait for its references, run the release hook and free it. */
 int cre_registry_remove(cre_registry *r, uint64_t addr);
 
 /**
@@ -88,12 +114,24 @@ int cre_registry_acquire(cre_registry *r, uint64_t addr, uint64_t len, const cha
 
 void cre_buffer_release(cre_buffer *b);
 
+/** Has unregistration of b begun? (A holder should let go soon.) */
+static inline bool cre_buffer_dying(cre_buffer *b)
+{
+    return (atomic_load(&b->refs) & CRE_BUFFER_DYING) != 0;
+}
+
 size_t cre_registry_count(cre_registry *r);
 
+/** The table's version (bumped on every change). */
+uint64_t cre_registry_version(cre_registry *r);
+
 /**
- * Copy a snapshot of the table (for descriptors) into a malloc'd array of
- * specs; *version receives the table version it reflects.
+ * Call fn once with the whole table (address order) under the read lock,
+ * so what fn reads of the buffers stays valid for the call; fn must not
+ * call back into the registry. Returns fn's value.
  */
-int cre_registry_snapshot(cre_registry *r, cre_buffer_spec **out, size_t *n, uint64_t *version);
+int cre_registry_visit(cre_registry *r,
+                       int (*fn)(void *ctx, cre_buffer *const *items, size_t n, uint64_t version),
+                       void *ctx);
 
 #endif

@@ -23,7 +23,7 @@ static void overlap_and_exact_unregister(void **state)
 {
     (void)state;
     cre_registry r;
-    cre_registry_init(&r);
+    cre_registry_init(&r, NULL);
     cre_buffer_spec s = spec(0x10000, 0x1000);
     assert_int_equal(cre_registry_add(&r, &s, 1), 0);
     cre_buffer_spec o1 = spec(0x10800, 0x1000), o2 = spec(0xf800, 0x1000), ok = spec(0x11000, 16);
@@ -45,7 +45,7 @@ static void batch_add_is_all_or_nothing(void **state)
 {
     (void)state;
     cre_registry r;
-    cre_registry_init(&r);
+    cre_registry_init(&r, NULL);
     cre_buffer_spec two[2] = {spec(0x1000, 0x100), spec(0x1080, 0x100)};
     assert_int_equal(cre_registry_add(&r, two, 2), CR_ERR_ADDRESS_OVERLAPPED);
     assert_int_equal(cre_registry_count(&r), 0);
@@ -56,7 +56,7 @@ static void lookup_inside_and_past_end(void **state)
 {
     (void)state;
     cre_registry r;
-    cre_registry_init(&r);
+    cre_registry_init(&r, NULL);
     cre_buffer_spec s[3] = {spec(0x1000, 0x1000), spec(0x5000, 0x1000), spec(0x9000, 0x10)};
     assert_int_equal(cre_registry_add(&r, s, 3), 0);
     cre_buffer *b = NULL;
@@ -89,7 +89,7 @@ static void unregister_waits_for_references(void **state)
 {
     (void)state;
     cre_registry r;
-    cre_registry_init(&r);
+    cre_registry_init(&r, NULL);
     cre_buffer_spec s = spec(0x1000, 0x1000);
     assert_int_equal(cre_registry_add(&r, &s, 1), 0);
     release_later rl = {0};
@@ -147,7 +147,7 @@ static void last_release_racing_unregister_wakes_it(void **state)
     signal(SIGALRM, hang_watchdog);
     alarm(60);
     cre_registry r;
-    cre_registry_init(&r);
+    cre_registry_init(&r, NULL);
     for (unsigned i = 0; i < 20000; i++) {
         cre_buffer_spec s = spec(0x1000, 0x1000);
         assert_int_equal(cre_registry_add(&r, &s, 1), 0);

@@ -2,13 +2,16 @@
  * segment.c - opened segments and the peers behind them.
  *
  * A peer is created the first time its name is opened and lives until the
- * engine is destroyed (its lanes are owned by workers). Segment handles are
+ * engine is destroyed (transports keep per-peer state in it: tcp lanes,
+ * same-host mappings, UCX endpoints). Segment handles are
  * generation-checked references to peers; closing a handle invalidates it
  * without disturbing transfers already submitted.
  *
  * Descriptors are fetched from the peer itself (P2PHANDSHAKE: DESC_GET on its
  * RPC port) or from the metadata server ("<prefix>/ram/<name>"), decoded,
- * sorted by address for O(log n) range checks, and cached. They are refetched
+ * sorted by address for O(log n) range checks, and kept as an immutable,
+ * reference-counted snapshot (cre_desc) that each transport parses once
+ * (desc_parse) and submits hold while they use it. They are refetched
  * when a submit does not find a remote range, when a lane learns the peer
  * restarted (new instance id), and whenever the segment is (re)opened.
  */
@@ -61,58 +64,80 @@ static int fetch_descriptor(cre_peer *p, crp_descriptor *out)
     return rc;
 }
 
+void cre_desc_ref(cre_desc *d)
+{
+    atomic_fetch_add(&d->refs, 1);
+}
+
+void cre_desc_unref(cre_desc *d)
+{
+    if (d == NULL || atomic_fetch_sub(&d->refs, 1) != 1)
+        return;
+    cr_engine *e = d->engine;
+    for (size_t i = 0; i < e->n_tps; i++)
+        if (d->tp_state[i] != NULL && e->tps[i].ops->desc_free != NULL)
+            e->tps[i].ops->desc_free(&e->tps[i], d->tp_state[i]);
+    crp_descriptor_clear(&d->d);
+    free(d);
+}
+
+void *cre_peer_tp(cre_peer *p, const cre_tp *tp)
+{
+    return p->tp_priv[tp->index];
+}
+
+const uint8_t *cre_route_blob(const cre_route *r, const cre_tp *tp, size_t *len)
+{
+    if (r->desc == NULL)
+        return NULL;
+    return crp_buffer_blob(&r->desc->d.buffers[r->remote_index], tp->ops->name, len);
+}
+
+void *cre_route_state(const cre_route *r, const cre_tp *tp)
+{
+    return r->desc != NULL ? r->desc->tp_state[tp->index] : NULL;
+}
+
+void cre_peer_mark_stale(cre_peer *p)
+{
+    pthread_mutex_lock(&p->lock);
+    if (p->desc != NULL)
+        p->desc_stale = true;
+    pthread_mutex_unlock(&p->lock);
+}
+
 int cre_peer_refresh(cre_peer *p)
 {
-    crp_descriptor d = {0};
-    int rc = fetch_descriptor(p, &d);
-    if (rc < 0)
-        return rc;
-    cre_buffer_extra *extra = calloc(d.n_buffers ? d.n_buffers : 1, sizeof(*extra));
-    if (extra == NULL) {
-        crp_descriptor_clear(&d);
+    cr_engine *e = p->engine;
+    cre_desc *nd = calloc(1, sizeof(*nd));
+    if (nd == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "descriptor of %s", p->name);
+    atomic_init(&nd->refs, 1);
+    nd->engine = e;
+    int rc = fetch_descriptor(p, &nd->d);
+    if (rc < 0) {
+        free(nd);
+        return rc;
     }
-    for (size_t i = 0; i < d.n_buffers; i++)
-        if (d.buffers[i].shm_handle != NULL)
-            cre_handle_parse(d.buffers[i].shm_handle, &extra[i]);
-    char shm_address[CRP_MAX_ADDRESS + 1] = "";
-    int32_t cma_pid = 0;
-    for (size_t i = 0; i < d.n_endpoints; i++) {
-        if (strcmp(d.endpoints[i].transport, "shm") == 0)
-            snprintf(shm_address, sizeof(shm_address), "%s", d.endpoints[i].address);
-        else if (strcmp(d.endpoints[i].transport, "cma") == 0)
-            cma_pid = (int32_t)atoi(d.endpoints[i].address);
-    }
-    bool same_host = !p->is_self && strcmp(d.host_id, p->engine->host_id) == 0;
-    /* Shared regions the new descriptor still has buffers in. */
-    uint64_t *live = calloc(d.n_buffers ? d.n_buffers : 1, sizeof(*live));
-    size_t n_live = 0;
-    for (size_t i = 0; live != NULL && i < d.n_buffers; i++)
-        if (extra[i].shared_id != 0)
-            live[n_live++] = extra[i].shared_id;
+    for (size_t i = 0; i < e->n_tps; i++)
+        if (e->tps[i].ops->desc_parse != NULL)
+            nd->tp_state[i] = e->tps[i].ops->desc_parse(&e->tps[i], p, &nd->d);
+    bool same_host = !p->is_self && strcmp(nd->d.host_id, e->host_id) == 0;
 
     pthread_mutex_lock(&p->lock);
-    bool restarted = p->desc_valid && p->desc.instance != d.instance;
-    crp_descriptor_clear(&p->desc);
-    free(p->desc_extra);
-    p->desc = d;
-    p->desc_extra = extra;
+    cre_desc *old = p->desc;
+    bool restarted = old != NULL && old->d.instance != nd->d.instance;
+    p->desc = nd;
     p->same_host = same_host;
-    memcpy(p->shm_address, shm_address, sizeof(shm_address));
-    p->cma_pid = cma_pid;
-    p->desc_valid = true;
     p->desc_stale = false;
     pthread_mutex_unlock(&p->lock);
-    if (restarted) {
-        cre_peer_local_drop(p); /* mappings of the old process are worthless */
-    } else if (live != NULL) {
-        cre_peer_local_prune(p, live, n_live); /* regions without buffers: let go */
-    }
-    free(live);
-    /* The peer answered: lanes should retry at once rather than wait out a
-     * back-off earned while it was down. */
-    for (size_t i = 0; i < p->n_lanes; i++)
-        atomic_store(&p->reset_backoff[i], true);
+    /* A restarted peer's imported state (mappings, endpoints) is worthless;
+     * transports also prune against the new descriptor in desc_parse. */
+    if (restarted)
+        for (size_t i = 0; i < e->n_tps; i++)
+            if (e->tps[i].ops->peer_reset != NULL)
+                e->tps[i].ops->peer_reset(&e->tps[i], p, p->tp_priv[i]);
+    cre_desc_unref(old);
     return 0;
 }
 
@@ -148,61 +173,52 @@ static int resolve_name(cr_engine *e, const char *name, char host[CRB_HOST_MAX],
     return 0;
 }
 
+static void peer_free(cre_peer *p)
+{
+    cr_engine *e = p->engine;
+    for (size_t i = 0; i < e->n_tps; i++) {
+        if (p->tp_priv[i] == NULL)
+            continue;
+        if (e->tps[i].ops->peer_fini != NULL)
+            e->tps[i].ops->peer_fini(&e->tps[i], p, p->tp_priv[i]);
+        free(p->tp_priv[i]);
+    }
+    cre_desc_unref(p->desc);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
 static int peer_create(cr_engine *e, const char *name, cre_peer **out)
 {
     cre_peer *p = calloc(1, sizeof(*p));
     if (p == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "peer '%s'", name);
     int rc = resolve_name(e, name, p->host, &p->port);
-    if (rc < 0)
-        goto err_free_peer;
+    if (rc < 0) {
+        free(p);
+        return rc;
+    }
     snprintf(p->name, sizeof(p->name), "%s", name);
     p->engine = e;
     p->is_self = strcmp(name, e->segment_name) == 0;
     pthread_mutex_init(&p->lock, NULL);
-    cre_peer_local_init(&p->local);
-    p->n_lanes = e->lanes_per_peer;
-    p->lanes = calloc(p->n_lanes, sizeof(*p->lanes));
-    if (p->lanes == NULL) {
-        rc = crb_error(CR_ERR_NO_MEMORY, "lanes for peer '%s'", name);
-        goto err_destroy_lock;
+    for (size_t i = 0; i < e->n_tps; i++) {
+        const cre_transport_ops *ops = e->tps[i].ops;
+        if (ops->peer_size == 0)
+            continue;
+        p->tp_priv[i] = calloc(1, ops->peer_size);
+        rc = p->tp_priv[i] == NULL
+                 ? crb_error(CR_ERR_NO_MEMORY, "%s state for peer '%s'", ops->name, name)
+             : ops->peer_init != NULL ? ops->peer_init(&e->tps[i], p, p->tp_priv[i])
+                                      : 0;
+        if (rc < 0) {
+            free(p->tp_priv[i]);
+            p->tp_priv[i] = NULL;
+            peer_free(p);
+            return rc;
+        }
     }
     *out = p;
-    return 0;
-err_destroy_lock:
-    cre_peer_local_fini(&p->local);
-    pthread_mutex_destroy(&p->lock);
-err_free_peer:
-    free(p);
-    return rc;
-}
-
-/* Give the peer's lanes to workers (spreading peers across workers). */
-static int peer_attach_lanes(cr_engine *e, cre_peer *p, size_t peer_index)
-{
-    for (size_t i = 0; i < p->n_lanes; i++) {
-        cre_lane *l = &p->lanes[i];
-        l->peer = p;
-        l->index = (int)i;
-        l->conn.fd = -1;
-        l->state = LANE_IDLE;
-        l->backoff_ms = 50;
-        l->worker = &e->workers[(peer_index + i) % e->n_workers];
-        cre_worker *w = l->worker;
-        pthread_mutex_lock(&w->lock);
-        if (w->n_lanes == w->cap_lanes) {
-            size_t ncap = w->cap_lanes ? w->cap_lanes * 2 : 16;
-            cre_lane **nl = realloc(w->lanes, ncap * sizeof(*nl));
-            if (nl == NULL) {
-                pthread_mutex_unlock(&w->lock);
-                return crb_error(CR_ERR_NO_MEMORY, "worker lane table");
-            }
-            w->lanes = nl;
-            w->cap_lanes = ncap;
-        }
-        w->lanes[w->n_lanes++] = l;
-        pthread_mutex_unlock(&w->lock);
-    }
     return 0;
 }
 
@@ -231,11 +247,8 @@ static int peer_get(cr_engine *e, const char *name, cre_peer **out)
     rc = peer_create(e, name, &p);
     if (rc < 0)
         goto out_unlock;
-    /* Registered before lanes attach so destroy always finds it. */
     e->peers[e->n_peers++] = p;
-    rc = peer_attach_lanes(e, p, e->n_peers - 1);
-    if (rc == 0)
-        *out = p;
+    *out = p;
 out_unlock:
     pthread_mutex_unlock(&e->peers_lock);
     return rc;
@@ -299,15 +312,8 @@ int cre_segment_lookup(cr_engine *e, cr_segment_handle h, cre_peer **out)
 
 void cre_peers_destroy(cr_engine *e)
 {
-    for (size_t i = 0; i < e->n_peers; i++) {
-        cre_peer *p = e->peers[i];
-        cre_peer_local_fini(&p->local);
-        crp_descriptor_clear(&p->desc);
-        free(p->desc_extra);
-        pthread_mutex_destroy(&p->lock);
-        free(p->lanes);
-        free(p);
-    }
+    for (size_t i = 0; i < e->n_peers; i++)
+        peer_free(e->peers[i]);
     free(e->peers);
     e->peers = NULL;
     e->n_peers = 0;
@@ -323,9 +329,9 @@ int cr_engine_segment_buffers(cr_engine *e, cr_segment_handle h, cr_buffer_info 
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&p->lock);
-    size_t n = p->desc_valid ? p->desc.n_buffers : 0;
+    size_t n = p->desc != NULL ? p->desc->d.n_buffers : 0;
     for (size_t i = 0; i < n && i < cap; i++) {
-        const crp_buffer_desc *b = &p->desc.buffers[i];
+        const crp_buffer_desc *b = &p->desc->d.buffers[i];
         out[i] = (cr_buffer_info){b->addr, b->length, b->kind, b->device, b->remote_accessible};
     }
     pthread_mutex_unlock(&p->lock);

@@ -1,64 +1,172 @@
 /*
- * transport.h - the ops table every transport implements.
+ * transport.h - the interface every transport implements, and what the
+ * engine core hands it.
  *
- * At submit the engine resolves each request's local buffer and remote
- * buffer (kind, device, and for same-process targets the live registry
- * entry), then asks the installed transports in priority order whether they
- * can move bytes between that pair; the first that can, does. Nothing is
- * opened per buffer until a transfer touches it, so a buffer no transport
- * can serve fails only the requests that touch it.
+ * A transport is one ops table (cre_transport_ops) in its own folder under
+ * transports/, listed once in the registry (transports/registry.c, fed by
+ * CMake with the transports this build has). Adding one touches its folder,
+ * that list and CMake, nothing in the core.
  *
- * Installed transports follow the configured protocol: "tcp" installs tcp
- * alone (even self-transfers use loopback lanes), "auto" installs every
- * transport built in, fastest first (local, then tcp; shm/CMA and UCX slot
- * in between).
+ * An engine installs the transports its protocol names (config.c), ordered
+ * by rank: "tcp" = tcp; "shm" = the same-process and same-host ones; "ucx"
+ * = ucx; "auto" = every built-in one, each told it was not asked for by
+ * name, so it may decline at init (ucx without an RDMA device does). Each
+ * installed transport is a cre_tp: its ops, its index, a private area of
+ * ops->engine_size bytes the core allocates, and counters.
+ *
+ * Per-object private state, all allocated and zeroed by the core:
+ *   engine  tp->priv                  (ops->engine_size bytes)
+ *   peer    cre_peer_tp(p, tp)        (ops->peer_size bytes)
+ *   buffer  b->tp_state[tp->index]    (set by ops->reg; the blob it writes
+ *                                      travels in our descriptor)
+ *   remote  cre_desc.tp_state[index]  (set by ops->desc_parse when a peer's
+ *                                      descriptor arrives; freed by
+ *                                      ops->desc_free with the snapshot)
+ *
+ * At submit the core validates a request, resolves both ends into a
+ * cre_route and asks the installed transports in rank order whether they
+ * can serve it; the first that can gets the task. A transport that finds at
+ * first use that the peer refuses its path returns
+ * CR_ERR_TRANSPORT_UNSUPPORTED and the next one that can serve takes over.
+ *
+ * Locking and blocking, per slot (every slot not marked "required" may be
+ * NULL):
+ *   init        engine create, caller's thread, after the workers exist and
+ *               before they run; may block (bind, open devices). No lock.
+ *   fini        engine destroy, after every worker has stopped; no other
+ *               call runs concurrently. No lock.
+ *   endpoint    descriptor build, any thread, under the descriptor lock;
+ *               must not block.
+ *   reg         registration, the caller's thread, no engine lock held;
+ *               may block (pinning memory). Writes the blob peers will see.
+ *   dereg       unregistration, after every local reference to the buffer
+ *               is gone; may block, bounded (waits for peers' in-flight
+ *               copies). After it returns the transport never touches the
+ *               buffer again and no peer can reach it through this path.
+ *   peer_init   a peer object is created (no I/O yet), under peers_lock.
+ *   peer_fini   engine destroy, after fini's workers stopped.
+ *   desc_parse  a new descriptor of a peer arrived, any thread, no lock;
+ *               parse what you need (cheap), unpack nothing expensive.
+ *   peer_reset  the peer restarted (new instance) or died: drop what was
+ *               imported from it. Any thread, no lock held.
+ *   can_serve   required. Pure, any thread, no lock; may read tp->priv,
+ *               the peer's private area with atomics, and the route.
+ *   submit      required. The caller's thread, no lock held; must not
+ *               block on the network (queue and kick a worker instead).
+ *               Sets t->slices_left and completes the task through
+ *               cre_task_slice_done, now or later from any thread.
+ *   tick        every worker's tick (cre_worker w), on that worker's
+ *               thread: deadlines, retries, canceled work, progress.
+ *   cancel      cr_batch_cancel marked tasks canceled; any thread.
+ *   counters    cr_engine_counters: append extra (name, value) counters.
+ *   serve_role / serve: a connection to our port authenticated with this
+ *               HELLO role; serve takes it over (worker thread).
  */
 #ifndef CRESCENT_ENGINE_TRANSPORT_H
 #define CRESCENT_ENGINE_TRANSPORT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-typedef struct cr_engine cr_engine;
+#include "crescent/engine.h"
+#include "proto/messages.h"
+
 typedef struct cre_peer cre_peer;
 typedef struct cre_task cre_task;
 typedef struct cre_buffer cre_buffer;
+typedef struct cre_worker cre_worker;
+typedef struct cre_conn cre_conn;
+typedef struct cre_desc cre_desc;
+typedef struct cre_tp cre_tp;
+
+#define CRE_MAX_TRANSPORTS 8
+
+/* What a transport can reach (ops->reach). */
+#define CRE_REACH_PROCESS 1u /* this process only */
+#define CRE_REACH_HOST    2u /* other processes of this host */
+#define CRE_REACH_REMOTE  4u /* other hosts */
 
 /* What submit resolved about a request's two ends. */
-typedef struct cre_endpoints {
+typedef struct cre_route {
     cre_peer *peer;
-    int local_kind;
-    int remote_kind;
-    int remote_device;
-    cre_buffer *self_target; /* target in our own registry (same process), else NULL */
-    uint64_t peer_instance;  /* descriptor instance the range was validated against */
-    /* The remote buffer as the peer's descriptor describes it. */
+    cre_buffer *local_buf; /* the local registered buffer (a reference is held) */
+    int local_kind, local_device;
+    /* The target: in this process (self_target, a live registry entry with a
+     * reference held) or described by the peer's descriptor snapshot. */
+    cre_buffer *self_target;
+    cre_desc *desc;      /* snapshot the range was validated against (ref held) */
+    size_t remote_index; /* its buffer in desc->d.buffers */
+    int remote_kind, remote_device;
     uint64_t remote_base;   /* start of the remote buffer */
-    uint64_t shared_id;     /* its cr_alloc_shared region, 0 if not shareable */
-    uint64_t shared_offset; /* remote_base's offset in that region */
-    uint32_t ctl_slot;      /* its control-page slot */
-    uint64_t ctl_gen;       /* 0 if the peer offers no control page */
-    bool same_host;         /* the peer runs on this host */
-    int32_t cma_pid;        /* the peer's pid if it offers CMA, else 0 */
-} cre_endpoints;
+    uint64_t peer_instance; /* descriptor instance (ours for self) */
+    bool same_host;         /* the peer runs on this host (not this process) */
+} cre_route;
 
-typedef struct cre_transport {
-    const char *name;
-    /* Does this transport serve the pair? Pure; called under no lock. */
-    bool (*can_serve)(const cr_engine *e, const cre_endpoints *ep);
-    /* Start a validated task (its slices_left is set by the transport).
-     * Returns 0, or a negative status with nothing started;
-     * CR_ERR_TRANSPORT_UNSUPPORTED means "found at first use that this peer
-     * refuses this path": the engine then tries the next transport. */
-    int (*submit)(cr_engine *e, const cre_endpoints *ep, cre_task *t);
-} cre_transport;
+typedef struct cre_transport_ops {
+    const char *name; /* required; also its key in descriptors */
+    int rank;         /* required; lower is preferred */
+    uint32_t reach;   /* CRE_REACH_* */
+    size_t engine_size, peer_size;
 
-extern const cre_transport cre_transport_local;
-extern const cre_transport cre_transport_shm;
-extern const cre_transport cre_transport_cma;
-extern const cre_transport cre_transport_tcp;
+    /* explicit: the protocol named this transport (it must work or fail
+     * create); otherwise it may decline with CR_ERR_TRANSPORT_UNSUPPORTED
+     * and is left out. */
+    int (*init)(cre_tp *tp, bool explicit_choice);
+    void (*fini)(cre_tp *tp);
+    /* Append our endpoint address (text or binary) to out; nothing = none. */
+    int (*endpoint)(cre_tp *tp, crp_buf *out);
 
-/* Every host memory kind; the transports built today move host memory only. */
+    int (*reg)(cre_tp *tp, cre_buffer *b, crp_buf *blob);
+    void (*dereg)(cre_tp *tp, cre_buffer *b);
+
+    int (*peer_init)(cre_tp *tp, cre_peer *p, void *pp);
+    void (*peer_fini)(cre_tp *tp, cre_peer *p, void *pp);
+    void *(*desc_parse)(cre_tp *tp, cre_peer *p, const crp_descriptor *d);
+    void (*desc_free)(cre_tp *tp, void *state);
+    void (*peer_reset)(cre_tp *tp, cre_peer *p, void *pp);
+
+    bool (*can_serve)(cre_tp *tp, const cre_route *r);
+    int (*submit)(cre_tp *tp, const cre_route *r, cre_task *t);
+    void (*tick)(cre_tp *tp, cre_worker *w, uint64_t now_ns);
+    void (*cancel)(cre_tp *tp);
+    size_t (*counters)(cre_tp *tp, cr_engine_counter *out, size_t cap);
+
+    uint8_t serve_role; /* crp_role served by `serve` (0 = none) */
+    int (*serve)(cre_tp *tp, cre_conn *c);
+} cre_transport_ops;
+
+/* An installed transport. */
+struct cre_tp {
+    const cre_transport_ops *ops;
+    cr_engine *engine;
+    int index; /* in engine->tps, also the slot of its per-object state */
+    void *priv;
+    /* Counted by the core for every task this transport finished. */
+    atomic_ullong bytes, requests, failures;
+};
+
+/* The transports this build has, by rank (transports/registry.c). */
+size_t cre_builtin_transports(const cre_transport_ops *const **out);
+/* Check that an ops table has its required slots; CR_ERR_INVALID_CONFIG. */
+int cre_transport_check(const cre_transport_ops *ops);
+
+/* Every host memory kind. */
 bool cre_kind_is_host(int kind);
+
+/* --- helpers for transports (segment.c, batch.c) ------------------------ */
+
+/* The peer's private area of tp. */
+void *cre_peer_tp(cre_peer *p, const cre_tp *tp);
+/* The remote buffer's blob written by this transport, or NULL. */
+const uint8_t *cre_route_blob(const cre_route *r, const cre_tp *tp, size_t *len);
+/* What tp->ops->desc_parse returned for the route's descriptor. */
+void *cre_route_state(const cre_route *r, const cre_tp *tp);
+/* Hold / drop a reference on a descriptor snapshot. */
+void cre_desc_ref(cre_desc *d);
+void cre_desc_unref(cre_desc *d);
+/* The installed transport named `name`, or NULL. */
+cre_tp *cre_engine_tp(cr_engine *e, const char *name);
 
 #endif

@@ -249,9 +249,35 @@ void crp_hello_ack_clear(crp_hello_ack *m)
 
 static void enc_endpoint(crp_mp_enc *e, const crp_endpoint *ep)
 {
+    size_t n = ep->address_len ? ep->address_len : (ep->address ? strlen(ep->address) : 0);
+    if (ep->address == NULL || n == 0 || n > CRP_MAX_ENDPOINT) {
+        crp_mp_enc_invalid(e, "a", "is empty or longer than %d bytes", CRP_MAX_ENDPOINT);
+        return;
+    }
     msgpack_pack_map(&e->pk, 2);
-    crp_mp_enc_str(e, "t", ep->transport, CRP_MAX_NAME);
-    crp_mp_enc_str(e, "a", ep->address, CRP_MAX_ADDRESS);
+    crp_mp_enc_str(e, "t", ep->transport, CRP_MAX_TRANSPORT_NAME);
+    crp_mp_enc_bin(e, "a", ep->address, n);
+}
+
+static void enc_blobs(crp_mp_enc *e, const crp_buffer_desc *b)
+{
+    if (b->n_blobs > CRP_MAX_BLOBS) {
+        crp_mp_enc_invalid(e, "x", "has too many entries (%zu > %d)", b->n_blobs, CRP_MAX_BLOBS);
+        return;
+    }
+    crp_mp_enc_key(e, "x");
+    msgpack_pack_map(&e->pk, b->n_blobs);
+    for (size_t i = 0; i < b->n_blobs && e->status == 0; i++) {
+        const crp_blob *x = &b->blobs[i];
+        if (x->len == 0 || x->len > CRP_MAX_BLOB) {
+            crp_mp_enc_invalid(e, "x", "blob of %s has %zu bytes (1..%d)", x->transport, x->len,
+                               CRP_MAX_BLOB);
+            return;
+        }
+        crp_mp_enc_str_value(e, "x", x->transport, CRP_MAX_TRANSPORT_NAME);
+        msgpack_pack_bin(&e->pk, x->len);
+        msgpack_pack_bin_body(&e->pk, x->data, x->len);
+    }
 }
 
 static void enc_buffer(crp_mp_enc *e, const crp_buffer_desc *b)
@@ -265,7 +291,7 @@ static void enc_buffer(crp_mp_enc *e, const crp_buffer_desc *b)
                            (unsigned long long)b->length);
         return;
     }
-    msgpack_pack_map(&e->pk, b->shm_handle != NULL ? 6 : 5);
+    msgpack_pack_map(&e->pk, b->n_blobs > 0 ? 6 : 5);
     crp_mp_enc_u64(e, "a", b->addr);
     crp_mp_enc_u64(e, "l", b->length);
     crp_mp_enc_u64(e, "k", b->kind);
@@ -276,8 +302,8 @@ static void enc_buffer(crp_mp_enc *e, const crp_buffer_desc *b)
         msgpack_pack_true(&e->pk);
     else
         msgpack_pack_false(&e->pk);
-    if (b->shm_handle != NULL)
-        crp_mp_enc_str(e, "h", b->shm_handle, CRP_MAX_HANDLE);
+    if (b->n_blobs > 0)
+        enc_blobs(e, b);
 }
 
 int crp_descriptor_encode(const crp_descriptor *m, crp_buf *out)
@@ -322,6 +348,27 @@ int crp_descriptor_encode(const crp_descriptor *m, crp_buf *out)
     return crp_mp_enc_finish(&e);
 }
 
+/* A binary of 1..max bytes, copied with a trailing NUL. */
+static int get_bin_copy(const crp_mp_ctx *w, const char *f, const msgpack_object *v, size_t max,
+                        uint8_t **out, size_t *out_len)
+{
+    if (v == NULL)
+        return crp_mp_fail(MALFORMED, w, f, "is missing");
+    if (v->type != MSGPACK_OBJECT_BIN)
+        return crp_mp_fail(MALFORMED, w, f, "is not binary (msgpack type %d)", (int)v->type);
+    size_t n = v->via.bin.size;
+    if (n == 0 || n > max)
+        return crp_mp_fail(MALFORMED, w, f, "has %zu bytes (1..%zu)", n, max);
+    uint8_t *p = malloc(n + 1);
+    if (p == NULL)
+        return crp_mp_fail(CR_ERR_NO_MEMORY, w, f, "cannot copy %zu bytes", n);
+    memcpy(p, v->via.bin.ptr, n);
+    p[n] = '\0';
+    *out = p;
+    *out_len = n;
+    return 0;
+}
+
 static int dec_endpoint(const crp_mp_ctx *w, const msgpack_object *o, crp_endpoint *ep)
 {
     enum { K_T, K_A };
@@ -330,16 +377,46 @@ static int dec_endpoint(const crp_mp_ctx *w, const msgpack_object *o, crp_endpoi
 
     int rc = crp_mp_map_fields(w, NULL, o, keys, N_KEYS(keys), v);
     if (rc == 0)
-        rc = get_str(w, "t", v[K_T], CRP_MAX_NAME, &ep->transport);
+        rc = get_str(w, "t", v[K_T], CRP_MAX_TRANSPORT_NAME, &ep->transport);
     if (rc == 0)
-        rc = get_str(w, "a", v[K_A], CRP_MAX_ADDRESS, &ep->address);
+        rc = get_bin_copy(w, "a", v[K_A], CRP_MAX_ENDPOINT, (uint8_t **)&ep->address,
+                          &ep->address_len);
     return rc; /* partial strings are freed by the caller's clear */
+}
+
+static int dec_blobs(const crp_mp_ctx *w, const msgpack_object *v, crp_buffer_desc *b)
+{
+    if (v->type != MSGPACK_OBJECT_MAP)
+        return crp_mp_fail(MALFORMED, w, "x", "is not a map (msgpack type %d)", (int)v->type);
+    const msgpack_object_map *m = &v->via.map;
+    if (m->size > CRP_MAX_BLOBS)
+        return crp_mp_fail(MALFORMED, w, "x", "has %u entries (at most %d)", (unsigned)m->size,
+                           CRP_MAX_BLOBS);
+    if (m->size == 0)
+        return 0;
+    b->blobs = calloc(m->size, sizeof(*b->blobs));
+    if (b->blobs == NULL)
+        return crp_mp_fail(CR_ERR_NO_MEMORY, w, "x", "cannot allocate %u entries",
+                           (unsigned)m->size);
+    b->n_blobs = m->size;
+    for (size_t i = 0; i < m->size; i++) {
+        crp_blob *x = &b->blobs[i];
+        int rc = get_str(w, "x", &m->ptr[i].key, CRP_MAX_TRANSPORT_NAME, &x->transport);
+        if (rc == 0)
+            rc = get_bin_copy(w, "x", &m->ptr[i].val, CRP_MAX_BLOB, &x->data, &x->len);
+        if (rc != 0)
+            return rc;
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(b->blobs[j].transport, x->transport) == 0)
+                return crp_mp_fail(MALFORMED, w, "x", "names transport '%s' twice", x->transport);
+    }
+    return 0;
 }
 
 static int dec_buffer(const crp_mp_ctx *w, const msgpack_object *o, crp_buffer_desc *b)
 {
-    enum { K_A, K_L, K_K, K_D, K_R, K_H };
-    static const char *const keys[] = {"a", "l", "k", "d", "r", "h"};
+    enum { K_A, K_L, K_K, K_D, K_R, K_X };
+    static const char *const keys[] = {"a", "l", "k", "d", "r", "x"};
     const msgpack_object *v[N_KEYS(keys)];
 
     int rc = crp_mp_map_fields(w, NULL, o, keys, N_KEYS(keys), v);
@@ -356,8 +433,8 @@ static int dec_buffer(const crp_mp_ctx *w, const msgpack_object *o, crp_buffer_d
     if (b->addr > UINT64_MAX - b->length)
         return crp_mp_fail(MALFORMED, w, NULL, "range 0x%llx + 0x%llx overflows",
                            (unsigned long long)b->addr, (unsigned long long)b->length);
-    if (v[K_H] != NULL)
-        rc = get_str(w, "h", v[K_H], CRP_MAX_HANDLE, &b->shm_handle);
+    if (v[K_X] != NULL)
+        rc = dec_blobs(w, v[K_X], b);
     return rc;
 }
 
@@ -438,10 +515,34 @@ void crp_descriptor_clear(crp_descriptor *m)
         free(m->endpoints[i].address);
     }
     free(m->endpoints);
-    for (size_t i = 0; i < m->n_buffers; i++)
-        free(m->buffers[i].shm_handle);
+    for (size_t i = 0; i < m->n_buffers; i++) {
+        for (size_t j = 0; j < m->buffers[i].n_blobs; j++) {
+            free(m->buffers[i].blobs[j].transport);
+            free(m->buffers[i].blobs[j].data);
+        }
+        free(m->buffers[i].blobs);
+    }
     free(m->buffers);
     memset(m, 0, sizeof(*m));
+}
+
+const uint8_t *crp_buffer_blob(const crp_buffer_desc *b, const char *transport, size_t *len)
+{
+    for (size_t i = 0; i < b->n_blobs; i++) {
+        if (strcmp(b->blobs[i].transport, transport) == 0) {
+            *len = b->blobs[i].len;
+            return b->blobs[i].data;
+        }
+    }
+    return NULL;
+}
+
+const crp_endpoint *crp_descriptor_endpoint(const crp_descriptor *d, const char *transport)
+{
+    for (size_t i = 0; i < d->n_endpoints; i++)
+        if (strcmp(d->endpoints[i].transport, transport) == 0)
+            return &d->endpoints[i];
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -23,8 +23,6 @@
 
 /* Bounds enforced by decoders. */
 #define CRP_MAX_NAME       256 /* segment names, host ids, transports */
-#define CRP_MAX_ADDRESS    256 /* endpoint addresses */
-#define CRP_MAX_HANDLE     256 /* shm handles */
 #define CRP_MAX_ENDPOINTS  16
 #define CRP_MAX_BUFFERS    32768 /* 32768 entries of <= 30 bytes fit CRP_MAX_BODY */
 #define CRP_NONCE_SIZE     16
@@ -88,22 +86,37 @@ void crp_hello_ack_clear(crp_hello_ack *m);
 /* --- DESCRIPTOR ----------------------------------------------------------
  * {"name": str, "host": str host identity, "inst": u64 engine instance,
  *  "ver": u64 descriptor version (bumped on every (un)registration),
- *  "eps": [{"t": str transport, "a": str address}],
+ *  "eps": [{"t": str transport, "a": bin endpoint (<= CRP_MAX_ENDPOINT)}],
  *  "bufs": [{"a": u64 addr, "l": u64 length, "k": u8 kind, "d": i32 device,
- *            "r": bool remote accessible, "h": str shm handle (optional)}]}
- * Kinds are carried as numbers and decoded whatever their value; deciding
- * what a kind means is the engine's job, not the decoder's.            */
+ *            "r": bool remote accessible,
+ *            "x": {str transport: bin blob (<= CRP_MAX_BLOB)} (optional)}]}
+ * Endpoints and per-buffer blobs are opaque to everyone but the transport
+ * that wrote them (a tcp address, an fd-service name, a UCX worker address,
+ * a packed rkey, a shared-region handle); transports unpack them on first
+ * use. Kinds are carried as numbers and decoded whatever their value;
+ * deciding what a kind means is the engine's job, not the decoder's.     */
+#define CRP_MAX_ENDPOINT       4096 /* bytes of one endpoint address */
+#define CRP_MAX_BLOB           1024 /* bytes of one transport's blob for one buffer */
+#define CRP_MAX_BLOBS          8    /* transports with a blob on one buffer */
+#define CRP_MAX_TRANSPORT_NAME 32
 typedef struct crp_endpoint {
     char *transport;
-    char *address;
+    char *address;      /* address_len bytes, followed by a NUL for text addresses */
+    size_t address_len; /* encoder: 0 means strlen(address) */
 } crp_endpoint;
+typedef struct crp_blob {
+    char *transport;
+    uint8_t *data;
+    size_t len;
+} crp_blob;
 typedef struct crp_buffer_desc {
     uint64_t addr;
     uint64_t length;
     uint8_t kind;
     int32_t device;
     bool remote_accessible;
-    char *shm_handle; /* NULL when absent */
+    size_t n_blobs;
+    crp_blob *blobs; /* NULL when n_blobs is 0 */
 } crp_buffer_desc;
 typedef struct crp_descriptor {
     char *name;
@@ -115,10 +128,19 @@ typedef struct crp_descriptor {
     size_t n_buffers;
     crp_buffer_desc *buffers;
 } crp_descriptor;
+/* Encoded bytes one buffer entry needs at most beyond its blobs, and per
+ * blob beyond its bytes: lets the engine refuse a registration that would
+ * push the descriptor over CRP_MAX_BODY before it happens. */
+#define CRP_DESC_BUFFER_OVERHEAD 64
+#define CRP_DESC_BLOB_OVERHEAD   (CRP_MAX_TRANSPORT_NAME + 8)
 int crp_descriptor_encode(const crp_descriptor *m, crp_buf *out);
 /* Rejects buffers with length 0 or addr+length overflowing. */
 int crp_descriptor_decode(const void *data, size_t len, crp_descriptor *out);
 void crp_descriptor_clear(crp_descriptor *m);
+/** The blob `transport` wrote for buffer b, or NULL (then *len is untouched). */
+const uint8_t *crp_buffer_blob(const crp_buffer_desc *b, const char *transport, size_t *len);
+/** The endpoint of `transport`, or NULL. */
+const crp_endpoint *crp_descriptor_endpoint(const crp_descriptor *d, const char *transport);
 
 /* --- NOTIFY: {"from": str, "msg": bin (<= CRP_MAX_NOTIFY)} -------------- */
 typedef struct crp_notify {

@@ -490,10 +490,19 @@ static void test_encoders_reject_what_decoders_would(void **state)
     bufs[1].length = 1;
     assert_int_equal(crp_descriptor_encode(&d, &b), CR_ERR_INVALID_ARGUMENT);
     bufs[1].addr = 0;
-    bufs[1].shm_handle = repeat('h', CRP_MAX_HANDLE + 1);
+    uint8_t *over_blob = calloc(1, CRP_MAX_BLOB + 1);
+    crp_blob blob = {.transport = "shm", .data = over_blob, .len = CRP_MAX_BLOB + 1};
+    bufs[1].blobs = &blob;
+    bufs[1].n_blobs = 1;
     assert_int_equal(crp_descriptor_encode(&d, &b), CR_ERR_INVALID_ARGUMENT);
-    free(bufs[1].shm_handle);
-    bufs[1].shm_handle = NULL;
+    blob.len = 0;
+    assert_int_equal(crp_descriptor_encode(&d, &b), CR_ERR_INVALID_ARGUMENT);
+    blob.len = 1;
+    bufs[1].n_blobs = CRP_MAX_BLOBS + 1;
+    assert_int_equal(crp_descriptor_encode(&d, &b), CR_ERR_INVALID_ARGUMENT);
+    free(over_blob);
+    bufs[1].blobs = NULL;
+    bufs[1].n_blobs = 0;
     d.n_buffers = CRP_MAX_BUFFERS + 1;
     assert_int_equal(crp_descriptor_encode(&d, &b), CR_ERR_INVALID_ARGUMENT);
     d.n_buffers = 2;
@@ -502,7 +511,7 @@ static void test_encoders_reject_what_decoders_would(void **state)
     d.buffers = bufs;
     crp_endpoint eps[CRP_MAX_ENDPOINTS + 1];
     for (size_t i = 0; i <= CRP_MAX_ENDPOINTS; i++)
-        eps[i] = (crp_endpoint){"tcp", "10.0.0.1:1"};
+        eps[i] = (crp_endpoint){"tcp", "10.0.0.1:1", 0};
     d.endpoints = eps;
     d.n_endpoints = CRP_MAX_ENDPOINTS + 1;
     assert_int_equal(crp_descriptor_encode(&d, &b), CR_ERR_INVALID_ARGUMENT);
@@ -773,8 +782,12 @@ static void assert_descriptor_eq(const crp_descriptor *a, const crp_descriptor *
     assert_true(a->version == b->version);
     assert_true(a->n_endpoints == b->n_endpoints);
     for (size_t i = 0; i < a->n_endpoints; i++) {
-        assert_string_equal(a->endpoints[i].transport, b->endpoints[i].transport);
-        assert_string_equal(a->endpoints[i].address, b->endpoints[i].address);
+        const crp_endpoint *x = &a->endpoints[i], *y = &b->endpoints[i];
+        size_t xl = x->address_len ? x->address_len : strlen(x->address);
+        size_t yl = y->address_len ? y->address_len : strlen(y->address);
+        assert_string_equal(x->transport, y->transport);
+        assert_int_equal(xl, yl);
+        assert_memory_equal(x->address, y->address, xl);
     }
     assert_true(a->n_buffers == b->n_buffers);
     for (size_t i = 0; i < a->n_buffers; i++) {
@@ -784,10 +797,12 @@ static void assert_descriptor_eq(const crp_descriptor *a, const crp_descriptor *
         assert_int_equal(x->kind, y->kind);
         assert_int_equal(x->device, y->device);
         assert_int_equal(x->remote_accessible, y->remote_accessible);
-        if (x->shm_handle == NULL || y->shm_handle == NULL)
-            assert_true(x->shm_handle == NULL && y->shm_handle == NULL);
-        else
-            assert_string_equal(x->shm_handle, y->shm_handle);
+        assert_int_equal(x->n_blobs, y->n_blobs);
+        for (size_t j = 0; j < x->n_blobs; j++) {
+            assert_string_equal(x->blobs[j].transport, y->blobs[j].transport);
+            assert_int_equal(x->blobs[j].len, y->blobs[j].len);
+            assert_memory_equal(x->blobs[j].data, y->blobs[j].data, x->blobs[j].len);
+        }
     }
 }
 
@@ -812,7 +827,13 @@ static void test_descriptor_small(void **state)
     crp_descriptor d = {.name = "seg", .host_id = "h1", .instance = 1, .version = 2};
     descriptor_round_trip(&d, 1); /* no endpoints, no buffers */
 
-    crp_endpoint eps[2] = {{"tcp", "10.1.2.3:7000"}, {"local", "/dev/shm/x"}};
+    uint8_t ucx_addr[300];
+    for (size_t i = 0; i < sizeof(ucx_addr); i++)
+        ucx_addr[i] = (uint8_t)i; /* binary, with NUL bytes */
+    crp_endpoint eps[3] = {{"tcp", "10.1.2.3:7000", 0},
+                           {"shm", "@crescent-1-2", 0},
+                           {"ucx", (char *)ucx_addr, sizeof(ucx_addr)}};
+    crp_blob blobs[2] = {{"shm", (uint8_t *)"\x01\x00\x02", 3}, {"ucx", ucx_addr, 200}};
     crp_buffer_desc bufs[3] = {
         {.addr = 0x7f0000001000ull,
          .length = 1 << 20,
@@ -824,16 +845,18 @@ static void test_descriptor_small(void **state)
          .kind = 1,
          .device = 0,
          .remote_accessible = false,
-         .shm_handle = "crescent-shm-1"},
+         .n_blobs = 2,
+         .blobs = blobs},
         {.addr = 0,
          .length = 1,
          .kind = 2,
          .device = 7,
          .remote_accessible = true,
-         .shm_handle = ""},
+         .n_blobs = 1,
+         .blobs = &blobs[1]},
     };
     d.endpoints = eps;
-    d.n_endpoints = 2;
+    d.n_endpoints = 3;
     d.buffers = bufs;
     d.n_buffers = 3;
     descriptor_round_trip(&d, 1);
@@ -843,11 +866,19 @@ static void test_descriptor_edges(void **state)
 {
     (void)state;
     char *max_name = repeat('n', CRP_MAX_NAME);
-    char *max_addr = repeat('a', CRP_MAX_ADDRESS);
-    char *max_handle = repeat('h', CRP_MAX_HANDLE);
+    char *max_tname = repeat('t', CRP_MAX_TRANSPORT_NAME);
+    char *max_addr = repeat('a', CRP_MAX_ENDPOINT);
+    uint8_t *max_blob = (uint8_t *)repeat('h', CRP_MAX_BLOB);
+    crp_blob blobs[CRP_MAX_BLOBS];
+    for (size_t i = 0; i < CRP_MAX_BLOBS; i++) {
+        blobs[i].transport = calloc(1, 8);
+        snprintf(blobs[i].transport, 8, "t%zu", i);
+        blobs[i].data = max_blob;
+        blobs[i].len = i == 0 ? CRP_MAX_BLOB : i + 1;
+    }
     crp_endpoint eps[CRP_MAX_ENDPOINTS];
     for (size_t i = 0; i < CRP_MAX_ENDPOINTS; i++)
-        eps[i] = (crp_endpoint){max_name, max_addr};
+        eps[i] = (crp_endpoint){max_tname, max_addr, 0};
     static const int32_t devices[] = {-1, 7, 0, INT32_MIN, INT32_MAX, 1, -128, 65536};
     crp_buffer_desc bufs[256];
     for (int k = 0; k < 256; k++) {
@@ -857,7 +888,8 @@ static void test_descriptor_edges(void **state)
             .kind = (uint8_t)k, /* every kind, usable here or not (CUDA = 2) */
             .device = devices[k % 8],
             .remote_accessible = (k & 1) != 0,
-            .shm_handle = (k % 3 == 0) ? NULL : (k % 3 == 1 ? max_handle : "s"),
+            .n_blobs = (size_t)(k % 3 == 0 ? 0 : (k % 3 == 1 ? CRP_MAX_BLOBS : 1)),
+            .blobs = k % 3 == 0 ? NULL : blobs,
         };
     }
     bufs[0].addr = 0;
@@ -879,8 +911,11 @@ static void test_descriptor_edges(void **state)
     d.version = 0;
     descriptor_round_trip(&d, 0);
     free(max_name);
+    free(max_tname);
     free(max_addr);
-    free(max_handle);
+    free(max_blob);
+    for (size_t i = 0; i < CRP_MAX_BLOBS; i++)
+        free(blobs[i].transport);
 }
 
 static void test_descriptor_max_buffers(void **state)
@@ -925,8 +960,9 @@ static void test_descriptor_max_buffers(void **state)
 }
 
 /* Descriptor fields; eps/bufs are pre-encoded. */
-static const uint8_t one_ep[] = {0x91, 0x82, 0xa1, 't',  0xa3, 't', 'c',
-                                 'p',  0xa1, 'a',  0xa3, '1',  ':', '2'};
+static const uint8_t one_ep[] = {0x91, 0x82, 0xa1, 't',  0xa3, 't', 'c', 'p',
+                                 0xa1, 'a',  0xc4, 0x03, '1',  ':', '2'};
+static const uint8_t one_blob_map[] = {0x81, 0xa3, 's', 'h', 'm', 0xc4, 0x02, 'h', 'i'};
 static const uint8_t one_buf_arr[] = {0x91, 0x85, 0xa1, 'a', 0x00, 0xa1, 'l', 0x01, 0xa1,
                                       'k',  0x00, 0xa1, 'd', 0xff, 0xa1, 'r', 0xc3};
 
@@ -947,7 +983,7 @@ static void buffer_fields(fld f[6])
     f[2] = f_uint("k", 2);
     f[3] = f_int("d", -1);
     f[4] = f_bool("r", 1);
-    f[5] = f_opt(f_str("h", "handle"));
+    f[5] = f_opt(f_raw("x", one_blob_map, sizeof(one_blob_map)));
 }
 
 /* A descriptor whose bufs are [good, good, good, <f>]: errors name buffer 3. */
@@ -1005,7 +1041,7 @@ static void test_descriptor_reject(void **state)
     fld bf[6];
     buffer_fields(bf);
     check_map_fields(&C_DESCRIPTOR, wrap_buffer, bf, 6);
-    fld ef[2] = {f_str("t", "tcp"), f_str("a", "1.2.3.4:5")};
+    fld ef[2] = {f_str("t", "tcp"), f_bin("a", "1.2.3.4:5", 9)};
     check_map_fields(&C_DESCRIPTOR, wrap_endpoint, ef, 2);
 
     /* zero-length buffer, named by index */
@@ -1045,16 +1081,39 @@ static void test_descriptor_reject(void **state)
     buffer_fields(bf);
     bf[4] = f_uint("r", 1);
     expect_buffer_rejected(bf, 6, "'r'");
-    /* shm handle bounds and type */
-    char *over_handle = repeat('h', CRP_MAX_HANDLE + 1);
-    buffer_fields(bf);
-    bf[5] = f_str("h", over_handle);
-    expect_buffer_rejected(bf, 6, "'h' is too long");
-    bf[5] = as_kind(bf[5], V_NIL);
-    expect_buffer_rejected(bf, 6, "'h'");
-    bf[5] = f_strn("h", "ab\0", 3);
-    expect_buffer_rejected(bf, 6, "NUL");
-    free(over_handle);
+    /* transport blob bounds and types */
+    {
+        static const uint8_t empty_blob[] = {0x81, 0xa3, 's', 'h', 'm', 0xc4, 0x00};
+        static const uint8_t str_blob[] = {0x81, 0xa3, 's', 'h', 'm', 0xa2, 'h', 'i'};
+        static const uint8_t dup_blob[] = {0x82, 0xa3, 's', 'h', 'm',  0xc4, 0x01, 'a',
+                                           0xa3, 's',  'h', 'm', 0xc4, 0x01, 'b'};
+        static const uint8_t nul_name[] = {0x81, 0xa3, 's', 0x00, 'm', 0xc4, 0x01, 'a'};
+        static const uint8_t arr_blob[] = {0x91, 0xc4, 0x01, 'a'};
+        mp over;
+        mp_init(&over);
+        msgpack_pack_map(&over.pk, 1);
+        mp_str(&over, "ucx");
+        msgpack_pack_bin(&over.pk, CRP_MAX_BLOB + 1);
+        char *big = repeat('z', CRP_MAX_BLOB + 1);
+        msgpack_pack_bin_body(&over.pk, big, CRP_MAX_BLOB + 1);
+        free(big);
+        buffer_fields(bf);
+        bf[5] = f_raw("x", over.sb.data, over.sb.size);
+        expect_buffer_rejected(bf, 6, "'x' has 1025 bytes");
+        bf[5] = f_raw("x", empty_blob, sizeof(empty_blob));
+        expect_buffer_rejected(bf, 6, "'x' has 0 bytes");
+        bf[5] = f_raw("x", str_blob, sizeof(str_blob));
+        expect_buffer_rejected(bf, 6, "not binary");
+        bf[5] = f_raw("x", dup_blob, sizeof(dup_blob));
+        expect_buffer_rejected(bf, 6, "twice");
+        bf[5] = f_raw("x", nul_name, sizeof(nul_name));
+        expect_buffer_rejected(bf, 6, "NUL");
+        bf[5] = f_raw("x", arr_blob, sizeof(arr_blob));
+        expect_buffer_rejected(bf, 6, "not a map");
+        bf[5] = as_kind(bf[5], V_NIL);
+        expect_buffer_rejected(bf, 6, "'x'");
+        mp_free(&over);
+    }
     /* edge values accepted */
     buffer_fields(bf);
     bf[0] = f_uint("a", UINT64_MAX - 1);
@@ -1070,7 +1129,7 @@ static void test_descriptor_reject(void **state)
 
     /* over-long strings at the top level and in endpoints */
     char *over_name = repeat('n', CRP_MAX_NAME + 1);
-    char *over_addr = repeat('a', CRP_MAX_ADDRESS + 1);
+    char *over_addr = repeat('a', CRP_MAX_ENDPOINT + 1);
     for (int i = 0; i < 2; i++) {
         mp m;
         descriptor_fields(f);
@@ -1082,13 +1141,22 @@ static void test_descriptor_reject(void **state)
     }
     {
         mp m;
-        fld e2[2] = {f_str("t", over_name), f_str("a", "x")};
+        fld e2[2] = {f_str("t", over_name), f_bin("a", "x", 1)};
         encode_with(wrap_endpoint, e2, 2, &m);
         expect_reject(&C_DESCRIPTOR, m.sb.data, m.sb.size, CR_ERR_MALFORMED_FRAME);
         expect_error_mentions("endpoint 1 field 't' is too long");
         mp_free(&m);
-        fld e3[2] = {f_str("t", "tcp"), f_str("a", over_addr)};
+        fld e3[2] = {f_str("t", "tcp"), f_bin("a", over_addr, CRP_MAX_ENDPOINT + 1)};
         encode_with(wrap_endpoint, e3, 2, &m);
+        expect_reject(&C_DESCRIPTOR, m.sb.data, m.sb.size, CR_ERR_MALFORMED_FRAME);
+        mp_free(&m);
+        fld e4[2] = {f_str("t", "tcp"), f_str("a", "1.2.3.4:5")};
+        encode_with(wrap_endpoint, e4, 2, &m);
+        expect_reject(&C_DESCRIPTOR, m.sb.data, m.sb.size, CR_ERR_MALFORMED_FRAME);
+        expect_error_mentions("not binary");
+        mp_free(&m);
+        fld e5[2] = {f_str("t", "tcp"), f_bin("a", "", 0)};
+        encode_with(wrap_endpoint, e5, 2, &m);
         expect_reject(&C_DESCRIPTOR, m.sb.data, m.sb.size, CR_ERR_MALFORMED_FRAME);
         mp_free(&m);
     }
@@ -1112,7 +1180,8 @@ static void test_descriptor_reject(void **state)
     }
     /* array entries that are not maps */
     {
-        static const uint8_t bad_eps[] = {0x92, 0x82, 0xa1, 't', 0xa0, 0xa1, 'a', 0xa0, 0x90};
+        static const uint8_t bad_eps[] = {0x92, 0x82, 0xa1, 't', 0xa0, 0xa1,
+                                          'a',  0xc4, 0x01, 'x', 0x90};
         static const uint8_t bad_bufs[] = {0x91, 0x01};
         mp m;
         descriptor_fields(f);

@@ -8,19 +8,58 @@
  * must also have handed us its control page (same user or allowed).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/transports/shm/shm.h"
 
-static bool cma_can_serve(const cr_engine *e, const cre_endpoints *ep)
+/* cma works with shm's per-peer state and parsed descriptor. */
+static cre_peer_local *local_of(cre_tp *shm, cre_peer *p)
 {
-    const cre_peer *p = ep->peer;
-    return ep->same_host && ep->cma_pid > 0 && atomic_load(&p->local.cma_state) >= 0 &&
-           !atomic_load(&p->local.refused) && ep->ctl_gen != 0 &&
-           cre_kind_is_host(ep->local_kind) && cre_kind_is_host(ep->remote_kind);
+    return cre_peer_tp(p, shm);
+}
+
+static const shm_remote *remote_of(cre_tp *shm, const cre_route *r, const shm_desc **sd_out)
+{
+    const shm_desc *sd = cre_route_state(r, shm);
+    if (sd == NULL || r->remote_index >= sd->n)
+        return NULL;
+    *sd_out = sd;
+    return &sd->bufs[r->remote_index];
+}
+
+static int cma_init(cre_tp *tp, bool explicit_choice)
+{
+    if (cre_shm_tp(tp->engine) == NULL)
+        return crb_error(CR_ERR_TRANSPORT_UNSUPPORTED,
+                         "cma needs the shm transport (its control page fences copies)");
+    if (!tp->engine->cma_enabled)
+        return crb_error(CR_ERR_TRANSPORT_UNSUPPORTED, "disabled by disable_cma");
+    return 0;
+}
+
+static int cma_endpoint(cre_tp *tp, crp_buf *out)
+{
+    char pid[24];
+    int n = snprintf(pid, sizeof(pid), "%d", (int)getpid());
+    return crp_buf_append(out, pid, (size_t)n);
+}
+
+static bool cma_can_serve(cre_tp *tp, const cre_route *r)
+{
+    cre_tp *shm = cre_shm_tp(tp->engine);
+    const shm_desc *sd = NULL;
+    const shm_remote *rb = r->same_host && shm != NULL ? remote_of(shm, r, &sd) : NULL;
+    if (rb == NULL)
+        return false;
+    cre_peer_local *l = local_of(shm, r->peer);
+    return sd->cma_pid > 0 && sd->address[0] != '\0' && atomic_load(&l->cma_state) >= 0 &&
+           !atomic_load(&l->refused) && rb->ctl_gen != 0 && cre_kind_is_host(r->local_kind) &&
+           cre_kind_is_host(r->remote_kind);
 }
 
 /* Move the whole range, looping over partial transfers. */
@@ -45,35 +84,39 @@ static int cma_copy(pid_t pid, int opcode, uint8_t *local, uint64_t remote, uint
     return 0;
 }
 
-static int cma_submit(cr_engine *e, const cre_endpoints *ep, cre_task *t)
+static int cma_submit(cre_tp *tp, const cre_route *r, cre_task *t)
 {
-    cre_peer *p = ep->peer;
-    int rc = cre_peer_local_connect(p); /* the control page fences the copy */
+    cre_tp *shm = cre_shm_tp(tp->engine);
+    const shm_desc *sd = NULL;
+    const shm_remote *rb = remote_of(shm, r, &sd);
+    cre_peer *p = r->peer;
+    cre_peer_local *l = local_of(shm, p);
+    int rc = cre_peer_local_connect(l, sd->address); /* the control page fences the copy */
     if (rc == CR_ERR_AUTH_FAILED || rc == CR_ERR_PEER_UNREACHABLE)
         return CR_ERR_TRANSPORT_UNSUPPORTED;
     if (rc < 0)
         return rc;
-    pthread_rwlock_rdlock(&p->local.map_lock);
-    cre_ctl_slot *slot = p->local.ctl != NULL ? &p->local.ctl[ep->ctl_slot] : NULL;
+    pthread_rwlock_rdlock(&l->map_lock);
+    cre_ctl_slot *slot = l->ctl != NULL ? &l->ctl[rb->ctl_slot] : NULL;
     if (slot == NULL) {
-        pthread_rwlock_unlock(&p->local.map_lock);
+        pthread_rwlock_unlock(&l->map_lock);
         return crb_error(CR_ERR_CONNECTION, "control page of %s is gone", p->name);
     }
     int status = 0;
-    if (!cre_ctl_enter(slot, ep->ctl_gen)) {
+    if (!cre_ctl_enter(slot, rb->ctl_gen)) {
         status = crb_error(CR_ERR_ADDRESS_NOT_REGISTERED,
                            "%s unregistered buffer 0x%llx before the copy started", p->name,
-                           (unsigned long long)ep->remote_base);
+                           (unsigned long long)r->remote_base);
     } else {
-        int err = cma_copy(ep->cma_pid, t->opcode, t->local, t->remote_addr, t->length);
-        bool still = cre_ctl_leave(slot, ep->ctl_gen);
+        int err = cma_copy(sd->cma_pid, t->opcode, t->local, t->remote_addr, t->length);
+        bool still = cre_ctl_leave(slot, rb->ctl_gen);
         if (err == -EPERM) {
-            pthread_rwlock_unlock(&p->local.map_lock);
-            atomic_store(&p->local.cma_state, -1);
+            pthread_rwlock_unlock(&l->map_lock);
+            atomic_store(&l->cma_state, -1);
             crb_log(CRB_LOG_INFO,
                     "process_vm_* into %s (pid %d) is not permitted; using the "
                     "next transport",
-                    p->name, (int)ep->cma_pid);
+                    p->name, (int)sd->cma_pid);
             return CR_ERR_TRANSPORT_UNSUPPORTED;
         }
         if (err < 0)
@@ -83,24 +126,25 @@ static int cma_submit(cr_engine *e, const cre_endpoints *ep, cre_task *t)
         else if (!still)
             status = crb_error(CR_ERR_ADDRESS_NOT_REGISTERED,
                                "%s unregistered buffer 0x%llx during the copy", p->name,
-                               (unsigned long long)ep->remote_base);
+                               (unsigned long long)r->remote_base);
         else
-            atomic_store(&p->local.cma_state, 1);
+            atomic_store(&l->cma_state, 1);
     }
-    pthread_rwlock_unlock(&p->local.map_lock);
-    if (status == 0) {
-        atomic_fetch_add(&e->stats.bytes_cma, t->length);
-        if (crb_log_enabled(CRB_LOG_DEBUG))
-            crb_log(CRB_LOG_DEBUG, "cma %s %llu bytes %s %s", t->opcode ? "wrote" : "read",
-                    (unsigned long long)t->length, t->opcode ? "to" : "from", p->name);
-    }
+    pthread_rwlock_unlock(&l->map_lock);
+    if (status == 0 && crb_log_enabled(CRB_LOG_DEBUG))
+        crb_log(CRB_LOG_DEBUG, "cma %s %llu bytes %s %s", t->opcode ? "wrote" : "read",
+                (unsigned long long)t->length, t->opcode ? "to" : "from", p->name);
     atomic_store(&t->slices_left, 1);
     cre_task_slice_done(t, status, status == 0 ? t->length : 0);
     return 0;
 }
 
-const cre_transport cre_transport_cma = {
+const cre_transport_ops cre_transport_cma = {
     .name = "cma",
+    .rank = 20,
+    .reach = CRE_REACH_HOST,
+    .init = cma_init,
+    .endpoint = cma_endpoint,
     .can_serve = cma_can_serve,
     .submit = cma_submit,
 };

@@ -27,12 +27,18 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
-#include "engine/internal.h"
 #include "engine/transports/shm/shm.h"
 
-void cre_peer_local_init(cre_peer_local *l)
+static shm_engine *shm_of(cre_peer_local *l)
+{
+    return cre_shm_tp(l->engine)->priv;
+}
+
+void cre_peer_local_init(cre_peer_local *l, cr_engine *e, cre_peer *p)
 {
     memset(l, 0, sizeof(*l));
+    l->engine = e;
+    l->peer = p;
     l->sock = -1;
     pthread_mutex_init(&l->lock, NULL);
     pthread_rwlock_init(&l->map_lock, NULL);
@@ -40,23 +46,21 @@ void cre_peer_local_init(cre_peer_local *l)
 
 /* Unmap everything and close the connection. Caller holds lock and
  * map_lock exclusively. */
-static void drop_locked(cr_engine *e, cre_peer_local *l)
+static void drop_locked(cre_peer_local *l)
 {
     for (size_t i = 0; i < l->n_maps; i++)
         munmap(l->maps[i].base, l->maps[i].size);
     if (l->n_maps > 0)
-        atomic_fetch_sub(&e->stats.shm_mappings, l->n_maps);
+        atomic_fetch_sub(&shm_of(l)->mappings, l->n_maps);
     l->n_maps = 0;
     if (l->ctl != NULL)
         munmap(l->ctl, l->ctl_size);
     l->ctl = NULL;
     if (l->sock >= 0) {
-        if (l->watch.worker != NULL)
-            epoll_ctl(l->watch.worker->epfd, EPOLL_CTL_DEL, l->sock, NULL);
+        crb_loop_del(&l->watch);
         close(l->sock);
     }
     l->sock = -1;
-    l->watch.worker = NULL;
     atomic_store(&l->cma_state, 0);
 }
 
@@ -74,34 +78,33 @@ void cre_peer_local_fini(cre_peer_local *l)
     pthread_rwlock_destroy(&l->map_lock);
 }
 
-void cre_peer_local_drop(cre_peer *p)
+void cre_peer_local_drop(cre_peer_local *l)
 {
-    cre_peer_local *l = &p->local;
     pthread_mutex_lock(&l->lock);
     pthread_rwlock_wrlock(&l->map_lock);
     if (l->sock >= 0 || l->n_maps > 0)
-        crb_log(CRB_LOG_INFO, "dropping %zu shared mapping(s) of %s", l->n_maps, p->name);
-    drop_locked(p->engine, l);
+        crb_log(CRB_LOG_INFO, "dropping %zu shared mapping(s) of %s", l->n_maps, l->peer->name);
+    drop_locked(l);
     atomic_store(&l->refused, false);
     pthread_rwlock_unlock(&l->map_lock);
     pthread_mutex_unlock(&l->lock);
 }
 
-void cre_shm_watch_on_event(cre_conn *c, uint32_t events)
+static void watch_on_event(crb_io *io, uint32_t events)
 {
     if (!(events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
         return;
-    cre_peer *p = c->peer;
-    crb_log(CRB_LOG_INFO, "same-host peer %s hung up", p->name);
-    /* Take it out of the epoll set first so it does not fire again. */
-    epoll_ctl(c->worker->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-    cre_peer_local_drop(p);
+    cre_peer_local *l = (cre_peer_local *)((char *)io - offsetof(cre_peer_local, watch));
+    crb_log(CRB_LOG_INFO, "same-host peer %s hung up", l->peer->name);
+    /* Take it out of the loop first so it does not fire again. */
+    crb_loop_del(io);
+    cre_peer_local_drop(l);
 }
 
 /* One request/reply exchange; on success *fd is the received descriptor. */
-static int ask(cre_peer *p, uint8_t op, uint64_t id, int *fd, uint64_t *size)
+static int ask(cre_peer_local *l, uint8_t op, uint64_t id, int *fd, uint64_t *size)
 {
-    cre_peer_local *l = &p->local;
+    cre_peer *p = l->peer;
     crp_buf body = {0};
     crp_shm_request req = {.op = op, .id = id};
     int rc = crp_shm_request_encode(&req, &body);
@@ -163,17 +166,12 @@ static int ask(cre_peer *p, uint8_t op, uint64_t id, int *fd, uint64_t *size)
 }
 
 /* Connect and map the control page. Caller holds l->lock. */
-static int connect_locked(cre_peer *p)
+static int connect_locked(cre_peer_local *l, const char *address)
 {
-    cre_peer_local *l = &p->local;
-    cr_engine *e = p->engine;
+    cre_peer *p = l->peer;
+    cr_engine *e = l->engine;
     if (l->sock >= 0)
         return 0;
-    char address[CRP_MAX_ADDRESS + 1];
-    pthread_mutex_lock(&p->lock);
-    memcpy(address, p->shm_address, sizeof(address));
-    uint64_t instance = p->desc.instance;
-    pthread_mutex_unlock(&p->lock);
     if (address[0] != '@')
         return crb_error(CR_ERR_TRANSPORT_UNSUPPORTED, "%s offers no shm service", p->name);
     int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -190,7 +188,7 @@ static int connect_locked(cre_peer *p)
     l->sock = s;
     int fd;
     uint64_t size;
-    int rc = ask(p, CRP_SHM_CONTROL_PAGE, 0, &fd, &size);
+    int rc = ask(l, CRP_SHM_CONTROL_PAGE, 0, &fd, &size);
     if (rc == 0) {
         void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         close(fd);
@@ -214,23 +212,20 @@ static int connect_locked(cre_peer *p)
         l->sock = -1;
         return rc;
     }
-    l->instance = instance;
     /* Watch for the peer hanging up. */
-    l->watch.kind = CRE_CONN_SHM_WATCH;
     l->watch.fd = l->sock;
-    l->watch.peer = p;
-    l->watch.engine = e;
-    cre_worker *w = &e->workers[atomic_fetch_add(&e->next_worker, 1) % e->n_workers];
-    if (cre_worker_add_conn(w, &l->watch, EPOLLRDHUP) < 0)
-        l->watch.worker = NULL;
+    l->watch.on_event = watch_on_event;
+    if (crb_loop_add(&cre_worker_next(e)->loop, &l->watch, EPOLLRDHUP) < 0)
+        crb_log(CRB_LOG_WARN, "cannot watch same-host peer %s: %s", p->name,
+                cr_last_error_message());
     return 0;
 }
 
-int cre_peer_local_connect(cre_peer *p)
+int cre_peer_local_connect(cre_peer_local *l, const char *address)
 {
-    pthread_mutex_lock(&p->local.lock);
-    int rc = atomic_load(&p->local.refused) ? CR_ERR_AUTH_FAILED : connect_locked(p);
-    pthread_mutex_unlock(&p->local.lock);
+    pthread_mutex_lock(&l->lock);
+    int rc = atomic_load(&l->refused) ? CR_ERR_AUTH_FAILED : connect_locked(l, address);
+    pthread_mutex_unlock(&l->lock);
     return rc;
 }
 
@@ -242,16 +237,16 @@ static cre_shm_map *find_map(cre_peer_local *l, uint64_t id)
     return NULL;
 }
 
-int cre_peer_local_map(cre_peer *p, uint64_t id)
+int cre_peer_local_map(cre_peer_local *l, const char *address, uint64_t id)
 {
-    cre_peer_local *l = &p->local;
+    cre_peer *p = l->peer;
     pthread_mutex_lock(&l->lock);
-    int rc = atomic_load(&l->refused) ? CR_ERR_AUTH_FAILED : connect_locked(p);
+    int rc = atomic_load(&l->refused) ? CR_ERR_AUTH_FAILED : connect_locked(l, address);
     if (rc < 0 || find_map(l, id) != NULL)
         goto out_unlock;
     int fd;
     uint64_t size;
-    rc = ask(p, CRP_SHM_REGION, id, &fd, &size);
+    rc = ask(l, CRP_SHM_REGION, id, &fd, &size);
     if (rc < 0)
         goto out_unlock;
     void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
@@ -276,7 +271,7 @@ int cre_peer_local_map(cre_peer *p, uint64_t id)
     }
     l->maps[l->n_maps++] = (cre_shm_map){id, m, size};
     pthread_rwlock_unlock(&l->map_lock);
-    atomic_fetch_add(&p->engine->stats.shm_mappings, 1);
+    atomic_fetch_add(&shm_of(l)->mappings, 1);
     crb_log(CRB_LOG_DEBUG, "mapped region %llu of %s (%llu bytes)", (unsigned long long)id, p->name,
             (unsigned long long)size);
 out_unlock:
@@ -284,25 +279,24 @@ out_unlock:
     return rc;
 }
 
-void cre_peer_local_unmap(cre_peer *p, uint64_t id)
+void cre_peer_local_unmap(cre_peer_local *l, uint64_t id)
 {
-    cre_peer_local *l = &p->local;
+    cre_peer *p = l->peer;
     pthread_mutex_lock(&l->lock);
     pthread_rwlock_wrlock(&l->map_lock);
     cre_shm_map *m = find_map(l, id);
     if (m != NULL) {
         munmap(m->base, m->size);
         *m = l->maps[--l->n_maps];
-        atomic_fetch_sub(&p->engine->stats.shm_mappings, 1);
+        atomic_fetch_sub(&shm_of(l)->mappings, 1);
         crb_log(CRB_LOG_DEBUG, "unmapped region %llu of %s", (unsigned long long)id, p->name);
     }
     pthread_rwlock_unlock(&l->map_lock);
     pthread_mutex_unlock(&l->lock);
 }
 
-void cre_peer_local_prune(cre_peer *p, const uint64_t *live_ids, size_t n_live)
+void cre_peer_local_prune(cre_peer_local *l, const uint64_t *live_ids, size_t n_live)
 {
-    cre_peer_local *l = &p->local;
     pthread_mutex_lock(&l->lock);
     pthread_rwlock_wrlock(&l->map_lock);
     for (size_t i = 0; i < l->n_maps;) {
@@ -315,15 +309,15 @@ void cre_peer_local_prune(cre_peer *p, const uint64_t *live_ids, size_t n_live)
         }
         munmap(l->maps[i].base, l->maps[i].size);
         l->maps[i] = l->maps[--l->n_maps];
-        atomic_fetch_sub(&p->engine->stats.shm_mappings, 1);
+        atomic_fetch_sub(&shm_of(l)->mappings, 1);
     }
     pthread_rwlock_unlock(&l->map_lock);
     pthread_mutex_unlock(&l->lock);
 }
 
-uint8_t *cre_peer_local_find_locked(cre_peer *p, uint64_t id, uint64_t *size)
+uint8_t *cre_peer_local_find_locked(cre_peer_local *l, uint64_t id, uint64_t *size)
 {
-    cre_shm_map *m = find_map(&p->local, id);
+    cre_shm_map *m = find_map(l, id);
     if (m == NULL)
         return NULL;
     *size = m->size;

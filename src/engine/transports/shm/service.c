@@ -11,7 +11,8 @@
  * so they learn to use another path. A region is handed out only while a
  * registered, remote-accessible buffer lies in it.
  *
- * Connections are owned by worker threads like tcp server connections.
+ * The listener and its connections sit in worker 0's loop (the service is
+ * asked a handful of times per peer, not per transfer).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,8 +27,8 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "engine/internal.h"
 #include "engine/shared_alloc.h"
+#include "engine/transports/shm/shm.h"
 
 /* sockaddr for "@name" (abstract namespace). */
 socklen_t cre_abstract_addr(const char *name, struct sockaddr_un *sa)
@@ -42,103 +43,39 @@ socklen_t cre_abstract_addr(const char *name, struct sockaddr_un *sa)
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
 }
 
-int cre_shm_service_start(cr_engine *e)
-{
-    snprintf(e->shm_address, sizeof(e->shm_address), "@crescent-%d-%016llx", (int)getpid(),
-             (unsigned long long)e->instance);
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return crb_error(CR_ERR_SYSTEM, "socket(AF_UNIX): %s", strerror(errno));
-    struct sockaddr_un sa;
-    socklen_t sl = cre_abstract_addr(e->shm_address, &sa);
-    int rc;
-    if (bind(fd, (struct sockaddr *)&sa, sl) < 0 || listen(fd, 128) < 0) {
-        rc = crb_error(CR_ERR_BIND, "shm service %s: %s", e->shm_address, strerror(errno));
-        close(fd);
-        e->shm_address[0] = '\0';
-        return rc;
-    }
-    e->shm_listen_fd = fd;
-    e->shm_listen_conn.kind = CRE_CONN_SHM_LISTENER;
-    e->shm_listen_conn.fd = fd;
-    e->shm_listen_conn.engine = e;
-    rc = cre_worker_add_conn(&e->workers[0], &e->shm_listen_conn, EPOLLIN);
-    if (rc < 0) {
-        close(fd);
-        e->shm_listen_fd = -1;
-        e->shm_address[0] = '\0';
-    }
-    return rc;
-}
+/* A peer connected to our fd service (worker 0 owns them all). */
+typedef struct shm_service_conn {
+    crb_io io;
+    cre_tp *tp;
+    bool allowed; /* may this peer receive fds? */
+    struct shm_service_conn *prev, *next;
+} shm_service_conn;
 
-void cre_shm_service_stop(cr_engine *e)
+static void service_close(shm_service_conn *c)
 {
-    if (e->shm_listen_fd >= 0)
-        close(e->shm_listen_fd);
-    e->shm_listen_fd = -1;
-}
-
-static void service_close(cre_conn *c)
-{
-    cre_worker *w = c->worker;
-    epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-    close(c->fd);
-    pthread_mutex_lock(&w->lock);
-    for (size_t i = 0; i < w->n_conns; i++) {
-        if (w->conns[i] == c) {
-            w->conns[i] = w->conns[--w->n_conns];
-            break;
-        }
-    }
-    pthread_mutex_unlock(&w->lock);
+    shm_engine *se = c->tp->priv;
+    crb_loop_del(&c->io);
+    close(c->io.fd);
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        se->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
     free(c);
 }
 
-void cre_shm_service_accept(cr_engine *e)
-{
-    for (;;) {
-        int fd = accept4(e->shm_listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return;
-        struct ucred cred;
-        socklen_t cl = sizeof(cred);
-        bool allowed = false;
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
-            allowed = e->shm_allow_any_user || cred.uid == getuid();
-        if (!allowed)
-            crb_log(CRB_LOG_INFO, "shm service: peer pid %d uid %d may not receive fds",
-                    (int)cred.pid, (int)cred.uid);
-        cre_conn *c = calloc(1, sizeof(*c));
-        if (c == NULL) {
-            close(fd);
-            continue;
-        }
-        c->kind = CRE_CONN_SHM_SERVER;
-        c->fd = fd;
-        c->engine = e;
-        c->shm_allowed = allowed;
-        if (cre_worker_adopt_conn(e, c, EPOLLIN) < 0) {
-            close(fd);
-            free(c);
-            continue;
-        }
-    }
-}
-
 /* Is a registered, remote-accessible buffer inside shared region `id`? */
-static bool region_is_served(cr_engine *e, uint64_t id)
+static int region_scan(void *ctx, cre_buffer *const *items, size_t n, uint64_t version)
 {
-    bool found = false;
-    pthread_rwlock_rdlock(&e->registry.lock);
-    for (size_t i = 0; i < e->registry.count && !found; i++) {
-        const cre_buffer *b = e->registry.items[i];
-        found = b->shared_id == id && b->remote_accessible;
-    }
-    pthread_rwlock_unlock(&e->registry.lock);
-    return found;
+    const uint64_t *id = ctx;
+    for (size_t i = 0; i < n; i++)
+        if (items[i]->shared_id == *id && items[i]->remote_accessible)
+            return 1;
+    return 0;
 }
 
-static void reply(cre_conn *c, int32_t status, uint64_t size, int fd)
+static void reply(shm_service_conn *c, int32_t status, uint64_t size, int fd)
 {
     crp_buf body = {0};
     crp_shm_reply r = {.status = status, .size = size};
@@ -159,20 +96,21 @@ static void reply(cre_conn *c, int32_t status, uint64_t size, int fd)
         cm->cmsg_len = CMSG_LEN(sizeof(int));
         memcpy(CMSG_DATA(cm), &fd, sizeof(int));
     }
-    if (sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+    if (sendmsg(c->io.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
         crb_log(CRB_LOG_WARN, "shm service: reply failed: %s", strerror(errno));
     crp_buf_free(&body);
 }
 
-static void serve_request(cre_conn *c, const uint8_t *data, size_t len)
+static void serve_request(shm_service_conn *c, const uint8_t *data, size_t len)
 {
-    cr_engine *e = c->engine;
+    cr_engine *e = c->tp->engine;
+    shm_engine *se = c->tp->priv;
     crp_shm_request req;
     if (crp_shm_request_decode(data, len, &req) < 0) {
         reply(c, CR_ERR_MALFORMED_FRAME, 0, -1);
         return;
     }
-    if (!c->shm_allowed) {
+    if (!c->allowed) {
         reply(c, CR_ERR_AUTH_FAILED, 0, -1);
         return;
     }
@@ -180,10 +118,10 @@ static void serve_request(cre_conn *c, const uint8_t *data, size_t len)
     uint64_t size = 0;
     int rc;
     if (req.op == CRP_SHM_CONTROL_PAGE) {
-        fd = fcntl(e->ctl.fd, F_DUPFD_CLOEXEC, 0);
-        size = e->ctl.size;
+        fd = fcntl(se->ctl.fd, F_DUPFD_CLOEXEC, 0);
+        size = se->ctl.size;
         rc = fd >= 0 ? 0 : CR_ERR_SYSTEM;
-    } else if (!region_is_served(e, req.id)) {
+    } else if (cre_registry_visit(&e->registry, region_scan, &req.id) != 1) {
         rc = CR_ERR_ADDRESS_NOT_REGISTERED;
     } else {
         rc = cre_shared_dup_fd(req.id, &fd, &size);
@@ -193,11 +131,12 @@ static void serve_request(cre_conn *c, const uint8_t *data, size_t len)
         close(fd);
 }
 
-void cre_shm_service_on_event(cre_conn *c, uint32_t events)
+static void service_on_event(crb_io *io, uint32_t events)
 {
+    shm_service_conn *c = (shm_service_conn *)((char *)io - offsetof(shm_service_conn, io));
     for (;;) {
         uint8_t buf[256];
-        ssize_t n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+        ssize_t n = recv(io->fd, buf, sizeof(buf), MSG_DONTWAIT);
         if (n > 0) {
             serve_request(c, buf, (size_t)n);
             continue;
@@ -207,4 +146,85 @@ void cre_shm_service_on_event(cre_conn *c, uint32_t events)
         service_close(c); /* closed or failed */
         return;
     }
+}
+
+static void service_accept(crb_io *io, uint32_t events)
+{
+    shm_engine *se = (shm_engine *)((char *)io - offsetof(shm_engine, listen_io));
+    cre_tp *tp = se->tp;
+    cr_engine *e = tp->engine;
+    for (;;) {
+        int fd = accept4(io->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        struct ucred cred;
+        socklen_t cl = sizeof(cred);
+        bool allowed = false;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
+            allowed = e->shm_allow_any_user || cred.uid == getuid();
+        if (!allowed)
+            crb_log(CRB_LOG_INFO, "shm service: peer pid %d uid %d may not receive fds",
+                    (int)cred.pid, (int)cred.uid);
+        shm_service_conn *c = calloc(1, sizeof(*c));
+        if (c == NULL) {
+            close(fd);
+            continue;
+        }
+        c->io.fd = fd;
+        c->io.on_event = service_on_event;
+        c->tp = tp;
+        c->allowed = allowed;
+        if (crb_loop_add(&e->workers[0].loop, &c->io, EPOLLIN) < 0) {
+            close(fd);
+            free(c);
+            continue;
+        }
+        c->next = se->conns;
+        if (se->conns != NULL)
+            se->conns->prev = c;
+        se->conns = c;
+    }
+}
+
+int cre_shm_service_start(cre_tp *tp)
+{
+    cr_engine *e = tp->engine;
+    shm_engine *se = tp->priv;
+    snprintf(se->address, sizeof(se->address), "@crescent-%d-%016llx", (int)getpid(),
+             (unsigned long long)e->instance);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return crb_error(CR_ERR_SYSTEM, "socket(AF_UNIX): %s", strerror(errno));
+    struct sockaddr_un sa;
+    socklen_t sl = cre_abstract_addr(se->address, &sa);
+    int rc;
+    if (bind(fd, (struct sockaddr *)&sa, sl) < 0 || listen(fd, 128) < 0) {
+        rc = crb_error(CR_ERR_BIND, "shm service %s: %s", se->address, strerror(errno));
+        close(fd);
+        se->address[0] = '\0';
+        return rc;
+    }
+    se->listen_fd = fd;
+    se->listen_io.fd = fd;
+    se->listen_io.on_event = service_accept;
+    rc = crb_loop_add(&e->workers[0].loop, &se->listen_io, EPOLLIN);
+    if (rc < 0) {
+        close(fd);
+        se->listen_fd = -1;
+        se->address[0] = '\0';
+    }
+    return rc;
+}
+
+/* Workers have stopped: close the listener and every connection. */
+void cre_shm_service_stop(cre_tp *tp)
+{
+    shm_engine *se = tp->priv;
+    while (se->conns != NULL)
+        service_close(se->conns);
+    if (se->listen_fd >= 0) {
+        crb_loop_del(&se->listen_io);
+        close(se->listen_fd);
+    }
+    se->listen_fd = -1;
 }

@@ -4,7 +4,8 @@
  * A peer has lanes_per_peer lanes; each lane is one persistent TCP
  * connection owned by one worker thread. Submitting threads cut a task into
  * slices of at most slice_size bytes, stripe them over the peer's lanes and
- * wake the lanes' workers; they never touch sockets.
+ * wake the lanes' workers; they never touch sockets. Frames are read with
+ * the shared frame reader (proto/frame_reader.h).
  *
  * Lane lifecycle (worker thread only):
  *   IDLE --(slices queued, back-off elapsed)--> CONNECTING (non-blocking)
@@ -42,19 +43,24 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
-#include "engine/internal.h"
+#include "engine/transports/tcp/tcp.h"
 
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
 #define MAX_IOV        64
 #define LANE_FILL      (256u * 1024) /* bytes of small slices kept on one lane */
 
-static cre_lane *lane_of(cre_conn *c)
+static tcp_lane *lane_of(crb_io *io)
 {
-    return (cre_lane *)((char *)c - offsetof(cre_lane, conn));
+    return (tcp_lane *)((char *)io - offsetof(tcp_lane, io));
 }
 
-static void slice_finish(cre_slice *s, int status)
+static tcp_engine *engine_of(tcp_lane *l)
+{
+    return cre_engine_tp(l->peer->engine, "tcp")->priv;
+}
+
+static void slice_finish(tcp_slice *s, int status)
 {
     /* A canceled task's slices that were already on the wire complete
      * normally: their bytes arrived. Only unstarted slices end CANCELED. */
@@ -62,7 +68,7 @@ static void slice_finish(cre_slice *s, int status)
     free(s);
 }
 
-static void list_push(cre_slice **head, cre_slice **tail, cre_slice *s)
+static void list_push(tcp_slice **head, tcp_slice **tail, tcp_slice *s)
 {
     s->next = NULL;
     if (*tail)
@@ -72,20 +78,15 @@ static void list_push(cre_slice **head, cre_slice **tail, cre_slice *s)
     *tail = s;
 }
 
-static void fail_list(cre_slice **head, cre_slice **tail, int status)
+static void fail_list(tcp_slice **head, tcp_slice **tail, int status)
 {
-    cre_slice *s = *head;
+    tcp_slice *s = *head;
     *head = *tail = NULL;
     while (s != NULL) {
-        cre_slice *next = s->next;
+        tcp_slice *next = s->next;
         slice_finish(s, status);
         s = next;
     }
-}
-
-static bool tcp_can_serve(const cr_engine *e, const cre_endpoints *ep)
-{
-    return cre_kind_is_host(ep->local_kind) && cre_kind_is_host(ep->remote_kind);
 }
 
 /* Bytes of slice i of t (every slice is slice_size but the last). */
@@ -101,18 +102,19 @@ static uint64_t lane_charge(uint64_t length)
     return length < LANE_FILL ? length : LANE_FILL;
 }
 
-static int tcp_submit(cr_engine *e, const cre_endpoints *ep, cre_task *t)
+int cre_tcp_submit(cre_tp *tp, const cre_route *r, cre_task *t)
 {
-    cre_peer *p = ep->peer;
-    uint64_t peer_instance = ep->peer_instance;
+    cr_engine *e = tp->engine;
+    tcp_peer *p = cre_peer_tp(r->peer, tp);
+    uint64_t peer_instance = r->peer_instance;
     uint64_t deadline = crb_now_ns() + (uint64_t)e->request_timeout_ms * 1000000ull;
     uint64_t nslices = (t->length + e->slice_size - 1) / e->slice_size;
-    cre_slice **made = calloc(nslices, sizeof(*made));
+    tcp_slice **made = calloc(nslices, sizeof(*made));
     if (made == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "slicing a %llu-byte request",
                          (unsigned long long)t->length);
     for (uint64_t i = 0; i < nslices; i++) {
-        made[i] = malloc(sizeof(cre_slice));
+        made[i] = malloc(sizeof(tcp_slice));
         if (made[i] == NULL) {
             for (uint64_t j = 0; j < i; j++)
                 free(made[j]);
@@ -132,9 +134,9 @@ static int tcp_submit(cr_engine *e, const cre_endpoints *ep, cre_task *t)
         charge += lane_charge(slice_length(e, t, i));
     uint64_t charged = atomic_fetch_add(&p->lane_bytes, charge);
     bool kick[64] = {false};
-    pthread_mutex_lock(&p->lock);
+    pthread_mutex_lock(&p->queue_lock);
     for (uint64_t i = 0; i < nslices; i++) {
-        cre_slice *s = made[i];
+        tcp_slice *s = made[i];
         uint64_t off = i * e->slice_size;
         s->next = NULL;
         s->task = t;
@@ -145,12 +147,12 @@ static int tcp_submit(cr_engine *e, const cre_endpoints *ep, cre_task *t)
         s->peer_instance = peer_instance;
         s->sent = 0;
         s->head_len = 0;
-        cre_lane *l = &p->lanes[(charged / LANE_FILL) % p->n_lanes];
+        tcp_lane *l = &p->lanes[(charged / LANE_FILL) % p->n_lanes];
         charged += lane_charge(s->length);
         list_push(&l->queue_head, &l->queue_tail, s);
         kick[l->worker->index % 64] = true;
     }
-    pthread_mutex_unlock(&p->lock);
+    pthread_mutex_unlock(&p->queue_lock);
     free(made);
     for (uint32_t w = 0; w < e->n_workers && w < 64; w++)
         if (kick[w])
@@ -158,27 +160,27 @@ static int tcp_submit(cr_engine *e, const cre_endpoints *ep, cre_task *t)
     return 0;
 }
 
-static void lane_close(cre_lane *l)
+static void lane_close(tcp_lane *l)
 {
-    if (l->conn.fd >= 0) {
-        epoll_ctl(l->worker->epfd, EPOLL_CTL_DEL, l->conn.fd, NULL);
-        close(l->conn.fd);
-        l->conn.fd = -1;
+    if (l->io.fd >= 0) {
+        crb_loop_del(&l->io);
+        close(l->io.fd);
+        l->io.fd = -1;
     }
     l->state = LANE_IDLE;
-    cre_conn_reset_reader(&l->conn);
+    crp_reader_reset(&l->reader);
 }
 
 /* The connection broke: fail what is on the wire, keep unstarted slices. */
-static void lane_conn_failed(cre_lane *l, int status, bool connect_failed)
+static void lane_conn_failed(tcp_lane *l, int status, bool connect_failed)
 {
     bool was_ready = l->state == LANE_READY;
     lane_close(l);
     fail_list(&l->flight_head, &l->flight_tail, status);
     /* Partially written slices cannot be resumed on a new connection. */
-    cre_slice *keep_head = NULL, *keep_tail = NULL, *s = l->send_head;
+    tcp_slice *keep_head = NULL, *keep_tail = NULL, *s = l->send_head;
     while (s != NULL) {
-        cre_slice *next = s->next;
+        tcp_slice *next = s->next;
         if (s->sent > 0 || connect_failed)
             slice_finish(s, status);
         else
@@ -193,25 +195,21 @@ static void lane_conn_failed(cre_lane *l, int status, bool connect_failed)
     }
 }
 
-void cre_lane_fail_all(cre_lane *l, int status)
+void cre_tcp_lane_fail_all(tcp_lane *l, int status)
 {
     lane_close(l);
-    pthread_mutex_lock(&l->peer->lock);
-    cre_slice *qh = l->queue_head, *qt = l->queue_tail;
+    pthread_mutex_lock(&l->tpeer->queue_lock);
+    tcp_slice *qh = l->queue_head, *qt = l->queue_tail;
     l->queue_head = l->queue_tail = NULL;
-    pthread_mutex_unlock(&l->peer->lock);
+    pthread_mutex_unlock(&l->tpeer->queue_lock);
     fail_list(&qh, &qt, status);
     fail_list(&l->send_head, &l->send_tail, status);
     fail_list(&l->flight_head, &l->flight_tail, status);
-    free(l->conn.body);
-    l->conn.body = NULL;
-    l->conn.body_cap = 0;
-    free(l->conn.rbuf);
-    l->conn.rbuf = NULL;
+    crp_reader_fini(&l->reader);
     crp_buf_free(&l->scratch);
 }
 
-static int lane_start_connect(cre_lane *l)
+static int lane_start_connect(tcp_lane *l)
 {
     cre_peer *p = l->peer;
     struct sockaddr_storage ss;
@@ -229,24 +227,22 @@ static int lane_start_connect(cre_lane *l)
         close(fd);
         return rc;
     }
-    l->conn.fd = fd;
-    l->conn.kind = CRE_CONN_LANE;
-    l->conn.engine = p->engine;
-    l->conn.peer = p;
-    cre_conn_reset_reader(&l->conn);
+    l->io.fd = fd;
+    crp_reader_reset(&l->reader);
+    l->reader.max_body = CRP_MAX_BODY;
     l->state = LANE_CONNECTING;
     l->connect_deadline_ns = crb_now_ns() + (uint64_t)p->engine->connect_timeout_ms * 1000000ull;
-    rc = cre_worker_add_conn(l->worker, &l->conn, EPOLLIN | EPOLLOUT);
+    rc = crb_loop_add(&l->worker->loop, &l->io, EPOLLIN | EPOLLOUT);
     if (rc < 0) {
         close(fd);
-        l->conn.fd = -1;
+        l->io.fd = -1;
         l->state = LANE_IDLE;
     }
     return rc;
 }
 
 /* Encode a slice's header and body once, on first send. */
-static void slice_prepare(cre_lane *l, cre_slice *s, crp_buf *scratch)
+static void slice_prepare(tcp_lane *l, tcp_slice *s, crp_buf *scratch)
 {
     crp_buf_reset(scratch);
     crp_data_req req = {.addr = s->remote_addr, .length = s->length};
@@ -263,18 +259,18 @@ static void slice_prepare(cre_lane *l, cre_slice *s, crp_buf *scratch)
     s->head_len = CRP_HEADER_SIZE + scratch->len;
 }
 
-static size_t slice_total(const cre_slice *s)
+static size_t slice_total(const tcp_slice *s)
 {
     return s->head_len + (s->task->opcode == CR_OP_WRITE ? s->length : 0);
 }
 
 /* Write as many queued slices as the socket takes. */
-static int lane_flush(cre_lane *l)
+static int lane_flush(tcp_lane *l)
 {
     while (l->send_head != NULL) {
         struct iovec iov[MAX_IOV];
         int n_iov = 0;
-        for (cre_slice *s = l->send_head; s != NULL && n_iov + 2 <= MAX_IOV; s = s->next) {
+        for (tcp_slice *s = l->send_head; s != NULL && n_iov + 2 <= MAX_IOV; s = s->next) {
             if (s->head_len == 0) /* lane_take_queue dropped stale-instance slices */
                 slice_prepare(l, s, &l->scratch);
             size_t off = s->sent;
@@ -290,12 +286,12 @@ static int lane_flush(cre_lane *l)
         if (n_iov == 0)
             break;
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
-        ssize_t n = sendmsg(l->conn.fd, &mh, MSG_NOSIGNAL);
+        ssize_t n = sendmsg(l->io.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                cre_worker_mod_conn(&l->conn, true);
+                crb_loop_mod(&l->io, EPOLLIN | EPOLLOUT);
                 return 0;
             }
             crb_error(CR_ERR_CONNECTION, "send to %s: %s", l->peer->name, strerror(errno));
@@ -303,7 +299,7 @@ static int lane_flush(cre_lane *l)
         }
         size_t left = (size_t)n;
         while (left > 0 && l->send_head != NULL) {
-            cre_slice *s = l->send_head;
+            tcp_slice *s = l->send_head;
             size_t need = slice_total(s) - s->sent;
             size_t take = left < need ? left : need;
             s->sent += take;
@@ -316,27 +312,27 @@ static int lane_flush(cre_lane *l)
             }
         }
     }
-    cre_worker_mod_conn(&l->conn, false);
+    crb_loop_mod(&l->io, EPOLLIN);
     return 0;
 }
 
 /* Move queued slices to the send list, dropping canceled, expired and stale ones. */
-static void lane_take_queue(cre_lane *l, uint64_t now)
+static void lane_take_queue(tcp_lane *l, uint64_t now)
 {
-    pthread_mutex_lock(&l->peer->lock);
-    cre_slice *s = l->queue_head;
+    pthread_mutex_lock(&l->tpeer->queue_lock);
+    tcp_slice *s = l->queue_head;
     l->queue_head = l->queue_tail = NULL;
-    pthread_mutex_unlock(&l->peer->lock);
+    pthread_mutex_unlock(&l->tpeer->queue_lock);
     while (s != NULL) {
-        cre_slice *next = s->next;
+        tcp_slice *next = s->next;
         list_push(&l->send_head, &l->send_tail, s);
         s = next;
     }
     /* Unstarted slices: cancellation, deadline, back-off, stale instance. */
-    cre_slice *keep_head = NULL, *keep_tail = NULL;
+    tcp_slice *keep_head = NULL, *keep_tail = NULL;
     s = l->send_head;
     while (s != NULL) {
-        cre_slice *next = s->next;
+        tcp_slice *next = s->next;
         int st = 0;
         if (s->sent == 0) {
             if (atomic_load(&s->task->canceled))
@@ -358,7 +354,7 @@ static void lane_take_queue(cre_lane *l, uint64_t now)
     l->send_tail = keep_tail;
 }
 
-static bool list_has_expired(const cre_slice *s, uint64_t now)
+static bool list_has_expired(const tcp_slice *s, uint64_t now)
 {
     for (; s != NULL; s = s->next)
         if (now >= s->deadline_ns)
@@ -366,7 +362,7 @@ static bool list_has_expired(const cre_slice *s, uint64_t now)
     return false;
 }
 
-static void lane_progress(cre_lane *l, uint64_t now)
+static void lane_progress(tcp_lane *l, uint64_t now)
 {
     lane_take_queue(l, now);
     if (l->state == LANE_IDLE && l->send_head != NULL) {
@@ -395,164 +391,151 @@ static void lane_progress(cre_lane *l, uint64_t now)
     }
 }
 
-void cre_lanes_tick(cre_worker *w, uint64_t now)
+void cre_tcp_lanes_tick(cre_tp *tp, cre_worker *w, uint64_t now)
 {
-    pthread_mutex_lock(&w->lock);
-    for (size_t i = 0; i < w->n_lanes; i++) {
-        cre_lane *l = w->lanes[i];
-        if (atomic_exchange(&l->peer->reset_backoff[l->index], false)) {
+    tcp_engine *te = tp->priv;
+    tcp_worker *tw = &te->workers[w->index];
+    pthread_mutex_lock(&tw->lock);
+    for (size_t i = 0; i < tw->n_lanes; i++) {
+        tcp_lane *l = tw->lanes[i];
+        if (atomic_exchange(&l->reset_backoff, false)) {
             l->retry_at_ns = 0;
             l->backoff_ms = BACKOFF_MIN_MS;
         }
         lane_progress(l, now);
     }
-    pthread_mutex_unlock(&w->lock);
+    pthread_mutex_unlock(&tw->lock);
 }
 
-static int lane_send_hello(cre_lane *l)
+static int lane_send_hello(tcp_lane *l)
 {
     cr_engine *e = l->peer->engine;
-    crp_challenge ch;
-    if (crp_challenge_decode(l->conn.body, l->conn.hdr.body_len, &ch) < 0)
-        return CR_ERR_MALFORMED_FRAME;
-    crp_hello hello = {.version = CRP_VERSION,
-                       .role = CRP_ROLE_DATA,
-                       .name = e->segment_name,
-                       .instance = e->instance};
-    crb_random_bytes(l->client_nonce, sizeof(l->client_nonce));
-    memcpy(hello.client_nonce, l->client_nonce, sizeof(l->client_nonce));
-    if (e->secret != NULL) {
-        hello.has_mac = true;
-        cre_auth_mac(e, "client", ch.nonce, l->client_nonce, hello.mac);
-    }
-    crp_buf body = {0};
-    uint8_t *frame = NULL;
-    size_t flen = 0;
-    int rc = crp_hello_encode(&hello, &body);
-    if (rc == 0)
-        rc = cre_frame_build(CRP_HELLO, 0, 0, 0, &body, &frame, &flen);
-    crp_buf_free(&body);
+    crp_buf frame = {0};
+    int rc = cre_hello_build(e, CRP_ROLE_DATA, l->server_nonce, l->client_nonce, &frame);
     if (rc < 0)
         return rc;
     /* A fresh connection's send buffer always takes a frame this small. */
-    ssize_t n = send(l->conn.fd, frame, flen, MSG_NOSIGNAL);
-    free(frame);
-    if (n != (ssize_t)flen)
+    ssize_t n = send(l->io.fd, frame.data, frame.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    size_t want = frame.len;
+    crp_buf_free(&frame);
+    if (n != (ssize_t)want)
         return crb_error(CR_ERR_CONNECTION, "sending HELLO to %s failed", l->peer->name);
     l->state = LANE_WAIT_ACK;
     return 0;
 }
 
-static int lane_check_ack(cre_lane *l)
+static int lane_check_ack(tcp_lane *l, const uint8_t *body, size_t len)
 {
     cre_peer *p = l->peer;
-    cr_engine *e = p->engine;
-    crp_hello_ack ack = {0};
-    int rc = crp_hello_ack_decode(l->conn.body, l->conn.hdr.body_len, &ack);
+    uint64_t instance;
+    int rc = cre_hello_ack_check(p->engine, p->name, body, len, l->server_nonce, l->client_nonce,
+                                 &instance);
     if (rc < 0)
         return rc;
-    if (ack.version != CRP_VERSION)
-        rc = crb_error(CR_ERR_VERSION_MISMATCH, "peer %s speaks protocol %u, we speak %u", p->name,
-                       ack.version, CRP_VERSION);
-    else if (e->secret != NULL && (!ack.has_mac || !cre_auth_check(e, "server", l->client_nonce,
-                                                                   l->conn.nonce, ack.mac)))
-        rc = crb_error(CR_ERR_AUTH_FAILED, "peer %s did not prove the shared secret", p->name);
-    if (rc == 0) {
-        l->instance = ack.instance;
-        pthread_mutex_lock(&p->lock);
-        if (p->desc_valid && p->desc.instance != ack.instance)
-            p->desc_stale = true;
-        pthread_mutex_unlock(&p->lock);
-        l->state = LANE_READY;
-        l->backoff_ms = BACKOFF_MIN_MS;
-        atomic_fetch_add(&e->stats.tcp_connects, 1);
-    }
-    crp_hello_ack_clear(&ack);
-    return rc;
-}
-
-static int lane_on_head(cre_conn *c)
-{
-    cre_lane *l = lane_of(c);
-    if (c->hdr.type != CRP_READ_RESP || c->hdr.data_len == 0)
-        return 0;
-    cre_slice *s = l->flight_head;
-    if (s == NULL || s->request_id != c->hdr.request_id || c->hdr.status != 0 ||
-        c->hdr.data_len != s->length || s->task->opcode != CR_OP_READ)
-        return crb_error(CR_ERR_MALFORMED_FRAME, "unexpected READ payload from %s", l->peer->name);
-    c->data_dst = s->local;
+    l->instance = instance;
+    pthread_mutex_lock(&p->lock);
+    bool restarted = p->desc != NULL && p->desc->d.instance != instance;
+    pthread_mutex_unlock(&p->lock);
+    if (restarted)
+        cre_peer_mark_stale(p);
+    l->state = LANE_READY;
+    l->backoff_ms = BACKOFF_MIN_MS;
+    atomic_fetch_add(&engine_of(l)->connects, 1);
     return 0;
 }
 
-static int lane_on_frame(cre_conn *c)
+/* A READ response's payload lands in the slice's local memory. A response
+ * that does not carry exactly the requested bytes is a protocol violation,
+ * never a success (a reply with status 0 and no payload would otherwise
+ * complete the READ with whatever the buffer held). */
+static int lane_on_head(void *ctx, const crp_header *h, const uint8_t *body, uint8_t **dst)
 {
-    cre_lane *l = lane_of(c);
-    int type = c->hdr.type;
+    tcp_lane *l = ctx;
+    if (h->type != CRP_READ_RESP)
+        return 0;
+    tcp_slice *s = l->flight_head;
+    if (s == NULL || s->request_id != h->request_id || s->task->opcode != CR_OP_READ)
+        return crb_error(CR_ERR_MALFORMED_FRAME, "READ response %llu from %s matches no READ",
+                         (unsigned long long)h->request_id, l->peer->name);
+    if (h->status == 0 && h->data_len != s->length)
+        return crb_error(CR_ERR_MALFORMED_FRAME,
+                         "READ response from %s carries %llu bytes for a %llu-byte request",
+                         l->peer->name, (unsigned long long)h->data_len,
+                         (unsigned long long)s->length);
+    if (h->status != 0 && h->data_len != 0)
+        return crb_error(CR_ERR_MALFORMED_FRAME, "failed READ response from %s carries data",
+                         l->peer->name);
+    *dst = s->local;
+    return 0;
+}
+
+static int lane_on_frame(void *ctx, const crp_header *h, const uint8_t *body)
+{
+    tcp_lane *l = ctx;
+    int type = h->type;
     if (l->state == LANE_WAIT_CHALLENGE) {
-        if (type != CRP_CHALLENGE)
-            return CR_ERR_MALFORMED_FRAME;
         crp_challenge ch;
-        if (crp_challenge_decode(c->body, c->hdr.body_len, &ch) < 0)
-            return CR_ERR_MALFORMED_FRAME;
-        memcpy(c->nonce, ch.nonce, sizeof(ch.nonce));
+        if (type != CRP_CHALLENGE || crp_challenge_decode(body, h->body_len, &ch) < 0)
+            return crb_error(CR_ERR_MALFORMED_FRAME, "%s did not open with a CHALLENGE",
+                             l->peer->name);
+        memcpy(l->server_nonce, ch.nonce, sizeof(ch.nonce));
         return lane_send_hello(l);
     }
     if (type == CRP_ERROR) {
         crp_error err = {0};
-        crp_error_decode(c->body, c->hdr.body_len, &err);
+        crp_error_decode(body, h->body_len, &err);
         crb_log(CRB_LOG_WARN, "peer %s refused lane %d: %s (%s)", l->peer->name, l->index,
-                cr_status_name(c->hdr.status), err.message ? err.message : "");
+                cr_status_name(h->status), err.message ? err.message : "");
         crp_error_clear(&err);
-        return c->hdr.status < 0 ? c->hdr.status : CR_ERR_REMOTE;
+        return h->status < 0 ? h->status : CR_ERR_REMOTE;
     }
     if (l->state == LANE_WAIT_ACK) {
         if (type != CRP_HELLO_ACK)
-            return CR_ERR_MALFORMED_FRAME;
-        return lane_check_ack(l);
+            return crb_error(CR_ERR_MALFORMED_FRAME, "%s answered HELLO with %s", l->peer->name,
+                             crp_type_name(type));
+        return lane_check_ack(l, body, h->body_len);
     }
     if (type != CRP_READ_RESP && type != CRP_WRITE_ACK)
         return crb_error(CR_ERR_MALFORMED_FRAME, "unexpected %s from %s", crp_type_name(type),
                          l->peer->name);
-    cre_slice *s = l->flight_head;
-    if (s == NULL || s->request_id != c->hdr.request_id)
-        return crb_error(CR_ERR_MALFORMED_FRAME, "response %llu from %s matches no request",
-                         (unsigned long long)c->hdr.request_id, l->peer->name);
+    tcp_slice *s = l->flight_head;
+    if (s == NULL || s->request_id != h->request_id ||
+        (type == CRP_WRITE_ACK) != (s->task->opcode == CR_OP_WRITE))
+        return crb_error(CR_ERR_MALFORMED_FRAME, "%s %llu from %s matches no request",
+                         crp_type_name(type), (unsigned long long)h->request_id, l->peer->name);
     l->flight_head = s->next;
     if (l->flight_head == NULL)
         l->flight_tail = NULL;
-    int status = c->hdr.status;
+    int status = h->status;
     if (status > 0)
         status = CR_ERR_REMOTE;
-    if (status == 0)
-        atomic_fetch_add(&l->peer->engine->stats.bytes_tcp, s->length);
     slice_finish(s, status);
     return 0;
 }
 
-static const cre_read_ops lane_read_ops = {lane_on_head, lane_on_frame};
+static const crp_reader_ops lane_read_ops = {lane_on_head, lane_on_frame};
 
-void cre_lane_on_event(cre_conn *c, uint32_t events)
+static void lane_on_event(crb_io *io, uint32_t events)
 {
-    cre_lane *l = lane_of(c);
-    pthread_mutex_lock(&l->worker->lock);
+    tcp_lane *l = lane_of(io);
     if (l->state == LANE_CONNECTING) {
         int err = 0;
         socklen_t el = sizeof(err);
-        getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
+        getsockopt(io->fd, SOL_SOCKET, SO_ERROR, &err, &el);
         if (err != 0 || (events & (EPOLLERR | EPOLLHUP))) {
             crb_error(CR_ERR_PEER_UNREACHABLE, "connect to %s: %s", l->peer->name,
                       strerror(err ? err : ECONNREFUSED));
             lane_conn_failed(l, CR_ERR_PEER_UNREACHABLE, true);
-            goto out_unlock;
+            return;
         }
         if (!(events & (EPOLLOUT | EPOLLIN)))
-            goto out_unlock;
+            return;
         l->state = LANE_WAIT_CHALLENGE;
-        cre_worker_mod_conn(c, false);
+        crb_loop_mod(io, EPOLLIN);
     }
     int rc = 0;
     if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
-        rc = cre_conn_read(c, &lane_read_ops);
+        rc = crp_reader_read(&l->reader, io->fd, &lane_read_ops, l);
     if (rc < 0) {
         bool handshake = l->state != LANE_READY;
         int status = rc == CR_ERR_MALFORMED_FRAME || rc == CR_ERR_AUTH_FAILED ||
@@ -560,18 +543,23 @@ void cre_lane_on_event(cre_conn *c, uint32_t events)
                          ? rc
                          : CR_ERR_CONNECTION;
         lane_conn_failed(l, status, handshake);
-        goto out_unlock;
+        return;
     }
     if (l->state == LANE_READY)
         lane_take_queue(l, crb_now_ns());
     if (l->state == LANE_READY && l->send_head != NULL && lane_flush(l) < 0)
         lane_conn_failed(l, CR_ERR_CONNECTION, false);
-out_unlock:
-    pthread_mutex_unlock(&l->worker->lock);
 }
 
-const cre_transport cre_transport_tcp = {
-    .name = "tcp",
-    .can_serve = tcp_can_serve,
-    .submit = tcp_submit,
-};
+void cre_tcp_lane_init(tcp_lane *l, tcp_peer *tpeer, cre_peer *p, int index, cre_worker *w)
+{
+    l->tpeer = tpeer;
+    l->peer = p;
+    l->index = index;
+    l->worker = w;
+    l->io.fd = -1;
+    l->io.on_event = lane_on_event;
+    l->state = LANE_IDLE;
+    l->backoff_ms = BACKOFF_MIN_MS;
+    crp_reader_init(&l->reader, CRP_MAX_BODY);
+}

@@ -20,8 +20,8 @@
  * generation check makes the copy fail visibly instead of reporting
  * success for bytes that went into memory the target has reused.
  */
-#ifndef CRESCENT_ENGINE_CTL_PAGE_H
-#define CRESCENT_ENGINE_CTL_PAGE_H
+#ifndef CRESCENT_ENGINE_TRANSPORTS_SHM_CTL_PAGE_H
+#define CRESCENT_ENGINE_TRANSPORTS_SHM_CTL_PAGE_H
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -2,7 +2,7 @@
  * ctl_page.c - allocation and retirement of control-page slots (see
  * ctl_page.h for the fencing protocol).
  */
-#include "engine/ctl_page.h"
+#include "engine/transports/shm/ctl_page.h"
 
 #include <errno.h>
 #include <stdlib.h>

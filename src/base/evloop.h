@@ -1,0 +1,99 @@
+/*
+ * evloop.h - the one event loop every crescent I/O thread runs: the engine's
+ * workers, the master's RPC threads.
+ *
+ * A loop is an epoll set, an eventfd that other threads use to wake it, and
+ * a periodic tick. Sources are crb_io records embedded in their owner's
+ * object: a file descriptor, the events wanted, and the handler the loop
+ * calls (on the loop's thread) when they fire. The loop sleeps in
+ * epoll_wait and never spins; the tick bounds how late deadlines are seen.
+ *
+ * Ownership and threading:
+ *   - A loop owns its epoll fd, eventfd and thread; the crb_io records and
+ *     their fds belong to whoever added them.
+ *   - crb_loop_add / _mod / _del may be called from any thread (epoll_ctl
+ *     is thread-safe), but an io's handler runs only on its loop's thread,
+ *     so an owner that frees an io from another thread must first make sure
+ *     the loop is stopped or the io was never added.
+ *   - crb_loop_wake may be called from any thread at any time; wake-ups
+ *     coalesce until the loop has run.
+ *   - A handler may delete and free its own io (the loop reads nothing of
+ *     it afterwards in that pass).
+ */
+#ifndef CRESCENT_BASE_EVLOOP_H
+#define CRESCENT_BASE_EVLOOP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct crb_loop crb_loop;
+typedef struct crb_io crb_io;
+
+/** Called on the loop thread with the epoll events that fired. */
+typedef void (*crb_io_fn)(crb_io *io, uint32_t events);
+
+/** One watched fd. Embed it in the object it belongs to. */
+struct crb_io {
+    int fd;
+    uint32_t events; /* what is watched now (EPOLLIN/EPOLLOUT/...) */
+    crb_io_fn on_event;
+    crb_loop *loop; /* set by crb_loop_add */
+};
+
+/**
+ * Called on the loop thread after every pass that was woken (crb_loop_wake)
+ * and at least every tick_ms. `woken` says whether a wake-up happened.
+ */
+typedef void (*crb_tick_fn)(crb_loop *loop, uint64_t now_ns, bool woken);
+
+struct crb_loop {
+    int epfd;
+    int wakefd;
+    crb_io wake_io;
+    unsigned tick_ms;
+    crb_tick_fn on_tick; /* may be NULL */
+    void *owner;         /* the owner's object, for handlers */
+    pthread_t thread;
+    bool running;
+    atomic_bool stop;
+    atomic_bool wake_pending;
+    bool woken; /* a wake-up arrived in this pass (loop thread only) */
+    char name[16];
+};
+
+/**
+ * Set up a loop (no thread yet): `name` names the thread (truncated to 15
+ * bytes), `owner` is handed back through loop->owner. Errors: CR_ERR_SYSTEM
+ * (epoll/eventfd). On failure nothing is left to release.
+ */
+int crb_loop_init(crb_loop *loop, const char *name, unsigned tick_ms, crb_tick_fn on_tick,
+                  void *owner);
+
+/** Start the loop's thread. Errors: CR_ERR_SYSTEM. */
+int crb_loop_start(crb_loop *loop);
+
+/**
+ * Stop and join the thread (if started), then close the loop's own fds.
+ * The io records added to it are left to their owners (their fds are not
+ * closed). Must not be called from the loop's own thread.
+ */
+void crb_loop_fini(crb_loop *loop);
+
+/** Watch io->fd for `events` with handler io->on_event. Errors: CR_ERR_SYSTEM. */
+int crb_loop_add(crb_loop *loop, crb_io *io, uint32_t events);
+
+/** Change what io watches; a no-op when unchanged. */
+void crb_loop_mod(crb_io *io, uint32_t events);
+
+/** Stop watching io (its fd stays open). Safe on an io never added. */
+void crb_loop_del(crb_io *io);
+
+/** Make the loop run its tick soon. Any thread; coalesced. */
+void crb_loop_wake(crb_loop *loop);
+
+/** Is the caller running on this loop's thread? */
+bool crb_loop_on_thread(const crb_loop *loop);
+
+#endif

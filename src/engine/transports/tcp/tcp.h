@@ -1,0 +1,86 @@
+/*
+ * tcp.h - private interface of the tcp transport: lanes (the initiator
+ * side, lane.c), the serving side of data connections (serve.c), and the
+ * ops table that ties them to the engine (tcp.c).
+ *
+ * Ownership: a peer's lanes live in its tcp area (tcp_peer) and are each
+ * owned by one worker; the worker's list of lanes (tcp_worker) is appended
+ * under its lock when a peer is created and walked by that worker only.
+ * Slices move submit → lane queue (tcp_peer.queue_lock) → send list →
+ * in-flight list (worker thread only).
+ */
+#ifndef CRESCENT_ENGINE_TRANSPORTS_TCP_H
+#define CRESCENT_ENGINE_TRANSPORTS_TCP_H
+
+#include "engine/internal.h"
+
+/* One wire request: a piece of a task, at most slice_size bytes. */
+typedef struct tcp_slice {
+    struct tcp_slice *next;
+    cre_task *task;
+    uint8_t *local;
+    uint64_t remote_addr;
+    uint64_t length;
+    uint64_t request_id;
+    uint64_t deadline_ns;
+    uint64_t peer_instance; /* instance the range was validated against */
+    size_t sent;            /* bytes of header+body+payload written */
+    uint8_t head[CRP_HEADER_SIZE + 32];
+    size_t head_len;
+} tcp_slice;
+
+enum tcp_lane_state { LANE_IDLE, LANE_CONNECTING, LANE_WAIT_CHALLENGE, LANE_WAIT_ACK, LANE_READY };
+
+typedef struct tcp_lane {
+    struct tcp_peer *tpeer;
+    cre_peer *peer;
+    int index;
+    cre_worker *worker;
+    /* submit side → worker: guarded by tpeer->queue_lock */
+    tcp_slice *queue_head, *queue_tail;
+    /* worker-owned */
+    int state;
+    crb_io io;
+    crp_reader reader;
+    tcp_slice *send_head, *send_tail;     /* taken from queue, not fully written */
+    tcp_slice *flight_head, *flight_tail; /* written, awaiting response */
+    uint64_t next_request_id;
+    uint64_t retry_at_ns;
+    uint64_t connect_deadline_ns;
+    uint32_t backoff_ms;
+    uint64_t instance; /* peer instance seen in HELLO_ACK */
+    uint8_t server_nonce[CRP_NONCE_SIZE];
+    uint8_t client_nonce[CRP_NONCE_SIZE];
+    crp_buf scratch;           /* encoding space for request bodies */
+    atomic_bool reset_backoff; /* the peer answered again: retry at once */
+} tcp_lane;
+
+typedef struct tcp_peer {
+    pthread_mutex_t queue_lock; /* the lanes' queues */
+    atomic_ullong lane_bytes;   /* slice bytes charged so far: picks the lane */
+    tcp_lane *lanes;
+    size_t n_lanes;
+} tcp_peer;
+
+typedef struct tcp_worker {
+    pthread_mutex_t lock; /* lanes[] */
+    tcp_lane **lanes;
+    size_t n_lanes, cap_lanes;
+} tcp_worker;
+
+typedef struct tcp_engine {
+    tcp_worker *workers; /* one per engine worker */
+    atomic_ullong connects;
+} tcp_engine;
+
+/* lane.c */
+int cre_tcp_submit(cre_tp *tp, const cre_route *r, cre_task *t);
+void cre_tcp_lanes_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns);
+/* Engine teardown (workers stopped): fail everything, close the socket. */
+void cre_tcp_lane_fail_all(tcp_lane *l, int status);
+void cre_tcp_lane_init(tcp_lane *l, tcp_peer *tpeer, cre_peer *p, int index, cre_worker *w);
+
+/* serve.c: take over an authenticated data connection. */
+int cre_tcp_serve(cre_tp *tp, cre_conn *c);
+
+#endif

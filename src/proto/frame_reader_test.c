@@ -1,0 +1,248 @@
+/*
+ * frame_reader_test.c - the incremental and the blocking frame reader over
+ * a socketpair: bursts, frames split at every byte, payloads landing in the
+ * owner's memory, pauses, size limits and deadlines.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "crescent/status.h"
+#include "proto/frame_reader.h"
+
+typedef struct seen {
+    int frames, heads;
+    int types[64];
+    uint64_t ids[64];
+    uint8_t bodies[64][64];
+    uint32_t body_lens[64];
+    uint8_t *payload_dst;
+    int pause_after; /* pause once this many frames were seen (0: never) */
+} seen;
+
+static int on_head(void *ctx, const crp_header *h, const uint8_t *body, uint8_t **dst)
+{
+    seen *s = ctx;
+    s->heads++;
+    if (h->data_len > 0)
+        *dst = s->payload_dst;
+    return 0;
+}
+
+static int on_frame(void *ctx, const crp_header *h, const uint8_t *body)
+{
+    seen *s = ctx;
+    int i = s->frames++;
+    s->types[i] = h->type;
+    s->ids[i] = h->request_id;
+    s->body_lens[i] = h->body_len;
+    memcpy(s->bodies[i], body, h->body_len < 64 ? h->body_len : 64);
+    return s->pause_after && s->frames == s->pause_after ? CRP_READER_PAUSED : 0;
+}
+
+static const crp_reader_ops ops = {on_head, on_frame};
+
+static void pair(int sv[2])
+{
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    fcntl(sv[0], F_SETFL, O_NONBLOCK);
+}
+
+static void frame(crp_buf *out, int type, uint64_t id, const char *body, uint64_t data_len)
+{
+    assert_int_equal(crp_frame_append(out, type, 0, id, data_len, body, body ? strlen(body) : 0),
+                     0);
+}
+
+static void test_burst_of_small_frames(void **state)
+{
+    int sv[2];
+    pair(sv);
+    crp_buf out = {0};
+    for (int i = 0; i < 40; i++)
+        frame(&out, CRP_RPC_REQ, (uint64_t)i + 1, i % 2 ? "odd" : "even-body", 0);
+    assert_int_equal(write(sv[1], out.data, out.len), (ssize_t)out.len);
+    crp_reader r;
+    crp_reader_init(&r, 1024);
+    seen s = {0};
+    assert_int_equal(crp_reader_read(&r, sv[0], &ops, &s), 0);
+    assert_int_equal(s.frames, 40);
+    for (int i = 0; i < 40; i++) {
+        assert_int_equal(s.ids[i], (uint64_t)i + 1);
+        assert_memory_equal(s.bodies[i], i % 2 ? "odd" : "even-body", s.body_lens[i]);
+    }
+    assert_int_equal(crp_reader_buffered(&r), 0);
+    crp_reader_fini(&r);
+    crp_buf_free(&out);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+static void test_split_at_every_byte(void **state)
+{
+    int sv[2];
+    pair(sv);
+    crp_buf out = {0};
+    frame(&out, CRP_RPC_REQ, 7, "hello", 0);
+    frame(&out, CRP_NOTIFY, 8, "world!", 0);
+    crp_reader r;
+    crp_reader_init(&r, 1024);
+    seen s = {0};
+    for (size_t i = 0; i < out.len; i++) {
+        assert_int_equal(write(sv[1], out.data + i, 1), 1);
+        assert_int_equal(crp_reader_read(&r, sv[0], &ops, &s), 0);
+    }
+    assert_int_equal(s.frames, 2);
+    assert_memory_equal(s.bodies[0], "hello", 5);
+    assert_memory_equal(s.bodies[1], "world!", 6);
+    crp_reader_fini(&r);
+    crp_buf_free(&out);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/* Small and large payloads land in the owner's memory, bodies stay intact. */
+static void test_payload_lands_in_destination(void **state)
+{
+    int sv[2];
+    pair(sv);
+    size_t sizes[] = {100, 200000};
+    uint8_t *dst = malloc(200000);
+    uint8_t *src = malloc(200000);
+    for (size_t i = 0; i < 200000; i++)
+        src[i] = (uint8_t)(i * 31 + 7);
+    crp_reader r;
+    crp_reader_init(&r, 1024);
+    for (size_t k = 0; k < 2; k++) {
+        memset(dst, 0, 200000);
+        seen s = {.payload_dst = dst};
+        crp_buf out = {0};
+        frame(&out, CRP_WRITE_REQ, 9, "req-body", sizes[k]);
+        assert_int_equal(write(sv[1], out.data, out.len), (ssize_t)out.len);
+        size_t sent = 0;
+        fcntl(sv[1], F_SETFL, O_NONBLOCK);
+        while (sent < sizes[k]) {
+            ssize_t n = write(sv[1], src + sent, sizes[k] - sent);
+            if (n > 0)
+                sent += (size_t)n;
+            assert_true(crp_reader_read(&r, sv[0], &ops, &s) >= 0);
+        }
+        fcntl(sv[1], F_SETFL, 0);
+        while (s.frames == 0)
+            assert_int_equal(crp_reader_read(&r, sv[0], &ops, &s), 0);
+        assert_int_equal(s.frames, 1);
+        assert_memory_equal(s.bodies[0], "req-body", 8);
+        assert_memory_equal(dst, src, sizes[k]);
+        crp_buf_free(&out);
+    }
+    crp_reader_fini(&r);
+    free(dst);
+    free(src);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+static void test_pause_keeps_buffered_frames(void **state)
+{
+    int sv[2];
+    pair(sv);
+    crp_buf out = {0};
+    for (int i = 0; i < 5; i++)
+        frame(&out, CRP_RPC_REQ, (uint64_t)i, "x", 0);
+    assert_int_equal(write(sv[1], out.data, out.len), (ssize_t)out.len);
+    crp_reader r;
+    crp_reader_init(&r, 1024);
+    seen s = {.pause_after = 2};
+    assert_int_equal(crp_reader_read(&r, sv[0], &ops, &s), CRP_READER_PAUSED);
+    assert_int_equal(s.frames, 2);
+    assert_true(crp_reader_buffered(&r) > 0);
+    s.pause_after = 0;
+    /* Nothing more arrives on the socket: the buffered frames are served. */
+    assert_int_equal(crp_reader_read(&r, sv[0], &ops, &s), 0);
+    assert_int_equal(s.frames, 5);
+    crp_reader_fini(&r);
+    crp_buf_free(&out);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+static void test_body_limit_and_garbage(void **state)
+{
+    int sv[2];
+    pair(sv);
+    char big[300];
+    memset(big, 'b', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    crp_buf out = {0};
+    frame(&out, CRP_HELLO, 1, big, 0);
+    assert_int_equal(write(sv[1], out.data, out.len), (ssize_t)out.len);
+    crp_reader r;
+    crp_reader_init(&r, 256); /* a pre-authentication limit */
+    seen s = {0};
+    assert_int_equal(crp_reader_read(&r, sv[0], &ops, &s), CR_ERR_MALFORMED_FRAME);
+    assert_int_equal(s.frames, 0);
+    crp_reader_reset(&r);
+    uint8_t junk[CRP_HEADER_SIZE];
+    memset(junk, 0x5a, sizeof(junk));
+    assert_int_equal(write(sv[1], junk, sizeof(junk)), (ssize_t)sizeof(junk));
+    int rc = crp_reader_read(&r, sv[0], &ops, &s);
+    /* The first refused frame's body may still be buffered; either way the
+     * stream is refused, never served. */
+    assert_true(rc == CR_ERR_MALFORMED_FRAME || rc == CR_ERR_VERSION_MISMATCH);
+    assert_int_equal(s.frames, 0);
+    close(sv[1]);
+    crp_reader_reset(&r);
+    assert_int_equal(crp_reader_read(&r, sv[0], &ops, &s), CR_ERR_CONNECTION);
+    crp_reader_fini(&r);
+    crp_buf_free(&out);
+    close(sv[0]);
+}
+
+static void test_blocking_read_with_deadline(void **state)
+{
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    crp_buf out = {0}, body = {0};
+    frame(&out, CRP_DESC_REPLY, 3, "descriptor", 0);
+    assert_int_equal(write(sv[1], out.data, out.len), (ssize_t)out.len);
+    crp_header h;
+    assert_int_equal(crp_read_frame(sv[0], 1024, crb_now_ns() + 1000000000ull, &h, &body), 0);
+    assert_int_equal(h.type, CRP_DESC_REPLY);
+    assert_int_equal(h.request_id, 3);
+    assert_int_equal(body.len, 10);
+    assert_memory_equal(body.data, "descriptor", 10);
+    uint64_t t0 = crb_now_ns();
+    assert_int_equal(crp_read_frame(sv[0], 1024, crb_now_ns() + 50000000ull, &h, &body),
+                     CR_ERR_TIMEOUT);
+    assert_true(crb_now_ns() - t0 < 2000000000ull);
+    crp_buf_reset(&out);
+    frame(&out, CRP_DESC_REPLY, 4, "too long for the limit", 0);
+    assert_int_equal(write(sv[1], out.data, out.len), (ssize_t)out.len);
+    assert_int_equal(crp_read_frame(sv[0], 8, crb_now_ns() + 1000000000ull, &h, &body),
+                     CR_ERR_MALFORMED_FRAME);
+    crp_buf_free(&out);
+    crp_buf_free(&body);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_burst_of_small_frames),
+        cmocka_unit_test(test_split_at_every_byte),
+        cmocka_unit_test(test_payload_lands_in_destination),
+        cmocka_unit_test(test_pause_keeps_buffered_frames),
+        cmocka_unit_test(test_body_limit_and_garbage),
+        cmocka_unit_test(test_blocking_read_with_deadline),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
