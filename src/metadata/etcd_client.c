@@ -156,8 +156,13 @@ typedef enum attempt_outcome {
     ATTEMPT_UNAVAILABLE, /* the member answered "unavailable": next, and maybe another round */
 } attempt_outcome;
 
+/* Why a member was passed over, once per member (later rounds repeat it). */
 static void append_reason(char *reasons, const char *member, const char *why)
 {
+    char tag[CRB_HOST_MAX + 12];
+    snprintf(tag, sizeof(tag), "%s: ", member);
+    if (strstr(reasons, tag) != NULL)
+        return;
     size_t used = strlen(reasons);
     if (used + 4 < REASONS_MAX)
         snprintf(reasons + used, REASONS_MAX - used, "%s%s: %s", used > 0 ? "; " : "", member, why);
@@ -216,6 +221,14 @@ static attempt_outcome attempt(crm_etcd *c, size_t idx, const char *path, const 
         if (resp.over) {
             *rc = crb_error(CR_ERR_METADATA_MALFORMED, "etcd %s: %s answered more than %zu bytes",
                             what, c->member[idx], c->max_reply);
+            out = ATTEMPT_FINAL;
+        } else if (cc == CURLE_WEIRD_SERVER_REPLY || cc == CURLE_UNSUPPORTED_PROTOCOL ||
+                   cc == CURLE_BAD_CONTENT_ENCODING) {
+            *rc = crb_error(CR_ERR_METADATA_MALFORMED,
+                            "etcd %s: %s answered something else "
+                            "than HTTP: %s",
+                            what, c->member[idx],
+                            errbuf[0] != '\0' ? errbuf : curl_easy_strerror(cc));
             out = ATTEMPT_FINAL;
         } else if (resp.oom) {
             *rc = crb_error(CR_ERR_NO_MEMORY, "etcd %s: reply of %s after %zu bytes", what,

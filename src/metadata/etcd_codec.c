@@ -68,18 +68,23 @@ static int b64_value(unsigned char c)
     return -1;
 }
 
-int crm_b64_decode(const char *text, size_t len, uint8_t **out, size_t *out_len)
+/* Decode; on failure *why says what is wrong (a static string). */
+static int b64_decode(const char *text, size_t len, uint8_t **out, size_t *out_len,
+                      const char **why)
 {
-    if (len % 4 != 0)
-        return crb_error(CR_ERR_METADATA_MALFORMED, "base64: length %zu is not a multiple of 4",
-                         len);
+    if (len % 4 != 0) {
+        *why = "is not base64 (length not a multiple of 4)";
+        return CR_ERR_METADATA_MALFORMED;
+    }
     size_t pad = 0;
     if (len > 0 && text[len - 1] == '=')
         pad = (len > 1 && text[len - 2] == '=') ? 2 : 1;
     size_t n = len / 4 * 3 - pad;
     uint8_t *d = malloc(n + 1);
-    if (d == NULL)
-        return crb_error(CR_ERR_NO_MEMORY, "base64 decode of %zu characters", len);
+    if (d == NULL) {
+        *why = "out of memory";
+        return CR_ERR_NO_MEMORY;
+    }
     size_t o = 0;
     for (size_t i = 0; i < len; i += 4) {
         bool last = i + 4 == len;
@@ -93,16 +98,16 @@ int crm_b64_decode(const char *text, size_t len, uint8_t **out, size_t *out_len)
             v[k] = b64_value(c);
             if (v[k] < 0) {
                 free(d);
-                return crb_error(CR_ERR_METADATA_MALFORMED,
-                                 "base64: invalid character 0x%02x at offset %zu", c,
-                                 i + (size_t)k);
+                *why = "is not base64 (a character outside the alphabet)";
+                return CR_ERR_METADATA_MALFORMED;
             }
         }
         uint32_t w =
             (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
         if (last && ((pad == 1 && (w & 0xff) != 0) || (pad == 2 && (w & 0xffff) != 0))) {
             free(d);
-            return crb_error(CR_ERR_METADATA_MALFORMED, "base64: non-zero padding bits");
+            *why = "is not base64 (non-zero padding bits)";
+            return CR_ERR_METADATA_MALFORMED;
         }
         d[o++] = (uint8_t)(w >> 16);
         if (!last || pad < 2)
@@ -113,6 +118,15 @@ int crm_b64_decode(const char *text, size_t len, uint8_t **out, size_t *out_len)
     d[o] = 0;
     *out = d;
     *out_len = o;
+    return 0;
+}
+
+int crm_b64_decode(const char *text, size_t len, uint8_t **out, size_t *out_len)
+{
+    const char *why = "";
+    int rc = b64_decode(text, len, out, out_len, &why);
+    if (rc < 0)
+        return crb_error(rc, "base64 of %zu characters: %s", len, why);
     return 0;
 }
 
@@ -490,13 +504,13 @@ static int get_bytes(const dctx *d, json_t *obj, const char *name, uint8_t **out
     }
     if (!json_is_string(v))
         return bad(d, name, "is not a base64 string");
-    int rc = crm_b64_decode(json_string_value(v), json_string_length(v), out, len);
-    if (rc == CR_ERR_METADATA_MALFORMED) {
-        char detail[200];
-        snprintf(detail, sizeof(detail), "%s", cr_last_error_message());
-        return bad(d, name, detail);
-    }
-    return rc;
+    const char *why = "";
+    int rc = b64_decode(json_string_value(v), json_string_length(v), out, len, &why);
+    if (rc == CR_ERR_METADATA_MALFORMED)
+        return bad(d, name, why[0] != '\0' ? why : "is not base64");
+    if (rc < 0)
+        return crb_error(rc, "etcd %s: field '%s': %s", d->reply, name, why);
+    return 0;
 }
 
 /* The response header: every field typed; *revision = header.revision. */
