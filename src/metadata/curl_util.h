@@ -16,6 +16,8 @@
 
 #include <curl/curl.h>
 
+#include "metadata/quote.h"
+
 #define CRM_CURL_POOL_MAX 4
 
 /**
@@ -59,9 +61,5 @@ size_t crm_curl_on_body(char *ptr, size_t size, size_t nmemb, void *userdata);
 
 /** Append bytes to a body (the collector's core, also used by stream readers). */
 bool crm_curl_body_append(crm_curl_body *b, const char *ptr, size_t n);
-
-/* A printable excerpt of at most CRM_QUOTE_MAX bytes of p[0..n). */
-#define CRM_QUOTE_MAX 96
-void crm_quote(const char *p, size_t n, char out[CRM_QUOTE_MAX + 1]);
 
 #endif

@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "metadata/curl_util.h"
 #include "metadata/etcd_codec.h"
+#include "metadata/quote.h"
 
 /* ------------------------------------------------------------------------ */
 /* base64                                                                   */
