@@ -290,6 +290,13 @@ int crm_etcd_lease_check(const crm_etcd_lease *l, uint64_t *valid_until_ms);
  */
 int crm_etcd_lease_release(crm_etcd_lease *l, bool revoke);
 
+/**
+ * Revoke a lease by id (one this client does not hold: e.g. a dead leader's,
+ * read from its key's kv.lease). Its keys are deleted at once. A lease etcd
+ * no longer knows counts as revoked (0).
+ */
+int crm_etcd_revoke_lease_id(crm_etcd *c, int64_t id);
+
 /* ----------------------------------------------------------------------- */
 /* Watch                                                                   */
 

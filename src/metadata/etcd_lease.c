@@ -234,15 +234,17 @@ int crm_etcd_lease_check(const crm_etcd_lease *l, uint64_t *valid_until_ms)
     return 0;
 }
 
-static int revoke(crm_etcd_lease *l)
+int crm_etcd_revoke_lease_id(crm_etcd *c, int64_t id)
 {
+    if (c == NULL || id == 0)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_etcd_revoke_lease_id: bad argument");
     char what[64];
-    snprintf(what, sizeof(what), "revoke of lease %" PRId64, l->id);
+    snprintf(what, sizeof(what), "revoke of lease %" PRId64, id);
     etcd_reply reply = {0};
     int grpc = 0;
-    int rc = crm_etcd_call(l->client, "/v3/lease/revoke", crm_etcd_json_lease_id(l->id),
-                           crb_now_ms() + (uint64_t)crm_etcd_request_timeout_ms(l->client), what,
-                           &reply, &grpc);
+    int rc =
+        crm_etcd_call(c, "/v3/lease/revoke", crm_etcd_json_lease_id(id),
+                      crb_now_ms() + (uint64_t)crm_etcd_request_timeout_ms(c), what, &reply, &grpc);
     if (rc == CR_ETCD_OPERATION_ERROR && grpc == CRM_GRPC_NOT_FOUND)
         return 0; /* already gone */
     if (rc == 0) {
@@ -275,7 +277,7 @@ static int release(crm_etcd_lease *l, bool revoke_it, bool unlink)
     }
     int rc = 0;
     if (revoke_it && l->status == 0)
-        rc = revoke(l);
+        rc = crm_etcd_revoke_lease_id(l->client, l->id);
     pthread_mutex_destroy(&l->lock);
     pthread_cond_destroy(&l->cond);
     free(l);
