@@ -47,17 +47,23 @@ typedef struct etcd_backend {
     pthread_mutex_t wake_lock;
     pthread_cond_t wake;
     atomic_bool lost;
+    atomic_bool repair_pending; /* a lease or re-put attempt failed: retry in the thread */
     bool stopping;
     pthread_t repair_thread;
 } etcd_backend;
+
+static void wake_repair(etcd_backend *eb)
+{
+    pthread_mutex_lock(&eb->wake_lock);
+    pthread_cond_signal(&eb->wake);
+    pthread_mutex_unlock(&eb->wake_lock);
+}
 
 static void on_lease_lost(void *arg, crm_etcd_lease *lease, int status)
 {
     etcd_backend *eb = arg;
     atomic_store(&eb->lost, true);
-    pthread_mutex_lock(&eb->wake_lock);
-    pthread_cond_signal(&eb->wake);
-    pthread_mutex_unlock(&eb->wake_lock);
+    wake_repair(eb);
 }
 
 /* Put every remembered key under the current lease. Caller holds lock. */
@@ -74,8 +80,24 @@ static int reput_locked(etcd_backend *eb)
     return 0;
 }
 
-/* A live lease with every remembered key under it. Caller holds lock. */
+/*
+ * A live lease with every remembered key under it. Caller holds lock. On
+ * failure the repair thread is asked to keep trying, so remembered keys come
+ * back once etcd answers even if nobody publishes again.
+ */
+static int ensure_lease_attempt_locked(etcd_backend *eb);
+
 static int ensure_lease_locked(etcd_backend *eb)
+{
+    int rc = ensure_lease_attempt_locked(eb);
+    if (rc < 0 && eb->table.n > 0) {
+        atomic_store(&eb->repair_pending, true);
+        wake_repair(eb);
+    }
+    return rc;
+}
+
+static int ensure_lease_attempt_locked(etcd_backend *eb)
 {
     bool alive =
         eb->lease != NULL && !atomic_load(&eb->lost) && crm_etcd_lease_check(eb->lease, NULL) == 0;
@@ -101,11 +123,12 @@ static void *repair_main(void *arg)
     bool retry = false;
     pthread_mutex_lock(&eb->wake_lock);
     while (!eb->stopping) {
-        if (!atomic_load(&eb->lost) && !retry) {
+        bool pending = atomic_load(&eb->repair_pending);
+        if (!atomic_load(&eb->lost) && !retry && !pending) {
             pthread_cond_wait(&eb->wake, &eb->wake_lock);
             continue;
         }
-        if (retry && !atomic_load(&eb->lost)) {
+        if ((retry || pending) && !atomic_load(&eb->lost)) {
             struct timespec ts = crb_deadline_ts(REPAIR_RETRY_MS);
             pthread_cond_timedwait(&eb->wake, &eb->wake_lock, &ts);
             if (eb->stopping)
@@ -113,6 +136,7 @@ static void *repair_main(void *arg)
         }
         pthread_mutex_unlock(&eb->wake_lock);
         pthread_mutex_lock(&eb->lock);
+        atomic_store(&eb->repair_pending, false);
         int rc = 0;
         if (eb->table.n == 0) {
             /* Nothing to keep: drop the dead lease, grant on the next publish. */
@@ -120,7 +144,7 @@ static void *repair_main(void *arg)
             eb->lease = NULL;
             atomic_store(&eb->lost, false);
         } else {
-            rc = ensure_lease_locked(eb);
+            rc = ensure_lease_attempt_locked(eb);
             if (rc < 0)
                 crb_log(CRB_LOG_WARN, "etcd metadata %s: cannot restore %zu published keys: %s",
                         eb->endpoints, eb->table.n, cr_last_error_message());
@@ -233,6 +257,7 @@ int crm_etcd_backend_create(const char *endpoints, int timeout_ms, int ttl_s, cr
     snprintf(eb->endpoints, sizeof(eb->endpoints), "%s", endpoints);
     eb->ttl_s = ttl_s;
     atomic_init(&eb->lost, false);
+    atomic_init(&eb->repair_pending, false);
     pthread_mutex_init(&eb->lock, NULL);
     pthread_mutex_init(&eb->wake_lock, NULL);
     pthread_condattr_t ca;
