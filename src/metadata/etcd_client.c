@@ -5,12 +5,15 @@
  * stream in etcd_watch.c, the JSON formats in etcd_codec.c.
  *
  * Failover: a call starts at `preferred` (the member that answered last)
- * and walks the list once. A member is passed over when it cannot be
- * connected within connect_ms, when the connection breaks or times out, or
+ * and walks the list, giving each member an equal share of the time left
+ * (at least 500 ms). A member is passed over when it cannot be connected
+ * within connect_ms, when the connection breaks or its share runs out, or
  * when it answers that it is unavailable (gRPC UNAVAILABLE or
- * DEADLINE_EXCEEDED, HTTP 502/503: no leader, no quorum, shutting down); if some member answered
- * "unavailable" and time is left, the walk is repeated after 100 ms (an election takes about a
- * second). Any other answer ends the call: a 200 reply, an etcd error
+ * DEADLINE_EXCEEDED, HTTP 502/503: no leader, no quorum, shutting down).
+ * If some member was unavailable or accepted the request without answering
+ * in its share (etcd drops proposals made during an election and never
+ * answers them) and time is left, the walk is repeated after 100 ms. Any
+ * other answer ends the call: a 200 reply, an etcd error
  * (ETCD_OPERATION_ERROR), or a reply that is not the gateway's
  * (ERR_METADATA_MALFORMED: a misconfigured endpoint should be loud).
  */
@@ -28,6 +31,7 @@
 #define DEFAULT_CONNECT_MS 1000
 #define MAX_TXN_OPS        64
 #define REASONS_MAX        600
+#define MIN_ATTEMPT_MS     500
 
 int crm_etcd_parse_endpoints(const char *text, crm_etcd_endpoints *out)
 {
@@ -157,6 +161,13 @@ typedef enum attempt_outcome {
 } attempt_outcome;
 
 /* Why a member was passed over, once per member (later rounds repeat it). */
+/* Did this transfer get as far as a TCP connection? */
+static bool connected(CURL *h)
+{
+    curl_off_t t = 0;
+    return curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &t) == CURLE_OK && t > 0;
+}
+
 static void append_reason(char *reasons, const char *member, const char *why)
 {
     char tag[CRB_HOST_MAX + 12];
@@ -238,7 +249,10 @@ static attempt_outcome attempt(crm_etcd *c, size_t idx, const char *path, const 
             char why[CURL_ERROR_SIZE + 64];
             snprintf(why, sizeof(why), "%s", errbuf[0] != '\0' ? errbuf : curl_easy_strerror(cc));
             append_reason(reasons, c->member[idx], why);
-            out = ATTEMPT_NEXT;
+            /* A member that accepted the request and then did not answer in
+             * its share of the time is worth another round (an election). */
+            out =
+                cc == CURLE_OPERATION_TIMEDOUT && connected(h) ? ATTEMPT_UNAVAILABLE : ATTEMPT_NEXT;
         }
         goto release;
     }
@@ -314,8 +328,16 @@ int crm_etcd_call(crm_etcd *c, const char *path, json_t *json, uint64_t deadline
             uint64_t now = crb_now_ms();
             if (now >= deadline_ms)
                 goto unavailable;
-            attempt_outcome o = attempt(c, idx, path, body, body_len, (long)(deadline_ms - now),
-                                        what, reply, grpc_code, &rc, reasons);
+            /* Share what is left among the members not tried yet this round
+             * (at least MIN_ATTEMPT_MS each), so one member stuck on a
+             * request etcd will never answer (a proposal dropped by an
+             * election) cannot eat the deadline of the whole list. */
+            long left = (long)(deadline_ms - now);
+            long budget = left / (long)(c->eps.n - i);
+            if (budget < MIN_ATTEMPT_MS)
+                budget = left < MIN_ATTEMPT_MS ? left : MIN_ATTEMPT_MS;
+            attempt_outcome o =
+                attempt(c, idx, path, body, body_len, budget, what, reply, grpc_code, &rc, reasons);
             if (o == ATTEMPT_REPLY) {
                 free(body);
                 return 0;

@@ -186,7 +186,7 @@ static pid_t spawn(const test_server *s, const char *log)
         execl(ETCD_BIN, ETCD_BIN, "--name", name, "--data-dir", data, "--listen-client-urls",
               client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
               "--initial-advertise-peer-urls", peer, "--initial-cluster", s->cluster,
-              "--initial-cluster-state", "new", "--initial-cluster-token", s->dir, "--logger",
+              "--initial-cluster-state", "new", "--initial-cluster-token", s->token, "--logger",
               "zap", "--log-level", "warn", (char *)NULL);
     } else {
         execl(REDIS_BIN, REDIS_BIN, "--port", port, "--bind", "127.0.0.1", "--dir", s->dir,
@@ -276,6 +276,8 @@ int etcd_cluster_start(test_server *members, int n)
         }
         for (int i = 0; i < n; i++) {
             snprintf(members[i].cluster, sizeof(members[i].cluster), "%s", cluster);
+            snprintf(members[i].token, sizeof(members[i].token), "crescent-%d-%u", (int)getpid(),
+                     (unsigned)members[0].port);
             if (launch(&members[i]) < 0)
                 return -1;
         }

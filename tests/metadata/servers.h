@@ -28,6 +28,7 @@ typedef struct test_server {
     uint16_t peer_port; /* etcd only */
     char endpoint[64];  /* "127.0.0.1:<port>" */
     char cluster[1024]; /* etcd: the --initial-cluster value */
+    char token[64];     /* etcd: the --initial-cluster-token (one per cluster) */
     bool registered;
 } test_server;
 
