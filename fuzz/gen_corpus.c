@@ -236,6 +236,55 @@ static void rpc_seeds(crp_buf *b)
 #undef RPC_SEED_
 }
 
+/* etcd gateway replies as a real etcd 3.4 sends them; the first byte picks
+ * the decoder in fuzz_etcd_reply.c (0 range, 1 txn, 2 watch, 3 grant,
+ * 4 keepalive, 5 delete, 6 put, 7 error, 8 base64). */
+static void etcd_replies(void)
+{
+#define H                                                                                          \
+    "\"header\":{\"cluster_id\":\"15118495548433857066\",\"member_id\":\"1366803315\","            \
+    "\"revision\":\"7\",\"raft_term\":\"2\"}"
+    static const struct {
+        char decoder;
+        const char *body;
+    } seeds[] = {
+        {0, "{" H ",\"kvs\":[{\"key\":\"Zm9v\",\"create_revision\":\"2\",\"mod_revision\":\"3\","
+            "\"version\":\"1\",\"value\":\"YmFy\",\"lease\":\"4111120366019810830\"}],\"count\":"
+            "\"1\"}"},
+        {0, "{" H "}"},
+        {1, "{" H ",\"succeeded\":true,\"responses\":[{\"response_put\":{\"header\":{\"revision\":"
+            "\"3\"}}}]}"},
+        {1, "{" H ",\"responses\":[{\"response_range\":{\"header\":{\"revision\":\"3\"},\"kvs\":"
+            "[{\"key\":\"bGVhZA==\",\"mod_revision\":\"3\",\"value\":\"YQ==\"}],\"count\":\"1\"}},"
+            "{\"response_delete_range\":{\"deleted\":\"1\"}}]}"},
+        {2, "{\"result\":{" H ",\"created\":true}}"},
+        {2,
+         "{\"result\":{" H ",\"events\":[{\"kv\":{\"key\":\"bGVhZA==\",\"create_revision\":\"3\","
+         "\"mod_revision\":\"3\",\"version\":\"1\",\"value\":\"YQ==\"}},{\"type\":\"DELETE\","
+         "\"kv\":"
+         "{\"key\":\"bGVhZA==\",\"mod_revision\":\"5\"}}]}}"},
+        {2, "{\"result\":{\"header\":{\"raft_term\":\"2\"},\"canceled\":true,\"compact_revision\":"
+            "\"5\"}}"},
+        {3, "{" H ",\"ID\":\"4111120366019810824\",\"TTL\":\"5\"}"},
+        {4, "{\"result\":{" H ",\"ID\":\"4111120366019810830\",\"TTL\":\"5\"}}\n"},
+        {4,
+         "{\"error\":{\"grpc_code\":14,\"http_code\":503,\"message\":\"etcdserver: no leader\"}}"},
+        {5, "{" H ",\"deleted\":\"1\"}"},
+        {6, "{" H "}"},
+        {7, "{\"error\":\"etcdserver: requested lease not found\",\"message\":\"etcdserver: "
+            "requested lease not found\",\"code\":5}"},
+        {8, "Zm9vYmE="},
+    };
+#undef H
+    for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {
+        char buf[1024];
+        size_t n = strlen(seeds[i].body);
+        buf[0] = seeds[i].decoder;
+        memcpy(buf + 1, seeds[i].body, n);
+        write_seed("etcd_reply", (int)i, buf, n + 1);
+    }
+}
+
 int main(int argc, char **argv)
 {
     crp_buf b = {0};
@@ -245,6 +294,7 @@ int main(int argc, char **argv)
     make_dir(root);
 
     headers();
+    etcd_replies();
 
     crp_challenge c;
     for (int i = 0; i < CRP_NONCE_SIZE; i++)

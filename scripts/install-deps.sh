@@ -11,7 +11,10 @@ PACKAGES=(
   libcurl4-openssl-dev  # HTTP metadata client
   libssl-dev            # HMAC-SHA256 for the shared-secret handshake
   libcmocka-dev         # C unit test framework
-  libjansson-dev        # crescent-master --config_path JSON files
+  libjansson-dev        # crescent-master --config_path JSON files; etcd v3 gateway JSON (libcrescent)
+  libhiredis-dev        # redis:// metadata backend (libcrescent)
+  etcd-server           # tests/metadata: real etcd 3.4 servers (/usr/bin/etcd); tests skip without
+  redis-server          # tests/metadata: real redis servers; tests skip without
   clang libclang-rt-14-dev  # sanitizers and libFuzzer
   clang-format          # scripts/check-format.sh (CTest format_check)
   python3-dev           # python/: the crescent._crescent extension (/usr/bin/python3)

@@ -47,9 +47,14 @@ typedef struct cr_engine_config {
     /** "host" or "host:port" peers use to reach us. Default "127.0.0.1". A
      *  port here is used as the RPC port when rpc_port is 0. */
     const char *local_hostname;
-    /** "P2PHANDSHAKE" (default) or "http://host:port/path". */
+    /** "P2PHANDSHAKE" (default), "http://host:port/path",
+     *  "etcd://host:port[,host:port...]" (or the bare endpoint list) or
+     *  "redis://host:port"; etcd and redis take "?ttl=<seconds>" (default
+     *  10): how long this engine's keys outlive it (docs/metadata.md). */
     const char *metadata;
-    /** Key prefix in a metadata server. Default "crescent". */
+    /** Key prefix in a metadata server. Default "mooncake" (Mooncake's
+     *  layout: <prefix>/ram/<segment>, <prefix>/rpc_meta/<segment>); the
+     *  default becomes "mooncake/<id>" when MC_METADATA_CLUSTER_ID is set. */
     const char *metadata_prefix;
     /** "tcp" (sockets only, even on one host), "shm" (same-host paths only:
      *  local memcpy, shared memory, process_vm_readv/writev), "ucx" (UCX

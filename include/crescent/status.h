@@ -98,7 +98,12 @@ extern "C" {
     X(ERR_SYSTEM, -3027, "system call failed")                                                     \
     X(ERR_NOT_FOUND, -3028, "not found")                                                           \
     X(ERR_DESCRIPTOR_FULL, -3029, "the segment descriptor cannot carry more registrations")        \
-    X(ERR_BUSY, -3030, "resource busy; retry later")
+    X(ERR_BUSY, -3030, "resource busy; retry later")                                               \
+    /* --- metadata servers (etcd, redis): -3100..-3119 --- */                                     \
+    X(ERR_METADATA_UNAVAILABLE, -3100, "no metadata server answered in time")                      \
+    X(ERR_LEASE_LOST, -3101, "lease expired or was revoked")                                       \
+    X(ERR_METADATA_MALFORMED, -3102, "malformed reply from the metadata server")                   \
+    X(ERR_ETCD_COMPACTED, -3103, "etcd revision was compacted")
 
 /** Status codes. 0 is success; every failure is negative. */
 typedef enum cr_status {

@@ -21,6 +21,8 @@
 #define MIN_SLICE          4096ull
 #define MAX_SLICE          (64ull << 20)
 #define DEFAULT_MAX_CONNS  4096
+/* Mooncake's key prefix, so operators find descriptors where Mooncake puts them. */
+#define CRE_DEFAULT_METADATA_PREFIX "mooncake"
 
 void cr_engine_config_init(cr_engine_config *cfg)
 {
@@ -28,7 +30,7 @@ void cr_engine_config_init(cr_engine_config *cfg)
     cfg->struct_size = sizeof(*cfg);
     cfg->local_hostname = "127.0.0.1";
     cfg->metadata = "P2PHANDSHAKE";
-    cfg->metadata_prefix = "crescent";
+    cfg->metadata_prefix = CRE_DEFAULT_METADATA_PREFIX;
     cfg->protocol = "auto";
 }
 
@@ -65,7 +67,21 @@ int cre_config_apply(cr_engine *e, const cr_engine_config *cfg)
         return crb_error(CR_ERR_INVALID_CONFIG, "protocol '%.64s' is empty or too long", proto);
     memcpy(e->protocol, proto, strlen(proto) + 1);
 
-    const char *prefix = cfg->metadata_prefix ? cfg->metadata_prefix : "crescent";
+    /* Mooncake's key layout: "mooncake/" or, with MC_METADATA_CLUSTER_ID,
+     * "mooncake/<id>/" in front of "ram/<segment>" and "rpc_meta/<segment>". */
+    const char *prefix = cfg->metadata_prefix ? cfg->metadata_prefix : CRE_DEFAULT_METADATA_PREFIX;
+    char clustered[sizeof(e->metadata_prefix)];
+    const char *cluster = getenv("MC_METADATA_CLUSTER_ID");
+    if (strcmp(prefix, CRE_DEFAULT_METADATA_PREFIX) == 0 && cluster != NULL && cluster[0] != '\0') {
+        size_t n = strlen(cluster);
+        while (n > 0 && cluster[n - 1] == '/')
+            n--;
+        if ((size_t)snprintf(clustered, sizeof(clustered), "%s/%.*s", prefix, (int)n, cluster) >=
+            sizeof(clustered))
+            return crb_error(CR_ERR_INVALID_CONFIG, "MC_METADATA_CLUSTER_ID '%.200s' is too long",
+                             cluster);
+        prefix = clustered;
+    }
     int rc = copy_str(e->metadata_prefix, sizeof(e->metadata_prefix), prefix, "metadata_prefix");
     if (rc < 0)
         return rc;

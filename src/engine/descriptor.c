@@ -3,7 +3,9 @@
  * (each buffer with the blobs its transports made) and the transports'
  * endpoints, cached in encoded form until the registry changes, served to
  * peers (DESC_GET) and, with a metadata server, published under
- * "<prefix>/ram/<segment>" next to "<prefix>/rpc_meta/<segment>" = "host:port".
+ * "<prefix>/ram/<segment>" next to "<prefix>/rpc_meta/<segment>" = "host:port"
+ * (crm_backend_publish: with etcd or redis the keys live under a TTL the
+ * backend keeps alive, so they vanish when this process dies).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,13 +140,13 @@ int cre_descriptor_publish(cr_engine *e)
     int rc = cre_descriptor_encoded(e, &enc);
     if (rc == 0) {
         meta_key(e, "ram", key, sizeof(key));
-        rc = e->metadata->ops->put(e->metadata, key, enc.data, enc.len);
+        rc = crm_backend_publish(e->metadata, key, enc.data, enc.len);
     }
     if (rc == 0) {
         char rpc[CRB_HOST_MAX + 8];
         int len = snprintf(rpc, sizeof(rpc), "%s:%u", e->hostname, (unsigned)e->rpc_port);
         meta_key(e, "rpc_meta", key, sizeof(key));
-        rc = e->metadata->ops->put(e->metadata, key, rpc, (size_t)len);
+        rc = crm_backend_publish(e->metadata, key, rpc, (size_t)len);
     }
     crp_buf_free(&enc);
     return rc;

@@ -8,16 +8,14 @@
  * any other status or transport failure is CR_ERR_METADATA naming the URL,
  * the key and the status or curl error.
  *
- * Design: libcurl easy handles, at most HTTP_POOL_MAX kept idle in a small
- * mutex-protected pool so that back-to-back calls reuse a kept-alive
- * connection; a call takes a handle out (or makes a new one), so any number of
- * threads may call at once and no handle is ever shared. Each request is
+ * Design: libcurl easy handles from a small pool (curl_util.h) so that
+ * back-to-back calls reuse a kept-alive connection; a call takes a handle out
+ * (or makes a new one), so any number of threads may call at once and no
+ * handle is ever shared. Each request is
  * bounded by the connect and total timeouts derived from timeout_ms.
  * Proxies are disabled: the metadata server sits on the cluster network, and
  * an inherited http_proxy would otherwise silently reroute (or break) every
- * lookup. curl_global_init runs once per process (pthread_once) and is never
- * undone, as libcurl requires for a library that cannot know when the last
- * user is gone.
+ * lookup.
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -31,14 +29,12 @@
 #include "base/error.h"
 #include "base/net.h"
 #include "metadata/backend.h"
+#include "metadata/curl_util.h"
 
 #define HTTP_DEFAULT_CONNECT_MS 1500
 #define HTTP_DEFAULT_TOTAL_MS   3000
-#define HTTP_POOL_MAX           4
 /* Below this size a PUT goes out without "Expect: 100-continue" (saves a round trip). */
 #define HTTP_EXPECT_THRESHOLD (1u << 20)
-/* How much of an error response body is quoted in the error message. */
-#define HTTP_ERROR_QUOTE_MAX 96
 
 typedef struct http_backend {
     crm_backend base;
@@ -46,100 +42,20 @@ typedef struct http_backend {
     char sep; /* '?' or '&', whichever starts the key parameter */
     long connect_ms;
     long total_ms;
-    pthread_mutex_t pool_lock;
-    CURL *pool[HTTP_POOL_MAX];
-    int npool;
+    crm_curl_pool pool;
 } http_backend;
-
-/* A response body being received. */
-typedef struct http_body {
-    char *data;
-    size_t len;
-    size_t cap;
-    size_t limit; /* bytes beyond this are dropped (error bodies are only quoted) */
-    bool oom;
-} http_body;
-
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_result;
-
-static void curl_init_once(void)
-{
-    curl_init_result = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
-static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-    http_body *b = userdata;
-    size_t n = size * nmemb;
-    size_t keep = b->limit - b->len < n ? b->limit - b->len : n;
-    if (keep == 0)
-        return n;
-    if (b->len + keep > b->cap) {
-        size_t cap = b->cap > 0 ? b->cap : 4096;
-        while (cap < b->len + keep)
-            cap = cap > SIZE_MAX / 2 ? b->len + keep : cap * 2;
-        char *p = realloc(b->data, cap);
-        if (p == NULL) {
-            b->oom = true;
-            return 0; /* makes curl fail the transfer with CURLE_WRITE_ERROR */
-        }
-        b->data = p;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, ptr, keep);
-    b->len += keep;
-    return n;
-}
-
-/* Printable excerpt of an error body for messages. */
-static void quote_body(const http_body *b, char out[HTTP_ERROR_QUOTE_MAX + 1])
-{
-    size_t n = b->len < HTTP_ERROR_QUOTE_MAX ? b->len : HTTP_ERROR_QUOTE_MAX;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)b->data[i];
-        out[i] = (c >= 0x20 && c < 0x7f) ? (char)c : ' ';
-    }
-    while (n > 0 && out[n - 1] == ' ')
-        n--;
-    out[n] = '\0';
-}
-
-static CURL *handle_acquire(http_backend *hb)
-{
-    CURL *h = NULL;
-    pthread_mutex_lock(&hb->pool_lock);
-    if (hb->npool > 0)
-        h = hb->pool[--hb->npool];
-    pthread_mutex_unlock(&hb->pool_lock);
-    return h != NULL ? h : curl_easy_init();
-}
-
-/* Forget the request's options but keep the connection cache, then park the handle. */
-static void handle_release(http_backend *hb, CURL *h)
-{
-    curl_easy_reset(h);
-    pthread_mutex_lock(&hb->pool_lock);
-    if (hb->npool < HTTP_POOL_MAX) {
-        hb->pool[hb->npool++] = h;
-        h = NULL;
-    }
-    pthread_mutex_unlock(&hb->pool_lock);
-    if (h != NULL)
-        curl_easy_cleanup(h);
-}
 
 /*
  * One request. On transport success returns 0 with the HTTP status in
  * *status and the body (up to resp->limit bytes) in resp.
  */
 static int http_request(http_backend *hb, const char *method, const char *key, const void *value,
-                        size_t len, http_body *resp, long *status)
+                        size_t len, crm_curl_body *resp, long *status)
 {
     if (key == NULL || key[0] == '\0')
         return crb_error(CR_ERR_INVALID_ARGUMENT, "metadata %s %.200s: the key is empty", method,
                          hb->url);
-    CURL *h = handle_acquire(hb);
+    CURL *h = crm_curl_pool_acquire(&hb->pool);
     if (h == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "metadata %s %.200s: curl_easy_init failed", method,
                          hb->url);
@@ -171,7 +87,7 @@ static int http_request(http_backend *hb, const char *method, const char *key, c
     SETOPT(CURLOPT_PROXY, "");
     SETOPT(CURLOPT_PROTOCOLS_STR, "http");
     SETOPT(CURLOPT_FOLLOWLOCATION, 0L);
-    SETOPT(CURLOPT_WRITEFUNCTION, on_body);
+    SETOPT(CURLOPT_WRITEFUNCTION, crm_curl_on_body);
     SETOPT(CURLOPT_WRITEDATA, resp);
     if (strcmp(method, "GET") == 0) {
         SETOPT(CURLOPT_HTTPGET, 1L);
@@ -221,15 +137,15 @@ free_request:
 free_escaped:
     curl_free(escaped);
 release_handle:
-    handle_release(hb, h);
+    crm_curl_pool_release(&hb->pool, h);
     return rc;
 }
 
 static int status_error(http_backend *hb, const char *method, const char *key, long status,
-                        const http_body *resp)
+                        const crm_curl_body *resp)
 {
-    char quoted[HTTP_ERROR_QUOTE_MAX + 1];
-    quote_body(resp, quoted);
+    char quoted[CRM_QUOTE_MAX + 1];
+    crm_quote(resp->data, resp->len, quoted);
     return crb_error(CR_ERR_METADATA, "metadata %s %.200s key '%.100s': HTTP %ld%s%s%s", method,
                      hb->url, key, status, quoted[0] != '\0' ? " (" : "", quoted,
                      quoted[0] != '\0' ? ")" : "");
@@ -238,7 +154,7 @@ static int status_error(http_backend *hb, const char *method, const char *key, l
 static int http_put(crm_backend *b, const char *key, const void *value, size_t len)
 {
     http_backend *hb = (http_backend *)b;
-    http_body resp = {.limit = HTTP_ERROR_QUOTE_MAX};
+    crm_curl_body resp = {.limit = CRM_QUOTE_MAX};
     long status = 0;
     int rc = http_request(hb, "PUT", key, value, len, &resp, &status);
     if (rc == 0 && status != 200)
@@ -250,7 +166,7 @@ static int http_put(crm_backend *b, const char *key, const void *value, size_t l
 static int http_get(crm_backend *b, const char *key, void **value, size_t *len)
 {
     http_backend *hb = (http_backend *)b;
-    http_body resp = {.limit = SIZE_MAX};
+    crm_curl_body resp = {.limit = SIZE_MAX};
     long status = 0;
     int rc = http_request(hb, "GET", key, NULL, 0, &resp, &status);
     if (rc < 0)
@@ -282,7 +198,7 @@ free_body:
 static int http_del(crm_backend *b, const char *key)
 {
     http_backend *hb = (http_backend *)b;
-    http_body resp = {.limit = HTTP_ERROR_QUOTE_MAX};
+    crm_curl_body resp = {.limit = CRM_QUOTE_MAX};
     long status = 0;
     int rc = http_request(hb, "DELETE", key, NULL, 0, &resp, &status);
     if (rc == 0 && status != 200 && status != 404)
@@ -294,9 +210,7 @@ static int http_del(crm_backend *b, const char *key)
 static void http_destroy(crm_backend *b)
 {
     http_backend *hb = (http_backend *)b;
-    for (int i = 0; i < hb->npool; i++)
-        curl_easy_cleanup(hb->pool[i]);
-    pthread_mutex_destroy(&hb->pool_lock);
+    crm_curl_pool_fini(&hb->pool);
     free(hb->url);
     free(hb);
 }
@@ -362,10 +276,9 @@ int crm_http_backend_create(const char *url, int timeout_ms, crm_backend **out)
                          "metadata URL '%.200s' is invalid: %s (expected http://host:port/path, "
                          "e.g. http://127.0.0.1:8080/metadata)",
                          url, problem);
-    pthread_once(&curl_once, curl_init_once);
-    if (curl_init_result != CURLE_OK)
-        return crb_error(CR_ERR_METADATA, "metadata URL '%.200s': curl_global_init failed: %s", url,
-                         curl_easy_strerror(curl_init_result));
+    int rc = crm_curl_global_init("metadata URL");
+    if (rc < 0)
+        return rc;
 
     http_backend *hb = calloc(1, sizeof(*hb));
     if (hb == NULL)
@@ -375,7 +288,7 @@ int crm_http_backend_create(const char *url, int timeout_ms, crm_backend **out)
         free(hb);
         return crb_error(CR_ERR_NO_MEMORY, "metadata URL '%.200s': out of memory", url);
     }
-    if (pthread_mutex_init(&hb->pool_lock, NULL) != 0) {
+    if (crm_curl_pool_init(&hb->pool) < 0) {
         free(hb->url);
         free(hb);
         return crb_error(CR_ERR_SYSTEM, "metadata URL '%.200s': pthread_mutex_init failed", url);

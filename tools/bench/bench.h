@@ -34,6 +34,7 @@
 int cb_engine_main(int argc, char **argv);
 int cb_master_main(int argc, char **argv);
 int cb_store_main(int argc, char **argv);
+int cb_metadata_main(int argc, char **argv);
 
 /* ---- util.c ------------------------------------------------------------- */
 

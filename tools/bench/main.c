@@ -23,6 +23,8 @@ static const subcommand subcommands[] = {
     {"engine", cb_engine_main, "transfer-engine READ/WRITE throughput and latency"},
     {"master", cb_master_main, "store master metadata operations per second"},
     {"store", cb_store_main, "store put/get between client processes vs the shm transport"},
+    {"metadata", cb_metadata_main,
+     "descriptor fetch latency per metadata backend (p2p/http/etcd/redis)"},
 };
 
 #define N_SUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))
