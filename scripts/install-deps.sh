@@ -12,6 +12,8 @@ PACKAGES=(
   libssl-dev            # HMAC-SHA256 for the shared-secret handshake
   libcmocka-dev         # C unit test framework
   libjansson-dev        # crescent-master --config_path JSON files
+  liburing-dev          # src/disk: io_uring I/O of the SSD tier's bucket files
+  libxxhash-dev         # src/disk: XXH3 checksums of on-disk records
   clang libclang-rt-14-dev  # sanitizers and libFuzzer
   clang-format          # scripts/check-format.sh (CTest format_check)
   python3-dev           # python/: the crescent._crescent extension (/usr/bin/python3)

@@ -96,7 +96,13 @@ extern "C" {
     X(ERR_SHUTDOWN, -3025, "engine is shutting down")                                              \
     X(ERR_REMOTE, -3026, "peer reported an error")                                                 \
     X(ERR_SYSTEM, -3027, "system call failed")                                                     \
-    X(ERR_NOT_FOUND, -3028, "not found")
+    X(ERR_NOT_FOUND, -3028, "not found")                                                           \
+    /* --- disk tier (src/disk): -3120..-3139 --- */                                               \
+    X(ERR_DISK_FULL, -3120, "disk tier is full and nothing can be evicted")                        \
+    X(ERR_DISK_IO, -3121, "disk I/O failed")                                                       \
+    X(ERR_DISK_CORRUPT, -3122, "on-disk data is corrupt")                                          \
+    X(ERR_DISK_LOCKED, -3123, "disk tier directory is in use by another process")                  \
+    X(ERR_DISK_DIRECT_IO, -3124, "O_DIRECT I/O is refused by the filesystem")
 
 /** Status codes. 0 is success; every failure is negative. */
 typedef enum cr_status {
