@@ -107,7 +107,7 @@ static inline int tu_buckets(const char *dir, char names[][64], int cap)
         if (l < 4 || strcmp(de->d_name + l - 4, ".bkt") != 0)
             continue;
         if (n < cap)
-            snprintf(names[n], 64, "%s", de->d_name);
+            snprintf(names[n], 64, "%.63s", de->d_name);
         n++;
     }
     closedir(d);

@@ -239,7 +239,7 @@ struct crf_store {
     /* compaction */
     pthread_mutex_t compact_mu;
     pthread_t maint_thread;
-    bool maint_started;
+    atomic_bool maint_started; /* read by the I/O thread (crf_kick_maint) */
     pthread_mutex_t maint_mu;
     pthread_cond_t maint_cv;
     bool maint_kick, maint_stop; /* (maint_mu) */
