@@ -321,9 +321,9 @@ static int reseal(crf_store *s, crf_bucket *b, const char *name, const rec_list 
     return rc;
 }
 
-static void drop_file(crf_store *s, const char *name, const char *why)
+static void drop_file(crf_store *s, const char *name, const char *why, int level)
 {
-    crb_log(CRB_LOG_WARN, "disk: removing %s/%s: %s", s->path, name, why);
+    crb_log(level, "disk: removing %s/%s: %s", s->path, name, why);
     unlinkat(s->dir_fd, name, 0);
     s->rec_dropped++;
 }
@@ -356,7 +356,8 @@ static int load_bucket(crf_store *s, uint64_t id, window *win, rec_list *recs, u
         crf_bucket_header_decode(win->buf, CRF_BUCKET_HEADER_SIZE, &bh) != 0 ||
         bh.bucket_id != id) {
         close(fd);
-        drop_file(s, name, "no valid bucket header (it was created just before a crash)");
+        drop_file(s, name, "no valid bucket header (created just before a crash, or damaged)",
+                  CRB_LOG_WARN);
         return 0;
     }
     crf_bucket *b = calloc(1, sizeof(*b));
@@ -387,7 +388,7 @@ static int load_bucket(crf_store *s, uint64_t id, window *win, rec_list *recs, u
         if (recs->n == first) {
             close(fd);
             free(b);
-            drop_file(s, name, "no complete record");
+            drop_file(s, name, "no complete record (created just before a crash)", CRB_LOG_INFO);
             return 0;
         }
         if ((rc = reseal(s, b, name, recs, first, data_end, &file_len)) != 0)
