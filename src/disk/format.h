@@ -41,6 +41,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "crescent/status.h"
+
 #define CRF_BLOCK              4096u /* layout alignment: header block, aligned values */
 #define CRF_RECORD_ALIGN       8u    /* records start at multiples of this */
 #define CRF_FORMAT_VERSION     1u
