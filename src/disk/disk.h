@@ -131,7 +131,7 @@ typedef struct crf_config {
     void *on_evict_arg;
 } crf_config;
 
-/** Defaults (see crf_config). Never fails. */
+/** Defaults (see crf_config). Never fails. Pure; any thread. */
 void crf_config_init(crf_config *cfg);
 
 /**
@@ -139,6 +139,7 @@ void crf_config_init(crf_config *cfg);
  * ones leave the field alone). A value that does not parse is
  * CR_ERR_INVALID_CONFIG naming the variable and the text; cfg is then
  * unchanged. MOONCAKE_OFFLOAD_FILE_STORAGE_PATH is pointed to, not copied.
+ * Any thread (reads the environment; do not setenv concurrently).
  */
 int crf_config_from_env(crf_config *cfg);
 
@@ -147,14 +148,15 @@ int crf_config_from_env(crf_config *cfg);
  * second opener gets CR_ERR_DISK_LOCKED), probe O_DIRECT, read every bucket
  * (sealed ones by their footer, others record by record: a torn tail is cut
  * off and the bucket sealed), rebuild the index and start the threads.
- * *out on success; close it with crf_close.
+ * *out on success; close it with crf_close. cfg is copied (path too).
+ * Any thread; blocks for the directory's size.
  */
 int crf_open(const crf_config *cfg, crf_store **out);
 
 /**
  * Finish every call in flight, seal the active bucket, stop the threads,
  * release the lock and free the store. NULL is ignored. No call may run on
- * the store concurrently with or after crf_close.
+ * the store concurrently with or after crf_close. Blocks until drained.
  */
 void crf_close(crf_store *s);
 
@@ -168,7 +170,7 @@ typedef struct crf_put_item {
     size_t meta_len; /* 0..CRF_MAX_META */
 } crf_put_item;
 
-/** Store one value (see crf_put_batch). */
+/** Store one value (see crf_put_batch). Any thread but the I/O thread; blocks. */
 int crf_put(crf_store *s, const void *key, size_t key_len, const void *value, uint64_t value_len,
             const void *meta, size_t meta_len);
 
@@ -178,6 +180,9 @@ int crf_put(crf_store *s, const void *key, size_t key_len, const void *value, ui
  * item's error (CR_ERR_DISK_FULL, CR_ERR_DISK_IO, CR_INVALID_KEY,
  * CR_INVALID_PARAMS). Returns 0 when the call ran (even if items failed),
  * negative when it could not run at all (results then unwritten).
+ * Items are borrowed for the call. Any number of threads at once, not the
+ * I/O thread (on_evict); blocks until every record has landed (and, under
+ * CRF_SYNC_PUT, is durable).
  */
 int crf_put_batch(crf_store *s, const crf_put_item *items, size_t n, int *results);
 
@@ -193,30 +198,33 @@ typedef struct crf_get_item {
  * Read one value into dst. Returns its length (>= 0), or CR_OBJECT_NOT_FOUND,
  * CR_BUFFER_OVERFLOW (dst_len too short; nothing written), CR_CHECKSUM_MISMATCH
  * (the bytes read do not match the record: dst holds garbage, the key is
- * dropped from the index), CR_ERR_DISK_IO.
+ * dropped from the index), CR_ERR_DISK_IO. dst is written by the kernel
+ * and the calling thread only while the call runs. Any thread but the I/O
+ * thread; blocks.
  */
 int64_t crf_get(crf_store *s, const void *key, size_t key_len, void *dst, uint64_t dst_len);
 
 /**
  * Read n values; results[i] as crf_get returns. All reads go to the I/O
- * thread in one submission. Returns 0 when the call ran.
+ * thread in one submission. Returns 0 when the call ran. Threading as
+ * crf_get.
  */
 int crf_get_batch(crf_store *s, const crf_get_item *items, size_t n, int64_t *results);
 
-/** Remove a key: 0, or CR_OBJECT_NOT_FOUND. Durable as a put is. */
+/** Remove a key: 0, or CR_OBJECT_NOT_FOUND. Durable as a put is. Threading as crf_put. */
 int crf_remove(crf_store *s, const void *key, size_t key_len);
 
 /**
  * Describe a key without reading its value. *out's key points to a copy
  * owned by the calling thread, valid until its next crf_stat.
- * 0 or CR_OBJECT_NOT_FOUND.
+ * 0 or CR_OBJECT_NOT_FOUND. Any thread (index lock only; no I/O).
  */
 int crf_stat(crf_store *s, const void *key, size_t key_len, crf_key_info *out);
 
 /**
  * Call fn for every live key (in no particular order) while holding the
  * index lock: fn must not call into the store. Returns 0, or fn's first
- * non-zero return.
+ * non-zero return. Any thread; blocks writers' index updates meanwhile.
  */
 int crf_for_each(crf_store *s, crf_visit_fn fn, void *arg);
 
@@ -226,13 +234,16 @@ int crf_for_each(crf_store *s, crf_visit_fn fn, void *arg);
  * record), worst first: live records are re-appended, then the old file is
  * unlinked. Gets running meanwhile return the right bytes or (for keys
  * removed meanwhile) a clean miss. Returns the number of buckets compacted.
+ * Any thread but the I/O thread; one compaction runs at a time (others wait).
  */
 int crf_compact(crf_store *s, uint32_t max_buckets, bool force);
 
-/** Seal the active bucket now (write its footer); the next put opens a new one. */
+/** Seal the active bucket now (write its footer); the next put opens a new one.
+ *  Threading as crf_put. */
 int crf_seal(crf_store *s);
 
-/** Make every record written so far durable (fdatasync of the active bucket). */
+/** Make every record written so far durable (fdatasync of every bucket written since its
+ *  last one, and of the directory). Threading as crf_put. */
 int crf_sync(crf_store *s);
 
 /** Counters and state; a snapshot, any thread. */
@@ -260,6 +271,7 @@ typedef struct crf_stats {
     char io_reason[160]; /* why O_DIRECT is or is not used */
 } crf_stats;
 
+/** Fill *out (zeros for a NULL store). Any thread. */
 void crf_get_stats(crf_store *s, crf_stats *out);
 
 #endif
