@@ -22,7 +22,8 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.environ.get("CRESCENT_SOURCE_DIR") or os.path.join(HERE, ".."))
-PKG_CONFIG_DEPS = ["msgpack", "libcurl", "libcrypto", "jansson", "hiredis"]  # what libcrescent links
+PKG_CONFIG_DEPS = ["msgpack", "libcurl", "libcrypto", "jansson", "hiredis", "liburing",
+                   "libxxhash"]  # what libcrescent links
 TOOLS = {"crescent-master": "tools/master", "crescent-metadata-server": "tools/metadata-server"}
 
 

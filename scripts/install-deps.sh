@@ -15,6 +15,8 @@ PACKAGES=(
   libhiredis-dev        # redis:// metadata backend (libcrescent)
   etcd-server           # tests/metadata: real etcd 3.4 servers (/usr/bin/etcd); tests skip without
   redis-server          # tests/metadata: real redis servers; tests skip without
+  liburing-dev          # src/disk: io_uring I/O of the SSD tier's bucket files
+  libxxhash-dev         # src/disk: XXH3 checksums of on-disk records
   clang libclang-rt-14-dev  # sanitizers and libFuzzer
   clang-format          # scripts/check-format.sh (CTest format_check)
   python3-dev           # python/: the crescent._crescent extension (/usr/bin/python3)

@@ -11,7 +11,7 @@ ctest --test-dir build-asan --output-on-failure -j2 --timeout 600 -E '^bench_'
 
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 BUILD_DIR=build-tsan BUILD_TYPE=RelWithDebInfo bash scripts/build.sh -DCRESCENT_SANITIZE=thread
-ctest --test-dir build-tsan --output-on-failure -j2 --timeout 600 -R '^engine_|^metadata_|^master_concurrency|^master_rpc_server|^store_'
+ctest --test-dir build-tsan --output-on-failure -j2 --timeout 600 -R '^engine_|^metadata_|^master_concurrency|^master_rpc_server|^store_|^disk_'
 
 if [ -f fuzz/CMakeLists.txt ]; then
   CC=clang BUILD_DIR=build-fuzz bash scripts/build.sh -DCRESCENT_FUZZ=ON

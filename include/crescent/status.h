@@ -103,7 +103,13 @@ extern "C" {
     X(ERR_METADATA_UNAVAILABLE, -3100, "no metadata server answered in time")                      \
     X(ERR_LEASE_LOST, -3101, "lease expired or was revoked")                                       \
     X(ERR_METADATA_MALFORMED, -3102, "malformed reply from the metadata server")                   \
-    X(ERR_ETCD_COMPACTED, -3103, "etcd revision was compacted")
+    X(ERR_ETCD_COMPACTED, -3103, "etcd revision was compacted")                                    \
+    /* --- disk tier (src/disk): -3120..-3139 --- */                                               \
+    X(ERR_DISK_FULL, -3120, "disk tier is full and nothing can be evicted")                        \
+    X(ERR_DISK_IO, -3121, "disk I/O failed")                                                       \
+    X(ERR_DISK_CORRUPT, -3122, "on-disk data is corrupt")                                          \
+    X(ERR_DISK_LOCKED, -3123, "disk tier directory is in use by another process")                  \
+    X(ERR_DISK_DIRECT_IO, -3124, "O_DIRECT I/O is refused by the filesystem")
 
 /** Status codes. 0 is success; every failure is negative. */
 typedef enum cr_status {

@@ -9,7 +9,8 @@
  *               the verification pattern, the progress line
  *   child.c     fork+exec of /proc/self/exe with stdin/stdout pipes
  *   baseline.c  plain TCP socket copy and memcpy reference measurements
- * Only the public crescent headers are used; no src/ internals.
+ * Only the public crescent headers are used, except by disk_bench.c, which
+ * measures the disk tier's layer (src/disk) before it has a public API.
  */
 #ifndef CRESCENT_BENCH_H
 #define CRESCENT_BENCH_H
@@ -35,6 +36,7 @@ int cb_engine_main(int argc, char **argv);
 int cb_master_main(int argc, char **argv);
 int cb_store_main(int argc, char **argv);
 int cb_metadata_main(int argc, char **argv);
+int cb_disk_main(int argc, char **argv); /* links the disk layer (src/disk) directly */
 
 /* ---- util.c ------------------------------------------------------------- */
 

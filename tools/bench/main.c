@@ -25,6 +25,7 @@ static const subcommand subcommands[] = {
     {"store", cb_store_main, "store put/get between client processes vs the shm transport"},
     {"metadata", cb_metadata_main,
      "descriptor fetch latency per metadata backend (p2p/http/etcd/redis)"},
+    {"disk", cb_disk_main, "disk tier offload/disk-hit throughput vs plain O_DIRECT I/O"},
 };
 
 #define N_SUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))

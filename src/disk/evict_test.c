@@ -1,0 +1,302 @@
+/*
+ * evict_test.c - the capacity limit: CR_ERR_DISK_FULL when nothing can be
+ * evicted (policy none, a value larger than the capacity, the key limit),
+ * LRU and FIFO eviction order with the on_evict callback, no resurrection
+ * of an older value after its newer record was evicted (also across a
+ * reopen), and the filesystem's own limit (RLIMIT_FSIZE: EFBIG) reported as
+ * CR_ERR_DISK_FULL without a hang.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+#include "disk/disk.h"
+#include "disk/disk_test_util.h"
+
+#define VAL (256u << 10)
+
+typedef struct fixture {
+    char *dir;
+    crf_config cfg;
+    crf_store *s;
+    char evicted[256][32];
+    int n_evicted;
+} fixture;
+
+static void on_evict(void *arg, const crf_key_info *keys, size_t n)
+{
+    fixture *f = arg;
+    for (size_t i = 0; i < n && f->n_evicted < 256; i++) {
+        snprintf(f->evicted[f->n_evicted], 32, "%.*s", (int)keys[i].key_len,
+                 (const char *)keys[i].key);
+        f->n_evicted++;
+    }
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    f->dir = tu_mkdtemp("evict");
+    assert_non_null(f->dir);
+    crf_config_init(&f->cfg);
+    f->cfg.path = f->dir;
+    /* Four records of 256 KiB a bucket (~1.03 MiB file); room for four buckets. */
+    f->cfg.bucket_keys_limit = 4;
+    f->cfg.bucket_size_limit = 2u << 20;
+    f->cfg.capacity_bytes = (4u << 20) + (256u << 10);
+    f->cfg.background_compaction = false;
+    f->cfg.on_evict = on_evict;
+    f->cfg.on_evict_arg = f;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    crf_close(f->s);
+    tu_rmtree(f->dir);
+    free(f);
+    return 0;
+}
+
+static void open_store(fixture *f)
+{
+    int rc = crf_open(&f->cfg, &f->s);
+    if (rc != 0)
+        fail_msg("crf_open: %s: %s", cr_status_name(rc), cr_last_error_message());
+}
+
+static int put_v(crf_store *s, uint64_t id, uint64_t version, uint64_t len)
+{
+    char key[32];
+    tu_key(key, sizeof(key), id);
+    uint8_t *v = malloc(len + 1);
+    tu_fill(v, len, id, version);
+    int rc = crf_put(s, key, strlen(key), v, len, NULL, 0);
+    free(v);
+    return rc;
+}
+
+static int probe(crf_store *s, uint64_t id, uint64_t version, uint64_t len)
+{
+    char key[32];
+    tu_key(key, sizeof(key), id);
+    uint8_t *buf = malloc(len + 1);
+    int64_t got = crf_get(s, key, strlen(key), buf, len + 1);
+    int r = -1;
+    if (got == CR_OBJECT_NOT_FOUND)
+        r = 0;
+    else if (got == (int64_t)len && tu_check(buf, len, id, version))
+        r = 1;
+    free(buf);
+    return r;
+}
+
+static bool was_evicted(const fixture *f, uint64_t id)
+{
+    char key[32];
+    tu_key(key, sizeof(key), id);
+    for (int i = 0; i < f->n_evicted; i++)
+        if (strcmp(f->evicted[i], key) == 0)
+            return true;
+    return false;
+}
+
+static void test_full_without_eviction(void **state)
+{
+    fixture *f = *state;
+    f->cfg.eviction = CRF_EVICT_NONE;
+    open_store(f);
+    int rc = 0;
+    uint64_t n = 0;
+    while (n < 100 && (rc = put_v(f->s, n, 1, VAL)) == 0)
+        n++;
+    assert_int_equal(rc, CR_ERR_DISK_FULL);
+    assert_non_null(strstr(cr_last_error_message(), "full"));
+    assert_true(n >= 12 && n <= 17);
+    for (uint64_t i = 0; i < n; i++)
+        assert_int_equal(probe(f->s, i, 1, VAL), 1);
+    assert_int_equal(put_v(f->s, 1000, 1, VAL), CR_ERR_DISK_FULL); /* still full, still quick */
+    crf_stats st;
+    crf_get_stats(f->s, &st);
+    assert_true(st.file_bytes <= f->cfg.capacity_bytes);
+    assert_int_equal(f->n_evicted, 0);
+}
+
+static void test_value_larger_than_capacity(void **state)
+{
+    fixture *f = *state;
+    open_store(f);
+    assert_int_equal(put_v(f->s, 1, 1, 100), 0);
+    assert_int_equal(put_v(f->s, 2, 1, 5u << 20), CR_ERR_DISK_FULL);
+    assert_int_equal(probe(f->s, 1, 1, 100), 1); /* nothing was evicted for it */
+    assert_int_equal(f->n_evicted, 0);
+}
+
+/* Buckets A{0..3} B{4..7} C{8..11}; A is read; D and E need room: B goes, then C. */
+static void eviction_order(fixture *f, crf_eviction policy)
+{
+    f->cfg.eviction = policy;
+    open_store(f);
+    for (uint64_t i = 0; i < 12; i++)
+        assert_int_equal(put_v(f->s, i, 1, VAL), 0);
+    for (uint64_t i = 0; i < 4; i++)
+        assert_int_equal(probe(f->s, i, 1, VAL), 1);
+    for (uint64_t i = 12; i < 17; i++)
+        assert_int_equal(put_v(f->s, i, 1, VAL), 0);
+    crf_stats st;
+    crf_get_stats(f->s, &st);
+    assert_true(st.evicted_buckets >= 1);
+    assert_true(st.file_bytes <= f->cfg.capacity_bytes);
+    uint64_t gone = policy == CRF_EVICT_LRU ? 4 : 0; /* first bucket to go */
+    uint64_t kept = policy == CRF_EVICT_LRU ? 0 : 4; /* survives the first eviction */
+    for (uint64_t i = gone; i < gone + 4; i++) {
+        assert_int_equal(probe(f->s, i, 1, VAL), 0);
+        assert_true(was_evicted(f, i));
+    }
+    for (uint64_t i = kept; i < kept + 4; i++)
+        if (!was_evicted(f, i))
+            assert_int_equal(probe(f->s, i, 1, VAL), 1);
+    /* The callback's first keys are the first evicted bucket's. */
+    char key[32];
+    tu_key(key, sizeof(key), gone);
+    bool first_four = false;
+    for (int i = 0; i < 4 && i < f->n_evicted; i++)
+        first_four |= strcmp(f->evicted[i], key) == 0;
+    assert_true(first_four);
+    for (uint64_t i = 12; i < 17; i++)
+        assert_int_equal(probe(f->s, i, 1, VAL), 1);
+}
+
+static void test_lru_order(void **state)
+{
+    eviction_order(*state, CRF_EVICT_LRU);
+}
+
+static void test_fifo_order(void **state)
+{
+    eviction_order(*state, CRF_EVICT_FIFO);
+}
+
+/*
+ * Key 100 is put in bucket A, overwritten in B. A stays hot, B is evicted:
+ * 100 must be gone (a tombstone covers its old value in A), now and after a
+ * reopen.
+ */
+static void test_evicted_overwrite_stays_gone(void **state)
+{
+    fixture *f = *state;
+    open_store(f);
+    assert_int_equal(put_v(f->s, 100, 1, VAL), 0);
+    for (uint64_t i = 0; i < 3; i++)
+        assert_int_equal(put_v(f->s, i, 1, VAL), 0); /* A = {100, 0, 1, 2} */
+    assert_int_equal(put_v(f->s, 100, 2, VAL), 0);
+    for (uint64_t i = 3; i < 6; i++)
+        assert_int_equal(put_v(f->s, i, 1, VAL), 0); /* B = {100', 3, 4, 5} */
+    for (uint64_t i = 6; i < 10; i++)
+        assert_int_equal(put_v(f->s, i, 1, VAL), 0); /* C */
+    for (uint64_t i = 0; i < 3; i++)
+        assert_int_equal(probe(f->s, i, 1, VAL), 1); /* A is the most recent read */
+    for (uint64_t i = 10; i < 15; i++)
+        assert_int_equal(put_v(f->s, i, 1, VAL), 0); /* D, then E needs room: B goes */
+    assert_true(was_evicted(f, 100));
+    assert_int_equal(probe(f->s, 100, 1, VAL), 0);
+    assert_int_equal(probe(f->s, 0, 1, VAL), 1);
+    crf_close(f->s);
+    f->s = NULL;
+    open_store(f);
+    assert_int_equal(probe(f->s, 100, 1, VAL), 0);
+    assert_int_equal(probe(f->s, 100, 2, VAL), 0);
+    assert_int_equal(probe(f->s, 0, 1, VAL), 1);
+}
+
+static void test_key_limit(void **state)
+{
+    fixture *f = *state;
+    f->cfg.max_keys = 6;
+    f->cfg.eviction = CRF_EVICT_NONE;
+    open_store(f);
+    for (uint64_t i = 0; i < 6; i++)
+        assert_int_equal(put_v(f->s, i, 1, 100), 0);
+    assert_int_equal(put_v(f->s, 6, 1, 100), CR_ERR_DISK_FULL);
+    assert_int_equal(put_v(f->s, 5, 2, 100), 0); /* an existing key is not a new one */
+    crf_close(f->s);
+    f->s = NULL;
+    f->cfg.eviction = CRF_EVICT_LRU;
+    open_store(f);
+    assert_int_equal(put_v(f->s, 6, 1, 100), 0); /* evicts the oldest bucket instead */
+    assert_int_equal(probe(f->s, 6, 1, 100), 1);
+}
+
+/*
+ * A child limited to files of 3 MiB (RLIMIT_FSIZE, SIGXFSZ ignored) writes
+ * 256 KiB values into a store with a far larger capacity: the writes past
+ * the limit fail with EFBIG, which must come back as CR_ERR_DISK_FULL (not a
+ * hang, not a crash), with the values written before it still readable and
+ * the store writing on into a fresh bucket file.
+ */
+static int fsize_child(fixture *f)
+{
+    struct rlimit rl = {3u << 20, 3u << 20};
+    signal(SIGXFSZ, SIG_IGN);
+    alarm(60);
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+        return 10;
+    f->cfg.capacity_bytes = 1ull << 30;
+    f->cfg.bucket_keys_limit = 500;
+    f->cfg.bucket_size_limit = 64u << 20;
+    crf_store *s = NULL;
+    if (crf_open(&f->cfg, &s) != 0)
+        return 11;
+    uint64_t n = 0;
+    int rc = 0;
+    while (n < 64 && (rc = put_v(s, n, 1, VAL)) == 0)
+        n++;
+    if (rc != CR_ERR_DISK_FULL)
+        return 12;
+    if (n < 8 || n > 12)
+        return 13;
+    for (uint64_t i = 0; i < n; i++)
+        if (probe(s, i, 1, VAL) != 1)
+            return 14;
+    /* The failed bucket is abandoned; a new file is below the limit again. */
+    if (put_v(s, 1000, 1, VAL) != 0 || probe(s, 1000, 1, VAL) != 1)
+        return 15;
+    crf_close(s);
+    return 0;
+}
+
+static void test_file_size_limit(void **state)
+{
+    fixture *f = *state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(fsize_child(f));
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!WIFEXITED(st))
+        fail_msg("fsize child died with signal %d", WIFSIGNALED(st) ? WTERMSIG(st) : -1);
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_full_without_eviction, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_value_larger_than_capacity, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lru_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fifo_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_evicted_overwrite_stays_gone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_key_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_size_limit, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
