@@ -99,7 +99,9 @@ static void member_failover(void **state)
     crm_etcd *c;
     assert_int_equal(crm_etcd_open(&cfg, &c), 0);
     crm_etcd_lease *l;
-    assert_int_equal(crm_etcd_lease_grant(c, 2, NULL, NULL, &l), 0);
+    /* TTL 5 s: long enough that keepalives survive a leader election on a
+     * loaded machine (the election itself takes 1-3 s here under load). */
+    assert_int_equal(crm_etcd_lease_grant(c, 5, NULL, NULL, &l), 0);
     int64_t rev0 = 0;
     assert_int_equal(crm_etcd_put(c, "c/held", "v", 1, crm_etcd_lease_id(l), &rev0), 0);
     int first = member_of(crm_etcd_current_endpoint(c));
@@ -120,7 +122,7 @@ static void member_failover(void **state)
     assert_int_not_equal(member_of(crm_etcd_current_endpoint(c)), first);
 
     /* The lease outlives its TTL on keepalives through the other members. */
-    usleep(3000 * 1000);
+    usleep(5500 * 1000);
     assert_int_equal(crm_etcd_lease_check(l, NULL), 0);
     crm_etcd_kv kv;
     assert_int_equal(crm_etcd_get(c, "c/held", &kv, NULL), 0);
