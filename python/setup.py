@@ -75,7 +75,8 @@ class CMakeBuildExt(build_ext):
 ext = Extension(
     "crescent._crescent",
     sources=[os.path.join("src", f)
-             for f in ("module.c", "convert.c", "engine.c", "store.c", "common.c")],
+             for f in ("module.c", "convert.c", "engine.c", "store.c", "store_compat.c",
+                       "common.c")],
     extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
                         "-fvisibility=hidden"],
 )
