@@ -95,6 +95,8 @@ setup(
         "mooncake_master=mooncake.cli:master",
         "mooncake_http_metadata_server=mooncake.cli:metadata_server",
         "transfer_engine_bench=mooncake.te_bench:main",
+        "mc_store_rest_server=mooncake.mooncake_store_service:sync_main",
+        "transfer_engine_topology_dump=mooncake.transfer_engine_topology_dump:main",
     ]},
     python_requires=">=3.8",
     zip_safe=False,
