@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,4 +277,34 @@ int crx_metadata(const char *mooncake, const char **out)
             "http://host:port/metadata only (no etcd or redis yet)",
             m);
     return -1;
+}
+
+/* Mooncake variables the C interface does not act on, and what it does instead. */
+static const struct {
+    const char *name, *note;
+} env_notes[] = {
+    {"MC_TCP_BIND_ADDRESS", "crescent's engine binds and advertises the host of its name"},
+    {"MC_USE_IPV6", "the address family follows the host name (give an IPv6 address)"},
+    {"MC_HANDSHAKE_PORT", "peers handshake on the engine's one RPC port"},
+    {"MC_STORE_USE_HUGEPAGE", "no HugeTLB pages: memfd segments, transparent huge pages where "
+                              "the kernel enables them"},
+    {"MC_STORE_HUGEPAGE_SIZE", "no HugeTLB pages are allocated"},
+    {"MC_MMAP_ARENA_POOL_SIZE", "no mmap arena: memory is reserved lazily (MAP_NORESERVE)"},
+    {"MC_STORE_MEMCPY", "the protocol decides: rdma copies in-process with memcpy and on one "
+                        "host through shared memory; tcp uses sockets only"},
+    {"MC_TE_METRIC", "the C interface logs no throughput reports (the Python package does)"},
+    {"MC_STORE_CLIENT_METRIC_INTERVAL", "the store client keeps no metrics of its own; see the "
+                                        "master's /metrics"},
+};
+
+void crx_check_env(void)
+{
+    static atomic_flag done = ATOMIC_FLAG_INIT;
+    if (atomic_flag_test_and_set(&done))
+        return; /* once per process */
+    for (size_t i = 0; i < sizeof(env_notes) / sizeof(env_notes[0]); i++) {
+        const char *v = getenv(env_notes[i].name);
+        if (v != NULL && *v != '\0')
+            crx_log("%s=%s is not used by crescent: %s", env_notes[i].name, v, env_notes[i].note);
+    }
 }

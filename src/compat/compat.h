@@ -77,6 +77,10 @@ bool crx_env_flag(const char *name);
  * MC_FORCE_TCP makes every protocol "tcp".
  */
 int crx_protocol(const char *mooncake, const char **out);
+
+/** Name, once per process, each Mooncake environment variable this
+ *  interface does not act on, with what crescent does instead. */
+void crx_check_env(void);
 int crx_metadata(const char *mooncake, const char **out);
 
 #endif

@@ -127,6 +127,7 @@ CRX_EXPORT int mooncake_store_setup(mooncake_store_t store, const char *local_ho
     crx_store *x = as_store(store);
     if (x == NULL)
         return -1;
+    crx_check_env();
     const char *meta, *proto;
     if (crx_metadata(metadata_server, &meta) < 0 ||
         crx_protocol(protocol ? protocol : "tcp", &proto) < 0)

@@ -93,6 +93,7 @@ CRX_EXPORT transfer_engine_t createTransferEngine(const char *metadata_conn_stri
 {
     (void)rpc_port;      /* Mooncake picks the RPC port itself too */
     (void)auto_discover; /* crescent's transports need no topology discovery */
+    crx_check_env();
     const char *meta, *proto;
     if (crx_metadata(metadata_conn_string, &meta) < 0 || crx_protocol("auto", &proto) < 0)
         return NULL;

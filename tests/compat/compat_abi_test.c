@@ -14,7 +14,7 @@
  *       once the batch is seen complete; genNotifyInEngine; Mooncake's return
  *       conventions for errors (positive Status codes from submitTransfer,
  *       -7 for an overlapping registration, INVALID_BATCH, NULL transports
- *       for hardware crescent lacks).
+ *       for hardware crescent lacks); MC_HANDSHAKE_PORT is named on stderr.
  *   store_between_processes  the peer sets up (hostname port in
  *       12300..14300), puts a value with mooncake_store_put and three with
  *       mooncake_store_batch_put_from; this process reads them back with
@@ -205,7 +205,24 @@ static void te_between_processes(void **state)
     unsigned long long raddr = 0;
     assert_int_equal(sscanf(peer_cmd(&p, NULL), "READY %255s %llu", name, &raddr), 2);
 
+    /* The first engine of a process names the Mooncake variables it ignores. */
+    setenv("MC_HANDSHAKE_PORT", "12001", 1);
+    char errpath[] = "/tmp/compat_abi_stderr_XXXXXX";
+    int errfd = mkstemp(errpath);
+    assert_true(errfd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(errfd, 2);
     transfer_engine_t e = createTransferEngine("P2PHANDSHAKE", "127.0.0.1", "127.0.0.1", 0, 0);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char logged[4096] = {0};
+    pread(errfd, logged, sizeof(logged) - 1, 0);
+    close(errfd);
+    unlink(errpath);
+    unsetenv("MC_HANDSHAKE_PORT");
+    assert_non_null(strstr(logged, "MC_HANDSHAKE_PORT=12001 is not used by crescent"));
     assert_non_null(e);
     assert_non_null(installTransport(e, "tcp", NULL));
     assert_null(installTransport(e, "efa", NULL));

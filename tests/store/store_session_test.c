@@ -28,9 +28,15 @@
  *       then LEASE_EXPIRED: the renewal refuses a different replica.
  *   destroy_revokes  a put session left open is revoked when the table is
  *       destroyed: a new put of the key succeeds at once (it is not busy).
+ *   end_drains_concurrent_writes  four threads rewrite their pages of one
+ *       put session in a loop while the main thread ends it: end returns 0,
+ *       every writer then sees INVALID_PARAMS (sealed), and the object reads
+ *       back whole (end waited for the writes in flight).
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -406,12 +412,87 @@ static void destroy_revokes(void **state)
     pair_close(&p);
 }
 
+#define WRITERS          4
+#define PAGES_PER_WRITER 8
+
+typedef struct writer_arg {
+    pair *p;
+    int id;
+    atomic_int *ready;
+    int64_t last; /* the result that stopped it */
+    int rounds;
+} writer_arg;
+
+static void *writer_main(void *v)
+{
+    writer_arg *a = v;
+    const char *keys[1] = {"conc/k"};
+    uint8_t *src = a->p->wreg + (size_t)a->id * PAGES_PER_WRITER * PAGE;
+    for (;;) {
+        void *bufs[PAGES_PER_WRITER];
+        size_t sizes[PAGES_PER_WRITER];
+        uint64_t offs[PAGES_PER_WRITER];
+        for (int k = 0; k < PAGES_PER_WRITER; k++) {
+            bufs[k] = src + (size_t)k * PAGE;
+            sizes[k] = PAGE;
+            offs[k] = ((uint64_t)a->id * PAGES_PER_WRITER + (uint64_t)k) * PAGE;
+        }
+        void *const *b[1] = {bufs};
+        const size_t *z[1] = {sizes};
+        const uint64_t *o[1] = {offs};
+        size_t counts[1] = {PAGES_PER_WRITER};
+        int64_t res[1];
+        if (cr_store_batch_put_ranges(a->p->wt, keys, b, z, o, counts, 1, res) != 0 ||
+            res[0] != PAGES_PER_WRITER * PAGE) {
+            a->last = res[0];
+            return NULL;
+        }
+        if (a->rounds++ == 0)
+            atomic_fetch_add(a->ready, 1);
+    }
+}
+
+static void end_drains_concurrent_writes(void **state)
+{
+    (void)state;
+    pair p;
+    pair_open(&p);
+    uint64_t size = (uint64_t)WRITERS * PAGES_PER_WRITER * PAGE;
+    sp_fill(p.wreg, size, 66);
+    const char *keys[1] = {"conc/k"};
+    int r1[1];
+    assert_int_equal(cr_store_put_session_start(p.wt, keys, &size, 1, NULL, r1), 0);
+    assert_int_equal(r1[0], 0);
+    atomic_int ready = 0;
+    pthread_t th[WRITERS];
+    writer_arg args[WRITERS];
+    for (int i = 0; i < WRITERS; i++) {
+        args[i] = (writer_arg){&p, i, &ready, 0, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, writer_main, &args[i]), 0);
+    }
+    while (atomic_load(&ready) < WRITERS)
+        sh_sleep_ms(5);
+    sh_sleep_ms(30);
+    assert_int_equal(cr_store_put_session_end(p.wt, keys, 1, r1), 0);
+    assert_int_equal(r1[0], 0);
+    for (int i = 0; i < WRITERS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(args[i].last, CR_INVALID_PARAMS);
+        assert_true(args[i].rounds >= 1);
+    }
+    void *out = NULL;
+    assert_int_equal(cr_store_get(p.r, "conc/k", &out), (int64_t)size);
+    assert_memory_equal(out, p.wreg, size);
+    free(out);
+    pair_close(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(layerwise_round_trip),   cmocka_unit_test(session_errors),
         cmocka_unit_test(lease_held_for_session), cmocka_unit_test(replaced_object_expires),
-        cmocka_unit_test(destroy_revokes),
+        cmocka_unit_test(destroy_revokes),        cmocka_unit_test(end_drains_concurrent_writes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
