@@ -78,6 +78,15 @@ bool crx_env_flag(const char *name);
  */
 int crx_protocol(const char *mooncake, const char **out);
 
+/**
+ * Mooncake's (name, msg) notifications inside crescent's payloads
+ * (notify_frame.c): frame into a malloc'd *out of *len bytes (at most cap;
+ * -1 when longer or out of memory); parse a peer's payload (any bytes) into
+ * malloc'd NUL-terminated *name and *msg (sender names native ones).
+ */
+int crx_notify_frame(const char *name, const char *msg, size_t cap, char **out, size_t *len);
+int crx_notify_parse(const char *payload, size_t len, const char *sender, char **name, char **msg);
+
 /** Name, once per process, each Mooncake environment variable this
  *  interface does not act on, with what crescent does instead. */
 void crx_check_env(void);

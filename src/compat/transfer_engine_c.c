@@ -34,9 +34,7 @@
 #include "compat/compat.h"
 #include "transfer_engine_c.h"
 
-#define NOTIFY_MAGIC     "\0MCNOTIFY\0"
-#define NOTIFY_MAGIC_LEN 10
-#define ENGINE_MAGIC     0x43524e47u /* "CRNG" */
+#define ENGINE_MAGIC 0x43524e47u /* "CRNG" */
 
 typedef struct crx_segment {
     char *name;
@@ -512,17 +510,13 @@ static int send_notify(crx_engine *x, int32_t target, const char *name, const ch
     int rc = segment_handle(x, target, &h); /* logs its own failures */
     if (rc < 0)
         return rc;
-    size_t nl = strlen(name), ml = strlen(msg), len = NOTIFY_MAGIC_LEN + nl + 1 + ml;
-    if (len > CR_NOTIFY_MAX_MESSAGE) {
-        crx_log("notification of %zu bytes: at most %d fit", len, CR_NOTIFY_MAX_MESSAGE);
+    char *payload;
+    size_t len;
+    if (crx_notify_frame(name, msg, CR_NOTIFY_MAX_MESSAGE, &payload, &len) < 0) {
+        crx_log("notification '%s': name and message must fit %d bytes", name,
+                CR_NOTIFY_MAX_MESSAGE);
         return CR_ERR_INVALID_ARGUMENT;
     }
-    char *payload = malloc(len);
-    if (payload == NULL)
-        return CR_ERR_NO_MEMORY;
-    memcpy(payload, NOTIFY_MAGIC, NOTIFY_MAGIC_LEN);
-    memcpy(payload + NOTIFY_MAGIC_LEN, name, nl + 1);
-    memcpy(payload + NOTIFY_MAGIC_LEN + nl + 1, msg, ml);
     rc = cr_engine_notify(x->engine, h, payload, len);
     free(payload);
     if (rc < 0)
@@ -616,19 +610,8 @@ CRX_EXPORT notify_msg_t *getNotifsFromEngine(transfer_engine_t engine, int *size
         return NULL;
     notify_msg_t *out = calloc(n, sizeof(*out));
     for (size_t i = 0; out != NULL && i < n; i++) {
-        const char *m = list[i].message;
-        size_t len = list[i].length;
-        if (len > NOTIFY_MAGIC_LEN && memcmp(m, NOTIFY_MAGIC, NOTIFY_MAGIC_LEN) == 0) {
-            const char *name = m + NOTIFY_MAGIC_LEN;
-            size_t nl = strnlen(name, len - NOTIFY_MAGIC_LEN);
-            out[i].name = strndup(name, nl);
-            size_t rest = len - NOTIFY_MAGIC_LEN - nl;
-            out[i].msg = rest > 0 ? strndup(name + nl + 1, rest - 1) : strdup("");
-        } else { /* a crescent-native notification: the sender names it */
-            out[i].name = strdup(list[i].from);
-            out[i].msg = strndup(m, len);
-        }
-        if (out[i].name == NULL || out[i].msg == NULL) {
+        if (crx_notify_parse(list[i].message, list[i].length, list[i].from, &out[i].name,
+                             &out[i].msg) < 0) {
             freeNotifsMsgBuf(out, (int)n);
             out = NULL;
         }
