@@ -76,7 +76,8 @@ class CMakeBuildExt(build_ext):
 ext = Extension(
     "crescent._crescent",
     sources=[os.path.join("src", f)
-             for f in ("module.c", "convert.c", "engine.c", "store.c", "common.c")],
+             for f in ("module.c", "convert.c", "engine.c", "store.c", "store_compat.c",
+                       "common.c")],
     extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
                         "-fvisibility=hidden"],
 )
@@ -95,6 +96,8 @@ setup(
         "mooncake_master=mooncake.cli:master",
         "mooncake_http_metadata_server=mooncake.cli:metadata_server",
         "transfer_engine_bench=mooncake.te_bench:main",
+        "mc_store_rest_server=mooncake.mooncake_store_service:sync_main",
+        "transfer_engine_topology_dump=mooncake.transfer_engine_topology_dump:main",
     ]},
     python_requires=">=3.8",
     zip_safe=False,

@@ -19,6 +19,7 @@ declare -A ALLOWED=(
   [httpd]="base"
   [mdserver]="httpd base"
   [master]="mdserver httpd proto base"
+  [compat]=""  # libcrescent-mooncake-compat: crescent's public headers only
 )
 
 bad=0

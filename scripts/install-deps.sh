@@ -23,6 +23,8 @@ PACKAGES=(
   python3-pytest        # python/tests: the Python conformance suite
   python3-numpy         # python/tests: numpy arrays as sources and destinations
   python3-torch         # python/tests: torch tensors (~1 min to install; tests skip without)
+  python3-msgpack       # python/mooncake/structured_object_store: the msgpack_ragged codec
+  python3-aiohttp       # python/mooncake/mooncake_store_service: the REST service (as Mooncake's)
   python3-pip python3-setuptools python3-wheel  # pip install of python/ (offline)
 )
 

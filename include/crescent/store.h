@@ -303,6 +303,130 @@ CR_API int cr_store_get_replicas(cr_store *s, const char *key, cr_replica_info *
 CR_API int cr_store_batch_replica_clear(cr_store *s, const char *const *keys, size_t n,
                                         const char *segment, int *results);
 
+/* --- sessions (Mooncake's layer-wise ranged transfers) ------------------------ */
+
+/**
+ * A table of open get and put sessions on one store (Mooncake's
+ * batch_{get,put}_session_* and *_multi_buffer_ranges). A session is keyed
+ * by object key: opening one asks the master once, and the ranged calls
+ * that follow move bytes of the object without master round trips, so a
+ * layer-by-layer load or save of a KV block costs one master call per
+ * phase instead of one per layer.
+ *
+ * Get session: cr_store_get_session_start grants a read lease (as a get
+ * does) and caches the object's replicas. cr_store_batch_get_ranges then
+ * reads byte ranges of it. The lease is held for the session: a ranged call
+ * that finds less than half of the lease left renews it with one batched
+ * master call (only if the master still names the same replica: the same
+ * bytes, not an object written since). A session left idle until its lease
+ * runs out ends with CR_LEASE_EXPIRED at its next ranged call, as does a
+ * ranged call whose transfers outlast the lease (the bytes may be stale).
+ *
+ * Put session: cr_store_put_session_start allocates the objects
+ * (BATCH_PUT_START, invisible to readers) and cr_store_batch_put_ranges
+ * writes byte ranges into every replica; cr_store_put_session_end makes
+ * them readable (BATCH_PUT_END), cr_store_put_session_revoke releases them.
+ * End and revoke seal the session first (no later ranged write starts) and
+ * wait for ranged writes in flight. A session that is neither ended nor
+ * revoked is preempted by the master after its put_start_discard_timeout
+ * if another writer asks for the key.
+ *
+ * Results are per key, with Mooncake's conventions: CR_INVALID_PARAMS for a
+ * key without a session (or with one already, for a put start), for
+ * fragment lists of different lengths, and for a range outside the object;
+ * ranged calls give the bytes moved (the sum of the fragment sizes; 0 for no
+ * fragments) or a negative status. Each call returns 0 once it ran (every
+ * failure is reported per key), or CR_INVALID_PARAMS / CR_ERR_NO_MEMORY /
+ * CR_UNAVAILABLE_IN_CURRENT_STATUS for the call as a whole (results
+ * untouched).
+ *
+ * Threading: any thread may call any function at once; ranged calls on the
+ * same keys may overlap. The table borrows the store: destroy it before
+ * the store.
+ */
+typedef struct cr_store_sessions cr_store_sessions;
+
+/** An empty session table for store s (borrowed). Errors: CR_INVALID_PARAMS,
+ *  CR_ERR_NO_MEMORY. */
+CR_API int cr_store_sessions_create(cr_store *s, cr_store_sessions **out);
+
+/** Revoke the put sessions still open (best effort, if the store is still
+ *  open), drop the get sessions and free the table. No call may be in
+ *  flight. NULL is a no-op. */
+CR_API void cr_store_sessions_destroy(cr_store_sessions *t);
+
+/** Open (or reopen) a get session per key: results[i] is 0, or the key's
+ *  failure (CR_OBJECT_NOT_FOUND, CR_REPLICA_IS_NOT_READY while its first
+ *  put is in flight, CR_INVALID_KEY, RPC failures); a failed start drops any
+ *  earlier session of that key. */
+CR_API int cr_store_get_session_start(cr_store_sessions *t, const char *const *keys, size_t n,
+                                      int *results);
+
+/** Drop the get sessions of keys (absent ones are ignored). Returns 0. */
+CR_API int cr_store_get_session_end(cr_store_sessions *t, const char *const *keys, size_t n);
+
+/**
+ * Ranged batch get: for key i, fragment k reads sizes[i][k] bytes at byte
+ * offsets[i][k] of the object into registered memory bufs[i][k]
+ * (counts[i] fragments; 0-byte fragments move nothing). All fragments of
+ * all keys go in one engine batch; a key whose transfer failed is read
+ * again from its other replicas. results[i]: the bytes moved, or
+ * CR_INVALID_PARAMS (no session, range past the object's end, NULL
+ * arrays), CR_LEASE_EXPIRED (the session is dropped), CR_TRANSFER_FAIL.
+ */
+CR_API int cr_store_batch_get_ranges(cr_store_sessions *t, const char *const *keys,
+                                     void *const *const *bufs, const size_t *const *sizes,
+                                     const uint64_t *const *offsets, const size_t *counts, size_t n,
+                                     int64_t *results);
+
+/** Open a put session per key for an object of sizes[i] bytes with cfg's
+ *  placement: results[i] is 0, CR_INVALID_PARAMS (a session for the key is
+ *  open), CR_OBJECT_ALREADY_EXISTS, CR_OBJECT_REPLICA_BUSY, CR_NO_AVAILABLE_HANDLE,
+ *  ... (the master's answer). */
+CR_API int cr_store_put_session_start(cr_store_sessions *t, const char *const *keys,
+                                      const uint64_t *sizes, size_t n,
+                                      const cr_replicate_config *cfg, int *results);
+
+/**
+ * Ranged batch put: for key i, fragment k writes sizes[i][k] bytes of
+ * registered memory bufs[i][k] at byte offsets[i][k] of the object, into
+ * every replica, in one engine batch for all keys. results[i]: the bytes
+ * written (counted once, not per replica), or CR_INVALID_PARAMS (no open
+ * session, session sealed by end/revoke, range past the object's end),
+ * CR_TRANSFER_FAIL.
+ */
+CR_API int cr_store_batch_put_ranges(cr_store_sessions *t, const char *const *keys,
+                                     void *const *const *bufs, const size_t *const *sizes,
+                                     const uint64_t *const *offsets, const size_t *counts, size_t n,
+                                     int64_t *results);
+
+/** Seal, wait for ranged writes in flight, and make the objects readable:
+ *  results[i] is 0 (the session is closed), CR_INVALID_PARAMS (no session),
+ *  or the master's failure (the session stays, sealed, for a retry of end
+ *  or a revoke). */
+CR_API int cr_store_put_session_end(cr_store_sessions *t, const char *const *keys, size_t n,
+                                    int *results);
+
+/** Seal, wait for ranged writes in flight, and release the objects:
+ *  results[i] is 0 (also when the master no longer knows the key),
+ *  CR_INVALID_PARAMS (no session), or the master's failure (the session
+ *  stays for a retry). */
+CR_API int cr_store_put_session_revoke(cr_store_sessions *t, const char *const *keys, size_t n,
+                                       int *results);
+
+/* --- cluster ----------------------------------------------------------------- */
+
+/**
+ * The names of every segment mounted at the master (GET_ALL_SEGMENTS). On
+ * success *names_out owns an array of *n_out malloc'd strings (possibly
+ * NULL/0); free it with cr_store_free_names. Errors: CR_RPC_FAIL,
+ * CR_RPC_TIMEOUT, CR_UNAVAILABLE_IN_CURRENT_STATUS, CR_ERR_NO_MEMORY.
+ */
+CR_API int cr_store_list_segments(cr_store *s, char ***names_out, size_t *n_out);
+
+/** Free what cr_store_list_segments returned. NULL is a no-op. */
+CR_API void cr_store_free_names(char **names, size_t n);
+
 /* --- memory ------------------------------------------------------------------ */
 
 /** Register memory for zero-copy calls (host memory; "cpu:0"). */

@@ -13,6 +13,8 @@ from typing import Iterable, List, Optional
 
 __all__ = ["ReplicateConfig", "SoftPinAction"]
 
+_DATA_TYPE_MAX = 9  # ObjectDataType: UNKNOWN (0) .. GENERAL (9)
+
 
 class SoftPinAction(enum.IntEnum):
     """What a put does to an object's soft pin (Mooncake's SoftPinAction)."""
@@ -26,6 +28,19 @@ def _check_bool(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"ReplicateConfig.{name} must be bool, not {type(value).__name__}")
     return value
+
+
+_U64_LIMIT = 1 << 64
+
+
+def _check_u64(name: str, value: object) -> int:
+    """An unsigned 64-bit field, as Mooncake's bindings (pybind11 size_t /
+    uint64_t) take it: anything but an int in [0, 2**64) is a TypeError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"ReplicateConfig.{name} must be an int, not {type(value).__name__}")
+    if not 0 <= value < _U64_LIMIT:
+        raise TypeError(f"ReplicateConfig.{name} must be in [0, 2**64), not {value}")
+    return int(value)
 
 
 def _check_str_list(name: str, value: object) -> List[str]:
@@ -54,16 +69,29 @@ class ReplicateConfig:
         get_hostname()) tried first.
       prefer_alloc_in_same_node: bool = False -- place the single replica in
         this client's segment.
-      group_ids: list[str] | None = None -- per-key routing groups; accepted
-        and length-checked, placement ignores them.
+      group_ids: list[str] | None = None -- per-key object groups (one entry
+        per key of a batch; "" = ungrouped). The mooncake package places the
+        members of a group on one segment (see mooncake.store).
+      nof_replica_num: int = 0, dfs_replica_num: int = 0 -- replicas on
+        NVMe-oF SSDs / a DFS; crescent has neither tier, so a put asking for
+        them is refused with NOT_SUPPORTED (-1012).
+      preferred_nof_segments: list[str] = [] -- NoF placement preference;
+        only meaningful with nof_replica_num.
+
+    Integer fields take ints in [0, 2**64) only; anything else (negative,
+    too large, not an int) raises TypeError, as Mooncake's bindings do.
     """
 
-    __slots__ = ("_replica_num", "_with_hard_pin", "_soft_pin_action", "_soft_pin_ttl_ms",
-                 "_preferred_segment", "_preferred_segments", "_prefer_alloc_in_same_node",
-                 "_group_ids", "_data_type")
+    __slots__ = ("_replica_num", "_nof_replica_num", "_dfs_replica_num", "_with_hard_pin",
+                 "_soft_pin_action", "_soft_pin_ttl_ms", "_preferred_segment",
+                 "_preferred_segments", "_preferred_nof_segments",
+                 "_prefer_alloc_in_same_node", "_group_ids", "_data_type")
 
     def __init__(self) -> None:
         self._replica_num = 1
+        self._nof_replica_num = 0
+        self._dfs_replica_num = 0
+        self._preferred_nof_segments: List[str] = []
         self._with_hard_pin = False
         self._soft_pin_action = SoftPinAction.PRESERVE
         self._soft_pin_ttl_ms: Optional[int] = None
@@ -80,11 +108,23 @@ class ReplicateConfig:
 
     @replica_num.setter
     def replica_num(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"ReplicateConfig.replica_num must be int, not {type(value).__name__}")
-        if value < 0:
-            raise ValueError("ReplicateConfig.replica_num must not be negative")
-        self._replica_num = value
+        self._replica_num = _check_u64("replica_num", value)
+
+    @property
+    def nof_replica_num(self) -> int:
+        return self._nof_replica_num
+
+    @nof_replica_num.setter
+    def nof_replica_num(self, value: int) -> None:
+        self._nof_replica_num = _check_u64("nof_replica_num", value)
+
+    @property
+    def dfs_replica_num(self) -> int:
+        return self._dfs_replica_num
+
+    @dfs_replica_num.setter
+    def dfs_replica_num(self, value: int) -> None:
+        self._dfs_replica_num = _check_u64("dfs_replica_num", value)
 
     @property
     def with_hard_pin(self) -> bool:
@@ -111,13 +151,7 @@ class ReplicateConfig:
 
     @soft_pin_ttl_ms.setter
     def soft_pin_ttl_ms(self, value: Optional[int]) -> None:
-        if value is not None:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError("ReplicateConfig.soft_pin_ttl_ms must be int or None, "
-                                f"not {type(value).__name__}")
-            if value < 0:
-                raise ValueError("ReplicateConfig.soft_pin_ttl_ms must not be negative")
-        self._soft_pin_ttl_ms = value
+        self._soft_pin_ttl_ms = None if value is None else _check_u64("soft_pin_ttl_ms", value)
 
     @property
     def with_soft_pin(self) -> bool:
@@ -150,6 +184,14 @@ class ReplicateConfig:
         self._preferred_segments = _check_str_list("preferred_segments", value)
 
     @property
+    def preferred_nof_segments(self) -> List[str]:
+        return self._preferred_nof_segments
+
+    @preferred_nof_segments.setter
+    def preferred_nof_segments(self, value: List[str]) -> None:
+        self._preferred_nof_segments = _check_str_list("preferred_nof_segments", value)
+
+    @property
     def prefer_alloc_in_same_node(self) -> bool:
         return self._prefer_alloc_in_same_node
 
@@ -173,10 +215,25 @@ class ReplicateConfig:
     @data_type.setter
     def data_type(self, value: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError("ReplicateConfig.data_type must be int")
+            raise TypeError("ReplicateConfig.data_type must be an ObjectDataType, "
+                            f"not {type(value).__name__}")
+        if not 0 <= value <= _DATA_TYPE_MAX:
+            raise TypeError(f"ReplicateConfig.data_type {value} is not an ObjectDataType "
+                            f"(0..{_DATA_TYPE_MAX})")
         self._data_type = int(value)
 
     # -- helpers --------------------------------------------------------------------
+    def unsupported(self) -> Optional[str]:
+        """Why a put with this config asks for a tier crescent lacks (refused
+        with NOT_SUPPORTED, -1012), or None."""
+        if self._nof_replica_num:
+            return (f"nof_replica_num={self._nof_replica_num}: crescent has no NVMe-oF SSD "
+                    "tier (memory replicas only)")
+        if self._dfs_replica_num:
+            return (f"dfs_replica_num={self._dfs_replica_num}: crescent has no DFS tier "
+                    "(memory replicas only)")
+        return None
+
     def validate(self, n_keys: Optional[int] = None) -> Optional[str]:
         """Return why this config would be refused with INVALID_PARAMS, or None."""
         if (self._soft_pin_ttl_ms is not None
@@ -192,12 +249,30 @@ class ReplicateConfig:
         return self.__str__()
 
     def __str__(self) -> str:
-        return ("ReplicateConfig: { replica_num: %d, with_hard_pin: %s, soft_pin_action: %s, "
-                "soft_pin_ttl_ms: %s, preferred_segment: %r, preferred_segments: %r, "
-                "prefer_alloc_in_same_node: %s, group_ids: %r }"
-                % (self._replica_num, self._with_hard_pin, self._soft_pin_action.name,
-                   self._soft_pin_ttl_ms, self._preferred_segment, self._preferred_segments,
-                   self._prefer_alloc_in_same_node, self._group_ids))
+        # Mooncake's operator<< layout (bools as 0/1, as a C++ stream prints them).
+        ttl = "default" if self._soft_pin_ttl_ms is None else str(self._soft_pin_ttl_ms)
+        text = ("ReplicateConfig: { replica_num: %d, nof_replica_num: %d, dfs_replica_num: %d, "
+                "soft_pin_action: %s, soft_pin_ttl_ms: %s, with_hard_pin: %d, "
+                "preferred_segments: [%s]"
+                % (self._replica_num, self._nof_replica_num, self._dfs_replica_num,
+                   self._soft_pin_action.name, ttl, int(self._with_hard_pin),
+                   ", ".join(self._preferred_segments)))
+        if self._preferred_segment:
+            text += ", preferred_segment (deprecated): " + self._preferred_segment
+        text += ", preferred_nof_segments: [%s], prefer_alloc_in_same_node: %d, data_type: %d" % (
+            ", ".join(self._preferred_nof_segments), int(self._prefer_alloc_in_same_node),
+            self._data_type)
+        if self._group_ids is not None:
+            text += ", group_ids: [%s]" % ", ".join(self._group_ids)
+        return text + " }"
+
+    def copy(self) -> "ReplicateConfig":
+        """A field-by-field copy."""
+        c = ReplicateConfig()
+        for slot in self.__slots__:
+            v = getattr(self, slot)
+            object.__setattr__(c, slot, list(v) if isinstance(v, list) else v)
+        return c
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ReplicateConfig):

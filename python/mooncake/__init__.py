@@ -11,7 +11,9 @@ __version__ = "0.3.12+crescent.0.1.0"
 
 try:  # Mooncake's wheel imports its buffer pool here, guarded the same way.
     from . import buffer_pool
+    from .buffer_pool import BufferPool, RegisteredBufferPool
 except ImportError:  # pragma: no cover
     buffer_pool = None
+    BufferPool = RegisteredBufferPool = None  # type: ignore[assignment,misc]
 
-__all__ = ["buffer_pool"]
+__all__ = ["BufferPool", "RegisteredBufferPool", "buffer_pool"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import random
 import socket
 import threading
 from typing import Callable, Dict, List, Optional, Tuple
@@ -52,7 +53,202 @@ def transfer_timeout_ms() -> int:
     return max(seconds, 5) * 1000
 
 
+def env_int(name: str, default: int, minimum: Optional[int] = None) -> int:
+    """An integer environment variable; a malformed or too small value warns and
+    gives the default (Mooncake's Environ::GetInt falls back the same way)."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        v = int(text)
+    except ValueError:
+        log.warning("%s=%r is not an integer; using %d", name, text, default)
+        return default
+    if minimum is not None and v < minimum:
+        log.warning("%s=%d is below %d; using %d", name, v, minimum, default)
+        return default
+    return v
+
+
+_warned: set = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(key: str, fmt: str, *args: object) -> None:
+    """Log a warning the first time `key` is seen in this process."""
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    log.warning(fmt, *args)
+
+
+# Environment variables of Mooncake deployments that mean nothing to crescent
+# as they are: each is named once in a warning saying what crescent does
+# instead (never silently ignored). Checked at TransferEngine.initialize and
+# MooncakeDistributedStore.setup.
+_ENV_NOTES = {
+    "MC_TCP_BIND_ADDRESS": "crescent's engine binds and advertises the host of local_hostname; "
+                           "put the address there (local_hostname='{value}')",
+    "MC_HANDSHAKE_PORT": "crescent's engine has no separate handshake port: peers handshake on "
+                         "its one RPC port (the port of get_rpc_port() / the segment name)",
+    "MC_MMAP_ARENA_POOL_SIZE": "crescent has no mmap arena: segments and local buffers are memfd "
+                               "mappings reserved with MAP_NORESERVE and committed page by page "
+                               "when first written",
+    "MC_STORE_MEMCPY": "crescent chooses the copy path from the protocol: 'rdma' (crescent's "
+                       "'auto') copies within the process with memcpy and between processes "
+                       "of one host through shared memory; 'tcp' uses sockets only",
+}
+_HUGEPAGE_SIZES = {"2MB", "2M", "2MIB", "1GB", "1G", "1GIB"}
+
+
+def check_env(component: str) -> None:
+    """Warn once about each Mooncake variable of this environment crescent does
+    not act on (see _ENV_NOTES and the rules below)."""
+    for name, note in _ENV_NOTES.items():
+        value = os.environ.get(name)
+        if value is not None and value.strip():
+            warn_once("env:" + name, "%s: %s=%r is not used by crescent: %s", component, name,
+                      value, note.format(value=value))
+    if env_flag("MC_USE_IPV6"):
+        warn_once("env:MC_USE_IPV6", "%s: MC_USE_IPV6 is not used by crescent: the address "
+                  "family follows local_hostname (give an IPv6 address such as [::1] or a name "
+                  "that resolves to one)", component)
+    hp = os.environ.get("MC_STORE_USE_HUGEPAGE", "").strip()
+    if hp and hp.lower() not in ("0", "false", "no", "off"):
+        warn_once("env:MC_STORE_USE_HUGEPAGE", "%s: MC_STORE_USE_HUGEPAGE=%r is not used by "
+                  "crescent: it allocates no HugeTLB pages; segments are memfd-backed, 2 MiB "
+                  "aligned and use transparent huge pages where the kernel enables them",
+                  component, hp)
+    size = os.environ.get("MC_STORE_HUGEPAGE_SIZE", "").strip()
+    if size:
+        extra = "" if size.upper() in _HUGEPAGE_SIZES else " (and is not 2MB or 1GB)"
+        warn_once("env:MC_STORE_HUGEPAGE_SIZE", "%s: MC_STORE_HUGEPAGE_SIZE=%r is not used by "
+                  "crescent%s: no HugeTLB pages are allocated", component, size, extra)
+    interval = os.environ.get("MC_STORE_CLIENT_METRIC_INTERVAL", "").strip()
+    metric = os.environ.get("MC_STORE_CLIENT_METRIC", "").strip()
+    if component == "store" and (interval not in ("", "0") or
+                                 metric.lower() in ("1", "true", "yes", "on")):
+        warn_once("env:MC_STORE_CLIENT_METRIC", "store: MC_STORE_CLIENT_METRIC=%r / "
+                  "MC_STORE_CLIENT_METRIC_INTERVAL=%r: crescent's store client keeps no metrics "
+                  "of its own; the master's /metrics has per-operation counters and MC_TE_METRIC "
+                  "reports the client's transfer throughput", metric, interval)
+
+
+class MetricReporter:
+    """MC_TE_METRIC: log the transfer throughput of an engine every
+    MC_TE_METRIC_INTERVAL_SECONDS (default 5), as Mooncake's engine does.
+
+    `stats` returns a dict of monotonic counters (Engine.stats()). A daemon
+    thread; stop() ends it (and is idempotent)."""
+
+    _BYTES = ("bytes_local", "bytes_shm", "bytes_cma", "bytes_tcp")
+
+    def __init__(self, name: str, stats: Callable[[], Dict[str, int]]) -> None:
+        self._name = name
+        self._stats = stats
+        self._stop = threading.Event()
+        self.interval = env_int("MC_TE_METRIC_INTERVAL_SECONDS", 5, minimum=1)
+        self._thread = threading.Thread(target=self._run, name="mooncake-te-metric",
+                                        daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def wanted() -> bool:
+        return env_flag("MC_TE_METRIC")
+
+    def _snapshot(self) -> Tuple[int, int, int]:
+        st = self._stats()
+        return (sum(int(st.get(k, 0)) for k in self._BYTES), int(st.get("tasks_completed", 0)),
+                int(st.get("tasks_failed", 0)))
+
+    def _run(self) -> None:
+        try:
+            prev = self._snapshot()
+        except Exception:  # noqa: BLE001 - engine closed before the first tick
+            return
+        while not self._stop.wait(self.interval):
+            try:
+                cur = self._snapshot()
+            except Exception:  # noqa: BLE001 - engine closed: stop reporting
+                return
+            moved, done, failed = (c - p for c, p in zip(cur, prev))
+            prev = cur
+            log.info("[Metrics] Transfer Engine %s: throughput %.2f MB/s, %d tasks completed, "
+                     "%d failed in the last %d s", self._name, moved / self.interval / 2**20,
+                     done, failed, self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
 # --- hosts ------------------------------------------------------------------------
+
+# Ports crescent may pick without being told one: Mooncake's ranges.
+STORE_PORT_RANGE = (12300, 14300)  # MC_STORE_CLIENT_MIN_PORT / MC_STORE_CLIENT_MAX_PORT
+RPC_PORT_RANGE = (15000, 17000)  # MC_MIN_RPC_PORT / MC_MAX_RPC_PORT
+
+
+def _valid_port(p: int) -> bool:
+    return 1024 <= p <= 65535 and not 32768 <= p <= 60999
+
+
+def port_range(min_names: Tuple[str, ...], max_names: Tuple[str, ...],
+               default: Tuple[int, int]) -> Tuple[int, int]:
+    """The port range from the first set variable of each list (else the
+    default), validated as Mooncake validates it: both ends in 1024..65535
+    outside the kernel's ephemeral range 32768..60999 and min <= max, else
+    a warning and the default."""
+    def first(names: Tuple[str, ...], dflt: int) -> int:
+        for n in names:
+            text = os.environ.get(n, "").strip()
+            if text:
+                try:
+                    return int(text)
+                except ValueError:
+                    return -1
+        return dflt
+
+    lo, hi = first(min_names, default[0]), first(max_names, default[1])
+    if not (_valid_port(lo) and _valid_port(hi) and lo <= hi):
+        warn_once("ports:" + min_names[0], "invalid port range [%d, %d] from %s/%s; using "
+                  "[%d, %d]", lo, hi, min_names[0], max_names[0], default[0], default[1])
+        return default
+    return lo, hi
+
+
+def store_port_range() -> Tuple[int, int]:
+    return port_range(("MC_STORE_CLIENT_MIN_PORT",), ("MC_STORE_CLIENT_MAX_PORT",),
+                      STORE_PORT_RANGE)
+
+
+def rpc_port_range() -> Tuple[int, int]:
+    return port_range(("MC_MIN_RPC_PORT", "MC_MIN_PRC_PORT"),
+                      ("MC_MAX_RPC_PORT", "MC_MAX_PRC_PORT"), RPC_PORT_RANGE)
+
+
+def pick_port(host: str, lo: int, hi: int, attempts: int = 500) -> int:
+    """A random port in [lo, hi] that can be bound on `host` right now (as
+    Mooncake's port binders choose); 0 if `attempts` tries found none. The
+    probe socket is closed again, so the caller must retry if someone else
+    takes the port before it binds."""
+    addr = host.strip("[]")
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    rng = random.SystemRandom()
+    for _ in range(attempts):
+        port = rng.randint(lo, hi)
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind((addr, port))
+                except socket.gaierror:
+                    s.bind(("", port))
+                return port
+        except OSError:
+            continue
+    return 0
+
 
 
 def has_port(host: str) -> bool:

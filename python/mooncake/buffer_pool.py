@@ -4,14 +4,16 @@
 (``crescent.alloc_shared``: zeroed, 2 MiB aligned), registers it with the
 store (``store.register_buffer``) and hands out sub-allocations of it as
 leases. A lease is usable wherever the store takes a pointer
-(``store.put_from(key, lease.ptr(), n)``, ``get_into``, ...) or a buffer
+(``store.put_from(key, lease.ptr, n)``, ``get_into``, ...; ``lease.ptr`` and
+``lease.size`` are properties, as in Mooncake's native pool) or a buffer
 (it supports the buffer protocol: ``memoryview(lease)``, ``bytes(lease)``,
 ``numpy.frombuffer(lease)``, ``torch.frombuffer(lease, dtype=...)``,
 ``f.readinto(lease)``; it is a ctypes byte array, so ``lease[i:j] = data``
 works too). Python 3.11 lets only C types export buffers, so a lease is a
 ctypes array and ``memoryview(lease)`` has ctypes' format ``"<B"``, which
-memoryview cannot assign items through; ``lease.memoryview()`` is the same
-memory as a plain ``"B"`` view that can (``lease.memoryview()[:5] = b"hello"``).
+memoryview cannot assign items through; ``lease.buffer`` (Mooncake's name)
+and ``lease.memoryview()`` are the same memory as a plain ``"B"`` view that
+can (``lease.buffer[:5] = b"hello"``).
 
 Allocation is first-fit over a free list kept sorted by offset; sizes are
 rounded up to ``alignment``; a release merges the block with free neighbours.
@@ -53,7 +55,7 @@ from typing import Any, Dict, List, Optional
 
 import crescent
 
-__all__ = ["BufferPool", "BufferLease"]
+__all__ = ["BufferPool", "BufferLease", "RegisteredBufferPool", "RegisteredBufferLease"]
 
 _MIB = 1 << 20
 
@@ -63,20 +65,27 @@ class _LeaseMixin:
 
     __slots__ = ()
 
+    @property
     def ptr(self) -> int:
-        """Address of the first byte."""
+        """Address of the first byte (a property, as Mooncake's BufferLease.ptr)."""
         return ctypes.addressof(self)  # type: ignore[arg-type]
 
     def data_ptr(self) -> int:
-        """Same as ptr() (lets the lease stand in for a pointer argument)."""
+        """Same as .ptr (lets the lease stand in for a pointer argument)."""
         return ctypes.addressof(self)  # type: ignore[arg-type]
 
+    @property
     def size(self) -> int:
-        """Number of bytes leased (the requested size)."""
+        """Number of bytes leased, the requested size (a property, as Mooncake's)."""
         return len(self)  # type: ignore[arg-type]
 
+    @property
+    def buffer(self) -> memoryview:
+        """A writable memoryview (format "B") of the leased bytes (Mooncake's .buffer)."""
+        return memoryview(self).cast("B")  # type: ignore[arg-type]
+
     def memoryview(self) -> memoryview:
-        """A writable memoryview (format "B") of the leased bytes."""
+        """Same as .buffer."""
         return memoryview(self).cast("B")  # type: ignore[arg-type]
 
     @property
@@ -101,7 +110,7 @@ class _LeaseMixin:
     def __repr__(self) -> str:
         kind = "overflow" if self.is_overflow else "pool"
         state = " released" if self.released else ""
-        return f"<BufferLease {kind} ptr={self.ptr():#x} size={self.size()}{state}>"
+        return f"<BufferLease {kind} ptr={self.ptr:#x} size={self.size}{state}>"
 
 
 class BufferLease(_LeaseMixin):
@@ -298,11 +307,17 @@ class BufferPool:
         self._leases += 1
         return self._lease(ptr, size, ptr, 0, size)
 
-    def acquire(self, size: int, timeout: Optional[float] = None) -> Any:
+    def acquire(self, size: int, block: Optional[bool] = None,
+                timeout: Optional[float] = None) -> Any:
         """A lease of ``size`` bytes (> 0). Waits up to ``timeout`` seconds (None:
         forever, 0: no wait) while the pool and the overflow allowance are
-        exhausted, then raises TimeoutError. ValueError if no state of the pool
+        exhausted, then raises TimeoutError; ``block=False`` (Mooncake's
+        argument) does not wait at all. ValueError if no state of the pool
         could serve ``size``; RuntimeError after close()."""
+        if block is not None and not isinstance(block, bool):
+            raise TypeError(f"block must be a bool or None, not {type(block).__name__}")
+        if block is False:
+            timeout = 0
         if isinstance(size, bool) or not isinstance(size, int):
             raise TypeError(f"size must be an int, not {type(size).__name__}")
         if size <= 0:
@@ -334,7 +349,7 @@ class BufferPool:
     def try_acquire(self, size: int) -> Any:
         """A lease, or None when acquire would have to wait."""
         try:
-            return self.acquire(size, timeout=0)
+            return self.acquire(size, block=False)
         except TimeoutError:
             return None
 
@@ -398,3 +413,8 @@ class BufferPool:
                 f"leases={st['leases']} overflow={st['overflow_regions']}"
                 f"{' closed' if self._closed else ''}>")
 
+
+
+# Mooncake's other names for the same classes.
+RegisteredBufferPool = BufferPool
+RegisteredBufferLease = BufferLease

@@ -160,5 +160,9 @@ def metadata_server(argv: Optional[List[str]] = None) -> int:
     return _exec(METADATA_SERVER, ["--host", ns.host, "--port", str(ns.port)])
 
 
+# Mooncake's module-level name for the mooncake_master entry point.
+main = master
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(master())

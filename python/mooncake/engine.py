@@ -222,6 +222,7 @@ class TransferEngine:
         self._managed: Optional[_ManagedBuffers] = None
         self._batches: Dict[int, int] = {}  # async batch id -> number of tasks
         self._protocol = ""
+        self._metrics: Optional[_util.MetricReporter] = None
 
     # ------------------------------------------------------------------ lifecycle
     def initialize(self, local_hostname: str, metadata_server: str, protocol: str,
@@ -260,17 +261,35 @@ class TransferEngine:
         if meta == "P2PHANDSHAKE" and ":" in host and not host.startswith("[") and \
                 not _util.env_flag("MC_LEGACY_RPC_PORT_BINDING"):
             host = host.rsplit(":", 1)[0]  # Mooncake picks the RPC port itself in P2P mode
+        _util.check_env("TransferEngine")
+        # Without a port, the RPC port comes from Mooncake's range
+        # (MC_MIN_RPC_PORT..MC_MAX_RPC_PORT, 15000..17000), retried if another
+        # process takes it between the probe and the bind.
+        pick = not _util.has_port(host)
+        lo, hi = _util.rpc_port_range() if pick else (0, 0)
         with self._lock:
             if self._e is not None:
                 log.error("TransferEngine.initialize: already initialized")
                 return -1
-            try:
-                e = _crescent.Engine(host, meta, proto,
-                                     request_timeout_ms=_util.transfer_timeout_ms())
-            except CrescentError as err:
-                log.error("TransferEngine.initialize failed: %s", err)
-                return -1
+            e = None
+            for attempt in range(20 if pick else 1):
+                port = _util.pick_port(host, lo, hi) if pick else 0
+                if pick and port == 0:
+                    log.error("TransferEngine.initialize: no free RPC port in [%d, %d] "
+                              "(MC_MIN_RPC_PORT / MC_MAX_RPC_PORT)", lo, hi)
+                    return -1
+                try:
+                    e = _crescent.Engine(host, meta, proto, rpc_port=port,
+                                         request_timeout_ms=_util.transfer_timeout_ms())
+                    break
+                except CrescentError as err:
+                    if pick and err.code == -3023 and attempt + 1 < 20:  # ERR_BIND: port taken
+                        continue
+                    log.error("TransferEngine.initialize failed: %s", err)
+                    return -1
             self._e = e
+            if _util.MetricReporter.wanted():
+                self._metrics = _util.MetricReporter(e.segment_name, e.stats)
             self._protocol = proto
             regs = _util.Registrations(self._phys_register, self._phys_unregister)
             self._regs = regs
@@ -303,9 +322,12 @@ class TransferEngine:
         with self._lock:
             e, self._e = self._e, None
             managed, self._managed = self._managed, None
+            metrics, self._metrics = self._metrics, None
             self._regs = None
             self._handles.clear()
             self._batches.clear()
+        if metrics is not None:
+            metrics.stop()
         if e is not None:
             e.close()
         if managed is not None:

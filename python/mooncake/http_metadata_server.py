@@ -8,5 +8,8 @@ import sys
 
 from .cli import metadata_server
 
+# Mooncake's entry point name (mooncake_http_metadata_server = ...:main).
+main = metadata_server
+
 if __name__ == "__main__":
     sys.exit(metadata_server())

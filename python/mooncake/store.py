@@ -38,6 +38,8 @@ import logging
 import operator
 import os
 import threading
+import time
+import zlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import crescent
@@ -46,10 +48,12 @@ from crescent._config import ReplicateConfig, SoftPinAction
 
 from . import _util
 from ._tensor_api import ParallelAxis, ReadTarget, TensorMixin, TensorParallelism
+from .buffer_pool import BufferPool
 
 __all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "BufferHandle",
            "MooncakeHostMemAllocator", "ReplicaDescriptor", "ReplicaStatus", "ReplicaType",
-           "ObjectDataType", "ParallelAxis", "TensorParallelism", "ReadTarget"]
+           "ObjectDataType", "ParallelAxis", "TensorParallelism", "ReadTarget",
+           "MemoryDescriptor", "DiskDescriptor", "Descriptor", "BufferPool"]
 
 log = logging.getLogger("mooncake")
 _util.apply_log_env()
@@ -64,8 +68,10 @@ _INVALID_PARAMS = -600
 _OBJECT_NOT_FOUND = -704
 _NOT_SUPPORTED = -1012
 _SEGMENT_EXISTS = -102
+_INVALID_REPLICA = -702
 _ERR_BIND = -3023
-_SETUP_RETRIES = 20  # MC_STORE_CLIENT_SETUP_RETRIES in Mooncake
+_SETUP_RETRIES = 20  # default of MC_STORE_CLIENT_SETUP_RETRIES
+_U64 = 1 << 64
 
 _KIB = 1024
 _TIB = 1024 ** 4
@@ -103,13 +109,57 @@ class ObjectDataType:
     GENERAL = 9
 
 
-class ReplicaDescriptor:
-    """Where one replica lives. crescent keeps every replica in memory."""
+class Descriptor:
+    """A buffer a memory replica occupies (Mooncake's AllocatedBuffer::Descriptor):
+    size, buffer_address (in the segment's owner's address space) and
+    transport_endpoint (the segment name peers open)."""
 
-    def __init__(self, segment_name: str = "", status: int = ReplicaStatus.COMPLETE) -> None:
+    def __init__(self) -> None:
+        self.size = 0
+        self.buffer_address = 0
+        self.transport_endpoint = ""
+
+    def __repr__(self) -> str:
+        return (f"<Descriptor size={self.size} buffer_address={self.buffer_address} "
+                f"transport_endpoint={self.transport_endpoint}>")
+
+
+class MemoryDescriptor:
+    """The descriptor of a memory replica: buffer_descriptor (a Descriptor)."""
+
+    def __init__(self, buffer_descriptor: Optional[Descriptor] = None) -> None:
+        self.buffer_descriptor = buffer_descriptor if buffer_descriptor is not None \
+            else Descriptor()
+
+
+class DiskDescriptor:
+    """The descriptor of a disk replica (file_path, object_size). crescent has
+    no disk tier yet, so no replica carries one."""
+
+    def __init__(self) -> None:
+        self.file_path = ""
+        self.object_size = 0
+
+
+class ReplicaDescriptor:
+    """Where one replica lives. crescent keeps every replica in memory.
+
+    Mooncake's methods: is_memory_replica() / is_disk_replica() /
+    is_local_disk_replica(), get_memory_descriptor() (a MemoryDescriptor
+    whose buffer_descriptor has size, buffer_address and transport_endpoint)
+    and get_disk_descriptor(), which raises RuntimeError("Expected
+    DiskDescriptor") for a memory replica as Mooncake's does. crescent
+    extras: segment_name, replica_type.
+    """
+
+    def __init__(self, segment_name: str = "", status: int = ReplicaStatus.COMPLETE,
+                 address: int = 0, size: int = 0) -> None:
         self.segment_name = segment_name
         self.status = status
         self.replica_type = ReplicaType.MEMORY
+        d = Descriptor()
+        d.size, d.buffer_address, d.transport_endpoint = size, address, segment_name
+        self._memory = MemoryDescriptor(d)
 
     def is_memory_replica(self) -> bool:
         return True
@@ -119,6 +169,12 @@ class ReplicaDescriptor:
 
     def is_local_disk_replica(self) -> bool:
         return False
+
+    def get_memory_descriptor(self) -> MemoryDescriptor:
+        return self._memory
+
+    def get_disk_descriptor(self) -> DiskDescriptor:
+        raise RuntimeError("Expected DiskDescriptor")
 
     def __repr__(self) -> str:
         return f"ReplicaDescriptor(memory, segment={self.segment_name!r}, status={self.status})"
@@ -195,12 +251,113 @@ def _check_config(config: Any) -> None:
 
 
 def _config_error(config: Optional[ReplicateConfig], n_keys: Optional[int] = None,
-                  plain_put: bool = False) -> Optional[str]:
+                  plain_put: bool = False) -> Optional[Tuple[int, str]]:
+    """(code, why) when a put with this config is refused, else None."""
     if config is None:
         return None
+    unsupported = getattr(config, "unsupported", None)
+    why = unsupported() if unsupported is not None else None
+    if why:
+        return _NOT_SUPPORTED, why
     if plain_put and config.prefer_alloc_in_same_node:
-        return "prefer_alloc_in_same_node is not accepted by put/put_batch"
-    return config.validate(n_keys)
+        return _INVALID_PARAMS, "prefer_alloc_in_same_node is not accepted by put/put_batch"
+    why = config.validate(n_keys)
+    return (_INVALID_PARAMS, why) if why else None
+
+
+def _u64(v: Any, what: str) -> int:
+    """An address / size / offset argument of the session API: an int in
+    [0, 2**64) (or an object with data_ptr()); TypeError otherwise, as
+    pybind11's conversion to uintptr_t / size_t raises."""
+    if isinstance(v, bool) or v is None:
+        raise TypeError(f"{what} must be an int, not {type(v).__name__}")
+    if not isinstance(v, int):
+        if hasattr(v, "data_ptr"):
+            v = int(v.data_ptr())
+        else:
+            try:
+                v = operator.index(v)
+            except TypeError:
+                raise TypeError(f"{what} must be an int, not {type(v).__name__}") from None
+    if not 0 <= v < _U64:
+        raise TypeError(f"{what} must be in [0, 2**64), not {v}")
+    return v
+
+
+def _str_keys(keys: Any) -> List[str]:
+    if isinstance(keys, (str, bytes)):
+        raise TypeError("keys must be a list of str")
+    out = list(keys)
+    for k in out:
+        if not isinstance(k, str):
+            raise TypeError(f"keys must be str, not {type(k).__name__}")
+    return out
+
+
+class _GroupPlacement:
+    """Mooncake's ReplicateConfig.group_ids, as crescent honours them: the
+    members of one object group are placed on one segment.
+
+    A group's segment is chosen by a stable hash of its id over the sorted
+    names of the segments mounted at the master (cr_store_list_segments,
+    cached for a second), so every client, and every later put, sends the
+    members of a group to the same segment while the set of segments stays
+    the same. It goes first in the put's preferred segments (the caller's
+    own preferences follow); placement stays best effort (a full segment
+    sends the member elsewhere). prefer_alloc_in_same_node wins over groups.
+    An empty group id is "ungrouped". crescent's master has no group-wide
+    lease refresh or eviction (Mooncake's lifecycle hints); groups change
+    placement only.
+    """
+
+    _TTL = 1.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._names: List[str] = []
+        self._at = 0.0
+
+    def _segments(self, native: Any) -> List[str]:
+        with self._lock:
+            if time.monotonic() - self._at < self._TTL:
+                return self._names
+        try:
+            names = sorted(native.list_segments())
+        except CrescentError as e:
+            log.warning("group placement: cannot list segments: %s", e)
+            names = []
+        with self._lock:
+            self._names, self._at = names, time.monotonic()
+        return names
+
+    def split(self, native: Any, config: Optional[ReplicateConfig],
+              n: int) -> List[Tuple[List[int], Optional[ReplicateConfig]]]:
+        """Key positions per sub-batch and the config each goes with."""
+        gids = getattr(config, "group_ids", None) if config is not None else None
+        if not gids or n == 0 or config.prefer_alloc_in_same_node or \
+                not any(g for g in gids[:n]):
+            return [(list(range(n)), config)]
+        names = self._segments(native)
+        if not names:
+            return [(list(range(n)), config)]
+        buckets: Dict[Optional[str], List[int]] = {}
+        for i in range(n):
+            g = gids[i]
+            target = names[zlib.crc32(g.encode()) % len(names)] if g else None
+            buckets.setdefault(target, []).append(i)
+        out: List[Tuple[List[int], Optional[ReplicateConfig]]] = []
+        for target, idx in buckets.items():
+            if target is None:
+                out.append((idx, config))
+                continue
+            c = config.copy()
+            prefs = [target] + ([config.preferred_segment] if config.preferred_segment
+                                else list(config.preferred_segments))
+            c.preferred_segment = ""
+            c.preferred_segments = list(dict.fromkeys(p for p in prefs if p))
+            c.group_ids = None
+            out.append((idx, c))
+        return out
 
 
 def _read_code(v: int) -> int:
@@ -229,6 +386,26 @@ _SETUP_DICT_DEFAULTS = {
 }
 
 
+def _missing_feature(enable_ssd_offload: Any, tenant_id: Any, enable_client_http_server: Any,
+                     client_http_port: Any) -> Optional[str]:
+    """Why setup() options ask for a feature crescent does not have yet, or None.
+    The options themselves are accepted; only values that ask for the feature
+    are refused (NOT_SUPPORTED), never silently ignored."""
+    if enable_ssd_offload:
+        return ("enable_ssd_offload=True: crescent has no SSD offload tier yet "
+                "(leave it False; ssd_offload_path is then unused)")
+    if tenant_id not in (None, "", "default"):
+        return (f"tenant_id={tenant_id!r}: crescent has no tenants yet; every client shares "
+                "the 'default' namespace")
+    if enable_client_http_server:
+        return (f"enable_client_http_server=True (client_http_port={client_http_port}): crescent "
+                "has no client HTTP server yet; use the master's /metrics and /health")
+    if isinstance(client_http_port, bool) or not isinstance(client_http_port, int) or \
+            not 0 <= client_http_port <= 65535:
+        return f"client_http_port={client_http_port!r} is not a port number"
+    return None
+
+
 class MooncakeDistributedStore(TensorMixin):
     """Client of the distributed KV store (crescent-master), Mooncake's API.
 
@@ -241,6 +418,8 @@ class MooncakeDistributedStore(TensorMixin):
         self._regs: Optional[_util.Registrations] = None
         self._lock = threading.Lock()
         self._engine: Any = None
+        self._groups = _GroupPlacement()
+        self._metrics: Optional[_util.MetricReporter] = None
 
     # ------------------------------------------------------------------ lifecycle
     def setup(self, local_hostname: Any = _REQUIRED, metadata_server: Any = _REQUIRED,
@@ -263,8 +442,13 @@ class MooncakeDistributedStore(TensorMixin):
         staging. Returns 0 or a negative ErrorCode. protocol "tcp" uses sockets
         only; "rdma" uses crescent's fastest available path (shared memory on
         one host, tcp between hosts). engine (a TransferEngine) is shared.
-        enable_ssd_offload=True is not supported (returns -1012); tenant_id
-        and the client HTTP server options are accepted and ignored.
+        A local_hostname without a port gets one from 12300..14300
+        (MC_STORE_CLIENT_MIN_PORT / MC_STORE_CLIENT_MAX_PORT), as Mooncake's.
+        enable_ssd_offload, tenant_id, enable_client_http_server and
+        client_http_port are accepted; values that ask for what crescent does
+        not have yet (enable_ssd_offload=True, a tenant_id other than
+        "default", enable_client_http_server=True) return -1012 with the
+        reason logged.
         """
         positional = (local_hostname, metadata_server, global_segment_size, local_buffer_size,
                       protocol, rdma_devices, master_server_addr)
@@ -325,11 +509,12 @@ class MooncakeDistributedStore(TensorMixin):
             return _INVALID_PARAMS
         if lbs:
             lbs = max(lbs, _STAGING_MIN)
-        if enable_ssd_offload:
-            log.error("setup: enable_ssd_offload is not supported by crescent")
+        why = _missing_feature(enable_ssd_offload, tenant_id, enable_client_http_server,
+                               client_http_port)
+        if why:
+            log.error("setup: %s", why)
             return _NOT_SUPPORTED
-        if enable_client_http_server:
-            log.warning("setup: enable_client_http_server is ignored (not in crescent)")
+        _util.check_env("store")
         proto, why = _util.engine_protocol(protocol)
         if proto is None:
             log.error("setup: %s", why)
@@ -345,9 +530,12 @@ class MooncakeDistributedStore(TensorMixin):
                       "(give host:port)", master)
             return _INVALID_PARAMS
         host = (local_hostname or "").strip() or "127.0.0.1"
-        # With a metadata server the segment name is the hostname as given; like
-        # Mooncake, give a bare host a free port so two clients of one host differ.
-        pick_port = meta != "P2PHANDSHAKE" and not _util.has_port(host)
+        # A host without a port gets one from Mooncake's client port range
+        # (MC_STORE_CLIENT_MIN_PORT..MC_STORE_CLIENT_MAX_PORT, 12300..14300), so
+        # get_hostname() is "host:port" in it and firewalls open to that range
+        # work; a port taken meanwhile is retried MC_STORE_CLIENT_SETUP_RETRIES
+        # times. A shared engine keeps its own name.
+        pick_port = not _util.has_port(host)
         native_engine = None
         if engine is not None:
             native_engine = getattr(engine, "_e", engine)
@@ -356,12 +544,24 @@ class MooncakeDistributedStore(TensorMixin):
                           type(engine).__name__)
                 return _INVALID_PARAMS
             pick_port = False
+        retries = _util.env_int("MC_STORE_CLIENT_SETUP_RETRIES", _SETUP_RETRIES, minimum=1) \
+            if pick_port else 1
+        lo, hi = _util.store_port_range() if pick_port else (0, 0)
         with self._lock:
             if self._s is not None:
                 log.error("setup: this store is already set up; close() it first")
                 return _INVALID_PARAMS
-            for attempt in range(_SETUP_RETRIES if pick_port else 1):
-                name = f"{host}:{_util.free_port(host)}" if pick_port else host
+            s = None
+            for attempt in range(retries):
+                name = host
+                if pick_port:
+                    port = _util.pick_port(host, lo, hi)
+                    if port == 0:
+                        log.warning("setup: no free port in [%d, %d], retry %d/%d", lo, hi,
+                                    attempt + 1, retries)
+                        time.sleep(0.1)
+                        continue
+                    name = f"{host}:{port}"
                 try:
                     s = _crescent.Store(name, meta, gss, lbs, proto, rdma_devices or "", master,
                                         transfer_timeout_ms=_util.transfer_timeout_ms(),
@@ -369,13 +569,21 @@ class MooncakeDistributedStore(TensorMixin):
                     break
                 except CrescentError as e:
                     if pick_port and e.code in (_ERR_BIND, _SEGMENT_EXISTS) and \
-                            attempt + 1 < _SETUP_RETRIES:
+                            attempt + 1 < retries:
+                        log.warning("setup: port of %s taken, retry %d/%d", name, attempt + 1,
+                                    retries)
                         continue
                     log.error("setup failed: %s", e)
                     return e.code
+            if s is None:
+                log.error("setup: no usable port in [%d, %d] after %d attempts", lo, hi,
+                          retries)
+                return _INTERNAL_ERROR
             self._s = s
             self._engine = engine
             self._regs = _util.Registrations(self._phys_register, self._phys_unregister)
+            if engine is None and _util.MetricReporter.wanted():
+                self._metrics = _util.MetricReporter(s.hostname, s.engine_stats)
         return 0
 
     def _phys_register(self, addr: int, size: int) -> int:
@@ -411,10 +619,14 @@ class MooncakeDistributedStore(TensorMixin):
         return -1
 
     def close(self) -> int:
-        """Unmount this client's segment and disconnect. Idempotent; returns 0."""
+        """Unmount this client's segment and disconnect. Idempotent; returns 0.
+        Put sessions still open are revoked."""
         with self._lock:
             s, self._s = self._s, None
             regs, self._regs = self._regs, None
+            metrics, self._metrics = self._metrics, None
+        if metrics is not None:
+            metrics.stop()
         if s is not None:
             s.close()
         if regs is not None:
@@ -443,17 +655,32 @@ class MooncakeDistributedStore(TensorMixin):
             return ""
 
     # ------------------------------------------------------------------ writes
+    def _refused(self, fn_name: str, config: Any, n_keys: Optional[int] = None,
+                 plain: bool = False) -> Optional[int]:
+        """The code a put with this config is refused with (logged), or None."""
+        bad = _config_error(config, n_keys, plain_put=plain)
+        if bad is None:
+            return None
+        log.error("%s: %s", fn_name, bad[1])
+        return bad[0]
+
+    def _one_key_config(self, s: Any, config: Any) -> Any:
+        """The config for a single-key put: group placement of group_ids[0]."""
+        if config is None or not getattr(config, "group_ids", None):
+            return config
+        return self._groups.split(s, config, 1)[0][1]
+
     def _put_like(self, fn_name: str, key: Any, value: Any, config: Any, plain: bool) -> int:
         _check_config(config)
-        why = _config_error(config, plain_put=plain)
-        if why:
-            log.error("%s: %s", fn_name, why)
-            return _INVALID_PARAMS
+        code = self._refused(fn_name, config, 1 if config is not None and
+                             config.group_ids is not None else None, plain)
+        if code is not None:
+            return code
         s = self._s
         if s is None:
             return _INTERNAL_ERROR
         try:
-            getattr(s, fn_name)(key, value, config)
+            getattr(s, fn_name)(key, value, self._one_key_config(s, config))
             return 0
         except CrescentError as e:
             return e.code
@@ -480,15 +707,15 @@ class MooncakeDistributedStore(TensorMixin):
         _check_config(config)
         ptr = _addr(buffer_ptr)
         n = _size(size)
-        why = _config_error(config)
-        if why:
-            log.error("%s: %s", fn_name, why)
-            return _INVALID_PARAMS
+        code = self._refused(fn_name, config, 1 if config is not None and
+                             config.group_ids is not None else None)
+        if code is not None:
+            return code
         s = self._s
         if s is None:
             return _INTERNAL_ERROR
         try:
-            getattr(s, fn_name)(key, ptr, n, config)
+            getattr(s, fn_name)(key, ptr, n, self._one_key_config(s, config))
             return 0
         except CrescentError as e:
             return e.code
@@ -500,11 +727,14 @@ class MooncakeDistributedStore(TensorMixin):
         _check_config(config)
         ptrs = [_addr(metadata_buffer_ptr, "metadata_buffer_ptr"), _addr(buffer_ptr)]
         sizes = [_size(metadata_size, "metadata_size"), _size(size)]
+        code = self._refused("put_from_with_metadata", config)
+        if code is not None:
+            return code
         s = self._s
         if s is None:
             return _INTERNAL_ERROR
         try:
-            s.put_from_multi(key, ptrs, sizes, config)
+            s.put_from_multi(key, ptrs, sizes, self._one_key_config(s, config))
             return 0
         except CrescentError as e:
             return e.code
@@ -519,15 +749,14 @@ class MooncakeDistributedStore(TensorMixin):
 
     def _parts(self, fn_name: str, key: Any, parts: Sequence[Any], config: Any) -> int:
         _check_config(config)
-        why = _config_error(config)
-        if why:
-            log.error("%s: %s", fn_name, why)
-            return _INVALID_PARAMS
+        code = self._refused(fn_name, config)
+        if code is not None:
+            return code
         s = self._s
         if s is None:
             return _INTERNAL_ERROR
         try:
-            getattr(s, fn_name)(key, *parts, config=config)
+            getattr(s, fn_name)(key, *parts, config=self._one_key_config(s, config))
             return 0
         except CrescentError as e:
             return e.code
@@ -541,20 +770,34 @@ class MooncakeDistributedStore(TensorMixin):
                      config: Optional[ReplicateConfig] = None) -> int:
         return self._batch_values("batch_upsert", keys, values, config, False)
 
+    def _grouped(self, s: Any, fn: Any, config: Any, n: int, args: Sequence[Sequence[Any]]
+                 ) -> List[int]:
+        """fn(*args, config) per group sub-batch (one call without groups);
+        the per-key results in key order. args are per-key lists."""
+        plan = self._groups.split(s, config, n)
+        if len(plan) == 1:
+            return list(fn(*args, plan[0][1]))
+        out = [_INTERNAL_ERROR] * n
+        for idx, cfg in plan:
+            sub = [[a[i] for i in idx] for a in args]
+            for i, r in zip(idx, fn(*sub, cfg)):
+                out[i] = r
+        return out
+
     def _batch_values(self, fn_name: str, keys: Any, values: Any, config: Any,
                       plain: bool) -> int:
         _check_config(config)
         if len(keys) != len(values):
             return _INVALID_PARAMS
-        why = _config_error(config, len(keys), plain_put=plain)
-        if why:
-            log.error("%s: %s", fn_name, why)
-            return _INVALID_PARAMS
+        code = self._refused(fn_name, config, len(keys), plain)
+        if code is not None:
+            return code
         s = self._s
         if s is None:
             return _INTERNAL_ERROR
         try:
-            results = getattr(s, fn_name)(keys, values, config)
+            results = self._grouped(s, getattr(s, fn_name), config, len(keys),
+                                    (list(keys), list(values)))
         except CrescentError as e:
             return e.code
         for r in results:
@@ -568,15 +811,15 @@ class MooncakeDistributedStore(TensorMixin):
         n = len(keys)
         if len(ptrs) != n or len(sizes) != n:
             return [_INVALID_PARAMS] * n
-        why = _config_error(config, n)
-        if why:
-            log.error("%s: %s", fn_name, why)
-            return [_INVALID_PARAMS] * n
+        code = self._refused(fn_name, config, n)
+        if code is not None:
+            return [code] * n
         s = self._s
         if s is None:
             return [_INTERNAL_ERROR] * n
         try:
-            return getattr(s, fn_name)(keys, ptrs, sizes, config)
+            return self._grouped(s, getattr(s, fn_name), config, n,
+                                 (list(keys), list(ptrs), list(sizes)))
         except CrescentError as e:
             return [e.code] * n
 
@@ -596,6 +839,179 @@ class MooncakeDistributedStore(TensorMixin):
         """Each key's object gathered from several registered buffers."""
         return self._batch_from("batch_put_from_multi", keys, all_buffer_ptrs, all_sizes,
                                 config)
+
+    # ------------------------------------------------------------------ sessions
+    # Mooncake's layer-wise ranged API: a session per key opened with one
+    # master call, then ranged transfers without master round trips (see
+    # cr_store_sessions in crescent/store.h). Return conventions are
+    # Mooncake's: [] (or -1 for batch_get_session_end) when the store is not
+    # set up, one int per key otherwise, -600 for lists of different lengths.
+
+    def _fragment_lists(self, name: str, keys: Any, all_ptrs: Any, all_sizes: Any,
+                        all_offsets: Any) -> Tuple[List[str], List[int], List[Any]]:
+        """Keys, per-key results pre-filled with -600 for bad shapes, and the
+        (ptrs, sizes, offsets) of the well-formed keys."""
+        keys = _str_keys(keys)
+        n = len(keys)
+        res = [_INVALID_PARAMS] * n
+        lists = (list(all_ptrs), list(all_sizes), list(all_offsets))
+        ok: List[Any] = []
+        if any(len(x) != n for x in lists):
+            log.error("%s: %d keys but %d/%d/%d buffer/size/offset lists", name, n,
+                      *(len(x) for x in lists))
+            return keys, res, ok
+        for i in range(n):
+            p, z, o = (list(x[i]) for x in lists)
+            if not len(p) == len(z) == len(o):
+                log.error("%s '%s': %d buffers, %d sizes, %d offsets", name, keys[i], len(p),
+                          len(z), len(o))
+                continue
+            ok.append((i, [_u64(v, "buffer pointer") for v in p], [_u64(v, "size") for v in z],
+                       [_u64(v, "offset") for v in o]))
+        return keys, res, ok
+
+    def _ranges(self, native_fn: str, name: str, keys: Any, all_ptrs: Any, all_sizes: Any,
+                all_offsets: Any) -> List[int]:
+        s = self._s
+        if s is None:
+            log.error("%s: the store is not set up", name)
+            return []
+        keys, res, ok = self._fragment_lists(name, keys, all_ptrs, all_sizes, all_offsets)
+        if not ok:
+            return res
+        sub = [keys[i] for i, _, _, _ in ok]
+        try:
+            got = getattr(s, native_fn)(sub, [p for _, p, _, _ in ok], [z for _, _, z, _ in ok],
+                                        [o for _, _, _, o in ok])
+        except CrescentError as e:
+            got = [e.code] * len(sub)
+        for (i, _, _, _), r in zip(ok, got):
+            res[i] = r
+        return res
+
+    def batch_get_session_start(self, keys: List[str]) -> List[int]:
+        """Open a get session per key: one master query for all of them, and a
+        read lease held while the session is used. 0 or a negative code per
+        key (-704 missing)."""
+        s = self._s
+        if s is None:
+            log.error("batch_get_session_start: the store is not set up")
+            return []
+        keys = _str_keys(keys)
+        if not keys:
+            return []
+        try:
+            return s.get_session_start(keys)
+        except CrescentError as e:
+            return [e.code] * len(keys)
+
+    def batch_get_into_multi_buffer_ranges(self, keys: List[str],
+                                           all_buffer_ptrs: List[List[int]],
+                                           all_sizes: List[List[int]],
+                                           all_src_offsets: List[List[int]]) -> List[int]:
+        """Ranged get through open get sessions, no master call: for key i,
+        all_sizes[i][k] bytes at object offset all_src_offsets[i][k] into the
+        registered buffer all_buffer_ptrs[i][k]. Bytes read per key, or
+        negative: -600 without a session or for a range past the object's
+        end, -707 once the session's lease ran out."""
+        return self._ranges("batch_get_ranges", "batch_get_into_multi_buffer_ranges", keys,
+                            all_buffer_ptrs, all_sizes, all_src_offsets)
+
+    def batch_get_session_end(self, keys: List[str]) -> int:
+        """Drop the get sessions of keys; 0 (-1 when the store is not set up)."""
+        s = self._s
+        if s is None:
+            log.error("batch_get_session_end: the store is not set up")
+            return -1
+        try:
+            s.get_session_end(_str_keys(keys))
+            return 0
+        except CrescentError as e:
+            return e.code
+
+    def batch_put_session_start(self, keys: List[str], sizes: List[int],
+                                config: Optional[ReplicateConfig] = None) -> List[int]:
+        """Reserve objects of the given sizes and open a put session per key;
+        nothing is readable until batch_put_session_end. 0 or a negative code
+        per key (-600 for a key with an open session, -705 for an existing
+        key). config applies here only; its group_ids need one entry per key.
+        Put sessions write memory replicas only: nof_replica_num is refused
+        (-600) except Mooncake's flexible pair replica_num=1 /
+        nof_replica_num=1, which Mooncake finishes as a memory replica alone,
+        as crescent does; dfs_replica_num is refused with -1012."""
+        s = self._s
+        if s is None:
+            log.error("batch_put_session_start: the store is not set up")
+            return []
+        keys = _str_keys(keys)
+        n = len(keys)
+        sizes = list(sizes)
+        if len(sizes) != n:
+            log.error("batch_put_session_start: %d keys, %d sizes", n, len(sizes))
+            return [_INVALID_PARAMS] * n
+        sizes = [_u64(z, "size") for z in sizes]
+        _check_config(config)
+        if config is not None and (config.nof_replica_num or config.dfs_replica_num):
+            if config.dfs_replica_num:
+                log.error("batch_put_session_start: dfs_replica_num=%d: crescent has no DFS "
+                          "tier", config.dfs_replica_num)
+                return [_NOT_SUPPORTED] * n
+            if not (config.replica_num == 1 and config.nof_replica_num == 1):
+                log.error("batch_put_session_start rejects reliable NoF configs: the session "
+                          "path never writes NoF (nof_replica_num=%d, replica_num=%d)",
+                          config.nof_replica_num, config.replica_num)
+                return [_INVALID_PARAMS] * n
+            _util.warn_once("session:nof", "batch_put_session_start: replica_num=1 with "
+                            "nof_replica_num=1 is finished as one memory replica (crescent has "
+                            "no NoF tier; Mooncake revokes the NoF part at session end too)")
+            config = config.copy()
+            config.nof_replica_num = 0
+            config.preferred_nof_segments = []
+        code = self._refused("batch_put_session_start", config, n)
+        if code is not None:
+            return [code] * n
+        if n == 0:
+            return []
+        try:
+            return self._grouped(s, s.put_session_start, config, n, (keys, sizes))
+        except CrescentError as e:
+            return [e.code] * n
+
+    def batch_put_from_multi_buffer_ranges(self, keys: List[str],
+                                           all_buffer_ptrs: List[List[int]],
+                                           all_sizes: List[List[int]],
+                                           all_dst_offsets: List[List[int]]) -> List[int]:
+        """Ranged put through open put sessions, no master call: for key i,
+        all_sizes[i][k] bytes of the registered buffer all_buffer_ptrs[i][k]
+        go to object offset all_dst_offsets[i][k] of every replica. Bytes
+        written per key (counted once), or negative: -600 without an open
+        session (or after end/revoke sealed it) or for a range past the end."""
+        return self._ranges("batch_put_ranges", "batch_put_from_multi_buffer_ranges", keys,
+                            all_buffer_ptrs, all_sizes, all_dst_offsets)
+
+    def batch_put_session_end(self, keys: List[str]) -> List[int]:
+        """Seal the put sessions, wait for their ranged writes and make the
+        objects readable. 0 or a negative code per key (-600 without a
+        session; a master failure keeps the session for a retry or revoke)."""
+        return self._finish("put_session_end", "batch_put_session_end", keys)
+
+    def batch_put_session_revoke(self, keys: List[str]) -> List[int]:
+        """Seal the put sessions, wait for their ranged writes and release the
+        reserved space. 0 or a negative code per key."""
+        return self._finish("put_session_revoke", "batch_put_session_revoke", keys)
+
+    def _finish(self, native_fn: str, name: str, keys: Any) -> List[int]:
+        s = self._s
+        if s is None:
+            log.error("%s: the store is not set up", name)
+            return []
+        keys = _str_keys(keys)
+        if not keys:
+            return []
+        try:
+            return getattr(s, native_fn)(keys)
+        except CrescentError as e:
+            return [e.code] * len(keys)
 
     # ------------------------------------------------------------------ reads
     def get(self, key: str) -> bytes:
@@ -782,8 +1198,8 @@ class MooncakeDistributedStore(TensorMixin):
                     log.warning("batch_get_replica_desc %r: %s", k, e)
                 reps = []
             out[k] = [ReplicaDescriptor(seg, ReplicaStatus.COMPLETE if done
-                                        else ReplicaStatus.PROCESSING)
-                      for seg, _addr, _size, done in reps]
+                                        else ReplicaStatus.PROCESSING, addr, size)
+                      for seg, addr, size, done in reps]
         return out
 
     def batch_replica_clear(self, keys: List[str], segment_name: str = "") -> List[str]:

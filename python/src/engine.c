@@ -716,12 +716,10 @@ static PyObject *engine_probe(Engine *self, PyObject *args, PyObject *kw)
     return pcr_none_or_raise(rc);
 }
 
-static PyObject *engine_stats(Engine *self, PyObject *unused)
+PyObject *pcr_engine_stats_dict(cr_engine *engine)
 {
-    ENTER(self);
     cr_engine_stats st;
-    int rc = cr_engine_get_stats(self->engine, &st);
-    LEAVE(self);
+    int rc = cr_engine_get_stats(engine, &st);
     if (rc < 0)
         return pcr_raise(rc);
     return Py_BuildValue(
@@ -734,6 +732,14 @@ static PyObject *engine_stats(Engine *self, PyObject *unused)
         (unsigned long long)st.descriptor_fetches, "shm_mappings",
         (unsigned long long)st.shm_mappings, "transport_fallbacks",
         (unsigned long long)st.transport_fallbacks);
+}
+
+static PyObject *engine_stats(Engine *self, PyObject *unused)
+{
+    ENTER(self);
+    PyObject *d = pcr_engine_stats_dict(self->engine);
+    LEAVE(self);
+    return d;
 }
 
 /* ------------------------------------------------------------------------- */

@@ -128,6 +128,8 @@ extern PyTypeObject pcr_EngineType;
  * o is not an open Engine.
  */
 cr_engine *pcr_engine_borrow(PyObject *o);
+/* cr_engine_get_stats as a dict (Engine.stats(), Store.engine_stats()); NULL with an exception. */
+PyObject *pcr_engine_stats_dict(cr_engine *engine);
 void pcr_engine_release(PyObject *o);
 extern PyTypeObject pcr_StoreType;
 extern PyTypeObject pcr_BufferHandleType;

@@ -19,19 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    pcr_object base;      /* call guard and pins (common.c) */
-    cr_store *store;      /* NULL once closed */
-    char name[256];       /* this client's segment name, for prefer_alloc_in_same_node */
-    PyObject *engine_obj; /* borrowed Engine (setup(engine=...)), or NULL */
-} Store;
-
-#define ENTER(self)                                                                                \
-    do {                                                                                           \
-        if (pcr_guard_enter(&(self)->base.guard, (self)->store != NULL, "store") < 0)              \
-            return NULL;                                                                           \
-    } while (0)
-#define LEAVE(self) pcr_guard_leave(&(self)->base.guard)
+#include "store_obj.h"
 
 /* A size from an int or a human-readable str ("16MB"). */
 static int size_or_text(PyObject *o, const char *what, uint64_t *out)
@@ -195,14 +183,18 @@ static int store_init(Store *self, PyObject *args, PyObject *kw)
     return 0;
 }
 
-static void destroy_store(void *store)
+/* Runs without the GIL once the calls in flight have drained. */
+static void destroy_store(void *obj)
 {
-    cr_store_destroy(store);
+    Store *self = obj;
+    cr_store_sessions_destroy(self->sessions); /* revokes open put sessions first */
+    self->sessions = NULL;
+    cr_store_destroy(self->store);
 }
 
 static void store_shutdown(Store *self)
 {
-    if (!pcr_object_close(&self->base, self->store, destroy_store))
+    if (!pcr_object_close(&self->base, self->store != NULL ? self : NULL, destroy_store))
         return;
     self->store = NULL;
     PyDict_Clear(self->base.pins);
@@ -1129,6 +1121,7 @@ static PyMethodDef store_methods[] = {
      "register_buffer(address, size=None) -> int\n\nRegister host memory for the zero-copy "
      "calls. A buffer\nobject is pinned until unregister_buffer(). Returns the address."},
     {"unregister_buffer", F(store_unregister_buffer), KW, "unregister_buffer(address)"},
+    PCR_STORE_SESSION_METHODS,
     {NULL, NULL, 0, NULL},
 };
 

@@ -20,7 +20,7 @@ def test_leases_are_registered_buffers(store):
         assert pool.capacity == 1 * MiB and pool.base % (2 * MiB) == 0
         lease = pool.acquire(1000)
         assert isinstance(lease, BufferLease) and not lease.is_overflow
-        assert lease.size() == len(lease) == 1000 and lease.ptr() == pool.base
+        assert lease.size == len(lease) == 1000 and lease.ptr == pool.base
         # Buffer protocol.
         raw = memoryview(lease)
         assert raw.nbytes == 1000 and not raw.readonly
@@ -32,10 +32,10 @@ def test_leases_are_registered_buffers(store):
         arr[5:8] = np.frombuffer(b" wo", np.uint8)
         lease[8:11] = b"rld"
         # Zero-copy store calls from / into the lease (registered memory).
-        assert store.put_from("bp/1", lease.ptr(), 11) == 0
+        assert store.put_from("bp/1", lease.ptr, 11) == 0
         assert store.get("bp/1") == b"hello world"
         with pool.acquire(64) as other:
-            assert other.ptr() == pool.base + 1024  # 1000 rounded up to the 64-byte alignment
+            assert other.ptr == pool.base + 1024  # 1000 rounded up to the 64-byte alignment
             assert store.get_into("bp/1", other, 64) == 11  # the lease stands in for a pointer
             assert bytes(other)[:11] == b"hello world"
             assert store.put("bp/2", other) == 0  # and for a buffer
@@ -50,31 +50,31 @@ def test_leases_are_registered_buffers(store):
 def test_first_fit_and_coalescing(store):
     pool = BufferPool(store, capacity=64 * KiB, alignment=4096, max_regions=0)
     leases = [pool.acquire(4096) for _ in range(16)]
-    assert [x.ptr() - pool.base for x in leases] == [i * 4096 for i in range(16)]
+    assert [x.ptr - pool.base for x in leases] == [i * 4096 for i in range(16)]
     assert pool.try_acquire(1) is None  # full, no overflow allowed
     for i in (3, 4, 5, 9):
         leases[i].release()
     assert pool.stats()["largest_free"] == 3 * 4096  # 3..5 merged
     x = pool.acquire(8000)  # first fit: the merged hole at 3
-    assert x.ptr() == pool.base + 3 * 4096
+    assert x.ptr == pool.base + 3 * 4096
     y = pool.acquire(100)  # next hole: 5
-    assert y.ptr() == pool.base + 5 * 4096
+    assert y.ptr == pool.base + 5 * 4096
     z = pool.acquire(4096)
-    assert z.ptr() == pool.base + 9 * 4096
+    assert z.ptr == pool.base + 9 * 4096
     for lease in leases[:3] + leases[6:9] + leases[10:] + [x, y, z]:
         lease.release()
     st = pool.stats()
     assert st["free"] == st["largest_free"] == 64 * KiB  # everything merged back
-    assert pool.acquire(64 * KiB).ptr() == pool.base
+    assert pool.acquire(64 * KiB).ptr == pool.base
     pool.close()
 
 
 def test_overflow_and_limits(store):
     pool = BufferPool(store, capacity=64 * KiB, max_regions=2, max_bytes=64 * KiB + 3 * MiB)
     big = pool.acquire(1 * MiB)  # larger than the pool: a temporary region
-    assert big.is_overflow and big.size() == 1 * MiB
+    assert big.is_overflow and big.size == 1 * MiB
     big.memoryview()[:3] = b"big"
-    assert store.put_from("bp/big", big.ptr(), 1 * MiB) == 0  # it is registered
+    assert store.put_from("bp/big", big.ptr, 1 * MiB) == 0  # it is registered
     assert store.get_size("bp/big") == 1 * MiB
     full = pool.acquire(64 * KiB)  # fills the pool
     assert not full.is_overflow
@@ -117,7 +117,7 @@ def test_blocking_acquire_and_timeout(store):
 
     def waiter():
         with pool.acquire(32 * KiB) as lease:  # blocks until the release below
-            got.append(lease.ptr())
+            got.append(lease.ptr)
 
     th = threading.Thread(target=waiter)
     th.start()
@@ -146,7 +146,7 @@ def test_threads_share_a_pool(store):
                     mv[:] = stamp
                     key = f"bp/t{tid}/{i}"
                     if i % 8 == 0:  # some go through the store
-                        assert store.put_from(key, lease.ptr(), n) == 0
+                        assert store.put_from(key, lease.ptr, n) == 0
                         assert store.get(key) == stamp
                     time.sleep(0.0005)
                     assert bytes(mv) == stamp, "another thread wrote into this lease"
@@ -183,7 +183,7 @@ def test_close(store):
     th.join(5)
     assert errs and "closed" in errs[0]
     lease.memoryview()[:4] = b"live"
-    assert store.put_from("bp/closing", lease.ptr(), 4) == 0  # still registered
+    assert store.put_from("bp/closing", lease.ptr, 4) == 0  # still registered
     with pytest.raises(RuntimeError):
         pool.acquire(1)
     lease.release()  # last lease: unregistered and freed now
@@ -254,6 +254,6 @@ def test_store_registration_failure_is_reported():
         pool.acquire(8192)
     assert pool.stats()["overflow_regions"] == 0
     with pool.acquire(4096) as lease:
-        assert lease.size() == 4096
+        assert lease.size == 4096
     pool.close()
     assert crescent.alloc_shared  # the allocator the pool uses

@@ -107,7 +107,7 @@ def test_replicate_config_fields_and_checks():
                        ("group_ids", [1, 2]), ("prefer_alloc_in_same_node", None)]:
         with pytest.raises(TypeError):
             setattr(rc, field, bad)
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError):  # out of range is a TypeError, as in Mooncake's bindings
         rc.soft_pin_ttl_ms = -1
     with pytest.raises(AttributeError):
         rc.no_such_field = 1
@@ -191,9 +191,9 @@ def test_setup_from_dict_and_config_file(master, tmp_path, monkeypatch):
     cfg_file.write_text(json.dumps({
         "local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
         "global_segment_size": "32MB", "local_buffer_size": 8 * MiB, "protocol": "tcp",
-        "device_name": "", "master_server_address": "unused:1"}))
+        "device_name": "", "master_server_address": master}))
     monkeypatch.setenv("MOONCAKE_CONFIG_PATH", str(cfg_file))
-    monkeypatch.setenv("MOONCAKE_MASTER", master)
+    monkeypatch.setenv("MOONCAKE_MASTER", "unused:1")  # the file wins, as in Mooncake
     cfg = MooncakeConfig.load_from_env()
     assert cfg.master_server_address == master and cfg.global_segment_size == 32 * MiB
     s3 = MooncakeDistributedStore()

@@ -91,6 +91,7 @@ class VllmStoreWorker:
 def config_file(master, tmp_path, monkeypatch):
     path = tmp_path / "mooncake.json"
     path.write_text(json.dumps({
+        "local_hostname": "127.0.0.1",
         "metadata_server": "P2PHANDSHAKE", "master_server_address": master,
         "protocol": "rdma", "device_name": "", "global_segment_size": "64MB",
         "local_buffer_size": "16MB"}))
