@@ -355,6 +355,16 @@ int main(int argc, char **argv)
 
     rpc_seeds(&b);
 
+    /* UCX active-message headers: one input holds a request then a reply. */
+    static const crp_am_req am_reqs[] = {{0, 1, 0x1000, 4096}, {1, 0xffffffff00000001ull, 0, 1}};
+    static const crp_am_reply am_reps[] = {{1, 0}, {0xffffffff00000001ull, -3003}};
+    for (size_t i = 0; i < 2; i++) {
+        uint8_t x[CRP_AM_REQ_SIZE + CRP_AM_REPLY_SIZE];
+        crp_am_req_encode(&am_reqs[i], x);
+        crp_am_reply_encode(&am_reps[i], x + CRP_AM_REQ_SIZE);
+        write_seed("am", (int)i, x, sizeof(x));
+    }
+
     crp_buf_free(&b);
     return 0;
 }

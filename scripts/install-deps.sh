@@ -17,6 +17,8 @@ PACKAGES=(
   redis-server          # tests/metadata: real redis servers; tests skip without
   liburing-dev          # src/disk: io_uring I/O of the SSD tier's bucket files
   libxxhash-dev         # src/disk: XXH3 checksums of on-disk records
+  libucx-dev            # src/engine/transports/ucx: RDMA/RoCE/IB through UCX (UCX_TLS=tcp,sm in tests)
+  ucx-utils             # ucx_perftest: the baseline of crescent-bench engine --protocol ucx
   clang libclang-rt-14-dev  # sanitizers and libFuzzer
   clang-format          # scripts/check-format.sh (CTest format_check)
   python3-dev           # python/: the crescent._crescent extension (/usr/bin/python3)

@@ -86,6 +86,11 @@ typedef struct cr_engine_config {
     /** Connections to our port open at once; more are accepted and closed
      *  at once. 0 = default (4096). */
     uint32_t max_connections;
+    /** NICs the ucx transport uses, comma-separated ("mlx5_0,mlx5_1";
+     *  Mooncake's device_name). Each is a rail: large requests stripe over
+     *  rails and a buffer is registered on the NICs nearest its memory.
+     *  NULL/"" = UCX's own choice (UCX_NET_DEVICES). */
+    const char *device_name;
 } cr_engine_config;
 
 /** Fill *cfg with struct_size and defaults. Never fails. */

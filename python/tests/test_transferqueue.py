@@ -217,7 +217,7 @@ def test_concurrent_overlapping_registrations(master):
 def test_retry_of_failed_subset(master):
     """A put that runs out of space (-200) succeeds on retry once space is freed."""
     client = TQMooncakeClient(_config(master, global_segment_size=8 * MiB, hard_pin=True,
-                                      retry_sleep=0.05))
+                                      retry_sleep=0.5))
     store = client._store
     filler = np.zeros(MiB, np.uint8)
     store.register_buffer(filler.ctypes.data, filler.nbytes)
@@ -227,7 +227,11 @@ def test_retry_of_failed_subset(master):
     filled = [k for k, r in zip(pins, res) if r == 0]
 
     def free_space_soon():
-        time.sleep(0.02)
+        # Free the space once the first attempt has failed (not after a fixed
+        # delay: on a loaded machine the put may start late).
+        deadline = time.monotonic() + 30
+        while not client.retries and time.monotonic() < deadline:
+            time.sleep(0.001)
         store.batch_remove(filled, force=True)
 
     data = np.arange(64 * 1024, dtype=np.uint8)

@@ -111,6 +111,14 @@ int cre_config_apply(cr_engine *e, const cr_engine_config *cfg)
     e->cma_enabled = !(CFG_HAS(disable_cma) && cfg->disable_cma);
     e->max_connections =
         CFG_HAS(max_connections) && cfg->max_connections ? cfg->max_connections : DEFAULT_MAX_CONNS;
+    if (CFG_HAS(device_name) && cfg->device_name != NULL && cfg->device_name[0] != '\0') {
+        if (strlen(cfg->device_name) > 1024)
+            return crb_error(CR_ERR_INVALID_CONFIG, "device_name of %zu bytes is too long",
+                             strlen(cfg->device_name));
+        e->device_names = strdup(cfg->device_name);
+        if (e->device_names == NULL)
+            return crb_error(CR_ERR_NO_MEMORY, "copying device_name");
+    }
 #undef CFG_HAS
 
     if (cfg->shared_secret != NULL && cfg->shared_secret[0] != '\0') {

@@ -191,6 +191,7 @@ void cr_engine_destroy(cr_engine *e)
     pthread_mutex_destroy(&e->calls_lock);
     pthread_cond_destroy(&e->calls_done);
     free(e->secret);
+    free(e->device_names);
     free(e);
 }
 

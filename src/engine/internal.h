@@ -174,6 +174,7 @@ struct cr_engine {
     char protocol[16];
     char *secret;
     size_t secret_len;
+    char *device_names; /* cr_engine_config.device_name, NULL if none */
     uint16_t rpc_port;
     uint32_t n_workers, lanes_per_peer;
     uint64_t slice_size;

@@ -840,3 +840,76 @@ int crp_shm_reply_decode(const void *data, size_t len, crp_shm_reply *out)
     msgpack_unpacked_destroy(&u);
     return rc;
 }
+
+/* ------------------------------------------------------------------------ */
+/* UCX active-message headers (fixed layouts)                               */
+/* ------------------------------------------------------------------------ */
+
+static void le64_put(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t le64_get(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static bool all_zero(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != 0)
+            return false;
+    return true;
+}
+
+void crp_am_req_encode(const crp_am_req *m, uint8_t out[CRP_AM_REQ_SIZE])
+{
+    memset(out, 0, CRP_AM_REQ_SIZE);
+    out[0] = m->op;
+    le64_put(out + 8, m->id);
+    le64_put(out + 16, m->addr);
+    le64_put(out + 24, m->length);
+}
+
+int crp_am_req_decode(const void *data, size_t len, crp_am_req *out)
+{
+    const uint8_t *p = data;
+    if (len != CRP_AM_REQ_SIZE)
+        return crb_error(MALFORMED, "AM request of %zu bytes (want %d)", len, CRP_AM_REQ_SIZE);
+    if (p[0] > 1 || !all_zero(p + 1, 7))
+        return crb_error(MALFORMED, "AM request with op %u or non-zero padding", p[0]);
+    crp_am_req m = {
+        .op = p[0], .id = le64_get(p + 8), .addr = le64_get(p + 16), .length = le64_get(p + 24)};
+    if (m.length == 0 || m.addr > UINT64_MAX - m.length)
+        return crb_error(MALFORMED, "AM request range 0x%llx + %llu is empty or overflows",
+                         (unsigned long long)m.addr, (unsigned long long)m.length);
+    *out = m;
+    return 0;
+}
+
+void crp_am_reply_encode(const crp_am_reply *m, uint8_t out[CRP_AM_REPLY_SIZE])
+{
+    memset(out, 0, CRP_AM_REPLY_SIZE);
+    le64_put(out, m->id);
+    le64_put(out + 8, (uint64_t)(uint32_t)m->status);
+    memset(out + 12, 0, 4);
+}
+
+int crp_am_reply_decode(const void *data, size_t len, crp_am_reply *out)
+{
+    const uint8_t *p = data;
+    if (len != CRP_AM_REPLY_SIZE)
+        return crb_error(MALFORMED, "AM reply of %zu bytes (want %d)", len, CRP_AM_REPLY_SIZE);
+    if (!all_zero(p + 12, 4))
+        return crb_error(MALFORMED, "AM reply with non-zero padding");
+    int32_t st = (int32_t)(uint32_t)(le64_get(p + 8) & 0xffffffffu);
+    if (st > 0)
+        return crb_error(MALFORMED, "AM reply with positive status %d", (int)st);
+    *out = (crp_am_reply){.id = le64_get(p), .status = st};
+    return 0;
+}

@@ -187,4 +187,28 @@ int crp_shm_request_decode(const void *data, size_t len, crp_shm_request *out);
 int crp_shm_reply_encode(const crp_shm_reply *m, crp_buf *out);
 int crp_shm_reply_decode(const void *data, size_t len, crp_shm_reply *out);
 
+/* --- UCX active messages (ucx transport on UCX's software paths) ---------
+ * Fixed little-endian layouts, carried as UCX AM headers; the payload, if
+ * any, is the AM's data.
+ *   AM_REQ   (32 bytes): u8 op (0 READ, 1 WRITE), 7 zero bytes, u64 id,
+ *                        u64 remote address, u64 length
+ *   AM_REPLY (16 bytes): u64 id, i32 status, 4 zero bytes
+ * The id is the initiator's; the target echoes it. */
+#define CRP_AM_REQ_SIZE   32
+#define CRP_AM_REPLY_SIZE 16
+typedef struct crp_am_req {
+    uint8_t op;
+    uint64_t id, addr, length;
+} crp_am_req;
+typedef struct crp_am_reply {
+    uint64_t id;
+    int32_t status;
+} crp_am_reply;
+void crp_am_req_encode(const crp_am_req *m, uint8_t out[CRP_AM_REQ_SIZE]);
+/* Errors: CR_ERR_MALFORMED_FRAME (size, op, padding, length 0 or overflow). */
+int crp_am_req_decode(const void *data, size_t len, crp_am_req *out);
+void crp_am_reply_encode(const crp_am_reply *m, uint8_t out[CRP_AM_REPLY_SIZE]);
+/* Errors: CR_ERR_MALFORMED_FRAME (size, padding, a positive status). */
+int crp_am_reply_decode(const void *data, size_t len, crp_am_reply *out);
+
 #endif

@@ -1459,6 +1459,51 @@ static void test_hostile_structure(void **state)
     }
 }
 
+/* UCX active-message headers: round trips and every malformed form. */
+static void test_am_headers(void **state)
+{
+    (void)state;
+    uint8_t x[CRP_AM_REQ_SIZE];
+    crp_am_req r = {.op = 1, .id = 0xabcdef0123456789ull, .addr = 0x7f0000001000ull, .length = 1};
+    crp_am_req_encode(&r, x);
+    crp_am_req out;
+    assert_int_equal(crp_am_req_decode(x, sizeof(x), &out), 0);
+    assert_int_equal(out.op, 1);
+    assert_true(out.id == r.id && out.addr == r.addr && out.length == 1);
+    crp_am_req keep = {.op = 9, .id = 9, .addr = 9, .length = 9}, got = keep;
+    assert_int_equal(crp_am_req_decode(x, sizeof(x) - 1, &got), CR_ERR_MALFORMED_FRAME);
+    x[0] = 2;
+    assert_int_equal(crp_am_req_decode(x, sizeof(x), &got), CR_ERR_MALFORMED_FRAME);
+    x[0] = 0;
+    x[3] = 1; /* padding */
+    assert_int_equal(crp_am_req_decode(x, sizeof(x), &got), CR_ERR_MALFORMED_FRAME);
+    r.length = 0;
+    crp_am_req_encode(&r, x);
+    assert_int_equal(crp_am_req_decode(x, sizeof(x), &got), CR_ERR_MALFORMED_FRAME);
+    r.length = 2;
+    r.addr = UINT64_MAX;
+    crp_am_req_encode(&r, x);
+    assert_int_equal(crp_am_req_decode(x, sizeof(x), &got), CR_ERR_MALFORMED_FRAME);
+    assert_memory_equal(&got, &keep, sizeof(got)); /* untouched on failure */
+
+    uint8_t y[CRP_AM_REPLY_SIZE];
+    crp_am_reply p = {.id = 77, .status = CR_ERR_ADDRESS_NOT_REGISTERED};
+    crp_am_reply_encode(&p, y);
+    crp_am_reply po;
+    assert_int_equal(crp_am_reply_decode(y, sizeof(y), &po), 0);
+    assert_true(po.id == 77 && po.status == CR_ERR_ADDRESS_NOT_REGISTERED);
+    p.status = 0;
+    crp_am_reply_encode(&p, y);
+    assert_int_equal(crp_am_reply_decode(y, sizeof(y), &po), 0);
+    assert_int_equal(po.status, 0);
+    y[8] = 5; /* status 5: positive */
+    assert_int_equal(crp_am_reply_decode(y, sizeof(y), &po), CR_ERR_MALFORMED_FRAME);
+    y[8] = 0;
+    y[15] = 1;
+    assert_int_equal(crp_am_reply_decode(y, sizeof(y), &po), CR_ERR_MALFORMED_FRAME);
+    assert_int_equal(crp_am_reply_decode(y, 15, &po), CR_ERR_MALFORMED_FRAME);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1472,6 +1517,7 @@ int main(void)
         cmocka_unit_test(test_descriptor_edges),
         cmocka_unit_test(test_descriptor_max_buffers),
         cmocka_unit_test(test_descriptor_reject),
+        cmocka_unit_test(test_am_headers),
         cmocka_unit_test(test_notify),
         cmocka_unit_test(test_data_req_round_trip),
         cmocka_unit_test(test_data_req_encodings),

@@ -124,7 +124,7 @@ static void setup_in_flight(in_flight *f)
     assert_true(f->remote != 0);
     cr_engine_config cfg;
     cr_engine_config_init(&cfg);
-    cfg.protocol = "tcp";
+    cfg.protocol = test_protocol();
     assert_int_equal(cr_engine_create(&cfg, &f->engine), 0);
     assert_int_equal(cr_engine_open_segment(f->engine, f->peer.name, &f->seg), 0);
     f->local = malloc(f->len);
@@ -253,7 +253,7 @@ static void http_metadata_backend(void **state)
     cr_engine_config_init(&cfg);
     cfg.metadata = url;
     cfg.local_hostname = "127.0.0.1:0";
-    cfg.protocol = "tcp";
+    cfg.protocol = test_protocol();
     (void)port;
     cr_engine *e;
     /* Same segment name as the peer ("127.0.0.1") would collide: use another. */
@@ -283,6 +283,7 @@ static void http_metadata_backend(void **state)
 
 int main(void)
 {
+    test_require_protocol();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bad_config_is_named),
         cmocka_unit_test(registration_errors),

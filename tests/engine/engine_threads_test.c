@@ -108,7 +108,7 @@ static void pool_threads_register_transfer_unregister(void **state)
     assert_true(sh.remote != 0);
     cr_engine_config cfg;
     cr_engine_config_init(&cfg);
-    cfg.protocol = "tcp";
+    cfg.protocol = test_protocol();
     assert_int_equal(cr_engine_create(&cfg, &sh.engine), 0);
     assert_int_equal(cr_engine_open_segment(sh.engine, peer.name, &sh.seg), 0);
 
@@ -145,6 +145,7 @@ static void pool_threads_register_transfer_unregister(void **state)
 
 int main(void)
 {
+    test_require_protocol();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(pool_threads_register_transfer_unregister),
     };

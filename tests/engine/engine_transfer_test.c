@@ -40,7 +40,7 @@ static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof(*f));
     assert_int_equal(peer_start(&f->peer, NULL), 0);
-    f->engine = make_engine("tcp");
+    f->engine = make_engine(test_protocol());
     assert_int_equal(cr_engine_open_segment(f->engine, f->peer.name, &f->seg), 0);
     f->local_len = 16 << 20;
     f->local = aligned_alloc(4096, f->local_len);
@@ -103,7 +103,7 @@ static void read_and_write_every_size(void **state)
     }
     cr_engine_stats st;
     assert_int_equal(cr_engine_get_stats(f->engine, &st), 0);
-    assert_true(st.bytes_tcp > 16 << 20);
+    assert_true(test_bytes_via(f->engine, test_protocol()) > 16 << 20);
 }
 
 static void batch_of_many_requests(void **state)
@@ -181,11 +181,18 @@ static void bad_ranges_get_their_own_errors(void **state)
      * descriptor, so only the target can catch it. */
     uint64_t gone = peer_reg(&f->peer, "cpu:0", 8192, 0);
     assert_int_equal(submit_one(f, CR_OP_READ, f->local, gone, 8192), 0);
+    /* (Where the target cannot check, the stale requests are not even sent:
+     * they would write into memory the peer has freed.) */
     assert_string_equal(peer_cmd(&f->peer, "unreg %llu", (unsigned long long)gone), "OK");
-    assert_int_equal(submit_one(f, CR_OP_WRITE, f->local, gone, 8192),
-                     CR_ERR_ADDRESS_NOT_REGISTERED);
-    assert_int_equal(submit_one(f, CR_OP_READ, f->local, gone, 8192),
-                     CR_ERR_ADDRESS_NOT_REGISTERED);
+    if (test_target_checks_ranges(f->engine)) {
+        assert_int_equal(submit_one(f, CR_OP_WRITE, f->local, gone, 8192),
+                         CR_ERR_ADDRESS_NOT_REGISTERED);
+        assert_int_equal(submit_one(f, CR_OP_READ, f->local, gone, 8192),
+                         CR_ERR_ADDRESS_NOT_REGISTERED);
+    } else {
+        printf("note: one-sided RMA over UCX's software paths: the target cannot refuse a "
+               "stale range (docs/ARCHITECTURE.md, ucx); that check is skipped\n");
+    }
     /* ...and the target keeps serving everything else. */
     assert_int_equal(submit_one(f, CR_OP_READ, f->local, remote, 65536), 0);
     verify_pattern(f->local, 65536, remote);
@@ -217,7 +224,7 @@ static void memory_kinds_seed_002(void **state)
     assert_int_equal(cr_batch_submit(f->engine, b, r, 2), CR_ERR_TRANSPORT_UNSUPPORTED);
     const char *msg = cr_last_error_message();
     assert_non_null(strstr(msg, "cuda"));
-    assert_non_null(strstr(msg, "tcp"));
+    assert_non_null(strstr(msg, test_protocol()));
     char addr[32];
     snprintf(addr, sizeof(addr), "0x%llx", (unsigned long long)dev);
     assert_non_null(strstr(msg, addr));
@@ -315,6 +322,7 @@ static void local_segment_uses_memcpy_with_auto(void **state)
 
 int main(void)
 {
+    test_require_protocol();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(read_and_write_every_size, setup, teardown),
         cmocka_unit_test_setup_teardown(batch_of_many_requests, setup, teardown),

@@ -126,3 +126,48 @@ void peer_kill(test_peer *p)
         p->pid = 0;
     }
 }
+
+const char *test_protocol(void)
+{
+    const char *p = getenv("CRESCENT_TEST_PROTOCOL");
+    return p != NULL && p[0] != '\0' ? p : "tcp";
+}
+
+void test_require_protocol(void)
+{
+    cr_engine_config cfg;
+    cr_engine_config_init(&cfg);
+    cfg.protocol = test_protocol();
+    cr_engine *e;
+    int rc = cr_engine_create(&cfg, &e);
+    if (rc == CR_ERR_INVALID_CONFIG || rc == CR_ERR_TRANSPORT_UNSUPPORTED) {
+        printf("skipped: protocol %s is not available here: %s\n", cfg.protocol,
+               cr_last_error_message());
+        exit(77);
+    }
+    if (rc == 0)
+        cr_engine_destroy(e);
+}
+
+uint64_t test_counter(cr_engine *e, const char *transport, const char *name)
+{
+    cr_engine_counter c[128];
+    size_t n = 0;
+    if (cr_engine_counters(e, c, 128, &n) < 0)
+        return 0;
+    for (size_t i = 0; i < n && i < 128; i++)
+        if (strcmp(c[i].transport, transport) == 0 && strcmp(c[i].name, name) == 0)
+            return c[i].value;
+    return 0;
+}
+
+uint64_t test_bytes_via(cr_engine *e, const char *transport)
+{
+    return test_counter(e, transport, "bytes");
+}
+
+bool test_target_checks_ranges(cr_engine *e)
+{
+    return !(test_counter(e, "ucx", "software_rma") == 1 &&
+             test_counter(e, "ucx", "checked_active_messages") == 0);
+}

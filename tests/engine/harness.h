@@ -6,8 +6,11 @@
 #ifndef CRESCENT_TESTS_HARNESS_H
 #define CRESCENT_TESTS_HARNESS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+#include "crescent/engine.h"
 
 typedef struct test_peer {
     pid_t pid;
@@ -27,6 +30,22 @@ uint64_t peer_reg(test_peer *p, const char *loc, uint64_t size, int read_only);
 int peer_stop(test_peer *p);
 /* SIGKILL and reap. */
 void peer_kill(test_peer *p);
+
+/* The protocol this run of a test exercises: CRESCENT_TEST_PROTOCOL
+ * ("tcp" unless set; CMake registers the engine tests once per transport the
+ * build has, e.g. ucx with UCX_TLS=tcp and with UCX_TLS=sm). Peers started
+ * by peer_start use it too. */
+const char *test_protocol(void);
+/* Exit 77 (skipped) when this build or machine cannot run test_protocol(). */
+void test_require_protocol(void);
+/* Bytes an engine moved through the transport named `transport`. */
+uint64_t test_bytes_via(cr_engine *e, const char *transport);
+/* A counter of cr_engine_counters (0 when absent). */
+uint64_t test_counter(cr_engine *e, const char *transport, const char *name);
+/* Does the target check every request against its registry? False only for
+ * one-sided RMA over UCX's software paths (CRESCENT_UCX_MODE=rma), where
+ * nothing on the target can (on RDMA NICs the NIC does). */
+bool test_target_checks_ranges(cr_engine *e);
 
 /* Pattern used by the peer: byte i of a region filled with seed s. */
 static inline uint8_t test_pattern(uint64_t i, uint64_t seed)

@@ -84,6 +84,10 @@ int main(int argc, char **argv)
 {
     cr_engine_config cfg;
     cr_engine_config_init(&cfg);
+    /* The protocol the test exercises (tests/engine/harness.h); --protocol
+     * overrides it. */
+    if (getenv("CRESCENT_TEST_PROTOCOL") != NULL && getenv("CRESCENT_TEST_PROTOCOL")[0] != '\0')
+        cfg.protocol = getenv("CRESCENT_TEST_PROTOCOL");
     for (int i = 1; i < argc; i += 2) {
         if (strcmp(argv[i], "--any-user") == 0) {
             cfg.shm_allow_any_user = true;

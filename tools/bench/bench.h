@@ -137,6 +137,15 @@ int cb_baseline_socket(const char *subcmd, double seconds, uint64_t total, cb_me
                        char *err, size_t err_len);
 /* Single-threaded memcpy of 1 MiB blocks cycling over a 64 MiB area. */
 int cb_baseline_memcpy(double seconds, uint64_t total, cb_measure *out, char *err, size_t err_len);
+/* ucx_perftest's result (ucx_baseline.c). */
+typedef struct cb_ucx_result {
+    double latency_us; /* typical */
+    double gbps;       /* overall bandwidth, 1e9 bytes per second */
+} cb_ucx_result;
+/* Run ucx_perftest -t <test> -s <size> as server and client on 127.0.0.1
+ * with the environment's UCX_TLS. 0, or -1 with err set. */
+int cb_baseline_ucx_perftest(const char *test, uint64_t size, unsigned iters, cb_ucx_result *out,
+                             char *err, size_t err_len);
 /* The "--role sink" child: accept one connection, count bytes, acknowledge. */
 int cb_sink_main(void);
 

@@ -66,7 +66,7 @@ typedef struct eb_opts {
     bool duration_set;
     uint64_t total;
     uint64_t buffer_size; /* 0 = default */
-    bool verify, json, baseline, quiet, shared;
+    bool verify, json, baseline, quiet, shared, ucx_perftest;
     const char *target;
     uint64_t target_addr, target_len;
     bool target_addr_set, target_len_set;
@@ -85,6 +85,8 @@ typedef struct eb_ctx {
     char segment[256];
     bool progress;
     bool have_baseline;
+    bool have_ucx;
+    cb_ucx_result ucx_get, ucx_put, ucx_get_4k; /* ucx_perftest, same UCX_TLS */
     cb_measure sock, mem;
     bool printed_header;
 } eb_ctx;
@@ -122,7 +124,7 @@ typedef struct eb_result {
     uint64_t bytes, requests;
     uint64_t p50_ns, p99_ns, p999_ns;
     /* Engine byte counters over the timed loop: which path moved the data. */
-    uint64_t via_local, via_shm, via_cma, via_tcp;
+    uint64_t via_local, via_shm, via_cma, via_tcp, via_ucx;
     char via[32];
 } eb_result;
 
@@ -148,13 +150,15 @@ static void usage(FILE *to)
             "  --lanes N              engine TCP connections per peer (engine default 4)\n"
             "  --workers N            engine I/O threads, both sides (engine default 2)\n"
             "  --slice-size BYTES     largest unit a request is cut into (engine default 1M)\n"
-            "  --protocol tcp|shm|auto\n"
+            "  --protocol tcp|shm|ucx|auto\n"
             "                         engine protocol (default tcp: sockets even on one host;\n"
             "                         shm/auto also use same-host paths: shared memory, CMA)\n"
             "  --shared               allocate both buffers with cr_alloc_shared (memfd), so the\n"
             "                         shm transport can map them\n"
             "  --buffer-size BYTES    target (and local) buffer size; default is the larger of\n"
             "                         64M and largest block x batch x threads\n"
+            "  --ucx-perftest         also run ucx_perftest (ucp_get, ucp_put_bw 1M; ucp_get 4K)\n"
+            "                         with the same UCX_TLS and compare (for --protocol ucx)\n"
             "  --baseline             also measure, in the same run, a plain single-stream TCP\n"
             "                         socket copy to a child process (blocking 1 MiB send/recv)\n"
             "                         and single-threaded memcpy of 1 MiB blocks over 64 MiB;\n"
@@ -246,8 +250,9 @@ static int apply_value(eb_opts *o, const char *flag, const char *v)
         if (cb_parse_size(v, &o->slice_size) < 0 || o->slice_size == 0)
             return bad_value(flag, v, "a positive size (K/M/G binary)");
     } else if (strcmp(flag, "--protocol") == 0) {
-        if (strcmp(v, "tcp") != 0 && strcmp(v, "shm") != 0 && strcmp(v, "auto") != 0)
-            return bad_value(flag, v, "tcp, shm or auto");
+        if (strcmp(v, "tcp") != 0 && strcmp(v, "shm") != 0 && strcmp(v, "auto") != 0 &&
+            strcmp(v, "ucx") != 0)
+            return bad_value(flag, v, "tcp, shm, ucx or auto");
         o->protocol = v;
     } else if (strcmp(flag, "--duration") == 0) {
         if (cb_parse_seconds(v, &o->duration) < 0)
@@ -319,12 +324,13 @@ static int parse_opts(int argc, char **argv, eb_opts *o)
             usage(stdout);
             return 1;
         }
-        bool *bool_flag = strcmp(arg, "--verify") == 0     ? &o->verify
-                          : strcmp(arg, "--json") == 0     ? &o->json
-                          : strcmp(arg, "--baseline") == 0 ? &o->baseline
-                          : strcmp(arg, "--quiet") == 0    ? &o->quiet
-                          : strcmp(arg, "--shared") == 0   ? &o->shared
-                                                           : NULL;
+        bool *bool_flag = strcmp(arg, "--verify") == 0         ? &o->verify
+                          : strcmp(arg, "--json") == 0         ? &o->json
+                          : strcmp(arg, "--baseline") == 0     ? &o->baseline
+                          : strcmp(arg, "--ucx-perftest") == 0 ? &o->ucx_perftest
+                          : strcmp(arg, "--quiet") == 0        ? &o->quiet
+                          : strcmp(arg, "--shared") == 0       ? &o->shared
+                                                               : NULL;
         if (bool_flag != NULL) {
             *bool_flag = true;
             continue;
@@ -665,13 +671,13 @@ static int check_writes(eb_case *c, eb_thread *threads, cr_transfer_request *req
 /* "tcp", "cma", "tcp+cma", ...: every path that moved at least 1% of the bytes. */
 static void describe_via(eb_result *r)
 {
-    const uint64_t bytes[] = {r->via_tcp, r->via_shm, r->via_cma, r->via_local};
-    static const char *const names[] = {"tcp", "shm", "cma", "local"};
+    const uint64_t bytes[] = {r->via_tcp, r->via_shm, r->via_cma, r->via_local, r->via_ucx};
+    static const char *const names[] = {"tcp", "shm", "cma", "local", "ucx"};
     uint64_t total = 0;
-    for (size_t i = 0; i < 4; i++)
+    for (size_t i = 0; i < 5; i++)
         total += bytes[i];
     r->via[0] = '\0';
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < 5; i++) {
         if (bytes[i] == 0 || bytes[i] < total / 100)
             continue;
         size_t n = strlen(r->via);
@@ -679,6 +685,19 @@ static void describe_via(eb_result *r)
     }
     if (r->via[0] == '\0')
         snprintf(r->via, sizeof(r->via), "-");
+}
+
+/* Bytes the ucx transport moved so far (a generic counter). */
+static uint64_t ucx_bytes(cr_engine *e)
+{
+    cr_engine_counter c[128];
+    size_t n = 0;
+    if (cr_engine_counters(e, c, 128, &n) < 0)
+        return 0;
+    for (size_t i = 0; i < n && i < 128; i++)
+        if (strcmp(c[i].transport, "ucx") == 0 && strcmp(c[i].name, "bytes") == 0)
+            return c[i].value;
+    return 0;
 }
 
 static void sleep_ms(unsigned ms)
@@ -737,6 +756,7 @@ static int run_case(eb_ctx *ctx, int op, uint64_t block, unsigned case_index, eb
     memset(&before, 0, sizeof(before));
     memset(&after, 0, sizeof(after));
     cr_engine_get_stats(ctx->engine, &before);
+    uint64_t ucx_before = ucx_bytes(ctx->engine);
     c.start_ns = cb_now_ns();
     c.deadline_ns = UINT64_MAX;
     if (o->total == 0 || o->duration_set)
@@ -761,6 +781,7 @@ static int run_case(eb_ctx *ctx, int op, uint64_t block, unsigned case_index, eb
     for (unsigned i = 0; i < started; i++)
         pthread_join(threads[i].tid, NULL);
     cr_engine_get_stats(ctx->engine, &after);
+    uint64_t ucx_after = ucx_bytes(ctx->engine);
     if (ctx->progress)
         cb_progress_clear();
     if (started < o->threads)
@@ -790,6 +811,7 @@ static int run_case(eb_ctx *ctx, int op, uint64_t block, unsigned case_index, eb
     res->via_shm = after.bytes_shm - before.bytes_shm;
     res->via_cma = after.bytes_cma - before.bytes_cma;
     res->via_tcp = after.bytes_tcp - before.bytes_tcp;
+    res->via_ucx = ucx_after - ucx_before;
     describe_via(res);
     res->p50_ns = cb_hist_quantile(hist, 0.50);
     res->p99_ns = cb_hist_quantile(hist, 0.99);
@@ -880,6 +902,18 @@ static void print_result(eb_ctx *ctx, int op, uint64_t block, const eb_result *r
     if (ctx->have_baseline)
         printf(" %7.3f %8.3f", ratio(gbps, ctx->sock.gbps), ratio(gbps, ctx->mem.gbps));
     printf("\n");
+    if (ctx->have_ucx) {
+        const cb_ucx_result *u = op == CR_OP_READ ? &ctx->ucx_get : &ctx->ucx_put;
+        if (block <= 4096 && op == CR_OP_READ)
+            printf("      vs ucx_perftest ucp_get 4K: p50 %.1f us vs %.1f us typical = %.2fx its "
+                   "latency\n",
+                   (double)r->p50_ns / 1e3, ctx->ucx_get_4k.latency_us,
+                   ratio((double)r->p50_ns / 1e3, ctx->ucx_get_4k.latency_us));
+        else if (block >= (1u << 20))
+            printf("      vs ucx_perftest %s 1M: %.3f vs %.3f GB/s = %.2fx its bandwidth\n",
+                   op == CR_OP_READ ? "ucp_get" : "ucp_put_bw", gbps, u->gbps,
+                   ratio(gbps, u->gbps));
+    }
     fflush(stdout);
 }
 
@@ -1022,6 +1056,25 @@ static int run_baselines(eb_ctx *ctx)
     return 0;
 }
 
+/* ucx_perftest with the same UCX_TLS, in the same run (--ucx-perftest). */
+static void run_ucx_perftest(eb_ctx *ctx)
+{
+    char err[256];
+    const char *tls = getenv("UCX_TLS") ? getenv("UCX_TLS") : "(UCX's default)";
+    if (cb_baseline_ucx_perftest("ucp_get", 1u << 20, 300, &ctx->ucx_get, err, sizeof(err)) < 0 ||
+        cb_baseline_ucx_perftest("ucp_put_bw", 1u << 20, 300, &ctx->ucx_put, err, sizeof(err)) <
+            0 ||
+        cb_baseline_ucx_perftest("ucp_get", 4096, 3000, &ctx->ucx_get_4k, err, sizeof(err)) < 0) {
+        printf("baseline ucx_perftest unavailable: %s\n", err);
+        return;
+    }
+    ctx->have_ucx = true;
+    printf("baseline ucx_perftest (UCX_TLS=%s, 127.0.0.1): ucp_get 1M %.3f GB/s, ucp_put_bw 1M "
+           "%.3f GB/s, ucp_get 4K %.1f us typical\n",
+           tls, ctx->ucx_get.gbps, ctx->ucx_put.gbps, ctx->ucx_get_4k.latency_us);
+    fflush(stdout);
+}
+
 static int initiator_main(const eb_opts *o)
 {
     int rc = CB_EXIT_FAIL;
@@ -1035,6 +1088,8 @@ static int initiator_main(const eb_opts *o)
     /* Baselines first, while no engine thread competes for the cores. */
     if (o->baseline && run_baselines(&ctx) < 0)
         return CB_EXIT_FAIL;
+    if (o->ucx_perftest)
+        run_ucx_perftest(&ctx);
 
     bool spawned = o->target == NULL;
     if (spawned) {
