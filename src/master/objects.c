@@ -1,13 +1,10 @@
 /*
- * objects.c - the object table and the key operations: two-phase put (and
- * upsert) with an owner and preemption, reads with leases, removal, batches,
- * operator queries.
+ * objects.c - the key operations: two-phase put (and upsert) with an owner
+ * and preemption, reads with leases, removal, batches, operator queries.
  *
  * The table has CRK_NUM_SHARDS shards chosen by the key hash's high bits;
- * each shard is an open-addressed hash table (linear probing over slots that
- * hold the hash and the object pointer, so a probe for an absent key touches
- * only the slot array; doubled at 3/4 full; deletion shifts later entries
- * back instead of leaving tombstones) under its own mutex, plus:
+ * each shard (object_table.h) is an open-addressed hash table under its own
+ * mutex, plus:
  *   - an LRU list of its complete, not hard-pinned objects (head = least
  *     recently read; put_end appends, get_replica_list moves to the tail),
  *     which eviction consumes from the head;
@@ -33,62 +30,6 @@
 #include "base/log.h"
 #include "master/internal.h"
 #include "master/mem.h"
-
-#define INITIAL_SLOTS 16
-
-/* --- shards ------------------------------------------------------------------ */
-
-int crk_shards_init(crk_service *s)
-{
-    size_t i;
-    int rc = 0;
-    for (i = 0; i < CRK_NUM_SHARDS; i++) {
-        crk_shard *sh = &s->shards[i];
-        sh->slots = crk_calloc(INITIAL_SLOTS, sizeof(*sh->slots));
-        if (!sh->slots) {
-            rc = crb_error(CR_ERR_NO_MEMORY, "master: shard %zu slots", i);
-            goto undo_shards;
-        }
-        if (pthread_mutex_init(&sh->mu, NULL) != 0) {
-            crk_free(sh->slots);
-            rc = crb_error(CR_ERR_NO_MEMORY, "master: shard %zu mutex", i);
-            goto undo_shards;
-        }
-        sh->nslots = INITIAL_SLOTS;
-        atomic_store_explicit(&sh->hint_slots, sh->slots, CRK_RELAXED);
-        atomic_store_explicit(&sh->hint_mask, INITIAL_SLOTS - 1, CRK_RELAXED);
-    }
-    return 0;
-
-undo_shards:
-    while (i-- > 0) {
-        pthread_mutex_destroy(&s->shards[i].mu);
-        crk_free(s->shards[i].slots);
-    }
-    return rc;
-}
-
-void crk_shards_destroy(crk_service *s)
-{
-    for (size_t i = 0; i < CRK_NUM_SHARDS; i++) {
-        crk_shard *sh = &s->shards[i];
-        for (size_t j = 0; j < sh->nslots; j++) {
-            crk_object *o = sh->slots[j].obj;
-            if (o) {
-                crk_free(o->write);
-                crk_free(o);
-            }
-        }
-        crk_discard *d = sh->discards;
-        while (d) {
-            crk_discard *next = d->next;
-            crk_free(d);
-            d = next;
-        }
-        crk_free(sh->slots);
-        pthread_mutex_destroy(&sh->mu);
-    }
-}
 
 static crk_shard *shard_of(crk_service *s, uint64_t h)
 {
@@ -116,8 +57,6 @@ typedef struct key_ref {
     crk_shard *sh;
 } key_ref;
 
-static size_t probe(const crk_shard *sh, const char *key, size_t len, uint32_t h);
-
 /* Check key (CR_INVALID_KEY) and find its shard, without locking it. */
 static int key_ref_of(crk_service *s, const char *key, key_ref *k)
 {
@@ -125,7 +64,7 @@ static int key_ref_of(crk_service *s, const char *key, key_ref *k)
     int rc = key_check(key, &len);
     if (rc != 0)
         return rc;
-    uint64_t h = crk_hash_bytes(key, len);
+    uint64_t h = crk_key_hash(s, key, len);
     *k = (key_ref){key, len, h, shard_of(s, h)};
     return 0;
 }
@@ -134,7 +73,7 @@ static int key_ref_of(crk_service *s, const char *key, key_ref *k)
 static size_t lock_and_probe(const key_ref *k)
 {
     pthread_mutex_lock(&k->sh->mu);
-    return probe(k->sh, k->key, k->len, (uint32_t)k->hash);
+    return crk_shard_probe(k->sh, k->key, k->len, (uint32_t)k->hash);
 }
 
 /*
@@ -159,182 +98,7 @@ static int lock_object(crk_service *s, const char *op, const char *key, key_ref 
     return 0;
 }
 
-/* Index of the slot holding this key, or of the empty slot ending its probe. */
-static size_t probe(const crk_shard *sh, const char *key, size_t len, uint32_t h)
-{
-    size_t mask = sh->nslots - 1;
-    for (size_t i = h & mask;; i = (i + 1) & mask) {
-        const crk_slot *sl = &sh->slots[i];
-        if (!sl->obj ||
-            (sl->hash == h && sl->obj->key_len == len && memcmp(sl->obj->key, key, len) == 0))
-            return i;
-    }
-}
-
-/* Index of the slot holding o (which is in the table). */
-static size_t slot_of(const crk_shard *sh, const crk_object *o)
-{
-    size_t mask = sh->nslots - 1;
-    size_t i = o->hash & mask;
-    while (sh->slots[i].obj != o)
-        i = (i + 1) & mask;
-    return i;
-}
-
-/* Empty slot i and shift later entries of its run back so that every probe
- * still reaches its key without crossing an empty slot. */
-static void slot_clear(crk_shard *sh, size_t i)
-{
-    size_t mask = sh->nslots - 1;
-    for (size_t j = (i + 1) & mask; sh->slots[j].obj; j = (j + 1) & mask) {
-        size_t home = sh->slots[j].hash & mask;
-        /* The entry at j may fill the hole unless its home lies in (i, j]. */
-        bool home_after_hole = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-        if (!home_after_hole) {
-            sh->slots[i] = sh->slots[j];
-            i = j;
-        }
-    }
-    sh->slots[i] = (crk_slot){0, NULL};
-}
-
-/* Double the slot array; false (table unchanged) without memory. */
-static bool grow_slots(crk_shard *sh)
-{
-    size_t n = sh->nslots * 2;
-    crk_slot *t = crk_calloc(n, sizeof(*t));
-    if (!t)
-        return false;
-    for (size_t i = 0; i < sh->nslots; i++) {
-        crk_slot sl = sh->slots[i];
-        if (!sl.obj)
-            continue;
-        size_t j = sl.hash & (n - 1);
-        while (t[j].obj)
-            j = (j + 1) & (n - 1);
-        t[j] = sl;
-    }
-    crk_free(sh->slots);
-    sh->slots = t;
-    sh->nslots = n;
-    atomic_store_explicit(&sh->hint_slots, t, CRK_RELAXED);
-    atomic_store_explicit(&sh->hint_mask, n - 1, CRK_RELAXED);
-    return true;
-}
-
-/* Room for one more object: grows at 3/4 full; fails only when the table
- * could not grow and would have no empty slot left. */
-static int table_reserve(crk_shard *sh)
-{
-    if ((sh->nobjs + 1) * 4 <= sh->nslots * 3 || grow_slots(sh) || sh->nobjs + 2 <= sh->nslots)
-        return 0;
-    return crb_error(CR_ERR_NO_MEMORY, "master: object table of a shard cannot grow past %zu",
-                     sh->nobjs);
-}
-
-/* Insert o, known absent, after table_reserve succeeded. */
-static void table_insert(crk_service *s, crk_shard *sh, crk_object *o)
-{
-    size_t mask = sh->nslots - 1;
-    size_t i = o->hash & mask;
-    while (sh->slots[i].obj)
-        i = (i + 1) & mask;
-    sh->slots[i] = (crk_slot){o->hash, o};
-    sh->nobjs++;
-    crk_add(sh->keys, 1);
-}
-
-/* --- LRU and write lists --------------------------------------------------------- */
-
-static void lru_push_tail(crk_shard *sh, crk_object *o)
-{
-    o->lru_next = NULL;
-    o->lru_prev = sh->lru_tail;
-    if (sh->lru_tail)
-        sh->lru_tail->lru_next = o;
-    else
-        sh->lru_head = o;
-    sh->lru_tail = o;
-    o->flags |= CRK_OBJ_IN_LRU;
-    sh->lru_count++;
-}
-
-static void lru_unlink(crk_shard *sh, crk_object *o)
-{
-    if (!(o->flags & CRK_OBJ_IN_LRU))
-        return;
-    if (o->lru_prev)
-        o->lru_prev->lru_next = o->lru_next;
-    else
-        sh->lru_head = o->lru_next;
-    if (o->lru_next)
-        o->lru_next->lru_prev = o->lru_prev;
-    else
-        sh->lru_tail = o->lru_prev;
-    o->lru_prev = o->lru_next = NULL;
-    o->flags &= (uint8_t)~CRK_OBJ_IN_LRU;
-    sh->lru_count--;
-}
-
-void crk_lru_move_to_tail(crk_shard *sh, crk_object *o)
-{
-    if (!(o->flags & CRK_OBJ_IN_LRU) || sh->lru_tail == o)
-        return;
-    lru_unlink(sh, o);
-    lru_push_tail(sh, o);
-}
-
-static void write_push(crk_service *s, crk_shard *sh, crk_write *w)
-{
-    w->next = NULL;
-    w->prev = sh->w_tail;
-    if (sh->w_tail)
-        sh->w_tail->next = w;
-    else
-        sh->w_head = w;
-    sh->w_tail = w;
-    crk_add(sh->writes, 1);
-}
-
-void crk_write_unlink(crk_shard *sh, crk_write *w)
-{
-    if (w->prev)
-        w->prev->next = w->next;
-    else
-        sh->w_head = w->next;
-    if (w->next)
-        w->next->prev = w->prev;
-    else
-        sh->w_tail = w->prev;
-    w->prev = w->next = NULL;
-}
-
-/* Unlink, uncount and free a write; clears its object's pointer. */
-static void write_drop(crk_service *s, crk_shard *sh, crk_write *w)
-{
-    crk_write_unlink(sh, w);
-    if (w->obj)
-        w->obj->write = NULL;
-    crk_sub(sh->writes, 1);
-    crk_free(w);
-}
-
 /* --- objects ------------------------------------------------------------------------ */
-
-static crk_object *obj_new(const char *key, size_t len, uint32_t h, uint32_t nrep)
-{
-    size_t keyspace = (len + 1 + 7) & ~(size_t)7;
-    crk_object *o = crk_malloc(sizeof(*o) + keyspace + nrep * sizeof(crk_replica));
-    if (!o)
-        return NULL;
-    memset(o, 0, sizeof(*o));
-    memcpy(o->key, key, len);
-    o->key[len] = '\0';
-    o->key_len = (uint16_t)len;
-    o->hash = h;
-    o->nrep = (uint8_t)nrep;
-    return o;
-}
 
 static void pin_gauges(crk_service *s, const crk_object *o, int sign)
 {
@@ -389,10 +153,7 @@ void crk_release_or_defer(crk_service *s, crk_shard *sh, const crk_replica *reps
 
 void crk_erase_object_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t now)
 {
-    slot_clear(sh, slot_of(sh, o));
-    sh->nobjs--;
-    crk_sub(sh->keys, 1);
-    lru_unlink(sh, o);
+    crk_shard_remove(sh, o);
     pin_gauges(s, o, -1);
     crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now);
     crk_free(o);
@@ -441,7 +202,7 @@ uint64_t crk_purge_segment_locked(crk_service *s, crk_shard *sh, crk_segment *se
             }
             /* Nothing left to read or to complete: erase (no space to free). */
             if (w)
-                write_drop(s, sh, w);
+                crk_write_drop(sh, w);
             crk_erase_object_locked(s, sh, o, 0); /* slot i now holds a later entry */
         }
     }
@@ -520,7 +281,7 @@ static crk_object *preempt_locked(crk_service *s, crk_shard *sh, crk_object *o, 
     crk_add(s->c.put_start_discards, 1);
     if (w->upsert) {
         crk_release_or_defer(s, sh, w->rep, w->nrep, w->size, release_at, now);
-        write_drop(s, sh, w);
+        crk_write_drop(sh, w);
         if (o->nrep > 0)
             return o;
         crk_erase_object_locked(s, sh, o, now);
@@ -528,7 +289,7 @@ static crk_object *preempt_locked(crk_service *s, crk_shard *sh, crk_object *o, 
     }
     crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, release_at, now);
     o->nrep = 0;
-    write_drop(s, sh, w);
+    crk_write_drop(sh, w);
     crk_erase_object_locked(s, sh, o, now);
     return NULL;
 }
@@ -602,7 +363,7 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
             return crb_error(CR_OBJECT_ALREADY_EXISTS, "put_start '%s': key exists", key);
         }
 
-        if (!o && (rc = table_reserve(sh)) != 0) {
+        if (!o && (rc = crk_shard_reserve(sh)) != 0) {
             pthread_mutex_unlock(&sh->mu);
             return rc;
         }
@@ -620,7 +381,7 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
         }
 
         crk_write *w = crk_calloc(1, sizeof(*w) + (o ? k : 0) * sizeof(crk_replica));
-        crk_object *fresh = o ? NULL : obj_new(key, kr.len, (uint32_t)kr.hash, k);
+        crk_object *fresh = o ? NULL : crk_obj_new(key, kr.len, (uint32_t)kr.hash, k);
         if (!w || (!o && !fresh)) {
             crk_free(w);
             crk_free(fresh);
@@ -646,9 +407,9 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
             memcpy(crk_obj_reps(fresh), reps, k * sizeof(crk_replica));
             fresh->write = w;
             w->obj = fresh;
-            table_insert(s, sh, fresh);
+            crk_shard_insert(sh, fresh);
         }
-        write_push(s, sh, w);
+        crk_write_push(sh, w);
 
         out->value_size = value_size;
         out->lease_ttl_ms = 0;
@@ -709,13 +470,13 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, u
         o->flags |= CRK_OBJ_COMPLETE;
         o->last_access = now;
         pin_gauges(s, o, +1);
-        write_drop(s, sh, w);
+        crk_write_drop(sh, w);
         if (!(o->flags & CRK_OBJ_HARD_PIN))
-            lru_push_tail(sh, o);
+            crk_lru_push_tail(sh, o);
         goto unlock;
     }
     if (w->nrep == 0) {
-        write_drop(s, sh, w);
+        crk_write_drop(sh, w);
         if (o->nrep == 0)
             crk_erase_object_locked(s, sh, o, now);
         rc = crb_error(CR_REPLICA_IS_GONE,
@@ -723,7 +484,7 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, u
         goto unlock;
     }
     /* Upsert: a new block with the new replicas replaces the object. */
-    crk_object *n = obj_new(key, k.len, (uint32_t)k.hash, w->nrep);
+    crk_object *n = crk_obj_new(key, k.len, (uint32_t)k.hash, w->nrep);
     if (!n) {
         rc = crb_error(CR_ERR_NO_MEMORY, "put_end '%s': new version record", key);
         goto unlock;
@@ -734,13 +495,13 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, u
     n->flags |= CRK_OBJ_COMPLETE;
     n->last_access = now;
     sh->slots[slot].obj = n;
-    lru_unlink(sh, o);
+    crk_lru_unlink(sh, o);
     if (!(n->flags & CRK_OBJ_HARD_PIN))
-        lru_push_tail(sh, n);
+        crk_lru_push_tail(sh, n);
     pin_gauges(s, o, -1);
     pin_gauges(s, n, +1);
     w->obj = NULL;
-    write_drop(s, sh, w);
+    crk_write_drop(sh, w);
     /* Old replicas: readers may hold them until the old lease ends. */
     crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now);
     crk_free(o);
@@ -772,11 +533,11 @@ static int put_revoke_impl(crk_service *s, crk_client_id client, const char *key
     /* The owner has stopped writing: its space is free at once. */
     if (w->upsert) {
         crk_release_or_defer(s, sh, w->rep, w->nrep, w->size, 0, now);
-        write_drop(s, sh, w);
+        crk_write_drop(sh, w);
         if (o->nrep == 0)
             crk_erase_object_locked(s, sh, o, now);
     } else {
-        write_drop(s, sh, w);
+        crk_write_drop(sh, w);
         crk_erase_object_locked(s, sh, o, now); /* not leased: freed now */
     }
 unlock:
@@ -1055,7 +816,7 @@ static void prefetch_key(crk_service *s, const char *key)
 {
     if (!key)
         return;
-    uint64_t h = crk_hash_bytes(key, strnlen(key, CRK_MAX_KEY_LEN + 1));
+    uint64_t h = crk_key_hash(s, key, strnlen(key, CRK_MAX_KEY_LEN + 1));
     crk_shard *sh = shard_of(s, h);
     crk_slot *slots = atomic_load_explicit(&sh->hint_slots, CRK_RELAXED);
     size_t mask = atomic_load_explicit(&sh->hint_mask, CRK_RELAXED);

@@ -35,12 +35,13 @@
 #include "base/log.h"
 #include "master/internal.h"
 #include "master/mem.h"
+#include "master/rng.h"
 
 /* --- table helpers (seg_lock held) ----------------------------------------- */
 
 static size_t seg_bucket(const crk_service *s, const char *name, size_t len)
 {
-    return (size_t)crk_hash_bytes(name, len) & (s->seg_nbuckets - 1);
+    return (size_t)crk_key_hash(s, name, len) & (s->seg_nbuckets - 1);
 }
 
 static crk_segment *seg_find_locked(crk_service *s, const char *name, size_t len)
@@ -531,7 +532,7 @@ uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const cha
      */
     size_t n = s->nsegs;
     if (k < want && n > 0) {
-        size_t idx = (size_t)(crk_random(s, seed) % n);
+        size_t idx = (size_t)(crk_rng_next(&s->rng, seed) % n);
         size_t scanned = 0;
         size_t goal = 3 * (size_t)(want - k);
         if (goal < 4)
