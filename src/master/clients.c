@@ -163,6 +163,8 @@ int crk_expire_clients(crk_service *s, uint64_t now)
     for (size_t i = 0; i < ndying; i++) {
         crb_log(CRB_LOG_INFO, "master: unmounting segment '%s' of an expired client",
                 dying[i]->name);
+        if (s->on_expired)
+            s->on_expired(s->on_expired_ctx, dying[i]->name);
         crk_unmount_finish(s, dying[i], now);
     }
     crk_free(dying);

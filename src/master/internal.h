@@ -108,8 +108,10 @@ struct crk_service {
     _Atomic uint64_t evict_rounds; /* bumped after each round */
 
     _Atomic uint64_t epoch_counter;
-    _Atomic uint64_t rng; /* seeds each thread's stream (rng.h) */
-    crb_sipkey hash_key;  /* of crk_key_hash, random per service */
+    _Atomic uint64_t rng;              /* seeds each thread's stream (rng.h) */
+    crb_sipkey hash_key;               /* of crk_key_hash, random per service */
+    crk_expired_segment_fn on_expired; /* set before sharing; read by the tick */
+    void *on_expired_ctx;
     crk_counters c;
 };
 
@@ -173,9 +175,12 @@ typedef struct crk_place_info {
     uint64_t min_fence; /* earliest fence end among those */
 } crk_place_info;
 
+/* Allocate up to `want` replicas of alloc_size on distinct segments: the
+ * preferred ones first, then (allocation_strategy local_first) the writer's
+ * own, then sampled ones by free ratio (free_ratio_first: all of them). */
 uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const char *const *preferred,
-                   size_t n_preferred, uint64_t seed, uint64_t now, crk_replica *out,
-                   crk_place_info *info);
+                   size_t n_preferred, crk_client_id writer, uint64_t seed, uint64_t now,
+                   crk_replica *out, crk_place_info *info);
 void crk_free_replica(const crk_replica *r);
 void crk_note_horizon(crk_segment *seg, uint64_t until);
 int crk_unmount_begin_locked(crk_service *s, crk_segment *seg);

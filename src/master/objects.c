@@ -369,7 +369,7 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
         }
         crk_place_info info;
         uint32_t k = crk_place(s, alloc_size, cfg->replica_num, cfg->preferred_segments,
-                               cfg->n_preferred, h, now, reps, &info);
+                               cfg->n_preferred, client, h, now, reps, &info);
         if (k == 0) {
             uint64_t rounds = atomic_load(&s->evict_rounds);
             pthread_mutex_unlock(&sh->mu);

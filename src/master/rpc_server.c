@@ -68,6 +68,7 @@ struct crk_rpc_server {
     unsigned n_threads;
     unsigned n_started;
     rpc_thread *threads;
+    bool tcp_nodelay;
     atomic_bool stop;
     atomic_uint next;
     _Atomic uint64_t latency[CRP_RPC_OP_COUNT][CRK_LAT_BUCKETS];
@@ -276,7 +277,8 @@ static void accept_all(crk_rpc_server *srv)
         if (fd < 0)
             return;
         int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (srv->tcp_nodelay)
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         rpc_conn *c = calloc(1, sizeof(*c));
         if (c == NULL) {
             close(fd);
@@ -327,16 +329,24 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
-int crk_rpc_server_start(crk_service *svc, const crk_server_info *info, const char *host,
-                         uint16_t port, unsigned threads, crk_rpc_server **out)
+void crk_rpc_server_options_default(crk_rpc_server_options *o)
+{
+    *o =
+        (crk_rpc_server_options){.host = "127.0.0.1", .port = 0, .threads = 2, .tcp_nodelay = true};
+}
+
+int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
+                         const crk_rpc_server_options *opt, crk_rpc_server **out)
 {
     crk_rpc_server *srv = calloc(1, sizeof(*srv));
     if (srv == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "rpc server");
     srv->svc = svc;
     srv->info = info;
-    srv->n_threads = threads ? threads : 2;
-    int rc = crb_listen(host, port, 1024, &srv->port);
+    srv->n_threads = opt->threads ? opt->threads : 2;
+    srv->tcp_nodelay = opt->tcp_nodelay;
+    const char *host = opt->host;
+    int rc = crb_listen(host, opt->port, 1024, &srv->port);
     if (rc < 0) {
         free(srv);
         return rc;

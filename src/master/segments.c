@@ -500,8 +500,8 @@ static double free_ratio(const crk_segment *seg)
 #define SAMPLE_MAX (3 * CRK_MAX_REPLICAS + 4)
 
 uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const char *const *preferred,
-                   size_t n_preferred, uint64_t seed, uint64_t now, crk_replica *out,
-                   crk_place_info *info)
+                   size_t n_preferred, crk_client_id writer, uint64_t seed, uint64_t now,
+                   crk_replica *out, crk_place_info *info)
 {
     uint32_t k = 0;
     memset(info, 0, sizeof(*info));
@@ -521,6 +521,17 @@ uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const cha
             k++;
     }
 
+    /* 1b. local_first: the writer's own segments, one replica each. */
+    if (s->cfg.allocation_strategy == CRK_ALLOC_LOCAL_FIRST)
+        for (size_t i = 0; i < s->nsegs && k < want; i++) {
+            crk_segment *seg = s->segs[i];
+            if (!crk_id_eq(seg->owner, writer) || already_used(out, k, seg) ||
+                !eligible(seg, alloc_size, now, info))
+                continue;
+            if (try_alloc(seg, alloc_size, now, true, &out[k]) == ALLOC_OK)
+                k++;
+        }
+
     /*
      * 2. Sample a few eligible segments starting at a random index, try them
      * by free ratio (emptiest first), so load spreads without every writer
@@ -537,17 +548,26 @@ uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const cha
         size_t goal = 3 * (size_t)(want - k);
         if (goal < 4)
             goal = 4;
+        /* free_ratio_first looks at every segment and keeps the emptiest. */
+        bool all = s->cfg.allocation_strategy == CRK_ALLOC_FREE_RATIO_FIRST;
+        if (all || goal > SAMPLE_MAX)
+            goal = SAMPLE_MAX;
         crk_segment *cand[SAMPLE_MAX];
         double ratio[SAMPLE_MAX];
         size_t nc = 0;
-        while (scanned < n && nc < goal && nc < SAMPLE_MAX) {
+        while (scanned < n && (nc < goal || all)) {
             crk_segment *seg = s->segs[idx];
             idx = idx + 1 == n ? 0 : idx + 1;
             scanned++;
             if (already_used(out, k, seg) || !eligible(seg, alloc_size, now, info))
                 continue;
-            /* insertion sort, descending free ratio */
+            /* insertion sort, descending free ratio; when full, drop the fullest */
             double r = free_ratio(seg);
+            if (nc == goal) {
+                if (ratio[nc - 1] >= r)
+                    continue;
+                nc--;
+            }
             size_t j = nc++;
             while (j > 0 && ratio[j - 1] < r) {
                 cand[j] = cand[j - 1];

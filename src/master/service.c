@@ -33,9 +33,10 @@ void crk_config_default(crk_config *cfg)
     cfg->restart_fence_ms = 0;
     cfg->max_evict_retries = 2;
     cfg->epoch_base = 0;
+    cfg->allocation_strategy = CRK_ALLOC_RANDOM;
 }
 
-static int validate_config(const crk_config *c)
+int crk_config_validate(const crk_config *c)
 {
     if (!(c->eviction_ratio >= 0.0 && c->eviction_ratio <= 1.0))
         return crb_error(CR_INVALID_PARAMS, "eviction_ratio %g is outside [0, 1]",
@@ -63,6 +64,9 @@ static int validate_config(const crk_config *c)
                          (unsigned long long)a);
     if (c->client_ttl_ms == 0)
         return crb_error(CR_INVALID_PARAMS, "client_ttl must be > 0");
+    if ((unsigned)c->allocation_strategy > CRK_ALLOC_LOCAL_FIRST)
+        return crb_error(CR_INVALID_PARAMS, "allocation_strategy %d is not 0, 1 or 2",
+                         (int)c->allocation_strategy);
     return 0;
 }
 
@@ -73,7 +77,7 @@ int crk_service_create(const crk_config *cfg, uint64_t now_ms, crk_service **out
         c = *cfg;
     else
         crk_config_default(&c);
-    int rc = validate_config(&c);
+    int rc = crk_config_validate(&c);
     if (rc != 0)
         return rc;
     if (c.restart_fence_ms == 0)
@@ -148,6 +152,12 @@ void crk_service_destroy(crk_service *s)
     pthread_mutex_destroy(&s->clients_lock);
     pthread_rwlock_destroy(&s->seg_lock);
     crk_free(s);
+}
+
+void crk_service_on_expired_segment(crk_service *s, crk_expired_segment_fn fn, void *ctx)
+{
+    s->on_expired = fn;
+    s->on_expired_ctx = ctx;
 }
 
 const crk_config *crk_service_config(const crk_service *s)

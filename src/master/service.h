@@ -68,6 +68,13 @@ enum crk_soft_pin_action {
     CRK_SOFT_PIN_DISABLE = 2,  /* no pin (clears an upserted object's pin) */
 };
 
+/** Replica placement (Mooncake's --allocation_strategy). */
+typedef enum crk_alloc_strategy {
+    CRK_ALLOC_RANDOM = 0,           /* "random": sample a few segments, emptiest first */
+    CRK_ALLOC_FREE_RATIO_FIRST = 1, /* "free_ratio_first": every segment, emptiest first */
+    CRK_ALLOC_LOCAL_FIRST = 2,      /* "local_first": the writer's own segments first */
+} crk_alloc_strategy;
+
 typedef struct crk_config {
     uint64_t default_kv_lease_ttl_ms;      /* 10000: read lease granted by get_replica_list */
     uint64_t default_kv_soft_pin_ttl_ms;   /* 1800000: TTL for ENABLE with ttl 0 */
@@ -86,12 +93,22 @@ typedef struct crk_config {
      * default_kv_lease_ttl_ms + 1000 ms of margin.
      */
     uint64_t restart_fence_ms;
-    uint32_t max_evict_retries; /* 2: evictions a failing put_start may run */
-    uint64_t epoch_base;        /* 0: first mount epoch is epoch_base + 1 */
+    uint32_t max_evict_retries;             /* 2: evictions a failing put_start may run */
+    uint64_t epoch_base;                    /* 0: first mount epoch is epoch_base + 1 */
+    crk_alloc_strategy allocation_strategy; /* CRK_ALLOC_RANDOM */
 } crk_config;
 
 /** Fill *cfg with the defaults above (Mooncake's). */
 void crk_config_default(crk_config *cfg);
+
+/**
+ * Check cfg as crk_service_create does: CR_INVALID_PARAMS naming the field
+ * (a ratio outside [0,1], release timeout < discard timeout, default soft
+ * pin TTL > max, alignment not a power of two, zero lease TTL or client
+ * TTL, unknown allocation strategy), else 0. The daemon's flag parser calls
+ * it, so a bad combination is a usage error before anything starts.
+ */
+int crk_config_validate(const crk_config *cfg);
 
 /** One segment to mount: its name, client virtual address and size. */
 typedef struct crk_segment_spec {
@@ -228,6 +245,15 @@ int crk_service_create(const crk_config *cfg, uint64_t now_ms, crk_service **out
 
 /** Free everything. NULL is ignored. No other call may run concurrently. */
 void crk_service_destroy(crk_service *s);
+
+/**
+ * Called (on the thread running crk_tick, holding no service lock) with the
+ * name of every segment unmounted because its client expired, before the
+ * segment is gone. The daemon uses it for --enable_metadata_cleanup_on_timeout.
+ * Set it before the service is shared between threads; NULL clears it.
+ */
+typedef void (*crk_expired_segment_fn)(void *ctx, const char *segment_name);
+void crk_service_on_expired_segment(crk_service *s, crk_expired_segment_fn fn, void *ctx);
 
 /** The effective configuration (restart_fence_ms resolved). Valid until destroy. */
 const crk_config *crk_service_config(const crk_service *s);

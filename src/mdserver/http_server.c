@@ -289,6 +289,28 @@ uint16_t crd_http_server_port(const crd_http_server *s)
     return s->mhd.port;
 }
 
+static int ends_with(const char *s, size_t sl, const char *tail, size_t tl)
+{
+    return sl >= tl && memcmp(s + sl - tl, tail, tl) == 0;
+}
+
+static int engine_key_of(const char *key, void *ctx)
+{
+    const char *name = ctx;
+    size_t kl = strlen(key), nl = strlen(name);
+    if (!ends_with(key, kl, name, nl))
+        return 0;
+    return ends_with(key, kl - nl, "/ram/", 5) || ends_with(key, kl - nl, "/rpc_meta/", 10);
+}
+
+size_t crd_http_server_forget_segment(crd_http_server *s, const char *name)
+{
+    pthread_mutex_lock(&s->lock);
+    size_t n = crd_kv_table_del_if(s->table, engine_key_of, (void *)name);
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
 size_t crd_http_server_key_count(crd_http_server *s)
 {
     pthread_mutex_lock(&s->lock);

@@ -39,6 +39,13 @@ int crd_http_server_start(const char *host, uint16_t port, crd_http_server **out
 /** The port actually bound. */
 uint16_t crd_http_server_port(const crd_http_server *s);
 
+/**
+ * Delete the transfer engine's entries of segment `name`: every key ending in
+ * "/ram/<name>" or "/rpc_meta/<name>" (whatever the engine's prefix). For the
+ * master's --enable_metadata_cleanup_on_timeout. Returns how many went.
+ */
+size_t crd_http_server_forget_segment(crd_http_server *s, const char *name);
+
 /** Number of keys currently stored. */
 size_t crd_http_server_key_count(crd_http_server *s);
 

@@ -201,6 +201,28 @@ int crd_kv_table_del(crd_kv_table *t, const char *key)
     return 0;
 }
 
+size_t crd_kv_table_del_if(crd_kv_table *t, int (*doomed)(const char *key, void *ctx), void *ctx)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < t->nbuckets; i++) {
+        kv_entry **link = &t->buckets[i];
+        while (*link != NULL) {
+            kv_entry *e = *link;
+            if (!doomed(e->key, ctx)) {
+                link = &e->next;
+                continue;
+            }
+            *link = e->next;
+            t->count--;
+            t->value_bytes -= e->len;
+            free(e->value);
+            free(e);
+            n++;
+        }
+    }
+    return n;
+}
+
 size_t crd_kv_table_count(const crd_kv_table *t)
 {
     return t->count;

@@ -40,6 +40,9 @@ int crd_kv_table_get(const crd_kv_table *t, const char *key, void **value, size_
 /** Remove key. Errors: CR_ERR_NOT_FOUND when it is not there. */
 int crd_kv_table_del(crd_kv_table *t, const char *key);
 
+/** Remove every key for which doomed(key, ctx) is non-zero; returns how many went. */
+size_t crd_kv_table_del_if(crd_kv_table *t, int (*doomed)(const char *key, void *ctx), void *ctx);
+
 /** Number of keys stored. */
 size_t crd_kv_table_count(const crd_kv_table *t);
 

@@ -896,6 +896,16 @@ static void test_flags(void **state)
     expect_exit((const char *[]){"--version", NULL}, 0, "crescent-master", NULL);
     expect_exit((const char *[]){"--help", NULL}, 0, "--rpc_port", NULL);
 
+    /* Issue 11 item 13 / issue 9: every flag takes effect or is refused with
+     * exit 2 before anything starts (a zero lease used to exit 1 from the
+     * service; an unknown interface was silently ignored). */
+    expect_exit((const char *[]){"--default_kv_lease_ttl=0", NULL}, 2, NULL,
+                "default_kv_lease_ttl");
+    expect_exit((const char *[]){"--rpc_interface=no-such-if0", NULL}, 2, NULL, "no-such-if0");
+    expect_exit((const char *[]){"--enable_metadata_cleanup_on_timeout", NULL}, 2, NULL,
+                "enable_http_metadata_server");
+    expect_exit((const char *[]){"--max_threads=0", NULL}, 2, NULL, "max_threads");
+
     /* Mooncake's single-dash spelling and a duration with a unit reach the service. */
     mh_master m;
     const char *args[] = {"-default_kv_lease_ttl=700ms", NULL};
@@ -907,6 +917,44 @@ static void test_flags(void **state)
     assert_int_equal(fld_ll(xcmd(&c, 0, "get k"), "lease"), 700);
     mh_client *cs[] = {&c};
     stop_all(&m, cs, 1);
+
+    /* --rpc_interface=lo binds loopback's address; --max_threads caps the I/O
+     * threads; --enable_metric_reporting=false keeps /metrics (it only turns
+     * off the summary log), and true logs the summary at its interval. */
+    char tmpl[] = "/tmp/crescent-master-err-XXXXXX";
+    int err_fd = mkstemp(tmpl);
+    assert_true(err_fd >= 0);
+    unlink(tmpl);
+    const char *args2[] = {"--rpc_interface=lo",   "--rpc_address=0.0.0.0",
+                           "--max_threads=1",      "--metric_report_interval_sec=200ms",
+                           "--cluster_id=itest-c", NULL};
+    if (mh_master_start_err(&m, args2, err_fd) != 0)
+        fail_msg("master with --rpc_interface=lo did not start");
+    start_client(&c, &m);
+    xcmd(&c, 0, "ping");
+    char *body = NULL;
+    assert_int_equal(mh_http_get(m.metrics_port, "/health", &body), 200);
+    if (strstr(body, "\"cluster_id\":\"itest-c\"") == NULL)
+        fail_msg("/health lacks the cluster id: %s", body);
+    free(body);
+    mh_sleep_ms(700);
+    assert_int_equal(mh_client_stop(&c), 0);
+    assert_int_equal(mh_master_stop(&m), 0);
+    char log[65536];
+    ssize_t got = pread(err_fd, log, sizeof(log) - 1, 0);
+    close(err_fd);
+    log[got > 0 ? got : 0] = '\0';
+    if (strstr(log, "is 127.0.0.1") == NULL || strstr(log, "with 1 threads") == NULL ||
+        strstr(log, "master metrics: cluster=itest-c") == NULL)
+        fail_msg("master log lacks the interface, thread count or summary:\n%.3000s", log);
+
+    const char *args3[] = {"--enable_metric_reporting=false", NULL};
+    start_master(&m, args3);
+    body = NULL;
+    assert_int_equal(mh_http_get(m.metrics_port, "/metrics", &body), 200);
+    assert_non_null(strstr(body, "master_key_count"));
+    free(body);
+    assert_int_equal(mh_master_stop(&m), 0);
 }
 
 /* --- /health and /metrics
