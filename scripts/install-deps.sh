@@ -11,7 +11,8 @@ PACKAGES=(
   libcurl4-openssl-dev  # HTTP metadata client
   libssl-dev            # HMAC-SHA256 for the shared-secret handshake
   libcmocka-dev         # C unit test framework
-  libjansson-dev        # crescent-master --config_path JSON files
+  libjansson-dev        # crescent-master --config_path JSON files, admin JSON
+  libpcre2-dev          # crescent-master remove_by_regex: PCRE2 with match/depth/heap limits
   clang libclang-rt-14-dev  # sanitizers and libFuzzer
   clang-format          # scripts/check-format.sh (CTest format_check)
   python3-dev           # python/: the crescent._crescent extension (/usr/bin/python3)

@@ -96,7 +96,10 @@ extern "C" {
     X(ERR_SHUTDOWN, -3025, "engine is shutting down")                                              \
     X(ERR_REMOTE, -3026, "peer reported an error")                                                 \
     X(ERR_SYSTEM, -3027, "system call failed")                                                     \
-    X(ERR_NOT_FOUND, -3028, "not found")
+    X(ERR_NOT_FOUND, -3028, "not found")                                                           \
+    /* --- store master hardening: -3140..-3159 --- */                                             \
+    X(ERR_REGEX_BUDGET, -3140, "regular expression exceeded its matching budget")                  \
+    X(ERR_SEGMENT_FENCED, -3141, "segment accepts no allocations yet (fenced)")
 
 /** Status codes. 0 is success; every failure is negative. */
 typedef enum cr_status {

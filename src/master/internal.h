@@ -110,6 +110,7 @@ struct crk_service {
     _Atomic uint64_t epoch_counter;
     _Atomic uint64_t rng;              /* seeds each thread's stream (rng.h) */
     crb_sipkey hash_key;               /* of crk_key_hash, random per service */
+    _Atomic bool stopping;             /* crk_service_stop_scans: long scans give up */
     crk_expired_segment_fn on_expired; /* set before sharing; read by the tick */
     void *on_expired_ctx;
     crk_counters c;

@@ -22,7 +22,6 @@
  * while it may still be written, gives its space back only once the lease or
  * the writer's deadline has passed.
  */
-#include <regex.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +29,7 @@
 #include "base/log.h"
 #include "master/internal.h"
 #include "master/mem.h"
+#include "master/regex.h"
 
 static crk_shard *shard_of(crk_service *s, uint64_t h)
 {
@@ -681,27 +681,132 @@ unlock:
     return rc;
 }
 
-static uint64_t remove_matching(crk_service *s, const regex_t *re, bool force, uint64_t now)
+/* May a removal scan take o (shard locked)? Never with a write in flight;
+ * a leased object only with force. */
+static bool removable(const crk_object *o, bool force, uint64_t now)
 {
-    uint64_t count = 0;
+    return !o->write && (force || o->lease_until <= now);
+}
+
+/* remove_all: every removable object, one shard at a time. */
+static int remove_every(crk_service *s, bool force, uint64_t now, uint64_t *count)
+{
     for (size_t i = 0; i < CRK_NUM_SHARDS; i++) {
+        if (atomic_load_explicit(&s->stopping, memory_order_relaxed))
+            return crb_error(CR_ERR_SHUTDOWN,
+                             "remove_all: the master is shutting down after "
+                             "removing %llu keys",
+                             (unsigned long long)*count);
         crk_shard *sh = &s->shards[i];
         pthread_mutex_lock(&sh->mu);
         /* As in crk_purge_segment_locked: after an erase slot j is examined
          * again; an entry seen twice is judged the same way twice. */
         for (size_t j = 0; j < sh->nslots;) {
             crk_object *o = sh->slots[j].obj;
-            if (!o || o->write || (o->lease_until > now && !force) ||
-                (re && regexec(re, o->key, 0, NULL, 0) != 0)) {
+            if (!o || !removable(o, force, now)) {
                 j++;
                 continue;
             }
             crk_erase_object_locked(s, sh, o, now); /* slot j now holds a later entry */
-            count++;
+            (*count)++;
         }
         pthread_mutex_unlock(&sh->mu);
     }
-    return count;
+    return 0;
+}
+
+/* A copied key of a regex scan: slot hash, length, bytes at `off` in the buffer. */
+typedef struct scan_key {
+    uint32_t hash;
+    uint16_t len;
+    bool matched;
+    size_t off;
+} scan_key;
+
+typedef struct scan_buf {
+    scan_key *keys;
+    size_t n, cap;
+    char *bytes;
+    size_t len, bytes_cap;
+} scan_buf;
+
+static int scan_add(scan_buf *b, const crk_object *o)
+{
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        scan_key *k = crk_realloc(b->keys, cap * sizeof(*k));
+        if (!k)
+            return CR_ERR_NO_MEMORY;
+        b->keys = k;
+        b->cap = cap;
+    }
+    if (b->len + o->key_len > b->bytes_cap) {
+        size_t cap = b->bytes_cap ? b->bytes_cap * 2 : 16384;
+        while (cap < b->len + o->key_len)
+            cap *= 2;
+        char *p = crk_realloc(b->bytes, cap);
+        if (!p)
+            return CR_ERR_NO_MEMORY;
+        b->bytes = p;
+        b->bytes_cap = cap;
+    }
+    memcpy(b->bytes + b->len, o->key, o->key_len);
+    b->keys[b->n++] = (scan_key){o->hash, o->key_len, false, b->len};
+    b->len += o->key_len;
+    return 0;
+}
+
+/*
+ * remove_by_regex over one shard: copy the keys of the removable objects
+ * under the lock, match them with the lock released (a pattern's cost never
+ * delays another request on the shard), then remove the matched keys that
+ * are still removable under the lock again. A key present throughout is
+ * seen: the copy is of the whole shard at one moment.
+ */
+static int remove_matching_in(crk_service *s, crk_shard *sh, crk_regex *re, bool force,
+                              uint64_t now, scan_buf *b, uint64_t *count)
+{
+    b->n = b->len = 0;
+    int rc = 0;
+    pthread_mutex_lock(&sh->mu);
+    for (size_t j = 0; j < sh->nslots && rc == 0; j++) {
+        crk_object *o = sh->slots[j].obj;
+        if (o && removable(o, force, now))
+            rc = scan_add(b, o);
+    }
+    pthread_mutex_unlock(&sh->mu);
+    if (rc != 0)
+        return crb_error(rc, "remove_by_regex: copying the keys of a shard");
+    size_t matched = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if ((i & 255) == 0 && atomic_load_explicit(&s->stopping, memory_order_relaxed))
+            return crb_error(CR_ERR_SHUTDOWN,
+                             "remove_by_regex: the master is shutting down after removing %llu "
+                             "keys",
+                             (unsigned long long)*count);
+        rc = crk_regex_match(re, b->bytes + b->keys[i].off, b->keys[i].len);
+        if (rc < 0)
+            return crb_error(rc, "remove_by_regex stopped after removing %llu keys: %s",
+                             (unsigned long long)*count, cr_last_error_message());
+        b->keys[i].matched = rc == 1;
+        matched += rc == 1;
+    }
+    if (matched == 0)
+        return 0;
+    pthread_mutex_lock(&sh->mu);
+    for (size_t i = 0; i < b->n; i++) {
+        if (!b->keys[i].matched)
+            continue;
+        const char *key = b->bytes + b->keys[i].off;
+        size_t slot = crk_shard_probe(sh, key, b->keys[i].len, b->keys[i].hash);
+        crk_object *o = sh->slots[slot].obj;
+        if (o && removable(o, force, now)) {
+            crk_erase_object_locked(s, sh, o, now);
+            (*count)++;
+        }
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return 0;
 }
 
 /* --- public single-key calls ------------------------------------------------------------- */
@@ -756,31 +861,30 @@ int crk_remove(crk_service *s, const char *key, bool force, uint64_t now_ms)
 int crk_remove_by_regex(crk_service *s, const char *pattern, bool force, uint64_t now_ms,
                         uint64_t *removed_out)
 {
-    regex_t re;
-    if (!pattern)
+    crk_regex *re = NULL;
+    int rc = crk_regex_compile(pattern, &re);
+    if (rc != 0)
         return counted(s, CRK_OP_REMOVE_BY_REGEX,
-                       crb_error(CR_INVALID_PARAMS, "remove_by_regex: pattern is NULL"));
-    int err = regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB);
-    if (err != 0) {
-        char msg[128];
-        regerror(err, &re, msg, sizeof(msg));
-        return counted(
-            s, CRK_OP_REMOVE_BY_REGEX,
-            crb_error(CR_INVALID_PARAMS, "remove_by_regex: bad pattern '%s': %s", pattern, msg));
-    }
-    uint64_t n = remove_matching(s, &re, force, now_ms);
-    regfree(&re);
-    if (removed_out)
+                       crb_error(rc, "remove_by_regex: %s", cr_last_error_message()));
+    scan_buf b = {0};
+    uint64_t n = 0;
+    for (size_t i = 0; i < CRK_NUM_SHARDS && rc == 0; i++)
+        rc = remove_matching_in(s, &s->shards[i], re, force, now_ms, &b, &n);
+    crk_free(b.keys);
+    crk_free(b.bytes);
+    crk_regex_free(re);
+    if (rc == 0 && removed_out)
         *removed_out = n;
-    return counted(s, CRK_OP_REMOVE_BY_REGEX, 0);
+    return counted(s, CRK_OP_REMOVE_BY_REGEX, rc);
 }
 
 int crk_remove_all(crk_service *s, bool force, uint64_t now_ms, uint64_t *removed_out)
 {
-    uint64_t n = remove_matching(s, NULL, force, now_ms);
-    if (removed_out)
+    uint64_t n = 0;
+    int rc = remove_every(s, force, now_ms, &n);
+    if (rc == 0 && removed_out)
         *removed_out = n;
-    return counted(s, CRK_OP_REMOVE_ALL, 0);
+    return counted(s, CRK_OP_REMOVE_ALL, rc);
 }
 
 /* --- batches ----------------------------------------------------------------------------- */

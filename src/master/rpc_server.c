@@ -46,7 +46,19 @@ typedef struct rpc_conn {
     size_t out_len, out_off, out_cap;
     bool want_out;
     bool closing; /* flush what is queued, then close */
+    bool parked;  /* a request of this connection is with the scan worker */
+    bool dead;    /* closed by the peer while parked: free when the job returns */
 } rpc_conn;
+
+/* A request handed to the scan worker, and then its encoded reply frame. */
+typedef struct scan_job {
+    struct scan_job *next;
+    rpc_conn *conn;
+    uint64_t request_id;
+    uint64_t t0_ns;
+    crp_rpc_req req; /* decoded; owns its arena */
+    crp_buf frame;   /* the reply: header and body */
+} scan_job;
 
 typedef struct rpc_thread {
     crk_rpc_server *srv;
@@ -58,6 +70,8 @@ typedef struct rpc_thread {
     size_t n_conns, cap_conns;
     crk_scratch scratch; /* reply memory, reset after every request */
     crp_buf reply;       /* encoded reply body; emptied, not freed, per request */
+    pthread_mutex_t done_lock;
+    scan_job *done; /* replies back from the scan worker (done_lock) */
 } rpc_thread;
 
 struct crk_rpc_server {
@@ -73,6 +87,12 @@ struct crk_rpc_server {
     atomic_uint next;
     _Atomic uint64_t latency[CRP_RPC_OP_COUNT][CRK_LAT_BUCKETS];
     _Atomic uint64_t accepted, open, frames, malformed;
+    /* The scan worker: one thread, a FIFO of jobs. */
+    pthread_t scan_tid;
+    bool scan_started;
+    pthread_mutex_t scan_lock;
+    pthread_cond_t scan_cond;
+    scan_job *scan_head, *scan_tail;
 };
 
 static int buf_reserve(uint8_t **buf, size_t *cap, size_t need)
@@ -87,6 +107,15 @@ static int buf_reserve(uint8_t **buf, size_t *cap, size_t need)
         return CR_ERR_NO_MEMORY;
     *buf = nb;
     *cap = ncap;
+    return 0;
+}
+
+static int queue_bytes(rpc_conn *c, const void *bytes, size_t n)
+{
+    if (buf_reserve(&c->out, &c->out_cap, c->out_len + n) < 0)
+        return CR_ERR_NO_MEMORY;
+    memcpy(c->out + c->out_len, bytes, n);
+    c->out_len += n;
     return 0;
 }
 
@@ -105,6 +134,120 @@ static int queue_frame(rpc_conn *c, int type, int32_t status, uint64_t request_i
     memcpy(c->out + c->out_len + CRP_HEADER_SIZE, body->data, body->len);
     c->out_len = need;
     return 0;
+}
+
+static bool is_scan(uint16_t op)
+{
+    return op == CRP_RPC_REMOVE_BY_REGEX || op == CRP_RPC_REMOVE_ALL;
+}
+
+static void record_latency(crk_rpc_server *srv, uint16_t op, uint64_t t0_ns)
+{
+    uint64_t us = (crb_now_ns() - t0_ns) / 1000;
+    int bucket = 0;
+    while (bucket < CRK_LAT_BUCKETS - 1 && us >= (1ull << bucket))
+        bucket++;
+    int idx = crp_rpc_op_index(op);
+    if (idx >= 0)
+        atomic_fetch_add(&srv->latency[idx][bucket], 1);
+}
+
+/* Park c and hand its request (moved into the job) to the scan worker. */
+static int start_scan(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, uint64_t t0_ns)
+{
+    crk_rpc_server *srv = c->thread->srv;
+    scan_job *j = calloc(1, sizeof(*j));
+    if (j == NULL)
+        return CR_ERR_NO_MEMORY;
+    j->conn = c;
+    j->request_id = request_id;
+    j->t0_ns = t0_ns;
+    j->req = *req;
+    memset(req, 0, sizeof(*req));
+    c->parked = true;
+    pthread_mutex_lock(&srv->scan_lock);
+    if (srv->scan_tail)
+        srv->scan_tail->next = j;
+    else
+        srv->scan_head = j;
+    srv->scan_tail = j;
+    pthread_cond_signal(&srv->scan_cond);
+    pthread_mutex_unlock(&srv->scan_lock);
+    return 0;
+}
+
+static void job_free(scan_job *j)
+{
+    crp_rpc_req_clear(&j->req);
+    crp_buf_free(&j->frame);
+    free(j);
+}
+
+/* Encode a reply (or, if it cannot be encoded, an ERROR) as a whole frame. */
+static void encode_reply_frame(const crp_rpc_resp *resp, uint64_t request_id, crp_buf *frame)
+{
+    uint8_t hdr[CRP_HEADER_SIZE] = {0};
+    frame->len = 0;
+    int type = CRP_RPC_RESP;
+    int32_t status = resp->status;
+    int rc = crp_buf_append(frame, hdr, sizeof(hdr));
+    if (rc == 0)
+        rc = crp_rpc_resp_encode(resp, frame);
+    if (rc < 0) {
+        frame->len = 0;
+        crp_error e = {.message = (char *)cr_last_error_message()};
+        type = CRP_ERROR;
+        status = rc;
+        if (crp_buf_append(frame, hdr, sizeof(hdr)) != 0 || crp_error_encode(&e, frame) != 0)
+            frame->len = 0;
+    }
+    if (frame->len == 0)
+        return;
+    crp_header h = {.version = CRP_VERSION,
+                    .type = (uint8_t)type,
+                    .body_len = (uint32_t)(frame->len - CRP_HEADER_SIZE),
+                    .status = status,
+                    .request_id = request_id};
+    crp_header_encode(&h, frame->data);
+}
+
+static void *scan_main(void *arg)
+{
+    crk_rpc_server *srv = arg;
+    crk_scratch scratch = {0};
+    pthread_mutex_lock(&srv->scan_lock);
+    for (;;) {
+        while (!atomic_load(&srv->stop) && srv->scan_head == NULL)
+            pthread_cond_wait(&srv->scan_cond, &srv->scan_lock);
+        if (atomic_load(&srv->stop))
+            break;
+        scan_job *j = srv->scan_head;
+        srv->scan_head = j->next;
+        if (srv->scan_head == NULL)
+            srv->scan_tail = NULL;
+        j->next = NULL;
+        pthread_mutex_unlock(&srv->scan_lock);
+
+        crp_rpc_resp resp;
+        crk_dispatch(srv->svc, srv->info, &j->req, crb_now_ms(), &resp, &scratch);
+        encode_reply_frame(&resp, j->request_id, &j->frame);
+        record_latency(srv, j->req.op, j->t0_ns);
+        crk_scratch_reset(&scratch);
+        crp_rpc_req_clear(&j->req);
+
+        rpc_thread *t = j->conn->thread;
+        pthread_mutex_lock(&t->done_lock);
+        j->next = t->done;
+        t->done = j;
+        pthread_mutex_unlock(&t->done_lock);
+        uint64_t one = 1;
+        ssize_t w = write(t->wakefd, &one, sizeof(one));
+        (void)w;
+        pthread_mutex_lock(&srv->scan_lock);
+    }
+    pthread_mutex_unlock(&srv->scan_lock);
+    crk_scratch_free(&scratch);
+    return NULL;
 }
 
 static int queue_error(rpc_conn *c, int status, uint64_t request_id, const char *text)
@@ -139,14 +282,18 @@ static void conn_free(rpc_conn *c)
 
 static void set_events(rpc_conn *c)
 {
-    bool paused = c->out_len - c->out_off > OUT_HIGH_WATER;
-    uint32_t ev = (paused ? 0 : EPOLLIN) | (c->out_len > c->out_off ? EPOLLOUT : 0);
-    struct epoll_event e = {.events = ev | EPOLLRDHUP, .data.ptr = c};
+    bool paused = c->parked || c->out_len - c->out_off > OUT_HIGH_WATER;
+    /* A parked connection is not watched for input or half-close (both
+     * level-triggered: they would fire until it is read); a full hang-up
+     * or error is still reported. */
+    uint32_t ev = (paused ? 0 : EPOLLIN | EPOLLRDHUP) | (c->out_len > c->out_off ? EPOLLOUT : 0);
+    struct epoll_event e = {.events = ev, .data.ptr = c};
     epoll_ctl(c->thread->epfd, EPOLL_CTL_MOD, c->fd, &e);
 }
 
-/* Serve one complete frame at c->in[0..]. Returns bytes consumed, or a
- * negative status if the connection must close after flushing. */
+/* Serve one complete frame. Returns 0, 1 when the connection was parked
+ * (a scan), or a negative status if the connection must close after
+ * flushing. */
 static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
 {
     crk_rpc_server *srv = c->thread->srv;
@@ -165,6 +312,13 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
         return 0;
     }
     uint64_t t0 = crb_now_ns();
+    if (is_scan(req.op)) {
+        rc = start_scan(c, h->request_id, &req, t0);
+        if (rc == 0)
+            return 1; /* parked: the reply comes from the scan worker */
+        crp_rpc_req_clear(&req);
+        return queue_error(c, rc, h->request_id, "out of memory queueing a scan");
+    }
     crp_rpc_resp resp;
     crk_scratch *scratch = &c->thread->scratch;
     crk_dispatch(srv->svc, srv->info, &req, crb_now_ms(), &resp, scratch);
@@ -177,19 +331,15 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
     } else {
         rc = queue_frame(c, CRP_RPC_RESP, resp.status, h->request_id, out);
     }
-    uint64_t us = (crb_now_ns() - t0) / 1000;
-    int bucket = 0;
-    while (bucket < CRK_LAT_BUCKETS - 1 && us >= (1ull << bucket))
-        bucket++;
-    int idx = crp_rpc_op_index(req.op);
-    if (idx >= 0)
-        atomic_fetch_add(&srv->latency[idx][bucket], 1);
+    record_latency(srv, req.op, t0);
     if (out->cap > REPLY_KEEP_BYTES)
         crp_buf_free(out); /* do not pin a rare huge reply's memory */
     crk_scratch_reset(scratch);
     crp_rpc_req_clear(&req);
     return rc < 0 ? rc : 0;
 }
+
+static int conn_serve_buffered(rpc_conn *c);
 
 static int conn_read(rpc_conn *c)
 {
@@ -210,9 +360,16 @@ static int conn_read(rpc_conn *c)
         if ((size_t)n < READ_CHUNK)
             break;
     }
+    return conn_serve_buffered(c);
+}
+
+/* Serve the complete frames at the front of c->in, in order, until one is
+ * parked or too many replies wait. */
+static int conn_serve_buffered(rpc_conn *c)
+{
     size_t off = 0;
     int rc = 0;
-    while (c->in_len - off >= CRP_HEADER_SIZE) {
+    while (!c->parked && c->in_len - off >= CRP_HEADER_SIZE) {
         crp_header h;
         rc = crp_header_decode(c->in + off, &h);
         if (rc == 0 && h.data_len != 0)
@@ -229,6 +386,7 @@ static int conn_read(rpc_conn *c)
         off += CRP_HEADER_SIZE + h.body_len;
         if (rc < 0)
             return rc;
+        rc = 0;
         if (c->out_len - c->out_off > OUT_HIGH_WATER)
             break; /* let the client drain replies first */
     }
@@ -257,11 +415,26 @@ static int conn_flush(rpc_conn *c)
 static void conn_event(rpc_conn *c, uint32_t events)
 {
     int rc = 0;
+    if (c->parked) {
+        if (events & (EPOLLHUP | EPOLLERR)) {
+            /* Gone while its scan runs: stop watching; freed when the job returns. */
+            epoll_ctl(c->thread->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+            c->dead = true;
+            return;
+        }
+        if (conn_flush(c) < 0) {
+            epoll_ctl(c->thread->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+            c->dead = true;
+            return;
+        }
+        set_events(c);
+        return;
+    }
     if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) && !c->closing)
         rc = conn_read(c);
     /* Frames already buffered may be served once replies drained. */
     if (rc == 0 && !c->closing && c->out_len == c->out_off && c->in_len >= CRP_HEADER_SIZE)
-        rc = conn_read(c);
+        rc = conn_serve_buffered(c);
     int frc = conn_flush(c);
     if (rc < 0 || frc < 0 || (c->closing && c->out_off == c->out_len)) {
         conn_free(c);
@@ -309,6 +482,38 @@ static void accept_all(crk_rpc_server *srv)
     }
 }
 
+/* Replies from the scan worker: queue each and resume its connection. */
+static void take_done(rpc_thread *t)
+{
+    uint64_t v;
+    ssize_t r = read(t->wakefd, &v, sizeof(v));
+    (void)r;
+    pthread_mutex_lock(&t->done_lock);
+    scan_job *j = t->done;
+    t->done = NULL;
+    pthread_mutex_unlock(&t->done_lock);
+    while (j != NULL) {
+        scan_job *next = j->next;
+        rpc_conn *c = j->conn;
+        c->parked = false;
+        if (c->dead) {
+            conn_free(c);
+        } else {
+            int rc =
+                j->frame.len > 0 ? queue_bytes(c, j->frame.data, j->frame.len) : CR_ERR_NO_MEMORY;
+            if (rc == 0 && !c->closing)
+                rc = conn_serve_buffered(c);
+            int frc = conn_flush(c);
+            if (rc < 0 || frc < 0 || (c->closing && c->out_off == c->out_len))
+                conn_free(c);
+            else
+                set_events(c);
+        }
+        job_free(j);
+        j = next;
+    }
+}
+
 static void *thread_main(void *arg)
 {
     rpc_thread *t = arg;
@@ -321,7 +526,7 @@ static void *thread_main(void *arg)
             if (p == &srv->listen_fd)
                 accept_all(srv);
             else if (p == &t->wakefd)
-                ; /* stop requested */
+                take_done(t); /* scan replies, or stop requested */
             else
                 conn_event(p, ev[i].events);
         }
@@ -359,10 +564,13 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
         return crb_error(CR_ERR_NO_MEMORY, "rpc threads");
     }
     unsigned started = 0;
+    pthread_mutex_init(&srv->scan_lock, NULL);
+    pthread_cond_init(&srv->scan_cond, NULL);
     for (unsigned i = 0; i < srv->n_threads; i++) {
         rpc_thread *t = &srv->threads[i];
         t->srv = srv;
         pthread_mutex_init(&t->lock, NULL);
+        pthread_mutex_init(&t->done_lock, NULL);
         t->epfd = epoll_create1(EPOLL_CLOEXEC);
         t->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         struct epoll_event e = {.events = EPOLLIN, .data.ptr = &t->wakefd};
@@ -378,7 +586,13 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
         }
     }
     srv->n_started = started;
-    if (started < srv->n_threads) {
+    if (started == srv->n_threads) {
+        if (pthread_create(&srv->scan_tid, NULL, scan_main, srv) == 0)
+            srv->scan_started = true;
+        else
+            rc = crb_error(CR_ERR_SYSTEM, "starting the rpc scan thread");
+    }
+    if (started < srv->n_threads || !srv->scan_started) {
         crk_rpc_server_stop(srv);
         return rc;
     }
@@ -412,6 +626,16 @@ void crk_rpc_server_stop(crk_rpc_server *srv)
     if (srv == NULL)
         return;
     atomic_store(&srv->stop, true);
+    pthread_mutex_lock(&srv->scan_lock);
+    pthread_cond_broadcast(&srv->scan_cond);
+    pthread_mutex_unlock(&srv->scan_lock);
+    if (srv->scan_started)
+        pthread_join(srv->scan_tid, NULL); /* finishes the job it runs, if any */
+    while (srv->scan_head != NULL) {
+        scan_job *j = srv->scan_head;
+        srv->scan_head = j->next;
+        job_free(j);
+    }
     for (unsigned i = 0; i < srv->n_started; i++) {
         uint64_t one = 1;
         ssize_t w = write(srv->threads[i].wakefd, &one, sizeof(one));
@@ -421,6 +645,11 @@ void crk_rpc_server_stop(crk_rpc_server *srv)
         pthread_join(srv->threads[i].tid, NULL);
     for (unsigned i = 0; i < srv->n_threads; i++) {
         rpc_thread *t = &srv->threads[i];
+        while (t->done != NULL) {
+            scan_job *j = t->done;
+            t->done = j->next;
+            job_free(j);
+        }
         while (t->n_conns > 0)
             conn_free(t->conns[t->n_conns - 1]);
         free(t->conns);
@@ -429,7 +658,10 @@ void crk_rpc_server_stop(crk_rpc_server *srv)
         close(t->epfd);
         close(t->wakefd);
         pthread_mutex_destroy(&t->lock);
+        pthread_mutex_destroy(&t->done_lock);
     }
+    pthread_mutex_destroy(&srv->scan_lock);
+    pthread_cond_destroy(&srv->scan_cond);
     close(srv->listen_fd);
     free(srv->threads);
     free(srv);

@@ -154,6 +154,11 @@ void crk_service_destroy(crk_service *s)
     crk_free(s);
 }
 
+void crk_service_stop_scans(crk_service *s)
+{
+    atomic_store(&s->stopping, true);
+}
+
 void crk_service_on_expired_segment(crk_service *s, crk_expired_segment_fn fn, void *ctx)
 {
     s->on_expired = fn;

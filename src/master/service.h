@@ -255,6 +255,14 @@ void crk_service_destroy(crk_service *s);
 typedef void (*crk_expired_segment_fn)(void *ctx, const char *segment_name);
 void crk_service_on_expired_segment(crk_service *s, crk_expired_segment_fn fn, void *ctx);
 
+/**
+ * Make the long scans (crk_remove_by_regex, crk_remove_all) in progress and
+ * later ones give up with CR_ERR_SHUTDOWN at their next check (every 256
+ * keys, every shard), so a daemon's shutdown never waits for one. One-way;
+ * any thread.
+ */
+void crk_service_stop_scans(crk_service *s);
+
 /** The effective configuration (restart_fence_ms resolved). Valid until destroy. */
 const crk_config *crk_service_config(const crk_service *s);
 
@@ -404,16 +412,21 @@ int crk_get_replica_list(crk_service *s, const char *key, uint64_t now_ms, crk_r
 int crk_remove(crk_service *s, const char *key, bool force, uint64_t now_ms);
 
 /**
- * Remove every key matching the POSIX extended regular expression `pattern`
- * (regexec search semantics: match anywhere unless anchored). Leased objects
- * are skipped unless force; objects with a write in flight always.
- * *removed_out (may be NULL) gets the count. Errors: CR_INVALID_PARAMS (bad
- * pattern).
+ * Remove every key matching the regular expression `pattern` (PCRE2/Perl
+ * syntax, master/regex.h: a search, anywhere unless anchored). Leased
+ * objects are skipped unless force; objects with a write in flight always.
+ * Keys are matched outside the shard locks and every cost is bounded: a
+ * pattern that exceeds the per-key matching budget stops the call with
+ * CR_ERR_REGEX_BUDGET (keys already removed stay removed; the message
+ * says how many). *removed_out (may be NULL) gets the count on success.
+ * Errors: CR_INVALID_PARAMS (bad or oversized pattern), CR_ERR_REGEX_BUDGET,
+ * CR_ERR_SHUTDOWN (crk_service_stop_scans), CR_ERR_NO_MEMORY.
  */
 int crk_remove_by_regex(crk_service *s, const char *pattern, bool force, uint64_t now_ms,
                         uint64_t *removed_out);
 
-/** Remove every object (same skipping rules). *removed_out may be NULL. */
+/** Remove every object (same skipping rules). *removed_out may be NULL.
+ *  Errors: CR_ERR_SHUTDOWN (crk_service_stop_scans). */
 int crk_remove_all(crk_service *s, bool force, uint64_t now_ms, uint64_t *removed_out);
 
 /* --- batches: one status per key in results[0..n) --------------------------

@@ -30,7 +30,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "crescent/status.h"
@@ -957,6 +959,133 @@ static void test_flags(void **state)
     assert_int_equal(mh_master_stop(&m), 0);
 }
 
+/* --- remove_by_regex never freezes the master (issue 11 item 2) ---------------- */
+
+static void set_recv_timeout(int fd, int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+/* The reply to request id on fd: its status and count. */
+static int recv_count(int fd, uint64_t id, uint64_t *count)
+{
+    crp_header h;
+    uint8_t *body;
+    recv_frame(fd, &h, &body);
+    assert_int_equal(h.request_id, id);
+    if (h.type == CRP_ERROR) {
+        free(body);
+        return h.status;
+    }
+    crp_rpc_resp resp;
+    assert_int_equal(crp_rpc_resp_decode(body, h.body_len, &resp), 0);
+    free(body);
+    int st = resp.status;
+    if (st == 0)
+        *count = resp.u.count.count;
+    else
+        print_message("remove_by_regex: %s %s\n", cr_status_name(st),
+                      resp.message ? resp.message : "");
+    crp_rpc_resp_clear(&resp);
+    return st;
+}
+
+static void send_regex(int fd, uint64_t id, const char *pattern)
+{
+    crp_rpc_req req = {.op = CRP_RPC_REMOVE_BY_REGEX};
+    req.u.regex = (crp_rpc_regex_req){(char *)pattern, false};
+    send_req(fd, id, &req);
+}
+
+/* One exist and a fresh connection: both answered within ms_budget. */
+static void expect_served_within(mh_client *c, const mh_master *m, uint64_t ms_budget)
+{
+    uint64_t t0 = mh_now_ms();
+    xcmd(c, 0, "exist k0042/aaaaaaaaaaaaa!");
+    int fd = mh_connect_raw(m->port);
+    assert_true(fd >= 0);
+    expect_ping_answered(fd, 77);
+    close(fd);
+    uint64_t took = mh_now_ms() - t0;
+    if (took > ms_budget)
+        fail_msg("an exist and a new connection took %llu ms during a scan",
+                 (unsigned long long)took);
+}
+
+static void test_regex_does_not_block(void **state)
+{
+    (void)state;
+    mh_master m;
+    mh_client c;
+    start_master(&m, NULL);
+    start_client(&c, &m);
+    xcmd(&c, 0, "mount segR %llu %llu", SEG_BASE, 256 * MIB);
+    /* 200 keys of 150 'a' (the report's subject) and 16000 keys on which
+     * "^k[0-9]+/(a|a?)+$" backtracks just under the per-key budget. */
+    static char list[300 * 1024];
+    size_t len = 0;
+    for (int i = 0; i < 200; i++) {
+        len +=
+            (size_t)snprintf(list + len, sizeof(list) - len, "%s%.150s%03d", i ? "," : "",
+                             "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                             "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                             "aaaaaaaaaaaaaa",
+                             i);
+    }
+    assert_int_equal(mh_cmd_st(&c, "batch_put %s 64", list), 0);
+    for (int part = 0; part < 16; part++) {
+        len = 0;
+        for (int i = 0; i < 1000; i++)
+            len += (size_t)snprintf(list + len, sizeof(list) - len, "%sk%04d/aaaaaaaaaaaaa!",
+                                    i ? "," : "", part * 1000 + i);
+        assert_int_equal(mh_cmd_st(&c, "batch_put %s 64", list), 0);
+    }
+
+    int fd = mh_connect_raw(m.port);
+    assert_true(fd >= 0);
+    set_recv_timeout(fd, 20000);
+    /* (a) The report's pattern (backreferences: POSIX regexec backtracked
+     * for 36 s under a shard lock) is answered at once. */
+    uint64_t t0 = mh_now_ms(), n = 0;
+    send_regex(fd, 1, "^(a*)*(\\1)*(a*)*\\2\\3b");
+    int st = recv_count(fd, 1, &n);
+    if (mh_now_ms() - t0 > 3000 || (st != 0 && st != CR_ERR_REGEX_BUDGET))
+        fail_msg("the report's pattern: %s after %llu ms", cr_status_name(st),
+                 (unsigned long long)(mh_now_ms() - t0));
+    /* Patterns that cannot compile cheaply are refused. */
+    send_regex(fd, 2, "(a{1,32767}){1,32767}");
+    assert_int_equal(recv_count(fd, 2, &n), CR_INVALID_PARAMS);
+
+    /* (b) A long legitimate scan: other clients and new connections are
+     * served while it runs, and its own connection gets its answer. */
+    send_regex(fd, 3, "^k[0-9]+/(a|a?)+$");
+    int during = 0;
+    for (;;) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, 0) > 0)
+            break; /* the scan answered */
+        expect_served_within(&c, &m, 1500);
+        during++;
+    }
+    print_message("%d exist+connect rounds served during the scan\n", during);
+    assert_true(during >= 3);
+    n = 99;
+    assert_int_equal(recv_count(fd, 3, &n), 0);
+    assert_true(n == 0); /* nothing matched ('!' before the end) */
+    assert_int_equal(fld_ll(xcmd(&c, 0, "exist k0042/aaaaaaaaaaaaa!"), "ex"), 1);
+
+    /* (c) SIGTERM during a scan stops the master promptly and cleanly. */
+    send_regex(fd, 4, "^k[0-9]+/(a|a?)+$");
+    mh_sleep_ms(200);
+    assert_int_equal(mh_client_stop(&c), 0);
+    t0 = mh_now_ms();
+    assert_int_equal(mh_master_stop(&m), 0);
+    if (mh_now_ms() - t0 > 3000)
+        fail_msg("SIGTERM during a scan took %llu ms", (unsigned long long)(mh_now_ms() - t0));
+    close(fd);
+}
+
 /* --- /health and /metrics
  * ----------------------------------------------------------------------------------- */
 
@@ -1029,6 +1158,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_killed_client_expires, teardown_kill),
         cmocka_unit_test_teardown(test_restart_remount_fence, teardown_kill),
         cmocka_unit_test_teardown(test_malformed_frames, teardown_kill),
+        cmocka_unit_test_teardown(test_regex_does_not_block, teardown_kill),
         cmocka_unit_test_teardown(test_flags, teardown_kill),
         cmocka_unit_test_teardown(test_http_endpoints, teardown_kill),
     };

@@ -300,6 +300,8 @@ static void master_stop(master *m)
     if (m->ticker_running)
         pthread_join(m->ticker, NULL);
     crk_admin_http_stop(m->admin);
+    if (m->svc != NULL)
+        crk_service_stop_scans(m->svc); /* a remove_by_regex in progress gives up */
     crk_rpc_server_stop(m->rpc);
     crd_http_server_stop(m->metadata);
     crk_service_destroy(m->svc);
