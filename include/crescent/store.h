@@ -95,7 +95,15 @@ CR_API int cr_store_close(cr_store *s);
 /** cr_store_close, then free. NULL is a no-op. No call may be in flight. */
 CR_API void cr_store_destroy(cr_store *s);
 
-/** 0 if the master answers and our segment is mounted, else the failure. */
+/**
+ * 0 if the master answers and our segment is mounted and accepts
+ * allocations, else the failure: CR_RPC_FAIL / CR_RPC_TIMEOUT (master
+ * unreachable), CR_UNAVAILABLE_IN_CURRENT_STATUS (the segment is not
+ * mounted at the master: a remount is pending, and the heartbeat retries
+ * it), CR_ERR_SEGMENT_FENCED (mounted, but fenced for a while: reads of
+ * memory an earlier segment of this name had may still run; the message
+ * says for how long). Any thread.
+ */
 CR_API int cr_store_health(cr_store *s);
 
 /** This client's segment name (what preferred_segments refers to). */

@@ -56,7 +56,7 @@ static void client_grow_locked(crk_service *s)
     crk_free(old);
 }
 
-int crk_client_touch_locked(crk_service *s, crk_client_id id, uint64_t now)
+int crk_client_touch_locked(crk_service *s, crk_client_id id, uint64_t now, crk_client **out)
 {
     crk_client *c = client_find_locked(s, id);
     if (!c) {
@@ -75,24 +75,40 @@ int crk_client_touch_locked(crk_service *s, crk_client_id id, uint64_t now)
     }
     if (now > c->last_seen)
         c->last_seen = now;
+    if (out)
+        *out = c;
     return 0;
 }
 
-int crk_ping(crk_service *s, crk_client_id client, uint64_t now_ms, int *status_out)
+int crk_heartbeat(crk_service *s, crk_client_id client, uint64_t now_ms, crk_heartbeat_info *out)
 {
     crk_add(s->c.requests[CRK_OP_PING], 1);
     if (!crk_id_valid(client)) {
         crk_add(s->c.failures[CRK_OP_PING], 1);
         return crb_error(CR_ILLEGAL_CLIENT, "ping: the zero client id is not valid");
     }
+    crk_heartbeat_info hi = {CRK_CLIENT_NEED_REMOUNT, 0};
     pthread_mutex_lock(&s->clients_lock);
     crk_client *c = client_find_locked(s, client);
-    if (c && now_ms > c->last_seen)
-        c->last_seen = now_ms;
+    if (c) {
+        if (now_ms > c->last_seen)
+            c->last_seen = now_ms;
+        hi.status = c->need_remount ? CRK_CLIENT_NEED_REMOUNT : CRK_CLIENT_OK;
+        hi.fenced_ms = c->fence_until > now_ms ? c->fence_until - now_ms : 0;
+    }
     pthread_mutex_unlock(&s->clients_lock);
-    if (status_out)
-        *status_out = c ? CRK_CLIENT_OK : CRK_CLIENT_NEED_REMOUNT;
+    if (out)
+        *out = hi;
     return 0;
+}
+
+int crk_ping(crk_service *s, crk_client_id client, uint64_t now_ms, int *status_out)
+{
+    crk_heartbeat_info hi;
+    int rc = crk_heartbeat(s, client, now_ms, &hi);
+    if (rc == 0 && status_out)
+        *status_out = hi.status;
+    return rc;
 }
 
 /*

@@ -40,6 +40,13 @@
 
 enum { CRK_SEG_MOUNTED = 0, CRK_SEG_UNMOUNTING = 1 };
 
+/* Why a segment is fenced (what its message says). */
+enum {
+    CRK_FENCE_NONE = 0,
+    CRK_FENCE_TOMB = 1,    /* its name's previous memory may still be read or written */
+    CRK_FENCE_RESTART = 2, /* remounted after a master restart */
+};
+
 typedef struct crk_segment {
     struct crk_segment *hnext; /* name-hash chain (seg_lock) */
     uint32_t dense;            /* index in s->segs (seg_lock) */
@@ -48,6 +55,7 @@ typedef struct crk_segment {
     uint64_t base, size, capacity;
     uint64_t epoch;
     uint64_t fence_until;     /* no allocation before this; immutable once published */
+    uint8_t fence_reason;     /* CRK_FENCE_*; immutable once published */
     _Atomic int state;        /* CRK_SEG_*; set under seg_lock (write) and mu */
     _Atomic uint64_t used;    /* mirrors crb_oa_used(oa); written under mu */
     _Atomic uint64_t horizon; /* latest lease/writer deadline on this memory */
@@ -62,13 +70,18 @@ typedef struct crk_client {
     struct crk_client *next;
     crk_client_id id;
     uint64_t last_seen;
+    uint64_t fence_until; /* latest fence of a segment it mounted (for health) */
+    bool need_remount;    /* a (re)mount of one of its segments failed */
 } crk_client;
 
-/* An unmounted segment name whose memory may still be read or written until
- * `horizon`: a new mount of the name is fenced until then. */
+/* An unmounted segment name whose memory [base, end) may still be read or
+ * written until `horizon`: a new mount of the name over that range is
+ * fenced until then (one over other memory is not: an old descriptor's
+ * addresses are outside it, and the engine refuses them). */
 typedef struct crk_tomb {
     struct crk_tomb *next;
     uint64_t horizon;
+    uint64_t base, end;
     char name[];
 } crk_tomb;
 
@@ -162,8 +175,9 @@ static inline uint64_t crk_rep_bytes(const crk_service *s, uint64_t size)
 }
 
 /* clients.c */
-/* Find or create a client and refresh its heartbeat (clients_lock held). */
-int crk_client_touch_locked(crk_service *s, crk_client_id id, uint64_t now);
+/* Find or create a client and refresh its heartbeat (clients_lock held);
+ * *out (may be NULL) is its record. */
+int crk_client_touch_locked(crk_service *s, crk_client_id id, uint64_t now, crk_client **out);
 /* Expire clients silent for client_ttl_ms, unmounting their segments. */
 int crk_expire_clients(crk_service *s, uint64_t now);
 /* Free the client table (destroy). */
@@ -171,9 +185,11 @@ void crk_clients_destroy(crk_service *s);
 
 /* segments.c */
 typedef struct crk_place_info {
-    bool any_fits;      /* an open segment's capacity holds the value */
-    bool any_fenced;    /* a segment was skipped because of its fence */
-    uint64_t min_fence; /* earliest fence end among those */
+    bool any_fits;                         /* an open segment's capacity holds the value */
+    bool any_fenced;                       /* a segment was skipped because of its fence */
+    uint64_t min_fence;                    /* earliest fence end among those */
+    uint8_t fence_reason;                  /* CRK_FENCE_* of that segment */
+    char fenced[CRK_MAX_SEGMENT_NAME + 1]; /* its name */
 } crk_place_info;
 
 /* Allocate up to `want` replicas of alloc_size on distinct segments: the

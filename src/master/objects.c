@@ -300,9 +300,15 @@ static int alloc_failure(crk_service *s, const char *key, uint64_t size, uint32_
     crk_add(s->c.alloc_failures, 1);
     if (!info->any_fits && info->any_fenced)
         return crb_error(CR_NO_AVAILABLE_HANDLE,
-                         "put_start '%s': every segment that could hold %llu bytes is fenced "
-                         "after a remount until t=%llu ms",
-                         key, (unsigned long long)size, (unsigned long long)info->min_fence);
+                         "put_start '%s': every segment that could hold %llu bytes is fenced; "
+                         "the first, '%s', accepts allocations at t=%llu ms: %s",
+                         key, (unsigned long long)size, info->fenced,
+                         (unsigned long long)info->min_fence,
+                         info->fence_reason == CRK_FENCE_RESTART
+                             ? "it was remounted after a master restart, and the previous "
+                               "instance's leases on it may still run"
+                             : "a segment of that name was unmounted while reads or writes of "
+                               "its memory could still be running");
     if (!info->any_fits)
         return crb_error(CR_NO_AVAILABLE_HANDLE,
                          "put_start '%s': no mounted segment can hold %llu bytes", key,

@@ -45,9 +45,10 @@ typedef struct rpc_conn {
     uint8_t *out;
     size_t out_len, out_off, out_cap;
     bool want_out;
-    bool closing; /* flush what is queued, then close */
-    bool parked;  /* a request of this connection is with the scan worker */
-    bool dead;    /* closed by the peer while parked: free when the job returns */
+    bool closing;  /* flush what is queued, then close */
+    bool parked;   /* a request of this connection is with the scan worker */
+    crk_peer peer; /* the client this connection speaks for (dispatch.h) */
+    bool dead;     /* closed by the peer while parked: free when the job returns */
 } rpc_conn;
 
 /* A request handed to the scan worker, and then its encoded reply frame. */
@@ -229,7 +230,7 @@ static void *scan_main(void *arg)
         pthread_mutex_unlock(&srv->scan_lock);
 
         crp_rpc_resp resp;
-        crk_dispatch(srv->svc, srv->info, &j->req, crb_now_ms(), &resp, &scratch);
+        crk_dispatch(srv->svc, srv->info, &j->conn->peer, &j->req, crb_now_ms(), &resp, &scratch);
         encode_reply_frame(&resp, j->request_id, &j->frame);
         record_latency(srv, j->req.op, j->t0_ns);
         crk_scratch_reset(&scratch);
@@ -321,7 +322,7 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
     }
     crp_rpc_resp resp;
     crk_scratch *scratch = &c->thread->scratch;
-    crk_dispatch(srv->svc, srv->info, &req, crb_now_ms(), &resp, scratch);
+    crk_dispatch(srv->svc, srv->info, &c->peer, &req, crb_now_ms(), &resp, scratch);
     crp_buf *out = &c->thread->reply;
     out->len = 0;
     rc = crp_rpc_resp_encode(&resp, out);

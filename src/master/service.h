@@ -318,9 +318,20 @@ int crk_unmount_segment(crk_service *s, crk_client_id client, const char *name, 
 /**
  * Heartbeat. *status_out = CRK_CLIENT_OK for a known client (its expiry timer
  * restarts), CRK_CLIENT_NEED_REMOUNT for one the service does not know
- * (restarted master, or the client expired). Errors: CR_ILLEGAL_CLIENT (zero id).
+ * (restarted master, or the client expired) and for one whose last mount or
+ * remount of a segment failed (so its segment is not mounted; it retries).
+ * Errors: CR_ILLEGAL_CLIENT (zero id).
  */
 int crk_ping(crk_service *s, crk_client_id client, uint64_t now_ms, int *status_out);
+
+/** What a heartbeat tells the client. */
+typedef struct crk_heartbeat_info {
+    int status;         /* enum crk_client_status, as crk_ping */
+    uint64_t fenced_ms; /* its segments accept no allocations for this long yet (0: none) */
+} crk_heartbeat_info;
+
+/** crk_ping with the fence of the client's segments too (for health()). */
+int crk_heartbeat(crk_service *s, crk_client_id client, uint64_t now_ms, crk_heartbeat_info *out);
 
 /**
  * Housekeeping; the server calls it periodically (e.g. every 100 ms):

@@ -980,6 +980,7 @@ static void enc_rs_ping(crp_mp_enc *e, const crp_rpc_resp *m)
     }
     crp_mp_enc_u64(e, "cs", m->u.ping.client_status);
     crp_mp_enc_u64(e, "view", m->u.ping.view_version);
+    crp_mp_enc_u64(e, "fence", m->u.ping.fenced_ms);
 }
 
 static int dec_rs_ping(dec *d, fields v, crp_rpc_resp *m)
@@ -988,6 +989,8 @@ static int dec_rs_ping(dec *d, fields v, crp_rpc_resp *m)
         crp_mp_get_u8(&d->c, "cs", v[3], CRP_RPC_CLIENT_NEED_REMOUNT, &m->u.ping.client_status);
     if (rc == 0)
         rc = crp_mp_get_u64(&d->c, "view", v[4], &m->u.ping.view_version);
+    if (rc == 0 && v[5] != NULL) /* optional: masters before it send none */
+        rc = crp_mp_get_u64(&d->c, "fence", v[5], &m->u.ping.fenced_ms);
     return rc;
 }
 
@@ -1167,7 +1170,7 @@ typedef struct resp_shape {
 #define RS_KEYS(shape, ...)                                                                        \
     static const char *const rs_keys_##shape[] = {"op", "st", "msg", __VA_ARGS__}
 RS_KEYS(hello, "v", "caps", "sw", "view");
-RS_KEYS(ping, "cs", "view");
+RS_KEYS(ping, "cs", "view", "fence");
 RS_KEYS(exist, "ex");
 RS_KEYS(statuses, "r");
 RS_KEYS(get, "reps", "lease");

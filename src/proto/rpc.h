@@ -58,7 +58,8 @@
  *
  *   reply shape      fields
  *   hello            "v": u32, "caps": u64, "sw": str, "view": u64 view version
- *   ping             "cs": u8 crp_rpc_client_status, "view": u64
+ *   ping             "cs": u8 crp_rpc_client_status, "view": u64, "fence": u64 ms
+ *                    (optional: absent = 0; the client's segments are fenced)
  *   exist            "ex": bool
  *   statuses         "r": [i32] (<= CRP_RPC_MAX_BATCH)
  *   get              "reps": [replica] (<= CRP_RPC_MAX_REPLICAS), "lease": u64 ttl ms
@@ -370,6 +371,7 @@ typedef struct crp_rpc_hello_resp {
 typedef struct crp_rpc_ping_resp {
     uint8_t client_status; /* crp_rpc_client_status */
     uint64_t view_version;
+    uint64_t fenced_ms; /* the client's segments accept no allocations this long yet (0: none) */
 } crp_rpc_ping_resp;
 
 typedef struct crp_rpc_exist_resp {

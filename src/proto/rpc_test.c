@@ -342,6 +342,7 @@ static void fill_rs_ping(crp_rpc_resp *m, int v)
                               : v == V_MIN ? CRP_RPC_CLIENT_UNDEFINED
                                            : CRP_RPC_CLIENT_OK;
     m->u.ping.view_version = v == V_MAX ? UINT64_MAX : v == V_MIN ? 0 : 7;
+    m->u.ping.fenced_ms = v == V_MAX ? UINT64_MAX : v == V_MIN ? 0 : 1500;
 }
 
 static void fill_rs_exist(crp_rpc_resp *m, int v)
@@ -688,6 +689,7 @@ static void eq_rs_ping(const crp_rpc_resp *a, const crp_rpc_resp *b)
 {
     assert_int_equal(a->u.ping.client_status, b->u.ping.client_status);
     assert_true(a->u.ping.view_version == b->u.ping.view_version);
+    assert_true(a->u.ping.fenced_ms == b->u.ping.fenced_ms);
 }
 
 static void eq_rs_exist(const crp_rpc_resp *a, const crp_rpc_resp *b)
@@ -1211,7 +1213,7 @@ static void pack_mutated(msgpack_packer *pk, const msgpack_object *o, const targ
 
 static bool key_optional(const msgpack_object_kv *kv)
 {
-    static const char *const optional[] = {"msg", "spt"};
+    static const char *const optional[] = {"msg", "spt", "fence"};
     for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++) {
         size_t n = strlen(optional[i]);
         if (kv->key.via.str.size == n && memcmp(kv->key.via.str.ptr, optional[i], n) == 0)

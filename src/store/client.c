@@ -143,6 +143,7 @@ static void *heartbeat_main(void *arg)
 {
     cr_store *s = arg;
     uint64_t next = crb_now_ms();
+    int last_remount = 0; /* logged once per change, not once a second */
     while (!atomic_load(&s->stop)) {
         if (crb_now_ms() < next) {
             struct timespec ts = {0, 20 * 1000 * 1000};
@@ -163,9 +164,11 @@ static void *heartbeat_main(void *arg)
         crp_rpc_resp_clear(&resp);
         if (remount) {
             rc = mount_segment(s, s->heartbeat_conn, true);
-            crb_log(rc == 0 ? CRB_LOG_WARN : CRB_LOG_ERROR,
-                    "store %s: master asked for a remount: %s", s->segment_name,
-                    rc == 0 ? "done" : cr_last_error_message());
+            if (rc == 0 || rc != last_remount)
+                crb_log(rc == 0 ? CRB_LOG_WARN : CRB_LOG_ERROR,
+                        "store %s: master asked for a remount: %s", s->segment_name,
+                        rc == 0 ? "done" : cr_last_error_message());
+            last_remount = rc;
             if (rc == 0)
                 atomic_fetch_add(&s->remounts, 1);
         }
@@ -340,7 +343,14 @@ int cr_store_health(cr_store *s)
     rc = resp.status;
     if (rc == 0 && resp.u.ping.client_status == CRP_RPC_CLIENT_NEED_REMOUNT)
         rc = crb_error(CR_UNAVAILABLE_IN_CURRENT_STATUS,
-                       "the master does not know this client yet (remount pending)");
+                       "segment %s is not mounted at the master (a remount is pending; the "
+                       "heartbeat retries it)",
+                       s->segment_name);
+    else if (rc == 0 && resp.u.ping.fenced_ms > 0)
+        rc = crb_error(CR_ERR_SEGMENT_FENCED,
+                       "segment %s accepts no allocations for %llu more ms: reads of memory a "
+                       "previous segment of this name had may still be running",
+                       s->segment_name, (unsigned long long)resp.u.ping.fenced_ms);
     crp_rpc_resp_clear(&resp);
     return rc;
 }

@@ -806,7 +806,7 @@ static void test_malformed_frames(void **state)
 
     /* (d) SERVICE_READY with protocol 99: a clear version error, not a garbled reply. */
     crp_rpc_req hello = {.op = CRP_RPC_SERVICE_READY};
-    hello.u.hello = (crp_rpc_hello_req){99, CRP_RPC_CAPS_DEFINED, {3, 4}, "test 9.9"};
+    hello.u.hello = (crp_rpc_hello_req){99, CRP_RPC_CAPS_DEFINED, {1, 2}, "test 9.9"};
     send_req(fd, 17, &hello);
     recv_frame(fd, &rh, &body);
     assert_int_equal(rh.type, CRP_RPC_RESP);
@@ -957,6 +957,85 @@ static void test_flags(void **state)
     assert_non_null(strstr(body, "master_key_count"));
     free(body);
     assert_int_equal(mh_master_stop(&m), 0);
+}
+
+/* --- ownership: a segment belongs to the client that mounted it (item 7) ------- */
+
+/* One request on fd, its reply decoded into *resp (caller clears). */
+static void raw_call(int fd, uint64_t id, const crp_rpc_req *req, crp_rpc_resp *resp)
+{
+    send_req(fd, id, req);
+    crp_header h;
+    uint8_t *body;
+    recv_frame(fd, &h, &body);
+    assert_int_equal(h.type, CRP_RPC_RESP);
+    assert_int_equal(h.request_id, id);
+    assert_int_equal(crp_rpc_resp_decode(body, h.body_len, resp), 0);
+    free(body);
+}
+
+static crp_rpc_uuid parse_id(const char *hex)
+{
+    char hi[17] = "", lo[17] = "";
+    memcpy(hi, hex, 16);
+    memcpy(lo, hex + 16, 16);
+    return (crp_rpc_uuid){strtoull(hi, NULL, 16), strtoull(lo, NULL, 16)};
+}
+
+static void test_segment_ownership(void **state)
+{
+    (void)state;
+    mh_master m;
+    mh_client victim;
+    start_master(&m, NULL);
+    start_client(&victim, &m);
+    xcmd(&victim, 0, "mount vseg %llu %llu", SEG_BASE, 64 * MIB);
+    xcmd(&victim, 0, "put vkey 4096");
+    crp_rpc_uuid vid = parse_id(victim.id);
+
+    /* The attacker: its own connection, its own id. */
+    int fd = mh_connect_raw(m.port);
+    assert_true(fd >= 0);
+    crp_rpc_uuid aid = {0xbad, 0xbad};
+    crp_rpc_req req = {.op = CRP_RPC_SERVICE_READY};
+    req.u.hello = (crp_rpc_hello_req){CRP_RPC_VERSION, CRP_RPC_CAPS_DEFINED, aid, "attacker"};
+    crp_rpc_resp resp;
+    raw_call(fd, 1, &req, &resp);
+    assert_int_equal(resp.status, 0);
+    crp_rpc_resp_clear(&resp);
+    /* QUERY_SEGMENT no longer hands out the owner's id (it used to). */
+    req = (crp_rpc_req){.op = CRP_RPC_QUERY_SEGMENT};
+    req.u.name.name = "vseg";
+    raw_call(fd, 2, &req, &resp);
+    assert_int_equal(resp.status, 0);
+    assert_true(resp.u.segment_info.client_id.hi == 0 && resp.u.segment_info.client_id.lo == 0);
+    crp_rpc_resp_clear(&resp);
+    /* Even knowing the victim's id, this connection cannot act for it. */
+    req = (crp_rpc_req){.op = CRP_RPC_UNMOUNT_SEGMENT};
+    req.u.unmount = (crp_rpc_unmount_req){vid, "vseg"};
+    raw_call(fd, 3, &req, &resp);
+    assert_int_equal(resp.status, CR_ILLEGAL_CLIENT);
+    crp_rpc_resp_clear(&resp);
+    req.u.unmount.client_id = aid; /* and with its own id it is not the owner */
+    raw_call(fd, 4, &req, &resp);
+    assert_int_equal(resp.status, CR_ILLEGAL_CLIENT);
+    crp_rpc_resp_clear(&resp);
+    req = (crp_rpc_req){.op = CRP_RPC_PING};
+    req.u.client.client_id = vid; /* nor keep the victim alive */
+    raw_call(fd, 5, &req, &resp);
+    assert_int_equal(resp.status, CR_ILLEGAL_CLIENT);
+    crp_rpc_resp_clear(&resp);
+    close(fd);
+
+    /* The victim's segment and object are intact, and it is healthy. */
+    assert_int_equal(fld_ll(xcmd(&victim, 0, "get vkey"), "n"), 1);
+    assert_true(mh_list_has(fld(xcmd(&victim, 0, "segments"), "names"), "vseg"));
+    assert_int_equal(fld_ll(xcmd(&victim, 0, "ping"), "cs"), CRP_RPC_CLIENT_OK);
+    /* The owner itself still learns its id from QUERY_SEGMENT over its own
+     * connection (the tool's), and can unmount. */
+    xcmd(&victim, 0, "unmount vseg");
+    mh_client *cs[] = {&victim};
+    stop_all(&m, cs, 1);
 }
 
 /* --- remove_by_regex never freezes the master (issue 11 item 2) ---------------- */
@@ -1159,6 +1238,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_restart_remount_fence, teardown_kill),
         cmocka_unit_test_teardown(test_malformed_frames, teardown_kill),
         cmocka_unit_test_teardown(test_regex_does_not_block, teardown_kill),
+        cmocka_unit_test_teardown(test_segment_ownership, teardown_kill),
         cmocka_unit_test_teardown(test_flags, teardown_kill),
         cmocka_unit_test_teardown(test_http_endpoints, teardown_kill),
     };
