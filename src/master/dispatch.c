@@ -204,6 +204,7 @@ static int batch_with_lists(crk_service *s, crk_scratch *sc, batch_fn fn, crk_cl
             if (st[i] == 0) {
                 rc = replicas_of(sc, &lists[i], replica_status, &res[off + i].replicas,
                                  &res[off + i].n_replicas);
+                res[off + i].lease_token = lease_ttl != NULL ? lists[i].lease_token : 0;
                 if (lease_ttl != NULL && lists[i].lease_ttl_ms > 0)
                     *lease_ttl = lists[i].lease_ttl_ms;
             }
@@ -437,6 +438,7 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
             rc = replicas_of(sc, &l, CRP_RPC_REPLICA_COMPLETE, &resp->u.get.replicas,
                              &resp->u.get.n_replicas);
             resp->u.get.lease_ttl_ms = l.lease_ttl_ms;
+            resp->u.get.lease_token = l.lease_token;
         }
         break;
     }
@@ -445,6 +447,10 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
                               u->keys.n_keys, NULL, now, CRP_RPC_REPLICA_COMPLETE,
                               &resp->u.batch_get.results, &resp->u.batch_get.lease_ttl_ms);
         resp->u.batch_get.n = u->keys.n_keys;
+        break;
+    case CRP_RPC_RELEASE_LEASES:
+        crk_release_leases(s, (const char *const *)u->leases.keys, u->leases.tokens,
+                           u->leases.n_keys, now);
         break;
     case CRP_RPC_PUT_START:
     case CRP_RPC_UPSERT_START: {

@@ -95,6 +95,10 @@ typedef struct crk_counters {
     _Atomic uint64_t evictions_attempted, evictions_successful, evicted_keys, evicted_bytes;
     _Atomic uint64_t alloc_failures, partial_allocations;
     _Atomic uint64_t put_start_discards, put_start_releases;
+    _Atomic uint64_t lease_releases, early_releases, early_released_bytes, discard_entries;
+    /* failed-allocation evictions since the last summary line (eviction.c) */
+    _Atomic uint64_t alloc_evictions, alloc_evicted_bytes, alloc_evicted_keys;
+    _Atomic uint64_t alloc_evict_logged_ms;
     _Atomic uint64_t clients_expired;
     /* gauges (keys, writes in flight and leases granted are per shard;
      * allocated bytes are the segments' used bytes: see crk_allocated) */
@@ -212,9 +216,15 @@ uint64_t crk_purge_segment_locked(crk_service *s, crk_shard *sh, crk_segment *se
 /* Erase an object with no write in flight (shard locked): table, LRU,
  * gauges; its replicas are freed, or deferred until its lease ends. */
 void crk_erase_object_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t now);
-/* Free reps now if release_at <= now, else park them in a discard entry. */
+/* Free reps now if release_at <= now, else park them in a discard entry.
+ * `readers` (may be NULL) is the object version the replicas belonged to:
+ * its lease era and reader count go with the entry, so the last reader's
+ * crk_release_leases frees it early. */
 void crk_release_or_defer(crk_service *s, crk_shard *sh, const crk_replica *reps, uint32_t n,
-                          uint64_t value_size, uint64_t release_at, uint64_t now);
+                          uint64_t value_size, uint64_t release_at, uint64_t now,
+                          const crk_object *readers);
+/* Free a discard entry's replicas now and uncount it (it is unlinked). */
+void crk_discard_free(crk_service *s, crk_discard *d);
 
 /* eviction.c */
 uint64_t crk_evict_round(crk_service *s, uint64_t target_bytes, uint64_t now, uint64_t *keys_out);

@@ -41,7 +41,10 @@ typedef struct crk_replica {
 typedef struct crk_discard {
     struct crk_discard *next;
     uint64_t release_at;
-    uint64_t bytes; /* allocated bytes, for the discarded_bytes gauge */
+    uint64_t bytes;     /* allocated bytes, for the discarded_bytes gauge */
+    uint32_t key_hash;  /* slot hash of the key, and ... */
+    uint32_t lease_era; /* ... the lease era of the version: a release names them (0: none) */
+    uint16_t readers;   /* reads of that era not yet released; 0 frees the entry */
     uint32_t nrep;
     crk_replica rep[];
 } crk_discard;
@@ -57,7 +60,13 @@ struct crk_write;
 
 /*
  * One key. Allocated as one block: header, key bytes + NUL padded to 8, then
- * the replica array (crk_obj_reps). 64 bytes of header; see the memory test.
+ * the replica array (crk_obj_reps). 72 bytes of header; see the memory test.
+ *
+ * Readers: every get_replica_list of a lease era (a period during which the
+ * lease never lapsed) counts one reader and hands out the era as its token;
+ * crk_release_leases with that token uncounts it, and the last one ends the
+ * lease. A lapsed lease starts a new era with no readers, so a stale token
+ * never matches again.
  */
 typedef struct crk_object {
     struct crk_object *lru_prev, *lru_next; /* shard LRU, head = least recent */
@@ -70,8 +79,12 @@ typedef struct crk_object {
     uint16_t key_len;
     uint8_t nrep;
     uint8_t flags;
-    char key[]; /* key_len bytes + NUL, then padding, then crk_replica[nrep] */
+    uint32_t lease_era; /* era of lease_until (0: never leased) */
+    uint16_t readers;   /* unreleased reads of that era; CRK_READERS_MAX = uncounted */
+    uint16_t spare;     /* keeps key[] (and the replicas after it) 8-byte aligned */
+    char key[];         /* key_len bytes + NUL, then padding, then crk_replica[nrep] */
 } crk_object;
+_Static_assert(offsetof(crk_object, key) % 8 == 0, "replicas follow the key 8-byte aligned");
 
 /*
  * A put or upsert in flight. For a first put the replicas are the object's
@@ -91,6 +104,8 @@ typedef struct crk_write {
     uint8_t nrep;
     crk_replica rep[];
 } crk_write;
+
+#define CRK_READERS_MAX UINT16_MAX
 
 /* A slot of a shard's open-addressed table: the key hash's low 32 bits
  * (compared before the object is touched) and the object, NULL if empty. */

@@ -127,15 +127,22 @@ static void fill_desc(crk_replica_desc *d, const crk_replica *r, uint64_t size)
 }
 
 void crk_release_or_defer(crk_service *s, crk_shard *sh, const crk_replica *reps, uint32_t n,
-                          uint64_t value_size, uint64_t release_at, uint64_t now)
+                          uint64_t value_size, uint64_t release_at, uint64_t now,
+                          const crk_object *readers)
 {
     if (n == 0)
         return;
+    /* Leased, but every read of the lease was released: nobody reads it. */
+    if (readers && readers->readers == 0 && readers->lease_until == release_at)
+        release_at = now;
     if (release_at > now) {
         crk_discard *d = crk_malloc(sizeof(*d) + n * sizeof(crk_replica));
         if (d) {
             d->release_at = release_at;
             d->bytes = crk_rep_bytes(s, value_size);
+            d->key_hash = readers ? readers->hash : 0;
+            d->lease_era = readers && readers->lease_until == release_at ? readers->lease_era : 0;
+            d->readers = readers ? readers->readers : 0;
             d->nrep = n;
             memcpy(d->rep, reps, n * sizeof(crk_replica));
             for (uint32_t i = 0; i < n; i++)
@@ -143,6 +150,7 @@ void crk_release_or_defer(crk_service *s, crk_shard *sh, const crk_replica *reps
             d->next = sh->discards;
             sh->discards = d;
             crk_add(s->c.discarded, d->bytes * n);
+            crk_add(s->c.discard_entries, 1);
             return;
         }
         crb_log(CRB_LOG_ERROR, "master: out of memory deferring a release; freeing now");
@@ -151,11 +159,20 @@ void crk_release_or_defer(crk_service *s, crk_shard *sh, const crk_replica *reps
         crk_free_replica(&reps[i]);
 }
 
+void crk_discard_free(crk_service *s, crk_discard *d)
+{
+    for (uint32_t i = 0; i < d->nrep; i++)
+        crk_free_replica(&d->rep[i]);
+    crk_sub(s->c.discarded, d->bytes * d->nrep);
+    crk_sub(s->c.discard_entries, 1);
+    crk_free(d);
+}
+
 void crk_erase_object_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t now)
 {
     crk_shard_remove(sh, o);
     pin_gauges(s, o, -1);
-    crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now);
+    crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now, o);
     crk_free(o);
 }
 
@@ -219,6 +236,7 @@ uint64_t crk_purge_segment_locked(crk_service *s, crk_shard *sh, crk_segment *se
         }
         if (d->nrep == 0) {
             *dp = d->next;
+            crk_sub(s->c.discard_entries, 1);
             crk_free(d);
         } else {
             dp = &d->next;
@@ -280,14 +298,14 @@ static crk_object *preempt_locked(crk_service *s, crk_shard *sh, crk_object *o, 
             (unsigned long long)crk_elapsed(now, w->start_ms));
     crk_add(s->c.put_start_discards, 1);
     if (w->upsert) {
-        crk_release_or_defer(s, sh, w->rep, w->nrep, w->size, release_at, now);
+        crk_release_or_defer(s, sh, w->rep, w->nrep, w->size, release_at, now, NULL);
         crk_write_drop(sh, w);
         if (o->nrep > 0)
             return o;
         crk_erase_object_locked(s, sh, o, now);
         return NULL;
     }
-    crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, release_at, now);
+    crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, release_at, now, NULL);
     o->nrep = 0;
     crk_write_drop(sh, w);
     crk_erase_object_locked(s, sh, o, now);
@@ -419,6 +437,7 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
 
         out->value_size = value_size;
         out->lease_ttl_ms = 0;
+        out->lease_token = 0;
         out->n = k;
         for (uint32_t i = 0; i < k; i++)
             fill_desc(&out->r[i], &reps[i], value_size);
@@ -508,8 +527,11 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, u
     pin_gauges(s, n, +1);
     w->obj = NULL;
     crk_write_drop(sh, w);
-    /* Old replicas: readers may hold them until the old lease ends. */
-    crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now);
+    /* Old replicas: readers may hold them until the old lease ends, or until
+     * the last of them releases its read. The new version's eras continue
+     * past the old one's, so a token of the old version never matches it. */
+    n->lease_era = o->lease_era + 1 ? o->lease_era + 1 : 1;
+    crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now, o);
     crk_free(o);
 unlock:
     pthread_mutex_unlock(&sh->mu);
@@ -538,7 +560,7 @@ static int put_revoke_impl(crk_service *s, crk_client_id client, const char *key
     }
     /* The owner has stopped writing: its space is free at once. */
     if (w->upsert) {
-        crk_release_or_defer(s, sh, w->rep, w->nrep, w->size, 0, now);
+        crk_release_or_defer(s, sh, w->rep, w->nrep, w->size, 0, now, NULL);
         crk_write_drop(sh, w);
         if (o->nrep == 0)
             crk_erase_object_locked(s, sh, o, now);
@@ -594,6 +616,12 @@ static int get_impl(crk_service *s, const char *key, uint64_t now, crk_replica_l
         goto unlock;
     }
     uint64_t until = crk_sat_add(now, s->cfg.default_kv_lease_ttl_ms);
+    if (o->lease_until <= now) { /* the lease lapsed (or never was): a new era */
+        o->lease_era = o->lease_era + 1 ? o->lease_era + 1 : 1;
+        o->readers = 0;
+    }
+    if (o->readers < CRK_READERS_MAX)
+        o->readers++;
     if (until > o->lease_until)
         o->lease_until = until;
     for (uint32_t i = 0; i < o->nrep; i++)
@@ -608,10 +636,61 @@ static int get_impl(crk_service *s, const char *key, uint64_t now, crk_replica_l
     out->n = n;
     out->value_size = o->size;
     out->lease_ttl_ms = s->cfg.default_kv_lease_ttl_ms;
+    out->lease_token = o->lease_era;
     crk_add(sh->leases_granted, 1);
 unlock:
     pthread_mutex_unlock(&sh->mu);
     return rc;
+}
+
+/* --- lease release --------------------------------------------------------------------- */
+
+/* Give back one read of key (token = its lease era); shard unlocked. */
+static void release_one(crk_service *s, const char *key, uint64_t token, uint64_t now)
+{
+    key_ref k;
+    if (token == 0 || token > UINT32_MAX || key_ref_of(s, key, &k) != 0)
+        return;
+    crk_shard *sh = k.sh;
+    size_t slot = lock_and_probe(&k);
+    crk_object *o = sh->slots[slot].obj;
+    if (o && o->lease_era == token) {
+        /* Only a read of the running lease counts; a lapsed one was never
+         * counted in the era that may have begun since. The lease itself
+         * runs on (it still blocks remove and eviction, as Mooncake's
+         * does); with no reader left, replacing or force-removing this
+         * version frees its memory at once. */
+        if (o->lease_until > now && o->readers > 0 && o->readers != CRK_READERS_MAX)
+            o->readers--;
+        crk_add(s->c.lease_releases, 1);
+        goto unlock;
+    }
+    /* A replaced or removed version waiting in a discard entry. */
+    for (crk_discard **dp = &sh->discards; *dp; dp = &(*dp)->next) {
+        crk_discard *d = *dp;
+        if (d->lease_era != token || d->key_hash != (uint32_t)k.hash)
+            continue;
+        crk_add(s->c.lease_releases, 1);
+        if (d->release_at > now && d->readers > 0 && d->readers != CRK_READERS_MAX &&
+            --d->readers == 0) {
+            *dp = d->next;
+            crk_add(s->c.early_releases, 1);
+            crk_add(s->c.early_released_bytes, d->bytes * d->nrep);
+            crk_discard_free(s, d);
+        }
+        break;
+    }
+unlock:
+    pthread_mutex_unlock(&sh->mu);
+}
+
+void crk_release_leases(crk_service *s, const char *const *keys, const uint64_t *tokens, size_t n,
+                        uint64_t now_ms)
+{
+    crk_add(s->c.requests[CRK_OP_RELEASE_LEASES], 1);
+    crk_add(s->c.batch_items[CRK_OP_RELEASE_LEASES], n);
+    for (size_t i = 0; keys && tokens && i < n; i++)
+        release_one(s, keys[i], tokens[i], now_ms);
 }
 
 /* --- removal ------------------------------------------------------------------------------ */
@@ -679,7 +758,7 @@ static int replica_clear_impl(crk_service *s, const char *key, const char *seg, 
         goto unlock;
     }
     o->nrep = (uint8_t)kept;
-    crk_release_or_defer(s, sh, dropped, nd, o->size, o->lease_until, now);
+    crk_release_or_defer(s, sh, dropped, nd, o->size, o->lease_until, now, o);
     if (kept == 0)
         crk_erase_object_locked(s, sh, o, now); /* nothing left to release */
 unlock:
@@ -1075,6 +1154,7 @@ int crk_query_key(crk_service *s, const char *key, uint64_t now_ms, crk_key_info
     out->soft_pin_until_ms = (o->flags & CRK_OBJ_SOFT_PIN) ? o->soft_pin_until : 0;
     out->replicas.value_size = o->size;
     out->replicas.lease_ttl_ms = 0;
+    out->replicas.lease_token = 0;
     crk_replica *reps = crk_obj_reps(o);
     out->replicas.n = o->nrep;
     for (uint32_t i = 0; i < o->nrep; i++)

@@ -25,6 +25,7 @@ static const char *const op_names[CRK_OP_COUNT] = {
     [CRK_OP_BATCH_PUT_REVOKE] = "batch_put_revoke",
     [CRK_OP_BATCH_REMOVE] = "batch_remove",
     [CRK_OP_BATCH_REPLICA_CLEAR] = "batch_replica_clear",
+    [CRK_OP_RELEASE_LEASES] = "release_leases",
 };
 
 const char *crk_op_name(int op)

@@ -187,7 +187,9 @@ int crk_tick(crk_service *s, uint64_t now_ms)
         double target = s->cfg.eviction_ratio * (double)used + ((double)used - wm * (double)cap);
         uint64_t keys = 0;
         uint64_t freed = crk_evict_round(s, (uint64_t)target + 1, now_ms, &keys);
-        crb_log(CRB_LOG_INFO,
+        /* A round that freed nothing (everything leased or pinned) repeats
+         * every tick: not worth a line each time. */
+        crb_log(keys > 0 ? CRB_LOG_INFO : CRB_LOG_DEBUG,
                 "master: eviction round above watermark: used %llu of %llu, freed %llu bytes "
                 "in %llu keys",
                 (unsigned long long)used, (unsigned long long)cap, (unsigned long long)freed,
@@ -237,5 +239,9 @@ void crk_get_stats(crk_service *s, crk_stats *out)
     out->partial_allocations = crk_get(s->c.partial_allocations);
     out->put_start_discards = crk_get(s->c.put_start_discards);
     out->put_start_releases = crk_get(s->c.put_start_releases);
+    out->lease_releases = crk_get(s->c.lease_releases);
+    out->early_releases = crk_get(s->c.early_releases);
+    out->early_released_bytes = crk_get(s->c.early_released_bytes);
+    out->discard_entries = crk_get(s->c.discard_entries);
     out->clients_expired = crk_get(s->c.clients_expired);
 }

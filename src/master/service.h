@@ -142,6 +142,7 @@ typedef struct crk_replica_list {
     uint64_t value_size;
     uint64_t lease_ttl_ms; /* get: the lease granted; a reader must finish by
                               request_start + lease_ttl_ms. put_start: 0 */
+    uint64_t lease_token;  /* get: give it back with crk_release_leases when done */
     uint32_t n;
     crk_replica_desc r[CRK_MAX_REPLICAS];
 } crk_replica_list;
@@ -193,6 +194,7 @@ enum crk_op {
     CRK_OP_BATCH_PUT_REVOKE,
     CRK_OP_BATCH_REMOVE,
     CRK_OP_BATCH_REPLICA_CLEAR,
+    CRK_OP_RELEASE_LEASES,
     CRK_OP_COUNT
 };
 
@@ -229,6 +231,10 @@ typedef struct crk_stats {
     uint64_t partial_allocations; /* put_start that got fewer replicas than asked */
     uint64_t put_start_discards;  /* in-flight puts preempted */
     uint64_t put_start_releases;  /* deferred releases done */
+    uint64_t lease_releases;      /* reads released by readers (crk_release_leases) */
+    uint64_t early_releases;      /* deferred releases done because the last reader released */
+    uint64_t early_released_bytes;
+    uint64_t discard_entries; /* gauge: deferred releases waiting */
     uint64_t leases_granted;
     uint64_t clients_expired;
 } crk_stats;
@@ -409,6 +415,23 @@ int crk_exist(crk_service *s, const char *key, uint64_t now_ms);
  * CR_OBJECT_NOT_FOUND, CR_REPLICA_IS_NOT_READY (only a first put in flight).
  */
 int crk_get_replica_list(crk_service *s, const char *key, uint64_t now_ms, crk_replica_list *out);
+
+/**
+ * Readers say they are done with reads that get_replica_list granted:
+ * tokens[i] is the lease_token of the read of keys[i]. Each object version
+ * counts the reads of its current lease. The lease keeps its TTL for
+ * remove and eviction (Mooncake's semantics), but the memory of a version
+ * that an upsert replaced or a forced remove dropped is freed as soon as no
+ * read of it is outstanding, instead of a whole lease TTL later (issue 11
+ * item 8): at once if none is, or at the last release. A reader that never
+ * releases (a crashed or older client) holds the memory until the lease
+ * runs out. Unknown keys and stale tokens (the lease ran out and a new one
+ * began, or the version is gone) are ignored, so a late or repeated release
+ * never frees memory another reader still reads. Never fails; counts
+ * CRK_OP_RELEASE_LEASES.
+ */
+void crk_release_leases(crk_service *s, const char *const *keys, const uint64_t *tokens, size_t n,
+                        uint64_t now_ms);
 
 /* --- removal -------------------------------------------------------------- */
 
