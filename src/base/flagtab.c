@@ -337,9 +337,11 @@ static int resolve_one(const crb_flag_set *t, int argc, char *const argv[], int 
             negated = true;
         }
     }
+    if (f == NULL && eq != NULL)
+        return crb_error(CR_INVALID_PARAMS, "unknown flag '%.*s' (in '%s'; see --help)",
+                         (int)(name_len + (size_t)(name - arg)), arg, arg);
     if (f == NULL)
-        return crb_error(CR_INVALID_PARAMS, "unknown flag '%.*s' (see --help)",
-                         (int)(name_len + (size_t)(name - arg)), arg);
+        return crb_error(CR_INVALID_PARAMS, "unknown flag '%s' (see --help)", arg);
     out->f = f;
     if (negated) {
         if (eq != NULL)

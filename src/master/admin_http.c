@@ -2,8 +2,10 @@
  * admin_http.c - /metrics, /health, /get_all_segments, /query_key on
  * libmicrohttpd (see admin_http.h).
  *
- * Design: as in metadata/http_server.c, MHD runs its own listener and a
- * small worker pool (epoll on Linux), and every request is answered on its
+ * Design: as in mdserver/http_server.c, the shared wrapper (httpd/mhd_server.h)
+ * gates connections until their request head is complete and MHD serves
+ * them with a small worker pool, one request per connection within a
+ * deadline, so slow clients cannot take /health away; every request is answered on its
  * first callback: these are bodiless GETs, so nothing is buffered per
  * request. The handler builds the body in a crk_text (or a jansson value,
  * serialized compactly) through the daemon's callback and hands the bytes to
@@ -31,9 +33,10 @@
 #include "httpd/mhd_server.h"
 #include "crescent/status.h"
 
-#define ADMIN_THREADS          2
-#define ADMIN_CONNECTION_LIMIT 256
-#define ADMIN_IDLE_TIMEOUT_S   30
+#define ADMIN_THREADS            2
+#define ADMIN_CONNECTION_LIMIT   256
+#define ADMIN_IDLE_TIMEOUT_S     5
+#define ADMIN_REQUEST_TIMEOUT_MS 10000
 
 struct crk_admin_http {
     crh_mhd_server mhd;
@@ -59,6 +62,7 @@ static enum MHD_Result send_text(struct MHD_Connection *conn, unsigned int statu
         return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    crh_mhd_response_headers(r);
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
     enum MHD_Result ret = MHD_queue_response(conn, status, r);
@@ -284,6 +288,7 @@ int crk_admin_http_start(const char *host, uint16_t port, const crk_admin_callba
         .threads = ADMIN_THREADS,
         .connection_limit = ADMIN_CONNECTION_LIMIT,
         .idle_timeout_s = ADMIN_IDLE_TIMEOUT_S,
+        .request_timeout_ms = ADMIN_REQUEST_TIMEOUT_MS,
         .on_request = on_request,
         .request_cls = s,
     };

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "base/error.h"
 #include "base/net.h"
@@ -36,8 +37,27 @@ struct crd_kv_table {
     size_t nbuckets; /* power of two */
     size_t count;
     size_t value_bytes;
+    size_t key_bytes;
     crb_sipkey seed;
 };
+
+void *crd_value_alloc(size_t n)
+{
+    if (n < CRD_VALUE_MAP_MIN)
+        return malloc(n ? n : 1);
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void crd_value_free(void *p, size_t n)
+{
+    if (p == NULL)
+        return;
+    if (n < CRD_VALUE_MAP_MIN)
+        free(p);
+    else
+        munmap(p, n);
+}
 
 int crd_kv_table_create(crd_kv_table **out)
 {
@@ -69,7 +89,7 @@ void crd_kv_table_destroy(crd_kv_table *t)
         kv_entry *e = t->buckets[i];
         while (e != NULL) {
             kv_entry *next = e->next;
-            free(e->value);
+            crd_value_free(e->value, e->len);
             free(e);
             e = next;
         }
@@ -123,12 +143,12 @@ int crd_kv_table_put_owned(crd_kv_table *t, const char *key, void *value, size_t
     kv_entry *e = *link;
     if (e != NULL) {
         t->value_bytes -= e->len;
-        free(e->value);
+        crd_value_free(e->value, e->len);
         e->value = len > 0 ? value : NULL;
         e->len = len;
         t->value_bytes += len;
         if (len == 0)
-            free(value);
+            crd_value_free(value, 0);
         return 0;
     }
     if (key_len > SIZE_MAX - sizeof(*e) - 1)
@@ -144,10 +164,11 @@ int crd_kv_table_put_owned(crd_kv_table *t, const char *key, void *value, size_t
     e->key_len = key_len;
     memcpy(e->key, key, key_len + 1);
     if (len == 0)
-        free(value);
+        crd_value_free(value, 0);
     *link = e;
     t->count++;
     t->value_bytes += len;
+    t->key_bytes += key_len;
     if (t->count > t->nbuckets)
         grow(t);
     return 0;
@@ -157,7 +178,7 @@ int crd_kv_table_put(crd_kv_table *t, const char *key, const void *value, size_t
 {
     void *copy = NULL;
     if (len > 0) {
-        copy = malloc(len);
+        copy = crd_value_alloc(len);
         if (copy == NULL)
             return crb_error(CR_ERR_NO_MEMORY,
                              "kv table: cannot copy a %zu-byte value for key '%.100s'", len, key);
@@ -165,7 +186,7 @@ int crd_kv_table_put(crd_kv_table *t, const char *key, const void *value, size_t
     }
     int rc = crd_kv_table_put_owned(t, key, copy, len);
     if (rc < 0)
-        free(copy);
+        crd_value_free(copy, len);
     return rc;
 }
 
@@ -196,7 +217,8 @@ int crd_kv_table_del(crd_kv_table *t, const char *key)
     *link = e->next;
     t->count--;
     t->value_bytes -= e->len;
-    free(e->value);
+    t->key_bytes -= e->key_len;
+    crd_value_free(e->value, e->len);
     free(e);
     return 0;
 }
@@ -215,7 +237,8 @@ size_t crd_kv_table_del_if(crd_kv_table *t, int (*doomed)(const char *key, void 
             *link = e->next;
             t->count--;
             t->value_bytes -= e->len;
-            free(e->value);
+            t->key_bytes -= e->key_len;
+            crd_value_free(e->value, e->len);
             free(e);
             n++;
         }
@@ -231,4 +254,15 @@ size_t crd_kv_table_count(const crd_kv_table *t)
 size_t crd_kv_table_value_bytes(const crd_kv_table *t)
 {
     return t->value_bytes;
+}
+
+size_t crd_kv_table_key_bytes(const crd_kv_table *t)
+{
+    return t->key_bytes;
+}
+
+bool crd_kv_table_contains(const crd_kv_table *t, const char *key)
+{
+    size_t key_len = strlen(key);
+    return *find_link(t, key, key_len, crb_siphash13(&t->seed, key, key_len)) != NULL;
 }

@@ -37,6 +37,7 @@
 
 #include "crescent/status.h"
 #include "master_harness.h"
+#include "slowloris.h"
 #include "proto/frame.h"
 #include "proto/messages.h"
 #include "proto/rpc.h"
@@ -1166,6 +1167,30 @@ static void test_regex_does_not_block(void **state)
     close(fd);
 }
 
+/* --- the admin port under a slowloris (issue 11 item 11) ------------------------ */
+
+static void test_admin_slowloris(void **state)
+{
+    (void)state;
+    mh_master m;
+    start_master(&m, NULL);
+    sl_attack a;
+    assert_int_equal(sl_start(&a, m.metrics_port, 300, 200, false), 0); /* the old limit: 256 */
+    mh_sleep_ms(1000);
+    for (int i = 0; i < 5; i++) {
+        int st = sl_get(m.metrics_port, i % 2 ? "/metrics" : "/health", 2000);
+        if (st != 200)
+            fail_msg("admin port under a slowloris answered %d", st);
+    }
+    uint64_t t0 = mh_now_ms();
+    int rc = mh_master_stop(&m);
+    uint64_t took = mh_now_ms() - t0;
+    sl_stop(&a);
+    assert_int_equal(rc, 0);
+    if (took > 3000)
+        fail_msg("SIGTERM with 300 slow admin clients took %llu ms", (unsigned long long)took);
+}
+
 /* --- /health and /metrics
  * ----------------------------------------------------------------------------------- */
 
@@ -1240,6 +1265,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_malformed_frames, teardown_kill),
         cmocka_unit_test_teardown(test_regex_does_not_block, teardown_kill),
         cmocka_unit_test_teardown(test_segment_ownership, teardown_kill),
+        cmocka_unit_test_teardown(test_admin_slowloris, teardown_kill),
         cmocka_unit_test_teardown(test_flags, teardown_kill),
         cmocka_unit_test_teardown(test_http_endpoints, teardown_kill),
     };
