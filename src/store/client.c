@@ -56,6 +56,28 @@ void crc_config_to_wire(const cr_replicate_config *cfg, crp_rpc_replica_config *
     };
 }
 
+int crc_enter(cr_store *s, crc_guard *g)
+{
+    if (s == NULL)
+        return crb_error(CR_INVALID_PARAMS, "store handle is NULL");
+    atomic_fetch_add(&s->calls, 1);
+    if (atomic_load(&s->closed)) {
+        crc_leave(s);
+        return crb_error(CR_UNAVAILABLE_IN_CURRENT_STATUS, "store is closed");
+    }
+    g->s = s;
+    return 0;
+}
+
+void crc_leave(cr_store *s)
+{
+    if (atomic_fetch_sub(&s->calls, 1) == 1 && atomic_load(&s->closed)) {
+        pthread_mutex_lock(&s->calls_lock);
+        pthread_cond_broadcast(&s->calls_done);
+        pthread_mutex_unlock(&s->calls_lock);
+    }
+}
+
 int crc_check_open(cr_store *s)
 {
     if (s == NULL)
@@ -199,6 +221,8 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
     pthread_mutex_init(&s->staging_lock, NULL);
     pthread_cond_init(&s->staging_freed, NULL);
     pthread_mutex_init(&s->seg_lock, NULL);
+    pthread_mutex_init(&s->calls_lock, NULL);
+    pthread_cond_init(&s->calls_done, NULL);
     s->transfer_timeout_ms = cfg->transfer_timeout_ms ? cfg->transfer_timeout_ms : 30000;
     s->rpc_timeout_ms = cfg->rpc_timeout_ms ? cfg->rpc_timeout_ms : 5000;
     s->heartbeat_interval_ms = cfg->heartbeat_interval_ms ? cfg->heartbeat_interval_ms : 1000;
@@ -281,6 +305,12 @@ int cr_store_close(cr_store *s)
 {
     if (s == NULL || atomic_exchange(&s->closed, true))
         return 0;
+    /* Calls that entered before `closed` was set finish first; later ones
+     * fail with CR_UNAVAILABLE_IN_CURRENT_STATUS without touching anything. */
+    pthread_mutex_lock(&s->calls_lock);
+    while (atomic_load(&s->calls) > 0)
+        pthread_cond_wait(&s->calls_done, &s->calls_lock);
+    pthread_mutex_unlock(&s->calls_lock);
     atomic_store(&s->stop, true);
     if (s->heartbeat_running)
         pthread_join(s->heartbeat_thread, NULL);
@@ -326,11 +356,14 @@ void cr_store_destroy(cr_store *s)
     pthread_mutex_destroy(&s->staging_lock);
     pthread_cond_destroy(&s->staging_freed);
     pthread_mutex_destroy(&s->seg_lock);
+    pthread_mutex_destroy(&s->calls_lock);
+    pthread_cond_destroy(&s->calls_done);
     free(s);
 }
 
 int cr_store_health(cr_store *s)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -373,6 +406,7 @@ cr_engine *cr_store_engine(cr_store *s)
 
 int cr_store_register_buffer(cr_store *s, void *buf, size_t len)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -383,6 +417,7 @@ int cr_store_register_buffer(cr_store *s, void *buf, size_t len)
 
 int cr_store_unregister_buffer(cr_store *s, void *buf)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;

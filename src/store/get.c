@@ -162,6 +162,7 @@ static int64_t get_value(cr_store *s, const char *key, dest_parts *d, void **all
 
 int64_t cr_store_get(cr_store *s, const char *key, void **value_out)
 {
+    CRC_ENTER(s);
     if (value_out == NULL)
         return crb_error(CR_INVALID_PARAMS, "get: value_out is NULL");
     void *buf = NULL;
@@ -178,6 +179,7 @@ int64_t cr_store_get(cr_store *s, const char *key, void **value_out)
 
 int64_t cr_store_get_into(cr_store *s, const char *key, void *buf, size_t cap)
 {
+    CRC_ENTER(s);
     if (buf == NULL && cap > 0)
         return crb_error(CR_INVALID_PARAMS, "get_into '%s': NULL buffer", key ? key : "");
     dest_parts d = {&buf, &cap, 1, true};
@@ -187,6 +189,7 @@ int64_t cr_store_get_into(cr_store *s, const char *key, void *buf, size_t cap)
 int64_t cr_store_get_into_multi(cr_store *s, const char *key, void *const *bufs,
                                 const size_t *sizes, size_t n)
 {
+    CRC_ENTER(s);
     if (n > 0 && (bufs == NULL || sizes == NULL))
         return crb_error(CR_INVALID_PARAMS, "get_into_multi: NULL arrays");
     dest_parts d = {bufs, sizes, n, true};
@@ -420,6 +423,7 @@ static int batch_get_values(cr_store *s, const char *const *keys, const dest_par
 int cr_store_batch_get_into(cr_store *s, const char *const *keys, void *const *bufs,
                             const size_t *caps, size_t n, int64_t *results)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -446,6 +450,7 @@ int cr_store_batch_get_into_multi(cr_store *s, const char *const *keys, void *co
                                   const size_t *const *sizes, const size_t *counts, size_t n,
                                   int64_t *results)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -477,6 +482,7 @@ int cr_store_batch_get_into_multi(cr_store *s, const char *const *keys, void *co
 int cr_store_batch_get(cr_store *s, const char *const *keys, size_t n, void **values_out,
                        int64_t *results)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -494,6 +500,7 @@ int cr_store_batch_get(cr_store *s, const char *const *keys, size_t n, void **va
 
 int64_t cr_store_get_size(cr_store *s, const char *key)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc == 0)
         rc = crc_check_key(key);
@@ -518,6 +525,7 @@ int64_t cr_store_get_size(cr_store *s, const char *key)
 
 int cr_store_exist(cr_store *s, const char *key)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc == 0)
         rc = crc_check_key(key);
@@ -584,16 +592,19 @@ out_free:
 
 int cr_store_batch_exist(cr_store *s, const char *const *keys, size_t n, int *results)
 {
+    CRC_ENTER(s);
     return keys_op(s, CRP_RPC_BATCH_EXIST, keys, n, false, results);
 }
 
 int cr_store_batch_remove(cr_store *s, const char *const *keys, size_t n, bool force, int *results)
 {
+    CRC_ENTER(s);
     return keys_op(s, CRP_RPC_BATCH_REMOVE, keys, n, force, results);
 }
 
 int cr_store_remove(cr_store *s, const char *key, bool force)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc == 0)
         rc = crc_check_key(key);
@@ -628,6 +639,7 @@ static int64_t count_op(cr_store *s, crp_rpc_req *req)
 
 int64_t cr_store_remove_by_regex(cr_store *s, const char *pattern, bool force)
 {
+    CRC_ENTER(s);
     if (pattern == NULL)
         return crb_error(CR_INVALID_PARAMS, "remove_by_regex: NULL pattern");
     crp_rpc_req req = {.op = CRP_RPC_REMOVE_BY_REGEX};
@@ -637,6 +649,7 @@ int64_t cr_store_remove_by_regex(cr_store *s, const char *pattern, bool force)
 
 int64_t cr_store_remove_all(cr_store *s, bool force)
 {
+    CRC_ENTER(s);
     crp_rpc_req req = {.op = CRP_RPC_REMOVE_ALL};
     req.u.force.force = force;
     return count_op(s, &req);
