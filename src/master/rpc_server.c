@@ -13,6 +13,8 @@
  */
 #include "master/rpc_server.h"
 
+#include "master/rpc_limits.h"
+
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -33,9 +35,12 @@
 #include "proto/messages.h"
 #include "proto/rpc.h"
 
-#define OUT_HIGH_WATER   (8u << 20)
 #define READ_CHUNK       (256u << 10)
 #define REPLY_KEEP_BYTES (1u << 20) /* reply buffer kept between requests */
+#define SWEEP_MS         200        /* idle connections are looked for this often */
+#define FRAMES_PER_TURN  64         /* then the thread's other connections get theirs */
+#define FD_RESERVE       64         /* fds kept for everything but connections */
+#define LISTEN_PAUSE_MS  100        /* the listener rests this long when no fd can be had */
 
 typedef struct rpc_conn {
     int fd;
@@ -45,10 +50,12 @@ typedef struct rpc_conn {
     uint8_t *out;
     size_t out_len, out_off, out_cap;
     bool want_out;
-    bool closing;  /* flush what is queued, then close */
-    bool parked;   /* a request of this connection is with the scan worker */
-    crk_peer peer; /* the client this connection speaks for (dispatch.h) */
-    bool dead;     /* closed by the peer while parked: free when the job returns */
+    bool closing;         /* flush what is queued, then close */
+    bool parked;          /* a request of this connection is with the scan worker */
+    uint64_t progress_ms; /* last byte read or written */
+    bool ready;           /* on its thread's ready list: complete frames wait */
+    crk_peer peer;        /* the client this connection speaks for (dispatch.h) */
+    bool dead;            /* closed by the peer while parked: free when the job returns */
 } rpc_conn;
 
 /* A request handed to the scan worker, and then its encoded reply frame. */
@@ -73,6 +80,9 @@ typedef struct rpc_thread {
     crp_buf reply;       /* encoded reply body; emptied, not freed, per request */
     pthread_mutex_t done_lock;
     scan_job *done; /* replies back from the scan worker (done_lock) */
+    /* Connections with complete frames left over after their turn (owner thread only). */
+    rpc_conn **ready;
+    size_t n_ready, cap_ready;
 } rpc_thread;
 
 struct crk_rpc_server {
@@ -84,6 +94,13 @@ struct crk_rpc_server {
     unsigned n_started;
     rpc_thread *threads;
     bool tcp_nodelay;
+    crk_io_budget budget;
+    uint64_t idle_timeout_ms;
+    unsigned max_conns;
+    crk_fd_reserve reserve;       /* thread 0 (the listener's) only */
+    crk_ratelimit refuse_log;     /* thread 0 only */
+    uint64_t listen_paused_until; /* thread 0 only; 0: listening */
+    _Atomic uint64_t refused, shed, idle_closed;
     atomic_bool stop;
     atomic_uint next;
     _Atomic uint64_t latency[CRP_RPC_OP_COUNT][CRK_LAT_BUCKETS];
@@ -265,6 +282,9 @@ static int queue_error(rpc_conn *c, int status, uint64_t request_id, const char 
 static void conn_free(rpc_conn *c)
 {
     rpc_thread *t = c->thread;
+    for (size_t i = 0; c->ready && i < t->n_ready; i++)
+        if (t->ready[i] == c)
+            t->ready[i] = NULL; /* skipped when the list is run */
     epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     pthread_mutex_lock(&t->lock);
@@ -281,9 +301,20 @@ static void conn_free(rpc_conn *c)
     free(c);
 }
 
+/* Give a drained buffer larger than the budget's `keep` back. */
+static void shrink(uint8_t **buf, size_t *cap, size_t len, size_t keep)
+{
+    if (len == 0 && *cap > keep) {
+        free(*buf);
+        *buf = NULL;
+        *cap = 0;
+    }
+}
+
 static void set_events(rpc_conn *c)
 {
-    bool paused = c->parked || c->out_len - c->out_off > OUT_HIGH_WATER;
+    const crk_io_budget *b = &c->thread->srv->budget;
+    bool paused = c->parked || !crk_budget_may_read(b, c->in_len, c->out_len - c->out_off);
     /* A parked connection is not watched for input or half-close (both
      * level-triggered: they would fire until it is read); a full hang-up
      * or error is still reported. */
@@ -344,10 +375,17 @@ static int conn_serve_buffered(rpc_conn *c);
 
 static int conn_read(rpc_conn *c)
 {
+    const crk_io_budget *b = &c->thread->srv->budget;
     for (;;) {
-        if (buf_reserve(&c->in, &c->in_cap, c->in_len + READ_CHUNK) < 0)
+        /* Never more than the input budget: the rest waits in the socket. */
+        size_t chunk = crk_budget_read_room(b, c->in_len);
+        if (chunk == 0)
+            break;
+        if (chunk > READ_CHUNK)
+            chunk = READ_CHUNK;
+        if (buf_reserve(&c->in, &c->in_cap, c->in_len + chunk) < 0)
             return CR_ERR_NO_MEMORY;
-        ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        ssize_t n = recv(c->fd, c->in + c->in_len, chunk, 0);
         if (n == 0)
             return CR_ERR_CONNECTION;
         if (n < 0) {
@@ -358,7 +396,8 @@ static int conn_read(rpc_conn *c)
             return CR_ERR_CONNECTION;
         }
         c->in_len += (size_t)n;
-        if ((size_t)n < READ_CHUNK)
+        c->progress_ms = crb_now_ms();
+        if ((size_t)n < chunk)
             break;
     }
     return conn_serve_buffered(c);
@@ -366,11 +405,34 @@ static int conn_read(rpc_conn *c)
 
 /* Serve the complete frames at the front of c->in, in order, until one is
  * parked or too many replies wait. */
+/* Put c on its thread's ready list (it has complete frames but used its turn). */
+static void mark_ready(rpc_conn *c)
+{
+    rpc_thread *t = c->thread;
+    if (c->ready)
+        return;
+    if (t->n_ready == t->cap_ready) {
+        size_t cap = t->cap_ready ? 2 * t->cap_ready : 16;
+        rpc_conn **r = realloc(t->ready, cap * sizeof(*r));
+        if (r == NULL)
+            return; /* served at its next event instead */
+        t->ready = r;
+        t->cap_ready = cap;
+    }
+    t->ready[t->n_ready++] = c;
+    c->ready = true;
+}
+
 static int conn_serve_buffered(rpc_conn *c)
 {
     size_t off = 0;
     int rc = 0;
+    unsigned turn = 0;
     while (!c->parked && c->in_len - off >= CRP_HEADER_SIZE) {
+        if (turn++ == FRAMES_PER_TURN) {
+            mark_ready(c); /* fairness: one turn of frames, then the others */
+            break;
+        }
         crp_header h;
         rc = crp_header_decode(c->in + off, &h);
         if (rc == 0 && h.data_len != 0)
@@ -388,11 +450,12 @@ static int conn_serve_buffered(rpc_conn *c)
         if (rc < 0)
             return rc;
         rc = 0;
-        if (c->out_len - c->out_off > OUT_HIGH_WATER)
+        if (c->out_len - c->out_off >= c->thread->srv->budget.out_high)
             break; /* let the client drain replies first */
     }
     memmove(c->in, c->in + off, c->in_len - off);
     c->in_len -= off;
+    shrink(&c->in, &c->in_cap, c->in_len, c->thread->srv->budget.keep);
     return 0;
 }
 
@@ -408,8 +471,10 @@ static int conn_flush(rpc_conn *c)
             return CR_ERR_CONNECTION;
         }
         c->out_off += (size_t)n;
+        c->progress_ms = crb_now_ms();
     }
     c->out_off = c->out_len = 0;
+    shrink(&c->out, &c->out_cap, 0, c->thread->srv->budget.keep);
     return 0;
 }
 
@@ -444,12 +509,57 @@ static void conn_event(rpc_conn *c, uint32_t events)
     set_events(c);
 }
 
+/* A connection the master did not serve: count it, say so at most once per 10 s. */
+static void note_refused(crk_rpc_server *srv, const char *why)
+{
+    uint64_t more = 0;
+    if (crk_ratelimit_allow(&srv->refuse_log, crb_now_ms(), &more))
+        crb_log(CRB_LOG_WARN,
+                "master rpc: refused a connection: %s (%llu more since the last message; "
+                "open %llu, cap %u)",
+                why, (unsigned long long)more, (unsigned long long)atomic_load(&srv->open),
+                srv->max_conns);
+}
+
+static void pause_listener(crk_rpc_server *srv)
+{
+    epoll_ctl(srv->threads[0].epfd, EPOLL_CTL_DEL, srv->listen_fd, NULL);
+    srv->listen_paused_until = crb_now_ms() + LISTEN_PAUSE_MS;
+}
+
+static void resume_listener(crk_rpc_server *srv)
+{
+    struct epoll_event le = {.events = EPOLLIN, .data.ptr = &srv->listen_fd};
+    epoll_ctl(srv->threads[0].epfd, EPOLL_CTL_ADD, srv->listen_fd, &le);
+    srv->listen_paused_until = 0;
+}
+
 static void accept_all(crk_rpc_server *srv)
 {
-    for (;;) {
+    for (int k = 0; k < 1024; k++) {
         int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
+        if (fd < 0) {
+            if (errno != EMFILE && errno != ENFILE)
+                return; /* EAGAIN: nothing waiting */
+            /* Out of descriptors: shed what waits with the reserved one, or,
+             * if even that is gone, stop watching the listener for a while
+             * (it would stay readable: a busy loop). */
+            bool any = false;
+            while (crk_fd_reserve_shed(&srv->reserve, srv->listen_fd)) {
+                atomic_fetch_add(&srv->shed, 1);
+                any = true;
+            }
+            note_refused(srv, "the process is out of file descriptors");
+            if (!any)
+                pause_listener(srv);
             return;
+        }
+        if (atomic_load(&srv->open) >= srv->max_conns) {
+            close(fd);
+            atomic_fetch_add(&srv->refused, 1);
+            note_refused(srv, "--rpc_max_connections reached");
+            continue;
+        }
         int one = 1;
         if (srv->tcp_nodelay)
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -459,6 +569,7 @@ static void accept_all(crk_rpc_server *srv)
             continue;
         }
         c->fd = fd;
+        c->progress_ms = crb_now_ms();
         rpc_thread *t = &srv->threads[atomic_fetch_add(&srv->next, 1) % srv->n_threads];
         c->thread = t;
         pthread_mutex_lock(&t->lock);
@@ -480,6 +591,23 @@ static void accept_all(crk_rpc_server *srv)
         atomic_fetch_add(&srv->open, 1);
         struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
         epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &e);
+    }
+}
+
+/* Close this thread's connections that made no progress for the idle timeout. */
+static void sweep_idle(rpc_thread *t, uint64_t now)
+{
+    crk_rpc_server *srv = t->srv;
+    if (srv->idle_timeout_ms == 0)
+        return;
+    for (size_t i = 0; i < t->n_conns;) {
+        rpc_conn *c = t->conns[i];
+        if (!c->parked && now - c->progress_ms >= srv->idle_timeout_ms) {
+            atomic_fetch_add(&srv->idle_closed, 1);
+            conn_free(c); /* moves the last connection into slot i */
+            continue;
+        }
+        i++;
     }
 }
 
@@ -515,13 +643,49 @@ static void take_done(rpc_thread *t)
     }
 }
 
+/* Give every connection on the ready list another turn. */
+static void run_ready(rpc_thread *t)
+{
+    size_t n = t->n_ready;
+    for (size_t i = 0; i < n; i++) {
+        rpc_conn *c = t->ready[i];
+        t->ready[i] = NULL;
+        if (c == NULL)
+            continue; /* freed meanwhile */
+        c->ready = false;
+        if (c->parked || c->closing)
+            continue;
+        int rc = conn_serve_buffered(c); /* may put it back on the list */
+        int frc = conn_flush(c);
+        if (rc < 0 || frc < 0 || (c->closing && c->out_off == c->out_len))
+            conn_free(c);
+        else
+            set_events(c);
+    }
+    /* Entries added during the turns moved up front. */
+    size_t k = 0;
+    for (size_t i = n; i < t->n_ready; i++)
+        if (t->ready[i] != NULL)
+            t->ready[k++] = t->ready[i];
+    t->n_ready = k;
+}
+
 static void *thread_main(void *arg)
 {
     rpc_thread *t = arg;
     crk_rpc_server *srv = t->srv;
     struct epoll_event ev[64];
+    uint64_t next_sweep = crb_now_ms() + SWEEP_MS;
     while (!atomic_load(&srv->stop)) {
-        int n = epoll_wait(t->epfd, ev, 64, 200);
+        int n = epoll_wait(t->epfd, ev, 64, t->n_ready > 0 ? 0 : SWEEP_MS);
+        uint64_t now = crb_now_ms();
+        if (now >= next_sweep) {
+            sweep_idle(t, now);
+            next_sweep = now + SWEEP_MS;
+        }
+        if (t == &srv->threads[0] && srv->listen_paused_until != 0 &&
+            now >= srv->listen_paused_until)
+            resume_listener(srv);
         for (int i = 0; i < n; i++) {
             void *p = ev[i].data.ptr;
             if (p == &srv->listen_fd)
@@ -531,6 +695,7 @@ static void *thread_main(void *arg)
             else
                 conn_event(p, ev[i].events);
         }
+        run_ready(t);
     }
     return NULL;
 }
@@ -551,6 +716,11 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
     srv->info = info;
     srv->n_threads = opt->threads ? opt->threads : 2;
     srv->tcp_nodelay = opt->tcp_nodelay;
+    srv->budget = crk_io_budget_default();
+    srv->idle_timeout_ms = opt->idle_timeout_ms;
+    srv->max_conns = crk_conn_cap(opt->max_connections, FD_RESERVE);
+    srv->refuse_log = (crk_ratelimit){.interval_ms = 10000};
+    crk_fd_reserve_init(&srv->reserve);
     const char *host = opt->host;
     int rc = crb_listen(host, opt->port, 1024, &srv->port);
     if (rc < 0) {
@@ -597,8 +767,10 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
         crk_rpc_server_stop(srv);
         return rc;
     }
-    crb_log(CRB_LOG_INFO, "master rpc listening on %s:%u with %u threads", host,
-            (unsigned)srv->port, srv->n_threads);
+    crb_log(CRB_LOG_INFO,
+            "master rpc listening on %s:%u with %u threads (at most %u connections%s)", host,
+            (unsigned)srv->port, srv->n_threads, srv->max_conns,
+            srv->idle_timeout_ms ? ", idle ones closed" : "");
     *out = srv;
     return 0;
 }
@@ -618,8 +790,10 @@ void crk_rpc_server_latency(crk_rpc_server *srv, int op_index, uint64_t out[CRK_
 
 void crk_rpc_server_stats_get(crk_rpc_server *srv, crk_rpc_server_stats *out)
 {
-    *out = (crk_rpc_server_stats){atomic_load(&srv->accepted), atomic_load(&srv->open),
-                                  atomic_load(&srv->frames), atomic_load(&srv->malformed)};
+    *out = (crk_rpc_server_stats){atomic_load(&srv->accepted),   atomic_load(&srv->open),
+                                  atomic_load(&srv->frames),     atomic_load(&srv->malformed),
+                                  atomic_load(&srv->refused),    atomic_load(&srv->shed),
+                                  atomic_load(&srv->idle_closed)};
 }
 
 void crk_rpc_server_stop(crk_rpc_server *srv)
@@ -654,6 +828,7 @@ void crk_rpc_server_stop(crk_rpc_server *srv)
         while (t->n_conns > 0)
             conn_free(t->conns[t->n_conns - 1]);
         free(t->conns);
+        free(t->ready);
         crk_scratch_free(&t->scratch);
         crp_buf_free(&t->reply);
         close(t->epfd);
@@ -664,6 +839,7 @@ void crk_rpc_server_stop(crk_rpc_server *srv)
     pthread_mutex_destroy(&srv->scan_lock);
     pthread_cond_destroy(&srv->scan_cond);
     close(srv->listen_fd);
+    crk_fd_reserve_close(&srv->reserve);
     free(srv->threads);
     free(srv);
 }

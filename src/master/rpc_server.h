@@ -56,6 +56,9 @@ typedef struct crk_rpc_server_stats {
     uint64_t connections_open;
     uint64_t frames_in;
     uint64_t malformed_frames;
+    uint64_t connections_refused; /* over max_connections: accepted and closed */
+    uint64_t connections_shed;    /* at the fd limit: accepted and closed */
+    uint64_t connections_idle_closed;
 } crk_rpc_server_stats;
 void crk_rpc_server_stats_get(crk_rpc_server *srv, crk_rpc_server_stats *out);
 

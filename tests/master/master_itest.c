@@ -30,7 +30,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -1167,6 +1172,271 @@ static void test_regex_does_not_block(void **state)
     close(fd);
 }
 
+/* --- connections are bounded (issue 11 items 4 and 6) ------------------------------ */
+
+/* A field of /proc/<pid>/status in KiB, or -1. */
+static long proc_kib(pid_t pid, const char *field)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    long v = -1;
+    size_t fl = strlen(field);
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, field, fl) == 0 && line[fl] == ':')
+            v = strtol(line + fl + 1, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+/* CPU seconds (user + system) the process has used. */
+static double proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* A client that pipelines requests as fast as the socket takes them and
+ * never reads a reply. */
+typedef struct flooder {
+    int fd;
+    pthread_t tid;
+    atomic_bool *stop;
+    uint64_t sent;
+} flooder;
+
+static void *flood(void *arg)
+{
+    flooder *f = arg;
+    crp_rpc_req req = {.op = CRP_RPC_EXIST};
+    req.u.key.key = "no-such-key-but-a-reply-all-the-same";
+    crp_buf body = {0};
+    assert_int_equal(crp_rpc_req_encode(&req, &body), 0);
+    uint8_t frames[64 * 1024];
+    size_t one = CRP_HEADER_SIZE + body.len, n = 0;
+    for (uint64_t id = 1; n + one <= sizeof(frames); id++) {
+        raw_header(frames + n, CRP_MAGIC, CRP_VERSION, CRP_RPC_REQ, (uint32_t)body.len, id, 0);
+        memcpy(frames + n + CRP_HEADER_SIZE, body.data, body.len);
+        n += one;
+    }
+    crp_buf_free(&body);
+    size_t off = 0;
+    while (!atomic_load(f->stop)) {
+        ssize_t w = send(f->fd, frames + off, n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            f->sent += (uint64_t)w;
+            off = (off + (size_t)w) % n;
+            continue;
+        }
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            break; /* closed by the master */
+        struct pollfd p = {.fd = f->fd, .events = POLLOUT};
+        poll(&p, 1, 50);
+    }
+    return NULL;
+}
+
+static void test_flooders_are_bounded(void **state)
+{
+    (void)state;
+    mh_master m;
+    start_master(&m, NULL);
+    mh_client c;
+    start_client(&c, &m);
+    xcmd(&c, 0, "ping");
+    long rss0 = proc_kib(m.pid, "VmRSS");
+    enum { N = 30 };
+    flooder f[N];
+    atomic_bool stop = false;
+    for (int i = 0; i < N; i++) {
+        f[i] = (flooder){.fd = mh_connect_raw(m.port), .stop = &stop};
+        assert_true(f[i].fd >= 0);
+        assert_int_equal(pthread_create(&f[i].tid, NULL, flood, &f[i]), 0);
+    }
+    long worst = rss0;
+    for (int t = 0; t < 30; t++) {
+        mh_sleep_ms(100);
+        long rss = proc_kib(m.pid, "VmRSS");
+        if (rss > worst)
+            worst = rss;
+        /* a well-behaved client is served meanwhile */
+        uint64_t t0 = mh_now_ms();
+        xcmd(&c, 0, "exist k");
+        if (mh_now_ms() - t0 > 1000)
+            fail_msg("an exist took %llu ms next to %d flooders",
+                     (unsigned long long)(mh_now_ms() - t0), N);
+    }
+    atomic_store(&stop, true);
+    uint64_t sent = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(f[i].tid, NULL);
+        sent += f[i].sent;
+        close(f[i].fd);
+    }
+    print_message("%d flooders sent %llu MiB; master RSS %ld -> %ld KiB at most\n", N,
+                  (unsigned long long)(sent >> 20), rss0, worst);
+    /* It used to be ~41 MiB per flooder; the budgets allow ~2 MiB each. */
+    assert_true(worst - rss0 < N * 4 * 1024);
+    mh_client *cs[] = {&c};
+    stop_all(&m, cs, 1);
+}
+
+/* --rpc_conn_timeout_seconds closes connections that make no progress. */
+static void test_idle_connections_close(void **state)
+{
+    (void)state;
+    mh_master m;
+    const char *args[] = {"--rpc_conn_timeout_seconds=1", NULL};
+    start_master(&m, args);
+    int idle = mh_connect_raw(m.port), busy = mh_connect_raw(m.port);
+    assert_true(idle >= 0 && busy >= 0);
+    set_recv_timeout(idle, 5000);
+    uint64_t t0 = mh_now_ms();
+    for (int i = 0; i < 8; i++) {
+        expect_ping_answered(busy, 100 + (uint64_t)i); /* progress every 300 ms */
+        mh_sleep_ms(300);
+    }
+    char ch;
+    assert_true(recv(idle, &ch, 1, MSG_DONTWAIT) == 0); /* closed: EOF */
+    uint64_t took = mh_now_ms() - t0;
+    expect_ping_answered(busy, 200);
+    close(idle);
+    close(busy);
+    print_message("idle connection closed, busy one alive after %llu ms\n",
+                  (unsigned long long)took);
+    assert_int_equal(mh_master_stop(&m), 0);
+}
+
+/* --rpc_max_connections: the ones over the cap are accepted and closed. */
+static void test_connection_cap(void **state)
+{
+    (void)state;
+    mh_master m;
+    const char *args[] = {"--rpc_max_connections=5", NULL};
+    start_master(&m, args);
+    int fds[10];
+    for (int i = 0; i < 10; i++) {
+        fds[i] = mh_connect_raw(m.port);
+        assert_true(fds[i] >= 0);
+        mh_sleep_ms(20);
+    }
+    int served = 0, closed = 0;
+    for (int i = 0; i < 10; i++) {
+        crp_rpc_req req = {.op = CRP_RPC_PING};
+        req.u.client.client_id = (crp_rpc_uuid){1, 2};
+        crp_buf b = {0};
+        assert_int_equal(crp_rpc_req_encode(&req, &b), 0);
+        uint8_t h[CRP_HEADER_SIZE];
+        raw_header(h, CRP_MAGIC, CRP_VERSION, CRP_RPC_REQ, (uint32_t)b.len, 1, 0);
+        send(fds[i], h, sizeof(h), MSG_NOSIGNAL);
+        send(fds[i], b.data, b.len, MSG_NOSIGNAL);
+        crp_buf_free(&b);
+        uint8_t hb[CRP_HEADER_SIZE];
+        ssize_t r = recv(fds[i], hb, sizeof(hb), MSG_WAITALL);
+        if (r == (ssize_t)sizeof(hb))
+            served++;
+        else if (r == 0 || (r < 0 && errno == ECONNRESET))
+            closed++;
+        close(fds[i]);
+    }
+    print_message("cap 5: %d served, %d closed\n", served, closed);
+    assert_int_equal(served, 5);
+    assert_int_equal(closed, 5);
+    assert_int_equal(mh_master_stop(&m), 0);
+}
+
+/* At the fd limit the listener sheds connections instead of spinning
+ * (it used to take 55 % of a CPU and serve nobody), and says so rarely. */
+static void test_fd_limit_no_busy_loop(void **state)
+{
+    (void)state;
+    char tmpl[] = "/tmp/crescent-master-err-XXXXXX";
+    int err_fd = mkstemp(tmpl);
+    assert_true(err_fd >= 0);
+    unlink(tmpl);
+    mh_master m;
+    if (mh_master_start_err(&m, NULL, err_fd) != 0)
+        fail_msg("master did not start");
+    mh_client c;
+    start_client(&c, &m);
+    xcmd(&c, 0, "ping");
+    /* Leave the master exactly two free descriptor numbers below its limit. */
+    char dir[64];
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)m.pid);
+    bool used[4096] = {false};
+    int open_fds = 0;
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        int v = atoi(e->d_name);
+        if (e->d_name[0] != '.' && v >= 0 && v < 4096) {
+            used[v] = true;
+            open_fds++;
+        }
+    }
+    closedir(d);
+    int limit = 0, free_below = 0;
+    while (free_below < 2 && limit < 4096)
+        free_below += !used[limit++];
+    struct rlimit old;
+    assert_int_equal(prlimit(m.pid, RLIMIT_NOFILE, NULL, &old), 0);
+    struct rlimit rl = {.rlim_cur = (rlim_t)limit, .rlim_max = old.rlim_max};
+    assert_int_equal(prlimit(m.pid, RLIMIT_NOFILE, &rl, NULL), 0);
+    int top = limit - 3;
+    int fds[40];
+    for (int i = 0; i < 40; i++)
+        fds[i] = mh_connect_raw(m.port);
+    double cpu0 = proc_cpu_s(m.pid);
+    mh_sleep_ms(2000);
+    double cpu = proc_cpu_s(m.pid) - cpu0;
+    int shed = 0;
+    for (int i = 0; i < 40; i++) {
+        char ch;
+        if (fds[i] >= 0 && recv(fds[i], &ch, 1, MSG_DONTWAIT) == 0)
+            shed++;
+    }
+    print_message("%d fds open, limit %d: %.2f s of CPU in 2 s, %d of 40 connections shed\n",
+                  open_fds, top + 3, cpu, shed);
+    assert_true(cpu < 0.25); /* the old accept loop spun: 0.5 s and more */
+    assert_true(shed >= 30);
+    /* The connection it had still works; with the limit back, new ones do too. */
+    xcmd(&c, 0, "exist k");
+    for (int i = 0; i < 40; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    assert_int_equal(prlimit(m.pid, RLIMIT_NOFILE, &old, NULL), 0);
+    mh_sleep_ms(200);
+    int fd = mh_connect_raw(m.port);
+    assert_true(fd >= 0);
+    expect_ping_answered(fd, 5);
+    close(fd);
+    mh_client *cs[] = {&c};
+    stop_all(&m, cs, 1);
+    char log[65536];
+    ssize_t got = pread(err_fd, log, sizeof(log) - 1, 0);
+    close(err_fd);
+    log[got > 0 ? got : 0] = '\0';
+    int lines = 0;
+    for (const char *p = log; (p = strstr(p, "refused a connection")) != NULL; p++)
+        lines++;
+    print_message("%d 'refused' log lines\n", lines);
+    assert_true(lines >= 1 && lines <= 2);
+}
+
 /* --- the admin port under a slowloris (issue 11 item 11) ------------------------ */
 
 static void test_admin_slowloris(void **state)
@@ -1266,6 +1536,10 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_regex_does_not_block, teardown_kill),
         cmocka_unit_test_teardown(test_segment_ownership, teardown_kill),
         cmocka_unit_test_teardown(test_admin_slowloris, teardown_kill),
+        cmocka_unit_test_teardown(test_flooders_are_bounded, teardown_kill),
+        cmocka_unit_test_teardown(test_idle_connections_close, teardown_kill),
+        cmocka_unit_test_teardown(test_connection_cap, teardown_kill),
+        cmocka_unit_test_teardown(test_fd_limit_no_busy_loop, teardown_kill),
         cmocka_unit_test_teardown(test_flags, teardown_kill),
         cmocka_unit_test_teardown(test_http_endpoints, teardown_kill),
     };
