@@ -965,6 +965,73 @@ static void test_flags(void **state)
     assert_int_equal(mh_master_stop(&m), 0);
 }
 
+/* --enable_metadata_cleanup_on_timeout: an expired client's engine entries go
+ * from the embedded metadata server (issue 11 item 13: the flag did nothing). */
+static int http_req(uint16_t port, const char *method, const char *path, const char *body)
+{
+    int fd = mh_connect_raw(port);
+    if (fd < 0)
+        return -1;
+    char req[512];
+    int n = snprintf(req, sizeof(req),
+                     "%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\nConnection: "
+                     "close\r\n\r\n%s",
+                     method, path, strlen(body), body);
+    send_all(fd, req, (size_t)n);
+    char resp[13] = {0};
+    int status = -1;
+    if (recv_all(fd, resp, 12))
+        sscanf(resp, "HTTP/1.1 %d", &status);
+    close(fd);
+    return status;
+}
+
+static void test_metadata_cleanup_on_timeout(void **state)
+{
+    (void)state;
+    mh_master m;
+    const char *args[] = {"--client_ttl=1",
+                          "--enable_http_metadata_server",
+                          "--http_metadata_server_host=127.0.0.1",
+                          "--http_metadata_server_port=0",
+                          "--enable_metadata_cleanup_on_timeout",
+                          NULL};
+    start_master(&m, args);
+    char line[256] = "";
+    size_t len = 0;
+    while (len < sizeof(line) - 1) { /* the second ready line names the metadata port */
+        struct pollfd p = {.fd = m.out_fd, .events = POLLIN};
+        if (poll(&p, 1, 5000) <= 0 || read(m.out_fd, line + len, 1) != 1 || line[len] == '\n')
+            break;
+        len++;
+    }
+    line[len] = '\0';
+    unsigned mport = 0;
+    if (sscanf(line, "crescent-master http metadata server on %*[^:]:%u", &mport) != 1)
+        fail_msg("no metadata server line: '%s'", line);
+    assert_int_equal(http_req((uint16_t)mport, "PUT", "/metadata?key=crescent/ram/segC", "d"), 200);
+    assert_int_equal(
+        http_req((uint16_t)mport, "PUT", "/metadata?key=crescent/rpc_meta/segC", "h:1"), 200);
+    assert_int_equal(http_req((uint16_t)mport, "PUT", "/metadata?key=crescent/ram/segCC", "o"),
+                     200);
+    mh_client c;
+    start_client(&c, &m);
+    xcmd(&c, 0, "mount segC %llu %llu", SEG_BASE, 64 * MIB);
+    mh_client_kill(&c);
+    uint64_t t0 = mh_now_ms();
+    int st = 200;
+    while (st == 200 && mh_now_ms() - t0 < 8000) {
+        mh_sleep_ms(100);
+        st = http_req((uint16_t)mport, "GET", "/metadata?key=crescent/ram/segC", "");
+    }
+    assert_int_equal(st, 404);
+    assert_int_equal(http_req((uint16_t)mport, "GET", "/metadata?key=crescent/rpc_meta/segC", ""),
+                     404);
+    /* Another segment's entry stays. */
+    assert_int_equal(http_req((uint16_t)mport, "GET", "/metadata?key=crescent/ram/segCC", ""), 200);
+    assert_int_equal(mh_master_stop(&m), 0);
+}
+
 /* --- ownership: a segment belongs to the client that mounted it (item 7) ------- */
 
 /* One request on fd, its reply decoded into *resp (caller clears). */
@@ -1531,6 +1598,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_eviction_respects_pins_and_leases, teardown_kill),
         cmocka_unit_test_teardown(test_stale_put_preempted, teardown_kill),
         cmocka_unit_test_teardown(test_killed_client_expires, teardown_kill),
+        cmocka_unit_test_teardown(test_metadata_cleanup_on_timeout, teardown_kill),
         cmocka_unit_test_teardown(test_restart_remount_fence, teardown_kill),
         cmocka_unit_test_teardown(test_malformed_frames, teardown_kill),
         cmocka_unit_test_teardown(test_regex_does_not_block, teardown_kill),
