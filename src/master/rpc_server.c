@@ -453,8 +453,10 @@ static int conn_serve_buffered(rpc_conn *c)
         if (c->out_len - c->out_off >= c->thread->srv->budget.out_high)
             break; /* let the client drain replies first */
     }
-    memmove(c->in, c->in + off, c->in_len - off);
-    c->in_len -= off;
+    if (off > 0) {
+        memmove(c->in, c->in + off, c->in_len - off);
+        c->in_len -= off;
+    }
     shrink(&c->in, &c->in_cap, c->in_len, c->thread->srv->budget.keep);
     return 0;
 }

@@ -42,6 +42,7 @@
 
 #include "crescent/status.h"
 #include "master_harness.h"
+#include "sanitized.h"
 #include "slowloris.h"
 #include "proto/frame.h"
 #include "proto/messages.h"
@@ -1356,8 +1357,10 @@ static void test_flooders_are_bounded(void **state)
     }
     print_message("%d flooders sent %llu MiB; master RSS %ld -> %ld KiB at most\n", N,
                   (unsigned long long)(sent >> 20), rss0, worst);
-    /* It used to be ~41 MiB per flooder; the budgets allow ~2 MiB each. */
-    assert_true(worst - rss0 < N * 4 * 1024);
+    /* It used to be ~41 MiB per flooder; the budgets allow ~2 MiB each
+     * (RSS is not comparable under a sanitizer: reported only). */
+    if (!crt_sanitized())
+        assert_true(worst - rss0 < N * 4 * 1024);
     mh_client *cs[] = {&c};
     stop_all(&m, cs, 1);
 }

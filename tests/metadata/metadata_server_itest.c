@@ -40,6 +40,7 @@
 #include "base/error.h"
 #include "base/net.h"
 #include "metadata/backend.h"
+#include "sanitized.h"
 #include "slowloris.h"
 
 #define MAX_CHILDREN 8
@@ -490,7 +491,8 @@ static void test_announced_sizes_and_deletes(void **state)
     print_message("200 announced 64 MiB bodies: %d refused (507), VmSize %ld -> %ld KiB\n", refused,
                   size0, size1);
     assert_true(refused >= N - 4); /* the 256 MiB quota holds 3 of them */
-    assert_true(size1 - size0 < 512 * 1024);
+    if (!crt_sanitized())          /* sanitizers' memory is not comparable: reported only */
+        assert_true(size1 - size0 < 512 * 1024);
     for (int i = 0; i < N; i++)
         close(fds[i]);
 
@@ -509,8 +511,10 @@ static void test_announced_sizes_and_deletes(void **state)
     }
     long rss2 = proc_kib(c.pid, "VmRSS");
     print_message("3000 x 64 KiB: VmRSS %ld -> %ld -> %ld KiB after delete\n", rss0, rss1, rss2);
-    assert_true(rss1 - rss0 > 150 * 1024);
-    assert_true(rss2 - rss0 < 32 * 1024);
+    if (!crt_sanitized()) {
+        assert_true(rss1 - rss0 > 150 * 1024);
+        assert_true(rss2 - rss0 < 32 * 1024);
+    }
     stop_server(&c);
 }
 
