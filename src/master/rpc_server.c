@@ -596,20 +596,26 @@ static void accept_all(crk_rpc_server *srv)
     }
 }
 
-/* Close this thread's connections that made no progress for the idle timeout. */
+/* Close this thread's connections that made no progress for the idle timeout.
+ * The list is read under t->lock (the listener appends to it); only this
+ * thread frees its connections, so the ones found stay valid after. */
 static void sweep_idle(rpc_thread *t, uint64_t now)
 {
     crk_rpc_server *srv = t->srv;
     if (srv->idle_timeout_ms == 0)
         return;
-    for (size_t i = 0; i < t->n_conns;) {
+    rpc_conn *idle[64];
+    size_t n = 0;
+    pthread_mutex_lock(&t->lock);
+    for (size_t i = 0; i < t->n_conns && n < 64; i++) {
         rpc_conn *c = t->conns[i];
-        if (!c->parked && now - c->progress_ms >= srv->idle_timeout_ms) {
-            atomic_fetch_add(&srv->idle_closed, 1);
-            conn_free(c); /* moves the last connection into slot i */
-            continue;
-        }
-        i++;
+        if (!c->parked && now - c->progress_ms >= srv->idle_timeout_ms)
+            idle[n++] = c;
+    }
+    pthread_mutex_unlock(&t->lock);
+    for (size_t i = 0; i < n; i++) { /* more, if any, at the next sweep */
+        atomic_fetch_add(&srv->idle_closed, 1);
+        conn_free(idle[i]);
     }
 }
 

@@ -27,7 +27,7 @@
  *   eviction_under_pressure  8 MiB of segments, 24 MiB of puts: puts keep
  *       succeeding because old objects are evicted (or fail cleanly with
  *       -200), and every read returns the right bytes or a miss.
- *   upsert_while_reading_does_not_fill  150 upserts of one 1 MiB key into a
+ *   upsert_while_reading_does_not_fill  80 upserts of one 1 MiB key into a
  *       64 MiB segment, each read by another process: every replaced
  *       version is freed once its reader gave its read back.
  */
@@ -390,7 +390,7 @@ static void upsert_while_reading_does_not_fill(void **state)
     const char *const rargs[] = {"--segment", "0", NULL};
     start_client(&w, &m, wargs);
     start_client(&r, &m, rargs);
-    for (int i = 0; i < 150; i++) {
+    for (int i = 0; i < 80; i++) { /* 64 used to fill the segment */
         long long rc = sh_rc(&w, "upsert hot0 %d %d", 1 << 20, 1000 + i);
         if (rc != 0)
             fail_msg("upsert %d of one key failed: %lld (%s)", i, rc, w.p.line);

@@ -215,7 +215,7 @@ typedef struct racer {
     cr_store *s;
     int index;
     pthread_t tid;
-    atomic_bool *go;
+    pthread_barrier_t *go;
     atomic_int *bad, *ok, *refused;
 } racer;
 
@@ -223,16 +223,17 @@ static void *race_thread(void *p)
 {
     racer *r = p;
     char key[64];
-    static char value[2 << 20]; /* long calls: close lands inside some */
-    memset(value, 'r', sizeof(value));
-    while (!atomic_load(r->go)) {
-    }
+    size_t value_len = 2 << 20; /* long calls: close lands inside some */
+    char *value = malloc(value_len);
+    assert_non_null(value);
+    memset(value, 'r', value_len);
+    pthread_barrier_wait(r->go);
     for (int i = 0; i < 100000; i++) {
         snprintf(key, sizeof(key), "race-%d-%d", r->index, i % 32);
         int64_t rc;
         switch (i % 4) {
         case 0:
-            rc = cr_store_put(r->s, key, value, sizeof(value), NULL);
+            rc = cr_store_put(r->s, key, value, value_len, NULL);
             break;
         case 1:
             rc = cr_store_exist(r->s, key);
@@ -261,6 +262,7 @@ static void *race_thread(void *p)
         }
         atomic_fetch_add(r->ok, 1);
     }
+    free(value);
     return NULL;
 }
 
@@ -277,19 +279,21 @@ static void close_races_calls(void **state)
         cfg.local_buffer_size = 4ull << 20;
         cr_store *s = NULL;
         assert_int_equal(cr_store_setup(&cfg, &s), 0);
-        atomic_bool go = false;
+        pthread_barrier_t go;
+        pthread_barrier_init(&go, NULL, THREADS + 1);
         atomic_int bad = 0, ok = 0, refused = 0;
         racer r[THREADS];
         for (int t = 0; t < THREADS; t++) {
             r[t] = (racer){s, t, 0, &go, &bad, &ok, &refused};
             assert_int_equal(pthread_create(&r[t].tid, NULL, race_thread, &r[t]), 0);
         }
-        atomic_store(&go, true);
+        pthread_barrier_wait(&go);
         sh_sleep_ms(30 + 20 * round);
         assert_int_equal(cr_store_close(s), 0);
         assert_int_equal(cr_store_close(s), 0); /* idempotent */
         for (int t = 0; t < THREADS; t++)
             pthread_join(r[t].tid, NULL);
+        pthread_barrier_destroy(&go);
         fprintf(stderr, "round %d: %d calls ok, %d refused after close, %d bad\n", round,
                 atomic_load(&ok), atomic_load(&refused), atomic_load(&bad));
         assert_int_equal(atomic_load(&bad), 0);
