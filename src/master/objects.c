@@ -69,6 +69,17 @@ static int key_ref_of(crk_service *s, const char *key, key_ref *k)
     return 0;
 }
 
+/* key_ref_of, or the batch's ready-made reference `pre` (already checked and
+ * hashed, see key_ring) when there is one. */
+static int key_ref_from(crk_service *s, const char *key, const key_ref *pre, key_ref *k)
+{
+    if (pre != NULL) {
+        *k = *pre;
+        return 0;
+    }
+    return key_ref_of(s, key, k);
+}
+
 /* Lock k's shard; returns the key's slot (its object is NULL when absent). */
 static size_t lock_and_probe(const key_ref *k)
 {
@@ -81,10 +92,10 @@ static size_t lock_and_probe(const key_ref *k)
  * *o / *slot are set. Otherwise nothing is locked: CR_INVALID_KEY, or
  * CR_OBJECT_NOT_FOUND with a message naming op.
  */
-static int lock_object(crk_service *s, const char *op, const char *key, key_ref *k, crk_object **o,
-                       size_t *slot)
+static int lock_object(crk_service *s, const char *op, const char *key, const key_ref *pre,
+                       key_ref *k, crk_object **o, size_t *slot)
 {
-    int rc = key_ref_of(s, key, k);
+    int rc = key_ref_from(s, key, pre, k);
     if (rc != 0)
         return rc;
     size_t i = lock_and_probe(k);
@@ -336,13 +347,13 @@ static int alloc_failure(crk_service *s, const char *key, uint64_t size, uint32_
                      key, (unsigned long long)size, want, evictions);
 }
 
-static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
+static int put_start_impl(crk_service *s, crk_client_id client, const char *key, const key_ref *pre,
                           uint64_t value_size, const crk_replicate_config *cfg, uint64_t now,
                           bool upsert, crk_replica_list *out)
 {
     key_ref kr;
     uint64_t soft_ttl = 0;
-    int rc = key_ref_of(s, key, &kr);
+    int rc = key_ref_from(s, key, pre, &kr);
     if (rc != 0)
         return rc;
     if (!crk_id_valid(client))
@@ -471,12 +482,13 @@ static void apply_pins(crk_object *dst, const crk_write *w, uint8_t old_flags,
     }
 }
 
-static int put_end_impl(crk_service *s, crk_client_id client, const char *key, uint64_t now)
+static int put_end_impl(crk_service *s, crk_client_id client, const char *key, const key_ref *pre,
+                        uint64_t now)
 {
     key_ref k;
     crk_object *o;
     size_t slot;
-    int rc = lock_object(s, "put_end", key, &k, &o, &slot);
+    int rc = lock_object(s, "put_end", key, pre, &k, &o, &slot);
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;
@@ -542,7 +554,7 @@ static int put_revoke_impl(crk_service *s, crk_client_id client, const char *key
 {
     key_ref k;
     crk_object *o;
-    int rc = lock_object(s, "put_revoke", key, &k, &o, NULL);
+    int rc = lock_object(s, "put_revoke", key, NULL, &k, &o, NULL);
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;
@@ -575,10 +587,10 @@ unlock:
 
 /* --- reads -------------------------------------------------------------------------------- */
 
-static int exist_impl(crk_service *s, const char *key)
+static int exist_impl(crk_service *s, const char *key, const key_ref *pre)
 {
     key_ref k;
-    int rc = key_ref_of(s, key, &k);
+    int rc = key_ref_from(s, key, pre, &k);
     if (rc != 0)
         return rc;
     size_t slot = lock_and_probe(&k); /* read slots only once locked */
@@ -588,13 +600,14 @@ static int exist_impl(crk_service *s, const char *key)
     return found;
 }
 
-static int get_impl(crk_service *s, const char *key, uint64_t now, crk_replica_list *out)
+static int get_impl(crk_service *s, const char *key, const key_ref *pre, uint64_t now,
+                    crk_replica_list *out)
 {
     if (!out)
         return crb_error(CR_INVALID_PARAMS, "get_replica_list: no output list");
     key_ref k;
     crk_object *o;
-    int rc = lock_object(s, "get_replica_list", key, &k, &o, NULL);
+    int rc = lock_object(s, "get_replica_list", key, pre, &k, &o, NULL);
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;
@@ -695,11 +708,12 @@ void crk_release_leases(crk_service *s, const char *const *keys, const uint64_t 
 
 /* --- removal ------------------------------------------------------------------------------ */
 
-static int remove_impl(crk_service *s, const char *key, bool force, uint64_t now)
+static int remove_impl(crk_service *s, const char *key, const key_ref *pre, bool force,
+                       uint64_t now)
 {
     key_ref k;
     crk_object *o;
-    int rc = lock_object(s, "remove", key, &k, &o, NULL);
+    int rc = lock_object(s, "remove", key, pre, &k, &o, NULL);
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;
@@ -719,12 +733,12 @@ static int remove_impl(crk_service *s, const char *key, bool force, uint64_t now
  * replica). Objects with a lease or a write in flight are skipped; dropped
  * space is released as crk_erase_object_locked releases it.
  */
-static int replica_clear_impl(crk_service *s, const char *key, const char *seg, size_t seg_len,
-                              uint64_t now)
+static int replica_clear_impl(crk_service *s, const char *key, const key_ref *pre, const char *seg,
+                              size_t seg_len, uint64_t now)
 {
     key_ref k;
     crk_object *o;
-    int rc = lock_object(s, "replica_clear", key, &k, &o, NULL);
+    int rc = lock_object(s, "replica_clear", key, pre, &k, &o, NULL);
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;
@@ -908,19 +922,19 @@ int crk_put_start(crk_service *s, crk_client_id client, const char *key, uint64_
                   const crk_replicate_config *cfg, uint64_t now_ms, crk_replica_list *out)
 {
     return counted(s, CRK_OP_PUT_START,
-                   put_start_impl(s, client, key, value_size, cfg, now_ms, false, out));
+                   put_start_impl(s, client, key, NULL, value_size, cfg, now_ms, false, out));
 }
 
 int crk_upsert_start(crk_service *s, crk_client_id client, const char *key, uint64_t value_size,
                      const crk_replicate_config *cfg, uint64_t now_ms, crk_replica_list *out)
 {
     return counted(s, CRK_OP_UPSERT_START,
-                   put_start_impl(s, client, key, value_size, cfg, now_ms, true, out));
+                   put_start_impl(s, client, key, NULL, value_size, cfg, now_ms, true, out));
 }
 
 int crk_put_end(crk_service *s, crk_client_id client, const char *key, uint64_t now_ms)
 {
-    return counted(s, CRK_OP_PUT_END, put_end_impl(s, client, key, now_ms));
+    return counted(s, CRK_OP_PUT_END, put_end_impl(s, client, key, NULL, now_ms));
 }
 
 int crk_put_revoke(crk_service *s, crk_client_id client, const char *key, uint64_t now_ms)
@@ -930,17 +944,17 @@ int crk_put_revoke(crk_service *s, crk_client_id client, const char *key, uint64
 
 int crk_exist(crk_service *s, const char *key, uint64_t now_ms)
 {
-    return counted(s, CRK_OP_EXIST, exist_impl(s, key));
+    return counted(s, CRK_OP_EXIST, exist_impl(s, key, NULL));
 }
 
 int crk_get_replica_list(crk_service *s, const char *key, uint64_t now_ms, crk_replica_list *out)
 {
-    return counted(s, CRK_OP_GET_REPLICA_LIST, get_impl(s, key, now_ms, out));
+    return counted(s, CRK_OP_GET_REPLICA_LIST, get_impl(s, key, NULL, now_ms, out));
 }
 
 int crk_remove(crk_service *s, const char *key, bool force, uint64_t now_ms)
 {
-    return counted(s, CRK_OP_REMOVE, remove_impl(s, key, force, now_ms));
+    return counted(s, CRK_OP_REMOVE, remove_impl(s, key, NULL, force, now_ms));
 }
 
 int crk_remove_by_regex(crk_service *s, const char *pattern, bool force, uint64_t now_ms,
@@ -1001,25 +1015,45 @@ static int batch_begin(crk_service *s, int op, size_t n, const void *a, const vo
  */
 #define PREFETCH_AHEAD 8
 
-static void prefetch_key(crk_service *s, const char *key)
+/* The references of a batch's next keys: each key is checked and hashed
+ * once, PREFETCH_AHEAD keys before it is served (when its slot is
+ * prefetched), and the operation reuses that. A key that fails the check
+ * gets no reference; the operation then checks it again and reports it. */
+typedef struct key_ring {
+    key_ref r[PREFETCH_AHEAD + 1];
+    bool ok[PREFETCH_AHEAD + 1];
+} key_ring;
+
+static void ring_fill(crk_service *s, key_ring *ring, const char *key, size_t j)
 {
+    size_t at = j % (PREFETCH_AHEAD + 1);
+    ring->ok[at] = false;
     if (!key)
         return;
-    uint64_t h = crk_key_hash(s, key, strnlen(key, CRK_MAX_KEY_LEN + 1));
+    size_t len = strnlen(key, CRK_MAX_KEY_LEN + 1);
+    if (len == 0 || len > CRK_MAX_KEY_LEN)
+        return;
+    uint64_t h = crk_key_hash(s, key, len);
     crk_shard *sh = shard_of(s, h);
+    ring->r[at] = (key_ref){key, len, h, sh};
+    ring->ok[at] = true;
     crk_slot *slots = atomic_load_explicit(&sh->hint_slots, CRK_RELAXED);
     size_t mask = atomic_load_explicit(&sh->hint_mask, CRK_RELAXED);
     __builtin_prefetch(&slots[(uint32_t)h & mask]);
 }
 
-/* Prefetch for key i of n: the first call also starts the first keys. */
-static void prefetch_ahead(crk_service *s, const char *const *keys, size_t i, size_t n)
+/* Prepare key i + PREFETCH_AHEAD of n (the first call the first ones too)
+ * and return key i's reference, or NULL to have it checked again. */
+static const key_ref *prefetch_ahead(crk_service *s, key_ring *ring, const char *const *keys,
+                                     size_t i, size_t n)
 {
     if (i == 0)
         for (size_t j = 0; j < PREFETCH_AHEAD && j < n; j++)
-            prefetch_key(s, keys[j]);
+            ring_fill(s, ring, keys[j], j);
     if (i + PREFETCH_AHEAD < n)
-        prefetch_key(s, keys[i + PREFETCH_AHEAD]);
+        ring_fill(s, ring, keys[i + PREFETCH_AHEAD], i + PREFETCH_AHEAD);
+    size_t at = i % (PREFETCH_AHEAD + 1);
+    return ring->ok[at] ? &ring->r[at] : NULL;
 }
 
 static void batch_item(crk_service *s, int op, int rc)
@@ -1032,9 +1066,10 @@ int crk_batch_exist(crk_service *s, const char *const *keys, size_t n, uint64_t 
                     int *results)
 {
     int rc = batch_begin(s, CRK_OP_BATCH_EXIST, n, keys, results, results, results);
+    key_ring ring;
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        prefetch_ahead(s, keys, i, n);
-        batch_item(s, CRK_OP_BATCH_EXIST, results[i] = exist_impl(s, keys[i]));
+        const key_ref *pre = prefetch_ahead(s, &ring, keys, i, n);
+        batch_item(s, CRK_OP_BATCH_EXIST, results[i] = exist_impl(s, keys[i], pre));
     }
     return rc;
 }
@@ -1044,10 +1079,11 @@ int crk_batch_get_replica_list(crk_service *s, const char *const *keys, size_t n
 {
     int rc = batch_begin_part(s, CRK_OP_BATCH_GET_REPLICA_LIST, continued, n, keys, results, lists,
                               lists);
+    key_ring ring;
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        prefetch_ahead(s, keys, i, n);
+        const key_ref *pre = prefetch_ahead(s, &ring, keys, i, n);
         batch_item(s, CRK_OP_BATCH_GET_REPLICA_LIST,
-                   results[i] = get_impl(s, keys[i], now_ms, &lists[i]));
+                   results[i] = get_impl(s, keys[i], pre, now_ms, &lists[i]));
     }
     return rc;
 }
@@ -1058,11 +1094,12 @@ static int batch_start(crk_service *s, int op, bool upsert, crk_client_id client
                        crk_replica_list *lists, bool continued)
 {
     int rc = batch_begin_part(s, op, continued, n, keys, sizes, results, lists);
+    key_ring ring;
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        prefetch_ahead(s, keys, i, n);
+        const key_ref *pre = prefetch_ahead(s, &ring, keys, i, n);
         batch_item(s, op,
-                   results[i] =
-                       put_start_impl(s, client, keys[i], sizes[i], cfg, now, upsert, &lists[i]));
+                   results[i] = put_start_impl(s, client, keys[i], pre, sizes[i], cfg, now, upsert,
+                                               &lists[i]));
     }
     return rc;
 }
@@ -1087,9 +1124,11 @@ int crk_batch_put_end(crk_service *s, crk_client_id client, const char *const *k
                       uint64_t now_ms, int *results)
 {
     int rc = batch_begin(s, CRK_OP_BATCH_PUT_END, n, keys, results, results, results);
+    key_ring ring;
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        prefetch_ahead(s, keys, i, n);
-        batch_item(s, CRK_OP_BATCH_PUT_END, results[i] = put_end_impl(s, client, keys[i], now_ms));
+        const key_ref *pre = prefetch_ahead(s, &ring, keys, i, n);
+        batch_item(s, CRK_OP_BATCH_PUT_END,
+                   results[i] = put_end_impl(s, client, keys[i], pre, now_ms));
     }
     return rc;
 }
@@ -1108,9 +1147,11 @@ int crk_batch_remove(crk_service *s, const char *const *keys, size_t n, bool for
                      int *results)
 {
     int rc = batch_begin(s, CRK_OP_BATCH_REMOVE, n, keys, results, results, results);
+    key_ring ring;
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        prefetch_ahead(s, keys, i, n);
-        batch_item(s, CRK_OP_BATCH_REMOVE, results[i] = remove_impl(s, keys[i], force, now_ms));
+        const key_ref *pre = prefetch_ahead(s, &ring, keys, i, n);
+        batch_item(s, CRK_OP_BATCH_REMOVE,
+                   results[i] = remove_impl(s, keys[i], pre, force, now_ms));
     }
     return rc;
 }
@@ -1125,10 +1166,11 @@ int crk_batch_replica_clear(crk_service *s, crk_client_id client, const char *co
     }
     int rc = batch_begin(s, CRK_OP_BATCH_REPLICA_CLEAR, n, keys, results, results, results);
     size_t seg_len = segment ? strlen(segment) : 0;
+    key_ring ring;
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        prefetch_ahead(s, keys, i, n);
+        const key_ref *pre = prefetch_ahead(s, &ring, keys, i, n);
         batch_item(s, CRK_OP_BATCH_REPLICA_CLEAR,
-                   results[i] = replica_clear_impl(s, keys[i], segment, seg_len, now_ms));
+                   results[i] = replica_clear_impl(s, keys[i], pre, segment, seg_len, now_ms));
     }
     return rc;
 }
@@ -1141,7 +1183,7 @@ int crk_query_key(crk_service *s, const char *key, uint64_t now_ms, crk_key_info
         return crb_error(CR_INVALID_PARAMS, "query_key: no output");
     key_ref k;
     crk_object *o;
-    int rc = lock_object(s, "query_key", key, &k, &o, NULL);
+    int rc = lock_object(s, "query_key", key, NULL, &k, &o, NULL);
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;

@@ -10,7 +10,9 @@
  *                    unsent replies, so a client that pipelines without
  *                    reading costs at most about in_max + out_high + one
  *                    reply, however long it keeps at it; buffers larger
- *                    than `keep` are given back once empty.
+ *                    than `keep` are given back once the connection has
+ *                    been quiet for a second (not after every request: a
+ *                    busy connection keeps its buffers).
  *   crk_fd_reserve   one spare descriptor held open, so that at the fd limit
  *                    (EMFILE) the listener can still accept-and-close
  *                    instead of staying readable (a busy loop).

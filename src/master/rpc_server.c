@@ -457,7 +457,6 @@ static int conn_serve_buffered(rpc_conn *c)
         memmove(c->in, c->in + off, c->in_len - off);
         c->in_len -= off;
     }
-    shrink(&c->in, &c->in_cap, c->in_len, c->thread->srv->budget.keep);
     return 0;
 }
 
@@ -476,7 +475,6 @@ static int conn_flush(rpc_conn *c)
         c->progress_ms = crb_now_ms();
     }
     c->out_off = c->out_len = 0;
-    shrink(&c->out, &c->out_cap, 0, c->thread->srv->budget.keep);
     return 0;
 }
 
@@ -596,21 +594,34 @@ static void accept_all(crk_rpc_server *srv)
     }
 }
 
-/* Close this thread's connections that made no progress for the idle timeout.
- * The list is read under t->lock (the listener appends to it); only this
- * thread frees its connections, so the ones found stay valid after. */
-static void sweep_idle(rpc_thread *t, uint64_t now)
+/*
+ * Every SWEEP_MS: close this thread's connections that made no progress for
+ * the idle timeout, and give back the buffers of connections quiet for a
+ * second (busy ones keep theirs: freeing and reallocating per request would
+ * cost an mmap each). The list is read under t->lock (the listener appends
+ * to it); only this thread frees its connections, so the ones found stay
+ * valid after.
+ */
+#define QUIET_MS 1000
+static void sweep(rpc_thread *t, uint64_t now)
 {
     crk_rpc_server *srv = t->srv;
-    if (srv->idle_timeout_ms == 0)
-        return;
+    const crk_io_budget *b = &srv->budget;
     rpc_conn *idle[64];
     size_t n = 0;
     pthread_mutex_lock(&t->lock);
-    for (size_t i = 0; i < t->n_conns && n < 64; i++) {
+    for (size_t i = 0; i < t->n_conns; i++) {
         rpc_conn *c = t->conns[i];
-        if (!c->parked && now - c->progress_ms >= srv->idle_timeout_ms)
+        if (c->parked)
+            continue;
+        uint64_t quiet = now - c->progress_ms;
+        if (srv->idle_timeout_ms != 0 && quiet >= srv->idle_timeout_ms && n < 64) {
             idle[n++] = c;
+        } else if (quiet >= QUIET_MS && c->out_off == c->out_len) {
+            shrink(&c->in, &c->in_cap, c->in_len, b->keep);
+            shrink(&c->out, &c->out_cap, 0, b->keep);
+            c->out_off = c->out_len = 0;
+        }
     }
     pthread_mutex_unlock(&t->lock);
     for (size_t i = 0; i < n; i++) { /* more, if any, at the next sweep */
@@ -688,7 +699,7 @@ static void *thread_main(void *arg)
         int n = epoll_wait(t->epfd, ev, 64, t->n_ready > 0 ? 0 : SWEEP_MS);
         uint64_t now = crb_now_ms();
         if (now >= next_sweep) {
-            sweep_idle(t, now);
+            sweep(t, now);
             next_sweep = now + SWEEP_MS;
         }
         if (t == &srv->threads[0] && srv->listen_paused_until != 0 &&
