@@ -498,10 +498,14 @@ static void conn_event(rpc_conn *c, uint32_t events)
     }
     if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) && !c->closing)
         rc = conn_read(c);
-    /* Frames already buffered may be served once replies drained. */
-    if (rc == 0 && !c->closing && c->out_len == c->out_off && c->in_len >= CRP_HEADER_SIZE)
-        rc = conn_serve_buffered(c);
+    /* Frames already buffered are served again as soon as the replies are
+     * below the budget (flushing first makes room), not only once drained. */
     int frc = conn_flush(c);
+    if (rc == 0 && frc == 0 && !c->closing && c->in_len >= CRP_HEADER_SIZE &&
+        c->out_len - c->out_off < c->thread->srv->budget.out_high) {
+        rc = conn_serve_buffered(c);
+        frc = conn_flush(c);
+    }
     if (rc < 0 || frc < 0 || (c->closing && c->out_off == c->out_len)) {
         conn_free(c);
         return;
