@@ -1336,6 +1336,7 @@ static void test_flooders_are_bounded(void **state)
         assert_int_equal(pthread_create(&f[i].tid, NULL, flood, &f[i]), 0);
     }
     long worst = rss0;
+    uint64_t lat[30];
     for (int t = 0; t < 30; t++) {
         mh_sleep_ms(100);
         long rss = proc_kib(m.pid, "VmRSS");
@@ -1344,10 +1345,22 @@ static void test_flooders_are_bounded(void **state)
         /* a well-behaved client is served meanwhile */
         uint64_t t0 = mh_now_ms();
         xcmd(&c, 0, "exist k");
-        if (mh_now_ms() - t0 > (crt_sanitized() ? 5000 : 1000))
-            fail_msg("an exist took %llu ms next to %d flooders",
-                     (unsigned long long)(mh_now_ms() - t0), N);
+        lat[t] = mh_now_ms() - t0;
     }
+    /* Median and worst latency of its exists: load-tolerant bounds (the old
+     * master took seconds for every one of them). */
+    for (int i = 1; i < 30; i++)
+        for (int j = i; j > 0 && lat[j - 1] > lat[j]; j--) {
+            uint64_t x = lat[j];
+            lat[j] = lat[j - 1];
+            lat[j - 1] = x;
+        }
+    print_message("exist next to %d flooders: median %llu ms, worst %llu ms\n", N,
+                  (unsigned long long)lat[15], (unsigned long long)lat[29]);
+    uint64_t scale = crt_sanitized() ? 5 : 1;
+    if (lat[15] > 300 * scale || lat[29] > 3000 * scale)
+        fail_msg("exists next to %d flooders: median %llu ms, worst %llu ms", N,
+                 (unsigned long long)lat[15], (unsigned long long)lat[29]);
     atomic_store(&stop, true);
     uint64_t sent = 0;
     for (int i = 0; i < N; i++) {
