@@ -117,8 +117,8 @@ int sl_get(uint16_t port, const char *path, int timeout_ms)
     if (fd < 0)
         return -1;
     char req[512];
-    int len = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-                       path);
+    int len =
+        snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
     if (send(fd, req, (size_t)len, MSG_NOSIGNAL) != len) {
         close(fd);
         return -1;
