@@ -71,6 +71,28 @@ static void drop_repeated_name(char *detail, const char *name)
     *w = '\0';
 }
 
+/*
+ * Collapse a ": "-separated part that repeats the part just before it
+ * ("remove 'k': remove 'k': leased ..."): the store relays a master message
+ * that already names the operation and key behind its own "remove 'k': ".
+ */
+static void drop_repeated_parts(char *detail)
+{
+    char *prev = detail;
+    for (;;) {
+        char *sep = strstr(prev, ": ");
+        if (sep == NULL)
+            return;
+        size_t plen = (size_t)(sep - prev);
+        char *next = sep + 2;
+        if (plen > 0 && strncmp(next, prev, plen) == 0 && strncmp(next + plen, ": ", 2) == 0) {
+            memmove(prev, next, strlen(next) + 1); /* keep one copy, look again */
+            continue;
+        }
+        prev = next;
+    }
+}
+
 int crb_error(int status, const char *fmt, ...)
 {
     char detail[400];
@@ -80,6 +102,7 @@ int crb_error(int status, const char *fmt, ...)
     va_end(ap);
     const char *name = cr_status_name(status);
     drop_repeated_name(detail, name);
+    drop_repeated_parts(detail);
     snprintf(last_error_message, sizeof(last_error_message), "%s: %s", name, detail);
     crb_log(CRB_LOG_DEBUG, "%s", last_error_message);
     return status;

@@ -78,8 +78,8 @@ typedef struct put_opts {
 static void report_error(const char *what, int64_t rc)
 {
     if (rc < 0)
-        fprintf(stderr, "store-client: %s: %" PRId64 " %s: %s\n", what, rc, cr_status_name((int)rc),
-                cr_last_error_message());
+        fprintf(stderr, "store-client: %s: %" PRId64 " %s\n", what, rc,
+                cr_last_error_message()); /* the message starts with the status name */
 }
 
 /* Parse trailing option tokens (strtok state continues from the caller). */
