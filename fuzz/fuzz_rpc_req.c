@@ -56,6 +56,10 @@ static void check_invariants(const crp_rpc_req *m)
     case CRP_RPC_BATCH_GET_REPLICA_LIST:
         check_strs(m->u.keys.n_keys, m->u.keys.keys, CRP_RPC_MAX_BATCH, CRP_RPC_MAX_KEY);
         break;
+    case CRP_RPC_RELEASE_LEASES:
+        check_strs(m->u.leases.n_keys, m->u.leases.keys, CRP_RPC_MAX_BATCH, CRP_RPC_MAX_KEY);
+        FUZZ_CHECK((m->u.leases.n_keys == 0) == (m->u.leases.tokens == NULL));
+        break;
     case CRP_RPC_PUT_START:
     case CRP_RPC_UPSERT_START:
         FUZZ_CHECK(m->u.put_start.key != NULL);

@@ -80,7 +80,8 @@ static crp_rpc_segment rpc_segs[] = {{"node-a:17000", 0x7f0000000000ull, 1ull <<
 static crp_rpc_replica rpc_reps[] = {
     {"node-a:17000", 0x7f0000001000ull, 4096, 1, CRP_RPC_REPLICA_COMPLETE},
     {"node-b:17000", 0x2000, 4096, 2, CRP_RPC_REPLICA_PROCESSING}};
-static crp_rpc_key_result rpc_results[] = {{0, 2, rpc_reps}, {CR_NO_AVAILABLE_HANDLE, 0, NULL}};
+static crp_rpc_key_result rpc_results[] = {{0, 2, rpc_reps, 9},
+                                           {CR_NO_AVAILABLE_HANDLE, 0, NULL, 0}};
 static int32_t rpc_statuses[] = {0, 1, CR_OBJECT_NOT_FOUND};
 static char *rpc_names[] = {"node-a:17000", "node-b:17000"};
 static const crp_rpc_uuid rpc_cid = {0x0123456789abcdefull, 0x1122334455667788ull};
@@ -118,6 +119,11 @@ static void rq_key(crp_rpc_req *m)
 static void rq_keys(crp_rpc_req *m)
 {
     m->u.keys = (crp_rpc_keys_req){3, rpc_keys};
+}
+static uint64_t rpc_tokens[3] = {1, 2, 3};
+static void rq_leases(crp_rpc_req *m)
+{
+    m->u.leases = (crp_rpc_leases_req){3, rpc_keys, rpc_tokens};
 }
 static void rq_put_start(crp_rpc_req *m)
 {
@@ -170,7 +176,7 @@ static void rs_hello(crp_rpc_resp *m)
 }
 static void rs_ping(crp_rpc_resp *m)
 {
-    m->u.ping = (crp_rpc_ping_resp){CRP_RPC_CLIENT_NEED_REMOUNT, 3};
+    m->u.ping = (crp_rpc_ping_resp){CRP_RPC_CLIENT_NEED_REMOUNT, 3, 1500};
 }
 static void rs_exist(crp_rpc_resp *m)
 {
@@ -182,7 +188,7 @@ static void rs_statuses(crp_rpc_resp *m)
 }
 static void rs_get(crp_rpc_resp *m)
 {
-    m->u.get = (crp_rpc_get_resp){2, rpc_reps, 10000};
+    m->u.get = (crp_rpc_get_resp){2, rpc_reps, 10000, 7};
 }
 static void rs_alloc(crp_rpc_resp *m)
 {

@@ -11,7 +11,7 @@ PACKAGES=(
   libcurl4-openssl-dev  # HTTP metadata client
   libssl-dev            # HMAC-SHA256 for the shared-secret handshake
   libcmocka-dev         # C unit test framework
-  libjansson-dev        # crescent-master --config_path JSON files; etcd v3 gateway JSON (libcrescent)
+  libjansson-dev        # crescent-master --config_path JSON files; etcd v3 gateway JSON (libcrescent), admin JSON
   libhiredis-dev        # redis:// metadata backend (libcrescent)
   etcd-server           # tests/metadata: real etcd 3.4 servers (/usr/bin/etcd); tests skip without
   redis-server          # tests/metadata: real redis servers; tests skip without
@@ -19,6 +19,7 @@ PACKAGES=(
   libxxhash-dev         # src/disk: XXH3 checksums of on-disk records
   libucx-dev            # src/engine/transports/ucx: RDMA/RoCE/IB through UCX (UCX_TLS=tcp,sm in tests)
   ucx-utils             # ucx_perftest: the baseline of crescent-bench engine --protocol ucx
+  libpcre2-dev          # crescent-master remove_by_regex: PCRE2 with match/depth/heap limits
   clang libclang-rt-14-dev  # sanitizers and libFuzzer
   clang-format          # scripts/check-format.sh (CTest format_check)
   python3-dev           # python/: the crescent._crescent extension (/usr/bin/python3)

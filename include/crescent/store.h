@@ -89,19 +89,39 @@ CR_API int cr_store_setup(const cr_store_config *cfg, cr_store **out);
  * Unmount the segment, stop heartbeats and close connections; later calls
  * other than cr_store_destroy fail with CR_UNAVAILABLE_IN_CURRENT_STATUS.
  * Idempotent; returns 0. Objects whose only replicas lived here vanish.
+ *
+ * Threading: may be called while other threads are inside calls on s. It
+ * waits for every call that started before it (each is bounded by
+ * rpc_timeout_ms and transfer_timeout_ms) and then closes; a call that
+ * starts after it began fails with CR_UNAVAILABLE_IN_CURRENT_STATUS and
+ * touches nothing. So no call ever sees a freed connection, engine or
+ * buffer. Do not call it from inside a call on the same store.
  */
 CR_API int cr_store_close(cr_store *s);
 
-/** cr_store_close, then free. NULL is a no-op. No call may be in flight. */
+/**
+ * cr_store_close, then free. NULL is a no-op. Unlike close, destroy must
+ * not race with any call on s: every other thread must have returned from
+ * its calls (close first if they may still be running) and make none after.
+ */
 CR_API void cr_store_destroy(cr_store *s);
 
-/** 0 if the master answers and our segment is mounted, else the failure. */
+/**
+ * 0 if the master answers and our segment is mounted and accepts
+ * allocations, else the failure: CR_RPC_FAIL / CR_RPC_TIMEOUT (master
+ * unreachable), CR_UNAVAILABLE_IN_CURRENT_STATUS (the segment is not
+ * mounted at the master: a remount is pending, and the heartbeat retries
+ * it), CR_ERR_SEGMENT_FENCED (mounted, but fenced for a while: reads of
+ * memory an earlier segment of this name had may still run; the message
+ * says for how long). Any thread.
+ */
 CR_API int cr_store_health(cr_store *s);
 
 /** This client's segment name (what preferred_segments refers to). */
 CR_API int cr_store_hostname(cr_store *s, char *buf, size_t len);
 
-/** The store's engine (borrowed; valid until cr_store_destroy). */
+/** The store's engine (borrowed; valid until cr_store_close, which destroys an
+ *  engine the store created). */
 CR_API cr_engine *cr_store_engine(cr_store *s);
 
 /** Soft pin actions (Mooncake's SoftPinAction). */

@@ -212,6 +212,19 @@ def test_store_zero_copy_api(nstore):
         assert s.batch_remove(["z/a", "z/none"], force=True) == [0, -704]
 
 
+def test_store_error_detail_names_the_status_once(master):
+    # A put that cannot be placed: the detail is built from the master's reply
+    # wrapped by the client; the status name must lead it once (issue 11).
+    with crescent.Store(master_address=master, global_segment_size=0,
+                        local_buffer_size=16 * MiB, protocol="tcp") as s:
+        with pytest.raises(CrescentError) as ei:
+            s.put("err/too-big", bytes(96 * MiB))  # no segment of the suite is that large
+        e = ei.value
+        assert e.detail.startswith(e.name + ": "), e.detail
+        assert e.detail.count(e.name + ":") == 1, e.detail
+        assert str(e).count(e.name + ":") == 1, str(e)
+
+
 def test_store_threads_and_close(master):
     s = crescent.Store(master_address=master, global_segment_size=64 * MiB, protocol="tcp")
     stop = threading.Event()

@@ -4,7 +4,9 @@
  */
 #include "base/net.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -217,6 +219,32 @@ int crb_write_full(int fd, const void *buf, size_t len, uint64_t deadline_ns)
         p += n;
         len -= (size_t)n;
     }
+    return 0;
+}
+
+int crb_interface_ipv4(const char *ifname, char host[CRB_HOST_MAX])
+{
+    struct ifaddrs *all = NULL;
+    if (getifaddrs(&all) != 0)
+        return crb_error(CR_ERR_SYSTEM, "interface '%s': getifaddrs: %s", ifname, strerror(errno));
+    char seen[256] = "";
+    int rc = CR_ERR_INVALID_CONFIG;
+    for (struct ifaddrs *a = all; a != NULL; a = a->ifa_next) {
+        if (a->ifa_addr == NULL || a->ifa_addr->sa_family != AF_INET)
+            continue;
+        if (strcmp(a->ifa_name, ifname) == 0) {
+            const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)a->ifa_addr;
+            inet_ntop(AF_INET, &in->sin_addr, host, CRB_HOST_MAX);
+            rc = 0;
+            break;
+        }
+        size_t l = strlen(seen);
+        snprintf(seen + l, sizeof(seen) - l, "%s%s", l ? ", " : "", a->ifa_name);
+    }
+    freeifaddrs(all);
+    if (rc != 0)
+        return crb_error(rc, "interface '%s' does not exist or has no IPv4 address (have: %s)",
+                         ifname, seen[0] ? seen : "none");
     return 0;
 }
 

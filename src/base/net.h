@@ -44,6 +44,14 @@ int crb_write_full(int fd, const void *buf, size_t len, uint64_t deadline_ns);
 
 int crb_set_nonblocking(int fd, int on);
 
+/**
+ * The first IPv4 address of network interface `ifname` (e.g. "eth0") as
+ * dotted text into host. Errors: CR_ERR_INVALID_CONFIG when there is no such
+ * interface or it has no IPv4 address (the message lists the interfaces
+ * that have one), CR_ERR_SYSTEM when the interfaces cannot be read.
+ */
+int crb_interface_ipv4(const char *ifname, char host[CRB_HOST_MAX]);
+
 /** Fill buf with len cryptographically random bytes (getrandom). */
 int crb_random_bytes(void *buf, size_t len);
 

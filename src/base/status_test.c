@@ -41,12 +41,57 @@ static void last_error_carries_detail(void **state)
     assert_non_null(strstr(cr_last_error_message(), "ERR_INVALID_CONFIG"));
 }
 
+/* A wrapped failure of the same status names the status once (issue 11:
+ * "X: put ...: X: put_start ..."); a different inner status stays. */
+static void wrapped_detail_names_the_status_once(void **state)
+{
+    (void)state;
+    crb_error(CR_NO_AVAILABLE_HANDLE, "put_start 'k': no space");
+    char inner[512];
+    strcpy(inner, cr_last_error_message());
+    crb_error(CR_NO_AVAILABLE_HANDLE, "put 'k': %s", inner);
+    assert_string_equal(cr_last_error_message(),
+                        "NO_AVAILABLE_HANDLE: put 'k': put_start 'k': no space");
+    strcpy(inner, cr_last_error_message());
+    crb_error(CR_NO_AVAILABLE_HANDLE, "%s", inner);
+    assert_string_equal(cr_last_error_message(),
+                        "NO_AVAILABLE_HANDLE: put 'k': put_start 'k': no space");
+    crb_error(CR_RPC_FAIL, "call: %s", "ERR_CONNECTION: reset");
+    assert_string_equal(cr_last_error_message(), "RPC_FAIL: call: ERR_CONNECTION: reset");
+    crb_error(CR_RPC_FAIL, "NOT_RPC_FAIL: x");
+    assert_string_equal(cr_last_error_message(), "RPC_FAIL: NOT_RPC_FAIL: x");
+}
+
+/* A relayed master message that names the operation and key again (seen in
+ * store_procs_test's lease_blocks_remove: "remove 'L': remove 'L': leased"). */
+static void relayed_detail_names_the_operation_once(void **state)
+{
+    (void)state;
+    crb_error(CR_OBJECT_HAS_LEASE, "remove '%s': %s", "L",
+              "OBJECT_HAS_LEASE: remove 'L': leased for 10 more ms");
+    assert_string_equal(cr_last_error_message(),
+                        "OBJECT_HAS_LEASE: remove 'L': leased for 10 more ms");
+    crb_error(CR_RPC_FAIL, "a: a: a: b: b");
+    assert_string_equal(cr_last_error_message(),
+                        "RPC_FAIL: a: b: b"); /* the last part is a sentence */
+    crb_error(CR_RPC_FAIL, "get 'k': get 'k2': x");
+    assert_string_equal(cr_last_error_message(), "RPC_FAIL: get 'k': get 'k2': x");
+    crb_error(CR_RPC_FAIL, "ab: a: x");
+    assert_string_equal(cr_last_error_message(), "RPC_FAIL: ab: a: x");
+    crb_error(CR_RPC_FAIL, "a: ab: x");
+    assert_string_equal(cr_last_error_message(), "RPC_FAIL: a: ab: x");
+    crb_error(CR_RPC_FAIL, "x: x");
+    assert_string_equal(cr_last_error_message(), "RPC_FAIL: x: x");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(store_codes_match_mooncake),
         cmocka_unit_test(names_and_messages_cover_the_table),
         cmocka_unit_test(last_error_carries_detail),
+        cmocka_unit_test(relayed_detail_names_the_operation_once),
+        cmocka_unit_test(wrapped_detail_names_the_status_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

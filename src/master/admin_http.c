@@ -2,14 +2,18 @@
  * admin_http.c - /metrics, /health, /get_all_segments, /query_key on
  * libmicrohttpd (see admin_http.h).
  *
- * Design: as in metadata/http_server.c, MHD runs its own listener and a
- * small worker pool (epoll on Linux), and every request is answered on its
+ * Design: as in mdserver/http_server.c, the shared wrapper (httpd/mhd_server.h)
+ * gates connections until their request head is complete and MHD serves
+ * them with a small worker pool, one request per connection within a
+ * deadline, so slow clients cannot take /health away; every request is answered on its
  * first callback: these are bodiless GETs, so nothing is buffered per
- * request. The handler builds the body in a crk_text through the daemon's
- * callback and hands the bytes to MHD without copying (MHD frees them).
- * A failing callback's partial output is dropped and replaced by a JSON
- * error naming the status, with the detail the callback recorded through
- * crb_error on this same worker thread.
+ * request. The handler builds the body in a crk_text (or a jansson value,
+ * serialized compactly) through the daemon's callback and hands the bytes to
+ * MHD without copying (MHD frees them). A failing callback's partial output
+ * is dropped and replaced by a JSON error naming the status, with the detail
+ * the callback recorded through crb_error on this same worker thread. Bytes
+ * from clients (keys) reach JSON only through crk_admin_json_text, which
+ * replaces invalid UTF-8, so every document is valid JSON.
  *
  * MHD's own messages go to crb_log; the last one is kept so that a failed
  * start can say why (e.g. "Address already in use").
@@ -29,9 +33,10 @@
 #include "httpd/mhd_server.h"
 #include "crescent/status.h"
 
-#define ADMIN_THREADS          2
-#define ADMIN_CONNECTION_LIMIT 256
-#define ADMIN_IDLE_TIMEOUT_S   30
+#define ADMIN_THREADS            2
+#define ADMIN_CONNECTION_LIMIT   256
+#define ADMIN_IDLE_TIMEOUT_S     5
+#define ADMIN_REQUEST_TIMEOUT_MS 10000
 
 struct crk_admin_http {
     crh_mhd_server mhd;
@@ -57,6 +62,7 @@ static enum MHD_Result send_text(struct MHD_Connection *conn, unsigned int statu
         return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    crh_mhd_response_headers(r);
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
     enum MHD_Result ret = MHD_queue_response(conn, status, r);
@@ -83,26 +89,128 @@ static unsigned int http_status_of(int rc)
     }
 }
 
+/* --- JSON helpers ------------------------------------------------------------ */
+
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 if it is not one. */
+static size_t utf8_seq(const unsigned char *p)
+{
+    unsigned c = p[0];
+    if (c < 0x80)
+        return 1;
+    size_t n;
+    unsigned min;
+    if (c >= 0xC2 && c <= 0xDF) {
+        n = 2;
+        min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        min = 0x10000;
+    } else {
+        return 0;
+    }
+    unsigned cp = c & (0x7Fu >> n);
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3Fu);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return n;
+}
+
+bool crk_admin_is_utf8(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p != '\0') {
+        size_t n = utf8_seq(p);
+        if (n == 0)
+            return false;
+        p += n;
+    }
+    return true;
+}
+
+json_t *crk_admin_json_text(const char *s)
+{
+    if (crk_admin_is_utf8(s))
+        return json_string(s);
+    size_t len = strlen(s);
+    char *clean = malloc(len * 3 + 1);
+    if (clean == NULL)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)s;
+    size_t w = 0;
+    while (*p != '\0') {
+        size_t n = utf8_seq(p);
+        if (n == 0) {
+            memcpy(clean + w, "\xEF\xBF\xBD", 3); /* U+FFFD */
+            w += 3;
+            p++;
+        } else {
+            memcpy(clean + w, p, n);
+            w += n;
+            p += n;
+        }
+    }
+    clean[w] = '\0';
+    json_t *j = json_string(clean);
+    free(clean);
+    return j;
+}
+
+json_t *crk_admin_json_hex(const char *s)
+{
+    static const char digits[] = "0123456789abcdef";
+    size_t len = strlen(s);
+    char *hex = malloc(len * 2 + 1);
+    if (hex == NULL)
+        return NULL;
+    for (size_t i = 0; i < len; i++) {
+        hex[2 * i] = digits[(unsigned char)s[i] >> 4];
+        hex[2 * i + 1] = digits[(unsigned char)s[i] & 15];
+    }
+    hex[2 * len] = '\0';
+    json_t *j = json_string(hex);
+    free(hex);
+    return j;
+}
+
+/* Serialize j (taken over) as the body of a response. */
+static enum MHD_Result send_json(struct MHD_Connection *conn, unsigned int status, json_t *j,
+                                 const char *content_type)
+{
+    char *text = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (text == NULL)
+        return MHD_NO;
+    crk_text t = {0};
+    int rc = crk_text_puts(&t, text);
+    free(text);
+    if (rc != 0) {
+        crk_text_free(&t);
+        return MHD_NO;
+    }
+    return send_text(conn, status, &t, content_type);
+}
+
 /* {"error": name, "code": rc, "message": text} with the given HTTP status. */
 static enum MHD_Result send_error(struct MHD_Connection *conn, unsigned int status, int rc,
                                   const char *message)
 {
-    crk_text t = {0};
-    crk_text_appendf(&t, "{\"error\": \"%s\", \"code\": %d, \"message\": ", cr_status_name(rc), rc);
-    crk_text_json_string(&t, message);
-    crk_text_puts(&t, "}\n");
-    if (t.status != 0) {
-        crk_text_free(&t);
-        return MHD_NO;
-    }
-    return send_text(conn, status, &t, CRK_ADMIN_JSON_TYPE);
+    json_t *j = json_pack("{s:s, s:i, s:o*}", "error", cr_status_name(rc), "code", rc, "message",
+                          crk_admin_json_text(message));
+    return send_json(conn, status, j, CRK_ADMIN_JSON_TYPE);
 }
 
 /* Run one endpoint callback and answer with its reply or its failure. */
 static enum MHD_Result run_callback(const crk_admin_http *s, struct MHD_Connection *conn,
                                     const char *path, const char *key, const char *content_type)
 {
-    crk_admin_reply reply = {.body = {0}, .content_type = content_type};
+    crk_admin_reply reply = {.body = {0}, .json = NULL, .content_type = content_type};
     int rc;
     if (strcmp(path, "/metrics") == 0)
         rc = s->cb.render_metrics(s->cb.ctx, &reply);
@@ -118,10 +226,15 @@ static enum MHD_Result run_callback(const crk_admin_http *s, struct MHD_Connecti
         rc = crb_error(CR_INTERNAL_ERROR, "admin http: %s callback returned %d", path, rc);
     if (rc != 0) {
         crk_text_free(&reply.body);
+        json_decref(reply.json);
         return send_error(conn, http_status_of(rc), rc, cr_last_error_message());
     }
     if (reply.content_type == NULL)
         reply.content_type = content_type;
+    if (reply.json != NULL) {
+        crk_text_free(&reply.body);
+        return send_json(conn, MHD_HTTP_OK, reply.json, reply.content_type);
+    }
     return send_text(conn, MHD_HTTP_OK, &reply.body, reply.content_type);
 }
 
@@ -143,12 +256,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return send_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED, CR_ERR_INVALID_ARGUMENT,
                           "only GET and HEAD are allowed");
 
-    if (health && s->cb.health == NULL) {
-        crk_text t = {0};
-        if (crk_text_puts(&t, "{\"status\": \"ok\"}\n") != 0)
-            return MHD_NO;
-        return send_text(conn, MHD_HTTP_OK, &t, CRK_ADMIN_JSON_TYPE);
-    }
+    if (health && s->cb.health == NULL)
+        return send_json(conn, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"),
+                         CRK_ADMIN_JSON_TYPE);
     const char *key = NULL;
     if (query) {
         size_t key_len = 0;
@@ -178,6 +288,7 @@ int crk_admin_http_start(const char *host, uint16_t port, const crk_admin_callba
         .threads = ADMIN_THREADS,
         .connection_limit = ADMIN_CONNECTION_LIMIT,
         .idle_timeout_s = ADMIN_IDLE_TIMEOUT_S,
+        .request_timeout_ms = ADMIN_REQUEST_TIMEOUT_MS,
         .on_request = on_request,
         .request_cls = s,
     };

@@ -28,15 +28,34 @@
 #ifndef CRESCENT_MASTER_ADMIN_HTTP_H
 #define CRESCENT_MASTER_ADMIN_HTTP_H
 
+#include <stdbool.h>
 #include <stdint.h>
+
+#include <jansson.h>
 
 #include "master/prom.h"
 
-/** What a callback fills in. */
+/** What a callback fills in: either text in body, or a JSON value in json
+ *  (the server serializes it compactly and frees it; takes precedence over
+ *  body). JSON is built with jansson, never by hand. */
 typedef struct crk_admin_reply {
     crk_text body;            /* append the response body */
+    json_t *json;             /* or set a JSON value (owned by the reply) */
     const char *content_type; /* preset to the endpoint's default; may point to a static string */
 } crk_admin_reply;
+
+/**
+ * A JSON string for bytes that come from clients (keys, segment names):
+ * valid UTF-8 is kept; every byte of an invalid sequence becomes U+FFFD,
+ * so the document stays valid JSON. NULL only without memory.
+ */
+json_t *crk_admin_json_text(const char *s);
+
+/** Is s (NUL-terminated) valid UTF-8 (no overlong forms, no surrogates)? */
+bool crk_admin_is_utf8(const char *s);
+
+/** s as lowercase hex (for an exact copy of a non-UTF-8 key); NULL without memory. */
+json_t *crk_admin_json_hex(const char *s);
 
 typedef struct crk_admin_callbacks {
     void *ctx; /* passed to every callback */

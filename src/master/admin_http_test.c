@@ -69,11 +69,8 @@ static int fake_segments(void *ctx, crk_admin_reply *reply)
     int fail = atomic_load(&f->fail_with);
     if (fail != 0)
         return crb_error(fail, "segments unavailable");
-    crk_text_puts(&reply->body, "[");
-    crk_text_json_string(&reply->body, "node-a:17000");
-    crk_text_puts(&reply->body, ", ");
-    crk_text_json_string(&reply->body, "node-\"b\"");
-    return crk_text_puts(&reply->body, "]");
+    reply->json = json_pack("[s,s]", "node-a:17000", "node-\"b\"");
+    return reply->json != NULL ? 0 : CR_ERR_NO_MEMORY;
 }
 
 static int fake_query(void *ctx, const char *key, crk_admin_reply *reply)
@@ -93,11 +90,11 @@ static int fake_query(void *ctx, const char *key, crk_admin_reply *reply)
         return crb_error(CR_INVALID_KEY, "key '%s' is not valid", key);
     if (strcmp(key, "positive") == 0)
         return 5;
-    if (strncmp(key, "layer/", 6) != 0 && strcmp(key, "a b/\xd0\xba&x=1") != 0)
+    if (strncmp(key, "layer/", 6) != 0 && strcmp(key, "a b/\xd0\xba&x=1") != 0 &&
+        strncmp(key, "raw", 3) != 0)
         return crb_error(CR_OBJECT_NOT_FOUND, "key '%s' not found", key);
-    crk_text_puts(&reply->body, "{\"key\": ");
-    crk_text_json_string(&reply->body, key);
-    return crk_text_puts(&reply->body, ", \"size\": 4096}");
+    reply->json = json_pack("{s:o,s:i}", "key", crk_admin_json_text(key), "size", 4096);
+    return reply->json != NULL ? 0 : CR_ERR_NO_MEMORY;
 }
 
 typedef struct fixture {
@@ -234,7 +231,7 @@ static void test_health_and_segments(void **state)
     assert_string_equal(r.content_type, CRK_ADMIN_JSON_TYPE);
     get(x, "/get_all_segments", NULL, &r);
     assert_int_equal(r.status, 200);
-    assert_string_equal(r.body, "[\"node-a:17000\", \"node-\\\"b\\\"\"]");
+    assert_string_equal(r.body, "[\"node-a:17000\",\"node-\\\"b\\\"\"]");
 }
 
 static void test_query_key(void **state)
@@ -243,7 +240,7 @@ static void test_query_key(void **state)
     response r;
     get(x, "/query_key?key=layer/0/block/1", NULL, &r);
     assert_int_equal(r.status, 200);
-    assert_string_equal(r.body, "{\"key\": \"layer/0/block/1\", \"size\": 4096}");
+    assert_string_equal(r.body, "{\"key\":\"layer/0/block/1\",\"size\":4096}");
 
     /* URL-decoded before the callback sees it. */
     get(x, "/query_key?key=a%20b%2F%D0%BA%26x%3D1", NULL, &r);
@@ -270,8 +267,8 @@ static void test_query_key(void **state)
     /* Failures map to HTTP statuses with a JSON error. */
     get(x, "/query_key?key=nope", NULL, &r);
     assert_int_equal(r.status, 404);
-    expect_contains(&r, "\"error\": \"OBJECT_NOT_FOUND\"");
-    expect_contains(&r, "\"code\": -704");
+    expect_contains(&r, "\"error\":\"OBJECT_NOT_FOUND\"");
+    expect_contains(&r, "\"code\":-704");
     expect_contains(&r, "key 'nope' not found");
     get(x, "/query_key?key=bad", NULL, &r);
     assert_int_equal(r.status, 400);
@@ -293,6 +290,42 @@ static void test_query_key(void **state)
     assert_int_equal(r.status, 400);
     expect_contains(&r, "NUL");
     assert_int_equal(atomic_load(&x->f.query_calls), calls);
+
+    /* A key that is not UTF-8 (issue 11: echoed raw, the document was not
+     * JSON): its invalid bytes come back as U+FFFD, in the answer and in
+     * an error message. */
+    get(x, "/query_key?key=raw%FF%C3%28%ED%A0%80ok", NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "{\"key\":\"raw\xef\xbf\xbd\xef\xbf\xbd(\xef\xbf\xbd\xef\xbf\xbd"
+                                "\xef\xbf\xbdok\",\"size\":4096}");
+    json_error_t jerr;
+    json_t *doc = json_loads(r.body, 0, &jerr);
+    assert_non_null(doc);
+    json_decref(doc);
+    get(x, "/query_key?key=nope%FF", NULL, &r);
+    assert_int_equal(r.status, 404);
+    doc = json_loads(r.body, 0, &jerr);
+    if (doc == NULL)
+        fail_msg("error body is not JSON: %s (%s)", r.body, jerr.text);
+    json_decref(doc);
+}
+
+static void test_json_text(void **state)
+{
+    (void)state;
+    assert_true(crk_admin_is_utf8("plain \xc3\xa9 \xf0\x9f\x98\x80"));
+    assert_false(crk_admin_is_utf8("\xc0\xaf"));         /* overlong */
+    assert_false(crk_admin_is_utf8("\xed\xa0\x80"));     /* surrogate */
+    assert_false(crk_admin_is_utf8("\xf4\x90\x80\x80")); /* > U+10FFFF */
+    assert_false(crk_admin_is_utf8("\xe2\x82"));         /* truncated */
+    json_t *j = crk_admin_json_text("q\"b\\\n\x01\xff");
+    char *text = json_dumps(j, JSON_ENCODE_ANY);
+    assert_string_equal(text, "\"q\\\"b\\\\\\n\\u0001\xef\xbf\xbd\"");
+    free(text);
+    json_decref(j);
+    j = crk_admin_json_hex("a\xff");
+    assert_string_equal(json_string_value(j), "61ff");
+    json_decref(j);
 }
 
 static void test_bad_requests(void **state)
@@ -363,7 +396,7 @@ static void test_null_callbacks(void **state)
     response r;
     get(&x, "/health", NULL, &r);
     assert_int_equal(r.status, 200);
-    assert_string_equal(r.body, "{\"status\": \"ok\"}\n");
+    assert_string_equal(r.body, "{\"status\":\"ok\"}");
     get(&x, "/metrics", NULL, &r);
     assert_int_equal(r.status, 404);
     get(&x, "/get_all_segments", NULL, &r);
@@ -448,6 +481,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
         cmocka_unit_test_setup_teardown(test_health_and_segments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_query_key, setup, teardown),
+        cmocka_unit_test(test_json_text),
         cmocka_unit_test_setup_teardown(test_bad_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callback_failures, setup, teardown),
         cmocka_unit_test(test_null_callbacks),

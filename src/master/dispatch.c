@@ -204,6 +204,7 @@ static int batch_with_lists(crk_service *s, crk_scratch *sc, batch_fn fn, crk_cl
             if (st[i] == 0) {
                 rc = replicas_of(sc, &lists[i], replica_status, &res[off + i].replicas,
                                  &res[off + i].n_replicas);
+                res[off + i].lease_token = lease_ttl != NULL ? lists[i].lease_token : 0;
                 if (lease_ttl != NULL && lists[i].lease_ttl_ms > 0)
                     *lease_ttl = lists[i].lease_ttl_ms;
             }
@@ -257,7 +258,65 @@ static int batch_statuses(crk_service *s, crk_scratch *sc, statuses_fn fn, crk_c
     return rc;
 }
 
-static int query_segment(crk_service *s, crk_scratch *sc, const char *name,
+/* The client id a request names, or NULL for ops that name none. */
+static const crp_rpc_uuid *named_client(const crp_rpc_req *req)
+{
+    const __typeof__(req->u) *u = &req->u;
+    switch (req->op) {
+    case CRP_RPC_SERVICE_READY:
+        return &u->hello.client_id;
+    case CRP_RPC_PING:
+        return &u->client.client_id;
+    case CRP_RPC_MOUNT_SEGMENT:
+        return &u->mount.client_id;
+    case CRP_RPC_REMOUNT_SEGMENT:
+        return &u->remount.client_id;
+    case CRP_RPC_UNMOUNT_SEGMENT:
+        return &u->unmount.client_id;
+    case CRP_RPC_PUT_START:
+    case CRP_RPC_UPSERT_START:
+        return &u->put_start.client_id;
+    case CRP_RPC_PUT_END:
+    case CRP_RPC_UPSERT_END:
+    case CRP_RPC_PUT_REVOKE:
+    case CRP_RPC_UPSERT_REVOKE:
+        return &u->owner_key.client_id;
+    case CRP_RPC_BATCH_PUT_START:
+    case CRP_RPC_BATCH_UPSERT_START:
+        return &u->batch_put_start.client_id;
+    case CRP_RPC_BATCH_PUT_END:
+    case CRP_RPC_BATCH_UPSERT_END:
+    case CRP_RPC_BATCH_PUT_REVOKE:
+    case CRP_RPC_BATCH_UPSERT_REVOKE:
+        return &u->owner_keys.client_id;
+    case CRP_RPC_BATCH_REPLICA_CLEAR:
+        return &u->replica_clear.client_id;
+    default:
+        return NULL;
+    }
+}
+
+/* Bind peer to the id req names, or refuse a request for another client. */
+static int check_peer(crk_peer *peer, const crp_rpc_req *req)
+{
+    const crp_rpc_uuid *id = named_client(req);
+    if (peer == NULL || id == NULL || (id->hi == 0 && id->lo == 0))
+        return 0; /* the service refuses the zero id itself */
+    if (!peer->bound) {
+        peer->client_id = *id;
+        peer->bound = true;
+        return 0;
+    }
+    if (peer->client_id.hi == id->hi && peer->client_id.lo == id->lo)
+        return 0;
+    return crb_error(CR_ILLEGAL_CLIENT,
+                     "%s: this connection speaks for client %016llx%016llx; a request for "
+                     "another client needs its own connection",
+                     crp_rpc_op_name(req->op), (unsigned long long)peer->client_id.hi,
+                     (unsigned long long)peer->client_id.lo);
+}
+
+static int query_segment(crk_service *s, crk_scratch *sc, const crk_peer *peer, const char *name,
                          crp_rpc_segment_info_resp *out)
 {
     size_t total = 0;
@@ -279,7 +338,10 @@ static int query_segment(crk_service *s, crk_scratch *sc, const char *name,
         memcpy(copy, all[i].name, nl);
         out->segment = (crp_rpc_segment){copy, all[i].base, all[i].size, all[i].mount_epoch};
         out->used = all[i].used;
-        out->client_id = (crp_rpc_uuid){all[i].owner.hi, all[i].owner.lo};
+        /* The owner's id is its secret: only the owner's own connection learns it. */
+        bool own = peer != NULL && peer->bound && peer->client_id.hi == all[i].owner.hi &&
+                   peer->client_id.lo == all[i].owner.lo;
+        out->client_id = own ? peer->client_id : (crp_rpc_uuid){0, 0};
         rc = 0;
         break;
     }
@@ -313,25 +375,28 @@ static int all_segments(crk_service *s, crk_scratch *sc, crp_rpc_names_resp *out
     return rc;
 }
 
-void crk_dispatch(crk_service *s, const crk_server_info *info, const crp_rpc_req *req, uint64_t now,
-                  crp_rpc_resp *resp, crk_scratch *sc)
+void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
+                  const crp_rpc_req *req, uint64_t now, crp_rpc_resp *resp, crk_scratch *sc)
 {
     memset(resp, 0, sizeof(*resp));
     resp->op = req->op;
     const __typeof__(req->u) *u = &req->u;
-    int rc = 0;
-    switch (req->op) {
+    int rc = check_peer(peer, req);
+    switch (rc == 0 ? req->op : 0) {
+    case 0:
+        break; /* refused by check_peer */
     case CRP_RPC_SERVICE_READY:
         rc = crp_rpc_check_version("client", u->hello.version);
         resp->u.hello = (crp_rpc_hello_resp){CRP_RPC_VERSION, CRP_RPC_CAPS_DEFINED,
                                              (char *)info->software, info->view_version};
         break;
     case CRP_RPC_PING: {
-        int cs = 0;
-        rc = crk_ping(s, client_of(u->client.client_id), now, &cs);
+        crk_heartbeat_info hi = {0};
+        rc = crk_heartbeat(s, client_of(u->client.client_id), now, &hi);
         resp->u.ping.client_status =
-            cs == CRK_CLIENT_NEED_REMOUNT ? CRP_RPC_CLIENT_NEED_REMOUNT : CRP_RPC_CLIENT_OK;
+            hi.status == CRK_CLIENT_NEED_REMOUNT ? CRP_RPC_CLIENT_NEED_REMOUNT : CRP_RPC_CLIENT_OK;
         resp->u.ping.view_version = info->view_version;
+        resp->u.ping.fenced_ms = hi.fenced_ms;
         break;
     }
     case CRP_RPC_MOUNT_SEGMENT: {
@@ -373,6 +438,7 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, const crp_rpc_req
             rc = replicas_of(sc, &l, CRP_RPC_REPLICA_COMPLETE, &resp->u.get.replicas,
                              &resp->u.get.n_replicas);
             resp->u.get.lease_ttl_ms = l.lease_ttl_ms;
+            resp->u.get.lease_token = l.lease_token;
         }
         break;
     }
@@ -381,6 +447,10 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, const crp_rpc_req
                               u->keys.n_keys, NULL, now, CRP_RPC_REPLICA_COMPLETE,
                               &resp->u.batch_get.results, &resp->u.batch_get.lease_ttl_ms);
         resp->u.batch_get.n = u->keys.n_keys;
+        break;
+    case CRP_RPC_RELEASE_LEASES:
+        crk_release_leases(s, (const char *const *)u->leases.keys, u->leases.tokens,
+                           u->leases.n_keys, now);
         break;
     case CRP_RPC_PUT_START:
     case CRP_RPC_UPSERT_START: {
@@ -459,7 +529,7 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, const crp_rpc_req
         rc = all_segments(s, sc, &resp->u.names);
         break;
     case CRP_RPC_QUERY_SEGMENT:
-        rc = query_segment(s, sc, u->name.name, &resp->u.segment_info);
+        rc = query_segment(s, sc, peer, u->name.name, &resp->u.segment_info);
         break;
     case CRP_RPC_QUERY_KEY: {
         crk_key_info ki;

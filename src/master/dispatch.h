@@ -6,6 +6,7 @@
 #ifndef CRESCENT_MASTER_DISPATCH_H
 #define CRESCENT_MASTER_DISPATCH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "master/service.h"
@@ -34,14 +35,33 @@ typedef struct crk_server_info {
     const char *software;  /* "crescent-master 0.1.0" */
 } crk_server_info;
 
-/**
- * Execute req against the service at now_ms and fill *resp (op, status,
- * message and the reply shape). Never fails as a call: every outcome,
- * including bad parameters, is a status in the reply. Arrays and strings in
- * *resp live in `scratch` (or in req) until the caller frees them.
- * Thread-safe as the service is.
+/*
+ * The client identity a connection speaks for (issue 11 item 7). The first
+ * request on a connection that names a non-zero client id (SERVICE_READY
+ * normally) binds the connection to it; a later request naming another id
+ * is refused with CR_ILLEGAL_CLIENT, so one connection cannot mount,
+ * unmount, ping, end or revoke puts for another client. Client ids are
+ * never disclosed to other connections (QUERY_SEGMENT answers the owner's
+ * id only to the owner, zero otherwise), so an id is a 128-bit secret that
+ * only its client holds: another client can neither learn it nor act as it.
+ * (The master has no shared secret; with one, the binding is where it
+ * would be checked.) One per connection; zero-initialise.
  */
-void crk_dispatch(crk_service *s, const crk_server_info *info, const crp_rpc_req *req,
-                  uint64_t now_ms, crp_rpc_resp *resp, crk_scratch *scratch);
+typedef struct crk_peer {
+    crp_rpc_uuid client_id;
+    bool bound;
+} crk_peer;
+
+/**
+ * Execute req against the service at now_ms for the connection `peer`
+ * (NULL: no connection identity, as in-process callers) and fill *resp
+ * (op, status, message and the reply shape). Never fails as a call: every
+ * outcome, including bad parameters, is a status in the reply. Arrays and
+ * strings in *resp live in `scratch` (or in req) until the caller frees
+ * them. Thread-safe as the service is; one thread at a time per peer.
+ */
+void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
+                  const crp_rpc_req *req, uint64_t now_ms, crp_rpc_resp *resp,
+                  crk_scratch *scratch);
 
 #endif

@@ -31,6 +31,8 @@
 #include "master/internal.h"
 #include "master/mem.h"
 
+#define ALLOC_EVICT_LOG_MS 10000
+
 /* Per-shard state of one pass of a round. */
 typedef struct head_state {
     size_t visits; /* objects this pass may still look at */
@@ -152,10 +154,25 @@ void crk_evict_for_alloc(crk_service *s, uint64_t need_bytes, uint64_t seen_roun
     uint64_t freed = evict_locked(s, target, need_bytes, now, &keys);
     atomic_fetch_add(&s->evict_rounds, 1);
     pthread_mutex_unlock(&s->evict_lock);
-    crb_log(CRB_LOG_INFO,
-            "master: eviction round for a failed allocation of %llu bytes: freed %llu bytes "
-            "in %llu keys",
-            (unsigned long long)need_bytes, (unsigned long long)freed, (unsigned long long)keys);
+    /* One summary line at most every ALLOC_EVICT_LOG_MS: a full store with a
+     * put rate of 100k/s used to log "freed 0 bytes" 200k times a minute. */
+    crk_add(s->c.alloc_evictions, 1);
+    crk_add(s->c.alloc_evicted_bytes, freed);
+    crk_add(s->c.alloc_evicted_keys, keys);
+    uint64_t last = crk_get(s->c.alloc_evict_logged_ms);
+    if (crk_elapsed(now, last) >= ALLOC_EVICT_LOG_MS &&
+        atomic_compare_exchange_strong(&s->c.alloc_evict_logged_ms, &last, now)) {
+        uint64_t rounds = atomic_exchange(&s->c.alloc_evictions, 0);
+        uint64_t bytes = atomic_exchange(&s->c.alloc_evicted_bytes, 0);
+        uint64_t nkeys = atomic_exchange(&s->c.alloc_evicted_keys, 0);
+        crb_log(CRB_LOG_INFO,
+                "master: %llu eviction round(s) for failed allocations (the last for %llu "
+                "bytes) freed %llu bytes in %llu keys; %llu bytes wait for readers or slow "
+                "writers (deferred)",
+                (unsigned long long)rounds, (unsigned long long)need_bytes,
+                (unsigned long long)bytes, (unsigned long long)nkeys,
+                (unsigned long long)crk_get(s->c.discarded));
+    }
 }
 
 void crk_shard_housekeeping_locked(crk_service *s, crk_shard *sh, uint64_t now)
@@ -169,11 +186,8 @@ void crk_shard_housekeeping_locked(crk_service *s, crk_shard *sh, uint64_t now)
             continue;
         }
         *dp = d->next;
-        for (uint32_t i = 0; i < d->nrep; i++)
-            crk_free_replica(&d->rep[i]);
-        crk_sub(s->c.discarded, d->bytes * d->nrep);
         crk_add(s->c.put_start_releases, 1);
-        crk_free(d);
+        crk_discard_free(s, d);
     }
 
     /* Writes nobody finished within put_start_release_timeout: the writer is

@@ -17,6 +17,7 @@
 #include "master/test_util.h"
 
 #define KIB 1024ull
+#define MIB (1024ull * 1024ull)
 
 static crk_client_id A;
 
@@ -270,6 +271,122 @@ static void test_alloc_failure_evicts(void **state)
     crk_service_destroy(s);
 }
 
+/* --- readers release their leases (issue 11 item 8) ------------------------------------ */
+
+static uint64_t get_token(crk_service *s, const char *key, uint64_t now)
+{
+    crk_replica_list l;
+    assert_int_equal(crk_get_replica_list(s, key, now, &l), 0);
+    assert_true(l.lease_token != 0);
+    return l.lease_token;
+}
+
+static void upsert(crk_service *s, const char *key, uint64_t size, uint64_t now)
+{
+    crk_replica_list l;
+    int rc = crk_upsert_start(s, tu_client(1), key, size, NULL, now, &l);
+    if (rc != 0)
+        fail_msg("upsert at %llu: %s", (unsigned long long)now, cr_last_error_message());
+    assert_int_equal(crk_put_end(s, tu_client(1), key, now), 0);
+}
+
+/* Upserting one key that is read in between fills no segment: each replaced
+ * version goes as soon as its reader released it, not a lease TTL later. */
+static void test_upsert_with_readers_does_not_fill(void **state)
+{
+    crk_service *s = tu_service(NULL, 0);
+    tu_mount(s, tu_client(1), "seg", 0, 64 * MIB, 0);
+    upsert(s, "k", MIB, 5);
+    for (uint64_t i = 0; i < 300; i++) {
+        /* The reader reads version i while version i + 1 replaces it. */
+        uint64_t token = get_token(s, "k", 10 + i);
+        upsert(s, "k", MIB, 10 + i);
+        assert_true(tu_stats(s).discarded_bytes == MIB); /* i waits for its reader ... */
+        const char *keys[] = {"k"};
+        crk_release_leases(s, keys, &token, 1, 10 + i);
+        assert_true(tu_stats(s).discarded_bytes == 0); /* ... and goes when it is done */
+    }
+    crk_stats st = tu_stats(s);
+    assert_int_equal(st.keys, 1);
+    assert_true(st.allocated_bytes == MIB);
+    assert_true(st.lease_releases == 300);
+    assert_true(st.early_releases == 300);
+    /* Without releases the same loop holds every version for the lease TTL
+     * (10 s here, longer than the loop): 64 versions fill the segment. */
+    crk_replica_list l;
+    int rc = 0;
+    uint64_t i = 0;
+    for (; i < 300 && rc == 0; i++) {
+        rc = crk_upsert_start(s, tu_client(1), "k", MIB, NULL, 1000 + i, &l);
+        if (rc == 0) {
+            assert_int_equal(crk_put_end(s, tu_client(1), "k", 1000 + i), 0);
+            get_token(s, "k", 1000 + i);
+        }
+    }
+    assert_int_equal(rc, CR_NO_AVAILABLE_HANDLE);
+    assert_true(i < 80);
+    assert_true(tu_stats(s).discarded_bytes > 32 * MIB);
+    /* They all go once the leases have run out. */
+    assert_int_equal(crk_tick(s, 1000 + i + 10000), 0);
+    assert_true(tu_stats(s).discarded_bytes == 0);
+    crk_service_destroy(s);
+}
+
+/* Every reader of an era must release; a stale token changes nothing; the
+ * lease itself still blocks a plain remove for its TTL. */
+static void test_release_counts_readers(void **state)
+{
+    crk_service *s = tu_service(NULL, 0);
+    tu_mount(s, tu_client(1), "seg", 0, 64 * MIB, 0);
+    const char *keys[] = {"k"};
+    upsert(s, "k", MIB, 1);
+    uint64_t t1 = get_token(s, "k", 10), t2 = get_token(s, "k", 20);
+    assert_true(t1 == t2); /* one era */
+    crk_release_leases(s, keys, &t1, 1, 30);
+    assert_int_equal(crk_remove(s, "k", false, 31), CR_OBJECT_HAS_LEASE); /* the TTL holds */
+    upsert(s, "k", MIB, 32);
+    assert_true(tu_stats(s).discarded_bytes == MIB); /* t2 still reads the old version */
+    crk_release_leases(s, keys, &t2, 1, 33);
+    assert_true(tu_stats(s).discarded_bytes == 0);
+
+    /* All reads released before the upsert: the old version goes at once. */
+    uint64_t t3 = get_token(s, "k", 40);
+    crk_release_leases(s, keys, &t3, 1, 41);
+    upsert(s, "k", MIB, 42);
+    assert_true(tu_stats(s).discarded_bytes == 0);
+    assert_true(tu_stats(s).allocated_bytes == MIB);
+
+    /* A token of a lapsed lease does not count in the next era. */
+    uint64_t old = get_token(s, "k", 50);      /* lease until 10050, never released */
+    uint64_t fresh = get_token(s, "k", 20000); /* lapsed: a new era */
+    assert_true(fresh != old);
+    crk_release_leases(s, keys, &old, 1, 20001);
+    uint64_t junk[] = {0, 999999, UINT64_MAX};
+    const char *jk[] = {"k", "k", "nokey"};
+    crk_release_leases(s, jk, junk, 3, 20002);
+    upsert(s, "k", MIB, 20003);
+    assert_true(tu_stats(s).discarded_bytes == MIB); /* "fresh" still reads */
+    crk_release_leases(s, keys, &old, 1, 20004);     /* stale: nothing */
+    assert_true(tu_stats(s).discarded_bytes == MIB);
+    crk_release_leases(s, keys, &fresh, 1, 20005);
+    assert_true(tu_stats(s).discarded_bytes == 0);
+
+    /* A forced remove of a read object: its space waits for the reader. */
+    assert_int_equal(tu_put(s, tu_client(1), "f", MIB, NULL, 30000), 0);
+    uint64_t tf = get_token(s, "f", 30001);
+    assert_int_equal(crk_remove(s, "f", true, 30002), 0);
+    assert_true(tu_stats(s).discarded_bytes == MIB);
+    assert_true(tu_stats(s).discard_entries == 1);
+    const char *fk[] = {"f"};
+    crk_release_leases(s, fk, &tf, 1, 30003);
+    crk_stats st = tu_stats(s);
+    assert_true(st.discarded_bytes == 0);
+    assert_true(st.discard_entries == 0);
+    assert_true(st.early_released_bytes >= MIB);
+    assert_true(st.allocated_bytes == MIB); /* "k" */
+    crk_service_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -280,6 +397,8 @@ int main(void)
         cmocka_unit_test(test_probes_do_not_protect),
         cmocka_unit_test(test_lease_expiry_allows_eviction),
         cmocka_unit_test(test_alloc_failure_evicts),
+        cmocka_unit_test(test_upsert_with_readers_does_not_fill),
+        cmocka_unit_test(test_release_counts_readers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,11 @@
  *   ports      0..65535; 0 asks the kernel for a free port (tests).
  *   strings    at most the field's size - 1 bytes; hosts must be non-empty.
  *
+ * One table (flags.c, on base/flagtab.h) holds every flag's name, type,
+ * field, bounds, default and help; the service's fields are in `svc`, with
+ * crk_config_default's defaults and checked by crk_config_validate after
+ * everything is applied.
+ *
  * Every failure is CR_INVALID_PARAMS with a message that names the flag (or
  * file and key) and the value; nothing here prints, exits or aborts:
  * --help and --version only set show_help / show_version for the caller.
@@ -35,28 +40,26 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "master/service.h"
+
 #define CRK_FLAG_HOST_MAX 256
 #define CRK_FLAG_NAME_MAX 256
 #define CRK_FLAG_PATH_MAX 4096
-
-typedef enum crk_alloc_strategy {
-    CRK_ALLOC_RANDOM = 0,           /* "random" (Mooncake's default) */
-    CRK_ALLOC_FREE_RATIO_FIRST = 1, /* "free_ratio_first" */
-    CRK_ALLOC_LOCAL_FIRST = 2,      /* "local_first" */
-} crk_alloc_strategy;
 
 typedef struct crk_master_options {
     /* RPC server */
     uint16_t rpc_port;                     /* --rpc_port (alias --port): 50051 */
     char rpc_address[CRK_FLAG_HOST_MAX];   /* --rpc_address: "0.0.0.0" */
     char rpc_interface[CRK_FLAG_HOST_MAX]; /* --rpc_interface: "" (bind rpc_address) */
-    uint32_t rpc_thread_num;               /* --rpc_thread_num: 0 = max_threads */
+    uint32_t rpc_thread_num;               /* --rpc_thread_num: 0 = min(max_threads, cores) */
     uint32_t max_threads;                  /* --max_threads: 16 */
     uint64_t rpc_conn_timeout_ms;          /* --rpc_conn_timeout_seconds: 0 = none */
     bool rpc_enable_tcp_no_delay;          /* --rpc_enable_tcp_no_delay: true */
+    uint32_t rpc_max_connections;          /* --rpc_max_connections: 0 = from the fd limit */
 
     /* Metrics and admin HTTP (/metrics, /health, /get_all_segments, /query_key) */
-    bool enable_metric_reporting;         /* --enable_metric_reporting: true */
+    bool enable_metric_reporting;         /* --enable_metric_reporting: true (summary log) */
+    uint64_t metric_report_interval_ms;   /* --metric_report_interval_sec: 10 s */
     uint16_t metrics_port;                /* --metrics_port: 9003 */
     char metrics_host[CRK_FLAG_HOST_MAX]; /* --metrics_host: "0.0.0.0" */
 
@@ -66,19 +69,12 @@ typedef struct crk_master_options {
     char http_metadata_server_host[CRK_FLAG_HOST_MAX]; /* "0.0.0.0" */
     bool enable_metadata_cleanup_on_timeout;           /* false */
 
-    /* Objects, leases, pins, eviction */
-    uint64_t default_kv_lease_ttl_ms;       /* --default_kv_lease_ttl: 10000 ms */
-    uint64_t default_kv_soft_pin_ttl_ms;    /* --default_kv_soft_pin_ttl: 30 min */
-    uint64_t max_kv_soft_pin_ttl_ms;        /* --max_kv_soft_pin_ttl: 24 h */
-    bool allow_evict_soft_pinned_objects;   /* true */
-    double eviction_ratio;                  /* 0.05 */
-    double eviction_high_watermark_ratio;   /* 0.90 */
-    crk_alloc_strategy allocation_strategy; /* --allocation_strategy: random */
-
-    /* Clients and in-flight puts */
-    uint64_t client_ttl_ms;                /* --client_ttl: 10 s */
-    uint64_t put_start_discard_timeout_ms; /* --put_start_discard_timeout_sec: 30 s */
-    uint64_t put_start_release_timeout_ms; /* --put_start_release_timeout_sec: 600 s */
+    /* The service (objects, leases, pins, eviction, clients, in-flight puts,
+     * placement): the flags --default_kv_lease_ttl ... --allocation_strategy
+     * write these fields directly; defaults are crk_config_default's and
+     * validation crk_config_validate's, so the service and the flags cannot
+     * disagree. */
+    crk_config svc;
 
     /* Cluster */
     char cluster_id[CRK_FLAG_NAME_MAX];  /* --cluster_id: "mooncake_cluster" */

@@ -1,8 +1,9 @@
 /*
  * internal.h - data structures shared by the master core's source files
- * (service.c: lifecycle, clients, tick, stats; segments.c: segment table,
- * mounts, placement; objects.c: object table, puts, reads, removal;
- * eviction.c: eviction, deferred releases, stale-write sweeps).
+ * (service.c: lifecycle, tick, stats; clients.c: the client table;
+ * segments.c: segment table, mounts, placement; object_table.c: the shard
+ * data structures; objects.c: puts, reads, removal; eviction.c: eviction,
+ * deferred releases, stale-write sweeps).
  *
  * Ownership: the service owns shards, segments, clients and tombstones.
  * A shard owns its objects, their in-flight writes and its discard entries.
@@ -31,11 +32,20 @@
 #include <stdint.h>
 
 #include "base/offset_allocator.h"
+#include "base/siphash.h"
+#include "master/object_table.h"
 #include "master/service.h"
 
 /* --- segments -------------------------------------------------------------- */
 
 enum { CRK_SEG_MOUNTED = 0, CRK_SEG_UNMOUNTING = 1 };
+
+/* Why a segment is fenced (what its message says). */
+enum {
+    CRK_FENCE_NONE = 0,
+    CRK_FENCE_TOMB = 1,    /* its name's previous memory may still be read or written */
+    CRK_FENCE_RESTART = 2, /* remounted after a master restart */
+};
 
 typedef struct crk_segment {
     struct crk_segment *hnext; /* name-hash chain (seg_lock) */
@@ -45,6 +55,7 @@ typedef struct crk_segment {
     uint64_t base, size, capacity;
     uint64_t epoch;
     uint64_t fence_until;     /* no allocation before this; immutable once published */
+    uint8_t fence_reason;     /* CRK_FENCE_*; immutable once published */
     _Atomic int state;        /* CRK_SEG_*; set under seg_lock (write) and mu */
     _Atomic uint64_t used;    /* mirrors crb_oa_used(oa); written under mu */
     _Atomic uint64_t horizon; /* latest lease/writer deadline on this memory */
@@ -53,111 +64,24 @@ typedef struct crk_segment {
     char name[];
 } crk_segment;
 
-/* A replica: a range of one segment. */
-typedef struct crk_replica {
-    crk_segment *seg;
-    uint64_t offset;
-    uint32_t node; /* allocator handle */
-} crk_replica;
-
-/* Space waiting for a deferred release (a lease or a slow writer may still
- * touch it). Lives in the shard of the key it belonged to. */
-typedef struct crk_discard {
-    struct crk_discard *next;
-    uint64_t release_at;
-    uint64_t bytes; /* allocated bytes, for the discarded_bytes gauge */
-    uint32_t nrep;
-    crk_replica rep[];
-} crk_discard;
-
-/* --- objects --------------------------------------------------------------- */
-
-#define CRK_OBJ_COMPLETE 0x01u /* rep[] is readable */
-#define CRK_OBJ_HARD_PIN 0x02u
-#define CRK_OBJ_SOFT_PIN 0x04u /* soft_pin_until is a deadline */
-#define CRK_OBJ_IN_LRU   0x08u
-
-struct crk_write;
-
-/*
- * One key. Allocated as one block: header, key bytes + NUL padded to 8, then
- * the replica array (crk_obj_reps). 64 bytes of header; see the memory test.
- */
-typedef struct crk_object {
-    struct crk_object *lru_prev, *lru_next; /* shard LRU, head = least recent */
-    struct crk_write *write;                /* write in flight, or NULL */
-    uint64_t size;                          /* value size */
-    uint64_t lease_until;                   /* read lease deadline (0: none) */
-    uint64_t soft_pin_until;                /* CRK_OBJ_SOFT_PIN: deadline */
-    uint64_t last_access;                   /* put_end or last get: the LRU clock */
-    uint32_t hash;                          /* low 32 bits of the key hash */
-    uint16_t key_len;
-    uint8_t nrep;
-    uint8_t flags;
-    char key[]; /* key_len bytes + NUL, then padding, then crk_replica[nrep] */
-} crk_object;
-
-/*
- * A put or upsert in flight. For a first put the replicas are the object's
- * own (object not CRK_OBJ_COMPLETE); for an upsert of a complete object
- * they are in rep[] here. Linked in its shard's list, oldest first.
- */
-typedef struct crk_write {
-    struct crk_write *prev, *next;
-    crk_object *obj;
-    crk_client_id owner;
-    uint64_t start_ms;
-    uint64_t size;         /* value size of the new version */
-    uint64_t soft_pin_ttl; /* resolved TTL when soft_action is ENABLE */
-    uint8_t soft_action;
-    uint8_t hard_pin;
-    uint8_t upsert; /* rep[] holds the new replicas */
-    uint8_t nrep;
-    crk_replica rep[];
-} crk_write;
-
-/* A slot of a shard's open-addressed table: the key hash's low 32 bits
- * (compared before the object is touched) and the object, NULL if empty. */
-typedef struct crk_slot {
-    uint32_t hash;
-    crk_object *obj;
-} crk_slot;
-
-typedef struct crk_shard {
-    _Alignas(64) pthread_mutex_t mu;
-    crk_slot *slots; /* linear probing, at most 3/4 full */
-    size_t nslots;   /* power of two */
-    /* slots and nslots - 1 again, for batch prefetching without the lock: a
-     * stale pair only makes a prefetch useless (a prefetch never faults).
-     * On a line of their own: written only when the table grows, read by
-     * every thread, so they must not share a line with the mutex or the
-     * counters and lists below that each put writes. */
-    _Alignas(64) _Atomic(crk_slot *) hint_slots;
-    _Atomic size_t hint_mask;
-    _Alignas(64) size_t nobjs;
-    /* Gauges and counters kept per shard and summed when read, so that two
-     * threads putting keys in different shards never write one cache line
-     * (written under mu, read anywhere). */
-    _Atomic uint64_t keys, writes, leases_granted;
-    crk_object *lru_head, *lru_tail;
-    size_t lru_count;
-    crk_write *w_head, *w_tail;
-    crk_discard *discards;
-} crk_shard;
-
 /* --- clients and tombstones -------------------------------------------------- */
 
 typedef struct crk_client {
     struct crk_client *next;
     crk_client_id id;
     uint64_t last_seen;
+    uint64_t fence_until; /* latest fence of a segment it mounted (for health) */
+    bool need_remount;    /* a (re)mount of one of its segments failed */
 } crk_client;
 
-/* An unmounted segment name whose memory may still be read or written until
- * `horizon`: a new mount of the name is fenced until then. */
+/* An unmounted segment name whose memory [base, end) may still be read or
+ * written until `horizon`: a new mount of the name over that range is
+ * fenced until then (one over other memory is not: an old descriptor's
+ * addresses are outside it, and the engine refuses them). */
 typedef struct crk_tomb {
     struct crk_tomb *next;
     uint64_t horizon;
+    uint64_t base, end;
     char name[];
 } crk_tomb;
 
@@ -171,6 +95,10 @@ typedef struct crk_counters {
     _Atomic uint64_t evictions_attempted, evictions_successful, evicted_keys, evicted_bytes;
     _Atomic uint64_t alloc_failures, partial_allocations;
     _Atomic uint64_t put_start_discards, put_start_releases;
+    _Atomic uint64_t lease_releases, early_releases, early_released_bytes, discard_entries;
+    /* failed-allocation evictions since the last summary line (eviction.c) */
+    _Atomic uint64_t alloc_evictions, alloc_evicted_bytes, alloc_evicted_keys;
+    _Atomic uint64_t alloc_evict_logged_ms;
     _Atomic uint64_t clients_expired;
     /* gauges (keys, writes in flight and leases granted are per shard;
      * allocated bytes are the segments' used bytes: see crk_allocated) */
@@ -197,7 +125,11 @@ struct crk_service {
     _Atomic uint64_t evict_rounds; /* bumped after each round */
 
     _Atomic uint64_t epoch_counter;
-    _Atomic uint64_t rng;
+    _Atomic uint64_t rng;              /* seeds each thread's stream (rng.h) */
+    crb_sipkey hash_key;               /* of crk_key_hash, random per service */
+    _Atomic bool stopping;             /* crk_service_stop_scans: long scans give up */
+    crk_expired_segment_fn on_expired; /* set before sharing; read by the tick */
+    void *on_expired_ctx;
     crk_counters c;
 };
 
@@ -228,12 +160,12 @@ static inline bool crk_id_valid(crk_client_id a)
     return a.hi != 0 || a.lo != 0;
 }
 
-/* 64-bit hash of bytes. */
-uint64_t crk_hash_bytes(const void *p, size_t n);
-
-/* A random 64-bit value: splitmix64 over a per-thread counter (seeded once
- * per thread from the service), mixed with seed. */
-uint64_t crk_random(crk_service *s, uint64_t seed);
+/* The key hash: SipHash-1-3 (base/siphash.h) under the service's random
+ * key, so clients cannot choose colliding keys or segment names. */
+static inline uint64_t crk_key_hash(const crk_service *s, const void *p, size_t n)
+{
+    return crb_siphash13(&s->hash_key, p, n);
+}
 
 /* Bytes allocated in all mounted (or unmounting) segments. Takes seg_lock. */
 uint64_t crk_allocated(crk_service *s);
@@ -246,25 +178,30 @@ static inline uint64_t crk_rep_bytes(const crk_service *s, uint64_t size)
     return v > UINT64_MAX - (a - 1) ? UINT64_MAX : (v + a - 1) & ~(a - 1);
 }
 
-static inline crk_replica *crk_obj_reps(crk_object *o)
-{
-    return (crk_replica *)(void *)(o->key + (((size_t)o->key_len + 1 + 7) & ~(size_t)7));
-}
-
-/* service.c */
-/* Find or create a client and refresh its heartbeat (clients_lock held). */
-int crk_client_touch_locked(crk_service *s, crk_client_id id, uint64_t now);
+/* clients.c */
+/* Find or create a client and refresh its heartbeat (clients_lock held);
+ * *out (may be NULL) is its record. */
+int crk_client_touch_locked(crk_service *s, crk_client_id id, uint64_t now, crk_client **out);
+/* Expire clients silent for client_ttl_ms, unmounting their segments. */
+int crk_expire_clients(crk_service *s, uint64_t now);
+/* Free the client table (destroy). */
+void crk_clients_destroy(crk_service *s);
 
 /* segments.c */
 typedef struct crk_place_info {
-    bool any_fits;      /* an open segment's capacity holds the value */
-    bool any_fenced;    /* a segment was skipped because of its fence */
-    uint64_t min_fence; /* earliest fence end among those */
+    bool any_fits;                         /* an open segment's capacity holds the value */
+    bool any_fenced;                       /* a segment was skipped because of its fence */
+    uint64_t min_fence;                    /* earliest fence end among those */
+    uint8_t fence_reason;                  /* CRK_FENCE_* of that segment */
+    char fenced[CRK_MAX_SEGMENT_NAME + 1]; /* its name */
 } crk_place_info;
 
+/* Allocate up to `want` replicas of alloc_size on distinct segments: the
+ * preferred ones first, then (allocation_strategy local_first) the writer's
+ * own, then sampled ones by free ratio (free_ratio_first: all of them). */
 uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const char *const *preferred,
-                   size_t n_preferred, uint64_t seed, uint64_t now, crk_replica *out,
-                   crk_place_info *info);
+                   size_t n_preferred, crk_client_id writer, uint64_t seed, uint64_t now,
+                   crk_replica *out, crk_place_info *info);
 void crk_free_replica(const crk_replica *r);
 void crk_note_horizon(crk_segment *seg, uint64_t until);
 int crk_unmount_begin_locked(crk_service *s, crk_segment *seg);
@@ -273,19 +210,21 @@ void crk_prune_tombs(crk_service *s, uint64_t now);
 void crk_segments_destroy(crk_service *s);
 
 /* objects.c */
-int crk_shards_init(crk_service *s);
-void crk_shards_destroy(crk_service *s);
 /* Remove every replica on `seg` from shard `sh` (shard locked); returns the
  * latest deadline until which a writer may still write into seg. */
 uint64_t crk_purge_segment_locked(crk_service *s, crk_shard *sh, crk_segment *seg);
 /* Erase an object with no write in flight (shard locked): table, LRU,
  * gauges; its replicas are freed, or deferred until its lease ends. */
 void crk_erase_object_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t now);
-void crk_lru_move_to_tail(crk_shard *sh, crk_object *o);
-/* Free reps now if release_at <= now, else park them in a discard entry. */
+/* Free reps now if release_at <= now, else park them in a discard entry.
+ * `readers` (may be NULL) is the object version the replicas belonged to:
+ * its lease era and reader count go with the entry, so the last reader's
+ * crk_release_leases frees it early. */
 void crk_release_or_defer(crk_service *s, crk_shard *sh, const crk_replica *reps, uint32_t n,
-                          uint64_t value_size, uint64_t release_at, uint64_t now);
-void crk_write_unlink(crk_shard *sh, crk_write *w);
+                          uint64_t value_size, uint64_t release_at, uint64_t now,
+                          const crk_object *readers);
+/* Free a discard entry's replicas now and uncount it (it is unlinked). */
+void crk_discard_free(crk_service *s, crk_discard *d);
 
 /* eviction.c */
 uint64_t crk_evict_round(crk_service *s, uint64_t target_bytes, uint64_t now, uint64_t *keys_out);

@@ -292,6 +292,88 @@ static void test_unmount_fence(void **state)
     crk_service_destroy(s);
 }
 
+/*
+ * Issue 11 item 14: a fresh client reusing a segment name. The tombstone's
+ * fence covers the memory old readers may still address: a first mount over
+ * the same range is fenced (with a message that says why, not "after a
+ * remount"), one over other memory is not, and the heartbeat reports the
+ * fence so health() can tell the truth.
+ */
+static void test_first_mount_fence_is_reported(void **state)
+{
+    crk_service *s = tu_service(NULL, 0);
+    crk_client_id old = tu_client(1), fresh = tu_client(2), other = tu_client(3);
+    crk_segment_spec spec = {.name = "host:17000", .base = 0x1000000, .size = 4 * KIB};
+    assert_int_equal(crk_mount_segment(s, old, &spec, 0, NULL), 0);
+    assert_int_equal(tu_put(s, old, "k", 4 * KIB, NULL, 10), 0);
+    crk_replica_list g, l;
+    assert_int_equal(crk_get_replica_list(s, "k", 500, &g), 0); /* reader until 10500 */
+    assert_int_equal(crk_unmount_segment(s, old, "host:17000", 600), 0);
+    /* A new process on the same host:port maps its segment elsewhere: no fence. */
+    crk_segment_spec elsewhere = {.name = "host:17000", .base = 0x9000000, .size = 4 * KIB};
+    assert_int_equal(crk_mount_segment(s, fresh, &elsewhere, 700, NULL), 0);
+    crk_heartbeat_info hi;
+    assert_int_equal(crk_heartbeat(s, fresh, 701, &hi), 0);
+    assert_int_equal(hi.status, CRK_CLIENT_OK);
+    assert_true(hi.fenced_ms == 0);
+    assert_int_equal(crk_put_start(s, fresh, "n", 4 * KIB, NULL, 702, &l), 0);
+    assert_int_equal(crk_put_revoke(s, fresh, "n", 703), 0);
+    assert_int_equal(crk_unmount_segment(s, fresh, "host:17000", 704), 0);
+    /* Over the old memory: fenced until the old lease ends, and said so. */
+    assert_int_equal(crk_mount_segment(s, other, &spec, 800, NULL), 0);
+    assert_int_equal(crk_heartbeat(s, other, 1000, &hi), 0);
+    assert_int_equal(hi.status, CRK_CLIENT_OK);
+    assert_true(hi.fenced_ms == 9500);
+    assert_int_equal(crk_put_start(s, other, "n", 4 * KIB, NULL, 1000, &l), CR_NO_AVAILABLE_HANDLE);
+    const char *msg = cr_last_error_message();
+    if (strstr(msg, "after a remount") != NULL || strstr(msg, "'host:17000'") == NULL ||
+        strstr(msg, "was unmounted while reads or writes") == NULL)
+        fail_msg("fence message: %s", msg);
+    assert_int_equal(crk_put_start(s, other, "n", 4 * KIB, NULL, 10500, &l), 0);
+    assert_int_equal(crk_heartbeat(s, other, 10500, &hi), 0);
+    assert_true(hi.fenced_ms == 0);
+    crk_service_destroy(s);
+
+    /* A remount after a master restart says so. */
+    s = tu_service(NULL, 1000);
+    assert_int_equal(crk_remount_segments(s, old, &spec, 1, 1500, NULL), 0);
+    assert_int_equal(crk_heartbeat(s, old, 1500, &hi), 0);
+    assert_true(hi.fenced_ms == 10500);
+    assert_int_equal(crk_put_start(s, old, "n", 4 * KIB, NULL, 1600, &l), CR_NO_AVAILABLE_HANDLE);
+    assert_non_null(strstr(cr_last_error_message(), "remounted after a master restart"));
+    crk_service_destroy(s);
+}
+
+/*
+ * Issue 11 item 7: a client whose (re)mount failed is not OK: its heartbeat
+ * says NEED_REMOUNT until a remount of all its segments succeeds, so it
+ * keeps trying and health() reports the truth meanwhile.
+ */
+static void test_failed_remount_is_retried(void **state)
+{
+    crk_service *s = tu_service(NULL, 0);
+    crk_client_id a = tu_client(1), b = tu_client(2);
+    crk_segment_spec spec = {.name = "seg", .base = 0x1000000, .size = MIB};
+    /* b holds the name; a's remount of it fails. */
+    assert_int_equal(crk_mount_segment(s, b, &spec, 0, NULL), 0);
+    assert_int_equal(crk_remount_segments(s, a, &spec, 1, 10, NULL), CR_SEGMENT_ALREADY_EXISTS);
+    int st = 0;
+    assert_int_equal(crk_ping(s, a, 20, &st), 0);
+    assert_int_equal(st, CRK_CLIENT_NEED_REMOUNT); /* it was OK before: registered, no segment */
+    assert_int_equal(crk_ping(s, a, 30, &st), 0);
+    assert_int_equal(st, CRK_CLIENT_NEED_REMOUNT);
+    /* b goes; a's next remount works and a is OK again. */
+    assert_int_equal(crk_unmount_segment(s, b, "seg", 40), 0);
+    assert_int_equal(crk_remount_segments(s, a, &spec, 1, 50, NULL), 0);
+    assert_int_equal(crk_ping(s, a, 60, &st), 0);
+    assert_int_equal(st, CRK_CLIENT_OK);
+    /* A failed plain mount marks it too. */
+    assert_int_equal(crk_mount_segment(s, b, &spec, 70, NULL), CR_SEGMENT_ALREADY_EXISTS);
+    assert_int_equal(crk_ping(s, b, 80, &st), 0);
+    assert_int_equal(st, CRK_CLIENT_NEED_REMOUNT);
+    crk_service_destroy(s);
+}
+
 /* A slow writer of an in-flight put may write until start + release timeout. */
 static void test_inflight_writer_fence(void **state)
 {
@@ -553,6 +635,8 @@ int main(void)
         cmocka_unit_test(test_client_expiry),
         cmocka_unit_test(test_restart_fence),
         cmocka_unit_test(test_unmount_fence),
+        cmocka_unit_test(test_first_mount_fence_is_reported),
+        cmocka_unit_test(test_failed_remount_is_retried),
         cmocka_unit_test(test_inflight_writer_fence),
         cmocka_unit_test(test_fence_simulation),
     };

@@ -1,13 +1,10 @@
 /*
- * objects.c - the object table and the key operations: two-phase put (and
- * upsert) with an owner and preemption, reads with leases, removal, batches,
- * operator queries.
+ * objects.c - the key operations: two-phase put (and upsert) with an owner
+ * and preemption, reads with leases, removal, batches, operator queries.
  *
  * The table has CRK_NUM_SHARDS shards chosen by the key hash's high bits;
- * each shard is an open-addressed hash table (linear probing over slots that
- * hold the hash and the object pointer, so a probe for an absent key touches
- * only the slot array; doubled at 3/4 full; deletion shifts later entries
- * back instead of leaving tombstones) under its own mutex, plus:
+ * each shard (object_table.h) is an open-addressed hash table under its own
+ * mutex, plus:
  *   - an LRU list of its complete, not hard-pinned objects (head = least
  *     recently read; put_end appends, get_replica_list moves to the tail),
  *     which eviction consumes from the head;
@@ -25,7 +22,6 @@
  * while it may still be written, gives its space back only once the lease or
  * the writer's deadline has passed.
  */
-#include <regex.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,62 +29,7 @@
 #include "base/log.h"
 #include "master/internal.h"
 #include "master/mem.h"
-
-#define INITIAL_SLOTS 16
-
-/* --- shards ------------------------------------------------------------------ */
-
-int crk_shards_init(crk_service *s)
-{
-    size_t i;
-    int rc = 0;
-    for (i = 0; i < CRK_NUM_SHARDS; i++) {
-        crk_shard *sh = &s->shards[i];
-        sh->slots = crk_calloc(INITIAL_SLOTS, sizeof(*sh->slots));
-        if (!sh->slots) {
-            rc = crb_error(CR_ERR_NO_MEMORY, "master: shard %zu slots", i);
-            goto undo_shards;
-        }
-        if (pthread_mutex_init(&sh->mu, NULL) != 0) {
-            crk_free(sh->slots);
-            rc = crb_error(CR_ERR_NO_MEMORY, "master: shard %zu mutex", i);
-            goto undo_shards;
-        }
-        sh->nslots = INITIAL_SLOTS;
-        atomic_store_explicit(&sh->hint_slots, sh->slots, CRK_RELAXED);
-        atomic_store_explicit(&sh->hint_mask, INITIAL_SLOTS - 1, CRK_RELAXED);
-    }
-    return 0;
-
-undo_shards:
-    while (i-- > 0) {
-        pthread_mutex_destroy(&s->shards[i].mu);
-        crk_free(s->shards[i].slots);
-    }
-    return rc;
-}
-
-void crk_shards_destroy(crk_service *s)
-{
-    for (size_t i = 0; i < CRK_NUM_SHARDS; i++) {
-        crk_shard *sh = &s->shards[i];
-        for (size_t j = 0; j < sh->nslots; j++) {
-            crk_object *o = sh->slots[j].obj;
-            if (o) {
-                crk_free(o->write);
-                crk_free(o);
-            }
-        }
-        crk_discard *d = sh->discards;
-        while (d) {
-            crk_discard *next = d->next;
-            crk_free(d);
-            d = next;
-        }
-        crk_free(sh->slots);
-        pthread_mutex_destroy(&sh->mu);
-    }
-}
+#include "master/regex.h"
 
 static crk_shard *shard_of(crk_service *s, uint64_t h)
 {
@@ -116,8 +57,6 @@ typedef struct key_ref {
     crk_shard *sh;
 } key_ref;
 
-static size_t probe(const crk_shard *sh, const char *key, size_t len, uint32_t h);
-
 /* Check key (CR_INVALID_KEY) and find its shard, without locking it. */
 static int key_ref_of(crk_service *s, const char *key, key_ref *k)
 {
@@ -125,16 +64,27 @@ static int key_ref_of(crk_service *s, const char *key, key_ref *k)
     int rc = key_check(key, &len);
     if (rc != 0)
         return rc;
-    uint64_t h = crk_hash_bytes(key, len);
+    uint64_t h = crk_key_hash(s, key, len);
     *k = (key_ref){key, len, h, shard_of(s, h)};
     return 0;
+}
+
+/* key_ref_of, or the batch's ready-made reference `pre` (already checked and
+ * hashed, see key_ring) when there is one. */
+static int key_ref_from(crk_service *s, const char *key, const key_ref *pre, key_ref *k)
+{
+    if (pre != NULL) {
+        *k = *pre;
+        return 0;
+    }
+    return key_ref_of(s, key, k);
 }
 
 /* Lock k's shard; returns the key's slot (its object is NULL when absent). */
 static size_t lock_and_probe(const key_ref *k)
 {
     pthread_mutex_lock(&k->sh->mu);
-    return probe(k->sh, k->key, k->len, (uint32_t)k->hash);
+    return crk_shard_probe(k->sh, k->key, k->len, (uint32_t)k->hash);
 }
 
 /*
@@ -142,10 +92,10 @@ static size_t lock_and_probe(const key_ref *k)
  * *o / *slot are set. Otherwise nothing is locked: CR_INVALID_KEY, or
  * CR_OBJECT_NOT_FOUND with a message naming op.
  */
-static int lock_object(crk_service *s, const char *op, const char *key, key_ref *k, crk_object **o,
-                       size_t *slot)
+static int lock_object(crk_service *s, const char *op, const char *key, const key_ref *pre,
+                       key_ref *k, crk_object **o, size_t *slot)
 {
-    int rc = key_ref_of(s, key, k);
+    int rc = key_ref_from(s, key, pre, k);
     if (rc != 0)
         return rc;
     size_t i = lock_and_probe(k);
@@ -159,182 +109,7 @@ static int lock_object(crk_service *s, const char *op, const char *key, key_ref 
     return 0;
 }
 
-/* Index of the slot holding this key, or of the empty slot ending its probe. */
-static size_t probe(const crk_shard *sh, const char *key, size_t len, uint32_t h)
-{
-    size_t mask = sh->nslots - 1;
-    for (size_t i = h & mask;; i = (i + 1) & mask) {
-        const crk_slot *sl = &sh->slots[i];
-        if (!sl->obj ||
-            (sl->hash == h && sl->obj->key_len == len && memcmp(sl->obj->key, key, len) == 0))
-            return i;
-    }
-}
-
-/* Index of the slot holding o (which is in the table). */
-static size_t slot_of(const crk_shard *sh, const crk_object *o)
-{
-    size_t mask = sh->nslots - 1;
-    size_t i = o->hash & mask;
-    while (sh->slots[i].obj != o)
-        i = (i + 1) & mask;
-    return i;
-}
-
-/* Empty slot i and shift later entries of its run back so that every probe
- * still reaches its key without crossing an empty slot. */
-static void slot_clear(crk_shard *sh, size_t i)
-{
-    size_t mask = sh->nslots - 1;
-    for (size_t j = (i + 1) & mask; sh->slots[j].obj; j = (j + 1) & mask) {
-        size_t home = sh->slots[j].hash & mask;
-        /* The entry at j may fill the hole unless its home lies in (i, j]. */
-        bool home_after_hole = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-        if (!home_after_hole) {
-            sh->slots[i] = sh->slots[j];
-            i = j;
-        }
-    }
-    sh->slots[i] = (crk_slot){0, NULL};
-}
-
-/* Double the slot array; false (table unchanged) without memory. */
-static bool grow_slots(crk_shard *sh)
-{
-    size_t n = sh->nslots * 2;
-    crk_slot *t = crk_calloc(n, sizeof(*t));
-    if (!t)
-        return false;
-    for (size_t i = 0; i < sh->nslots; i++) {
-        crk_slot sl = sh->slots[i];
-        if (!sl.obj)
-            continue;
-        size_t j = sl.hash & (n - 1);
-        while (t[j].obj)
-            j = (j + 1) & (n - 1);
-        t[j] = sl;
-    }
-    crk_free(sh->slots);
-    sh->slots = t;
-    sh->nslots = n;
-    atomic_store_explicit(&sh->hint_slots, t, CRK_RELAXED);
-    atomic_store_explicit(&sh->hint_mask, n - 1, CRK_RELAXED);
-    return true;
-}
-
-/* Room for one more object: grows at 3/4 full; fails only when the table
- * could not grow and would have no empty slot left. */
-static int table_reserve(crk_shard *sh)
-{
-    if ((sh->nobjs + 1) * 4 <= sh->nslots * 3 || grow_slots(sh) || sh->nobjs + 2 <= sh->nslots)
-        return 0;
-    return crb_error(CR_ERR_NO_MEMORY, "master: object table of a shard cannot grow past %zu",
-                     sh->nobjs);
-}
-
-/* Insert o, known absent, after table_reserve succeeded. */
-static void table_insert(crk_service *s, crk_shard *sh, crk_object *o)
-{
-    size_t mask = sh->nslots - 1;
-    size_t i = o->hash & mask;
-    while (sh->slots[i].obj)
-        i = (i + 1) & mask;
-    sh->slots[i] = (crk_slot){o->hash, o};
-    sh->nobjs++;
-    crk_add(sh->keys, 1);
-}
-
-/* --- LRU and write lists --------------------------------------------------------- */
-
-static void lru_push_tail(crk_shard *sh, crk_object *o)
-{
-    o->lru_next = NULL;
-    o->lru_prev = sh->lru_tail;
-    if (sh->lru_tail)
-        sh->lru_tail->lru_next = o;
-    else
-        sh->lru_head = o;
-    sh->lru_tail = o;
-    o->flags |= CRK_OBJ_IN_LRU;
-    sh->lru_count++;
-}
-
-static void lru_unlink(crk_shard *sh, crk_object *o)
-{
-    if (!(o->flags & CRK_OBJ_IN_LRU))
-        return;
-    if (o->lru_prev)
-        o->lru_prev->lru_next = o->lru_next;
-    else
-        sh->lru_head = o->lru_next;
-    if (o->lru_next)
-        o->lru_next->lru_prev = o->lru_prev;
-    else
-        sh->lru_tail = o->lru_prev;
-    o->lru_prev = o->lru_next = NULL;
-    o->flags &= (uint8_t)~CRK_OBJ_IN_LRU;
-    sh->lru_count--;
-}
-
-void crk_lru_move_to_tail(crk_shard *sh, crk_object *o)
-{
-    if (!(o->flags & CRK_OBJ_IN_LRU) || sh->lru_tail == o)
-        return;
-    lru_unlink(sh, o);
-    lru_push_tail(sh, o);
-}
-
-static void write_push(crk_service *s, crk_shard *sh, crk_write *w)
-{
-    w->next = NULL;
-    w->prev = sh->w_tail;
-    if (sh->w_tail)
-        sh->w_tail->next = w;
-    else
-        sh->w_head = w;
-    sh->w_tail = w;
-    crk_add(sh->writes, 1);
-}
-
-void crk_write_unlink(crk_shard *sh, crk_write *w)
-{
-    if (w->prev)
-        w->prev->next = w->next;
-    else
-        sh->w_head = w->next;
-    if (w->next)
-        w->next->prev = w->prev;
-    else
-        sh->w_tail = w->prev;
-    w->prev = w->next = NULL;
-}
-
-/* Unlink, uncount and free a write; clears its object's pointer. */
-static void write_drop(crk_service *s, crk_shard *sh, crk_write *w)
-{
-    crk_write_unlink(sh, w);
-    if (w->obj)
-        w->obj->write = NULL;
-    crk_sub(sh->writes, 1);
-    crk_free(w);
-}
-
 /* --- objects ------------------------------------------------------------------------ */
-
-static crk_object *obj_new(const char *key, size_t len, uint32_t h, uint32_t nrep)
-{
-    size_t keyspace = (len + 1 + 7) & ~(size_t)7;
-    crk_object *o = crk_malloc(sizeof(*o) + keyspace + nrep * sizeof(crk_replica));
-    if (!o)
-        return NULL;
-    memset(o, 0, sizeof(*o));
-    memcpy(o->key, key, len);
-    o->key[len] = '\0';
-    o->key_len = (uint16_t)len;
-    o->hash = h;
-    o->nrep = (uint8_t)nrep;
-    return o;
-}
 
 static void pin_gauges(crk_service *s, const crk_object *o, int sign)
 {
@@ -363,15 +138,22 @@ static void fill_desc(crk_replica_desc *d, const crk_replica *r, uint64_t size)
 }
 
 void crk_release_or_defer(crk_service *s, crk_shard *sh, const crk_replica *reps, uint32_t n,
-                          uint64_t value_size, uint64_t release_at, uint64_t now)
+                          uint64_t value_size, uint64_t release_at, uint64_t now,
+                          const crk_object *readers)
 {
     if (n == 0)
         return;
+    /* Leased, but every read of the lease was released: nobody reads it. */
+    if (readers && readers->readers == 0 && readers->lease_until == release_at)
+        release_at = now;
     if (release_at > now) {
         crk_discard *d = crk_malloc(sizeof(*d) + n * sizeof(crk_replica));
         if (d) {
             d->release_at = release_at;
             d->bytes = crk_rep_bytes(s, value_size);
+            d->key_hash = readers ? readers->hash : 0;
+            d->lease_era = readers && readers->lease_until == release_at ? readers->lease_era : 0;
+            d->readers = readers ? readers->readers : 0;
             d->nrep = n;
             memcpy(d->rep, reps, n * sizeof(crk_replica));
             for (uint32_t i = 0; i < n; i++)
@@ -379,6 +161,7 @@ void crk_release_or_defer(crk_service *s, crk_shard *sh, const crk_replica *reps
             d->next = sh->discards;
             sh->discards = d;
             crk_add(s->c.discarded, d->bytes * n);
+            crk_add(s->c.discard_entries, 1);
             return;
         }
         crb_log(CRB_LOG_ERROR, "master: out of memory deferring a release; freeing now");
@@ -387,14 +170,20 @@ void crk_release_or_defer(crk_service *s, crk_shard *sh, const crk_replica *reps
         crk_free_replica(&reps[i]);
 }
 
+void crk_discard_free(crk_service *s, crk_discard *d)
+{
+    for (uint32_t i = 0; i < d->nrep; i++)
+        crk_free_replica(&d->rep[i]);
+    crk_sub(s->c.discarded, d->bytes * d->nrep);
+    crk_sub(s->c.discard_entries, 1);
+    crk_free(d);
+}
+
 void crk_erase_object_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t now)
 {
-    slot_clear(sh, slot_of(sh, o));
-    sh->nobjs--;
-    crk_sub(sh->keys, 1);
-    lru_unlink(sh, o);
+    crk_shard_remove(sh, o);
     pin_gauges(s, o, -1);
-    crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now);
+    crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now, o);
     crk_free(o);
 }
 
@@ -441,7 +230,7 @@ uint64_t crk_purge_segment_locked(crk_service *s, crk_shard *sh, crk_segment *se
             }
             /* Nothing left to read or to complete: erase (no space to free). */
             if (w)
-                write_drop(s, sh, w);
+                crk_write_drop(sh, w);
             crk_erase_object_locked(s, sh, o, 0); /* slot i now holds a later entry */
         }
     }
@@ -458,6 +247,7 @@ uint64_t crk_purge_segment_locked(crk_service *s, crk_shard *sh, crk_segment *se
         }
         if (d->nrep == 0) {
             *dp = d->next;
+            crk_sub(s->c.discard_entries, 1);
             crk_free(d);
         } else {
             dp = &d->next;
@@ -519,16 +309,16 @@ static crk_object *preempt_locked(crk_service *s, crk_shard *sh, crk_object *o, 
             (unsigned long long)crk_elapsed(now, w->start_ms));
     crk_add(s->c.put_start_discards, 1);
     if (w->upsert) {
-        crk_release_or_defer(s, sh, w->rep, w->nrep, w->size, release_at, now);
-        write_drop(s, sh, w);
+        crk_release_or_defer(s, sh, w->rep, w->nrep, w->size, release_at, now, NULL);
+        crk_write_drop(sh, w);
         if (o->nrep > 0)
             return o;
         crk_erase_object_locked(s, sh, o, now);
         return NULL;
     }
-    crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, release_at, now);
+    crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, release_at, now, NULL);
     o->nrep = 0;
-    write_drop(s, sh, w);
+    crk_write_drop(sh, w);
     crk_erase_object_locked(s, sh, o, now);
     return NULL;
 }
@@ -539,9 +329,15 @@ static int alloc_failure(crk_service *s, const char *key, uint64_t size, uint32_
     crk_add(s->c.alloc_failures, 1);
     if (!info->any_fits && info->any_fenced)
         return crb_error(CR_NO_AVAILABLE_HANDLE,
-                         "put_start '%s': every segment that could hold %llu bytes is fenced "
-                         "after a remount until t=%llu ms",
-                         key, (unsigned long long)size, (unsigned long long)info->min_fence);
+                         "put_start '%s': every segment that could hold %llu bytes is fenced; "
+                         "the first, '%s', accepts allocations at t=%llu ms: %s",
+                         key, (unsigned long long)size, info->fenced,
+                         (unsigned long long)info->min_fence,
+                         info->fence_reason == CRK_FENCE_RESTART
+                             ? "it was remounted after a master restart, and the previous "
+                               "instance's leases on it may still run"
+                             : "a segment of that name was unmounted while reads or writes of "
+                               "its memory could still be running");
     if (!info->any_fits)
         return crb_error(CR_NO_AVAILABLE_HANDLE,
                          "put_start '%s': no mounted segment can hold %llu bytes", key,
@@ -551,13 +347,13 @@ static int alloc_failure(crk_service *s, const char *key, uint64_t size, uint32_
                      key, (unsigned long long)size, want, evictions);
 }
 
-static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
+static int put_start_impl(crk_service *s, crk_client_id client, const char *key, const key_ref *pre,
                           uint64_t value_size, const crk_replicate_config *cfg, uint64_t now,
                           bool upsert, crk_replica_list *out)
 {
     key_ref kr;
     uint64_t soft_ttl = 0;
-    int rc = key_ref_of(s, key, &kr);
+    int rc = key_ref_from(s, key, pre, &kr);
     if (rc != 0)
         return rc;
     if (!crk_id_valid(client))
@@ -602,13 +398,13 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
             return crb_error(CR_OBJECT_ALREADY_EXISTS, "put_start '%s': key exists", key);
         }
 
-        if (!o && (rc = table_reserve(sh)) != 0) {
+        if (!o && (rc = crk_shard_reserve(sh)) != 0) {
             pthread_mutex_unlock(&sh->mu);
             return rc;
         }
         crk_place_info info;
         uint32_t k = crk_place(s, alloc_size, cfg->replica_num, cfg->preferred_segments,
-                               cfg->n_preferred, h, now, reps, &info);
+                               cfg->n_preferred, client, h, now, reps, &info);
         if (k == 0) {
             uint64_t rounds = atomic_load(&s->evict_rounds);
             pthread_mutex_unlock(&sh->mu);
@@ -620,7 +416,7 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
         }
 
         crk_write *w = crk_calloc(1, sizeof(*w) + (o ? k : 0) * sizeof(crk_replica));
-        crk_object *fresh = o ? NULL : obj_new(key, kr.len, (uint32_t)kr.hash, k);
+        crk_object *fresh = o ? NULL : crk_obj_new(key, kr.len, (uint32_t)kr.hash, k);
         if (!w || (!o && !fresh)) {
             crk_free(w);
             crk_free(fresh);
@@ -646,12 +442,13 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
             memcpy(crk_obj_reps(fresh), reps, k * sizeof(crk_replica));
             fresh->write = w;
             w->obj = fresh;
-            table_insert(s, sh, fresh);
+            crk_shard_insert(sh, fresh);
         }
-        write_push(s, sh, w);
+        crk_write_push(sh, w);
 
         out->value_size = value_size;
         out->lease_ttl_ms = 0;
+        out->lease_token = 0;
         out->n = k;
         for (uint32_t i = 0; i < k; i++)
             fill_desc(&out->r[i], &reps[i], value_size);
@@ -685,12 +482,13 @@ static void apply_pins(crk_object *dst, const crk_write *w, uint8_t old_flags,
     }
 }
 
-static int put_end_impl(crk_service *s, crk_client_id client, const char *key, uint64_t now)
+static int put_end_impl(crk_service *s, crk_client_id client, const char *key, const key_ref *pre,
+                        uint64_t now)
 {
     key_ref k;
     crk_object *o;
     size_t slot;
-    int rc = lock_object(s, "put_end", key, &k, &o, &slot);
+    int rc = lock_object(s, "put_end", key, pre, &k, &o, &slot);
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;
@@ -709,13 +507,13 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, u
         o->flags |= CRK_OBJ_COMPLETE;
         o->last_access = now;
         pin_gauges(s, o, +1);
-        write_drop(s, sh, w);
+        crk_write_drop(sh, w);
         if (!(o->flags & CRK_OBJ_HARD_PIN))
-            lru_push_tail(sh, o);
+            crk_lru_push_tail(sh, o);
         goto unlock;
     }
     if (w->nrep == 0) {
-        write_drop(s, sh, w);
+        crk_write_drop(sh, w);
         if (o->nrep == 0)
             crk_erase_object_locked(s, sh, o, now);
         rc = crb_error(CR_REPLICA_IS_GONE,
@@ -723,7 +521,7 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, u
         goto unlock;
     }
     /* Upsert: a new block with the new replicas replaces the object. */
-    crk_object *n = obj_new(key, k.len, (uint32_t)k.hash, w->nrep);
+    crk_object *n = crk_obj_new(key, k.len, (uint32_t)k.hash, w->nrep);
     if (!n) {
         rc = crb_error(CR_ERR_NO_MEMORY, "put_end '%s': new version record", key);
         goto unlock;
@@ -734,15 +532,18 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, u
     n->flags |= CRK_OBJ_COMPLETE;
     n->last_access = now;
     sh->slots[slot].obj = n;
-    lru_unlink(sh, o);
+    crk_lru_unlink(sh, o);
     if (!(n->flags & CRK_OBJ_HARD_PIN))
-        lru_push_tail(sh, n);
+        crk_lru_push_tail(sh, n);
     pin_gauges(s, o, -1);
     pin_gauges(s, n, +1);
     w->obj = NULL;
-    write_drop(s, sh, w);
-    /* Old replicas: readers may hold them until the old lease ends. */
-    crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now);
+    crk_write_drop(sh, w);
+    /* Old replicas: readers may hold them until the old lease ends, or until
+     * the last of them releases its read. The new version's eras continue
+     * past the old one's, so a token of the old version never matches it. */
+    n->lease_era = o->lease_era + 1 ? o->lease_era + 1 : 1;
+    crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now, o);
     crk_free(o);
 unlock:
     pthread_mutex_unlock(&sh->mu);
@@ -753,7 +554,7 @@ static int put_revoke_impl(crk_service *s, crk_client_id client, const char *key
 {
     key_ref k;
     crk_object *o;
-    int rc = lock_object(s, "put_revoke", key, &k, &o, NULL);
+    int rc = lock_object(s, "put_revoke", key, NULL, &k, &o, NULL);
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;
@@ -771,12 +572,12 @@ static int put_revoke_impl(crk_service *s, crk_client_id client, const char *key
     }
     /* The owner has stopped writing: its space is free at once. */
     if (w->upsert) {
-        crk_release_or_defer(s, sh, w->rep, w->nrep, w->size, 0, now);
-        write_drop(s, sh, w);
+        crk_release_or_defer(s, sh, w->rep, w->nrep, w->size, 0, now, NULL);
+        crk_write_drop(sh, w);
         if (o->nrep == 0)
             crk_erase_object_locked(s, sh, o, now);
     } else {
-        write_drop(s, sh, w);
+        crk_write_drop(sh, w);
         crk_erase_object_locked(s, sh, o, now); /* not leased: freed now */
     }
 unlock:
@@ -786,10 +587,10 @@ unlock:
 
 /* --- reads -------------------------------------------------------------------------------- */
 
-static int exist_impl(crk_service *s, const char *key)
+static int exist_impl(crk_service *s, const char *key, const key_ref *pre)
 {
     key_ref k;
-    int rc = key_ref_of(s, key, &k);
+    int rc = key_ref_from(s, key, pre, &k);
     if (rc != 0)
         return rc;
     size_t slot = lock_and_probe(&k); /* read slots only once locked */
@@ -799,13 +600,14 @@ static int exist_impl(crk_service *s, const char *key)
     return found;
 }
 
-static int get_impl(crk_service *s, const char *key, uint64_t now, crk_replica_list *out)
+static int get_impl(crk_service *s, const char *key, const key_ref *pre, uint64_t now,
+                    crk_replica_list *out)
 {
     if (!out)
         return crb_error(CR_INVALID_PARAMS, "get_replica_list: no output list");
     key_ref k;
     crk_object *o;
-    int rc = lock_object(s, "get_replica_list", key, &k, &o, NULL);
+    int rc = lock_object(s, "get_replica_list", key, pre, &k, &o, NULL);
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;
@@ -827,6 +629,12 @@ static int get_impl(crk_service *s, const char *key, uint64_t now, crk_replica_l
         goto unlock;
     }
     uint64_t until = crk_sat_add(now, s->cfg.default_kv_lease_ttl_ms);
+    if (o->lease_until <= now) { /* the lease lapsed (or never was): a new era */
+        o->lease_era = o->lease_era + 1 ? o->lease_era + 1 : 1;
+        o->readers = 0;
+    }
+    if (o->readers < CRK_READERS_MAX)
+        o->readers++;
     if (until > o->lease_until)
         o->lease_until = until;
     for (uint32_t i = 0; i < o->nrep; i++)
@@ -841,19 +649,71 @@ static int get_impl(crk_service *s, const char *key, uint64_t now, crk_replica_l
     out->n = n;
     out->value_size = o->size;
     out->lease_ttl_ms = s->cfg.default_kv_lease_ttl_ms;
+    out->lease_token = o->lease_era;
     crk_add(sh->leases_granted, 1);
 unlock:
     pthread_mutex_unlock(&sh->mu);
     return rc;
 }
 
+/* --- lease release --------------------------------------------------------------------- */
+
+/* Give back one read of key (token = its lease era); shard unlocked. */
+static void release_one(crk_service *s, const char *key, uint64_t token, uint64_t now)
+{
+    key_ref k;
+    if (token == 0 || token > UINT32_MAX || key_ref_of(s, key, &k) != 0)
+        return;
+    crk_shard *sh = k.sh;
+    size_t slot = lock_and_probe(&k);
+    crk_object *o = sh->slots[slot].obj;
+    if (o && o->lease_era == token) {
+        /* Only a read of the running lease counts; a lapsed one was never
+         * counted in the era that may have begun since. The lease itself
+         * runs on (it still blocks remove and eviction, as Mooncake's
+         * does); with no reader left, replacing or force-removing this
+         * version frees its memory at once. */
+        if (o->lease_until > now && o->readers > 0 && o->readers != CRK_READERS_MAX)
+            o->readers--;
+        crk_add(s->c.lease_releases, 1);
+        goto unlock;
+    }
+    /* A replaced or removed version waiting in a discard entry. */
+    for (crk_discard **dp = &sh->discards; *dp; dp = &(*dp)->next) {
+        crk_discard *d = *dp;
+        if (d->lease_era != token || d->key_hash != (uint32_t)k.hash)
+            continue;
+        crk_add(s->c.lease_releases, 1);
+        if (d->release_at > now && d->readers > 0 && d->readers != CRK_READERS_MAX &&
+            --d->readers == 0) {
+            *dp = d->next;
+            crk_add(s->c.early_releases, 1);
+            crk_add(s->c.early_released_bytes, d->bytes * d->nrep);
+            crk_discard_free(s, d);
+        }
+        break;
+    }
+unlock:
+    pthread_mutex_unlock(&sh->mu);
+}
+
+void crk_release_leases(crk_service *s, const char *const *keys, const uint64_t *tokens, size_t n,
+                        uint64_t now_ms)
+{
+    crk_add(s->c.requests[CRK_OP_RELEASE_LEASES], 1);
+    crk_add(s->c.batch_items[CRK_OP_RELEASE_LEASES], n);
+    for (size_t i = 0; keys && tokens && i < n; i++)
+        release_one(s, keys[i], tokens[i], now_ms);
+}
+
 /* --- removal ------------------------------------------------------------------------------ */
 
-static int remove_impl(crk_service *s, const char *key, bool force, uint64_t now)
+static int remove_impl(crk_service *s, const char *key, const key_ref *pre, bool force,
+                       uint64_t now)
 {
     key_ref k;
     crk_object *o;
-    int rc = lock_object(s, "remove", key, &k, &o, NULL);
+    int rc = lock_object(s, "remove", key, pre, &k, &o, NULL);
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;
@@ -873,12 +733,12 @@ static int remove_impl(crk_service *s, const char *key, bool force, uint64_t now
  * replica). Objects with a lease or a write in flight are skipped; dropped
  * space is released as crk_erase_object_locked releases it.
  */
-static int replica_clear_impl(crk_service *s, const char *key, const char *seg, size_t seg_len,
-                              uint64_t now)
+static int replica_clear_impl(crk_service *s, const char *key, const key_ref *pre, const char *seg,
+                              size_t seg_len, uint64_t now)
 {
     key_ref k;
     crk_object *o;
-    int rc = lock_object(s, "replica_clear", key, &k, &o, NULL);
+    int rc = lock_object(s, "replica_clear", key, pre, &k, &o, NULL);
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;
@@ -912,7 +772,7 @@ static int replica_clear_impl(crk_service *s, const char *key, const char *seg, 
         goto unlock;
     }
     o->nrep = (uint8_t)kept;
-    crk_release_or_defer(s, sh, dropped, nd, o->size, o->lease_until, now);
+    crk_release_or_defer(s, sh, dropped, nd, o->size, o->lease_until, now, o);
     if (kept == 0)
         crk_erase_object_locked(s, sh, o, now); /* nothing left to release */
 unlock:
@@ -920,27 +780,132 @@ unlock:
     return rc;
 }
 
-static uint64_t remove_matching(crk_service *s, const regex_t *re, bool force, uint64_t now)
+/* May a removal scan take o (shard locked)? Never with a write in flight;
+ * a leased object only with force. */
+static bool removable(const crk_object *o, bool force, uint64_t now)
 {
-    uint64_t count = 0;
+    return !o->write && (force || o->lease_until <= now);
+}
+
+/* remove_all: every removable object, one shard at a time. */
+static int remove_every(crk_service *s, bool force, uint64_t now, uint64_t *count)
+{
     for (size_t i = 0; i < CRK_NUM_SHARDS; i++) {
+        if (atomic_load_explicit(&s->stopping, memory_order_relaxed))
+            return crb_error(CR_ERR_SHUTDOWN,
+                             "remove_all: the master is shutting down after "
+                             "removing %llu keys",
+                             (unsigned long long)*count);
         crk_shard *sh = &s->shards[i];
         pthread_mutex_lock(&sh->mu);
         /* As in crk_purge_segment_locked: after an erase slot j is examined
          * again; an entry seen twice is judged the same way twice. */
         for (size_t j = 0; j < sh->nslots;) {
             crk_object *o = sh->slots[j].obj;
-            if (!o || o->write || (o->lease_until > now && !force) ||
-                (re && regexec(re, o->key, 0, NULL, 0) != 0)) {
+            if (!o || !removable(o, force, now)) {
                 j++;
                 continue;
             }
             crk_erase_object_locked(s, sh, o, now); /* slot j now holds a later entry */
-            count++;
+            (*count)++;
         }
         pthread_mutex_unlock(&sh->mu);
     }
-    return count;
+    return 0;
+}
+
+/* A copied key of a regex scan: slot hash, length, bytes at `off` in the buffer. */
+typedef struct scan_key {
+    uint32_t hash;
+    uint16_t len;
+    bool matched;
+    size_t off;
+} scan_key;
+
+typedef struct scan_buf {
+    scan_key *keys;
+    size_t n, cap;
+    char *bytes;
+    size_t len, bytes_cap;
+} scan_buf;
+
+static int scan_add(scan_buf *b, const crk_object *o)
+{
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        scan_key *k = crk_realloc(b->keys, cap * sizeof(*k));
+        if (!k)
+            return CR_ERR_NO_MEMORY;
+        b->keys = k;
+        b->cap = cap;
+    }
+    if (b->len + o->key_len > b->bytes_cap) {
+        size_t cap = b->bytes_cap ? b->bytes_cap * 2 : 16384;
+        while (cap < b->len + o->key_len)
+            cap *= 2;
+        char *p = crk_realloc(b->bytes, cap);
+        if (!p)
+            return CR_ERR_NO_MEMORY;
+        b->bytes = p;
+        b->bytes_cap = cap;
+    }
+    memcpy(b->bytes + b->len, o->key, o->key_len);
+    b->keys[b->n++] = (scan_key){o->hash, o->key_len, false, b->len};
+    b->len += o->key_len;
+    return 0;
+}
+
+/*
+ * remove_by_regex over one shard: copy the keys of the removable objects
+ * under the lock, match them with the lock released (a pattern's cost never
+ * delays another request on the shard), then remove the matched keys that
+ * are still removable under the lock again. A key present throughout is
+ * seen: the copy is of the whole shard at one moment.
+ */
+static int remove_matching_in(crk_service *s, crk_shard *sh, crk_regex *re, bool force,
+                              uint64_t now, scan_buf *b, uint64_t *count)
+{
+    b->n = b->len = 0;
+    int rc = 0;
+    pthread_mutex_lock(&sh->mu);
+    for (size_t j = 0; j < sh->nslots && rc == 0; j++) {
+        crk_object *o = sh->slots[j].obj;
+        if (o && removable(o, force, now))
+            rc = scan_add(b, o);
+    }
+    pthread_mutex_unlock(&sh->mu);
+    if (rc != 0)
+        return crb_error(rc, "remove_by_regex: copying the keys of a shard");
+    size_t matched = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if ((i & 255) == 0 && atomic_load_explicit(&s->stopping, memory_order_relaxed))
+            return crb_error(CR_ERR_SHUTDOWN,
+                             "remove_by_regex: the master is shutting down after removing %llu "
+                             "keys",
+                             (unsigned long long)*count);
+        rc = crk_regex_match(re, b->bytes + b->keys[i].off, b->keys[i].len);
+        if (rc < 0)
+            return crb_error(rc, "remove_by_regex stopped after removing %llu keys: %s",
+                             (unsigned long long)*count, cr_last_error_message());
+        b->keys[i].matched = rc == 1;
+        matched += rc == 1;
+    }
+    if (matched == 0)
+        return 0;
+    pthread_mutex_lock(&sh->mu);
+    for (size_t i = 0; i < b->n; i++) {
+        if (!b->keys[i].matched)
+            continue;
+        const char *key = b->bytes + b->keys[i].off;
+        size_t slot = crk_shard_probe(sh, key, b->keys[i].len, b->keys[i].hash);
+        crk_object *o = sh->slots[slot].obj;
+        if (o && removable(o, force, now)) {
+            crk_erase_object_locked(s, sh, o, now);
+            (*count)++;
+        }
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return 0;
 }
 
 /* --- public single-key calls ------------------------------------------------------------- */
@@ -957,19 +922,19 @@ int crk_put_start(crk_service *s, crk_client_id client, const char *key, uint64_
                   const crk_replicate_config *cfg, uint64_t now_ms, crk_replica_list *out)
 {
     return counted(s, CRK_OP_PUT_START,
-                   put_start_impl(s, client, key, value_size, cfg, now_ms, false, out));
+                   put_start_impl(s, client, key, NULL, value_size, cfg, now_ms, false, out));
 }
 
 int crk_upsert_start(crk_service *s, crk_client_id client, const char *key, uint64_t value_size,
                      const crk_replicate_config *cfg, uint64_t now_ms, crk_replica_list *out)
 {
     return counted(s, CRK_OP_UPSERT_START,
-                   put_start_impl(s, client, key, value_size, cfg, now_ms, true, out));
+                   put_start_impl(s, client, key, NULL, value_size, cfg, now_ms, true, out));
 }
 
 int crk_put_end(crk_service *s, crk_client_id client, const char *key, uint64_t now_ms)
 {
-    return counted(s, CRK_OP_PUT_END, put_end_impl(s, client, key, now_ms));
+    return counted(s, CRK_OP_PUT_END, put_end_impl(s, client, key, NULL, now_ms));
 }
 
 int crk_put_revoke(crk_service *s, crk_client_id client, const char *key, uint64_t now_ms)
@@ -979,47 +944,46 @@ int crk_put_revoke(crk_service *s, crk_client_id client, const char *key, uint64
 
 int crk_exist(crk_service *s, const char *key, uint64_t now_ms)
 {
-    return counted(s, CRK_OP_EXIST, exist_impl(s, key));
+    return counted(s, CRK_OP_EXIST, exist_impl(s, key, NULL));
 }
 
 int crk_get_replica_list(crk_service *s, const char *key, uint64_t now_ms, crk_replica_list *out)
 {
-    return counted(s, CRK_OP_GET_REPLICA_LIST, get_impl(s, key, now_ms, out));
+    return counted(s, CRK_OP_GET_REPLICA_LIST, get_impl(s, key, NULL, now_ms, out));
 }
 
 int crk_remove(crk_service *s, const char *key, bool force, uint64_t now_ms)
 {
-    return counted(s, CRK_OP_REMOVE, remove_impl(s, key, force, now_ms));
+    return counted(s, CRK_OP_REMOVE, remove_impl(s, key, NULL, force, now_ms));
 }
 
 int crk_remove_by_regex(crk_service *s, const char *pattern, bool force, uint64_t now_ms,
                         uint64_t *removed_out)
 {
-    regex_t re;
-    if (!pattern)
+    crk_regex *re = NULL;
+    int rc = crk_regex_compile(pattern, &re);
+    if (rc != 0)
         return counted(s, CRK_OP_REMOVE_BY_REGEX,
-                       crb_error(CR_INVALID_PARAMS, "remove_by_regex: pattern is NULL"));
-    int err = regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB);
-    if (err != 0) {
-        char msg[128];
-        regerror(err, &re, msg, sizeof(msg));
-        return counted(
-            s, CRK_OP_REMOVE_BY_REGEX,
-            crb_error(CR_INVALID_PARAMS, "remove_by_regex: bad pattern '%s': %s", pattern, msg));
-    }
-    uint64_t n = remove_matching(s, &re, force, now_ms);
-    regfree(&re);
-    if (removed_out)
+                       crb_error(rc, "remove_by_regex: %s", cr_last_error_message()));
+    scan_buf b = {0};
+    uint64_t n = 0;
+    for (size_t i = 0; i < CRK_NUM_SHARDS && rc == 0; i++)
+        rc = remove_matching_in(s, &s->shards[i], re, force, now_ms, &b, &n);
+    crk_free(b.keys);
+    crk_free(b.bytes);
+    crk_regex_free(re);
+    if (rc == 0 && removed_out)
         *removed_out = n;
-    return counted(s, CRK_OP_REMOVE_BY_REGEX, 0);
+    return counted(s, CRK_OP_REMOVE_BY_REGEX, rc);
 }
 
 int crk_remove_all(crk_service *s, bool force, uint64_t now_ms, uint64_t *removed_out)
 {
-    uint64_t n = remove_matching(s, NULL, force, now_ms);
-    if (removed_out)
+    uint64_t n = 0;
+    int rc = remove_every(s, force, now_ms, &n);
+    if (rc == 0 && removed_out)
         *removed_out = n;
-    return counted(s, CRK_OP_REMOVE_ALL, 0);
+    return counted(s, CRK_OP_REMOVE_ALL, rc);
 }
 
 /* --- batches ----------------------------------------------------------------------------- */
@@ -1051,25 +1015,45 @@ static int batch_begin(crk_service *s, int op, size_t n, const void *a, const vo
  */
 #define PREFETCH_AHEAD 8
 
-static void prefetch_key(crk_service *s, const char *key)
+/* The references of a batch's next keys: each key is checked and hashed
+ * once, PREFETCH_AHEAD keys before it is served (when its slot is
+ * prefetched), and the operation reuses that. A key that fails the check
+ * gets no reference; the operation then checks it again and reports it. */
+typedef struct key_ring {
+    key_ref r[PREFETCH_AHEAD + 1];
+    bool ok[PREFETCH_AHEAD + 1];
+} key_ring;
+
+static void ring_fill(crk_service *s, key_ring *ring, const char *key, size_t j)
 {
+    size_t at = j % (PREFETCH_AHEAD + 1);
+    ring->ok[at] = false;
     if (!key)
         return;
-    uint64_t h = crk_hash_bytes(key, strnlen(key, CRK_MAX_KEY_LEN + 1));
+    size_t len = strnlen(key, CRK_MAX_KEY_LEN + 1);
+    if (len == 0 || len > CRK_MAX_KEY_LEN)
+        return;
+    uint64_t h = crk_key_hash(s, key, len);
     crk_shard *sh = shard_of(s, h);
+    ring->r[at] = (key_ref){key, len, h, sh};
+    ring->ok[at] = true;
     crk_slot *slots = atomic_load_explicit(&sh->hint_slots, CRK_RELAXED);
     size_t mask = atomic_load_explicit(&sh->hint_mask, CRK_RELAXED);
     __builtin_prefetch(&slots[(uint32_t)h & mask]);
 }
 
-/* Prefetch for key i of n: the first call also starts the first keys. */
-static void prefetch_ahead(crk_service *s, const char *const *keys, size_t i, size_t n)
+/* Prepare key i + PREFETCH_AHEAD of n (the first call the first ones too)
+ * and return key i's reference, or NULL to have it checked again. */
+static const key_ref *prefetch_ahead(crk_service *s, key_ring *ring, const char *const *keys,
+                                     size_t i, size_t n)
 {
     if (i == 0)
         for (size_t j = 0; j < PREFETCH_AHEAD && j < n; j++)
-            prefetch_key(s, keys[j]);
+            ring_fill(s, ring, keys[j], j);
     if (i + PREFETCH_AHEAD < n)
-        prefetch_key(s, keys[i + PREFETCH_AHEAD]);
+        ring_fill(s, ring, keys[i + PREFETCH_AHEAD], i + PREFETCH_AHEAD);
+    size_t at = i % (PREFETCH_AHEAD + 1);
+    return ring->ok[at] ? &ring->r[at] : NULL;
 }
 
 static void batch_item(crk_service *s, int op, int rc)
@@ -1082,9 +1066,10 @@ int crk_batch_exist(crk_service *s, const char *const *keys, size_t n, uint64_t 
                     int *results)
 {
     int rc = batch_begin(s, CRK_OP_BATCH_EXIST, n, keys, results, results, results);
+    key_ring ring;
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        prefetch_ahead(s, keys, i, n);
-        batch_item(s, CRK_OP_BATCH_EXIST, results[i] = exist_impl(s, keys[i]));
+        const key_ref *pre = prefetch_ahead(s, &ring, keys, i, n);
+        batch_item(s, CRK_OP_BATCH_EXIST, results[i] = exist_impl(s, keys[i], pre));
     }
     return rc;
 }
@@ -1094,10 +1079,11 @@ int crk_batch_get_replica_list(crk_service *s, const char *const *keys, size_t n
 {
     int rc = batch_begin_part(s, CRK_OP_BATCH_GET_REPLICA_LIST, continued, n, keys, results, lists,
                               lists);
+    key_ring ring;
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        prefetch_ahead(s, keys, i, n);
+        const key_ref *pre = prefetch_ahead(s, &ring, keys, i, n);
         batch_item(s, CRK_OP_BATCH_GET_REPLICA_LIST,
-                   results[i] = get_impl(s, keys[i], now_ms, &lists[i]));
+                   results[i] = get_impl(s, keys[i], pre, now_ms, &lists[i]));
     }
     return rc;
 }
@@ -1108,11 +1094,12 @@ static int batch_start(crk_service *s, int op, bool upsert, crk_client_id client
                        crk_replica_list *lists, bool continued)
 {
     int rc = batch_begin_part(s, op, continued, n, keys, sizes, results, lists);
+    key_ring ring;
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        prefetch_ahead(s, keys, i, n);
+        const key_ref *pre = prefetch_ahead(s, &ring, keys, i, n);
         batch_item(s, op,
-                   results[i] =
-                       put_start_impl(s, client, keys[i], sizes[i], cfg, now, upsert, &lists[i]));
+                   results[i] = put_start_impl(s, client, keys[i], pre, sizes[i], cfg, now, upsert,
+                                               &lists[i]));
     }
     return rc;
 }
@@ -1137,9 +1124,11 @@ int crk_batch_put_end(crk_service *s, crk_client_id client, const char *const *k
                       uint64_t now_ms, int *results)
 {
     int rc = batch_begin(s, CRK_OP_BATCH_PUT_END, n, keys, results, results, results);
+    key_ring ring;
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        prefetch_ahead(s, keys, i, n);
-        batch_item(s, CRK_OP_BATCH_PUT_END, results[i] = put_end_impl(s, client, keys[i], now_ms));
+        const key_ref *pre = prefetch_ahead(s, &ring, keys, i, n);
+        batch_item(s, CRK_OP_BATCH_PUT_END,
+                   results[i] = put_end_impl(s, client, keys[i], pre, now_ms));
     }
     return rc;
 }
@@ -1158,9 +1147,11 @@ int crk_batch_remove(crk_service *s, const char *const *keys, size_t n, bool for
                      int *results)
 {
     int rc = batch_begin(s, CRK_OP_BATCH_REMOVE, n, keys, results, results, results);
+    key_ring ring;
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        prefetch_ahead(s, keys, i, n);
-        batch_item(s, CRK_OP_BATCH_REMOVE, results[i] = remove_impl(s, keys[i], force, now_ms));
+        const key_ref *pre = prefetch_ahead(s, &ring, keys, i, n);
+        batch_item(s, CRK_OP_BATCH_REMOVE,
+                   results[i] = remove_impl(s, keys[i], pre, force, now_ms));
     }
     return rc;
 }
@@ -1175,10 +1166,11 @@ int crk_batch_replica_clear(crk_service *s, crk_client_id client, const char *co
     }
     int rc = batch_begin(s, CRK_OP_BATCH_REPLICA_CLEAR, n, keys, results, results, results);
     size_t seg_len = segment ? strlen(segment) : 0;
+    key_ring ring;
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        prefetch_ahead(s, keys, i, n);
+        const key_ref *pre = prefetch_ahead(s, &ring, keys, i, n);
         batch_item(s, CRK_OP_BATCH_REPLICA_CLEAR,
-                   results[i] = replica_clear_impl(s, keys[i], segment, seg_len, now_ms));
+                   results[i] = replica_clear_impl(s, keys[i], pre, segment, seg_len, now_ms));
     }
     return rc;
 }
@@ -1191,7 +1183,7 @@ int crk_query_key(crk_service *s, const char *key, uint64_t now_ms, crk_key_info
         return crb_error(CR_INVALID_PARAMS, "query_key: no output");
     key_ref k;
     crk_object *o;
-    int rc = lock_object(s, "query_key", key, &k, &o, NULL);
+    int rc = lock_object(s, "query_key", key, NULL, &k, &o, NULL);
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;
@@ -1204,6 +1196,7 @@ int crk_query_key(crk_service *s, const char *key, uint64_t now_ms, crk_key_info
     out->soft_pin_until_ms = (o->flags & CRK_OBJ_SOFT_PIN) ? o->soft_pin_until : 0;
     out->replicas.value_size = o->size;
     out->replicas.lease_ttl_ms = 0;
+    out->replicas.lease_token = 0;
     crk_replica *reps = crk_obj_reps(o);
     out->replicas.n = o->nrep;
     for (uint32_t i = 0; i < o->nrep; i++)

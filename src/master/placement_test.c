@@ -190,9 +190,63 @@ static void test_larger_than_any_segment(void **state)
     crk_service_destroy(s);
 }
 
+/* --allocation_strategy=free_ratio_first: with 60 segments (more than a
+ * sample holds) every replica goes to the emptiest segment there is. */
+static void test_free_ratio_first(void **state)
+{
+    crk_config cfg = tu_config();
+    cfg.allocation_strategy = CRK_ALLOC_FREE_RATIO_FIRST;
+    crk_service *s = tu_service(&cfg, 0);
+    mount_n(s, tu_client(1), 60, 16 * MIB);
+    /* Fill every segment but s37 a little. */
+    crk_replicate_config one = tu_cfg(1);
+    for (int i = 0; i < 60; i++) {
+        if (i == 37)
+            continue;
+        char seg[16], key[32];
+        snprintf(seg, sizeof(seg), "s%d", i);
+        snprintf(key, sizeof(key), "fill%d", i);
+        const char *pref[] = {seg};
+        one.preferred_segments = pref;
+        one.n_preferred = 1;
+        assert_int_equal(tu_put(s, tu_client(1), key, 64 * KIB, &one, 1), 0);
+    }
+    crk_replicate_config plain = tu_cfg(1);
+    crk_replica_list l;
+    for (int i = 0; i < 20; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "k%d", i);
+        assert_int_equal(crk_put_start(s, tu_client(1), key, KIB, &plain, 2, &l), 0);
+        assert_string_equal(l.r[0].segment, "s37");
+    }
+    crk_service_destroy(s);
+}
+
+/* --allocation_strategy=local_first: the writer's own segment first, then others. */
+static void test_local_first(void **state)
+{
+    crk_config cfg = tu_config();
+    cfg.allocation_strategy = CRK_ALLOC_LOCAL_FIRST;
+    crk_service *s = tu_service(&cfg, 0);
+    mount_n(s, tu_client(1), 6, 16 * MIB);
+    tu_mount(s, tu_client(2), "mine", 0x900000000ull, 16 * MIB, 0);
+    crk_replicate_config two = tu_cfg(2);
+    crk_replica_list l;
+    for (int i = 0; i < 20; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "k%d", i);
+        assert_int_equal(crk_put_start(s, tu_client(2), key, 4 * KIB, &two, 1, &l), 0);
+        assert_int_equal(l.n, 2);
+        assert_string_equal(l.r[0].segment, "mine");
+        assert_string_not_equal(l.r[1].segment, "mine");
+    }
+    crk_service_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_free_ratio_first),     cmocka_unit_test(test_local_first),
         cmocka_unit_test(test_distinct_segments),    cmocka_unit_test(test_best_effort),
         cmocka_unit_test(test_preferred_segments),   cmocka_unit_test(test_spread_by_free_ratio),
         cmocka_unit_test(test_epochs_and_addresses), cmocka_unit_test(test_larger_than_any_segment),

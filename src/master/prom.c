@@ -119,46 +119,6 @@ int crk_text_appendf(crk_text *t, const char *fmt, ...)
     return rc;
 }
 
-int crk_text_json_string(crk_text *t, const char *s)
-{
-    static const char hex[] = "0123456789abcdef";
-    int rc = crk_text_append(t, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; rc == 0 && *p != '\0'; p++) {
-        const unsigned char *run = p;
-        while (*p >= 0x20 && *p != '"' && *p != '\\')
-            p++;
-        if (p > run)
-            rc = crk_text_append(t, run, (size_t)(p - run));
-        if (rc != 0 || *p == '\0')
-            break;
-        char esc[7] = {'\\', (char)*p, 0};
-        size_t n = 2;
-        switch (*p) {
-        case '"':
-        case '\\':
-            break;
-        case '\n':
-            esc[1] = 'n';
-            break;
-        case '\r':
-            esc[1] = 'r';
-            break;
-        case '\t':
-            esc[1] = 't';
-            break;
-        default:
-            memcpy(esc + 1, "u00", 3);
-            esc[4] = hex[*p >> 4];
-            esc[5] = hex[*p & 15];
-            n = 6;
-        }
-        rc = crk_text_append(t, esc, n);
-    }
-    if (rc == 0)
-        rc = crk_text_append(t, "\"", 1);
-    return rc;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Exposition                                                               */
 /* ------------------------------------------------------------------------ */

@@ -58,8 +58,6 @@ char *crk_text_steal(crk_text *t, size_t *len);
 int crk_text_append(crk_text *t, const void *s, size_t n);
 int crk_text_puts(crk_text *t, const char *s);
 int crk_text_appendf(crk_text *t, const char *fmt, ...) CRB_PRINTF(2, 3);
-/** Append s as a JSON string literal, quotes included (control bytes as \uXXXX). */
-int crk_text_json_string(crk_text *t, const char *s);
 
 /* --- Prometheus exposition ------------------------------------------------ */
 

@@ -61,19 +61,6 @@ static void test_text(void **state)
     crk_text_free(&t);
 }
 
-static void test_json_string(void **state)
-{
-    (void)state;
-    crk_text t = {0};
-    assert_int_equal(crk_text_json_string(&t, "plain"), 0);
-    assert_int_equal(crk_text_puts(&t, " "), 0);
-    assert_int_equal(crk_text_json_string(&t, "q\"b\\n\nr\rt\t\x01\x1f\x7f\xc3\xa9"), 0);
-    assert_int_equal(crk_text_puts(&t, " "), 0);
-    assert_int_equal(crk_text_json_string(&t, ""), 0);
-    expect_text(&t, "\"plain\" \"q\\\"b\\\\n\\nr\\rt\\t\\u0001\\u001f\x7f\xc3\xa9\" \"\"");
-    crk_text_free(&t);
-}
-
 static void test_counter_gauge(void **state)
 {
     (void)state;
@@ -325,15 +312,10 @@ static void test_hist_concurrent(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_text),
-        cmocka_unit_test(test_json_string),
-        cmocka_unit_test(test_counter_gauge),
-        cmocka_unit_test(test_numbers),
-        cmocka_unit_test(test_labels),
-        cmocka_unit_test(test_histogram),
-        cmocka_unit_test(test_invalid_names),
-        cmocka_unit_test(test_hist_buckets),
-        cmocka_unit_test(test_hist_concurrent),
+        cmocka_unit_test(test_text),         cmocka_unit_test(test_counter_gauge),
+        cmocka_unit_test(test_numbers),      cmocka_unit_test(test_labels),
+        cmocka_unit_test(test_histogram),    cmocka_unit_test(test_invalid_names),
+        cmocka_unit_test(test_hist_buckets), cmocka_unit_test(test_hist_concurrent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,8 @@
  */
 #include "master/rpc_server.h"
 
+#include "master/rpc_limits.h"
+
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -33,9 +35,12 @@
 #include "proto/messages.h"
 #include "proto/rpc.h"
 
-#define OUT_HIGH_WATER   (8u << 20)
 #define READ_CHUNK       (256u << 10)
 #define REPLY_KEEP_BYTES (1u << 20) /* reply buffer kept between requests */
+#define SWEEP_MS         200        /* idle connections are looked for this often */
+#define FRAMES_PER_TURN  64         /* then the thread's other connections get theirs */
+#define FD_RESERVE       64         /* fds kept for everything but connections */
+#define LISTEN_PAUSE_MS  100        /* the listener rests this long when no fd can be had */
 
 typedef struct rpc_conn {
     int fd;
@@ -45,8 +50,23 @@ typedef struct rpc_conn {
     uint8_t *out;
     size_t out_len, out_off, out_cap;
     bool want_out;
-    bool closing; /* flush what is queued, then close */
+    bool closing;         /* flush what is queued, then close */
+    bool parked;          /* a request of this connection is with the scan worker */
+    uint64_t progress_ms; /* last byte read or written */
+    bool ready;           /* on its thread's ready list: complete frames wait */
+    crk_peer peer;        /* the client this connection speaks for (dispatch.h) */
+    bool dead;            /* closed by the peer while parked: free when the job returns */
 } rpc_conn;
+
+/* A request handed to the scan worker, and then its encoded reply frame. */
+typedef struct scan_job {
+    struct scan_job *next;
+    rpc_conn *conn;
+    uint64_t request_id;
+    uint64_t t0_ns;
+    crp_rpc_req req; /* decoded; owns its arena */
+    crp_buf frame;   /* the reply: header and body */
+} scan_job;
 
 typedef struct rpc_thread {
     crk_rpc_server *srv;
@@ -58,6 +78,11 @@ typedef struct rpc_thread {
     size_t n_conns, cap_conns;
     crk_scratch scratch; /* reply memory, reset after every request */
     crp_buf reply;       /* encoded reply body; emptied, not freed, per request */
+    pthread_mutex_t done_lock;
+    scan_job *done; /* replies back from the scan worker (done_lock) */
+    /* Connections with complete frames left over after their turn (owner thread only). */
+    rpc_conn **ready;
+    size_t n_ready, cap_ready;
 } rpc_thread;
 
 struct crk_rpc_server {
@@ -68,10 +93,24 @@ struct crk_rpc_server {
     unsigned n_threads;
     unsigned n_started;
     rpc_thread *threads;
+    bool tcp_nodelay;
+    crk_io_budget budget;
+    uint64_t idle_timeout_ms;
+    unsigned max_conns;
+    crk_fd_reserve reserve;       /* thread 0 (the listener's) only */
+    crk_ratelimit refuse_log;     /* thread 0 only */
+    uint64_t listen_paused_until; /* thread 0 only; 0: listening */
+    _Atomic uint64_t refused, shed, idle_closed;
     atomic_bool stop;
     atomic_uint next;
     _Atomic uint64_t latency[CRP_RPC_OP_COUNT][CRK_LAT_BUCKETS];
     _Atomic uint64_t accepted, open, frames, malformed;
+    /* The scan worker: one thread, a FIFO of jobs. */
+    pthread_t scan_tid;
+    bool scan_started;
+    pthread_mutex_t scan_lock;
+    pthread_cond_t scan_cond;
+    scan_job *scan_head, *scan_tail;
 };
 
 static int buf_reserve(uint8_t **buf, size_t *cap, size_t need)
@@ -86,6 +125,15 @@ static int buf_reserve(uint8_t **buf, size_t *cap, size_t need)
         return CR_ERR_NO_MEMORY;
     *buf = nb;
     *cap = ncap;
+    return 0;
+}
+
+static int queue_bytes(rpc_conn *c, const void *bytes, size_t n)
+{
+    if (buf_reserve(&c->out, &c->out_cap, c->out_len + n) < 0)
+        return CR_ERR_NO_MEMORY;
+    memcpy(c->out + c->out_len, bytes, n);
+    c->out_len += n;
     return 0;
 }
 
@@ -106,6 +154,120 @@ static int queue_frame(rpc_conn *c, int type, int32_t status, uint64_t request_i
     return 0;
 }
 
+static bool is_scan(uint16_t op)
+{
+    return op == CRP_RPC_REMOVE_BY_REGEX || op == CRP_RPC_REMOVE_ALL;
+}
+
+static void record_latency(crk_rpc_server *srv, uint16_t op, uint64_t t0_ns)
+{
+    uint64_t us = (crb_now_ns() - t0_ns) / 1000;
+    int bucket = 0;
+    while (bucket < CRK_LAT_BUCKETS - 1 && us >= (1ull << bucket))
+        bucket++;
+    int idx = crp_rpc_op_index(op);
+    if (idx >= 0)
+        atomic_fetch_add(&srv->latency[idx][bucket], 1);
+}
+
+/* Park c and hand its request (moved into the job) to the scan worker. */
+static int start_scan(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, uint64_t t0_ns)
+{
+    crk_rpc_server *srv = c->thread->srv;
+    scan_job *j = calloc(1, sizeof(*j));
+    if (j == NULL)
+        return CR_ERR_NO_MEMORY;
+    j->conn = c;
+    j->request_id = request_id;
+    j->t0_ns = t0_ns;
+    j->req = *req;
+    memset(req, 0, sizeof(*req));
+    c->parked = true;
+    pthread_mutex_lock(&srv->scan_lock);
+    if (srv->scan_tail)
+        srv->scan_tail->next = j;
+    else
+        srv->scan_head = j;
+    srv->scan_tail = j;
+    pthread_cond_signal(&srv->scan_cond);
+    pthread_mutex_unlock(&srv->scan_lock);
+    return 0;
+}
+
+static void job_free(scan_job *j)
+{
+    crp_rpc_req_clear(&j->req);
+    crp_buf_free(&j->frame);
+    free(j);
+}
+
+/* Encode a reply (or, if it cannot be encoded, an ERROR) as a whole frame. */
+static void encode_reply_frame(const crp_rpc_resp *resp, uint64_t request_id, crp_buf *frame)
+{
+    uint8_t hdr[CRP_HEADER_SIZE] = {0};
+    frame->len = 0;
+    int type = CRP_RPC_RESP;
+    int32_t status = resp->status;
+    int rc = crp_buf_append(frame, hdr, sizeof(hdr));
+    if (rc == 0)
+        rc = crp_rpc_resp_encode(resp, frame);
+    if (rc < 0) {
+        frame->len = 0;
+        crp_error e = {.message = (char *)cr_last_error_message()};
+        type = CRP_ERROR;
+        status = rc;
+        if (crp_buf_append(frame, hdr, sizeof(hdr)) != 0 || crp_error_encode(&e, frame) != 0)
+            frame->len = 0;
+    }
+    if (frame->len == 0)
+        return;
+    crp_header h = {.version = CRP_VERSION,
+                    .type = (uint8_t)type,
+                    .body_len = (uint32_t)(frame->len - CRP_HEADER_SIZE),
+                    .status = status,
+                    .request_id = request_id};
+    crp_header_encode(&h, frame->data);
+}
+
+static void *scan_main(void *arg)
+{
+    crk_rpc_server *srv = arg;
+    crk_scratch scratch = {0};
+    pthread_mutex_lock(&srv->scan_lock);
+    for (;;) {
+        while (!atomic_load(&srv->stop) && srv->scan_head == NULL)
+            pthread_cond_wait(&srv->scan_cond, &srv->scan_lock);
+        if (atomic_load(&srv->stop))
+            break;
+        scan_job *j = srv->scan_head;
+        srv->scan_head = j->next;
+        if (srv->scan_head == NULL)
+            srv->scan_tail = NULL;
+        j->next = NULL;
+        pthread_mutex_unlock(&srv->scan_lock);
+
+        crp_rpc_resp resp;
+        crk_dispatch(srv->svc, srv->info, &j->conn->peer, &j->req, crb_now_ms(), &resp, &scratch);
+        encode_reply_frame(&resp, j->request_id, &j->frame);
+        record_latency(srv, j->req.op, j->t0_ns);
+        crk_scratch_reset(&scratch);
+        crp_rpc_req_clear(&j->req);
+
+        rpc_thread *t = j->conn->thread;
+        pthread_mutex_lock(&t->done_lock);
+        j->next = t->done;
+        t->done = j;
+        pthread_mutex_unlock(&t->done_lock);
+        uint64_t one = 1;
+        ssize_t w = write(t->wakefd, &one, sizeof(one));
+        (void)w;
+        pthread_mutex_lock(&srv->scan_lock);
+    }
+    pthread_mutex_unlock(&srv->scan_lock);
+    crk_scratch_free(&scratch);
+    return NULL;
+}
+
 static int queue_error(rpc_conn *c, int status, uint64_t request_id, const char *text)
 {
     crp_buf body = {0};
@@ -120,6 +282,9 @@ static int queue_error(rpc_conn *c, int status, uint64_t request_id, const char 
 static void conn_free(rpc_conn *c)
 {
     rpc_thread *t = c->thread;
+    for (size_t i = 0; c->ready && i < t->n_ready; i++)
+        if (t->ready[i] == c)
+            t->ready[i] = NULL; /* skipped when the list is run */
     epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     pthread_mutex_lock(&t->lock);
@@ -136,16 +301,31 @@ static void conn_free(rpc_conn *c)
     free(c);
 }
 
+/* Give a drained buffer larger than the budget's `keep` back. */
+static void shrink(uint8_t **buf, size_t *cap, size_t len, size_t keep)
+{
+    if (len == 0 && *cap > keep) {
+        free(*buf);
+        *buf = NULL;
+        *cap = 0;
+    }
+}
+
 static void set_events(rpc_conn *c)
 {
-    bool paused = c->out_len - c->out_off > OUT_HIGH_WATER;
-    uint32_t ev = (paused ? 0 : EPOLLIN) | (c->out_len > c->out_off ? EPOLLOUT : 0);
-    struct epoll_event e = {.events = ev | EPOLLRDHUP, .data.ptr = c};
+    const crk_io_budget *b = &c->thread->srv->budget;
+    bool paused = c->parked || !crk_budget_may_read(b, c->in_len, c->out_len - c->out_off);
+    /* A parked connection is not watched for input or half-close (both
+     * level-triggered: they would fire until it is read); a full hang-up
+     * or error is still reported. */
+    uint32_t ev = (paused ? 0 : EPOLLIN | EPOLLRDHUP) | (c->out_len > c->out_off ? EPOLLOUT : 0);
+    struct epoll_event e = {.events = ev, .data.ptr = c};
     epoll_ctl(c->thread->epfd, EPOLL_CTL_MOD, c->fd, &e);
 }
 
-/* Serve one complete frame at c->in[0..]. Returns bytes consumed, or a
- * negative status if the connection must close after flushing. */
+/* Serve one complete frame. Returns 0, 1 when the connection was parked
+ * (a scan), or a negative status if the connection must close after
+ * flushing. */
 static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
 {
     crk_rpc_server *srv = c->thread->srv;
@@ -164,9 +344,16 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
         return 0;
     }
     uint64_t t0 = crb_now_ns();
+    if (is_scan(req.op)) {
+        rc = start_scan(c, h->request_id, &req, t0);
+        if (rc == 0)
+            return 1; /* parked: the reply comes from the scan worker */
+        crp_rpc_req_clear(&req);
+        return queue_error(c, rc, h->request_id, "out of memory queueing a scan");
+    }
     crp_rpc_resp resp;
     crk_scratch *scratch = &c->thread->scratch;
-    crk_dispatch(srv->svc, srv->info, &req, crb_now_ms(), &resp, scratch);
+    crk_dispatch(srv->svc, srv->info, &c->peer, &req, crb_now_ms(), &resp, scratch);
     crp_buf *out = &c->thread->reply;
     out->len = 0;
     rc = crp_rpc_resp_encode(&resp, out);
@@ -176,13 +363,7 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
     } else {
         rc = queue_frame(c, CRP_RPC_RESP, resp.status, h->request_id, out);
     }
-    uint64_t us = (crb_now_ns() - t0) / 1000;
-    int bucket = 0;
-    while (bucket < CRK_LAT_BUCKETS - 1 && us >= (1ull << bucket))
-        bucket++;
-    int idx = crp_rpc_op_index(req.op);
-    if (idx >= 0)
-        atomic_fetch_add(&srv->latency[idx][bucket], 1);
+    record_latency(srv, req.op, t0);
     if (out->cap > REPLY_KEEP_BYTES)
         crp_buf_free(out); /* do not pin a rare huge reply's memory */
     crk_scratch_reset(scratch);
@@ -190,12 +371,21 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
     return rc < 0 ? rc : 0;
 }
 
+static int conn_serve_buffered(rpc_conn *c);
+
 static int conn_read(rpc_conn *c)
 {
+    const crk_io_budget *b = &c->thread->srv->budget;
     for (;;) {
-        if (buf_reserve(&c->in, &c->in_cap, c->in_len + READ_CHUNK) < 0)
+        /* Never more than the input budget: the rest waits in the socket. */
+        size_t chunk = crk_budget_read_room(b, c->in_len);
+        if (chunk == 0)
+            break;
+        if (chunk > READ_CHUNK)
+            chunk = READ_CHUNK;
+        if (buf_reserve(&c->in, &c->in_cap, c->in_len + chunk) < 0)
             return CR_ERR_NO_MEMORY;
-        ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        ssize_t n = recv(c->fd, c->in + c->in_len, chunk, 0);
         if (n == 0)
             return CR_ERR_CONNECTION;
         if (n < 0) {
@@ -206,12 +396,43 @@ static int conn_read(rpc_conn *c)
             return CR_ERR_CONNECTION;
         }
         c->in_len += (size_t)n;
-        if ((size_t)n < READ_CHUNK)
+        c->progress_ms = crb_now_ms();
+        if ((size_t)n < chunk)
             break;
     }
+    return conn_serve_buffered(c);
+}
+
+/* Serve the complete frames at the front of c->in, in order, until one is
+ * parked or too many replies wait. */
+/* Put c on its thread's ready list (it has complete frames but used its turn). */
+static void mark_ready(rpc_conn *c)
+{
+    rpc_thread *t = c->thread;
+    if (c->ready)
+        return;
+    if (t->n_ready == t->cap_ready) {
+        size_t cap = t->cap_ready ? 2 * t->cap_ready : 16;
+        rpc_conn **r = realloc(t->ready, cap * sizeof(*r));
+        if (r == NULL)
+            return; /* served at its next event instead */
+        t->ready = r;
+        t->cap_ready = cap;
+    }
+    t->ready[t->n_ready++] = c;
+    c->ready = true;
+}
+
+static int conn_serve_buffered(rpc_conn *c)
+{
     size_t off = 0;
     int rc = 0;
-    while (c->in_len - off >= CRP_HEADER_SIZE) {
+    unsigned turn = 0;
+    while (!c->parked && c->in_len - off >= CRP_HEADER_SIZE) {
+        if (turn++ == FRAMES_PER_TURN) {
+            mark_ready(c); /* fairness: one turn of frames, then the others */
+            break;
+        }
         crp_header h;
         rc = crp_header_decode(c->in + off, &h);
         if (rc == 0 && h.data_len != 0)
@@ -228,11 +449,14 @@ static int conn_read(rpc_conn *c)
         off += CRP_HEADER_SIZE + h.body_len;
         if (rc < 0)
             return rc;
-        if (c->out_len - c->out_off > OUT_HIGH_WATER)
+        rc = 0;
+        if (c->out_len - c->out_off >= c->thread->srv->budget.out_high)
             break; /* let the client drain replies first */
     }
-    memmove(c->in, c->in + off, c->in_len - off);
-    c->in_len -= off;
+    if (off > 0) {
+        memmove(c->in, c->in + off, c->in_len - off);
+        c->in_len -= off;
+    }
     return 0;
 }
 
@@ -248,6 +472,7 @@ static int conn_flush(rpc_conn *c)
             return CR_ERR_CONNECTION;
         }
         c->out_off += (size_t)n;
+        c->progress_ms = crb_now_ms();
     }
     c->out_off = c->out_len = 0;
     return 0;
@@ -256,12 +481,31 @@ static int conn_flush(rpc_conn *c)
 static void conn_event(rpc_conn *c, uint32_t events)
 {
     int rc = 0;
+    if (c->parked) {
+        if (events & (EPOLLHUP | EPOLLERR)) {
+            /* Gone while its scan runs: stop watching; freed when the job returns. */
+            epoll_ctl(c->thread->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+            c->dead = true;
+            return;
+        }
+        if (conn_flush(c) < 0) {
+            epoll_ctl(c->thread->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+            c->dead = true;
+            return;
+        }
+        set_events(c);
+        return;
+    }
     if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) && !c->closing)
         rc = conn_read(c);
-    /* Frames already buffered may be served once replies drained. */
-    if (rc == 0 && !c->closing && c->out_len == c->out_off && c->in_len >= CRP_HEADER_SIZE)
-        rc = conn_read(c);
+    /* Frames already buffered are served again as soon as the replies are
+     * below the budget (flushing first makes room), not only once drained. */
     int frc = conn_flush(c);
+    if (rc == 0 && frc == 0 && !c->closing && c->in_len >= CRP_HEADER_SIZE &&
+        c->out_len - c->out_off < c->thread->srv->budget.out_high) {
+        rc = conn_serve_buffered(c);
+        frc = conn_flush(c);
+    }
     if (rc < 0 || frc < 0 || (c->closing && c->out_off == c->out_len)) {
         conn_free(c);
         return;
@@ -269,20 +513,67 @@ static void conn_event(rpc_conn *c, uint32_t events)
     set_events(c);
 }
 
+/* A connection the master did not serve: count it, say so at most once per 10 s. */
+static void note_refused(crk_rpc_server *srv, const char *why)
+{
+    uint64_t more = 0;
+    if (crk_ratelimit_allow(&srv->refuse_log, crb_now_ms(), &more))
+        crb_log(CRB_LOG_WARN,
+                "master rpc: refused a connection: %s (%llu more since the last message; "
+                "open %llu, cap %u)",
+                why, (unsigned long long)more, (unsigned long long)atomic_load(&srv->open),
+                srv->max_conns);
+}
+
+static void pause_listener(crk_rpc_server *srv)
+{
+    epoll_ctl(srv->threads[0].epfd, EPOLL_CTL_DEL, srv->listen_fd, NULL);
+    srv->listen_paused_until = crb_now_ms() + LISTEN_PAUSE_MS;
+}
+
+static void resume_listener(crk_rpc_server *srv)
+{
+    struct epoll_event le = {.events = EPOLLIN, .data.ptr = &srv->listen_fd};
+    epoll_ctl(srv->threads[0].epfd, EPOLL_CTL_ADD, srv->listen_fd, &le);
+    srv->listen_paused_until = 0;
+}
+
 static void accept_all(crk_rpc_server *srv)
 {
-    for (;;) {
+    for (int k = 0; k < 1024; k++) {
         int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
+        if (fd < 0) {
+            if (errno != EMFILE && errno != ENFILE)
+                return; /* EAGAIN: nothing waiting */
+            /* Out of descriptors: shed what waits with the reserved one, or,
+             * if even that is gone, stop watching the listener for a while
+             * (it would stay readable: a busy loop). */
+            bool any = false;
+            while (crk_fd_reserve_shed(&srv->reserve, srv->listen_fd)) {
+                atomic_fetch_add(&srv->shed, 1);
+                any = true;
+            }
+            note_refused(srv, "the process is out of file descriptors");
+            if (!any)
+                pause_listener(srv);
             return;
+        }
+        if (atomic_load(&srv->open) >= srv->max_conns) {
+            close(fd);
+            atomic_fetch_add(&srv->refused, 1);
+            note_refused(srv, "--rpc_max_connections reached");
+            continue;
+        }
         int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (srv->tcp_nodelay)
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         rpc_conn *c = calloc(1, sizeof(*c));
         if (c == NULL) {
             close(fd);
             continue;
         }
         c->fd = fd;
+        c->progress_ms = crb_now_ms();
         rpc_thread *t = &srv->threads[atomic_fetch_add(&srv->next, 1) % srv->n_threads];
         c->thread = t;
         pthread_mutex_lock(&t->lock);
@@ -307,36 +598,154 @@ static void accept_all(crk_rpc_server *srv)
     }
 }
 
+/*
+ * Every SWEEP_MS: close this thread's connections that made no progress for
+ * the idle timeout, and give back the buffers of connections quiet for a
+ * second (busy ones keep theirs: freeing and reallocating per request would
+ * cost an mmap each). The list is read under t->lock (the listener appends
+ * to it); only this thread frees its connections, so the ones found stay
+ * valid after.
+ */
+#define QUIET_MS 1000
+static void sweep(rpc_thread *t, uint64_t now)
+{
+    crk_rpc_server *srv = t->srv;
+    const crk_io_budget *b = &srv->budget;
+    rpc_conn *idle[64];
+    size_t n = 0;
+    pthread_mutex_lock(&t->lock);
+    for (size_t i = 0; i < t->n_conns; i++) {
+        rpc_conn *c = t->conns[i];
+        if (c->parked)
+            continue;
+        uint64_t quiet = now - c->progress_ms;
+        if (srv->idle_timeout_ms != 0 && quiet >= srv->idle_timeout_ms && n < 64) {
+            idle[n++] = c;
+        } else if (quiet >= QUIET_MS && c->out_off == c->out_len) {
+            shrink(&c->in, &c->in_cap, c->in_len, b->keep);
+            shrink(&c->out, &c->out_cap, 0, b->keep);
+            c->out_off = c->out_len = 0;
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+    for (size_t i = 0; i < n; i++) { /* more, if any, at the next sweep */
+        atomic_fetch_add(&srv->idle_closed, 1);
+        conn_free(idle[i]);
+    }
+}
+
+/* Replies from the scan worker: queue each and resume its connection. */
+static void take_done(rpc_thread *t)
+{
+    uint64_t v;
+    ssize_t r = read(t->wakefd, &v, sizeof(v));
+    (void)r;
+    pthread_mutex_lock(&t->done_lock);
+    scan_job *j = t->done;
+    t->done = NULL;
+    pthread_mutex_unlock(&t->done_lock);
+    while (j != NULL) {
+        scan_job *next = j->next;
+        rpc_conn *c = j->conn;
+        c->parked = false;
+        if (c->dead) {
+            conn_free(c);
+        } else {
+            int rc =
+                j->frame.len > 0 ? queue_bytes(c, j->frame.data, j->frame.len) : CR_ERR_NO_MEMORY;
+            if (rc == 0 && !c->closing)
+                rc = conn_serve_buffered(c);
+            int frc = conn_flush(c);
+            if (rc < 0 || frc < 0 || (c->closing && c->out_off == c->out_len))
+                conn_free(c);
+            else
+                set_events(c);
+        }
+        job_free(j);
+        j = next;
+    }
+}
+
+/* Give every connection on the ready list another turn. */
+static void run_ready(rpc_thread *t)
+{
+    size_t n = t->n_ready;
+    for (size_t i = 0; i < n; i++) {
+        rpc_conn *c = t->ready[i];
+        t->ready[i] = NULL;
+        if (c == NULL)
+            continue; /* freed meanwhile */
+        c->ready = false;
+        if (c->parked || c->closing)
+            continue;
+        int rc = conn_serve_buffered(c); /* may put it back on the list */
+        int frc = conn_flush(c);
+        if (rc < 0 || frc < 0 || (c->closing && c->out_off == c->out_len))
+            conn_free(c);
+        else
+            set_events(c);
+    }
+    /* Entries added during the turns moved up front. */
+    size_t k = 0;
+    for (size_t i = n; i < t->n_ready; i++)
+        if (t->ready[i] != NULL)
+            t->ready[k++] = t->ready[i];
+    t->n_ready = k;
+}
+
 static void *thread_main(void *arg)
 {
     rpc_thread *t = arg;
     crk_rpc_server *srv = t->srv;
     struct epoll_event ev[64];
+    uint64_t next_sweep = crb_now_ms() + SWEEP_MS;
     while (!atomic_load(&srv->stop)) {
-        int n = epoll_wait(t->epfd, ev, 64, 200);
+        int n = epoll_wait(t->epfd, ev, 64, t->n_ready > 0 ? 0 : SWEEP_MS);
+        uint64_t now = crb_now_ms();
+        if (now >= next_sweep) {
+            sweep(t, now);
+            next_sweep = now + SWEEP_MS;
+        }
+        if (t == &srv->threads[0] && srv->listen_paused_until != 0 &&
+            now >= srv->listen_paused_until)
+            resume_listener(srv);
         for (int i = 0; i < n; i++) {
             void *p = ev[i].data.ptr;
             if (p == &srv->listen_fd)
                 accept_all(srv);
             else if (p == &t->wakefd)
-                ; /* stop requested */
+                take_done(t); /* scan replies, or stop requested */
             else
                 conn_event(p, ev[i].events);
         }
+        run_ready(t);
     }
     return NULL;
 }
 
-int crk_rpc_server_start(crk_service *svc, const crk_server_info *info, const char *host,
-                         uint16_t port, unsigned threads, crk_rpc_server **out)
+void crk_rpc_server_options_default(crk_rpc_server_options *o)
+{
+    *o =
+        (crk_rpc_server_options){.host = "127.0.0.1", .port = 0, .threads = 2, .tcp_nodelay = true};
+}
+
+int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
+                         const crk_rpc_server_options *opt, crk_rpc_server **out)
 {
     crk_rpc_server *srv = calloc(1, sizeof(*srv));
     if (srv == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "rpc server");
     srv->svc = svc;
     srv->info = info;
-    srv->n_threads = threads ? threads : 2;
-    int rc = crb_listen(host, port, 1024, &srv->port);
+    srv->n_threads = opt->threads ? opt->threads : 2;
+    srv->tcp_nodelay = opt->tcp_nodelay;
+    srv->budget = crk_io_budget_default();
+    srv->idle_timeout_ms = opt->idle_timeout_ms;
+    srv->max_conns = crk_conn_cap(opt->max_connections, FD_RESERVE);
+    srv->refuse_log = (crk_ratelimit){.interval_ms = 10000};
+    crk_fd_reserve_init(&srv->reserve);
+    const char *host = opt->host;
+    int rc = crb_listen(host, opt->port, 1024, &srv->port);
     if (rc < 0) {
         free(srv);
         return rc;
@@ -349,10 +758,13 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info, const ch
         return crb_error(CR_ERR_NO_MEMORY, "rpc threads");
     }
     unsigned started = 0;
+    pthread_mutex_init(&srv->scan_lock, NULL);
+    pthread_cond_init(&srv->scan_cond, NULL);
     for (unsigned i = 0; i < srv->n_threads; i++) {
         rpc_thread *t = &srv->threads[i];
         t->srv = srv;
         pthread_mutex_init(&t->lock, NULL);
+        pthread_mutex_init(&t->done_lock, NULL);
         t->epfd = epoll_create1(EPOLL_CLOEXEC);
         t->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         struct epoll_event e = {.events = EPOLLIN, .data.ptr = &t->wakefd};
@@ -368,12 +780,20 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info, const ch
         }
     }
     srv->n_started = started;
-    if (started < srv->n_threads) {
+    if (started == srv->n_threads) {
+        if (pthread_create(&srv->scan_tid, NULL, scan_main, srv) == 0)
+            srv->scan_started = true;
+        else
+            rc = crb_error(CR_ERR_SYSTEM, "starting the rpc scan thread");
+    }
+    if (started < srv->n_threads || !srv->scan_started) {
         crk_rpc_server_stop(srv);
         return rc;
     }
-    crb_log(CRB_LOG_INFO, "master rpc listening on %s:%u with %u threads", host,
-            (unsigned)srv->port, srv->n_threads);
+    crb_log(CRB_LOG_INFO,
+            "master rpc listening on %s:%u with %u threads (at most %u connections%s)", host,
+            (unsigned)srv->port, srv->n_threads, srv->max_conns,
+            srv->idle_timeout_ms ? ", idle ones closed" : "");
     *out = srv;
     return 0;
 }
@@ -393,8 +813,10 @@ void crk_rpc_server_latency(crk_rpc_server *srv, int op_index, uint64_t out[CRK_
 
 void crk_rpc_server_stats_get(crk_rpc_server *srv, crk_rpc_server_stats *out)
 {
-    *out = (crk_rpc_server_stats){atomic_load(&srv->accepted), atomic_load(&srv->open),
-                                  atomic_load(&srv->frames), atomic_load(&srv->malformed)};
+    *out = (crk_rpc_server_stats){atomic_load(&srv->accepted),   atomic_load(&srv->open),
+                                  atomic_load(&srv->frames),     atomic_load(&srv->malformed),
+                                  atomic_load(&srv->refused),    atomic_load(&srv->shed),
+                                  atomic_load(&srv->idle_closed)};
 }
 
 void crk_rpc_server_stop(crk_rpc_server *srv)
@@ -402,6 +824,16 @@ void crk_rpc_server_stop(crk_rpc_server *srv)
     if (srv == NULL)
         return;
     atomic_store(&srv->stop, true);
+    pthread_mutex_lock(&srv->scan_lock);
+    pthread_cond_broadcast(&srv->scan_cond);
+    pthread_mutex_unlock(&srv->scan_lock);
+    if (srv->scan_started)
+        pthread_join(srv->scan_tid, NULL); /* finishes the job it runs, if any */
+    while (srv->scan_head != NULL) {
+        scan_job *j = srv->scan_head;
+        srv->scan_head = j->next;
+        job_free(j);
+    }
     for (unsigned i = 0; i < srv->n_started; i++) {
         uint64_t one = 1;
         ssize_t w = write(srv->threads[i].wakefd, &one, sizeof(one));
@@ -411,16 +843,26 @@ void crk_rpc_server_stop(crk_rpc_server *srv)
         pthread_join(srv->threads[i].tid, NULL);
     for (unsigned i = 0; i < srv->n_threads; i++) {
         rpc_thread *t = &srv->threads[i];
+        while (t->done != NULL) {
+            scan_job *j = t->done;
+            t->done = j->next;
+            job_free(j);
+        }
         while (t->n_conns > 0)
             conn_free(t->conns[t->n_conns - 1]);
         free(t->conns);
+        free(t->ready);
         crk_scratch_free(&t->scratch);
         crp_buf_free(&t->reply);
         close(t->epfd);
         close(t->wakefd);
         pthread_mutex_destroy(&t->lock);
+        pthread_mutex_destroy(&t->done_lock);
     }
+    pthread_mutex_destroy(&srv->scan_lock);
+    pthread_cond_destroy(&srv->scan_cond);
     close(srv->listen_fd);
+    crk_fd_reserve_close(&srv->reserve);
     free(srv->threads);
     free(srv);
 }

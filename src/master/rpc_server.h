@@ -13,6 +13,7 @@
 #ifndef CRESCENT_MASTER_RPC_SERVER_H
 #define CRESCENT_MASTER_RPC_SERVER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "master/dispatch.h"
@@ -24,13 +25,25 @@ typedef struct crk_rpc_server crk_rpc_server;
  * < 2^i microseconds (the last bucket is "everything slower"). */
 #define CRK_LAT_BUCKETS 24
 
+/** How the server listens and treats connections. */
+typedef struct crk_rpc_server_options {
+    const char *host;         /* address to bind */
+    uint16_t port;            /* 0: the kernel picks (crk_rpc_server_port) */
+    unsigned threads;         /* I/O threads; 0 = 2 */
+    bool tcp_nodelay;         /* TCP_NODELAY on accepted connections */
+    uint64_t idle_timeout_ms; /* close a connection silent this long; 0 = never */
+    unsigned max_connections; /* connections served at once; 0 = from RLIMIT_NOFILE */
+} crk_rpc_server_options;
+
+/** Defaults: 127.0.0.1, port 0, 2 threads, TCP_NODELAY, no idle timeout. */
+void crk_rpc_server_options_default(crk_rpc_server_options *o);
+
 /**
- * Listen on host:port (0 = pick) and serve with `threads` I/O threads (0 =
- * 2). The service and info must outlive the server. On success *out owns
- * the running server.
+ * Listen and serve as `opt` says. The service and info must outlive the
+ * server. On success *out owns the running server.
  */
-int crk_rpc_server_start(crk_service *svc, const crk_server_info *info, const char *host,
-                         uint16_t port, unsigned threads, crk_rpc_server **out);
+int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
+                         const crk_rpc_server_options *opt, crk_rpc_server **out);
 
 uint16_t crk_rpc_server_port(const crk_rpc_server *srv);
 
@@ -43,6 +56,9 @@ typedef struct crk_rpc_server_stats {
     uint64_t connections_open;
     uint64_t frames_in;
     uint64_t malformed_frames;
+    uint64_t connections_refused; /* over max_connections: accepted and closed */
+    uint64_t connections_shed;    /* at the fd limit: accepted and closed */
+    uint64_t connections_idle_closed;
 } crk_rpc_server_stats;
 void crk_rpc_server_stats_get(crk_rpc_server *srv, crk_rpc_server_stats *out);
 

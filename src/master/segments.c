@@ -35,12 +35,13 @@
 #include "base/log.h"
 #include "master/internal.h"
 #include "master/mem.h"
+#include "master/rng.h"
 
 /* --- table helpers (seg_lock held) ----------------------------------------- */
 
 static size_t seg_bucket(const crk_service *s, const char *name, size_t len)
 {
-    return (size_t)crk_hash_bytes(name, len) & (s->seg_nbuckets - 1);
+    return (size_t)crk_key_hash(s, name, len) & (s->seg_nbuckets - 1);
 }
 
 static crk_segment *seg_find_locked(crk_service *s, const char *name, size_t len)
@@ -106,34 +107,51 @@ static crk_tomb **tomb_find_locked(crk_service *s, const char *name)
     return pp;
 }
 
-/* Take the tombstone of `name` out of the list; returns its horizon or 0. */
-static uint64_t tomb_take_locked(crk_service *s, const char *name)
+/*
+ * The fence a new mount of `name` over [base, base + size) inherits from
+ * its tombstone: the tombstone's horizon if the ranges overlap (the tomb is
+ * then taken: the new segment's own horizon carries it on), else 0 and the
+ * tomb stays for a later mount that does overlap.
+ */
+static uint64_t tomb_take_locked(crk_service *s, const char *name, uint64_t base, uint64_t size)
 {
     crk_tomb **pp = tomb_find_locked(s, name);
     if (!*pp)
         return 0;
     crk_tomb *t = *pp;
+    uint64_t end = base + size;
+    if (end <= t->base || base >= t->end)
+        return 0;
     uint64_t h = t->horizon;
     *pp = t->next;
     crk_free(t);
     return h;
 }
 
-static void tomb_put_locked(crk_service *s, const char *name, size_t len, uint64_t horizon)
+static void tomb_put_locked(crk_service *s, const crk_segment *seg, uint64_t horizon)
 {
-    crk_tomb **pp = tomb_find_locked(s, name);
+    uint64_t end = seg->base + seg->size;
+    crk_tomb **pp = tomb_find_locked(s, seg->name);
     if (*pp) {
-        if (horizon > (*pp)->horizon)
-            (*pp)->horizon = horizon;
+        crk_tomb *t = *pp;
+        if (horizon > t->horizon)
+            t->horizon = horizon;
+        if (seg->base < t->base)
+            t->base = seg->base;
+        if (end > t->end)
+            t->end = end;
         return;
     }
-    crk_tomb *t = crk_malloc(sizeof(*t) + len + 1);
+    crk_tomb *t = crk_malloc(sizeof(*t) + seg->name_len + 1);
     if (!t) {
-        crb_log(CRB_LOG_ERROR, "master: out of memory keeping the fence of segment '%s'", name);
+        crb_log(CRB_LOG_ERROR, "master: out of memory keeping the fence of segment '%s'",
+                seg->name);
         return;
     }
     t->horizon = horizon;
-    memcpy(t->name, name, len + 1);
+    t->base = seg->base;
+    t->end = end;
+    memcpy(t->name, seg->name, seg->name_len + 1);
     t->next = s->tombs;
     s->tombs = t;
 }
@@ -183,10 +201,11 @@ static int validate_spec(const crk_service *s, const crk_segment_spec *spec, siz
     return 0;
 }
 
-/* Mount one segment; clients_lock and seg_lock (write) held. */
-static int mount_one_locked(crk_service *s, crk_client_id client, const crk_segment_spec *spec,
+/* Mount one segment for client record cl; clients_lock and seg_lock (write) held. */
+static int mount_one_locked(crk_service *s, crk_client *cl, const crk_segment_spec *spec,
                             size_t len, bool remount, uint64_t now, uint64_t *epoch_out)
 {
+    crk_client_id client = cl->id;
     crk_segment *old = seg_find_locked(s, spec->name, len);
     if (old) {
         if (atomic_load(&old->state) != CRK_SEG_MOUNTED)
@@ -228,11 +247,16 @@ static int mount_one_locked(crk_service *s, crk_client_id client, const crk_segm
     seg->size = spec->size;
     seg->capacity = crb_oa_capacity(seg->oa);
     seg->epoch = s->cfg.epoch_base + atomic_fetch_add(&s->epoch_counter, 1) + 1;
-    uint64_t fence = tomb_take_locked(s, seg->name);
+    uint64_t fence = tomb_take_locked(s, seg->name, spec->base, spec->size);
+    seg->fence_reason = fence > now ? CRK_FENCE_TOMB : CRK_FENCE_NONE;
     uint64_t restart_end = crk_sat_add(s->start_ms, s->cfg.restart_fence_ms);
-    if (remount && restart_end > fence)
+    if (remount && restart_end > fence && restart_end > now) {
         fence = restart_end;
+        seg->fence_reason = CRK_FENCE_RESTART;
+    }
     seg->fence_until = fence > now ? fence : 0;
+    if (seg->fence_until > cl->fence_until)
+        cl->fence_until = seg->fence_until;
     atomic_init(&seg->state, CRK_SEG_MOUNTED);
     atomic_init(&seg->used, 0);
     atomic_init(&seg->horizon, seg->fence_until);
@@ -245,9 +269,18 @@ static int mount_one_locked(crk_service *s, crk_client_id client, const crk_segm
     if (s->nsegs > s->seg_nbuckets)
         seg_grow_buckets_locked(s);
     crk_add(s->c.capacity, seg->capacity);
-    crb_log(CRB_LOG_INFO, "master: %s segment '%s' (%llu bytes, epoch %llu%s)",
-            remount ? "remounted" : "mounted", seg->name, (unsigned long long)seg->size,
-            (unsigned long long)seg->epoch, seg->fence_until ? ", fenced" : "");
+    if (seg->fence_until)
+        crb_log(CRB_LOG_INFO,
+                "master: %s segment '%s' (%llu bytes, epoch %llu), fenced for %llu ms: %s",
+                remount ? "remounted" : "mounted", seg->name, (unsigned long long)seg->size,
+                (unsigned long long)seg->epoch, (unsigned long long)(seg->fence_until - now),
+                seg->fence_reason == CRK_FENCE_RESTART
+                    ? "the previous master instance may have granted leases on it"
+                    : "reads or writes of its name's previous memory may still be running");
+    else
+        crb_log(CRB_LOG_INFO, "master: %s segment '%s' (%llu bytes, epoch %llu)",
+                remount ? "remounted" : "mounted", seg->name, (unsigned long long)seg->size,
+                (unsigned long long)seg->epoch);
     *epoch_out = seg->epoch;
     return 0;
 
@@ -275,11 +308,14 @@ int crk_mount_segment(crk_service *s, crk_client_id client, const crk_segment_sp
         goto out;
     uint64_t epoch = 0;
     pthread_mutex_lock(&s->clients_lock);
-    rc = crk_client_touch_locked(s, client, now_ms);
+    crk_client *cl = NULL;
+    rc = crk_client_touch_locked(s, client, now_ms, &cl);
     if (rc == 0) {
         pthread_rwlock_wrlock(&s->seg_lock);
-        rc = mount_one_locked(s, client, seg, len, false, now_ms, &epoch);
+        rc = mount_one_locked(s, cl, seg, len, false, now_ms, &epoch);
         pthread_rwlock_unlock(&s->seg_lock);
+        if (rc != 0)
+            cl->need_remount = true; /* its heartbeat says NEED_REMOUNT until one works */
     }
     pthread_mutex_unlock(&s->clients_lock);
     if (rc == 0 && epoch_out)
@@ -304,7 +340,8 @@ int crk_remount_segments(crk_service *s, crk_client_id client, const crk_segment
         goto out;
     }
     pthread_mutex_lock(&s->clients_lock);
-    first = crk_client_touch_locked(s, client, now_ms);
+    crk_client *cl = NULL;
+    first = crk_client_touch_locked(s, client, now_ms, &cl);
     if (first == 0) {
         pthread_rwlock_wrlock(&s->seg_lock);
         for (size_t i = 0; i < n; i++) {
@@ -312,13 +349,16 @@ int crk_remount_segments(crk_service *s, crk_client_id client, const crk_segment
             uint64_t epoch = 0;
             int rc = validate_spec(s, &segs[i], &len);
             if (rc == 0)
-                rc = mount_one_locked(s, client, &segs[i], len, true, now_ms, &epoch);
+                rc = mount_one_locked(s, cl, &segs[i], len, true, now_ms, &epoch);
             if (results)
                 results[i] = rc;
             if (rc != 0 && first == 0)
                 first = rc;
         }
         pthread_rwlock_unlock(&s->seg_lock);
+        /* The remount lists all of the client's segments: it needs another
+         * one exactly when one of them failed. */
+        cl->need_remount = first != 0;
     }
     pthread_mutex_unlock(&s->clients_lock);
 out:
@@ -360,7 +400,7 @@ void crk_unmount_finish(crk_service *s, crk_segment *seg, uint64_t now)
     pthread_rwlock_wrlock(&s->seg_lock);
     seg_unlink_locked(s, seg);
     if (horizon > now)
-        tomb_put_locked(s, seg->name, seg->name_len, horizon);
+        tomb_put_locked(s, seg, horizon);
     pthread_rwlock_unlock(&s->seg_lock);
 
     pthread_mutex_lock(&seg->mu);
@@ -480,8 +520,11 @@ static bool eligible(const crk_segment *seg, uint64_t size, uint64_t now, crk_pl
     if (seg->capacity < size)
         return false;
     if (now < seg->fence_until) {
-        if (!info->any_fenced || seg->fence_until < info->min_fence)
+        if (!info->any_fenced || seg->fence_until < info->min_fence) {
             info->min_fence = seg->fence_until;
+            info->fence_reason = seg->fence_reason;
+            memcpy(info->fenced, seg->name, seg->name_len + 1);
+        }
         info->any_fenced = true;
         return false;
     }
@@ -499,8 +542,8 @@ static double free_ratio(const crk_segment *seg)
 #define SAMPLE_MAX (3 * CRK_MAX_REPLICAS + 4)
 
 uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const char *const *preferred,
-                   size_t n_preferred, uint64_t seed, uint64_t now, crk_replica *out,
-                   crk_place_info *info)
+                   size_t n_preferred, crk_client_id writer, uint64_t seed, uint64_t now,
+                   crk_replica *out, crk_place_info *info)
 {
     uint32_t k = 0;
     memset(info, 0, sizeof(*info));
@@ -520,6 +563,17 @@ uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const cha
             k++;
     }
 
+    /* 1b. local_first: the writer's own segments, one replica each. */
+    if (s->cfg.allocation_strategy == CRK_ALLOC_LOCAL_FIRST)
+        for (size_t i = 0; i < s->nsegs && k < want; i++) {
+            crk_segment *seg = s->segs[i];
+            if (!crk_id_eq(seg->owner, writer) || already_used(out, k, seg) ||
+                !eligible(seg, alloc_size, now, info))
+                continue;
+            if (try_alloc(seg, alloc_size, now, true, &out[k]) == ALLOC_OK)
+                k++;
+        }
+
     /*
      * 2. Sample a few eligible segments starting at a random index, try them
      * by free ratio (emptiest first), so load spreads without every writer
@@ -531,22 +585,31 @@ uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const cha
      */
     size_t n = s->nsegs;
     if (k < want && n > 0) {
-        size_t idx = (size_t)(crk_random(s, seed) % n);
+        size_t idx = (size_t)(crk_rng_next(&s->rng, seed) % n);
         size_t scanned = 0;
         size_t goal = 3 * (size_t)(want - k);
         if (goal < 4)
             goal = 4;
+        /* free_ratio_first looks at every segment and keeps the emptiest. */
+        bool all = s->cfg.allocation_strategy == CRK_ALLOC_FREE_RATIO_FIRST;
+        if (all || goal > SAMPLE_MAX)
+            goal = SAMPLE_MAX;
         crk_segment *cand[SAMPLE_MAX];
         double ratio[SAMPLE_MAX];
         size_t nc = 0;
-        while (scanned < n && nc < goal && nc < SAMPLE_MAX) {
+        while (scanned < n && (nc < goal || all)) {
             crk_segment *seg = s->segs[idx];
             idx = idx + 1 == n ? 0 : idx + 1;
             scanned++;
             if (already_used(out, k, seg) || !eligible(seg, alloc_size, now, info))
                 continue;
-            /* insertion sort, descending free ratio */
+            /* insertion sort, descending free ratio; when full, drop the fullest */
             double r = free_ratio(seg);
+            if (nc == goal) {
+                if (ratio[nc - 1] >= r)
+                    continue;
+                nc--;
+            }
             size_t j = nc++;
             while (j > 0 && ratio[j - 1] < r) {
                 cand[j] = cand[j - 1];

@@ -1,14 +1,8 @@
 /*
- * service.c - the master core's lifecycle, configuration, clients (ping,
- * expiry), housekeeping tick and metrics.
- *
- * Clients live in a small chained hash table under clients_lock. A client is
- * created by mount/remount and kept alive by pings; tick() expires the ones
- * silent for client_ttl_ms: under clients_lock it removes them and, under
- * seg_lock, marks their segments unmounting (so a racing remount sees
- * "unmounting" instead of a segment about to vanish); then, holding no
- * global lock, it finishes each unmount (segments.c), which scans the shards
- * one at a time.
+ * service.c - the master core's lifecycle, configuration, housekeeping
+ * tick and metrics. The client table is clients.c, the object table's data
+ * structures object_table.c, the key operations objects.c, segments and
+ * placement segments.c, eviction eviction.c.
  *
  * The lock order for the whole core is documented in internal.h.
  */
@@ -21,72 +15,7 @@
 #include "base/log.h"
 #include "master/internal.h"
 #include "master/mem.h"
-
-static const char *const op_names[CRK_OP_COUNT] = {
-    [CRK_OP_MOUNT] = "mount_segment",
-    [CRK_OP_REMOUNT] = "remount_segment",
-    [CRK_OP_UNMOUNT] = "unmount_segment",
-    [CRK_OP_PING] = "ping",
-    [CRK_OP_EXIST] = "exist_key",
-    [CRK_OP_GET_REPLICA_LIST] = "get_replica_list",
-    [CRK_OP_PUT_START] = "put_start",
-    [CRK_OP_UPSERT_START] = "upsert_start",
-    [CRK_OP_PUT_END] = "put_end",
-    [CRK_OP_PUT_REVOKE] = "put_revoke",
-    [CRK_OP_REMOVE] = "remove",
-    [CRK_OP_REMOVE_BY_REGEX] = "remove_by_regex",
-    [CRK_OP_REMOVE_ALL] = "remove_all",
-    [CRK_OP_BATCH_EXIST] = "batch_exist_key",
-    [CRK_OP_BATCH_GET_REPLICA_LIST] = "batch_get_replica_list",
-    [CRK_OP_BATCH_PUT_START] = "batch_put_start",
-    [CRK_OP_BATCH_UPSERT_START] = "batch_upsert_start",
-    [CRK_OP_BATCH_PUT_END] = "batch_put_end",
-    [CRK_OP_BATCH_PUT_REVOKE] = "batch_put_revoke",
-    [CRK_OP_BATCH_REMOVE] = "batch_remove",
-    [CRK_OP_BATCH_REPLICA_CLEAR] = "batch_replica_clear",
-};
-
-const char *crk_op_name(int op)
-{
-    if (op < 0 || op >= CRK_OP_COUNT)
-        return "unknown";
-    return op_names[op];
-}
-
-uint64_t crk_hash_bytes(const void *p, size_t n)
-{
-    /* 8 bytes at a time, multiply-xorshift mixing; then a splitmix finaliser. */
-    const unsigned char *b = p;
-    uint64_t h = 0x243F6A8885A308D3ull ^ ((uint64_t)n * 0x9E3779B97F4A7C15ull);
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, b, 8);
-        h = (h ^ (v * 0xBF58476D1CE4E5B9ull)) * 0x94D049BB133111EBull;
-        h ^= h >> 29;
-        b += 8;
-        n -= 8;
-    }
-    uint64_t tail = 0;
-    for (size_t i = 0; i < n; i++)
-        tail |= (uint64_t)b[i] << (8 * i);
-    h = (h ^ (tail * 0xBF58476D1CE4E5B9ull)) * 0x94D049BB133111EBull;
-    h ^= h >> 31;
-    h *= 0xD6E8FEB86659FD93ull;
-    h ^= h >> 32;
-    return h;
-}
-
-uint64_t crk_random(crk_service *s, uint64_t seed)
-{
-    static _Thread_local uint64_t state;
-    if (state == 0) /* first use on this thread: a distinct stream per thread */
-        state = atomic_fetch_add_explicit(&s->rng, 0x9E3779B97F4A7C15ull, CRK_RELAXED) | 1;
-    state += 0x9E3779B97F4A7C15ull;
-    uint64_t z = state ^ seed;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+#include "base/net.h"
 
 void crk_config_default(crk_config *cfg)
 {
@@ -104,9 +33,10 @@ void crk_config_default(crk_config *cfg)
     cfg->restart_fence_ms = 0;
     cfg->max_evict_retries = 2;
     cfg->epoch_base = 0;
+    cfg->allocation_strategy = CRK_ALLOC_RANDOM;
 }
 
-static int validate_config(const crk_config *c)
+int crk_config_validate(const crk_config *c)
 {
     if (!(c->eviction_ratio >= 0.0 && c->eviction_ratio <= 1.0))
         return crb_error(CR_INVALID_PARAMS, "eviction_ratio %g is outside [0, 1]",
@@ -134,6 +64,9 @@ static int validate_config(const crk_config *c)
                          (unsigned long long)a);
     if (c->client_ttl_ms == 0)
         return crb_error(CR_INVALID_PARAMS, "client_ttl must be > 0");
+    if ((unsigned)c->allocation_strategy > CRK_ALLOC_LOCAL_FIRST)
+        return crb_error(CR_INVALID_PARAMS, "allocation_strategy %d is not 0, 1 or 2",
+                         (int)c->allocation_strategy);
     return 0;
 }
 
@@ -144,7 +77,7 @@ int crk_service_create(const crk_config *cfg, uint64_t now_ms, crk_service **out
         c = *cfg;
     else
         crk_config_default(&c);
-    int rc = validate_config(&c);
+    int rc = crk_config_validate(&c);
     if (rc != 0)
         return rc;
     if (c.restart_fence_ms == 0)
@@ -177,12 +110,22 @@ int crk_service_create(const crk_config *cfg, uint64_t now_ms, crk_service **out
         rc = crb_error(CR_ERR_NO_MEMORY, "master service: tables");
         goto undo_tables;
     }
-    rc = crk_shards_init(s);
-    if (rc != 0)
+    if (crb_random_bytes(&s->hash_key, sizeof(s->hash_key)) != 0) {
+        rc = crb_error(CR_ERR_SYSTEM, "master service: no random key hash key");
         goto undo_tables;
+    }
+    size_t i;
+    for (i = 0; i < CRK_NUM_SHARDS; i++) {
+        rc = crk_shard_init(&s->shards[i]);
+        if (rc != 0)
+            goto undo_shards;
+    }
     *out = s;
     return 0;
 
+undo_shards:
+    while (i-- > 0)
+        crk_shard_destroy(&s->shards[i]);
 undo_tables:
     crk_free(s->cl_buckets);
     crk_free(s->seg_buckets);
@@ -201,21 +144,25 @@ void crk_service_destroy(crk_service *s)
     if (!s)
         return;
     /* Objects first: their replicas point at segments. */
-    crk_shards_destroy(s);
+    for (size_t i = 0; i < CRK_NUM_SHARDS; i++)
+        crk_shard_destroy(&s->shards[i]);
     crk_segments_destroy(s);
-    for (size_t b = 0; b < s->cl_nbuckets; b++) {
-        crk_client *c = s->cl_buckets[b];
-        while (c) {
-            crk_client *next = c->next;
-            crk_free(c);
-            c = next;
-        }
-    }
-    crk_free(s->cl_buckets);
+    crk_clients_destroy(s);
     pthread_mutex_destroy(&s->evict_lock);
     pthread_mutex_destroy(&s->clients_lock);
     pthread_rwlock_destroy(&s->seg_lock);
     crk_free(s);
+}
+
+void crk_service_stop_scans(crk_service *s)
+{
+    atomic_store(&s->stopping, true);
+}
+
+void crk_service_on_expired_segment(crk_service *s, crk_expired_segment_fn fn, void *ctx)
+{
+    s->on_expired = fn;
+    s->on_expired_ctx = ctx;
 }
 
 const crk_config *crk_service_config(const crk_service *s)
@@ -223,163 +170,9 @@ const crk_config *crk_service_config(const crk_service *s)
     return &s->cfg;
 }
 
-/* --- clients ------------------------------------------------------------------ */
-
-static size_t client_bucket(const crk_service *s, crk_client_id id)
-{
-    uint64_t h = (id.hi * 0x9E3779B97F4A7C15ull) ^ (id.lo * 0xBF58476D1CE4E5B9ull);
-    h ^= h >> 31;
-    return (size_t)h & (s->cl_nbuckets - 1);
-}
-
-static crk_client *client_find_locked(crk_service *s, crk_client_id id)
-{
-    for (crk_client *c = s->cl_buckets[client_bucket(s, id)]; c; c = c->next)
-        if (crk_id_eq(c->id, id))
-            return c;
-    return NULL;
-}
-
-static void client_grow_locked(crk_service *s)
-{
-    size_t nb = s->cl_nbuckets * 2;
-    crk_client **b = crk_calloc(nb, sizeof(*b));
-    if (!b)
-        return; /* keep the longer chains */
-    crk_client **old = s->cl_buckets;
-    size_t old_n = s->cl_nbuckets;
-    s->cl_buckets = b;
-    s->cl_nbuckets = nb;
-    for (size_t i = 0; i < old_n; i++) {
-        crk_client *c = old[i];
-        while (c) {
-            crk_client *next = c->next;
-            size_t j = client_bucket(s, c->id);
-            c->next = b[j];
-            b[j] = c;
-            c = next;
-        }
-    }
-    crk_free(old);
-}
-
-int crk_client_touch_locked(crk_service *s, crk_client_id id, uint64_t now)
-{
-    crk_client *c = client_find_locked(s, id);
-    if (!c) {
-        c = crk_calloc(1, sizeof(*c));
-        if (!c)
-            return crb_error(CR_ERR_NO_MEMORY, "master: new client record");
-        c->id = id;
-        size_t b = client_bucket(s, id);
-        c->next = s->cl_buckets[b];
-        s->cl_buckets[b] = c;
-        s->nclients++;
-        crb_log(CRB_LOG_INFO, "master: client %016llx%016llx joined", (unsigned long long)id.hi,
-                (unsigned long long)id.lo);
-        if (s->nclients > s->cl_nbuckets)
-            client_grow_locked(s);
-    }
-    if (now > c->last_seen)
-        c->last_seen = now;
-    return 0;
-}
-
-int crk_ping(crk_service *s, crk_client_id client, uint64_t now_ms, int *status_out)
-{
-    crk_add(s->c.requests[CRK_OP_PING], 1);
-    if (!crk_id_valid(client)) {
-        crk_add(s->c.failures[CRK_OP_PING], 1);
-        return crb_error(CR_ILLEGAL_CLIENT, "ping: the zero client id is not valid");
-    }
-    pthread_mutex_lock(&s->clients_lock);
-    crk_client *c = client_find_locked(s, client);
-    if (c && now_ms > c->last_seen)
-        c->last_seen = now_ms;
-    pthread_mutex_unlock(&s->clients_lock);
-    if (status_out)
-        *status_out = c ? CRK_CLIENT_OK : CRK_CLIENT_NEED_REMOUNT;
-    return 0;
-}
-
-/*
- * Expire silent clients. Phase 1 (clients_lock, then seg_lock): unlink them
- * and mark their segments unmounting. Phase 2 (no global lock): finish the
- * unmounts.
- */
-static int expire_clients(crk_service *s, uint64_t now)
-{
-    int rc = 0;
-    crk_segment **dying = NULL;
-    size_t ndying = 0;
-
-    pthread_mutex_lock(&s->clients_lock);
-    size_t nexp = 0;
-    for (size_t b = 0; b < s->cl_nbuckets; b++)
-        for (crk_client *c = s->cl_buckets[b]; c; c = c->next)
-            if (crk_elapsed(now, c->last_seen) >= s->cfg.client_ttl_ms)
-                nexp++;
-    if (nexp == 0) {
-        pthread_mutex_unlock(&s->clients_lock);
-        return 0;
-    }
-    crk_client_id *ids = crk_malloc(nexp * sizeof(*ids));
-    if (!ids) {
-        pthread_mutex_unlock(&s->clients_lock);
-        return crb_error(CR_ERR_NO_MEMORY, "client expiry: %zu ids", nexp);
-    }
-    size_t n = 0;
-    for (size_t b = 0; b < s->cl_nbuckets; b++) {
-        crk_client **pp = &s->cl_buckets[b];
-        while (*pp) {
-            crk_client *c = *pp;
-            if (crk_elapsed(now, c->last_seen) >= s->cfg.client_ttl_ms) {
-                *pp = c->next;
-                ids[n++] = c->id;
-                s->nclients--;
-                crb_log(CRB_LOG_WARN, "master: client %016llx%016llx expired (silent %llu ms)",
-                        (unsigned long long)c->id.hi, (unsigned long long)c->id.lo,
-                        (unsigned long long)crk_elapsed(now, c->last_seen));
-                crk_free(c);
-            } else {
-                pp = &c->next;
-            }
-        }
-    }
-    crk_add(s->c.clients_expired, n);
-
-    pthread_rwlock_wrlock(&s->seg_lock);
-    if (s->nsegs > 0) {
-        dying = crk_malloc(s->nsegs * sizeof(*dying));
-        if (!dying)
-            rc = crb_error(CR_ERR_NO_MEMORY, "client expiry: segment list");
-    }
-    for (size_t i = 0; dying && i < s->nsegs; i++) {
-        crk_segment *seg = s->segs[i];
-        for (size_t k = 0; k < n; k++) {
-            if (crk_id_eq(seg->owner, ids[k])) {
-                if (crk_unmount_begin_locked(s, seg) == 0)
-                    dying[ndying++] = seg;
-                break;
-            }
-        }
-    }
-    pthread_rwlock_unlock(&s->seg_lock);
-    pthread_mutex_unlock(&s->clients_lock);
-
-    for (size_t i = 0; i < ndying; i++) {
-        crb_log(CRB_LOG_INFO, "master: unmounting segment '%s' of an expired client",
-                dying[i]->name);
-        crk_unmount_finish(s, dying[i], now);
-    }
-    crk_free(dying);
-    crk_free(ids);
-    return rc;
-}
-
 int crk_tick(crk_service *s, uint64_t now_ms)
 {
-    int rc = expire_clients(s, now_ms);
+    int rc = crk_expire_clients(s, now_ms);
     for (size_t i = 0; i < CRK_NUM_SHARDS; i++) {
         crk_shard *sh = &s->shards[i];
         pthread_mutex_lock(&sh->mu);
@@ -394,7 +187,9 @@ int crk_tick(crk_service *s, uint64_t now_ms)
         double target = s->cfg.eviction_ratio * (double)used + ((double)used - wm * (double)cap);
         uint64_t keys = 0;
         uint64_t freed = crk_evict_round(s, (uint64_t)target + 1, now_ms, &keys);
-        crb_log(CRB_LOG_INFO,
+        /* A round that freed nothing (everything leased or pinned) repeats
+         * every tick: not worth a line each time. */
+        crb_log(keys > 0 ? CRB_LOG_INFO : CRB_LOG_DEBUG,
                 "master: eviction round above watermark: used %llu of %llu, freed %llu bytes "
                 "in %llu keys",
                 (unsigned long long)used, (unsigned long long)cap, (unsigned long long)freed,
@@ -444,5 +239,9 @@ void crk_get_stats(crk_service *s, crk_stats *out)
     out->partial_allocations = crk_get(s->c.partial_allocations);
     out->put_start_discards = crk_get(s->c.put_start_discards);
     out->put_start_releases = crk_get(s->c.put_start_releases);
+    out->lease_releases = crk_get(s->c.lease_releases);
+    out->early_releases = crk_get(s->c.early_releases);
+    out->early_released_bytes = crk_get(s->c.early_released_bytes);
+    out->discard_entries = crk_get(s->c.discard_entries);
     out->clients_expired = crk_get(s->c.clients_expired);
 }

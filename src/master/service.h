@@ -68,6 +68,13 @@ enum crk_soft_pin_action {
     CRK_SOFT_PIN_DISABLE = 2,  /* no pin (clears an upserted object's pin) */
 };
 
+/** Replica placement (Mooncake's --allocation_strategy). */
+typedef enum crk_alloc_strategy {
+    CRK_ALLOC_RANDOM = 0,           /* "random": sample a few segments, emptiest first */
+    CRK_ALLOC_FREE_RATIO_FIRST = 1, /* "free_ratio_first": every segment, emptiest first */
+    CRK_ALLOC_LOCAL_FIRST = 2,      /* "local_first": the writer's own segments first */
+} crk_alloc_strategy;
+
 typedef struct crk_config {
     uint64_t default_kv_lease_ttl_ms;      /* 10000: read lease granted by get_replica_list */
     uint64_t default_kv_soft_pin_ttl_ms;   /* 1800000: TTL for ENABLE with ttl 0 */
@@ -86,12 +93,22 @@ typedef struct crk_config {
      * default_kv_lease_ttl_ms + 1000 ms of margin.
      */
     uint64_t restart_fence_ms;
-    uint32_t max_evict_retries; /* 2: evictions a failing put_start may run */
-    uint64_t epoch_base;        /* 0: first mount epoch is epoch_base + 1 */
+    uint32_t max_evict_retries;             /* 2: evictions a failing put_start may run */
+    uint64_t epoch_base;                    /* 0: first mount epoch is epoch_base + 1 */
+    crk_alloc_strategy allocation_strategy; /* CRK_ALLOC_RANDOM */
 } crk_config;
 
 /** Fill *cfg with the defaults above (Mooncake's). */
 void crk_config_default(crk_config *cfg);
+
+/**
+ * Check cfg as crk_service_create does: CR_INVALID_PARAMS naming the field
+ * (a ratio outside [0,1], release timeout < discard timeout, default soft
+ * pin TTL > max, alignment not a power of two, zero lease TTL or client
+ * TTL, unknown allocation strategy), else 0. The daemon's flag parser calls
+ * it, so a bad combination is a usage error before anything starts.
+ */
+int crk_config_validate(const crk_config *cfg);
 
 /** One segment to mount: its name, client virtual address and size. */
 typedef struct crk_segment_spec {
@@ -125,6 +142,7 @@ typedef struct crk_replica_list {
     uint64_t value_size;
     uint64_t lease_ttl_ms; /* get: the lease granted; a reader must finish by
                               request_start + lease_ttl_ms. put_start: 0 */
+    uint64_t lease_token;  /* get: give it back with crk_release_leases when done */
     uint32_t n;
     crk_replica_desc r[CRK_MAX_REPLICAS];
 } crk_replica_list;
@@ -176,6 +194,7 @@ enum crk_op {
     CRK_OP_BATCH_PUT_REVOKE,
     CRK_OP_BATCH_REMOVE,
     CRK_OP_BATCH_REPLICA_CLEAR,
+    CRK_OP_RELEASE_LEASES,
     CRK_OP_COUNT
 };
 
@@ -212,6 +231,10 @@ typedef struct crk_stats {
     uint64_t partial_allocations; /* put_start that got fewer replicas than asked */
     uint64_t put_start_discards;  /* in-flight puts preempted */
     uint64_t put_start_releases;  /* deferred releases done */
+    uint64_t lease_releases;      /* reads released by readers (crk_release_leases) */
+    uint64_t early_releases;      /* deferred releases done because the last reader released */
+    uint64_t early_released_bytes;
+    uint64_t discard_entries; /* gauge: deferred releases waiting */
     uint64_t leases_granted;
     uint64_t clients_expired;
 } crk_stats;
@@ -228,6 +251,23 @@ int crk_service_create(const crk_config *cfg, uint64_t now_ms, crk_service **out
 
 /** Free everything. NULL is ignored. No other call may run concurrently. */
 void crk_service_destroy(crk_service *s);
+
+/**
+ * Called (on the thread running crk_tick, holding no service lock) with the
+ * name of every segment unmounted because its client expired, before the
+ * segment is gone. The daemon uses it for --enable_metadata_cleanup_on_timeout.
+ * Set it before the service is shared between threads; NULL clears it.
+ */
+typedef void (*crk_expired_segment_fn)(void *ctx, const char *segment_name);
+void crk_service_on_expired_segment(crk_service *s, crk_expired_segment_fn fn, void *ctx);
+
+/**
+ * Make the long scans (crk_remove_by_regex, crk_remove_all) in progress and
+ * later ones give up with CR_ERR_SHUTDOWN at their next check (every 256
+ * keys, every shard), so a daemon's shutdown never waits for one. One-way;
+ * any thread.
+ */
+void crk_service_stop_scans(crk_service *s);
 
 /** The effective configuration (restart_fence_ms resolved). Valid until destroy. */
 const crk_config *crk_service_config(const crk_service *s);
@@ -284,9 +324,20 @@ int crk_unmount_segment(crk_service *s, crk_client_id client, const char *name, 
 /**
  * Heartbeat. *status_out = CRK_CLIENT_OK for a known client (its expiry timer
  * restarts), CRK_CLIENT_NEED_REMOUNT for one the service does not know
- * (restarted master, or the client expired). Errors: CR_ILLEGAL_CLIENT (zero id).
+ * (restarted master, or the client expired) and for one whose last mount or
+ * remount of a segment failed (so its segment is not mounted; it retries).
+ * Errors: CR_ILLEGAL_CLIENT (zero id).
  */
 int crk_ping(crk_service *s, crk_client_id client, uint64_t now_ms, int *status_out);
+
+/** What a heartbeat tells the client. */
+typedef struct crk_heartbeat_info {
+    int status;         /* enum crk_client_status, as crk_ping */
+    uint64_t fenced_ms; /* its segments accept no allocations for this long yet (0: none) */
+} crk_heartbeat_info;
+
+/** crk_ping with the fence of the client's segments too (for health()). */
+int crk_heartbeat(crk_service *s, crk_client_id client, uint64_t now_ms, crk_heartbeat_info *out);
 
 /**
  * Housekeeping; the server calls it periodically (e.g. every 100 ms):
@@ -365,6 +416,23 @@ int crk_exist(crk_service *s, const char *key, uint64_t now_ms);
  */
 int crk_get_replica_list(crk_service *s, const char *key, uint64_t now_ms, crk_replica_list *out);
 
+/**
+ * Readers say they are done with reads that get_replica_list granted:
+ * tokens[i] is the lease_token of the read of keys[i]. Each object version
+ * counts the reads of its current lease. The lease keeps its TTL for
+ * remove and eviction (Mooncake's semantics), but the memory of a version
+ * that an upsert replaced or a forced remove dropped is freed as soon as no
+ * read of it is outstanding, instead of a whole lease TTL later (issue 11
+ * item 8): at once if none is, or at the last release. A reader that never
+ * releases (a crashed or older client) holds the memory until the lease
+ * runs out. Unknown keys and stale tokens (the lease ran out and a new one
+ * began, or the version is gone) are ignored, so a late or repeated release
+ * never frees memory another reader still reads. Never fails; counts
+ * CRK_OP_RELEASE_LEASES.
+ */
+void crk_release_leases(crk_service *s, const char *const *keys, const uint64_t *tokens, size_t n,
+                        uint64_t now_ms);
+
 /* --- removal -------------------------------------------------------------- */
 
 /**
@@ -378,16 +446,21 @@ int crk_get_replica_list(crk_service *s, const char *key, uint64_t now_ms, crk_r
 int crk_remove(crk_service *s, const char *key, bool force, uint64_t now_ms);
 
 /**
- * Remove every key matching the POSIX extended regular expression `pattern`
- * (regexec search semantics: match anywhere unless anchored). Leased objects
- * are skipped unless force; objects with a write in flight always.
- * *removed_out (may be NULL) gets the count. Errors: CR_INVALID_PARAMS (bad
- * pattern).
+ * Remove every key matching the regular expression `pattern` (PCRE2/Perl
+ * syntax, master/regex.h: a search, anywhere unless anchored). Leased
+ * objects are skipped unless force; objects with a write in flight always.
+ * Keys are matched outside the shard locks and every cost is bounded: a
+ * pattern that exceeds the per-key matching budget stops the call with
+ * CR_ERR_REGEX_BUDGET (keys already removed stay removed; the message
+ * says how many). *removed_out (may be NULL) gets the count on success.
+ * Errors: CR_INVALID_PARAMS (bad or oversized pattern), CR_ERR_REGEX_BUDGET,
+ * CR_ERR_SHUTDOWN (crk_service_stop_scans), CR_ERR_NO_MEMORY.
  */
 int crk_remove_by_regex(crk_service *s, const char *pattern, bool force, uint64_t now_ms,
                         uint64_t *removed_out);
 
-/** Remove every object (same skipping rules). *removed_out may be NULL. */
+/** Remove every object (same skipping rules). *removed_out may be NULL.
+ *  Errors: CR_ERR_SHUTDOWN (crk_service_stop_scans). */
 int crk_remove_all(crk_service *s, bool force, uint64_t now_ms, uint64_t *removed_out);
 
 /* --- batches: one status per key in results[0..n) --------------------------

@@ -6,8 +6,8 @@
  * key inline after the header, and a malloc'd value. The table doubles when
  * the load factor passes 1 and never shrinks (metadata tables stay small).
  *
- * Keys arrive from the network, so the hash is SipHash-1-3 keyed with a
- * random per-table seed: a client cannot pick keys that all land in one
+ * Keys arrive from the network, so the hash is SipHash-1-3 (base/siphash.h)
+ * keyed with a random per-table key: a client cannot pick keys that all land in one
  * bucket and turn the server's lookups quadratic.
  */
 #include "mdserver/kv_table.h"
@@ -15,9 +15,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "base/error.h"
 #include "base/net.h"
+#include "base/siphash.h"
 
 #define KV_INITIAL_BUCKETS 16
 
@@ -35,63 +37,26 @@ struct crd_kv_table {
     size_t nbuckets; /* power of two */
     size_t count;
     size_t value_bytes;
-    uint64_t seed[2];
+    size_t key_bytes;
+    crb_sipkey seed;
 };
 
-#define SIP_ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
-
-#define SIP_ROUND                                                                                  \
-    do {                                                                                           \
-        v0 += v1;                                                                                  \
-        v1 = SIP_ROTL(v1, 13);                                                                     \
-        v1 ^= v0;                                                                                  \
-        v0 = SIP_ROTL(v0, 32);                                                                     \
-        v2 += v3;                                                                                  \
-        v3 = SIP_ROTL(v3, 16);                                                                     \
-        v3 ^= v2;                                                                                  \
-        v0 += v3;                                                                                  \
-        v3 = SIP_ROTL(v3, 21);                                                                     \
-        v3 ^= v0;                                                                                  \
-        v2 += v1;                                                                                  \
-        v1 = SIP_ROTL(v1, 17);                                                                     \
-        v1 ^= v2;                                                                                  \
-        v2 = SIP_ROTL(v2, 32);                                                                     \
-    } while (0)
-
-static uint64_t load_le64(const uint8_t *p)
+void *crd_value_alloc(size_t n)
 {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
+    if (n < CRD_VALUE_MAP_MIN)
+        return malloc(n ? n : 1);
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
 }
 
-/* SipHash-1-3 (one compression round, three finalisation rounds). */
-static uint64_t siphash13(const uint64_t seed[2], const void *data, size_t len)
+void crd_value_free(void *p, size_t n)
 {
-    const uint8_t *in = data;
-    uint64_t v0 = 0x736f6d6570736575ull ^ seed[0];
-    uint64_t v1 = 0x646f72616e646f6dull ^ seed[1];
-    uint64_t v2 = 0x6c7967656e657261ull ^ seed[0];
-    uint64_t v3 = 0x7465646279746573ull ^ seed[1];
-    const uint8_t *end = in + (len & ~(size_t)7);
-    for (; in != end; in += 8) {
-        uint64_t m = load_le64(in);
-        v3 ^= m;
-        SIP_ROUND;
-        v0 ^= m;
-    }
-    uint64_t b = (uint64_t)len << 56;
-    for (size_t i = 0; i < (len & 7); i++)
-        b |= (uint64_t)in[i] << (8 * i);
-    v3 ^= b;
-    SIP_ROUND;
-    v0 ^= b;
-    v2 ^= 0xff;
-    SIP_ROUND;
-    SIP_ROUND;
-    SIP_ROUND;
-    return v0 ^ v1 ^ v2 ^ v3;
+    if (p == NULL)
+        return;
+    if (n < CRD_VALUE_MAP_MIN)
+        free(p);
+    else
+        munmap(p, n);
 }
 
 int crd_kv_table_create(crd_kv_table **out)
@@ -106,7 +71,7 @@ int crd_kv_table_create(crd_kv_table **out)
                          KV_INITIAL_BUCKETS);
     }
     t->nbuckets = KV_INITIAL_BUCKETS;
-    int rc = crb_random_bytes(t->seed, sizeof(t->seed));
+    int rc = crb_random_bytes(&t->seed, sizeof(t->seed));
     if (rc < 0) {
         free(t->buckets);
         free(t);
@@ -124,7 +89,7 @@ void crd_kv_table_destroy(crd_kv_table *t)
         kv_entry *e = t->buckets[i];
         while (e != NULL) {
             kv_entry *next = e->next;
-            free(e->value);
+            crd_value_free(e->value, e->len);
             free(e);
             e = next;
         }
@@ -173,17 +138,17 @@ static void grow(crd_kv_table *t)
 int crd_kv_table_put_owned(crd_kv_table *t, const char *key, void *value, size_t len)
 {
     size_t key_len = strlen(key);
-    uint64_t hash = siphash13(t->seed, key, key_len);
+    uint64_t hash = crb_siphash13(&t->seed, key, key_len);
     kv_entry **link = find_link(t, key, key_len, hash);
     kv_entry *e = *link;
     if (e != NULL) {
         t->value_bytes -= e->len;
-        free(e->value);
+        crd_value_free(e->value, e->len);
         e->value = len > 0 ? value : NULL;
         e->len = len;
         t->value_bytes += len;
         if (len == 0)
-            free(value);
+            crd_value_free(value, 0);
         return 0;
     }
     if (key_len > SIZE_MAX - sizeof(*e) - 1)
@@ -199,10 +164,11 @@ int crd_kv_table_put_owned(crd_kv_table *t, const char *key, void *value, size_t
     e->key_len = key_len;
     memcpy(e->key, key, key_len + 1);
     if (len == 0)
-        free(value);
+        crd_value_free(value, 0);
     *link = e;
     t->count++;
     t->value_bytes += len;
+    t->key_bytes += key_len;
     if (t->count > t->nbuckets)
         grow(t);
     return 0;
@@ -212,7 +178,7 @@ int crd_kv_table_put(crd_kv_table *t, const char *key, const void *value, size_t
 {
     void *copy = NULL;
     if (len > 0) {
-        copy = malloc(len);
+        copy = crd_value_alloc(len);
         if (copy == NULL)
             return crb_error(CR_ERR_NO_MEMORY,
                              "kv table: cannot copy a %zu-byte value for key '%.100s'", len, key);
@@ -220,14 +186,14 @@ int crd_kv_table_put(crd_kv_table *t, const char *key, const void *value, size_t
     }
     int rc = crd_kv_table_put_owned(t, key, copy, len);
     if (rc < 0)
-        free(copy);
+        crd_value_free(copy, len);
     return rc;
 }
 
 int crd_kv_table_get(const crd_kv_table *t, const char *key, void **value, size_t *len)
 {
     size_t key_len = strlen(key);
-    kv_entry *e = *find_link(t, key, key_len, siphash13(t->seed, key, key_len));
+    kv_entry *e = *find_link(t, key, key_len, crb_siphash13(&t->seed, key, key_len));
     if (e == NULL)
         return crb_error(CR_ERR_NOT_FOUND, "kv table: no key '%.200s'", key);
     void *copy = malloc(e->len > 0 ? e->len : 1);
@@ -244,16 +210,40 @@ int crd_kv_table_get(const crd_kv_table *t, const char *key, void **value, size_
 int crd_kv_table_del(crd_kv_table *t, const char *key)
 {
     size_t key_len = strlen(key);
-    kv_entry **link = find_link(t, key, key_len, siphash13(t->seed, key, key_len));
+    kv_entry **link = find_link(t, key, key_len, crb_siphash13(&t->seed, key, key_len));
     kv_entry *e = *link;
     if (e == NULL)
         return crb_error(CR_ERR_NOT_FOUND, "kv table: no key '%.200s'", key);
     *link = e->next;
     t->count--;
     t->value_bytes -= e->len;
-    free(e->value);
+    t->key_bytes -= e->key_len;
+    crd_value_free(e->value, e->len);
     free(e);
     return 0;
+}
+
+size_t crd_kv_table_del_if(crd_kv_table *t, int (*doomed)(const char *key, void *ctx), void *ctx)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < t->nbuckets; i++) {
+        kv_entry **link = &t->buckets[i];
+        while (*link != NULL) {
+            kv_entry *e = *link;
+            if (!doomed(e->key, ctx)) {
+                link = &e->next;
+                continue;
+            }
+            *link = e->next;
+            t->count--;
+            t->value_bytes -= e->len;
+            t->key_bytes -= e->key_len;
+            crd_value_free(e->value, e->len);
+            free(e);
+            n++;
+        }
+    }
+    return n;
 }
 
 size_t crd_kv_table_count(const crd_kv_table *t)
@@ -264,4 +254,15 @@ size_t crd_kv_table_count(const crd_kv_table *t)
 size_t crd_kv_table_value_bytes(const crd_kv_table *t)
 {
     return t->value_bytes;
+}
+
+size_t crd_kv_table_key_bytes(const crd_kv_table *t)
+{
+    return t->key_bytes;
+}
+
+bool crd_kv_table_contains(const crd_kv_table *t, const char *key)
+{
+    size_t key_len = strlen(key);
+    return *find_link(t, key, key_len, crb_siphash13(&t->seed, key, key_len)) != NULL;
 }

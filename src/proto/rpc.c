@@ -64,6 +64,7 @@ typedef enum req_shape_id {
     RQ_unmount,
     RQ_key,
     RQ_keys,
+    RQ_leases,
     RQ_put_start,
     RQ_owner_key,
     RQ_batch_put_start,
@@ -347,9 +348,11 @@ static void enc_results(crp_mp_enc *e, size_t n, const crp_rpc_key_result *r)
         if (r[i].status > 0) {
             crp_mp_enc_invalid(e, "st", "is positive (%d)", (int)r[i].status);
         } else if (r[i].status == 0) {
-            msgpack_pack_map(&e->pk, 2);
+            msgpack_pack_map(&e->pk, r[i].lease_token != 0 ? 3 : 2);
             crp_mp_enc_i32(e, "st", 0);
             enc_replicas(e, r[i].n_replicas, r[i].replicas);
+            if (r[i].lease_token != 0)
+                crp_mp_enc_u64(e, "lt", r[i].lease_token);
         } else {
             msgpack_pack_map(&e->pk, 1);
             crp_mp_enc_i32(e, "st", r[i].status);
@@ -563,8 +566,8 @@ restore_path:
 
 static int dec_results(dec *d, const msgpack_object *v, size_t *n_out, crp_rpc_key_result **out)
 {
-    enum { K_ST, K_REPS };
-    static const char *const keys[] = {"st", "reps"};
+    enum { K_ST, K_REPS, K_LT };
+    static const char *const keys[] = {"st", "reps", "lt"};
     const msgpack_object *f[N_KEYS(keys)];
     const msgpack_object_array *a;
     void *p;
@@ -578,9 +581,12 @@ static int dec_results(dec *d, const msgpack_object *v, size_t *n_out, crp_rpc_k
         size_t mark = crp_mp_path_push(&d->c, "result", i);
         res[i].n_replicas = 0;
         res[i].replicas = NULL;
+        res[i].lease_token = 0;
         if ((rc = crp_mp_map_fields(&d->c, NULL, &a->ptr[i], keys, N_KEYS(keys), f)) == 0 &&
             (rc = get_status(&d->c, "st", f[K_ST], &res[i].status)) == 0 && res[i].status == 0)
             rc = dec_replicas(d, f[K_REPS], &res[i].n_replicas, &res[i].replicas);
+        if (rc == 0 && res[i].status == 0 && f[K_LT] != NULL) /* optional */
+            rc = crp_mp_get_u64(&d->c, "lt", f[K_LT], &res[i].lease_token);
         crp_mp_path_pop(&d->c, mark);
         if (rc != 0)
             return rc;
@@ -718,6 +724,41 @@ static void enc_rq_keys(crp_mp_enc *e, const crp_rpc_req *m)
 static int dec_rq_keys(dec *d, fields v, crp_rpc_req *m)
 {
     return dec_keys(d, v[1], &m->u.keys.n_keys, &m->u.keys.keys);
+}
+
+static void enc_rq_leases(crp_mp_enc *e, const crp_rpc_req *m)
+{
+    const crp_rpc_leases_req *r = &m->u.leases;
+    enc_keys(e, r->n_keys, r->keys);
+    if (enc_array(e, "lts", r->n_keys, r->tokens, CRP_RPC_MAX_BATCH) != 0)
+        return;
+    for (size_t i = 0; i < r->n_keys; i++)
+        msgpack_pack_uint64(&e->pk, r->tokens[i]);
+}
+
+static int dec_rq_leases(dec *d, fields v, crp_rpc_req *m)
+{
+    crp_rpc_leases_req *r = &m->u.leases;
+    const msgpack_object_array *a;
+    void *p;
+    int rc;
+    if ((rc = dec_keys(d, v[1], &r->n_keys, &r->keys)) != 0 ||
+        (rc = crp_mp_get_array(&d->c, "lts", v[2], CRP_RPC_MAX_BATCH, &a)) != 0)
+        return rc;
+    if (a->size != r->n_keys)
+        return crp_mp_fail(MALFORMED, &d->c, "lts", "has %u entries for %zu keys",
+                           (unsigned)a->size, r->n_keys);
+    if ((rc = dec_alloc_array(d, "lts", a->size, sizeof(uint64_t), &p)) != 0)
+        return rc;
+    r->tokens = p;
+    for (uint32_t i = 0; i < a->size; i++) {
+        size_t mark = crp_mp_path_push(&d->c, "token", i);
+        rc = crp_mp_get_u64(&d->c, "lts", &a->ptr[i], &r->tokens[i]);
+        crp_mp_path_pop(&d->c, mark);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
 }
 
 static void enc_rq_put_start(crp_mp_enc *e, const crp_rpc_req *m)
@@ -917,6 +958,7 @@ RQ_KEYS(remount, "cid", "segs");
 RQ_KEYS(unmount, "cid", "n");
 RQ_KEYS(key, "k");
 RQ_KEYS(keys, "ks");
+RQ_KEYS(leases, "ks", "lts");
 RQ_KEYS(put_start, "cid", "k", "sz", "cfg");
 RQ_KEYS(owner_key, "cid", "k");
 RQ_KEYS(batch_put_start, "cid", "ks", "szs", "cfg");
@@ -932,15 +974,13 @@ static const char *const rq_keys_none[] = {"op"};
 
 #define RQ_SHAPE(s) [RQ_##s] = {rq_keys_##s, N_KEYS(rq_keys_##s), enc_rq_##s, dec_rq_##s}
 static const req_shape REQ_SHAPES[RQ_COUNT] = {
-    RQ_SHAPE(hello),        RQ_SHAPE(client),
-    RQ_SHAPE(mount),        RQ_SHAPE(remount),
-    RQ_SHAPE(unmount),      RQ_SHAPE(key),
-    RQ_SHAPE(keys),         RQ_SHAPE(put_start),
-    RQ_SHAPE(owner_key),    RQ_SHAPE(batch_put_start),
-    RQ_SHAPE(owner_keys),   RQ_SHAPE(remove),
-    RQ_SHAPE(regex),        RQ_SHAPE(force),
-    RQ_SHAPE(batch_remove), RQ_SHAPE(replica_clear),
-    RQ_SHAPE(name),         RQ_SHAPE(none),
+    RQ_SHAPE(hello),        RQ_SHAPE(client),          RQ_SHAPE(mount),
+    RQ_SHAPE(remount),      RQ_SHAPE(unmount),         RQ_SHAPE(key),
+    RQ_SHAPE(keys),         RQ_SHAPE(leases),          RQ_SHAPE(put_start),
+    RQ_SHAPE(owner_key),    RQ_SHAPE(batch_put_start), RQ_SHAPE(owner_keys),
+    RQ_SHAPE(remove),       RQ_SHAPE(regex),           RQ_SHAPE(force),
+    RQ_SHAPE(batch_remove), RQ_SHAPE(replica_clear),   RQ_SHAPE(name),
+    RQ_SHAPE(none),
 };
 #undef RQ_SHAPE
 
@@ -980,6 +1020,7 @@ static void enc_rs_ping(crp_mp_enc *e, const crp_rpc_resp *m)
     }
     crp_mp_enc_u64(e, "cs", m->u.ping.client_status);
     crp_mp_enc_u64(e, "view", m->u.ping.view_version);
+    crp_mp_enc_u64(e, "fence", m->u.ping.fenced_ms);
 }
 
 static int dec_rs_ping(dec *d, fields v, crp_rpc_resp *m)
@@ -988,6 +1029,8 @@ static int dec_rs_ping(dec *d, fields v, crp_rpc_resp *m)
         crp_mp_get_u8(&d->c, "cs", v[3], CRP_RPC_CLIENT_NEED_REMOUNT, &m->u.ping.client_status);
     if (rc == 0)
         rc = crp_mp_get_u64(&d->c, "view", v[4], &m->u.ping.view_version);
+    if (rc == 0 && v[5] != NULL) /* optional: masters before it send none */
+        rc = crp_mp_get_u64(&d->c, "fence", v[5], &m->u.ping.fenced_ms);
     return rc;
 }
 
@@ -1035,6 +1078,7 @@ static void enc_rs_get(crp_mp_enc *e, const crp_rpc_resp *m)
 {
     enc_replicas(e, m->u.get.n_replicas, m->u.get.replicas);
     crp_mp_enc_u64(e, "lease", m->u.get.lease_ttl_ms);
+    crp_mp_enc_u64(e, "lt", m->u.get.lease_token);
 }
 
 static int dec_rs_get(dec *d, fields v, crp_rpc_resp *m)
@@ -1042,6 +1086,8 @@ static int dec_rs_get(dec *d, fields v, crp_rpc_resp *m)
     int rc = dec_replicas(d, v[3], &m->u.get.n_replicas, &m->u.get.replicas);
     if (rc == 0)
         rc = crp_mp_get_u64(&d->c, "lease", v[4], &m->u.get.lease_ttl_ms);
+    if (rc == 0 && v[5] != NULL) /* optional: masters before it send none */
+        rc = crp_mp_get_u64(&d->c, "lt", v[5], &m->u.get.lease_token);
     return rc;
 }
 
@@ -1167,10 +1213,10 @@ typedef struct resp_shape {
 #define RS_KEYS(shape, ...)                                                                        \
     static const char *const rs_keys_##shape[] = {"op", "st", "msg", __VA_ARGS__}
 RS_KEYS(hello, "v", "caps", "sw", "view");
-RS_KEYS(ping, "cs", "view");
+RS_KEYS(ping, "cs", "view", "fence");
 RS_KEYS(exist, "ex");
 RS_KEYS(statuses, "r");
-RS_KEYS(get, "reps", "lease");
+RS_KEYS(get, "reps", "lease", "lt");
 RS_KEYS(alloc, "reps");
 RS_KEYS(batch_get, "r", "lease");
 RS_KEYS(batch_alloc, "r");

@@ -34,7 +34,8 @@
  *   config    {"n": u32 replica_num, "hp": bool hard pin, "spa": u8 soft pin action,
  *              "spt": u64 soft pin ttl ms (optional: absent = master default),
  *              "pref": [str segment name] (<= CRP_RPC_MAX_PREFERRED), "same": bool}
- *   result    {"st": i32 (<= 0), "reps": [replica] (present iff st == 0)}
+ *   result    {"st": i32 (<= 0), "reps": [replica] (present iff st == 0),
+ *              "lt": u64 lease token (optional: absent = 0, none)}
  *
  *   request shape    fields
  *   hello            "v": u32 protocol, "caps": u64, "cid": uuid, "sw": str software
@@ -44,6 +45,7 @@
  *   unmount          "cid", "n": str segment name
  *   key              "k": str key
  *   keys             "ks": [str key] (<= CRP_RPC_MAX_BATCH)
+ *   leases           "ks", "lts": [u64 lease token] (as many as "ks")
  *   put_start        "cid", "k", "sz": u64 value size, "cfg": config
  *   owner_key        "cid", "k"
  *   batch_put_start  "cid", "ks", "szs": [u64] (as many as "ks"), "cfg"
@@ -58,10 +60,12 @@
  *
  *   reply shape      fields
  *   hello            "v": u32, "caps": u64, "sw": str, "view": u64 view version
- *   ping             "cs": u8 crp_rpc_client_status, "view": u64
+ *   ping             "cs": u8 crp_rpc_client_status, "view": u64, "fence": u64 ms
+ *                    (optional: absent = 0; the client's segments are fenced)
  *   exist            "ex": bool
  *   statuses         "r": [i32] (<= CRP_RPC_MAX_BATCH)
- *   get              "reps": [replica] (<= CRP_RPC_MAX_REPLICAS), "lease": u64 ttl ms
+ *   get              "reps": [replica] (<= CRP_RPC_MAX_REPLICAS), "lease": u64 ttl ms,
+ *                    "lt": u64 lease token (optional: absent = 0, none)
  *   alloc            "reps"
  *   batch_get        "r": [result], "lease": u64 ttl ms
  *   batch_alloc      "r": [result]
@@ -111,9 +115,10 @@
 #define CRP_RPC_CAP_SOFT_PIN      (1ull << 2) /* soft pin action and ttl in config */
 #define CRP_RPC_CAP_EPOCH         (1ull << 3) /* segment epochs in replicas (restart fence) */
 #define CRP_RPC_CAP_REPLICA_CLEAR (1ull << 4) /* BATCH_REPLICA_CLEAR */
+#define CRP_RPC_CAP_LEASE_RELEASE (1ull << 5) /* lease tokens in reads, RELEASE_LEASES */
 #define CRP_RPC_CAPS_DEFINED                                                                       \
     (CRP_RPC_CAP_BATCH | CRP_RPC_CAP_UPSERT | CRP_RPC_CAP_SOFT_PIN | CRP_RPC_CAP_EPOCH |           \
-     CRP_RPC_CAP_REPLICA_CLEAR)
+     CRP_RPC_CAP_REPLICA_CLEAR | CRP_RPC_CAP_LEASE_RELEASE)
 
 /* Bounds enforced by encoders and decoders. */
 #define CRP_RPC_MAX_KEY       4096  /* bytes per key */
@@ -140,6 +145,7 @@
     X(BATCH_EXIST, 21, "batch_exist_key", keys, statuses)                                          \
     X(GET_REPLICA_LIST, 22, "get_replica_list", key, get)                                          \
     X(BATCH_GET_REPLICA_LIST, 23, "batch_get_replica_list", keys, batch_get)                       \
+    X(RELEASE_LEASES, 24, "release_leases", leases, none)                                          \
     X(PUT_START, 30, "put_start", put_start, alloc)                                                \
     X(PUT_END, 31, "put_end", owner_key, none)                                                     \
     X(PUT_REVOKE, 32, "put_revoke", owner_key, none)                                               \
@@ -169,7 +175,7 @@ typedef enum crp_rpc_op {
 } crp_rpc_op;
 
 /** Number of opcodes in CRP_RPC_OP_TABLE. */
-#define CRP_RPC_OP_COUNT 29
+#define CRP_RPC_OP_COUNT 30
 
 /** Mooncake's ReplicaStatus. */
 typedef enum crp_rpc_replica_status {
@@ -234,6 +240,7 @@ typedef struct crp_rpc_key_result {
     int32_t status;
     size_t n_replicas;
     crp_rpc_replica *replicas;
+    uint64_t lease_token; /* batch get: give back with RELEASE_LEASES (0: none) */
 } crp_rpc_key_result;
 
 /* --- Request shapes ------------------------------------------------------ */
@@ -273,6 +280,13 @@ typedef struct crp_rpc_keys_req {
     size_t n_keys;
     char **keys;
 } crp_rpc_keys_req;
+
+/* RELEASE_LEASES: the reader is done with the reads these tokens granted. */
+typedef struct crp_rpc_leases_req {
+    size_t n_keys;
+    char **keys;
+    uint64_t *tokens; /* n_keys entries */
+} crp_rpc_leases_req;
 
 typedef struct crp_rpc_put_start_req {
     crp_rpc_uuid client_id;
@@ -344,6 +358,7 @@ typedef struct crp_rpc_req {
         crp_rpc_unmount_req unmount;
         crp_rpc_key_req key;
         crp_rpc_keys_req keys;
+        crp_rpc_leases_req leases;
         crp_rpc_put_start_req put_start;
         crp_rpc_owner_key_req owner_key;
         crp_rpc_batch_put_start_req batch_put_start;
@@ -370,6 +385,7 @@ typedef struct crp_rpc_hello_resp {
 typedef struct crp_rpc_ping_resp {
     uint8_t client_status; /* crp_rpc_client_status */
     uint64_t view_version;
+    uint64_t fenced_ms; /* the client's segments accept no allocations this long yet (0: none) */
 } crp_rpc_ping_resp;
 
 typedef struct crp_rpc_exist_resp {
@@ -386,6 +402,7 @@ typedef struct crp_rpc_get_resp {
     size_t n_replicas;
     crp_rpc_replica *replicas;
     uint64_t lease_ttl_ms;
+    uint64_t lease_token; /* give back with RELEASE_LEASES when done (0: none) */
 } crp_rpc_get_resp;
 
 /* PUT_START / UPSERT_START: the replicas allocated, possibly fewer than asked. */

@@ -102,14 +102,15 @@ static int setup_samples(void **state)
     for (size_t i = 0; i < CRP_RPC_MAX_REPLICAS; i++)
         reps_max[i] =
             (crp_rpc_replica){S_NAME_MAX, UINT64_MAX - i, i, UINT64_MAX, CRP_RPC_REPLICA_FAILED};
-    results_small[0] = (crp_rpc_key_result){0, 2, reps_small};
-    results_small[1] = (crp_rpc_key_result){CR_NO_AVAILABLE_HANDLE, 0, NULL};
-    results_small[2] = (crp_rpc_key_result){0, 0, NULL};
+    results_small[0] = (crp_rpc_key_result){0, 2, reps_small, 42};
+    results_small[1] = (crp_rpc_key_result){CR_NO_AVAILABLE_HANDLE, 0, NULL, 0};
+    results_small[2] = (crp_rpc_key_result){0, 0, NULL, 0};
     for (size_t i = 0; i < BIG_RESULTS; i++) {
         if (i % 4 == 3)
-            big_results[i] = (crp_rpc_key_result){INT32_MIN, 0, NULL};
+            big_results[i] = (crp_rpc_key_result){INT32_MIN, 0, NULL, 0};
         else
-            big_results[i] = (crp_rpc_key_result){0, RESULT_REPS, reps_max + i % 8};
+            big_results[i] =
+                (crp_rpc_key_result){0, RESULT_REPS, reps_max + i % 8, i % 2 ? UINT64_MAX : 0};
     }
     return 0;
 }
@@ -237,6 +238,16 @@ static void fill_rq_keys(crp_rpc_req *m, int v)
     sample_keys(v, &m->u.keys.n_keys, &m->u.keys.keys);
 }
 
+static uint64_t tokens_small[4] = {1, 0, UINT64_MAX, 7};
+
+static void fill_rq_leases(crp_rpc_req *m, int v)
+{
+    sample_keys(v, &m->u.leases.n_keys, &m->u.leases.keys);
+    if (v == V_MAX)
+        m->u.leases.n_keys = BIG_PUT_BATCH; /* with full-width tokens, as many as fit */
+    m->u.leases.tokens = v == V_MAX ? big_sizes : v == V_SMALL ? tokens_small : NULL;
+}
+
 static void fill_rq_put_start(crp_rpc_req *m, int v)
 {
     m->u.put_start.client_id = sample_uuid(v);
@@ -342,6 +353,7 @@ static void fill_rs_ping(crp_rpc_resp *m, int v)
                               : v == V_MIN ? CRP_RPC_CLIENT_UNDEFINED
                                            : CRP_RPC_CLIENT_OK;
     m->u.ping.view_version = v == V_MAX ? UINT64_MAX : v == V_MIN ? 0 : 7;
+    m->u.ping.fenced_ms = v == V_MAX ? UINT64_MAX : v == V_MIN ? 0 : 1500;
 }
 
 static void fill_rs_exist(crp_rpc_resp *m, int v)
@@ -375,6 +387,7 @@ static void fill_rs_get(crp_rpc_resp *m, int v)
 {
     sample_replicas(v, &m->u.get.n_replicas, &m->u.get.replicas);
     m->u.get.lease_ttl_ms = v == V_MAX ? UINT64_MAX : v == V_MIN ? 0 : 10000;
+    m->u.get.lease_token = v == V_MAX ? UINT64_MAX : v == V_MIN ? 0 : 3;
 }
 
 static void fill_rs_alloc(crp_rpc_resp *m, int v)
@@ -537,10 +550,12 @@ static void eq_results(size_t na, const crp_rpc_key_result *a, size_t nb,
     assert_int_equal(na, nb);
     for (size_t i = 0; i < na; i++) {
         assert_int_equal(a[i].status, b[i].status);
-        if (a[i].status == 0)
+        if (a[i].status == 0) {
             eq_replicas(a[i].n_replicas, a[i].replicas, b[i].n_replicas, b[i].replicas);
-        else
+            assert_true(a[i].lease_token == b[i].lease_token);
+        } else {
             assert_int_equal(b[i].n_replicas, 0);
+        }
     }
 }
 
@@ -585,6 +600,13 @@ static void eq_rq_key(const crp_rpc_req *a, const crp_rpc_req *b)
 static void eq_rq_keys(const crp_rpc_req *a, const crp_rpc_req *b)
 {
     eq_strs(a->u.keys.n_keys, a->u.keys.keys, b->u.keys.n_keys, b->u.keys.keys);
+}
+
+static void eq_rq_leases(const crp_rpc_req *a, const crp_rpc_req *b)
+{
+    eq_strs(a->u.leases.n_keys, a->u.leases.keys, b->u.leases.n_keys, b->u.leases.keys);
+    for (size_t i = 0; i < a->u.leases.n_keys; i++)
+        assert_true(a->u.leases.tokens[i] == b->u.leases.tokens[i]);
 }
 
 static void eq_rq_put_start(const crp_rpc_req *a, const crp_rpc_req *b)
@@ -688,6 +710,7 @@ static void eq_rs_ping(const crp_rpc_resp *a, const crp_rpc_resp *b)
 {
     assert_int_equal(a->u.ping.client_status, b->u.ping.client_status);
     assert_true(a->u.ping.view_version == b->u.ping.view_version);
+    assert_true(a->u.ping.fenced_ms == b->u.ping.fenced_ms);
 }
 
 static void eq_rs_exist(const crp_rpc_resp *a, const crp_rpc_resp *b)
@@ -706,6 +729,7 @@ static void eq_rs_get(const crp_rpc_resp *a, const crp_rpc_resp *b)
 {
     eq_replicas(a->u.get.n_replicas, a->u.get.replicas, b->u.get.n_replicas, b->u.get.replicas);
     assert_true(a->u.get.lease_ttl_ms == b->u.get.lease_ttl_ms);
+    assert_true(a->u.get.lease_token == b->u.get.lease_token);
 }
 
 static void eq_rs_alloc(const crp_rpc_resp *a, const crp_rpc_resp *b)
@@ -926,7 +950,7 @@ static void test_op_table(void **state)
     assert_string_equal(crp_rpc_op_name(CRP_RPC_BATCH_REPLICA_CLEAR), "batch_replica_clear");
     assert_int_equal(CRP_RPC_BATCH_REPLICA_CLEAR, 54);
     assert_true((CRP_RPC_CAPS_DEFINED & CRP_RPC_CAP_REPLICA_CLEAR) != 0);
-    static const int bad[] = {0, 3, 9, 13, 19, 24, 29, 36, 46, 55, 59, 63, 255, 65535, -1, 70000};
+    static const int bad[] = {0, 3, 9, 13, 19, 25, 29, 36, 46, 55, 59, 63, 255, 65535, -1, 70000};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         assert_false(crp_rpc_op_valid(bad[i]));
         assert_int_equal(crp_rpc_op_index(bad[i]), -1);
@@ -1211,7 +1235,7 @@ static void pack_mutated(msgpack_packer *pk, const msgpack_object *o, const targ
 
 static bool key_optional(const msgpack_object_kv *kv)
 {
-    static const char *const optional[] = {"msg", "spt"};
+    static const char *const optional[] = {"msg", "spt", "fence", "lt"};
     for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++) {
         size_t n = strlen(optional[i]);
         if (kv->key.via.str.size == n && memcmp(kv->key.via.str.ptr, optional[i], n) == 0)
@@ -1694,7 +1718,7 @@ static void test_ranges_and_enums(void **state)
     expect_reject(RESP, sb.data, sb.size, CR_ERR_MALFORMED_FRAME);
     expect_error_mentions("positive");
     msgpack_sbuffer_destroy(&sb);
-    crp_rpc_key_result res = {5, 0, NULL};
+    crp_rpc_key_result res = {5, 0, NULL, 0};
     r = (crp_rpc_resp){.op = CRP_RPC_BATCH_PUT_START};
     r.u.batch_alloc.n = 1;
     r.u.batch_alloc.results = &res;

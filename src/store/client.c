@@ -56,6 +56,28 @@ void crc_config_to_wire(const cr_replicate_config *cfg, crp_rpc_replica_config *
     };
 }
 
+int crc_enter(cr_store *s, crc_guard *g)
+{
+    if (s == NULL)
+        return crb_error(CR_INVALID_PARAMS, "store handle is NULL");
+    atomic_fetch_add(&s->calls, 1);
+    if (atomic_load(&s->closed)) {
+        crc_leave(s);
+        return crb_error(CR_UNAVAILABLE_IN_CURRENT_STATUS, "store is closed");
+    }
+    g->s = s;
+    return 0;
+}
+
+void crc_leave(cr_store *s)
+{
+    if (atomic_fetch_sub(&s->calls, 1) == 1 && atomic_load(&s->closed)) {
+        pthread_mutex_lock(&s->calls_lock);
+        pthread_cond_broadcast(&s->calls_done);
+        pthread_mutex_unlock(&s->calls_lock);
+    }
+}
+
 int crc_check_open(cr_store *s)
 {
     if (s == NULL)
@@ -143,6 +165,7 @@ static void *heartbeat_main(void *arg)
 {
     cr_store *s = arg;
     uint64_t next = crb_now_ms();
+    int last_remount = 0; /* logged once per change, not once a second */
     while (!atomic_load(&s->stop)) {
         if (crb_now_ms() < next) {
             struct timespec ts = {0, 20 * 1000 * 1000};
@@ -163,9 +186,11 @@ static void *heartbeat_main(void *arg)
         crp_rpc_resp_clear(&resp);
         if (remount) {
             rc = mount_segment(s, s->heartbeat_conn, true);
-            crb_log(rc == 0 ? CRB_LOG_WARN : CRB_LOG_ERROR,
-                    "store %s: master asked for a remount: %s", s->segment_name,
-                    rc == 0 ? "done" : cr_last_error_message());
+            if (rc == 0 || rc != last_remount)
+                crb_log(rc == 0 ? CRB_LOG_WARN : CRB_LOG_ERROR,
+                        "store %s: master asked for a remount: %s", s->segment_name,
+                        rc == 0 ? "done" : cr_last_error_message());
+            last_remount = rc;
             if (rc == 0)
                 atomic_fetch_add(&s->remounts, 1);
         }
@@ -196,6 +221,8 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
     pthread_mutex_init(&s->staging_lock, NULL);
     pthread_cond_init(&s->staging_freed, NULL);
     pthread_mutex_init(&s->seg_lock, NULL);
+    pthread_mutex_init(&s->calls_lock, NULL);
+    pthread_cond_init(&s->calls_done, NULL);
     s->transfer_timeout_ms = cfg->transfer_timeout_ms ? cfg->transfer_timeout_ms : 30000;
     s->rpc_timeout_ms = cfg->rpc_timeout_ms ? cfg->rpc_timeout_ms : 5000;
     s->heartbeat_interval_ms = cfg->heartbeat_interval_ms ? cfg->heartbeat_interval_ms : 1000;
@@ -278,6 +305,12 @@ int cr_store_close(cr_store *s)
 {
     if (s == NULL || atomic_exchange(&s->closed, true))
         return 0;
+    /* Calls that entered before `closed` was set finish first; later ones
+     * fail with CR_UNAVAILABLE_IN_CURRENT_STATUS without touching anything. */
+    pthread_mutex_lock(&s->calls_lock);
+    while (atomic_load(&s->calls) > 0)
+        pthread_cond_wait(&s->calls_done, &s->calls_lock);
+    pthread_mutex_unlock(&s->calls_lock);
     atomic_store(&s->stop, true);
     if (s->heartbeat_running)
         pthread_join(s->heartbeat_thread, NULL);
@@ -323,11 +356,14 @@ void cr_store_destroy(cr_store *s)
     pthread_mutex_destroy(&s->staging_lock);
     pthread_cond_destroy(&s->staging_freed);
     pthread_mutex_destroy(&s->seg_lock);
+    pthread_mutex_destroy(&s->calls_lock);
+    pthread_cond_destroy(&s->calls_done);
     free(s);
 }
 
 int cr_store_health(cr_store *s)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -340,7 +376,14 @@ int cr_store_health(cr_store *s)
     rc = resp.status;
     if (rc == 0 && resp.u.ping.client_status == CRP_RPC_CLIENT_NEED_REMOUNT)
         rc = crb_error(CR_UNAVAILABLE_IN_CURRENT_STATUS,
-                       "the master does not know this client yet (remount pending)");
+                       "segment %s is not mounted at the master (a remount is pending; the "
+                       "heartbeat retries it)",
+                       s->segment_name);
+    else if (rc == 0 && resp.u.ping.fenced_ms > 0)
+        rc = crb_error(CR_ERR_SEGMENT_FENCED,
+                       "segment %s accepts no allocations for %llu more ms: reads of memory a "
+                       "previous segment of this name had may still be running",
+                       s->segment_name, (unsigned long long)resp.u.ping.fenced_ms);
     crp_rpc_resp_clear(&resp);
     return rc;
 }
@@ -363,6 +406,7 @@ cr_engine *cr_store_engine(cr_store *s)
 
 int cr_store_register_buffer(cr_store *s, void *buf, size_t len)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -373,6 +417,7 @@ int cr_store_register_buffer(cr_store *s, void *buf, size_t len)
 
 int cr_store_unregister_buffer(cr_store *s, void *buf)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;

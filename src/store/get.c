@@ -7,12 +7,20 @@
  * to the next replica on a transfer error. If the lease ran out before the
  * transfer finished, the master may already have reused the memory, so the
  * call reports CR_LEASE_EXPIRED instead of returning the bytes.
+ *
+ * Once the transfers of a get (or of a batch round) are over, successful or
+ * not, the client gives its reads back (RELEASE_LEASES with the tokens the
+ * master handed out, one frame, no reply awaited): the master then frees a
+ * version that an upsert or a forced remove replaced at once instead of a
+ * lease TTL later. Masters without the capability get nothing.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "store/internal.h"
 
 typedef struct dest_parts {
@@ -21,6 +29,25 @@ typedef struct dest_parts {
     size_t n;
     bool registered; /* false: one malloc'd buffer, read through staging */
 } dest_parts;
+
+/* Give back the reads of keys[i] granted with tokens[i] (0 = none). */
+static void release_reads(cr_store *s, char **keys, uint64_t *tokens, size_t n)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (tokens[i] == 0)
+            continue;
+        keys[m] = keys[i];
+        tokens[m++] = tokens[i];
+    }
+    if (m == 0 || !(crc_master_caps(s->master) & CRP_RPC_CAP_LEASE_RELEASE))
+        return;
+    crp_rpc_req req = {.op = CRP_RPC_RELEASE_LEASES};
+    req.u.leases = (crp_rpc_leases_req){m, keys, tokens};
+    if (crc_master_send(s->master, &req, (int)s->rpc_timeout_ms) < 0)
+        crb_log(CRB_LOG_DEBUG, "store %s: %s (the reads stay leased until their TTL)",
+                s->segment_name, cr_last_error_message());
+}
 
 /* Put this client's own replica first. */
 static void order_replicas(cr_store *s, crp_rpc_replica *r, size_t n)
@@ -113,10 +140,18 @@ static int64_t get_value(cr_store *s, const char *key, dest_parts *d, void **all
     rc = CR_TRANSFER_FAIL;
     for (size_t r = 0; r < resp.u.get.n_replicas && rc < 0; r++)
         rc = size == 0 ? 0 : read_from(s, &resp.u.get.replicas[r], d, size);
+    uint64_t token = resp.u.get.lease_token;
     crp_rpc_resp_clear(&resp);
+    char detail[400] = "";
+    if (rc < 0) {
+        crb_error(CR_TRANSFER_FAIL, "get '%s': every replica failed: %s", key,
+                  cr_last_error_message());
+        snprintf(detail, sizeof(detail), "%s", cr_last_error_message());
+    }
+    char *k = (char *)key;
+    release_reads(s, &k, &token, 1); /* may record its own detail: restore ours */
     if (rc < 0)
-        return crb_error(CR_TRANSFER_FAIL, "get '%s': every replica failed: %s", key,
-                         cr_last_error_message());
+        return crb_error(CR_TRANSFER_FAIL, "%s", detail);
     if (crb_now_ms() >= deadline)
         return crb_error(CR_LEASE_EXPIRED,
                          "get '%s': the read lease ran out during the transfer; the bytes may "
@@ -127,6 +162,7 @@ static int64_t get_value(cr_store *s, const char *key, dest_parts *d, void **all
 
 int64_t cr_store_get(cr_store *s, const char *key, void **value_out)
 {
+    CRC_ENTER(s);
     if (value_out == NULL)
         return crb_error(CR_INVALID_PARAMS, "get: value_out is NULL");
     void *buf = NULL;
@@ -143,6 +179,7 @@ int64_t cr_store_get(cr_store *s, const char *key, void **value_out)
 
 int64_t cr_store_get_into(cr_store *s, const char *key, void *buf, size_t cap)
 {
+    CRC_ENTER(s);
     if (buf == NULL && cap > 0)
         return crb_error(CR_INVALID_PARAMS, "get_into '%s': NULL buffer", key ? key : "");
     dest_parts d = {&buf, &cap, 1, true};
@@ -152,6 +189,7 @@ int64_t cr_store_get_into(cr_store *s, const char *key, void *buf, size_t cap)
 int64_t cr_store_get_into_multi(cr_store *s, const char *key, void *const *bufs,
                                 const size_t *sizes, size_t n)
 {
+    CRC_ENTER(s);
     if (n > 0 && (bufs == NULL || sizes == NULL))
         return crb_error(CR_INVALID_PARAMS, "get_into_multi: NULL arrays");
     dest_parts d = {bufs, sizes, n, true};
@@ -295,7 +333,22 @@ static int batch_get_round(cr_store *s, const char *const *keys, const dest_part
             res[j] = crb_error(CR_TRANSFER_FAIL, "get '%s': every replica failed: %s", ks[j],
                                cr_last_error_message());
     }
-    if (crb_now_ms() >= deadline)
+    bool expired = crb_now_ms() >= deadline;
+    /* Every transfer of the round is over: give the reads back. */
+    char **rel_keys = malloc(m * sizeof(*rel_keys));
+    uint64_t *rel_tokens = malloc(m * sizeof(*rel_tokens));
+    if (rel_keys != NULL && rel_tokens != NULL) {
+        for (size_t j = 0; j < m; j++) {
+            rel_keys[j] = ks[j];
+            rel_tokens[j] = resp.u.batch_get.results[j].status == 0
+                                ? resp.u.batch_get.results[j].lease_token
+                                : 0;
+        }
+        release_reads(s, rel_keys, rel_tokens, m);
+    }
+    free(rel_keys);
+    free(rel_tokens);
+    if (expired)
         for (size_t j = 0; j < m; j++)
             if (res[j] >= 0)
                 res[j] = crb_error(CR_LEASE_EXPIRED,
@@ -370,6 +423,7 @@ static int batch_get_values(cr_store *s, const char *const *keys, const dest_par
 int cr_store_batch_get_into(cr_store *s, const char *const *keys, void *const *bufs,
                             const size_t *caps, size_t n, int64_t *results)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -396,6 +450,7 @@ int cr_store_batch_get_into_multi(cr_store *s, const char *const *keys, void *co
                                   const size_t *const *sizes, const size_t *counts, size_t n,
                                   int64_t *results)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -427,6 +482,7 @@ int cr_store_batch_get_into_multi(cr_store *s, const char *const *keys, void *co
 int cr_store_batch_get(cr_store *s, const char *const *keys, size_t n, void **values_out,
                        int64_t *results)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -444,6 +500,7 @@ int cr_store_batch_get(cr_store *s, const char *const *keys, size_t n, void **va
 
 int64_t cr_store_get_size(cr_store *s, const char *key)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc == 0)
         rc = crc_check_key(key);
@@ -468,6 +525,7 @@ int64_t cr_store_get_size(cr_store *s, const char *key)
 
 int cr_store_exist(cr_store *s, const char *key)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc == 0)
         rc = crc_check_key(key);
@@ -534,16 +592,19 @@ out_free:
 
 int cr_store_batch_exist(cr_store *s, const char *const *keys, size_t n, int *results)
 {
+    CRC_ENTER(s);
     return keys_op(s, CRP_RPC_BATCH_EXIST, keys, n, false, results);
 }
 
 int cr_store_batch_remove(cr_store *s, const char *const *keys, size_t n, bool force, int *results)
 {
+    CRC_ENTER(s);
     return keys_op(s, CRP_RPC_BATCH_REMOVE, keys, n, force, results);
 }
 
 int cr_store_remove(cr_store *s, const char *key, bool force)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc == 0)
         rc = crc_check_key(key);
@@ -578,6 +639,7 @@ static int64_t count_op(cr_store *s, crp_rpc_req *req)
 
 int64_t cr_store_remove_by_regex(cr_store *s, const char *pattern, bool force)
 {
+    CRC_ENTER(s);
     if (pattern == NULL)
         return crb_error(CR_INVALID_PARAMS, "remove_by_regex: NULL pattern");
     crp_rpc_req req = {.op = CRP_RPC_REMOVE_BY_REGEX};
@@ -587,6 +649,7 @@ int64_t cr_store_remove_by_regex(cr_store *s, const char *pattern, bool force)
 
 int64_t cr_store_remove_all(cr_store *s, bool force)
 {
+    CRC_ENTER(s);
     crp_rpc_req req = {.op = CRP_RPC_REMOVE_ALL};
     req.u.force.force = force;
     return count_op(s, &req);

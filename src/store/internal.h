@@ -41,6 +41,10 @@ struct cr_store {
     atomic_bool stop;
     atomic_bool closed;
     atomic_int remounts;
+    /* Public calls in progress (CRC_ENTER); cr_store_close waits for them. */
+    atomic_int calls;
+    pthread_mutex_t calls_lock;
+    pthread_cond_t calls_done;
 
     uint8_t *segment;
     uint64_t segment_size;
@@ -57,6 +61,34 @@ struct cr_store {
 };
 
 /* client.c */
+
+/*
+ * Calls in flight. Every public function that uses the store's state starts
+ * with CRC_ENTER(s): it counts the call (refusing it with
+ * CR_UNAVAILABLE_IN_CURRENT_STATUS once the store is closed, or
+ * CR_INVALID_PARAMS for NULL), and the count is dropped when the function
+ * returns, whichever return it takes (a cleanup attribute). cr_store_close
+ * sets `closed` and then waits for the count to reach 0 before it frees the
+ * master connections, so no call ever uses freed state.
+ */
+typedef struct crc_guard {
+    cr_store *s;
+} crc_guard;
+int crc_enter(cr_store *s, crc_guard *g);
+void crc_leave(cr_store *s);
+static inline void crc_guard_release(crc_guard *g)
+{
+    if (g->s != NULL)
+        crc_leave(g->s);
+}
+#define CRC_ENTER(s)                                                                               \
+    __attribute__((cleanup(crc_guard_release))) crc_guard crc_guard_ = {NULL};                     \
+    do {                                                                                           \
+        int crc_enter_rc_ = crc_enter((s), &crc_guard_);                                           \
+        if (crc_enter_rc_ < 0)                                                                     \
+            return crc_enter_rc_;                                                                  \
+    } while (0)
+
 int crc_check_open(cr_store *s);
 int crc_check_key(const char *key);
 int crc_segment_handle(cr_store *s, const char *name, cr_segment_handle *out);

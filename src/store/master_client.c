@@ -52,6 +52,7 @@ struct crc_master {
     pending *pending;
     uint64_t next_id;
     uint64_t view;
+    uint64_t caps;
 };
 
 static int read_frame(int fd, crp_header *h, uint8_t **body, uint64_t deadline_ns)
@@ -308,6 +309,7 @@ static int connect_locked(crc_master *m, int timeout_ms)
         crb_error(rc, "master %s:%u refused the handshake: %s", m->host, (unsigned)m->port,
                   resp.message ? resp.message : cr_strerror(rc));
     m->view = resp.u.hello.view_version;
+    m->caps = resp.u.hello.caps;
     crp_rpc_resp_clear(&resp);
     if (rc < 0) {
         close(fd);
@@ -416,6 +418,44 @@ int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, i
     free(p.body);
     pthread_cond_destroy(&p.cond);
     return rc;
+}
+
+int crc_master_send(crc_master *m, const crp_rpc_req *req, int timeout_ms)
+{
+    crp_buf frame = {0};
+    int rc = encode_frame(req, &frame);
+    if (rc < 0) {
+        crp_buf_free(&frame);
+        return rc;
+    }
+    uint64_t deadline = crb_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    pthread_mutex_lock(&m->write_lock);
+    pthread_mutex_lock(&m->lock);
+    int fd = m->fd;
+    uint64_t id = m->next_id++; /* no pending slot: the reply is dropped */
+    pthread_mutex_unlock(&m->lock);
+    if (fd < 0) {
+        rc = crb_error(CR_RPC_FAIL, "%s not sent: no connection to the master",
+                       crp_rpc_op_name(req->op));
+    } else {
+        frame_set_id(&frame, id);
+        rc = crb_write_full(fd, frame.data, frame.len, deadline);
+        if (rc < 0)
+            rc = crb_error(rc == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL,
+                           "sending %s to the master: %s", crp_rpc_op_name(req->op),
+                           cr_last_error_message());
+    }
+    pthread_mutex_unlock(&m->write_lock);
+    crp_buf_free(&frame);
+    return rc;
+}
+
+uint64_t crc_master_caps(crc_master *m)
+{
+    pthread_mutex_lock(&m->lock);
+    uint64_t c = m->caps;
+    pthread_mutex_unlock(&m->lock);
+    return c;
 }
 
 uint64_t crc_master_view(crc_master *m)

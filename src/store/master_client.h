@@ -36,6 +36,18 @@ int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_
  */
 int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms);
 
+/**
+ * Send req without waiting for its reply (dropped when it comes): for
+ * notices whose outcome the caller does not act on (RELEASE_LEASES). Goes
+ * out in order with the calls on this connection. Does not reconnect: 0 if
+ * the frame was written within timeout_ms, else CR_RPC_FAIL /
+ * CR_RPC_TIMEOUT (the caller loses nothing but the notice).
+ */
+int crc_master_send(crc_master *m, const crp_rpc_req *req, int timeout_ms);
+
+/** The capabilities (CRP_RPC_CAP_*) the master announced at the last handshake. */
+uint64_t crc_master_caps(crc_master *m);
+
 /** The master's view version seen at the last handshake (changes on restart). */
 uint64_t crc_master_view(crc_master *m);
 

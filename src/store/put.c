@@ -154,6 +154,7 @@ static value_parts one_part(const void **p, const size_t *len, bool registered)
 int cr_store_put(cr_store *s, const char *key, const void *value, size_t len,
                  const cr_replicate_config *cfg)
 {
+    CRC_ENTER(s);
     if (value == NULL && len > 0)
         return crb_error(CR_INVALID_PARAMS, "put '%s': NULL value", key ? key : "");
     value_parts v = one_part(&value, &len, false);
@@ -163,6 +164,7 @@ int cr_store_put(cr_store *s, const char *key, const void *value, size_t len,
 int cr_store_upsert(cr_store *s, const char *key, const void *value, size_t len,
                     const cr_replicate_config *cfg)
 {
+    CRC_ENTER(s);
     if (value == NULL && len > 0)
         return crb_error(CR_INVALID_PARAMS, "upsert '%s': NULL value", key ? key : "");
     value_parts v = one_part(&value, &len, false);
@@ -172,6 +174,7 @@ int cr_store_upsert(cr_store *s, const char *key, const void *value, size_t len,
 int cr_store_put_from(cr_store *s, const char *key, const void *buf, size_t len,
                       const cr_replicate_config *cfg)
 {
+    CRC_ENTER(s);
     value_parts v = one_part(&buf, &len, true);
     return put_value(s, key, &v, false, cfg);
 }
@@ -179,6 +182,7 @@ int cr_store_put_from(cr_store *s, const char *key, const void *buf, size_t len,
 int cr_store_upsert_from(cr_store *s, const char *key, const void *buf, size_t len,
                          const cr_replicate_config *cfg)
 {
+    CRC_ENTER(s);
     value_parts v = one_part(&buf, &len, true);
     return put_value(s, key, &v, true, cfg);
 }
@@ -200,6 +204,7 @@ static int parts_total(const void *const *parts, const size_t *sizes, size_t n, 
 int cr_store_put_parts(cr_store *s, const char *key, const void *const *parts, const size_t *sizes,
                        size_t n, const cr_replicate_config *cfg)
 {
+    CRC_ENTER(s);
     value_parts v = {parts, sizes, n, false, 0};
     int rc = parts_total(parts, sizes, n, &v.total);
     return rc < 0 ? rc : put_value(s, key, &v, false, cfg);
@@ -208,6 +213,7 @@ int cr_store_put_parts(cr_store *s, const char *key, const void *const *parts, c
 int cr_store_put_from_multi(cr_store *s, const char *key, void *const *bufs, const size_t *sizes,
                             size_t n, const cr_replicate_config *cfg)
 {
+    CRC_ENTER(s);
     value_parts v = {(const void *const *)bufs, sizes, n, true, 0};
     int rc = parts_total(v.parts, sizes, n, &v.total);
     return rc < 0 ? rc : put_value(s, key, &v, false, cfg);
@@ -564,6 +570,7 @@ int cr_store_batch_put_from(cr_store *s, const char *const *keys, void *const *b
                             const size_t *sizes, size_t n, const cr_replicate_config *cfg,
                             int *results)
 {
+    CRC_ENTER(s);
     return batch_put_single(s, keys, (const void *const *)bufs, sizes, n, cfg, results, false,
                             BATCH_FROM);
 }
@@ -572,6 +579,7 @@ int cr_store_batch_upsert_from(cr_store *s, const char *const *keys, void *const
                                const size_t *sizes, size_t n, const cr_replicate_config *cfg,
                                int *results)
 {
+    CRC_ENTER(s);
     return batch_put_single(s, keys, (const void *const *)bufs, sizes, n, cfg, results, true,
                             BATCH_FROM);
 }
@@ -579,6 +587,7 @@ int cr_store_batch_upsert_from(cr_store *s, const char *const *keys, void *const
 int cr_store_batch_put(cr_store *s, const char *const *keys, const void *const *values,
                        const size_t *sizes, size_t n, const cr_replicate_config *cfg, int *results)
 {
+    CRC_ENTER(s);
     return batch_put_single(s, keys, values, sizes, n, cfg, results, false, BATCH_COPY);
 }
 
@@ -586,6 +595,7 @@ int cr_store_batch_upsert(cr_store *s, const char *const *keys, const void *cons
                           const size_t *sizes, size_t n, const cr_replicate_config *cfg,
                           int *results)
 {
+    CRC_ENTER(s);
     return batch_put_single(s, keys, values, sizes, n, cfg, results, true, BATCH_COPY);
 }
 
@@ -593,6 +603,7 @@ int cr_store_batch_put_from_multi(cr_store *s, const char *const *keys, void *co
                                   const size_t *const *sizes, const size_t *counts, size_t n,
                                   const cr_replicate_config *cfg, int *results)
 {
+    CRC_ENTER(s);
     return batch_put_multi(s, keys, bufs, sizes, counts, n, cfg, results, false);
 }
 
@@ -600,5 +611,6 @@ int cr_store_batch_upsert_from_multi(cr_store *s, const char *const *keys, void 
                                      const size_t *const *sizes, const size_t *counts, size_t n,
                                      const cr_replicate_config *cfg, int *results)
 {
+    CRC_ENTER(s);
     return batch_put_multi(s, keys, bufs, sizes, counts, n, cfg, results, true);
 }

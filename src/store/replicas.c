@@ -22,6 +22,7 @@
 
 int cr_store_get_replicas(cr_store *s, const char *key, cr_replica_info *out, size_t cap)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc == 0)
         rc = crc_check_key(key);
@@ -97,6 +98,7 @@ fail_keys:
 int cr_store_batch_replica_clear(cr_store *s, const char *const *keys, size_t n,
                                  const char *segment, int *results)
 {
+    CRC_ENTER(s);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;

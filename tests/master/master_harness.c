@@ -179,6 +179,11 @@ static void reap_killed(pid_t pid)
 
 int mh_master_start(mh_master *m, const char *const *args)
 {
+    return mh_master_start_err(m, args, -1);
+}
+
+int mh_master_start_err(mh_master *m, const char *const *args, int err_fd)
+{
     memset(m, 0, sizeof(*m));
     m->out_fd = -1;
     const char *argv[MAX_ARGS] = {mh_master_bin(), "--rpc_address=127.0.0.1",
@@ -187,7 +192,7 @@ int mh_master_start(mh_master *m, const char *const *args)
     for (int i = 0; args != NULL && args[i] != NULL && n < MAX_ARGS - 1; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
-    m->pid = spawn(argv, NULL, &m->out_fd, -1);
+    m->pid = spawn(argv, NULL, &m->out_fd, err_fd);
     if (m->pid < 0) {
         fprintf(stderr, "harness: cannot start %s\n", argv[0]);
         return -1;

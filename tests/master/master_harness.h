@@ -46,6 +46,8 @@ typedef struct mh_client {
  * (the reason on stderr; nothing left running).
  */
 int mh_master_start(mh_master *m, const char *const *args);
+/* mh_master_start with the master's stderr going to err_fd (a file the test reads). */
+int mh_master_start_err(mh_master *m, const char *const *args, int err_fd);
 /* SIGTERM and wait up to 10 s: the exit status (0 expected), or -1 if it had
  * to be killed or died of a signal. */
 int mh_master_stop(mh_master *m);

@@ -38,7 +38,9 @@ static int setup(void **state)
     cfg.restart_fence_ms = 1; /* no fence in these tests */
     assert_int_equal(crk_service_create(&cfg, crb_now_ms(), &f.svc), 0);
     f.info = (crk_server_info){42, "test-master"};
-    assert_int_equal(crk_rpc_server_start(f.svc, &f.info, "127.0.0.1", 0, 2, &f.srv), 0);
+    crk_rpc_server_options ro;
+    crk_rpc_server_options_default(&ro);
+    assert_int_equal(crk_rpc_server_start(f.svc, &f.info, &ro, &f.srv), 0);
     snprintf(f.addr, sizeof(f.addr), "127.0.0.1:%u", crk_rpc_server_port(f.srv));
     *state = &f;
     return 0;
@@ -216,7 +218,10 @@ static void dead_master_fails_calls_without_hanging(void **state)
     assert_true(crb_now_ms() - t0 < 3000);
     crc_master_close(m);
     /* restart for teardown */
-    assert_int_equal(crk_rpc_server_start(f->svc, &f->info, "127.0.0.1", 0, 1, &f->srv), 0);
+    crk_rpc_server_options ro;
+    crk_rpc_server_options_default(&ro);
+    ro.threads = 1;
+    assert_int_equal(crk_rpc_server_start(f->svc, &f->info, &ro, &f->srv), 0);
     /* connecting to a port where nothing listens is a clean error */
     assert_int_equal(crc_master_connect("127.0.0.1:1", (crp_rpc_uuid){1, 1}, 500, &m), CR_RPC_FAIL);
     assert_int_equal(crc_master_connect("no-port", (crp_rpc_uuid){1, 1}, 500, &m),

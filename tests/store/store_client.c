@@ -13,7 +13,9 @@
  * Flags: --master HOST:PORT (required) --segment SIZE (64M) --buffer SIZE
  * (16M, the local staging buffer) --region SIZE (32M of registered memory
  * for the zero-copy calls; 0 = none) --protocol P --rpc-timeout MS
- * --transfer-timeout MS --heartbeat MS. Sizes use cr_parse_size.
+ * --transfer-timeout MS --heartbeat MS --hostname HOST[:PORT] (the engine's
+ * local hostname: a fixed port gives a restarted client the same segment
+ * name). Sizes use cr_parse_size.
  *
  *   (start)                          READY <segment-name> | FAIL <rc> <message>
  *   put|upsert KEY LEN SEED [opts]   <rc>        copying put of the value
@@ -76,8 +78,8 @@ typedef struct put_opts {
 static void report_error(const char *what, int64_t rc)
 {
     if (rc < 0)
-        fprintf(stderr, "store-client: %s: %" PRId64 " %s: %s\n", what, rc, cr_status_name((int)rc),
-                cr_last_error_message());
+        fprintf(stderr, "store-client: %s: %" PRId64 " %s\n", what, rc,
+                cr_last_error_message()); /* the message starts with the status name */
 }
 
 /* Parse trailing option tokens (strtok state continues from the caller). */
@@ -700,6 +702,8 @@ int main(int argc, char **argv)
             cfg.transfer_timeout_ms = (uint32_t)atoi(v);
         else if (strcmp(f, "--heartbeat") == 0)
             cfg.heartbeat_interval_ms = (uint32_t)atoi(v);
+        else if (strcmp(f, "--hostname") == 0)
+            cfg.local_hostname = v; /* "host:port": the segment name of a restarted client */
         else {
             printf("FAIL %d unknown flag %s\n", CR_INVALID_PARAMS, f);
             return 2;

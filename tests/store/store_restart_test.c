@@ -131,10 +131,54 @@ static void master_restart(void **state)
     assert_int_equal(sh_master_stop(&m), 0);
 }
 
+/*
+ * Issue 11 item 14: a client process restarted on the same host:port (so
+ * the same segment name) right after the old one closed, with leases on the
+ * old segment still running. Its new segment is other memory (a new
+ * mapping), so it is a first mount and must not be fenced; health() must
+ * say exactly what the master says, and a put into the new segment must
+ * work at once. (The old master fenced every mount of the name for the
+ * lease TTL, said "fenced after a remount", and health() said OK.)
+ */
+static void client_restart_same_name(void **state)
+{
+    (void)state;
+    sh_master m;
+    sh_client a, b;
+    const char *const margs[] = {"--default_kv_lease_ttl=20000", NULL};
+    assert_int_equal(sh_master_start(&m, margs), 0);
+    char host[64];
+    snprintf(host, sizeof(host), "127.0.0.1:%u", (unsigned)sh_closed_port());
+    const char *const cargs[] = {"--segment",   "16M", "--hostname", host,
+                                 "--heartbeat", "200", NULL};
+    assert_int_equal(sh_client_start(&a, m.addr, cargs), 0);
+    assert_int_equal(sh_rc(&a, "put k 4096 7"), 0);
+    check_read(sh_cmd(&a, "get k 7"), 4096, "before the restart"); /* a 20 s lease */
+    assert_int_equal(sh_rc(&a, "close"), 0);
+    assert_int_equal(sh_client_stop(&a), 0);
+
+    assert_int_equal(sh_client_start(&b, m.addr, cargs), 0);
+    assert_string_equal(a.name, b.name);
+    long long health = sh_rc(&b, "health");
+    fprintf(stderr, "health of the restarted client: %lld (%s)\n", health, b.p.line);
+    char put[400];
+    snprintf(put, sizeof(put), "put fresh 4096 9 pref=%s", b.name);
+    long long rc = sh_rc(&b, "%s", put);
+    if (health == 0 && rc != 0)
+        fail_msg("health() said OK but a put into the client's own segment failed: %lld", rc);
+    /* Its memory is a new mapping, so no fence: both work at once. */
+    assert_int_equal(health, 0);
+    assert_int_equal(rc, 0);
+    check_read(sh_cmd(&b, "get fresh 9"), 4096, "after the restart");
+    assert_int_equal(sh_client_stop(&b), 0);
+    assert_int_equal(sh_master_stop(&m), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(master_restart, teardown),
+        cmocka_unit_test_teardown(client_restart_same_name, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -203,10 +203,111 @@ static void seed000_store(void **state)
     assert_int_equal(sh_master_stop(&m), 0);
 }
 
+/*
+ * cr_store_close racing calls in flight on other threads (issue 11, the C
+ * lifecycle): close waits for the calls that entered before it and later
+ * ones fail with CR_UNAVAILABLE_IN_CURRENT_STATUS; no call sees a freed
+ * master connection (it used to: crc_call read s->master unlocked, and a
+ * call in flight failed with RPC_FAIL or touched freed memory; ASan/TSan
+ * builds of this test see that).
+ */
+typedef struct racer {
+    cr_store *s;
+    int index;
+    pthread_t tid;
+    pthread_barrier_t *go;
+    atomic_int *bad, *ok, *refused;
+} racer;
+
+static void *race_thread(void *p)
+{
+    racer *r = p;
+    char key[64];
+    size_t value_len = 2 << 20; /* long calls: close lands inside some */
+    char *value = malloc(value_len);
+    assert_non_null(value);
+    memset(value, 'r', value_len);
+    pthread_barrier_wait(r->go);
+    for (int i = 0; i < 100000; i++) {
+        snprintf(key, sizeof(key), "race-%d-%d", r->index, i % 32);
+        int64_t rc;
+        switch (i % 4) {
+        case 0:
+            rc = cr_store_put(r->s, key, value, value_len, NULL);
+            break;
+        case 1:
+            rc = cr_store_exist(r->s, key);
+            break;
+        case 2: {
+            void *out = NULL;
+            rc = cr_store_get(r->s, key, &out);
+            free(out);
+            if (rc == CR_OBJECT_NOT_FOUND)
+                rc = 0;
+            break;
+        }
+        default:
+            rc = cr_store_health(r->s);
+            break;
+        }
+        if (rc == CR_UNAVAILABLE_IN_CURRENT_STATUS) {
+            atomic_fetch_add(r->refused, 1);
+            break; /* closed: every later call is refused too */
+        }
+        if (rc < 0) {
+            fprintf(stderr, "racer %d call %d: %lld %s: %s\n", r->index, i, (long long)rc,
+                    cr_status_name((int)rc), cr_last_error_message());
+            atomic_fetch_add(r->bad, 1);
+            break;
+        }
+        atomic_fetch_add(r->ok, 1);
+    }
+    free(value);
+    return NULL;
+}
+
+static void close_races_calls(void **state)
+{
+    (void)state;
+    sh_master m;
+    assert_int_equal(sh_master_start(&m, NULL), 0);
+    for (int round = 0; round < 5; round++) {
+        cr_store_config cfg;
+        cr_store_config_init(&cfg);
+        cfg.master_address = m.addr;
+        cfg.global_segment_size = 256ull << 20;
+        cfg.local_buffer_size = 4ull << 20;
+        cr_store *s = NULL;
+        assert_int_equal(cr_store_setup(&cfg, &s), 0);
+        pthread_barrier_t go;
+        pthread_barrier_init(&go, NULL, THREADS + 1);
+        atomic_int bad = 0, ok = 0, refused = 0;
+        racer r[THREADS];
+        for (int t = 0; t < THREADS; t++) {
+            r[t] = (racer){s, t, 0, &go, &bad, &ok, &refused};
+            assert_int_equal(pthread_create(&r[t].tid, NULL, race_thread, &r[t]), 0);
+        }
+        pthread_barrier_wait(&go);
+        sh_sleep_ms(30 + 20 * round);
+        assert_int_equal(cr_store_close(s), 0);
+        assert_int_equal(cr_store_close(s), 0); /* idempotent */
+        for (int t = 0; t < THREADS; t++)
+            pthread_join(r[t].tid, NULL);
+        pthread_barrier_destroy(&go);
+        fprintf(stderr, "round %d: %d calls ok, %d refused after close, %d bad\n", round,
+                atomic_load(&ok), atomic_load(&refused), atomic_load(&bad));
+        assert_int_equal(atomic_load(&bad), 0);
+        assert_int_equal(cr_store_exist(s, "race-0-0"), CR_UNAVAILABLE_IN_CURRENT_STATUS);
+        cr_store_destroy(s);
+    }
+    assert_int_equal(sh_master_stop(&m), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(seed000_store, teardown),
+        cmocka_unit_test_teardown(close_races_calls, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

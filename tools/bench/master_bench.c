@@ -20,7 +20,8 @@
  * worker connection mounts its own segment (1 TiB of address space each:
  * the master stores metadata only, so nothing is allocated here), like a
  * store client would, and a heartbeat thread pings every client id each
- * second through the setup connection, so no client expires mid-run.
+ * second, each over a connection of its own (the master binds a connection
+ * to the client it speaks for), so no client expires mid-run.
  *
  * Clients (--client):
  *   lib  (default) the store's master client (src/store/master_client.h:
@@ -707,13 +708,13 @@ static int conn_run(mb_conn *c, mb_op op, mb_result *r)
 }
 
 /*
- * Heartbeat: each second, a PING for every connection's client id, sent
- * through the setup connection (the master keys liveness by client id, not
- * by connection). Without it the master would expire the clients
- * (--client_ttl, 10 s) in a long run and unmount their segments.
+ * Heartbeat: each second, a PING for every connection's client id, each on
+ * a heartbeat connection of that client (a master connection speaks for one
+ * client). Without it the master would expire the clients (--client_ttl,
+ * 10 s) in a long run and unmount their segments.
  */
 typedef struct heartbeat {
-    crc_master *via;
+    crc_master **via; /* one per client */
     mb_conn *conns;
     size_t n;
     pthread_t tid;
@@ -732,7 +733,7 @@ static void *heartbeat_main(void *arg)
             crp_rpc_req req = {.op = CRP_RPC_PING};
             req.u.client.client_id = hb->conns[i].cid;
             crp_rpc_resp resp;
-            if (crc_master_call(hb->via, &req, &resp, MB_CALL_MS) == 0)
+            if (hb->via[i] != NULL && crc_master_call(hb->via[i], &req, &resp, MB_CALL_MS) == 0)
                 crp_rpc_resp_clear(&resp);
         }
         pthread_mutex_lock(&hb->mu);
@@ -746,9 +747,13 @@ static void *heartbeat_main(void *arg)
     return NULL;
 }
 
-static void heartbeat_start(heartbeat *hb, crc_master *via, mb_conn *conns, size_t n)
+static void heartbeat_start(heartbeat *hb, mb_conn *conns, size_t n)
 {
-    *hb = (heartbeat){.via = via, .conns = conns, .n = n};
+    *hb = (heartbeat){.conns = conns, .n = n};
+    hb->via = calloc(n, sizeof(*hb->via));
+    for (size_t i = 0; hb->via != NULL && i < n; i++)
+        if (crc_master_connect(conns[i].addr, conns[i].cid, MB_START_MS, &hb->via[i]) < 0)
+            hb->via[i] = NULL; /* that client may expire in a long run */
     pthread_mutex_init(&hb->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -768,6 +773,10 @@ static void heartbeat_stop(heartbeat *hb)
         pthread_join(hb->tid, NULL);
         hb->running = false;
     }
+    for (size_t i = 0; hb->via != NULL && i < hb->n; i++)
+        crc_master_close(hb->via[i]);
+    free(hb->via);
+    hb->via = NULL;
     pthread_mutex_destroy(&hb->mu);
     pthread_cond_destroy(&hb->cv);
 }
@@ -1260,7 +1269,7 @@ int cb_master_main(int argc, char **argv)
         snprintf(err, sizeof(err), "setup connection to %s: %s", addr, cr_last_error_message());
         goto fail;
     }
-    heartbeat_start(&hb, setup->m, conns, o.conns + 1u);
+    heartbeat_start(&hb, conns, o.conns + 1u);
     hb_started = true;
     if ((o.ops &
          ((1u << MB_EXIST) | (1u << MB_GET) | (1u << MB_BATCH_EXIST) | (1u << MB_BATCH_GET))) &&

@@ -1,0 +1,155 @@
+/*
+ * mhd_server_test.c - the connection gate on its own, with a trivial
+ * handler: a complete request is served at once; a head that does not
+ * arrive in header_timeout_ms is dropped; more waiting connections than
+ * max_pending push out the oldest; a request longer than its deadline is
+ * ended; every response says "Connection: close"; stop returns at once
+ * with slow clients connected.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "httpd/mhd_server.h"
+
+static enum MHD_Result hello(void *cls, struct MHD_Connection *conn, const char *url,
+                             const char *method, const char *version, const char *upload,
+                             size_t *upload_size, void **req_cls)
+{
+    (void)cls;
+    (void)url;
+    (void)method;
+    (void)version;
+    (void)upload;
+    if (*req_cls == NULL) {
+        *req_cls = (void *)1; /* a body, if any, comes in later calls */
+        if (*upload_size == 0 && strcmp(method, "GET") == 0)
+            goto answer;
+        return MHD_YES;
+    }
+    if (*upload_size > 0) {
+        *upload_size = 0;
+        return MHD_YES;
+    }
+answer:;
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(5, (void *)"hello", MHD_RESPMEM_PERSISTENT);
+    crh_mhd_response_headers(r);
+    enum MHD_Result ret = MHD_queue_response(conn, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static int conn_to(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    return fd;
+}
+
+/* Wait for the peer to answer or close: bytes read, 0 when it closed (EOF,
+ * or a reset: closing a socket with unread bytes sends RST), -1 on timeout. */
+static ssize_t wait_read(int fd, char *buf, size_t cap, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, ms) <= 0)
+        return -1;
+    ssize_t n = recv(fd, buf, cap, 0);
+    return n < 0 ? 0 : n;
+}
+
+static void gate(void **state)
+{
+    (void)state;
+    crh_mhd_server m;
+    crh_mhd_config cfg = {.threads = 1,
+                          .connection_limit = 4,
+                          .idle_timeout_s = 5,
+                          .request_timeout_ms = 1500,
+                          .header_timeout_ms = 300,
+                          .max_pending = 8,
+                          .on_request = hello};
+    assert_int_equal(crh_mhd_start(&m, "test http", "127.0.0.1", 0, &cfg), 0);
+
+    /* A complete request: served, with Connection: close. */
+    char buf[1024];
+    int fd = conn_to(m.port);
+    const char *get = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    assert_int_equal(send(fd, get, strlen(get), 0), (ssize_t)strlen(get));
+    ssize_t n = wait_read(fd, buf, sizeof(buf) - 1, 2000);
+    assert_true(n > 0);
+    buf[n] = '\0';
+    assert_non_null(strstr(buf, "200"));
+    assert_non_null(strstr(buf, "Connection: close"));
+    close(fd);
+
+    /* A head that never completes: dropped after header_timeout_ms. */
+    fd = conn_to(m.port);
+    assert_int_equal(send(fd, "GET / HTTP/1.1\r\n", 16, 0), 16);
+    uint64_t t0 = crb_now_ms();
+    assert_int_equal(wait_read(fd, buf, sizeof(buf), 3000), 0);
+    uint64_t took = crb_now_ms() - t0;
+    assert_true(took >= 250 && took < 2000);
+    close(fd);
+
+    /* Twelve silent connections and max_pending 8: the oldest are pushed out. */
+    int silent[12];
+    for (int i = 0; i < 12; i++) {
+        silent[i] = conn_to(m.port);
+        struct timespec ts = {0, 5 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    int pushed = 0;
+    for (int i = 0; i < 12; i++)
+        if (wait_read(silent[i], buf, sizeof(buf), i < 4 ? 1000 : 10) == 0)
+            pushed++;
+    assert_true(pushed >= 4);
+
+    /* A body that never finishes: ended at its deadline (1.5 s). */
+    fd = conn_to(m.port);
+    const char *put = "PUT / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nab";
+    assert_int_equal(send(fd, put, strlen(put), 0), (ssize_t)strlen(put));
+    t0 = crb_now_ms();
+    ssize_t r = -1;
+    while (crb_now_ms() - t0 < 4000 && (r = wait_read(fd, buf, sizeof(buf), 200)) < 0)
+        send(fd, "x", 1, MSG_NOSIGNAL); /* a byte now and then: never idle */
+    took = crb_now_ms() - t0;
+    assert_int_equal(r, 0);
+    assert_true(took >= 1000 && took < 3500);
+    close(fd);
+
+    crh_mhd_stats st;
+    crh_mhd_stats_get(&m, &st);
+    assert_true(st.timed_out_heads >= 1);
+    assert_true(st.dropped_pending >= 4);
+    assert_true(st.handed_over >= 2);
+
+    /* Stop with slow clients around: at once. */
+    t0 = crb_now_ms();
+    crh_mhd_stop(&m);
+    assert_true(crb_now_ms() - t0 < 1000);
+    for (int i = 0; i < 12; i++)
+        close(silent[i]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(gate),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
