@@ -9,7 +9,7 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DCRESCENT_SANITIZE=address,undefined
 ctest --test-dir build-asan --output-on-failure -j2 --timeout 600 -E '^bench_'
 
-export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"
 # UCX's memory hooks (libucm interposes madvise/mmap) crash inside TSan's
 # interceptors when a thread exits; crescent registers every buffer UCX touches
 # explicitly, so it does not need UCX's memory events.

@@ -41,8 +41,12 @@ int peer_start(test_peer *p, const char *const *args)
     for (int i = 0; args != NULL && args[i] != NULL && argc < 31; i++)
         argv[argc++] = args[i];
     argv[argc] = NULL;
+    /* A peer that died must read as "DEAD" in peer_cmd, not kill this
+     * process with SIGPIPE on the next command. */
+    signal(SIGPIPE, SIG_IGN);
     pid_t pid = fork();
     if (pid == 0) {
+        signal(SIGPIPE, SIG_DFL);
         dup2(in[0], 0);
         dup2(out[1], 1);
         close(in[1]);

@@ -29,6 +29,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/tsan.h"
 #include "engine/transports/ucx/ucx.h"
 
 #define AM_REQ   11
@@ -196,7 +197,9 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
         return UCS_OK;
     }
     if (!rndv) {
+        CRB_PAYLOAD_WRITES_BEGIN();
         memcpy(op->local, data, length);
+        CRB_PAYLOAD_WRITES_END();
         op->flushed = true;
         cre_ucx_op_maybe_done(op);
         return UCS_OK;
@@ -388,7 +391,9 @@ static ucs_status_t on_request(void *arg, const void *header, size_t header_leng
         return UCS_OK;
     }
     if (!rndv) { /* a small WRITE: its bytes are here already */
+        CRB_PAYLOAD_WRITES_BEGIN();
         memcpy(dst, data, length);
+        CRB_PAYLOAD_WRITES_END();
         cre_buffer_release(b);
         atomic_fetch_add(&e->stats.bytes_served, length);
         send_reply(reply_ep, req.id, 0, NULL, 0, NULL);
