@@ -66,7 +66,7 @@ static void start_client(mh_client *c, const mh_master *m)
 static void stop_all(mh_master *m, mh_client *const *clients, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (clients[i]->pid > 0)
+        if (clients[i]->child.proc.pid > 0)
             assert_int_equal(mh_client_stop(clients[i]), 0);
     assert_int_equal(mh_master_stop(m), 0);
 }

@@ -106,7 +106,7 @@ static void master_restart(void **state)
         /* Old keys are gone with the old master: a miss (or an error), never bytes. */
         rc = sh_rc(&b, "get old%d %d", i % OLD_KEYS, 100 + i % OLD_KEYS);
         if (rc >= 0)
-            fail_msg("get old%d after the restart returned %lld: '%s'", i % OLD_KEYS, rc, b.p.line);
+            fail_msg("get old%d after the restart returned %lld: '%s'", i % OLD_KEYS, rc, b.line);
         if (first_ok >= 0 && n >= 20)
             break;
         sh_sleep_ms(50);

@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "base/net.h"
+#include "master_proc.h"
 #include "tool_util.h"
 #include "bench.h"
 #include "crescent/status.h"
@@ -908,8 +909,7 @@ static void proc_worker_main(mb_conn *c, int cmd_fd, int res_fd)
  */
 
 typedef struct master_proc {
-    pid_t pid;
-    int out_fd;
+    ct_master m; /* tools/common/master_proc.h */
     char addr[CRB_HOST_MAX + 8];
 } master_proc;
 
@@ -920,82 +920,27 @@ static int master_spawn(const mb_opts *o, master_proc *mp, char *err, size_t err
         o->master_bin ? o->master_bin : ct_default_master_bin(path_buf, sizeof(path_buf));
     char threads[32];
     snprintf(threads, sizeof(threads), "--rpc_thread_num=%" PRIu32, o->master_threads);
-    const char *argv[] = {bin,
-                          "--rpc_address=127.0.0.1",
-                          "--rpc_port=0",
-                          "--metrics_host=127.0.0.1",
-                          "--metrics_port=0",
-                          threads,
-                          NULL};
-    int out[2];
-    if (pipe2(out, O_CLOEXEC) < 0) {
-        snprintf(err, err_len, "pipe: %s", strerror(errno));
+    const char *args[] = {threads, NULL};
+    ct_master_opts mo = {.bin = bin, .args = args, .ready_ms = MB_START_MS};
+    if (ct_master_start(&mp->m, &mo) < 0) {
+        snprintf(err, err_len, "%.200s did not start", bin);
         return -1;
     }
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a crashed bench */
-        dup2(out[1], STDOUT_FILENO);
-        execvp(bin, (char *const *)argv);
-        fprintf(stderr, CB_PROG " master: cannot run %s: %s\n", bin, strerror(errno));
-        _exit(127);
-    }
-    close(out[1]);
-    if (pid < 0) {
-        close(out[0]);
-        snprintf(err, err_len, "fork: %s", strerror(errno));
-        return -1;
-    }
-    mp->pid = pid;
-    mp->out_fd = out[0];
-    char line[512];
-    size_t n = 0;
-    while (n + 1 < sizeof(line) && read_all(out[0], &line[n], 1, MB_START_MS) == 0 &&
-           line[n] != '\n')
-        n++;
-    line[n] = '\0';
-    char host[128];
-    unsigned port = 0;
-    if (sscanf(line, "crescent-master listening on %127[^:]:%u", host, &port) != 2 || port == 0) {
-        snprintf(err, err_len, "%.200s did not start (it said '%.200s')", bin, line);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        close(out[0]);
-        mp->pid = -1;
-        return -1;
-    }
-    snprintf(mp->addr, sizeof(mp->addr), "%s:%u", host, port);
+    snprintf(mp->addr, sizeof(mp->addr), "%s", mp->m.addr);
     return 0;
 }
 
 /* SIGTERM and reap; 0 if it exited 0 within 10 s. */
 static int master_stop(master_proc *mp, char *err, size_t err_len)
 {
-    if (mp->pid <= 0)
+    if (!ct_master_running(&mp->m))
         return 0;
-    kill(mp->pid, SIGTERM);
-    int st = 0;
-    uint64_t deadline = cb_now_ns() + 10000000000ull;
-    pid_t r;
-    while ((r = waitpid(mp->pid, &st, WNOHANG)) == 0 && cb_now_ns() < deadline) {
-        struct timespec ts = {0, 10000000};
-        nanosleep(&ts, NULL);
+    int st = ct_master_stop(&mp->m, 10000);
+    if (st != 0) {
+        snprintf(err, err_len, "the master did not exit 0 within 10 s of SIGTERM (%d)", st);
+        return -1;
     }
-    int rc = 0;
-    if (r != mp->pid) {
-        kill(mp->pid, SIGKILL);
-        waitpid(mp->pid, NULL, 0);
-        snprintf(err, err_len, "the master did not exit within 10 s of SIGTERM");
-        rc = -1;
-    } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        snprintf(err, err_len, "the master exited with status %d after SIGTERM",
-                 WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
-        rc = -1;
-    }
-    close(mp->out_fd);
-    mp->pid = -1;
-    return rc;
+    return 0;
 }
 
 /* --- command line
@@ -1180,7 +1125,9 @@ int cb_master_main(int argc, char **argv)
     int exit_code = CB_EXIT_OK;
     heartbeat hb = {.running = false};
     bool hb_started = false;
-    master_proc mp = {.pid = -1, .out_fd = -1};
+    master_proc mp;
+    memset(&mp, 0, sizeof(mp));
+    ct_proc_init(&mp.m.p);
     const char *addr = o.master;
     if (addr == NULL) {
         if (master_spawn(&o, &mp, err, sizeof(err)) < 0) {
@@ -1360,7 +1307,7 @@ done:
         heartbeat_stop(&hb);
     for (unsigned i = 0; conns != NULL && i <= o.conns; i++)
         conn_close(&conns[i]);
-    if (mp.pid > 0 && master_stop(&mp, err, sizeof(err)) < 0) {
+    if (master_stop(&mp, err, sizeof(err)) < 0) {
         fprintf(stderr, CB_PROG " master: %s\n", err);
         exit_code = CB_EXIT_FAIL;
     }
