@@ -11,15 +11,25 @@
 # stays read-only behind it), crash inputs to <build>/fuzz/artifacts/long-<name>-*.
 # Prints one line per target (executions, coverage, new corpus entries) and
 # exits 1 when any target left a crash, leak or timeout input.
+# FUZZ_TARGETS="disk_format error" limits the run to those targets;
+# FUZZ_TIMEOUT (default 10) is libFuzzer's -timeout per input in seconds: on a
+# loaded, shared machine a niced fuzzer can be descheduled for longer than
+# 10 s, so check that a "timeout"/"slow-unit" input is slow when re-run alone
+# (fuzz_<name> <input>) before calling it a finding.
 set -uo pipefail
 BUILD=${1:?usage: fuzz-all.sh BUILD_DIR SECONDS [JOBS]}
 SECONDS_EACH=${2:?usage: fuzz-all.sh BUILD_DIR SECONDS [JOBS]}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 F="$BUILD/fuzz"
 mapfile -t targets < <(cd "$F" && ls fuzz_* 2>/dev/null | grep -v '^fuzz_gen' | sort)
+if [ -n "${FUZZ_TARGETS:-}" ]; then
+  mapfile -t targets < <(for n in $FUZZ_TARGETS; do echo "fuzz_$n"; done)
+fi
+TIMEOUT=${FUZZ_TIMEOUT:-10}
 [ ${#targets[@]} -gt 0 ] || { echo "no fuzz targets in $F (build with -DCRESCENT_FUZZ=ON)"; exit 2; }
 JOBS=${3:-${#targets[@]}}
 mkdir -p "$F/long" "$F/artifacts" "$F/logs"
+touch "$F/logs/.start"
 
 run_one() {
   local t=$1 name=${1#fuzz_} dict="" maxlen=4096
@@ -31,7 +41,7 @@ run_one() {
   esac
   mkdir -p "$F/long/$name"
   nice -n 19 "$F/$t" "$F/long/$name" "$F/corpus/$name" -max_total_time="$SECONDS_EACH" \
-    -max_len=$maxlen -timeout=10 -rss_limit_mb=1024 -print_final_stats=1 \
+    -max_len=$maxlen -timeout="$TIMEOUT" -rss_limit_mb=1024 -print_final_stats=1 \
     ${dict:+-dict=$dict} -artifact_prefix="$F/artifacts/long-$name-" \
     >"$F/logs/$name.log" 2>&1
   echo "$t exit $?" >>"$F/logs/$name.log"
@@ -55,10 +65,10 @@ for t in "${targets[@]}"; do
   cov=$(grep -oE '(#[0-9]+)\s+DONE\s+cov: [0-9]+' "$log" | awk '{print $NF}' | tail -1)
   [ -n "$cov" ] || cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | awk '{print $2}')
   corpus=$(ls "$F/long/$name" | wc -l)
-  found=$(ls "$F/artifacts/" 2>/dev/null | grep -c "^long-$name-" || true)
+  found=$(find "$F/artifacts/" -name "long-$name-*" -newer "$F/logs/.start" 2>/dev/null | wc -l)
   result=ok
   if [ "$found" -gt 0 ] || ! grep -q "$t exit 0" "$log"; then
-    result="FINDING: $(ls "$F/artifacts/" | grep "^long-$name-" | sed "s|^|$F/artifacts/|" | tr '\n' ' ') (log $log)"
+    result="FINDING: $(find "$F/artifacts/" -name "long-$name-*" -newer "$F/logs/.start" | tr '\n' ' ') (log $log)"
     fail=1
   fi
   printf '%-22s %12s %8s %8s %s\n' "$t" "${execs:-?}" "${cov:-?}" "$corpus" "$result"

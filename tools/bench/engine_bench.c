@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "options.h"
 #include "tool_util.h"
 #include "crescent/engine.h"
 
@@ -293,6 +294,11 @@ static uint64_t default_buffer(const eb_opts *o)
     return want > MIN_BUFFER ? want : MIN_BUFFER;
 }
 
+static int apply_flag(void *ctx, const char *flag, const char *v)
+{
+    return apply_value(ctx, flag, v);
+}
+
 /* Returns 0 to run, 1 after --help, -1 for a bad command line. */
 static int parse_opts(int argc, char **argv, eb_opts *o)
 {
@@ -313,39 +319,21 @@ static int parse_opts(int argc, char **argv, eb_opts *o)
     o->protocol = "tcp";
     o->duration = 2.0;
 
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return 1;
-        }
-        bool *bool_flag = strcmp(arg, "--verify") == 0     ? &o->verify
-                          : strcmp(arg, "--json") == 0     ? &o->json
-                          : strcmp(arg, "--baseline") == 0 ? &o->baseline
-                          : strcmp(arg, "--quiet") == 0    ? &o->quiet
-                          : strcmp(arg, "--shared") == 0   ? &o->shared
-                                                           : NULL;
-        if (bool_flag != NULL) {
-            *bool_flag = true;
-            continue;
-        }
-        int matched = 0;
-        for (size_t f = 0; f < sizeof(value_flags) / sizeof(value_flags[0]) && !matched; f++) {
-            const char *v = NULL;
-            matched = ct_flag_value(argc, argv, &i, value_flags[f], &v);
-            if (matched < 0) {
-                fprintf(stderr, CB_PROG " engine: flag '%s' needs a value\n", arg);
-                return -1;
-            }
-            if (matched > 0 && apply_value(o, value_flags[f], v) < 0)
-                return -1;
-        }
-        if (!matched) {
-            fprintf(stderr, CB_PROG " engine: unknown %s '%s' (see --help)\n",
-                    arg[0] == '-' ? "flag" : "argument", arg);
-            return -1;
-        }
+    ct_option table[sizeof(value_flags) / sizeof(value_flags[0]) + 5] = {
+        CT_SWITCH("--verify", &o->verify),     CT_SWITCH("--json", &o->json),
+        CT_SWITCH("--baseline", &o->baseline), CT_SWITCH("--quiet", &o->quiet),
+        CT_SWITCH("--shared", &o->shared),
+    };
+    size_t n = 5;
+    for (size_t f = 0; f < sizeof(value_flags) / sizeof(value_flags[0]); f++)
+        table[n++] = (ct_option)CT_APPLY(value_flags[f]);
+    int pr = ct_parse_options(argc, argv, table, n, apply_flag, o, CB_PROG " engine");
+    if (pr == CT_OPTS_HELP) {
+        usage(stdout);
+        return 1;
     }
+    if (pr < 0)
+        return -1;
 
     bool by_hand = o->target != NULL || o->target_addr_set || o->target_len_set;
     if (by_hand && (o->target == NULL || !o->target_addr_set || !o->target_len_set)) {

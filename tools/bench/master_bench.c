@@ -60,6 +60,7 @@
 
 #include "base/net.h"
 #include "master_proc.h"
+#include "options.h"
 #include "tool_util.h"
 #include "bench.h"
 #include "crescent/status.h"
@@ -998,6 +999,27 @@ static int parse_ops(const char *text, unsigned *out)
 }
 
 /* 0 ok, CB_EXIT_USAGE bad, -1 help printed. */
+/* The flags whose values need more than a range check (ct_parse_options). */
+static int apply_value(void *ctx, const char *name, const char *v)
+{
+    mb_opts *o = ctx;
+    if (strcmp(name, "--client") == 0) {
+        if (strcmp(v, "lib") != 0 && strcmp(v, "raw") != 0)
+            return -bad_value(name, v, "lib or raw");
+        o->client = v;
+    } else if (strcmp(name, "--duration") == 0) {
+        if (cb_parse_seconds(v, &o->duration) < 0)
+            return -bad_value(name, v, "a positive number of seconds");
+    } else if (strcmp(name, "--ops") == 0) {
+        if (parse_ops(v, &o->ops) < 0)
+            return -bad_value(name, v, "a list of exist,put,get,batch_exist,batch_put,batch_get");
+    } else if (strcmp(name, "--value-size") == 0) {
+        if (cb_parse_size(v, &o->value_size) < 0 || o->value_size > CB_GIB)
+            return -bad_value(name, v, "a size up to 1G");
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, mb_opts *o)
 {
     *o = (mb_opts){.master_threads = 2,
@@ -1011,74 +1033,31 @@ static int parse_args(int argc, char **argv, mb_opts *o)
                    .value_size = 64 * CB_KIB,
                    .duration = 2.0,
                    .ops = (1u << MB_N_OPS) - 1};
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *v = NULL;
-        int got = 0;
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return -1;
-        }
-        if (strcmp(arg, "--json") == 0) {
-            o->json = true;
-            continue;
-        }
-        if (strcmp(arg, "--processes") == 0) {
-            o->processes = true;
-            continue;
-        }
-#define FLAG_(name) ((got = ct_flag_value(argc, argv, &i, name, &v)) != 0)
-        if (FLAG_("--master")) {
-            if (got > 0)
-                o->master = v;
-        } else if (FLAG_("--master-bin")) {
-            if (got > 0)
-                o->master_bin = v;
-        } else if (FLAG_("--master-threads")) {
-            if (got > 0 && cb_parse_u32(v, 1, 64, &o->master_threads) < 0)
-                return bad_value(arg, v, "a thread count in 1..64");
-        } else if (FLAG_("--client")) {
-            if (got > 0 && strcmp(v, "lib") != 0 && strcmp(v, "raw") != 0)
-                return bad_value(arg, v, "lib or raw");
-            if (got > 0)
-                o->client = v;
-        } else if (FLAG_("--connections")) {
-            if (got > 0 && cb_parse_u32(v, 1, MB_MAX_CONNS, &o->conns) < 0)
-                return bad_value(arg, v, "a count in 1..256");
-        } else if (FLAG_("--threads")) {
-            if (got > 0 && cb_parse_u32(v, 1, MB_MAX_THREADS, &o->threads) < 0)
-                return bad_value(arg, v, "a count in 1..256");
-        } else if (FLAG_("--depth")) {
-            if (got > 0 && cb_parse_u32(v, 1, MB_MAX_DEPTH, &o->depth) < 0)
-                return bad_value(arg, v, "a count in 1..1024");
-        } else if (FLAG_("--batch")) {
-            if (got > 0 && cb_parse_u32(v, 1, MB_MAX_BATCH, &o->batch) < 0)
-                return bad_value(arg, v, "a count in 1..4096");
-        } else if (FLAG_("--duration")) {
-            if (got > 0 && cb_parse_seconds(v, &o->duration) < 0)
-                return bad_value(arg, v, "a positive number of seconds");
-        } else if (FLAG_("--ops")) {
-            if (got > 0 && parse_ops(v, &o->ops) < 0)
-                return bad_value(arg, v, "a list of exist,put,get,batch_exist,batch_put,batch_get");
-        } else if (FLAG_("--keys")) {
-            if (got > 0 && cb_parse_u32(v, 1, 100000000, &o->keys) < 0)
-                return bad_value(arg, v, "a count in 1..100000000");
-        } else if (FLAG_("--value-size")) {
-            if (got > 0 && (cb_parse_size(v, &o->value_size) < 0 || o->value_size > CB_GIB))
-                return bad_value(arg, v, "a size up to 1G");
-        } else if (FLAG_("--replicas")) {
-            if (got > 0 && cb_parse_u32(v, 1, 8, &o->replicas) < 0)
-                return bad_value(arg, v, "a count in 1..8");
-        } else {
-            fprintf(stderr, CB_PROG " master: unknown %s '%s' (see --help)\n",
-                    arg[0] == '-' ? "flag" : "argument", arg);
-            return CB_EXIT_USAGE;
-        }
-#undef FLAG_
-        if (got < 0) {
-            fprintf(stderr, CB_PROG " master: flag '%s' needs a value\n", arg);
-            return CB_EXIT_USAGE;
-        }
+    const ct_option table[] = {
+        CT_SWITCH("--json", &o->json),
+        CT_SWITCH("--processes", &o->processes),
+        CT_STRING("--master", &o->master),
+        CT_STRING("--master-bin", &o->master_bin),
+        CT_U32("--master-threads", &o->master_threads, 1, 64),
+        CT_APPLY("--client"),
+        CT_U32("--connections", &o->conns, 1, MB_MAX_CONNS),
+        CT_U32("--threads", &o->threads, 1, MB_MAX_THREADS),
+        CT_U32("--depth", &o->depth, 1, MB_MAX_DEPTH),
+        CT_U32("--batch", &o->batch, 1, MB_MAX_BATCH),
+        CT_APPLY("--duration"),
+        CT_APPLY("--ops"),
+        CT_U32("--keys", &o->keys, 1, 100000000),
+        CT_APPLY("--value-size"),
+        CT_U32("--replicas", &o->replicas, 1, 8),
+    };
+    int pr = ct_parse_options(argc, argv, table, sizeof(table) / sizeof(table[0]), apply_value, o,
+                              CB_PROG " master");
+    if (pr == CT_OPTS_HELP) {
+        usage(stdout);
+        return -1;
     }
+    if (pr < 0)
+        return CB_EXIT_USAGE;
     o->raw = strcmp(o->client, "raw") == 0;
     return 0;
 }

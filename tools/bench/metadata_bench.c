@@ -30,6 +30,7 @@
 #include "bench.h"
 #include "crescent/engine.h"
 #include "crescent/status.h"
+#include "options.h"
 #include "servers.h"
 #include "tool_util.h"
 
@@ -239,49 +240,26 @@ static bool wanted(const char *list, const char *name)
 
 static int parse(int argc, char **argv, md_opts *o)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int r;
-#define FLAG_(name) ((r = ct_flag_value(argc, argv, &i, name, &v)) != 0)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            exit(CB_EXIT_OK);
-        } else if (strcmp(argv[i], "--json") == 0) {
-            o->json = true;
-            continue;
-        } else if (FLAG_("--backends")) {
-            o->backends = v;
-        } else if (FLAG_("--fetches")) {
-            if (r < 0 || cb_parse_u32(v, 1, 10000000, &o->fetches) < 0)
-                goto bad;
-        } else if (FLAG_("--buffers")) {
-            if (r < 0 || cb_parse_u32(v, 1, MD_MAX_BUFFERS, &o->buffers) < 0)
-                goto bad;
-        } else if (FLAG_("--etcd")) {
-            o->etcd = v;
-        } else if (FLAG_("--redis")) {
-            o->redis = v;
-        } else if (FLAG_("--http")) {
-            o->http = v;
-        } else if (FLAG_("--etcd-bin")) {
-            o->etcd_bin = v;
-        } else if (FLAG_("--redis-bin")) {
-            o->redis_bin = v;
-        } else if (FLAG_("--metadata-server-bin")) {
-            o->mdserver_bin = v;
-        } else {
-            fprintf(stderr, CB_PROG " metadata: unknown flag '%s'\n", argv[i]);
-            usage(stderr);
-            return -1;
-        }
-#undef FLAG_
-        if (r < 0 || v == NULL)
-            goto bad;
-        continue;
-    bad:
-        fprintf(stderr, CB_PROG " metadata: bad value for %s\n", argv[i]);
-        return -1;
+    const ct_option table[] = {
+        CT_SWITCH("--json", &o->json),
+        CT_STRING("--backends", &o->backends),
+        CT_U32("--fetches", &o->fetches, 1, 10000000),
+        CT_U32("--buffers", &o->buffers, 1, MD_MAX_BUFFERS),
+        CT_STRING("--etcd", &o->etcd),
+        CT_STRING("--redis", &o->redis),
+        CT_STRING("--http", &o->http),
+        CT_STRING("--etcd-bin", &o->etcd_bin),
+        CT_STRING("--redis-bin", &o->redis_bin),
+        CT_STRING("--metadata-server-bin", &o->mdserver_bin),
+    };
+    int pr = ct_parse_options(argc, argv, table, sizeof(table) / sizeof(table[0]), NULL, NULL,
+                              CB_PROG " metadata");
+    if (pr == CT_OPTS_HELP) {
+        usage(stdout);
+        exit(CB_EXIT_OK);
     }
+    if (pr < 0)
+        return -1;
     static const char *const known[] = {"p2p", "http", "etcd", "redis"};
     for (const char *p = o->backends; *p != '\0';) {
         size_t len = strcspn(p, ",");

@@ -63,6 +63,7 @@
 #include <unistd.h>
 
 #include "master_proc.h"
+#include "options.h"
 #include "tool_util.h"
 #include "bench.h"
 #include "crescent/store.h"
@@ -774,6 +775,11 @@ static uint64_t max_size(const sb_opts *o)
 }
 
 /* Returns 0 to run, 1 after --help, -1 for a bad command line. */
+static int apply_flag(void *ctx, const char *flag, const char *v)
+{
+    return apply_value(ctx, flag, v);
+}
+
 static int parse_opts(int argc, char **argv, sb_opts *o)
 {
     static const char *const value_flags[] = {
@@ -798,38 +804,22 @@ static int parse_opts(int argc, char **argv, sb_opts *o)
     o->buffer_size = 16 * CB_MIB;
     o->protocol = "auto";
     o->lease_ms = 500;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return 1;
-        }
-        bool *bool_flag = strcmp(arg, "--verify") == 0        ? &o->verify
-                          : strcmp(arg, "--json") == 0        ? &o->json
-                          : strcmp(arg, "--quiet") == 0       ? &o->quiet
-                          : strcmp(arg, "--no-baseline") == 0 ? &o->no_baseline
-                                                              : NULL;
-        if (bool_flag != NULL) {
-            *bool_flag = true;
-            continue;
-        }
-        int matched = 0;
-        for (size_t f = 0; f < sizeof(value_flags) / sizeof(value_flags[0]) && !matched; f++) {
-            const char *v = NULL;
-            matched = ct_flag_value(argc, argv, &i, value_flags[f], &v);
-            if (matched < 0) {
-                fprintf(stderr, CB_PROG " store: flag '%s' needs a value\n", arg);
-                return -1;
-            }
-            if (matched > 0 && apply_value(o, value_flags[f], v) < 0)
-                return -1;
-        }
-        if (!matched) {
-            fprintf(stderr, CB_PROG " store: unknown %s '%s' (see --help)\n",
-                    arg[0] == '-' ? "flag" : "argument", arg);
-            return -1;
-        }
+    ct_option table[sizeof(value_flags) / sizeof(value_flags[0]) + 4] = {
+        CT_SWITCH("--verify", &o->verify),
+        CT_SWITCH("--json", &o->json),
+        CT_SWITCH("--quiet", &o->quiet),
+        CT_SWITCH("--no-baseline", &o->no_baseline),
+    };
+    size_t n = 4;
+    for (size_t f = 0; f < sizeof(value_flags) / sizeof(value_flags[0]); f++)
+        table[n++] = (ct_option)CT_APPLY(value_flags[f]);
+    int pr = ct_parse_options(argc, argv, table, n, apply_flag, o, CB_PROG " store");
+    if (pr == CT_OPTS_HELP) {
+        usage(stdout);
+        return 1;
     }
+    if (pr < 0)
+        return -1;
     if (strcmp(o->role, "client") == 0) {
         if (o->master_addr == NULL || o->region_size == 0 || o->target_size == 0) {
             fprintf(stderr, CB_PROG " store --role client needs --master, --region-size and "
