@@ -69,8 +69,7 @@ static int setup(void **state)
     f->remote_buf = aligned_alloc(4096, REMOTE);
     memset(f->remote_buf, 0, REMOTE);
     assert_int_equal(cr_engine_register(f->remote, f->remote_buf, REMOTE, "cpu:0", true), 0);
-    assert_int_equal(cr_engine_segment_name(f->remote, f->remote_name, sizeof(f->remote_name)),
-                     0);
+    assert_int_equal(cr_engine_segment_name(f->remote, f->remote_name, sizeof(f->remote_name)), 0);
     *state = f;
     return 0;
 }
