@@ -13,7 +13,8 @@
  * Flags: --master HOST:PORT (required) --segment SIZE (64M) --buffer SIZE
  * (16M, the local staging buffer) --region SIZE (32M of registered memory
  * for the zero-copy calls; 0 = none) --protocol P --rpc-timeout MS
- * --transfer-timeout MS --heartbeat MS. Sizes use cr_parse_size.
+ * --transfer-timeout MS --heartbeat MS --hostname H (the address peers reach
+ * this client's segment at; default 127.0.0.1). Sizes use cr_parse_size.
  *
  *   (start)                          READY <segment-name> | FAIL <rc> <message>
  *   put|upsert KEY LEN SEED [opts]   <rc>        copying put of the value
@@ -700,6 +701,8 @@ int main(int argc, char **argv)
             cfg.transfer_timeout_ms = (uint32_t)atoi(v);
         else if (strcmp(f, "--heartbeat") == 0)
             cfg.heartbeat_interval_ms = (uint32_t)atoi(v);
+        else if (strcmp(f, "--hostname") == 0)
+            cfg.local_hostname = v;
         else {
             printf("FAIL %d unknown flag %s\n", CR_INVALID_PARAMS, f);
             return 2;
