@@ -47,6 +47,13 @@ int cb_soak_main(int argc, char **argv);
 uint64_t cb_now_ns(void);
 
 /* "N", "NK", "NM", "NG", "NT" (binary; an optional trailing "B"/"iB"). */
+/*
+ * A comma list of sizes ("4K,64K,1M") into out[0..max), each in [1, limit];
+ * *n the count. 0, or -1 after printing "<prog>: <flag> ..." naming the bad
+ * item (empty item, not a size, out of range, more than max).
+ */
+int cb_parse_size_list(const char *prog, const char *flag, const char *text, uint64_t limit,
+                       uint64_t *out, size_t max, size_t *n);
 int cb_parse_size(const char *text, uint64_t *out);
 /* Decimal integer in [min, max]. */
 int cb_parse_u32(const char *text, uint32_t min, uint32_t max, uint32_t *out);

@@ -87,25 +87,12 @@ static int bad(const char *flag, const char *v, const char *want)
 
 static int parse_sizes(const char *text, db_opts *o)
 {
-    o->n_sizes = 0;
-    for (const char *p = text;;) {
-        size_t n = strcspn(p, ",");
-        char item[32];
-        uint64_t v = 0;
-        if (n == 0 || n >= sizeof(item))
-            return bad("--value-sizes", text, "a list like 4K,1M");
-        memcpy(item, p, n);
-        item[n] = '\0';
-        if (cb_parse_size(item, &v) < 0 || v == 0 || v > 256 * CB_MIB)
-            return bad("--value-sizes", item, "a size from 1 to 256M");
-        if (o->n_sizes == MAX_SIZES)
-            return bad("--value-sizes", text, "at most 8 sizes");
-        o->sizes[o->n_sizes++] = v;
-        p += n;
-        if (*p == '\0')
-            return 0;
-        p++;
-    }
+    size_t n = 0;
+    if (cb_parse_size_list(CB_PROG " disk", "--value-sizes", text, 256 * CB_MIB, o->sizes,
+                           MAX_SIZES, &n) < 0)
+        return -1;
+    o->n_sizes = n;
+    return 0;
 }
 
 /* One flag with a value (ct_parse_options' apply). */

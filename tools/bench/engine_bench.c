@@ -189,28 +189,11 @@ static int bad_value(const char *flag, const char *value, const char *want)
 
 static int parse_blocks(const char *text, eb_opts *o)
 {
-    o->n_blocks = 0;
-    const char *p = text;
-    do {
-        const char *comma = strchr(p, ',');
-        size_t n = comma != NULL ? (size_t)(comma - p) : strlen(p);
-        char item[32];
-        uint64_t v = 0;
-        if (n == 0 || n >= sizeof(item))
-            return bad_value("--block-sizes", text, "a list like 4K,64K,1M");
-        memcpy(item, p, n);
-        item[n] = '\0';
-        if (cb_parse_size(item, &v) < 0 || v == 0)
-            return bad_value("--block-sizes", item, "a positive size (K/M/G binary)");
-        if (o->n_blocks == MAX_BLOCKS) {
-            fprintf(stderr, CB_PROG " engine: --block-sizes: more than %d sizes\n", MAX_BLOCKS);
-            return -1;
-        }
-        o->blocks[o->n_blocks++] = v;
-        p += n;
-        if (*p == ',' && *++p == '\0')
-            return bad_value("--block-sizes", text, "a list like 4K,64K,1M");
-    } while (*p != '\0');
+    size_t n = 0;
+    if (cb_parse_size_list(CB_PROG " engine", "--block-sizes", text, UINT64_MAX / 2, o->blocks,
+                           MAX_BLOCKS, &n) < 0)
+        return -1;
+    o->n_blocks = n;
     return 0;
 }
 

@@ -663,26 +663,12 @@ static int bad_value(const char *flag, const char *value, const char *want)
 
 static int parse_sizes(const char *text, sb_opts *o)
 {
-    o->n_sizes = 0;
-    const char *p = text;
-    for (;;) {
-        size_t n = strcspn(p, ",");
-        char item[32];
-        uint64_t v = 0;
-        if (n == 0 || n >= sizeof(item))
-            return bad_value("--value-sizes", text, "a list like 4K,64K,1M");
-        memcpy(item, p, n);
-        item[n] = '\0';
-        if (cb_parse_size(item, &v) < 0 || v == 0 || v > CB_GIB)
-            return bad_value("--value-sizes", item, "a size from 1 to 1G (K/M/G binary)");
-        if (o->n_sizes == MAX_SIZES)
-            return bad_value("--value-sizes", text, "at most 16 sizes");
-        o->sizes[o->n_sizes++] = v;
-        p += n;
-        if (*p == '\0')
-            return 0;
-        p++;
-    }
+    size_t n = 0;
+    if (cb_parse_size_list(CB_PROG " store", "--value-sizes", text, CB_GIB, o->sizes, MAX_SIZES,
+                           &n) < 0)
+        return -1;
+    o->n_sizes = n;
+    return 0;
 }
 
 /* A list of words: each must be one of a or b; sets *fa / *fb. */
