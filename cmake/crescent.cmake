@@ -14,8 +14,15 @@
 #       (reported as skipped, never as passed), anything else fails. Without
 #       COMMAND the executable itself runs. Unit tests link cmocka.
 #
-#   cr_test_command(<name> COMMAND args... [TIMEOUT s] [ENV k=v ...])
-#       A CTest entry running an existing program (tool smoke tests).
+#   cr_test_command(<name> COMMAND args... [TIMEOUT s] [ENV k=v ...]
+#                   [WORKING_DIRECTORY dir])
+#       A CTest entry running an existing program (tool smoke tests, fuzz
+#       smoke runs, pytest), with the same skip code.
+#
+# These two are the only way a test is registered: scripts/check-tests.sh
+# (CTest test_registration_check) fails on an add_test() anywhere else.
+# Multi-process tests link crescent_testing (tests/testing/), whose spawner
+# lives in tools/common (crescent_tool_util) so the tools share it.
 
 set(CR_LAYER_ROOTS ${CMAKE_BINARY_DIR}/layers)
 
@@ -56,11 +63,18 @@ function(cr_test name)
 endfunction()
 
 function(cr_test_command name)
-  cmake_parse_arguments(T "" "TIMEOUT" "ENV;COMMAND" ${ARGN})
+  if(NOT CRESCENT_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(T "" "TIMEOUT;WORKING_DIRECTORY" "ENV;COMMAND" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()
-  add_test(NAME ${name} COMMAND ${T_COMMAND})
+  if(T_WORKING_DIRECTORY)
+    add_test(NAME ${name} COMMAND ${T_COMMAND} WORKING_DIRECTORY ${T_WORKING_DIRECTORY})
+  else()
+    add_test(NAME ${name} COMMAND ${T_COMMAND})
+  endif()
   set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE 77)
   if(T_ENV)
     set_tests_properties(${name} PROPERTIES ENVIRONMENT "${T_ENV}")

@@ -31,7 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,8 +71,7 @@ static int check(const uint8_t *p, uint64_t off, uint64_t len, uint64_t seed)
 /* --- peers ------------------------------------------------------------------------ */
 
 typedef struct peer {
-    pid_t pid;
-    FILE *to, *from;
+    ct_proc proc; /* this executable re-run in a peer mode (tests/testing) */
     char line[4096];
 } peer;
 
@@ -81,66 +79,44 @@ static peer *live_peer;
 
 static void peer_start(peer *p, const char *mode, const char *arg)
 {
-    int in[2], out[2];
-    assert_int_equal(pipe(in), 0);
-    assert_int_equal(pipe(out), 0);
-    p->pid = fork();
-    assert_true(p->pid >= 0);
-    if (p->pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        close(in[1]);
-        close(out[0]);
-        execl(self_path, self_path, mode, arg, (char *)NULL);
-        _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    p->to = fdopen(in[1], "w");
-    p->from = fdopen(out[0], "r");
+    const char *argv[] = {self_path, mode, arg, NULL};
+    ct_spawn_opts o = {.pipe_stdin = true, .pipe_stdout = true};
+    assert_int_equal(ct_proc_spawn(&p->proc, argv, &o), 0);
     live_peer = p;
 }
 
 static const char *peer_cmd(peer *p, const char *fmt, ...)
 {
+    int rc = 0;
     if (fmt != NULL) {
+        char cmd[1024];
         va_list ap;
         va_start(ap, fmt);
-        vfprintf(p->to, fmt, ap);
+        vsnprintf(cmd, sizeof(cmd), fmt, ap);
         va_end(ap);
-        fputc('\n', p->to);
-        fflush(p->to);
+        rc = ct_proc_send(&p->proc, cmd);
     }
-    alarm(60);
-    if (fgets(p->line, sizeof(p->line), p->from) == NULL)
+    if (rc < 0 || ct_proc_read_line(&p->proc, p->line, sizeof(p->line), 60000) < 0)
         snprintf(p->line, sizeof(p->line), "DEAD");
-    alarm(0);
-    p->line[strcspn(p->line, "\n")] = '\0';
     return p->line;
 }
 
 static int peer_stop(peer *p)
 {
-    fprintf(p->to, "quit\n");
-    fflush(p->to);
-    int status = 0;
-    alarm(30);
-    pid_t r = waitpid(p->pid, &status, 0);
-    alarm(0);
-    fclose(p->to);
-    fclose(p->from);
     live_peer = NULL;
-    return r == p->pid && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (ct_proc_send(&p->proc, "quit") < 0) {
+        ct_proc_kill(&p->proc);
+        return -1;
+    }
+    int st = ct_proc_stop(&p->proc, 0, 30000);
+    return st >= 128 ? -1 : st;
 }
 
 static void kill_peer(void)
 {
-    if (live_peer != NULL && live_peer->pid > 0) {
-        kill(live_peer->pid, SIGKILL);
-        waitpid(live_peer->pid, NULL, 0);
-        live_peer = NULL;
-    }
+    if (live_peer != NULL)
+        ct_proc_kill(&live_peer->proc);
+    live_peer = NULL;
 }
 
 /* te-peer: an engine with one patterned, registered buffer. */

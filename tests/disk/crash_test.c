@@ -30,12 +30,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "disk/disk.h"
 #include "disk/disk_test_util.h"
+#include "testing.h"
 
 #define KEYS   64
 #define ROUNDS 8
@@ -139,15 +139,11 @@ typedef struct key_state {
     uint64_t version, len;
 } key_state;
 
-static pid_t child_pid = -1;
+static ct_proc child = {.pid = 0, .in_fd = -1, .out_fd = -1, .err_fd = -1};
 
 static void kill_child(void)
 {
-    if (child_pid > 0) {
-        kill(child_pid, SIGKILL);
-        waitpid(child_pid, NULL, 0);
-        child_pid = -1;
-    }
+    ct_proc_kill(&child);
 }
 
 #define FAIL(...)                                                                                  \
@@ -238,41 +234,31 @@ int main(int argc, char **argv)
     srand((unsigned)time(NULL));
     for (int round = 0; round < ROUNDS; round++) {
         bool direct = round % 2 == 0;
-        int pipefd[2];
-        if (pipe(pipefd) != 0)
-            FAIL("pipe: %s", strerror(errno));
         char first[32];
         snprintf(first, sizeof(first), "%llu", (unsigned long long)next);
-        child_pid = fork();
-        if (child_pid < 0)
-            FAIL("fork: %s", strerror(errno));
-        if (child_pid == 0) {
-            dup2(pipefd[1], 1);
-            close(pipefd[0]);
-            close(pipefd[1]);
-            execl("/proc/self/exe", argv[0], "--child", dir, direct ? "direct" : "buffered", first,
-                  (char *)NULL);
-            _exit(127);
-        }
-        close(pipefd[1]);
+        const char *cargv[] = {argv[0], "--child", dir, direct ? "direct" : "buffered",
+                               first,   NULL};
+        ct_spawn_opts so = {.pipe_stdout = true, .exe = "/proc/self/exe"};
+        if (ct_proc_spawn(&child, cargv, &so) < 0)
+            FAIL("spawn: %s", strerror(errno));
+        int ack_fd = child.out_fd; /* ours: read after the child is reaped */
+        child.out_fd = -1;
         /* Let it acknowledge a random number of batches, then kill it mid-write. */
         int want = 5 + rand() % 40;
         int64_t last = -1;
         char lines[4096];
         size_t have = 0;
         for (int spins = 0; last < (int64_t)next + want - 1; spins++) {
-            int r = read_acks(pipefd[0], lines, &have, sizeof(lines), &last, 20000);
+            int r = read_acks(ack_fd, lines, &have, sizeof(lines), &last, 20000);
             if (r <= 0)
                 FAIL("round %d: child stopped acknowledging (%d)", round, r);
         }
         struct timespec ts = {0, (long)(rand() % 3000) * 1000};
         nanosleep(&ts, NULL);
-        kill(child_pid, SIGKILL);
-        waitpid(child_pid, NULL, 0);
-        child_pid = -1;
-        while (read_acks(pipefd[0], lines, &have, sizeof(lines), &last, 0) > 0)
+        ct_proc_kill(&child); /* SIGKILL and reap; then what it acknowledged */
+        while (read_acks(ack_fd, lines, &have, sizeof(lines), &last, 0) > 0)
             ;
-        close(pipefd[0]);
+        close(ack_fd);
         /* Batches next..last were acknowledged: the model applies them. */
         for (uint64_t b = next; (int64_t)b <= last; b++) {
             op ops[4];

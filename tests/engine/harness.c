@@ -1,83 +1,38 @@
 /* harness.c - see harness.h. */
 #include "harness.h"
 
-#include <poll.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-static int read_line(test_peer *p, int timeout_ms)
-{
-    size_t n = 0;
-    while (n + 1 < sizeof(p->line)) {
-        struct pollfd pf = {.fd = p->from_fd, .events = POLLIN};
-        if (poll(&pf, 1, timeout_ms) <= 0)
-            return -1;
-        char c;
-        if (read(p->from_fd, &c, 1) != 1)
-            return -1;
-        if (c == '\n')
-            break;
-        p->line[n++] = c;
-    }
-    p->line[n] = '\0';
-    return 0;
-}
+#define PEER_LINE_MAX 4096
 
 int peer_start(test_peer *p, const char *const *args)
 {
-    const char *bin = getenv("CRESCENT_PEER_BIN");
-    if (bin == NULL)
-        bin = "./crescent-test-peer";
-    int in[2], out[2];
-    if (pipe(in) < 0 || pipe(out) < 0)
-        return -1;
-    const char *argv[32] = {bin};
+    const char *argv[32] = {tt_bin("CRESCENT_PEER_BIN", "./crescent-test-peer")};
     int argc = 1;
     for (int i = 0; args != NULL && args[i] != NULL && argc < 31; i++)
         argv[argc++] = args[i];
     argv[argc] = NULL;
-    /* A peer that died must read as "DEAD" in peer_cmd, not kill this
-     * process with SIGPIPE on the next command. */
-    signal(SIGPIPE, SIG_IGN);
-    pid_t pid = fork();
-    if (pid == 0) {
-        signal(SIGPIPE, SIG_DFL);
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        close(in[1]);
-        close(out[0]);
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    p->pid = pid;
-    p->to_fd = in[1];
-    p->from_fd = out[0];
-    if (read_line(p, 10000) < 0 || strncmp(p->line, "READY ", 6) != 0) {
-        fprintf(stderr, "peer did not start: '%s'\n", p->line);
-        peer_kill(p);
+    memset(p, 0, sizeof(*p));
+    int rc = tt_child_start(&p->child, argv, PEER_LINE_MAX, 10000);
+    p->line = p->child.line;
+    if (rc < 0) {
+        tt_child_kill(&p->child);
+        p->line = "DEAD";
         return -1;
     }
-    snprintf(p->name, sizeof(p->name), "%s", p->line + 6);
+    snprintf(p->name, sizeof(p->name), "%s", p->child.name);
     return 0;
 }
 
 const char *peer_cmd(test_peer *p, const char *fmt, ...)
 {
-    char cmd[512];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(cmd, sizeof(cmd) - 1, fmt, ap);
+    p->line = tt_child_vcmd(&p->child, 30000, fmt, ap);
     va_end(ap);
-    cmd[n++] = '\n';
-    if (write(p->to_fd, cmd, (size_t)n) != n || read_line(p, 30000) < 0)
-        snprintf(p->line, sizeof(p->line), "DEAD");
     return p->line;
 }
 
@@ -90,45 +45,19 @@ uint64_t peer_reg(test_peer *p, const char *loc, uint64_t size, int read_only)
     return strtoull(r + 3, NULL, 10);
 }
 
-/* waitpid with a deadline: the pid's status, or -1 if it has not exited. */
-static int wait_exit(pid_t pid, int timeout_ms, int *st)
-{
-    for (int waited = 0; waited <= timeout_ms; waited += 10) {
-        pid_t r = waitpid(pid, st, WNOHANG);
-        if (r == pid)
-            return 0;
-        if (r < 0)
-            return -1;
-        usleep(10000);
-    }
-    return -1;
-}
-
 int peer_stop(test_peer *p)
 {
-    int st = -1;
     /* A peer that does not exit within 30 s is a failure to report, not a
      * reason for the test to hang until CTest's timeout. */
-    if (write(p->to_fd, "quit\n", 5) == 5 && wait_exit(p->pid, 30000, &st) == 0) {
-        close(p->to_fd);
-        close(p->from_fd);
-        p->pid = 0;
-        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    }
-    fprintf(stderr, "peer %d did not exit within 30 s of 'quit'; killing it\n", (int)p->pid);
-    peer_kill(p);
-    return -1;
+    int st = tt_child_stop(&p->child, 30000);
+    p->line = "DEAD";
+    return st;
 }
 
 void peer_kill(test_peer *p)
 {
-    if (p->pid > 0) {
-        kill(p->pid, SIGKILL);
-        waitpid(p->pid, NULL, 0);
-        close(p->to_fd);
-        close(p->from_fd);
-        p->pid = 0;
-    }
+    tt_child_kill(&p->child);
+    p->line = "DEAD";
 }
 
 const char *test_protocol(void)

@@ -1,7 +1,9 @@
 /*
- * harness.h - spawning and driving peer processes (tests/engine/peer.c) from
- * multi-process tests. Every peer a test starts, it stops (peer_stop or
- * peer_kill); the path of the peer binary comes from CRESCENT_PEER_BIN.
+ * harness.h - driving peer processes (tests/engine/peer.c) from the
+ * multi-process engine tests, over the shared test harness
+ * (tests/testing/testing.h: spawned with PR_SET_PDEATHSIG, READY line with
+ * a deadline). Every peer a test starts, it stops (peer_stop or peer_kill);
+ * the path of the peer binary comes from CRESCENT_PEER_BIN.
  */
 #ifndef CRESCENT_TESTS_HARNESS_H
 #define CRESCENT_TESTS_HARNESS_H
@@ -11,13 +13,12 @@
 #include <sys/types.h>
 
 #include "crescent/engine.h"
+#include "testing.h"
 
 typedef struct test_peer {
-    pid_t pid;
-    int to_fd;   /* its stdin */
-    int from_fd; /* its stdout */
-    char name[300];
-    char line[4096];
+    tt_child child;
+    char name[300];   /* its segment name, from READY */
+    const char *line; /* the last reply line (child.line) */
 } test_peer;
 
 /* Start a peer with extra args (NULL-terminated). Returns 0 when READY. */
@@ -26,7 +27,8 @@ int peer_start(test_peer *p, const char *const *args);
 const char *peer_cmd(test_peer *p, const char *fmt, ...);
 /* Register memory in the peer; returns its address or 0. */
 uint64_t peer_reg(test_peer *p, const char *loc, uint64_t size, int read_only);
-/* "quit" and wait; returns the exit status (0 expected). */
+/* "quit" and wait up to 30 s; returns the exit status (0 expected), -1
+ * when it had to be killed. */
 int peer_stop(test_peer *p);
 /* SIGKILL and reap. */
 void peer_kill(test_peer *p);

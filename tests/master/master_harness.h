@@ -2,15 +2,14 @@
  * master_harness.h - real crescent-master processes and fake-but-real client
  * processes (crescent-test-master-client) for the multi-process master tests.
  *
- * Design: every child the harness forks is recorded in one table and gets
- * PR_SET_PDEATHSIG, so a failing cmocka assertion (a longjmp out of the
- * test) still ends with mh_kill_all() in the test's teardown killing and
- * reaping whatever is left; the normal paths stop children themselves
- * (mh_master_stop sends SIGTERM and returns the exit status, which tests
- * check is 0). Binary paths come from the environment (CTest sets them):
- * CRESCENT_MASTER_BIN and CRESCENT_MASTER_CLIENT_BIN. Everything listens on
- * 127.0.0.1 with kernel-chosen ports unless a test asks for a given port
- * (restarting a master on the port it had).
+ * Design: a thin layer over the shared test harness (tests/testing): every
+ * child is a ct_proc, recorded in one table with PR_SET_PDEATHSIG, so a
+ * failing cmocka assertion (a longjmp out of the test) still ends with
+ * mh_kill_all() in the test's teardown killing and reaping whatever is left; the normal paths stop
+ * children themselves (mh_master_stop sends SIGTERM and returns the exit status, which tests check
+ * is 0). Binary paths come from the environment (CTest sets them): CRESCENT_MASTER_BIN and
+ * CRESCENT_MASTER_CLIENT_BIN. Everything listens on 127.0.0.1 with kernel-chosen ports unless a
+ * test asks for a given port (restarting a master on the port it had).
  *
  * Not thread-safe: one test thread drives everything.
  */
@@ -21,20 +20,19 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "testing.h"
+
 #define MH_LINE_MAX (512 * 1024)
 
 typedef struct mh_master {
-    pid_t pid;
-    int out_fd;            /* its stdout (the ready line came from here) */
+    ct_master cm;
     uint16_t port;         /* RPC */
     uint16_t metrics_port; /* /metrics, /health, ... */
-    char addr[64];         /* "127.0.0.1:PORT" for clients */
+    char addr[96];         /* "127.0.0.1:PORT" for clients */
 } mh_master;
 
 typedef struct mh_client {
-    pid_t pid;
-    int to_fd;   /* its stdin */
-    int from_fd; /* its stdout */
+    tt_child child;
     char id[40]; /* client id (hex) from its READY line */
     char *line;  /* the last reply line (MH_LINE_MAX bytes) */
 } mh_client;

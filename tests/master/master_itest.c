@@ -75,7 +75,7 @@ static void start_client(mh_client *c, const mh_master *m)
 static void stop_all(mh_master *m, mh_client *const *clients, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (clients[i]->pid > 0)
+        if (clients[i]->child.proc.pid > 0)
             assert_int_equal(mh_client_stop(clients[i]), 0);
     assert_int_equal(mh_master_stop(m), 0);
 }
@@ -1001,8 +1001,8 @@ static void test_metadata_cleanup_on_timeout(void **state)
     char line[256] = "";
     size_t len = 0;
     while (len < sizeof(line) - 1) { /* the second ready line names the metadata port */
-        struct pollfd p = {.fd = m.out_fd, .events = POLLIN};
-        if (poll(&p, 1, 5000) <= 0 || read(m.out_fd, line + len, 1) != 1 || line[len] == '\n')
+        struct pollfd p = {.fd = m.cm.p.out_fd, .events = POLLIN};
+        if (poll(&p, 1, 5000) <= 0 || read(m.cm.p.out_fd, line + len, 1) != 1 || line[len] == '\n')
             break;
         len++;
     }
@@ -1326,7 +1326,7 @@ static void test_flooders_are_bounded(void **state)
     mh_client c;
     start_client(&c, &m);
     xcmd(&c, 0, "ping");
-    long rss0 = proc_kib(m.pid, "VmRSS");
+    long rss0 = proc_kib(m.cm.p.pid, "VmRSS");
     enum { N = 30 };
     flooder f[N];
     atomic_bool stop = false;
@@ -1339,7 +1339,7 @@ static void test_flooders_are_bounded(void **state)
     uint64_t lat[30];
     for (int t = 0; t < 30; t++) {
         mh_sleep_ms(100);
-        long rss = proc_kib(m.pid, "VmRSS");
+        long rss = proc_kib(m.cm.p.pid, "VmRSS");
         if (rss > worst)
             worst = rss;
         /* a well-behaved client is served meanwhile */
@@ -1459,7 +1459,7 @@ static void test_fd_limit_no_busy_loop(void **state)
     xcmd(&c, 0, "ping");
     /* Leave the master exactly two free descriptor numbers below its limit. */
     char dir[64];
-    snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)m.pid);
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)m.cm.p.pid);
     bool used[4096] = {false};
     int open_fds = 0;
     DIR *d = opendir(dir);
@@ -1476,16 +1476,16 @@ static void test_fd_limit_no_busy_loop(void **state)
     while (free_below < 2 && limit < 4096)
         free_below += !used[limit++];
     struct rlimit old;
-    assert_int_equal(prlimit(m.pid, RLIMIT_NOFILE, NULL, &old), 0);
+    assert_int_equal(prlimit(m.cm.p.pid, RLIMIT_NOFILE, NULL, &old), 0);
     struct rlimit rl = {.rlim_cur = (rlim_t)limit, .rlim_max = old.rlim_max};
-    assert_int_equal(prlimit(m.pid, RLIMIT_NOFILE, &rl, NULL), 0);
+    assert_int_equal(prlimit(m.cm.p.pid, RLIMIT_NOFILE, &rl, NULL), 0);
     int top = limit - 3;
     int fds[40];
     for (int i = 0; i < 40; i++)
         fds[i] = mh_connect_raw(m.port);
-    double cpu0 = proc_cpu_s(m.pid);
+    double cpu0 = proc_cpu_s(m.cm.p.pid);
     mh_sleep_ms(2000);
-    double cpu = proc_cpu_s(m.pid) - cpu0;
+    double cpu = proc_cpu_s(m.cm.p.pid) - cpu0;
     int shed = 0;
     for (int i = 0; i < 40; i++) {
         char ch;
@@ -1501,7 +1501,7 @@ static void test_fd_limit_no_busy_loop(void **state)
     for (int i = 0; i < 40; i++)
         if (fds[i] >= 0)
             close(fds[i]);
-    assert_int_equal(prlimit(m.pid, RLIMIT_NOFILE, &old, NULL), 0);
+    assert_int_equal(prlimit(m.cm.p.pid, RLIMIT_NOFILE, &old, NULL), 0);
     mh_sleep_ms(200);
     int fd = mh_connect_raw(m.port);
     assert_true(fd >= 0);

@@ -26,21 +26,21 @@
 #include "fake_server.h"
 #include "metadata/backend.h"
 #include "metadata/etcd.h"
-#include "servers.h"
+#include "testing.h"
 
-static test_server etcd, redis;
+static ct_server etcd, redis;
 
 static int group_setup(void **state)
 {
-    if (etcd_start(&etcd) != 0)
+    if (ct_etcd_start(&etcd, NULL) != 0)
         return -1;
-    return redis_start(&redis) == 0 ? 0 : -1;
+    return ct_redis_start(&redis, NULL) == 0 ? 0 : -1;
 }
 
 static int group_teardown(void **state)
 {
-    server_stop(&etcd);
-    server_stop(&redis);
+    ct_server_stop(&etcd);
+    ct_server_stop(&redis);
     return 0;
 }
 
@@ -146,19 +146,19 @@ static void etcd_published_keys(void **state)
     sleep_ms(2600);
     check_value(b, "mooncake/ram/p", "desc2", 5);
     /* etcd loses everything (wiped and restarted): the keys come back */
-    server_kill(&etcd);
-    server_wipe(&etcd);
-    assert_int_equal(server_restart(&etcd), 0);
-    uint64_t t0 = test_now_ms();
+    ct_server_kill(&etcd);
+    ct_server_wipe(&etcd);
+    assert_int_equal(ct_server_restart(&etcd), 0);
+    uint64_t t0 = ct_now_ms();
     void *v = NULL;
     size_t n = 0;
     while (b->ops->get(b, "mooncake/rpc_meta/p", &v, &n) != 0) {
-        if (test_now_ms() - t0 > 8000)
+        if (ct_now_ms() - t0 > 8000)
             fail_msg("published keys not restored 8 s after etcd came back");
         sleep_ms(100);
     }
     printf("etcd wiped: published keys restored %llu ms after it came back\n",
-           (unsigned long long)(test_now_ms() - t0));
+           (unsigned long long)(ct_now_ms() - t0));
     free(v);
     check_value(b, "mooncake/ram/p", "desc2", 5);
     check_value(b, "mooncake/rpc_meta/p", "127.0.0.1:1", 11);
@@ -193,24 +193,24 @@ static void redis_published_keys(void **state)
     check_value(b, "mooncake/ram/r", "desc", 4);
     assert_true(redis_pttl("mooncake/ram/r") > 0);
     /* redis down: a named error within the deadline */
-    server_kill(&redis);
-    uint64_t t0 = test_now_ms();
+    ct_server_kill(&redis);
+    uint64_t t0 = ct_now_ms();
     void *v;
     size_t n;
     int rc = b->ops->get(b, "mooncake/ram/r", &v, &n);
     assert_int_equal(rc, CR_ERR_METADATA_UNAVAILABLE);
-    assert_true(test_now_ms() - t0 < 2500);
+    assert_true(ct_now_ms() - t0 < 2500);
     assert_non_null(strstr(cr_last_error_message(), redis.endpoint));
     /* redis back, empty: the refresher puts the key back */
-    assert_int_equal(server_restart(&redis), 0);
-    t0 = test_now_ms();
+    assert_int_equal(ct_server_restart(&redis), 0);
+    t0 = ct_now_ms();
     while (b->ops->get(b, "mooncake/ram/r", &v, &n) != 0) {
-        if (test_now_ms() - t0 > 5000)
+        if (ct_now_ms() - t0 > 5000)
             fail_msg("published key not restored 5 s after redis came back");
         sleep_ms(100);
     }
     printf("redis restarted: published key restored %llu ms after it came back\n",
-           (unsigned long long)(test_now_ms() - t0));
+           (unsigned long long)(ct_now_ms() - t0));
     free(v);
     assert_int_equal(b->ops->put(b, "mooncake/plain", "x", 1), 0);
     assert_int_equal(redis_pttl("mooncake/plain"), -1); /* put has no TTL */
@@ -260,9 +260,9 @@ static void expect(crm_backend *b, int want, uint64_t max_ms, const char *what)
 {
     void *v = (void *)0x1;
     size_t n = 0;
-    uint64_t t0 = test_now_ms();
+    uint64_t t0 = ct_now_ms();
     int rc = b->ops->get(b, "mooncake/ram/x", &v, &n);
-    uint64_t took = test_now_ms() - t0;
+    uint64_t took = ct_now_ms() - t0;
     if (rc != want)
         fail_msg("%s: got %d (%s), want %s", what, rc, cr_last_error_message(),
                  cr_status_name(want));
@@ -332,13 +332,13 @@ static void etcd_malformed(void **state)
     /* A granted lease whose keepalives come back malformed is lost at its expiry. */
     const char *grant = "{\"header\":{},\"ID\":\"77\",\"TTL\":\"2\"}";
     fake_server_http(&f, 200, grant, strlen(grant));
-    uint64_t t0 = test_now_ms();
+    uint64_t t0 = ct_now_ms();
     assert_int_equal(crm_etcd_lease_grant(c, 2, NULL, NULL, &l), 0);
     fake_server_http(&f, 200, "{\"result\":5}", 12);
-    while (crm_etcd_lease_check(l, NULL) == 0 && test_now_ms() - t0 < 5000)
+    while (crm_etcd_lease_check(l, NULL) == 0 && ct_now_ms() - t0 < 5000)
         sleep_ms(50);
     assert_int_equal(crm_etcd_lease_check(l, NULL), CR_ERR_LEASE_LOST);
-    uint64_t lost_after = test_now_ms() - t0;
+    uint64_t lost_after = ct_now_ms() - t0;
     assert_true(lost_after >= 1900 && lost_after < 3000);
     crm_etcd_lease_release(l, false);
     crm_etcd_close(c);
@@ -409,8 +409,8 @@ static void redis_malformed(void **state)
 
 int main(void)
 {
-    servers_require(ETCD_BIN);
-    servers_require(REDIS_BIN);
+    tt_require_exe(CT_ETCD_BIN);
+    tt_require_exe(CT_REDIS_BIN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(etcd_round_trip),      cmocka_unit_test(redis_round_trip),
         cmocka_unit_test(etcd_published_keys),  cmocka_unit_test(redis_published_keys),

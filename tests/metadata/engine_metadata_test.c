@@ -23,7 +23,7 @@
 #include "crescent/engine.h"
 #include "harness.h"
 #include "metadata/backend.h"
-#include "servers.h"
+#include "testing.h"
 
 #define TTL_S   2
 #define LEN     (1u << 20)
@@ -31,19 +31,19 @@
 #define RAM_KEY "mooncake/ram/" PEER
 #define RPC_KEY "mooncake/rpc_meta/" PEER
 
-static test_server etcd, redis;
+static ct_server etcd, redis;
 
 static int group_setup(void **state)
 {
-    if (etcd_start(&etcd) != 0)
+    if (ct_etcd_start(&etcd, NULL) != 0)
         return -1;
-    return redis_start(&redis) == 0 ? 0 : -1;
+    return ct_redis_start(&redis, NULL) == 0 ? 0 : -1;
 }
 
 static int group_teardown(void **state)
 {
-    server_stop(&etcd);
-    server_stop(&redis);
+    ct_server_stop(&etcd);
+    ct_server_stop(&redis);
     return 0;
 }
 
@@ -121,7 +121,7 @@ static int teardown(void **state)
     return 0;
 }
 
-static void run(const char *scheme, const test_server *srv, bool wipe_etcd)
+static void run(const char *scheme, const ct_server *srv, bool wipe_etcd)
 {
     fixture *fp = &current;
     memset(fp, 0, sizeof(*fp));
@@ -158,14 +158,14 @@ static void run(const char *scheme, const test_server *srv, bool wipe_etcd)
     /* kill -9: the descriptor expires within the TTL. */
     peer_kill(&f.peer);
     f.peer_up = false;
-    uint64_t t0 = test_now_ms();
+    uint64_t t0 = ct_now_ms();
     while (key_present(&f, RAM_KEY) || key_present(&f, RPC_KEY)) {
-        if (test_now_ms() - t0 > (TTL_S + 3) * 1000)
+        if (ct_now_ms() - t0 > (TTL_S + 3) * 1000)
             fail_msg("%s: descriptor of the killed engine still there after %d s", scheme,
                      TTL_S + 3);
         sleep_ms(50);
     }
-    uint64_t expired = test_now_ms() - t0;
+    uint64_t expired = ct_now_ms() - t0;
     printf("%s: killed engine's descriptor gone %llu ms after kill -9 (TTL %d s)\n", scheme,
            (unsigned long long)expired, TTL_S);
     assert_true(expired <= (uint64_t)TTL_S * 1000 + 1500);
@@ -181,18 +181,18 @@ static void run(const char *scheme, const test_server *srv, bool wipe_etcd)
 
     if (wipe_etcd) {
         /* etcd loses every key: both engines put theirs back. */
-        server_kill(&etcd);
-        server_wipe(&etcd);
-        assert_int_equal(server_restart(&etcd), 0);
-        t0 = test_now_ms();
+        ct_server_kill(&etcd);
+        ct_server_wipe(&etcd);
+        assert_int_equal(ct_server_restart(&etcd), 0);
+        t0 = ct_now_ms();
         while (!key_present(&f, RAM_KEY) || !key_present(&f, RPC_KEY) ||
                !key_present(&f, "mooncake/ram/localhost")) {
-            if (test_now_ms() - t0 > 8000)
+            if (ct_now_ms() - t0 > 8000)
                 fail_msg("engines' keys not back 8 s after etcd was wiped");
             sleep_ms(50);
         }
         printf("etcd wiped: engines' keys back %llu ms after it restarted\n",
-               (unsigned long long)(test_now_ms() - t0));
+               (unsigned long long)(ct_now_ms() - t0));
         assert_string_equal(peer_cmd(&f.peer, "fill %llu %u %llu", (unsigned long long)remote, LEN,
                                      (unsigned long long)remote),
                             "OK");
@@ -229,8 +229,8 @@ static void through_redis(void **state)
 
 int main(void)
 {
-    servers_require(ETCD_BIN);
-    servers_require(REDIS_BIN);
+    tt_require_exe(CT_ETCD_BIN);
+    tt_require_exe(CT_REDIS_BIN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(through_etcd, teardown),
         cmocka_unit_test_teardown(through_bare_etcd, teardown),

@@ -27,18 +27,18 @@
 
 #include "base/error.h"
 #include "metadata/etcd.h"
-#include "servers.h"
+#include "testing.h"
 
-static test_server etcd;
+static ct_server etcd;
 
 static int group_setup(void **state)
 {
-    return etcd_start(&etcd) == 0 ? 0 : -1;
+    return ct_etcd_start(&etcd, NULL) == 0 ? 0 : -1;
 }
 
 static int group_teardown(void **state)
 {
-    server_stop(&etcd);
+    ct_server_stop(&etcd);
     return 0;
 }
 
@@ -185,7 +185,7 @@ static void on_lost(void *arg, crm_etcd_lease *l, int status)
 {
     lost_flag *f = arg;
     atomic_store(&f->status, status);
-    atomic_store(&f->at_ms, test_now_ms());
+    atomic_store(&f->at_ms, ct_now_ms());
     atomic_fetch_add(&f->calls, 1);
 }
 
@@ -217,16 +217,16 @@ static void leases(void **state)
     assert_int_equal(crm_etcd_lease_grant(c, 2, NULL, NULL, &l), 0);
     assert_int_equal(crm_etcd_put(c, "t/lease/dropped", "v", 1, crm_etcd_lease_id(l), NULL), 0);
     int64_t id = crm_etcd_lease_id(l);
-    uint64_t t0 = test_now_ms();
+    uint64_t t0 = ct_now_ms();
     assert_int_equal(crm_etcd_lease_release(l, false), 0);
     while (crm_etcd_get(c, "t/lease/dropped", &kv, NULL) == 0) {
         crm_etcd_kv_clear(&kv);
-        if (test_now_ms() - t0 > 6000)
+        if (ct_now_ms() - t0 > 6000)
             fail_msg("key of lease %lld still there after 6 s", (long long)id);
         sleep_ms(100);
     }
     printf("abandoned lease's key gone after %llu ms (TTL 2 s)\n",
-           (unsigned long long)(test_now_ms() - t0));
+           (unsigned long long)(ct_now_ms() - t0));
 
     /* A lease revoked behind our back is reported lost at the next keepalive. */
     lost_flag g = {0};
@@ -235,8 +235,8 @@ static void leases(void **state)
     assert_int_equal(crm_etcd_revoke_lease_id(other, crm_etcd_lease_id(l)), 0);
     assert_int_equal(crm_etcd_revoke_lease_id(other, crm_etcd_lease_id(l)), 0); /* gone: ok */
     crm_etcd_close(other);
-    t0 = test_now_ms();
-    while (atomic_load(&g.calls) == 0 && test_now_ms() - t0 < 4000)
+    t0 = ct_now_ms();
+    while (atomic_load(&g.calls) == 0 && ct_now_ms() - t0 < 4000)
         sleep_ms(20);
     assert_int_equal(atomic_load(&g.calls), 1);
     assert_int_equal(atomic_load(&g.status), CR_ERR_LEASE_LOST);
@@ -317,16 +317,16 @@ static void watch(void **state)
     }
     /* Nothing happens: the duration ends it. */
     watch_log none = {.stop_after = 1};
-    uint64_t t0 = test_now_ms();
+    uint64_t t0 = ct_now_ms();
     assert_int_equal(crm_etcd_watch(c, "t/watch/none", false, &rev, 400, NULL, on_event, &none),
                      CR_ERR_TIMEOUT);
-    assert_true(test_now_ms() - t0 < 2000);
+    assert_true(ct_now_ms() - t0 < 2000);
     /* The stop flag ends it promptly. */
     pthread_create(&th, NULL, stopper, NULL);
-    t0 = test_now_ms();
+    t0 = ct_now_ms();
     assert_int_equal(crm_etcd_watch(c, "t/watch/none", false, &rev, 0, &stop_flag, on_event, &none),
                      CR_ETCD_CTX_CANCELLED);
-    assert_true(test_now_ms() - t0 < 1500);
+    assert_true(ct_now_ms() - t0 < 1500);
     pthread_join(th, NULL);
     assert_int_equal(none.n, 0);
     crm_etcd_close(c);
@@ -377,7 +377,7 @@ static void endpoint_failover(void **state)
 {
     /* A member that refuses, listed first: skipped at once, then remembered. */
     char list[256];
-    uint16_t dead = test_free_port();
+    uint16_t dead = ct_free_port(NULL);
     snprintf(list, sizeof(list), "127.0.0.1:%u,%s", (unsigned)dead, etcd.endpoint);
     crm_etcd *c = open_client(list, 3000, 500);
     char want[64];
@@ -394,14 +394,14 @@ static void endpoint_failover(void **state)
     assert_true(hfd >= 0);
     snprintf(list, sizeof(list), "127.0.0.1:%u;%s", (unsigned)hole, etcd.endpoint);
     c = open_client(list, 3000, 400);
-    uint64_t t0 = test_now_ms();
+    uint64_t t0 = ct_now_ms();
     crm_etcd_kv kv;
     assert_int_equal(crm_etcd_get(c, "t/fo", &kv, NULL), 0);
-    uint64_t first = test_now_ms() - t0;
+    uint64_t first = ct_now_ms() - t0;
     crm_etcd_kv_clear(&kv);
-    t0 = test_now_ms();
+    t0 = ct_now_ms();
     assert_int_equal(crm_etcd_get(c, "t/fo", &kv, NULL), 0);
-    uint64_t second = test_now_ms() - t0;
+    uint64_t second = ct_now_ms() - t0;
     crm_etcd_kv_clear(&kv);
     printf("blackholed member first: first call %llu ms, second %llu ms (connect timeout 400)\n",
            (unsigned long long)first, (unsigned long long)second);
@@ -411,9 +411,9 @@ static void endpoint_failover(void **state)
     crm_etcd_close(c);
     snprintf(list, sizeof(list), "127.0.0.1:%u,127.0.0.1:%u", (unsigned)hole, (unsigned)dead);
     c = open_client(list, 1000, 400);
-    t0 = test_now_ms();
+    t0 = ct_now_ms();
     assert_int_equal(crm_etcd_get(c, "t/fo", &kv, NULL), CR_ERR_METADATA_UNAVAILABLE);
-    uint64_t all_dead = test_now_ms() - t0;
+    uint64_t all_dead = ct_now_ms() - t0;
     assert_true(all_dead < 1800);
     assert_non_null(strstr(cr_last_error_message(), want));
     crm_etcd_close(c);
@@ -426,10 +426,10 @@ static void endpoint_failover(void **state)
  * etcd may need a moment on a loaded machine). */
 static void get_works_again(crm_etcd *c, const char *key)
 {
-    uint64_t t0 = test_now_ms();
+    uint64_t t0 = ct_now_ms();
     crm_etcd_kv kv;
     int rc;
-    while ((rc = crm_etcd_get(c, key, &kv, NULL)) != 0 && test_now_ms() - t0 < 5000)
+    while ((rc = crm_etcd_get(c, key, &kv, NULL)) != 0 && ct_now_ms() - t0 < 5000)
         sleep_ms(100);
     if (rc != 0)
         fail_msg("etcd still failing 5 s after it came back: %s", cr_last_error_message());
@@ -444,12 +444,12 @@ static void etcd_outage(void **state)
     assert_int_equal(crm_etcd_put(c, "t/outage", "v", 1, 0, NULL), 0);
 
     /* Hung etcd (SIGSTOP): the call ends by its deadline. */
-    server_pause(&etcd, true);
-    uint64_t t0 = test_now_ms();
+    ct_server_pause(&etcd, true);
+    uint64_t t0 = ct_now_ms();
     crm_etcd_kv kv;
     assert_int_equal(crm_etcd_get(c, "t/outage", &kv, NULL), CR_ERR_METADATA_UNAVAILABLE);
-    uint64_t hung = test_now_ms() - t0;
-    server_pause(&etcd, false);
+    uint64_t hung = ct_now_ms() - t0;
+    ct_server_pause(&etcd, false);
     assert_true(hung >= 900 && hung < 2000);
     get_works_again(c, "t/outage");
 
@@ -459,13 +459,13 @@ static void etcd_outage(void **state)
     assert_int_equal(crm_etcd_lease_grant(c, 2, on_lost, &f, &l), 0);
     uint64_t valid_until = 0;
     assert_int_equal(crm_etcd_lease_check(l, &valid_until), 0);
-    server_kill(&etcd);
-    uint64_t killed = test_now_ms();
-    t0 = test_now_ms();
+    ct_server_kill(&etcd);
+    uint64_t killed = ct_now_ms();
+    t0 = ct_now_ms();
     assert_int_equal(crm_etcd_get(c, "t/outage", &kv, NULL), CR_ERR_METADATA_UNAVAILABLE);
-    assert_true(test_now_ms() - t0 < 1200);
+    assert_true(ct_now_ms() - t0 < 1200);
     assert_non_null(strstr(cr_last_error_message(), etcd.endpoint));
-    while (atomic_load(&f.calls) == 0 && test_now_ms() - killed < 5000)
+    while (atomic_load(&f.calls) == 0 && ct_now_ms() - killed < 5000)
         sleep_ms(20);
     assert_int_equal(atomic_load(&f.calls), 1);
     assert_int_equal(atomic_load(&f.status), CR_ERR_LEASE_LOST);
@@ -477,7 +477,7 @@ static void etcd_outage(void **state)
     assert_int_equal(crm_etcd_lease_check(l, NULL), CR_ERR_LEASE_LOST);
 
     /* etcd comes back: calls work again. */
-    assert_int_equal(server_restart(&etcd), 0);
+    assert_int_equal(ct_server_restart(&etcd), 0);
     get_works_again(c, "t/outage");
     assert_int_equal(crm_etcd_lease_release(l, true), 0);
     crm_etcd_close(c);
@@ -499,7 +499,7 @@ static void close_revokes(void **state)
 
 int main(void)
 {
-    servers_require(ETCD_BIN);
+    tt_require_exe(CT_ETCD_BIN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(kv_round_trip),   cmocka_unit_test(compare_and_swap),
         cmocka_unit_test(leases),          cmocka_unit_test(watch),

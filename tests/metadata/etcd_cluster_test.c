@@ -24,21 +24,21 @@
 #include "base/error.h"
 #include "metadata/etcd.h"
 #include "metadata/etcd_internal.h"
-#include "servers.h"
+#include "testing.h"
 
 #define N 3
 
-static test_server members[N];
+static ct_server members[N];
 
 static int group_setup(void **state)
 {
-    return etcd_cluster_start(members, N) == 0 ? 0 : -1;
+    return ct_etcd_cluster_start(members, N, NULL) == 0 ? 0 : -1;
 }
 
 static int group_teardown(void **state)
 {
     for (int i = 0; i < N; i++)
-        server_stop(&members[i]);
+        ct_server_stop(&members[i]);
     return 0;
 }
 
@@ -108,8 +108,8 @@ static void member_failover(void **state)
     assert_int_equal(first, lead);
 
     /* Kill the member in use: every call still succeeds. */
-    server_kill(&members[first]);
-    uint64_t t0 = test_now_ms();
+    ct_server_kill(&members[first]);
+    uint64_t t0 = ct_now_ms();
     for (int i = 0; i < 20; i++) {
         char key[32];
         snprintf(key, sizeof(key), "c/k%d", i);
@@ -118,7 +118,7 @@ static void member_failover(void **state)
             fail_msg("put %d after killing member %d: %s", i, first, cr_last_error_message());
     }
     printf("20 puts across the loss of member %d (the raft leader) took %llu ms; now at %s\n",
-           first, (unsigned long long)(test_now_ms() - t0), crm_etcd_current_endpoint(c));
+           first, (unsigned long long)(ct_now_ms() - t0), crm_etcd_current_endpoint(c));
     assert_int_not_equal(member_of(crm_etcd_current_endpoint(c)), first);
 
     /* The lease outlives its TTL on keepalives through the other members. */
@@ -136,15 +136,15 @@ static void member_failover(void **state)
     assert_int_equal(events, 20);
 
     /* The member comes back and rejoins. */
-    assert_int_equal(server_restart(&members[first]), 0);
+    assert_int_equal(ct_server_restart(&members[first]), 0);
     char alone[64];
     snprintf(alone, sizeof(alone), "%s", members[first].endpoint);
     crm_etcd_config one = {.endpoints = alone, .request_timeout_ms = 4000};
     crm_etcd *c1;
     assert_int_equal(crm_etcd_open(&one, &c1), 0);
-    t0 = test_now_ms();
+    t0 = ct_now_ms();
     int rc;
-    while ((rc = crm_etcd_get(c1, "c/k19", &kv, NULL)) != 0 && test_now_ms() - t0 < 10000)
+    while ((rc = crm_etcd_get(c1, "c/k19", &kv, NULL)) != 0 && ct_now_ms() - t0 < 10000)
         usleep(100 * 1000);
     if (rc != 0)
         fail_msg("restarted member %d did not catch up: %s", first, cr_last_error_message());
@@ -152,25 +152,25 @@ static void member_failover(void **state)
 
     /* No quorum: a named error within the deadline, then recovery. */
     int a = (first + 1) % N, b = (first + 2) % N;
-    server_kill(&members[a]);
-    server_kill(&members[b]);
+    ct_server_kill(&members[a]);
+    ct_server_kill(&members[b]);
     crm_etcd_config quick = {.endpoints = alone, .request_timeout_ms = 1500};
     crm_etcd *cq;
     assert_int_equal(crm_etcd_open(&quick, &cq), 0);
-    t0 = test_now_ms();
+    t0 = ct_now_ms();
     rc = crm_etcd_put(cq, "c/noquorum", "x", 1, 0, NULL);
-    uint64_t took = test_now_ms() - t0;
+    uint64_t took = ct_now_ms() - t0;
     printf("without quorum: %s after %llu ms: %s\n", cr_status_name(rc), (unsigned long long)took,
            cr_last_error_message());
     assert_int_equal(rc, CR_ERR_METADATA_UNAVAILABLE);
     assert_true(took < 2500);
-    assert_int_equal(server_restart(&members[a]), 0);
-    t0 = test_now_ms();
-    while ((rc = crm_etcd_put(c1, "c/quorum", "x", 1, 0, NULL)) != 0 && test_now_ms() - t0 < 10000)
+    assert_int_equal(ct_server_restart(&members[a]), 0);
+    t0 = ct_now_ms();
+    while ((rc = crm_etcd_put(c1, "c/quorum", "x", 1, 0, NULL)) != 0 && ct_now_ms() - t0 < 10000)
         usleep(100 * 1000);
     if (rc != 0)
         fail_msg("no recovery with quorum back: %s", cr_last_error_message());
-    assert_int_equal(server_restart(&members[b]), 0);
+    assert_int_equal(ct_server_restart(&members[b]), 0);
     crm_etcd_close(cq);
     crm_etcd_close(c1);
     crm_etcd_lease_release(l, true);
@@ -179,7 +179,7 @@ static void member_failover(void **state)
 
 int main(void)
 {
-    servers_require(ETCD_BIN);
+    tt_require_exe(CT_ETCD_BIN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(member_failover),
     };

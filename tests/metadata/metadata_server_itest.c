@@ -10,8 +10,9 @@
  * SIGINT; and a second server on a taken port must exit 1.
  * "flags": bad command lines exit 2 naming the offending flag; --help exits 0.
  *
- * Every child gets PR_SET_PDEATHSIG and is tracked, so a failing assertion
- * (longjmp out of the test) still ends in the group teardown killing it.
+ * Every child is a ct_proc of the shared harness (tests/testing): it gets
+ * PR_SET_PDEATHSIG and is tracked, so a failing assertion (longjmp out of
+ * the test) still ends in the group teardown (tt_teardown) killing it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,13 +23,11 @@
 
 #include <errno.h>
 #include <stdbool.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -42,64 +41,22 @@
 #include "metadata/backend.h"
 #include "sanitized.h"
 #include "slowloris.h"
-
-#define MAX_CHILDREN 8
+#include "testing.h"
 
 static const char *server_path;
-static pid_t children[MAX_CHILDREN];
 
-typedef struct child {
-    pid_t pid;
-    int out_fd; /* its stdout */
-    int err_fd; /* its stderr, or -1 when inherited */
-} child;
-
-static void track(pid_t pid)
-{
-    for (int i = 0; i < MAX_CHILDREN; i++)
-        if (children[i] == 0) {
-            children[i] = pid;
-            return;
-        }
-    fail_msg("too many children");
-}
-
-static void untrack(pid_t pid)
-{
-    for (int i = 0; i < MAX_CHILDREN; i++)
-        if (children[i] == pid)
-            children[i] = 0;
-}
+typedef ct_proc child;
 
 /* Start the server with args (NULL-terminated, without argv[0]). */
 static void spawn(const char *const *args, bool capture_stderr, child *c)
 {
-    int out[2], err[2] = {-1, -1};
-    assert_int_equal(pipe2(out, O_CLOEXEC), 0);
-    if (capture_stderr)
-        assert_int_equal(pipe2(err, O_CLOEXEC), 0);
     const char *argv[16] = {server_path};
     int n = 1;
     for (; args[n - 1] != NULL && n < 15; n++)
         argv[n] = args[n - 1];
     argv[n] = NULL;
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        dup2(out[1], STDOUT_FILENO);
-        if (capture_stderr)
-            dup2(err[1], STDERR_FILENO);
-        execv(server_path, (char *const *)argv);
-        _exit(127);
-    }
-    track(pid);
-    close(out[1]);
-    if (capture_stderr)
-        close(err[1]);
-    c->pid = pid;
-    c->out_fd = out[0];
-    c->err_fd = err[0];
+    ct_spawn_opts o = {.pipe_stdout = true, .pipe_stderr = capture_stderr};
+    assert_int_equal(ct_proc_spawn(c, argv, &o), 0);
 }
 
 /* Read from fd until newline, EOF or timeout; returns the text read (NUL-terminated). */
@@ -129,38 +86,17 @@ static size_t read_until(int fd, char *buf, size_t cap, int timeout_ms, bool sto
     return len;
 }
 
-/* Wait for the child to exit within timeout_ms; returns its wait status, or -1. */
+/* Wait for the child to exit within timeout_ms; returns its exit code (128 +
+ * N for signal N), or -1 when it is still running. */
 static int wait_exit(child *c, int timeout_ms)
 {
-    uint64_t deadline = crb_now_ms() + (uint64_t)timeout_ms;
-    for (;;) {
-        int status = 0;
-        pid_t r = waitpid(c->pid, &status, WNOHANG);
-        if (r == c->pid) {
-            untrack(c->pid);
-            c->pid = 0;
-            return status;
-        }
-        if (crb_now_ms() >= deadline)
-            return -1;
-        struct timespec ts = {0, 5 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
+    int st = ct_proc_wait(c, timeout_ms);
+    return st == -2 ? -1 : st;
 }
 
 static void close_child(child *c)
 {
-    if (c->pid > 0) {
-        kill(c->pid, SIGKILL);
-        waitpid(c->pid, NULL, 0);
-        untrack(c->pid);
-        c->pid = 0;
-    }
-    if (c->out_fd >= 0)
-        close(c->out_fd);
-    if (c->err_fd >= 0)
-        close(c->err_fd);
-    c->out_fd = c->err_fd = -1;
+    ct_proc_kill(c);
 }
 
 /* Start a server and parse the port out of its ready line. */
@@ -213,8 +149,8 @@ static void exercise_and_stop(child *c, uint16_t port, int sig)
     int status = wait_exit(c, 10000);
     if (status == -1)
         fail_msg("server did not exit within 10 s of signal %d", sig);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_true(status < 128); /* exited, not killed by a signal */
+    assert_int_equal(status, 0);
 
     /* The server is gone: a prompt CR_ERR_METADATA, not a hang. */
     uint64_t t0 = crb_now_ms();
@@ -227,7 +163,7 @@ static void exercise_and_stop(child *c, uint16_t port, int sig)
 
 static void test_process_sigterm(void **state)
 {
-    child c = {.out_fd = -1, .err_fd = -1};
+    child c = {.out_fd = -1, .in_fd = -1, .err_fd = -1};
     const char *args[] = {"--port", "0", NULL};
     uint16_t port = start_server(args, &c);
     exercise_and_stop(&c, port, SIGTERM);
@@ -236,7 +172,7 @@ static void test_process_sigterm(void **state)
 
 static void test_process_mooncake_flags_sigint(void **state)
 {
-    child c = {.out_fd = -1, .err_fd = -1};
+    child c = {.out_fd = -1, .in_fd = -1, .err_fd = -1};
     const char *args[] = {"--host=127.0.0.1", "--port=0", NULL};
     uint16_t port = start_server(args, &c);
     exercise_and_stop(&c, port, SIGINT);
@@ -245,7 +181,8 @@ static void test_process_mooncake_flags_sigint(void **state)
 
 static void test_port_taken_exits_1(void **state)
 {
-    child a = {.out_fd = -1, .err_fd = -1}, b = {.out_fd = -1, .err_fd = -1};
+    child a = {.out_fd = -1, .in_fd = -1, .err_fd = -1},
+          b = {.out_fd = -1, .in_fd = -1, .err_fd = -1};
     const char *args[] = {"--port", "0", NULL};
     uint16_t port = start_server(args, &a);
     char port_text[16];
@@ -255,31 +192,31 @@ static void test_port_taken_exits_1(void **state)
     char err[512];
     read_until(b.err_fd, err, sizeof(err), 10000, false);
     int status = wait_exit(&b, 10000);
-    assert_true(status != -1 && WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 1);
+    assert_true(status != -1 && status < 128);
+    assert_int_equal(status, 1);
     if (strstr(err, port_text) == NULL)
         fail_msg("error does not name the port: %s", err);
     close_child(&b);
     kill(a.pid, SIGTERM);
     status = wait_exit(&a, 10000);
-    assert_true(status != -1 && WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_true(status != -1 && status < 128);
+    assert_int_equal(status, 0);
     close_child(&a);
 }
 
 /* Run with args; expect exit code `code` and `needle` in stderr (or stdout for code 0). */
 static void expect_exit(const char *const *args, int code, const char *needle)
 {
-    child c = {.out_fd = -1, .err_fd = -1};
+    child c = {.out_fd = -1, .in_fd = -1, .err_fd = -1};
     spawn(args, true, &c);
     char out[2048];
     read_until(code == 0 ? c.out_fd : c.err_fd, out, sizeof(out), 10000, false);
     int status = wait_exit(&c, 10000);
     if (status == -1)
         fail_msg("'%s' did not exit", args[0]);
-    assert_true(WIFEXITED(status));
-    if (WEXITSTATUS(status) != code)
-        fail_msg("'%s' exited %d, want %d", args[0], WEXITSTATUS(status), code);
+    assert_true(status < 128);
+    if (status != code)
+        fail_msg("'%s' exited %d, want %d", args[0], status, code);
     if (strstr(out, needle) == NULL)
         fail_msg("'%s': output does not mention '%s': %s", args[0], needle, out);
     close_child(&c);
@@ -335,7 +272,8 @@ static void raise_fd_limit(void)
 static void slowloris_round(bool body)
 {
     raise_fd_limit();
-    child c = {.out_fd = -1, .err_fd = -1};
+    child c;
+    ct_proc_init(&c);
     const char *args[] = {"--port", "0", NULL};
     uint16_t port = start_server(args, &c);
     sl_attack a;
@@ -423,7 +361,8 @@ static void stop_server(child *c)
 /* A total quota refuses with 507 and frees up again on delete. */
 static void test_quota(void **state)
 {
-    child c = {.out_fd = -1, .err_fd = -1};
+    child c;
+    ct_proc_init(&c);
     const char *args[] = {"--port", "0", "--max_total_bytes=4MiB", "--max_keys=100", NULL};
     uint16_t port = start_server(args, &c);
     static char value[64 << 10];
@@ -462,7 +401,8 @@ static void test_quota(void **state)
  * back (3000 x 64 KiB kept 192 MiB after delete). */
 static void test_announced_sizes_and_deletes(void **state)
 {
-    child c = {.out_fd = -1, .err_fd = -1};
+    child c;
+    ct_proc_init(&c);
     const char *args[] = {"--port", "0", "--max_connections=300", NULL};
     uint16_t port = start_server(args, &c);
     long size0 = proc_kib(c.pid, "VmSize");
@@ -518,17 +458,6 @@ static void test_announced_sizes_and_deletes(void **state)
     stop_server(&c);
 }
 
-static int kill_children(void **state)
-{
-    for (int i = 0; i < MAX_CHILDREN; i++)
-        if (children[i] > 0) {
-            kill(children[i], SIGKILL);
-            waitpid(children[i], NULL, 0);
-            children[i] = 0;
-        }
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -551,9 +480,9 @@ int main(int argc, char **argv)
     };
     int failed;
     if (strcmp(argv[2], "process") == 0)
-        failed = cmocka_run_group_tests_name("process", process_tests, NULL, kill_children);
+        failed = cmocka_run_group_tests_name("process", process_tests, NULL, tt_teardown);
     else if (strcmp(argv[2], "flags") == 0)
-        failed = cmocka_run_group_tests_name("flags", flag_tests, NULL, kill_children);
+        failed = cmocka_run_group_tests_name("flags", flag_tests, NULL, tt_teardown);
     else
         return 2;
     curl_global_cleanup();

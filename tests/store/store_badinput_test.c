@@ -359,7 +359,7 @@ static void master_dies(void **state)
     assert_int_equal(cr_store_health(s), 0);
 
     /* Hung master (SIGSTOP): calls time out with CR_RPC_TIMEOUT. */
-    stop_process(m.p.pid);
+    stop_process(m.cm.p.pid);
     void *v = NULL;
     const char *keys[2] = {"k", "k2"};
     int res[2];
@@ -374,7 +374,7 @@ static void master_dies(void **state)
     EXPECT_FAST_FAILURE("batch_exist, master stopped", cr_store_batch_exist(s, keys, 2, res),
                         2 * RPC_TIMEOUT_MS);
     EXPECT_FAST_FAILURE("health, master stopped", cr_store_health(s), 2 * RPC_TIMEOUT_MS);
-    kill(m.p.pid, SIGCONT);
+    kill(m.cm.p.pid, SIGCONT);
     /* It answers again (late replies to the timed-out calls are dropped). */
     uint64_t t0 = sh_now_ms();
     int rc;

@@ -1,10 +1,11 @@
 /*
  * store_harness.h - real crescent-master processes and store client
- * processes (crescent-test-store-client) for the multi-process store tests.
+ * processes (crescent-test-store-client) for the multi-process store tests,
+ * over the shared test harness (tests/testing/testing.h).
  *
- * Design: every child the harness forks is recorded in one table and gets
- * PR_SET_PDEATHSIG(SIGKILL), so a failing cmocka assertion (a longjmp out of
- * the test) still ends with sh_kill_all() in the teardown killing and reaping
+ * Design: every child is a ct_proc (PR_SET_PDEATHSIG(SIGKILL), recorded in
+ * one table), so a failing cmocka assertion (a longjmp out of the test)
+ * still ends with sh_kill_all() in the teardown killing and reaping
  * whatever is left, and a crashed test process leaves nothing behind. The
  * normal paths stop children themselves: sh_master_stop sends SIGTERM and
  * returns the exit status, sh_client_stop sends "quit"; tests check both
@@ -22,25 +23,21 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "testing.h"
+
 #define SH_LINE_MAX 8192
 #define SH_DEAD     (-99999) /* sh_rc of a reply from a dead or silent child */
 
-typedef struct sh_proc {
-    pid_t pid;
-    int to_fd;   /* its stdin (clients), -1 for the master */
-    int from_fd; /* its stdout */
-    char line[SH_LINE_MAX];
-} sh_proc;
-
 typedef struct sh_master {
-    sh_proc p;
+    ct_master cm;
     uint16_t port, metrics_port;
-    char addr[64]; /* "127.0.0.1:PORT" */
+    char addr[96]; /* "127.0.0.1:PORT" */
 } sh_master;
 
 typedef struct sh_client {
-    sh_proc p;
-    char name[300]; /* its segment name, from READY */
+    tt_child child;
+    char name[300];   /* its segment name, from READY */
+    const char *line; /* the last reply line ("DEAD" once it is gone) */
 } sh_client;
 
 /*
@@ -59,9 +56,9 @@ void sh_master_kill(sh_master *m);
 
 /* Start a store client of `master_addr` with extra flags (NULL-terminated,
  * may be NULL). Returns 0 when it printed READY; -1 otherwise (its FAIL line
- * is in c->p.line). */
+ * is in c->line). */
 int sh_client_start(sh_client *c, const char *master_addr, const char *const *args);
-/* Send one command, read the one reply line (c->p.line, "DEAD" on EOF or
+/* Send one command, read the one reply line (c->line, "DEAD" on EOF or
  * after 60 s of silence). */
 const char *sh_cmd(sh_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* sh_cmd, then the reply's leading integer (SH_DEAD for "DEAD"). */

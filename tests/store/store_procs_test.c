@@ -393,7 +393,7 @@ static void upsert_while_reading_does_not_fill(void **state)
     for (int i = 0; i < 80; i++) { /* 64 used to fill the segment */
         long long rc = sh_rc(&w, "upsert hot0 %d %d", 1 << 20, 1000 + i);
         if (rc != 0)
-            fail_msg("upsert %d of one key failed: %lld (%s)", i, rc, w.p.line);
+            fail_msg("upsert %d of one key failed: %lld (%s)", i, rc, w.line);
         if (i % 2 == 0)
             assert_read_ok(sh_cmd(&r, "get hot0 %d", 1000 + i), 1 << 20, (uint64_t)(1000 + i),
                            "reader");

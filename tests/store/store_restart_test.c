@@ -106,7 +106,7 @@ static void master_restart(void **state)
         /* Old keys are gone with the old master: a miss (or an error), never bytes. */
         rc = sh_rc(&b, "get old%d %d", i % OLD_KEYS, 100 + i % OLD_KEYS);
         if (rc >= 0)
-            fail_msg("get old%d after the restart returned %lld: '%s'", i % OLD_KEYS, rc, b.p.line);
+            fail_msg("get old%d after the restart returned %lld: '%s'", i % OLD_KEYS, rc, b.line);
         if (first_ok >= 0 && n >= 20)
             break;
         sh_sleep_ms(50);
@@ -160,7 +160,7 @@ static void client_restart_same_name(void **state)
     assert_int_equal(sh_client_start(&b, m.addr, cargs), 0);
     assert_string_equal(a.name, b.name);
     long long health = sh_rc(&b, "health");
-    fprintf(stderr, "health of the restarted client: %lld (%s)\n", health, b.p.line);
+    fprintf(stderr, "health of the restarted client: %lld (%s)\n", health, b.line);
     char put[400];
     snprintf(put, sizeof(put), "put fresh 4096 9 pref=%s", b.name);
     long long rc = sh_rc(&b, "%s", put);

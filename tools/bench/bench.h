@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "proc.h"
+
 #define CB_PROG       "crescent-bench"
 #define CB_EXIT_OK    0
 #define CB_EXIT_FAIL  1 /* a transfer, a verification or the environment failed */
@@ -37,6 +39,7 @@ int cb_master_main(int argc, char **argv);
 int cb_store_main(int argc, char **argv);
 int cb_metadata_main(int argc, char **argv);
 int cb_disk_main(int argc, char **argv); /* links the disk layer (src/disk) directly */
+int cb_soak_main(int argc, char **argv);
 
 /* ---- util.c ------------------------------------------------------------- */
 
@@ -44,6 +47,13 @@ int cb_disk_main(int argc, char **argv); /* links the disk layer (src/disk) dire
 uint64_t cb_now_ns(void);
 
 /* "N", "NK", "NM", "NG", "NT" (binary; an optional trailing "B"/"iB"). */
+/*
+ * A comma list of sizes ("4K,64K,1M") into out[0..max), each in [1, limit];
+ * *n the count. 0, or -1 after printing "<prog>: <flag> ..." naming the bad
+ * item (empty item, not a size, out of range, more than max).
+ */
+int cb_parse_size_list(const char *prog, const char *flag, const char *text, uint64_t limit,
+                       uint64_t *out, size_t max, size_t *n);
 int cb_parse_size(const char *text, uint64_t *out);
 /* Decimal integer in [min, max]. */
 int cb_parse_u32(const char *text, uint32_t min, uint32_t max, uint32_t *out);
@@ -88,16 +98,18 @@ void cb_progress_clear(void);
 
 /* ---- child.c ------------------------------------------------------------ */
 
-/* A child running /proc/self/exe: we hold its stdin (write) and stdout (read). */
+/* A child running /proc/self/exe (a ct_proc of tools/common/proc.h: it
+ * dies with us): we hold its stdin (write; closing it tells the child to
+ * exit) and stdout (read). */
 typedef struct cb_child {
-    pid_t pid;
-    int in_fd;  /* child's stdin; closing it tells the child to exit */
-    int out_fd; /* child's stdout */
+    ct_proc proc;
 } cb_child;
 
 #define CB_CHILD_INIT                                                                              \
     {                                                                                              \
-        -1, -1, -1                                                                                 \
+        {                                                                                          \
+            0, -1, -1, -1                                                                          \
+        }                                                                                          \
     }
 
 /* Fork and exec /proc/self/exe with argv (argv[0] is the display name). */
@@ -108,7 +120,7 @@ int cb_child_read_line(cb_child *c, char *buf, size_t len, int timeout_ms);
  * Close the child's stdin and reap it, killing it if it has not exited after
  * timeout_ms. Returns its exit status (0 = success), or -1 if it was killed
  * by a signal, did not exit in time or could not be reaped; *why says how.
- * A child that was never spawned (pid -1) returns 0.
+ * A child that was never spawned returns 0.
  */
 int cb_child_stop(cb_child *c, int timeout_ms, char *why, size_t why_len);
 /* SIGKILL and reap (error paths). */

@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "options.h"
 #include "disk/disk.h"
 #include "tool_util.h"
 
@@ -86,32 +87,66 @@ static int bad(const char *flag, const char *v, const char *want)
 
 static int parse_sizes(const char *text, db_opts *o)
 {
-    o->n_sizes = 0;
-    for (const char *p = text;;) {
-        size_t n = strcspn(p, ",");
-        char item[32];
-        uint64_t v = 0;
-        if (n == 0 || n >= sizeof(item))
-            return bad("--value-sizes", text, "a list like 4K,1M");
-        memcpy(item, p, n);
-        item[n] = '\0';
-        if (cb_parse_size(item, &v) < 0 || v == 0 || v > 256 * CB_MIB)
-            return bad("--value-sizes", item, "a size from 1 to 256M");
-        if (o->n_sizes == MAX_SIZES)
-            return bad("--value-sizes", text, "at most 8 sizes");
-        o->sizes[o->n_sizes++] = v;
-        p += n;
-        if (*p == '\0')
-            return 0;
-        p++;
+    size_t n = 0;
+    if (cb_parse_size_list(CB_PROG " disk", "--value-sizes", text, 256 * CB_MIB, o->sizes,
+                           MAX_SIZES, &n) < 0)
+        return -1;
+    o->n_sizes = n;
+    return 0;
+}
+
+/* One flag with a value (ct_parse_options' apply). */
+static int apply_value(void *ctx, const char *name, const char *v)
+{
+    db_opts *o = ctx;
+    uint32_t u;
+    if (strcmp(name, "--dir") == 0) {
+        o->dir = v;
+    } else if (strcmp(name, "--value-sizes") == 0) {
+        if (parse_sizes(v, o) < 0)
+            return -1;
+    } else if (strcmp(name, "--bytes") == 0 || strcmp(name, "--small-bytes") == 0) {
+        uint64_t b;
+        if (cb_parse_size(v, &b) < 0 || b < CB_MIB)
+            return bad(name, v, "a size of at least 1M");
+        *(name[2] == 'b' ? &o->bytes : &o->small_bytes) = b;
+    } else if (strcmp(name, "--batch") == 0 || strcmp(name, "--threads") == 0 ||
+               strcmp(name, "--latency") == 0) {
+        uint32_t lo = strcmp(name, "--latency") == 0 ? 0 : 1;
+        uint32_t hi = strcmp(name, "--batch") == 0 ? 1024 : 1000000;
+        if (strcmp(name, "--threads") == 0)
+            hi = 64;
+        if (cb_parse_u32(v, lo, hi, &u) < 0)
+            return bad(name, v, "a whole number in range");
+        *(name[2] == 'b' ? &o->batch : name[2] == 't' ? &o->threads : &o->latency) = u;
+    } else if (strcmp(name, "--rounds") == 0) {
+        if (cb_parse_u32(v, 1, 64, &u) < 0)
+            return bad(name, v, "a whole number from 1 to 64");
+        o->rounds = u;
+    } else if (strcmp(name, "--io") == 0) {
+        if (strcmp(v, "auto") == 0)
+            o->io = CRF_IO_AUTO;
+        else if (strcmp(v, "direct") == 0)
+            o->io = CRF_IO_DIRECT;
+        else if (strcmp(v, "buffered") == 0)
+            o->io = CRF_IO_BUFFERED;
+        else
+            return bad(name, v, "auto, direct or buffered");
+    } else if (strcmp(name, "--sync") == 0) {
+        if (strcmp(v, "none") == 0)
+            o->sync = CRF_SYNC_NONE;
+        else if (strcmp(v, "seal") == 0)
+            o->sync = CRF_SYNC_SEAL;
+        else if (strcmp(v, "put") == 0)
+            o->sync = CRF_SYNC_PUT;
+        else
+            return bad(name, v, "none, seal or put");
     }
+    return 0;
 }
 
 static int parse_opts(int argc, char **argv, db_opts *o)
 {
-    static const char *const value_flags[] = {"--dir",         "--value-sizes", "--bytes",
-                                              "--small-bytes", "--batch",       "--threads",
-                                              "--io",          "--sync",        "--latency"};
     memset(o, 0, sizeof(*o));
     const char *tmp = getenv("TMPDIR");
     o->dir = tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp";
@@ -126,77 +161,28 @@ static int parse_opts(int argc, char **argv, db_opts *o)
     o->rounds = 8;
     o->io = CRF_IO_AUTO;
     o->sync = CRF_SYNC_SEAL;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return 1;
-        }
-        if (strcmp(arg, "--verify") == 0 || strcmp(arg, "--keep") == 0) {
-            *(arg[2] == 'v' ? &o->verify : &o->keep) = true;
-            continue;
-        }
-        int matched = 0;
-        for (size_t f = 0; f < sizeof(value_flags) / sizeof(value_flags[0]) && !matched; f++) {
-            const char *v = NULL;
-            const char *name = value_flags[f];
-            matched = ct_flag_value(argc, argv, &i, name, &v);
-            if (matched < 0) {
-                fprintf(stderr, CB_PROG " disk: flag '%s' needs a value\n", arg);
-                return -1;
-            }
-            if (matched == 0)
-                continue;
-            uint32_t u;
-            if (strcmp(name, "--dir") == 0) {
-                o->dir = v;
-            } else if (strcmp(name, "--value-sizes") == 0) {
-                if (parse_sizes(v, o) < 0)
-                    return -1;
-            } else if (strcmp(name, "--bytes") == 0 || strcmp(name, "--small-bytes") == 0) {
-                uint64_t b;
-                if (cb_parse_size(v, &b) < 0 || b < CB_MIB)
-                    return bad(name, v, "a size of at least 1M");
-                *(name[2] == 'b' ? &o->bytes : &o->small_bytes) = b;
-            } else if (strcmp(name, "--batch") == 0 || strcmp(name, "--threads") == 0 ||
-                       strcmp(name, "--latency") == 0) {
-                uint32_t lo = strcmp(name, "--latency") == 0 ? 0 : 1;
-                uint32_t hi = strcmp(name, "--batch") == 0 ? 1024 : 1000000;
-                if (strcmp(name, "--threads") == 0)
-                    hi = 64;
-                if (cb_parse_u32(v, lo, hi, &u) < 0)
-                    return bad(name, v, "a whole number in range");
-                *(name[2] == 'b' ? &o->batch : name[2] == 't' ? &o->threads : &o->latency) = u;
-            } else if (strcmp(name, "--rounds") == 0) {
-                if (cb_parse_u32(v, 1, 64, &u) < 0)
-                    return bad(name, v, "a whole number from 1 to 64");
-                o->rounds = u;
-            } else if (strcmp(name, "--io") == 0) {
-                if (strcmp(v, "auto") == 0)
-                    o->io = CRF_IO_AUTO;
-                else if (strcmp(v, "direct") == 0)
-                    o->io = CRF_IO_DIRECT;
-                else if (strcmp(v, "buffered") == 0)
-                    o->io = CRF_IO_BUFFERED;
-                else
-                    return bad(name, v, "auto, direct or buffered");
-            } else if (strcmp(name, "--sync") == 0) {
-                if (strcmp(v, "none") == 0)
-                    o->sync = CRF_SYNC_NONE;
-                else if (strcmp(v, "seal") == 0)
-                    o->sync = CRF_SYNC_SEAL;
-                else if (strcmp(v, "put") == 0)
-                    o->sync = CRF_SYNC_PUT;
-                else
-                    return bad(name, v, "none, seal or put");
-            }
-        }
-        if (!matched) {
-            fprintf(stderr, CB_PROG " disk: unknown %s '%s' (see --help)\n",
-                    arg[0] == '-' ? "flag" : "argument", arg);
-            return -1;
-        }
+    ct_option table[] = {
+        CT_SWITCH("--verify", &o->verify),
+        CT_SWITCH("--keep", &o->keep),
+        CT_APPLY("--dir"),
+        CT_APPLY("--value-sizes"),
+        CT_APPLY("--bytes"),
+        CT_APPLY("--small-bytes"),
+        CT_APPLY("--batch"),
+        CT_APPLY("--threads"),
+        CT_APPLY("--io"),
+        CT_APPLY("--sync"),
+        CT_APPLY("--latency"),
+        CT_APPLY("--rounds"),
+    };
+    int pr = ct_parse_options(argc, argv, table, sizeof(table) / sizeof(table[0]), apply_value, o,
+                              CB_PROG " disk");
+    if (pr == CT_OPTS_HELP) {
+        usage(stdout);
+        return 1;
     }
+    if (pr < 0)
+        return -1;
     return 0;
 }
 

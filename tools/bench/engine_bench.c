@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "options.h"
 #include "tool_util.h"
 #include "crescent/engine.h"
 
@@ -192,28 +193,11 @@ static int bad_value(const char *flag, const char *value, const char *want)
 
 static int parse_blocks(const char *text, eb_opts *o)
 {
-    o->n_blocks = 0;
-    const char *p = text;
-    do {
-        const char *comma = strchr(p, ',');
-        size_t n = comma != NULL ? (size_t)(comma - p) : strlen(p);
-        char item[32];
-        uint64_t v = 0;
-        if (n == 0 || n >= sizeof(item))
-            return bad_value("--block-sizes", text, "a list like 4K,64K,1M");
-        memcpy(item, p, n);
-        item[n] = '\0';
-        if (cb_parse_size(item, &v) < 0 || v == 0)
-            return bad_value("--block-sizes", item, "a positive size (K/M/G binary)");
-        if (o->n_blocks == MAX_BLOCKS) {
-            fprintf(stderr, CB_PROG " engine: --block-sizes: more than %d sizes\n", MAX_BLOCKS);
-            return -1;
-        }
-        o->blocks[o->n_blocks++] = v;
-        p += n;
-        if (*p == ',' && *++p == '\0')
-            return bad_value("--block-sizes", text, "a list like 4K,64K,1M");
-    } while (*p != '\0');
+    size_t n = 0;
+    if (cb_parse_size_list(CB_PROG " engine", "--block-sizes", text, UINT64_MAX / 2, o->blocks,
+                           MAX_BLOCKS, &n) < 0)
+        return -1;
+    o->n_blocks = n;
     return 0;
 }
 
@@ -298,6 +282,11 @@ static uint64_t default_buffer(const eb_opts *o)
     return want > MIN_BUFFER ? want : MIN_BUFFER;
 }
 
+static int apply_flag(void *ctx, const char *flag, const char *v)
+{
+    return apply_value(ctx, flag, v);
+}
+
 /* Returns 0 to run, 1 after --help, -1 for a bad command line. */
 static int parse_opts(int argc, char **argv, eb_opts *o)
 {
@@ -318,40 +307,21 @@ static int parse_opts(int argc, char **argv, eb_opts *o)
     o->protocol = "tcp";
     o->duration = 2.0;
 
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return 1;
-        }
-        bool *bool_flag = strcmp(arg, "--verify") == 0         ? &o->verify
-                          : strcmp(arg, "--json") == 0         ? &o->json
-                          : strcmp(arg, "--baseline") == 0     ? &o->baseline
-                          : strcmp(arg, "--ucx-perftest") == 0 ? &o->ucx_perftest
-                          : strcmp(arg, "--quiet") == 0        ? &o->quiet
-                          : strcmp(arg, "--shared") == 0       ? &o->shared
-                                                               : NULL;
-        if (bool_flag != NULL) {
-            *bool_flag = true;
-            continue;
-        }
-        int matched = 0;
-        for (size_t f = 0; f < sizeof(value_flags) / sizeof(value_flags[0]) && !matched; f++) {
-            const char *v = NULL;
-            matched = ct_flag_value(argc, argv, &i, value_flags[f], &v);
-            if (matched < 0) {
-                fprintf(stderr, CB_PROG " engine: flag '%s' needs a value\n", arg);
-                return -1;
-            }
-            if (matched > 0 && apply_value(o, value_flags[f], v) < 0)
-                return -1;
-        }
-        if (!matched) {
-            fprintf(stderr, CB_PROG " engine: unknown %s '%s' (see --help)\n",
-                    arg[0] == '-' ? "flag" : "argument", arg);
-            return -1;
-        }
+    ct_option table[sizeof(value_flags) / sizeof(value_flags[0]) + 6] = {
+        CT_SWITCH("--verify", &o->verify),     CT_SWITCH("--json", &o->json),
+        CT_SWITCH("--baseline", &o->baseline), CT_SWITCH("--quiet", &o->quiet),
+        CT_SWITCH("--shared", &o->shared),     CT_SWITCH("--ucx-perftest", &o->ucx_perftest),
+    };
+    size_t n = 6;
+    for (size_t f = 0; f < sizeof(value_flags) / sizeof(value_flags[0]); f++)
+        table[n++] = (ct_option)CT_APPLY(value_flags[f]);
+    int pr = ct_parse_options(argc, argv, table, n, apply_flag, o, CB_PROG " engine");
+    if (pr == CT_OPTS_HELP) {
+        usage(stdout);
+        return 1;
     }
+    if (pr < 0)
+        return -1;
 
     bool by_hand = o->target != NULL || o->target_addr_set || o->target_len_set;
     if (by_hand && (o->target == NULL || !o->target_addr_set || !o->target_len_set)) {

@@ -60,6 +60,8 @@
 #include <unistd.h>
 
 #include "base/net.h"
+#include "master_proc.h"
+#include "options.h"
 #include "tool_util.h"
 #include "bench.h"
 #include "crescent/status.h"
@@ -917,8 +919,7 @@ static void proc_worker_main(mb_conn *c, int cmd_fd, int res_fd)
  */
 
 typedef struct master_proc {
-    pid_t pid;
-    int out_fd;
+    ct_master m; /* tools/common/master_proc.h */
     char addr[CRB_HOST_MAX + 8];
 } master_proc;
 
@@ -929,82 +930,27 @@ static int master_spawn(const mb_opts *o, master_proc *mp, char *err, size_t err
         o->master_bin ? o->master_bin : ct_default_master_bin(path_buf, sizeof(path_buf));
     char threads[32];
     snprintf(threads, sizeof(threads), "--rpc_thread_num=%" PRIu32, o->master_threads);
-    const char *argv[] = {bin,
-                          "--rpc_address=127.0.0.1",
-                          "--rpc_port=0",
-                          "--metrics_host=127.0.0.1",
-                          "--metrics_port=0",
-                          threads,
-                          NULL};
-    int out[2];
-    if (pipe2(out, O_CLOEXEC) < 0) {
-        snprintf(err, err_len, "pipe: %s", strerror(errno));
+    const char *args[] = {threads, NULL};
+    ct_master_opts mo = {.bin = bin, .args = args, .ready_ms = MB_START_MS};
+    if (ct_master_start(&mp->m, &mo) < 0) {
+        snprintf(err, err_len, "%.200s did not start", bin);
         return -1;
     }
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a crashed bench */
-        dup2(out[1], STDOUT_FILENO);
-        execvp(bin, (char *const *)argv);
-        fprintf(stderr, CB_PROG " master: cannot run %s: %s\n", bin, strerror(errno));
-        _exit(127);
-    }
-    close(out[1]);
-    if (pid < 0) {
-        close(out[0]);
-        snprintf(err, err_len, "fork: %s", strerror(errno));
-        return -1;
-    }
-    mp->pid = pid;
-    mp->out_fd = out[0];
-    char line[512];
-    size_t n = 0;
-    while (n + 1 < sizeof(line) && read_all(out[0], &line[n], 1, MB_START_MS) == 0 &&
-           line[n] != '\n')
-        n++;
-    line[n] = '\0';
-    char host[128];
-    unsigned port = 0;
-    if (sscanf(line, "crescent-master listening on %127[^:]:%u", host, &port) != 2 || port == 0) {
-        snprintf(err, err_len, "%.200s did not start (it said '%.200s')", bin, line);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        close(out[0]);
-        mp->pid = -1;
-        return -1;
-    }
-    snprintf(mp->addr, sizeof(mp->addr), "%s:%u", host, port);
+    snprintf(mp->addr, sizeof(mp->addr), "%s", mp->m.addr);
     return 0;
 }
 
 /* SIGTERM and reap; 0 if it exited 0 within 10 s. */
 static int master_stop(master_proc *mp, char *err, size_t err_len)
 {
-    if (mp->pid <= 0)
+    if (!ct_master_running(&mp->m))
         return 0;
-    kill(mp->pid, SIGTERM);
-    int st = 0;
-    uint64_t deadline = cb_now_ns() + 10000000000ull;
-    pid_t r;
-    while ((r = waitpid(mp->pid, &st, WNOHANG)) == 0 && cb_now_ns() < deadline) {
-        struct timespec ts = {0, 10000000};
-        nanosleep(&ts, NULL);
+    int st = ct_master_stop(&mp->m, 10000);
+    if (st != 0) {
+        snprintf(err, err_len, "the master did not exit 0 within 10 s of SIGTERM (%d)", st);
+        return -1;
     }
-    int rc = 0;
-    if (r != mp->pid) {
-        kill(mp->pid, SIGKILL);
-        waitpid(mp->pid, NULL, 0);
-        snprintf(err, err_len, "the master did not exit within 10 s of SIGTERM");
-        rc = -1;
-    } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        snprintf(err, err_len, "the master exited with status %d after SIGTERM",
-                 WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
-        rc = -1;
-    }
-    close(mp->out_fd);
-    mp->pid = -1;
-    return rc;
+    return 0;
 }
 
 /* --- command line
@@ -1062,6 +1008,27 @@ static int parse_ops(const char *text, unsigned *out)
 }
 
 /* 0 ok, CB_EXIT_USAGE bad, -1 help printed. */
+/* The flags whose values need more than a range check (ct_parse_options). */
+static int apply_value(void *ctx, const char *name, const char *v)
+{
+    mb_opts *o = ctx;
+    if (strcmp(name, "--client") == 0) {
+        if (strcmp(v, "lib") != 0 && strcmp(v, "raw") != 0)
+            return -bad_value(name, v, "lib or raw");
+        o->client = v;
+    } else if (strcmp(name, "--duration") == 0) {
+        if (cb_parse_seconds(v, &o->duration) < 0)
+            return -bad_value(name, v, "a positive number of seconds");
+    } else if (strcmp(name, "--ops") == 0) {
+        if (parse_ops(v, &o->ops) < 0)
+            return -bad_value(name, v, "a list of exist,put,get,batch_exist,batch_put,batch_get");
+    } else if (strcmp(name, "--value-size") == 0) {
+        if (cb_parse_size(v, &o->value_size) < 0 || o->value_size > CB_GIB)
+            return -bad_value(name, v, "a size up to 1G");
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, mb_opts *o)
 {
     *o = (mb_opts){.master_threads = 2,
@@ -1075,74 +1042,31 @@ static int parse_args(int argc, char **argv, mb_opts *o)
                    .value_size = 64 * CB_KIB,
                    .duration = 2.0,
                    .ops = (1u << MB_N_OPS) - 1};
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *v = NULL;
-        int got = 0;
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return -1;
-        }
-        if (strcmp(arg, "--json") == 0) {
-            o->json = true;
-            continue;
-        }
-        if (strcmp(arg, "--processes") == 0) {
-            o->processes = true;
-            continue;
-        }
-#define FLAG_(name) ((got = ct_flag_value(argc, argv, &i, name, &v)) != 0)
-        if (FLAG_("--master")) {
-            if (got > 0)
-                o->master = v;
-        } else if (FLAG_("--master-bin")) {
-            if (got > 0)
-                o->master_bin = v;
-        } else if (FLAG_("--master-threads")) {
-            if (got > 0 && cb_parse_u32(v, 1, 64, &o->master_threads) < 0)
-                return bad_value(arg, v, "a thread count in 1..64");
-        } else if (FLAG_("--client")) {
-            if (got > 0 && strcmp(v, "lib") != 0 && strcmp(v, "raw") != 0)
-                return bad_value(arg, v, "lib or raw");
-            if (got > 0)
-                o->client = v;
-        } else if (FLAG_("--connections")) {
-            if (got > 0 && cb_parse_u32(v, 1, MB_MAX_CONNS, &o->conns) < 0)
-                return bad_value(arg, v, "a count in 1..256");
-        } else if (FLAG_("--threads")) {
-            if (got > 0 && cb_parse_u32(v, 1, MB_MAX_THREADS, &o->threads) < 0)
-                return bad_value(arg, v, "a count in 1..256");
-        } else if (FLAG_("--depth")) {
-            if (got > 0 && cb_parse_u32(v, 1, MB_MAX_DEPTH, &o->depth) < 0)
-                return bad_value(arg, v, "a count in 1..1024");
-        } else if (FLAG_("--batch")) {
-            if (got > 0 && cb_parse_u32(v, 1, MB_MAX_BATCH, &o->batch) < 0)
-                return bad_value(arg, v, "a count in 1..4096");
-        } else if (FLAG_("--duration")) {
-            if (got > 0 && cb_parse_seconds(v, &o->duration) < 0)
-                return bad_value(arg, v, "a positive number of seconds");
-        } else if (FLAG_("--ops")) {
-            if (got > 0 && parse_ops(v, &o->ops) < 0)
-                return bad_value(arg, v, "a list of exist,put,get,batch_exist,batch_put,batch_get");
-        } else if (FLAG_("--keys")) {
-            if (got > 0 && cb_parse_u32(v, 1, 100000000, &o->keys) < 0)
-                return bad_value(arg, v, "a count in 1..100000000");
-        } else if (FLAG_("--value-size")) {
-            if (got > 0 && (cb_parse_size(v, &o->value_size) < 0 || o->value_size > CB_GIB))
-                return bad_value(arg, v, "a size up to 1G");
-        } else if (FLAG_("--replicas")) {
-            if (got > 0 && cb_parse_u32(v, 1, 8, &o->replicas) < 0)
-                return bad_value(arg, v, "a count in 1..8");
-        } else {
-            fprintf(stderr, CB_PROG " master: unknown %s '%s' (see --help)\n",
-                    arg[0] == '-' ? "flag" : "argument", arg);
-            return CB_EXIT_USAGE;
-        }
-#undef FLAG_
-        if (got < 0) {
-            fprintf(stderr, CB_PROG " master: flag '%s' needs a value\n", arg);
-            return CB_EXIT_USAGE;
-        }
+    const ct_option table[] = {
+        CT_SWITCH("--json", &o->json),
+        CT_SWITCH("--processes", &o->processes),
+        CT_STRING("--master", &o->master),
+        CT_STRING("--master-bin", &o->master_bin),
+        CT_U32("--master-threads", &o->master_threads, 1, 64),
+        CT_APPLY("--client"),
+        CT_U32("--connections", &o->conns, 1, MB_MAX_CONNS),
+        CT_U32("--threads", &o->threads, 1, MB_MAX_THREADS),
+        CT_U32("--depth", &o->depth, 1, MB_MAX_DEPTH),
+        CT_U32("--batch", &o->batch, 1, MB_MAX_BATCH),
+        CT_APPLY("--duration"),
+        CT_APPLY("--ops"),
+        CT_U32("--keys", &o->keys, 1, 100000000),
+        CT_APPLY("--value-size"),
+        CT_U32("--replicas", &o->replicas, 1, 8),
+    };
+    int pr = ct_parse_options(argc, argv, table, sizeof(table) / sizeof(table[0]), apply_value, o,
+                              CB_PROG " master");
+    if (pr == CT_OPTS_HELP) {
+        usage(stdout);
+        return -1;
     }
+    if (pr < 0)
+        return CB_EXIT_USAGE;
     o->raw = strcmp(o->client, "raw") == 0;
     return 0;
 }
@@ -1189,7 +1113,9 @@ int cb_master_main(int argc, char **argv)
     int exit_code = CB_EXIT_OK;
     heartbeat hb = {.running = false};
     bool hb_started = false;
-    master_proc mp = {.pid = -1, .out_fd = -1};
+    master_proc mp;
+    memset(&mp, 0, sizeof(mp));
+    ct_proc_init(&mp.m.p);
     const char *addr = o.master;
     if (addr == NULL) {
         if (master_spawn(&o, &mp, err, sizeof(err)) < 0) {
@@ -1369,7 +1295,7 @@ done:
         heartbeat_stop(&hb);
     for (unsigned i = 0; conns != NULL && i <= o.conns; i++)
         conn_close(&conns[i]);
-    if (mp.pid > 0 && master_stop(&mp, err, sizeof(err)) < 0) {
+    if (master_stop(&mp, err, sizeof(err)) < 0) {
         fprintf(stderr, CB_PROG " master: %s\n", err);
         exit_code = CB_EXIT_FAIL;
     }

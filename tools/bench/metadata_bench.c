@@ -19,26 +19,19 @@
  * crescent-metadata-server next to this binary (../metadata-server/) or
  * --http URL. Only the public engine API is used.
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
 #include "crescent/engine.h"
 #include "crescent/status.h"
+#include "options.h"
+#include "servers.h"
 #include "tool_util.h"
 
 #define MD_MAX_BUFFERS 4096
@@ -52,12 +45,12 @@ typedef struct md_opts {
     bool json;
 } md_opts;
 
-/* A server this benchmark spawned. */
+/* A server this benchmark spawned: etcd/redis (tools/common/servers.h) or
+ * crescent-metadata-server (a ct_proc whose ready line names its port). */
 typedef struct md_server {
-    pid_t pid;
-    char dir[128];
-    char endpoint[64];
-    int out_fd; /* crescent-metadata-server's stdout, else -1 */
+    ct_server server; /* etcd, redis */
+    ct_proc mdserver; /* crescent-metadata-server */
+    char endpoint[128];
 } md_server;
 
 static void usage(FILE *to)
@@ -76,184 +69,37 @@ static void usage(FILE *to)
                 "  --json                 JSON lines on stdout instead of the table\n");
 }
 
-static uint16_t free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    uint16_t port = 0;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
-
-/* Send req to 127.0.0.1:port; true if the reply contains want within 1 s. */
-static bool probe(uint16_t port, const char *req, const char *want)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {
-        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    bool ok = false;
-    char buf[1024];
-    size_t got = 0;
-    if (fd < 0)
-        return false;
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        send(fd, req, strlen(req), MSG_NOSIGNAL) == (ssize_t)strlen(req)) {
-        uint64_t end = cb_now_ns() + 1000000000ull;
-        while (!ok && got + 1 < sizeof(buf) && cb_now_ns() < end) {
-            struct pollfd pf = {.fd = fd, .events = POLLIN};
-            if (poll(&pf, 1, 100) <= 0)
-                continue;
-            ssize_t n = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
-            if (n <= 0)
-                break;
-            got += (size_t)n;
-            buf[got] = '\0';
-            ok = strstr(buf, want) != NULL;
-        }
-    }
-    close(fd);
-    return ok;
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
 static void server_stop(md_server *s)
 {
-    if (s->pid > 0) {
-        kill(s->pid, SIGTERM);
-        int st;
-        bool gone = false;
-        for (int i = 0; i < 500 && !gone; i++) {
-            gone = waitpid(s->pid, &st, WNOHANG) == s->pid;
-            if (!gone) {
-                struct timespec ts = {0, 10 * 1000 * 1000};
-                nanosleep(&ts, NULL);
-            }
-        }
-        if (!gone) {
-            kill(s->pid, SIGKILL);
-            waitpid(s->pid, NULL, 0);
-        }
-        s->pid = 0;
-    }
-    if (s->out_fd >= 0)
-        close(s->out_fd);
-    s->out_fd = -1;
-    if (s->dir[0] != '\0')
-        nftw(s->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    s->dir[0] = '\0';
-}
-
-/* Fork + exec argv with output to <dir>/log (or a pipe when want_stdout). */
-static int spawn(md_server *s, char *const argv[], bool want_stdout)
-{
-    int pipefd[2] = {-1, -1};
-    if (want_stdout && pipe2(pipefd, O_CLOEXEC) < 0)
-        return -1;
-    char log[200];
-    snprintf(log, sizeof(log), "%s/log", s->dir[0] != '\0' ? s->dir : "/tmp");
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = want_stdout ? pipefd[1] : open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0)
-            dup2(fd, 1);
-        if (!want_stdout && fd >= 0)
-            dup2(fd, 2);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    s->pid = pid;
-    s->out_fd = -1;
-    if (want_stdout) {
-        close(pipefd[1]);
-        s->out_fd = pipefd[0];
-    }
-    return 0;
-}
-
-static int wait_ready(md_server *s, uint16_t port, const char *req, const char *want)
-{
-    uint64_t end = cb_now_ns() + (uint64_t)MD_READY_MS * 1000000ull;
-    while (cb_now_ns() < end) {
-        if (waitpid(s->pid, NULL, WNOHANG) == s->pid) {
-            s->pid = 0;
-            return -1;
-        }
-        if (probe(port, req, want))
-            return 0;
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    return -1;
+    ct_server_stop(&s->server);
+    ct_proc_stop(&s->mdserver, SIGTERM, 5000);
 }
 
 static int start_etcd(const char *bin, md_server *s)
 {
-    snprintf(s->dir, sizeof(s->dir), "/tmp/crescent-bench-etcd-XXXXXX");
-    if (mkdtemp(s->dir) == NULL)
+    if (ct_etcd_start(&s->server, bin) < 0)
         return -1;
-    uint16_t port = free_port(), peer = free_port();
-    char client[64], peer_url[64], cluster[96], data[200];
-    snprintf(client, sizeof(client), "http://127.0.0.1:%u", (unsigned)port);
-    snprintf(peer_url, sizeof(peer_url), "http://127.0.0.1:%u", (unsigned)peer);
-    snprintf(cluster, sizeof(cluster), "b=%s", peer_url);
-    snprintf(data, sizeof(data), "%s/data", s->dir);
-    char *argv[] = {(char *)bin, "--name",
-                    "b",         "--data-dir",
-                    data,        "--listen-client-urls",
-                    client,      "--advertise-client-urls",
-                    client,      "--listen-peer-urls",
-                    peer_url,    "--initial-advertise-peer-urls",
-                    peer_url,    "--initial-cluster",
-                    cluster,     "--logger",
-                    "zap",       "--log-level",
-                    "warn",      NULL};
-    snprintf(s->endpoint, sizeof(s->endpoint), "127.0.0.1:%u", (unsigned)port);
-    if (spawn(s, argv, false) < 0)
-        return -1;
-    return wait_ready(s, port, "GET /health HTTP/1.0\r\n\r\n", "\"health\":\"true\"");
+    snprintf(s->endpoint, sizeof(s->endpoint), "%s", s->server.endpoint);
+    return 0;
 }
 
 static int start_redis(const char *bin, md_server *s)
 {
-    snprintf(s->dir, sizeof(s->dir), "/tmp/crescent-bench-redis-XXXXXX");
-    if (mkdtemp(s->dir) == NULL)
+    if (ct_redis_start(&s->server, bin) < 0)
         return -1;
-    uint16_t port = free_port();
-    char port_text[16];
-    snprintf(port_text, sizeof(port_text), "%u", (unsigned)port);
-    char *argv[] = {(char *)bin, "--port", port_text, "--bind",       "127.0.0.1", "--dir",
-                    s->dir,      "--save", "",        "--appendonly", "no",        NULL};
-    snprintf(s->endpoint, sizeof(s->endpoint), "127.0.0.1:%u", (unsigned)port);
-    if (spawn(s, argv, false) < 0)
-        return -1;
-    return wait_ready(s, port, "PING\r\n", "+PONG");
+    snprintf(s->endpoint, sizeof(s->endpoint), "%s", s->server.endpoint);
+    return 0;
 }
 
 /* crescent-metadata-server --port 0: reads "listening on HOST:PORT". */
 static int start_mdserver(const char *bin, md_server *s)
 {
-    char *argv[] = {(char *)bin, "--host", "127.0.0.1", "--port", "0", NULL};
-    if (spawn(s, argv, true) < 0)
+    const char *argv[] = {bin, "--host", "127.0.0.1", "--port", "0", NULL};
+    ct_spawn_opts so = {.pipe_stdout = true};
+    if (ct_proc_spawn(&s->mdserver, argv, &so) < 0)
         return -1;
     char line[256];
-    if (ct_read_line(s->out_fd, line, sizeof(line), MD_READY_MS) < 0)
+    if (ct_proc_read_line(&s->mdserver, line, sizeof(line), MD_READY_MS) < 0)
         return -1;
     const char *colon = strrchr(line, ':');
     if (colon == NULL)
@@ -394,49 +240,26 @@ static bool wanted(const char *list, const char *name)
 
 static int parse(int argc, char **argv, md_opts *o)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int r;
-#define FLAG_(name) ((r = ct_flag_value(argc, argv, &i, name, &v)) != 0)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            exit(CB_EXIT_OK);
-        } else if (strcmp(argv[i], "--json") == 0) {
-            o->json = true;
-            continue;
-        } else if (FLAG_("--backends")) {
-            o->backends = v;
-        } else if (FLAG_("--fetches")) {
-            if (r < 0 || cb_parse_u32(v, 1, 10000000, &o->fetches) < 0)
-                goto bad;
-        } else if (FLAG_("--buffers")) {
-            if (r < 0 || cb_parse_u32(v, 1, MD_MAX_BUFFERS, &o->buffers) < 0)
-                goto bad;
-        } else if (FLAG_("--etcd")) {
-            o->etcd = v;
-        } else if (FLAG_("--redis")) {
-            o->redis = v;
-        } else if (FLAG_("--http")) {
-            o->http = v;
-        } else if (FLAG_("--etcd-bin")) {
-            o->etcd_bin = v;
-        } else if (FLAG_("--redis-bin")) {
-            o->redis_bin = v;
-        } else if (FLAG_("--metadata-server-bin")) {
-            o->mdserver_bin = v;
-        } else {
-            fprintf(stderr, CB_PROG " metadata: unknown flag '%s'\n", argv[i]);
-            usage(stderr);
-            return -1;
-        }
-#undef FLAG_
-        if (r < 0 || v == NULL)
-            goto bad;
-        continue;
-    bad:
-        fprintf(stderr, CB_PROG " metadata: bad value for %s\n", argv[i]);
-        return -1;
+    const ct_option table[] = {
+        CT_SWITCH("--json", &o->json),
+        CT_STRING("--backends", &o->backends),
+        CT_U32("--fetches", &o->fetches, 1, 10000000),
+        CT_U32("--buffers", &o->buffers, 1, MD_MAX_BUFFERS),
+        CT_STRING("--etcd", &o->etcd),
+        CT_STRING("--redis", &o->redis),
+        CT_STRING("--http", &o->http),
+        CT_STRING("--etcd-bin", &o->etcd_bin),
+        CT_STRING("--redis-bin", &o->redis_bin),
+        CT_STRING("--metadata-server-bin", &o->mdserver_bin),
+    };
+    int pr = ct_parse_options(argc, argv, table, sizeof(table) / sizeof(table[0]), NULL, NULL,
+                              CB_PROG " metadata");
+    if (pr == CT_OPTS_HELP) {
+        usage(stdout);
+        exit(CB_EXIT_OK);
     }
+    if (pr < 0)
+        return -1;
     static const char *const known[] = {"p2p", "http", "etcd", "redis"};
     for (const char *p = o->backends; *p != '\0';) {
         size_t len = strcspn(p, ",");
@@ -488,7 +311,10 @@ int cb_metadata_main(int argc, char **argv)
         const char *b = order[k];
         if (!wanted(o.backends, b))
             continue;
-        md_server srv = {.out_fd = -1};
+        md_server srv;
+        memset(&srv, 0, sizeof(srv));
+        ct_proc_init(&srv.server.proc);
+        ct_proc_init(&srv.mdserver);
         char conn[512];
         int rc = 0;
         if (strcmp(b, "p2p") == 0) {

@@ -62,6 +62,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "master_proc.h"
+#include "options.h"
 #include "tool_util.h"
 #include "bench.h"
 #include "crescent/store.h"
@@ -576,8 +578,7 @@ typedef struct sb_peer {
 } sb_peer;
 
 typedef struct sb_master {
-    pid_t pid;
-    int out_fd;
+    ct_master m; /* spawned; m.p.pid is 0 when given (--master) */
     char addr[128];
 } sb_master;
 
@@ -662,26 +663,12 @@ static int bad_value(const char *flag, const char *value, const char *want)
 
 static int parse_sizes(const char *text, sb_opts *o)
 {
-    o->n_sizes = 0;
-    const char *p = text;
-    for (;;) {
-        size_t n = strcspn(p, ",");
-        char item[32];
-        uint64_t v = 0;
-        if (n == 0 || n >= sizeof(item))
-            return bad_value("--value-sizes", text, "a list like 4K,64K,1M");
-        memcpy(item, p, n);
-        item[n] = '\0';
-        if (cb_parse_size(item, &v) < 0 || v == 0 || v > CB_GIB)
-            return bad_value("--value-sizes", item, "a size from 1 to 1G (K/M/G binary)");
-        if (o->n_sizes == MAX_SIZES)
-            return bad_value("--value-sizes", text, "at most 16 sizes");
-        o->sizes[o->n_sizes++] = v;
-        p += n;
-        if (*p == '\0')
-            return 0;
-        p++;
-    }
+    size_t n = 0;
+    if (cb_parse_size_list(CB_PROG " store", "--value-sizes", text, CB_GIB, o->sizes, MAX_SIZES,
+                           &n) < 0)
+        return -1;
+    o->n_sizes = n;
+    return 0;
 }
 
 /* A list of words: each must be one of a or b; sets *fa / *fb. */
@@ -774,6 +761,11 @@ static uint64_t max_size(const sb_opts *o)
 }
 
 /* Returns 0 to run, 1 after --help, -1 for a bad command line. */
+static int apply_flag(void *ctx, const char *flag, const char *v)
+{
+    return apply_value(ctx, flag, v);
+}
+
 static int parse_opts(int argc, char **argv, sb_opts *o)
 {
     static const char *const value_flags[] = {
@@ -798,38 +790,22 @@ static int parse_opts(int argc, char **argv, sb_opts *o)
     o->buffer_size = 16 * CB_MIB;
     o->protocol = "auto";
     o->lease_ms = 500;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return 1;
-        }
-        bool *bool_flag = strcmp(arg, "--verify") == 0        ? &o->verify
-                          : strcmp(arg, "--json") == 0        ? &o->json
-                          : strcmp(arg, "--quiet") == 0       ? &o->quiet
-                          : strcmp(arg, "--no-baseline") == 0 ? &o->no_baseline
-                                                              : NULL;
-        if (bool_flag != NULL) {
-            *bool_flag = true;
-            continue;
-        }
-        int matched = 0;
-        for (size_t f = 0; f < sizeof(value_flags) / sizeof(value_flags[0]) && !matched; f++) {
-            const char *v = NULL;
-            matched = ct_flag_value(argc, argv, &i, value_flags[f], &v);
-            if (matched < 0) {
-                fprintf(stderr, CB_PROG " store: flag '%s' needs a value\n", arg);
-                return -1;
-            }
-            if (matched > 0 && apply_value(o, value_flags[f], v) < 0)
-                return -1;
-        }
-        if (!matched) {
-            fprintf(stderr, CB_PROG " store: unknown %s '%s' (see --help)\n",
-                    arg[0] == '-' ? "flag" : "argument", arg);
-            return -1;
-        }
+    ct_option table[sizeof(value_flags) / sizeof(value_flags[0]) + 4] = {
+        CT_SWITCH("--verify", &o->verify),
+        CT_SWITCH("--json", &o->json),
+        CT_SWITCH("--quiet", &o->quiet),
+        CT_SWITCH("--no-baseline", &o->no_baseline),
+    };
+    size_t n = 4;
+    for (size_t f = 0; f < sizeof(value_flags) / sizeof(value_flags[0]); f++)
+        table[n++] = (ct_option)CT_APPLY(value_flags[f]);
+    int pr = ct_parse_options(argc, argv, table, n, apply_flag, o, CB_PROG " store");
+    if (pr == CT_OPTS_HELP) {
+        usage(stdout);
+        return 1;
     }
+    if (pr < 0)
+        return -1;
     if (strcmp(o->role, "client") == 0) {
         if (o->master_addr == NULL || o->region_size == 0 || o->target_size == 0) {
             fprintf(stderr, CB_PROG " store --role client needs --master, --region-size and "
@@ -862,80 +838,30 @@ static int parse_opts(int argc, char **argv, sb_opts *o)
     return 0;
 }
 
-static int read_fd_line(int fd, char *buf, size_t len, int timeout_ms)
-{
-    cb_child c = {-1, -1, fd};
-    return cb_child_read_line(&c, buf, len, timeout_ms);
-}
-
 static int master_spawn(const sb_opts *o, sb_master *m)
 {
     char path[PATH_MAX + 32];
     const char *bin = o->master_bin ? o->master_bin : ct_default_master_bin(path, sizeof(path));
-    int out[2];
-    if (pipe2(out, O_CLOEXEC) < 0)
-        return -1;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(out[0]);
-        close(out[1]);
-        return -1;
-    }
     char lease[64];
     snprintf(lease, sizeof(lease), "--default_kv_lease_ttl=%u", o->lease_ms);
-    if (pid == 0) {
-        dup2(out[1], STDOUT_FILENO);
-        char *argv[] = {(char *)bin,
-                        "--rpc_address=127.0.0.1",
-                        "--metrics_host=127.0.0.1",
-                        "--rpc_port=0",
-                        "--metrics_port=0",
-                        lease,
-                        NULL};
-        execvp(bin, argv);
-        _exit(127);
-    }
-    close(out[1]);
-    m->pid = pid;
-    m->out_fd = out[0];
-    char line[512];
-    unsigned port = 0;
-    if (read_fd_line(m->out_fd, line, sizeof(line), CHILD_TIMEOUT) < 0 ||
-        sscanf(line, "crescent-master listening on 127.0.0.1:%u", &port) != 1 || port == 0) {
+    const char *args[] = {lease, NULL};
+    ct_master_opts mo = {.bin = bin, .args = args, .ready_ms = CHILD_TIMEOUT};
+    if (ct_master_start(&m->m, &mo) < 0) {
         fprintf(stderr,
                 CB_PROG " store: %s did not start (use --master-bin PATH or --master "
                         "HOST:PORT)\n",
                 bin);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        close(m->out_fd);
-        m->pid = -1;
         return -1;
     }
-    snprintf(m->addr, sizeof(m->addr), "127.0.0.1:%u", port);
+    snprintf(m->addr, sizeof(m->addr), "%s", m->m.addr);
     return 0;
 }
 
 static int master_stop(sb_master *m)
 {
-    if (m->pid <= 0)
+    if (!ct_master_running(&m->m))
         return 0;
-    kill(m->pid, SIGTERM);
-    int st = 0;
-    uint64_t deadline = cb_now_ns() + 10ull * 1000000000ull;
-    pid_t r;
-    while ((r = waitpid(m->pid, &st, WNOHANG)) == 0 && cb_now_ns() < deadline) {
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    if (r == 0) {
-        kill(m->pid, SIGKILL);
-        waitpid(m->pid, &st, 0);
-    }
-    close(m->out_fd);
-    m->pid = -1;
-    if (r == 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    if (ct_master_stop(&m->m, 10000) != 0) {
         fprintf(stderr, CB_PROG " store: crescent-master did not exit cleanly on SIGTERM\n");
         return -1;
     }
@@ -1006,7 +932,7 @@ static int send_line(cb_child *c, const char *line)
     size_t n = strlen(line);
     const char *p = line;
     while (n > 0) {
-        ssize_t w = write(c->in_fd, p, n);
+        ssize_t w = write(c->proc.in_fd, p, n);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
@@ -1345,7 +1271,7 @@ static int orchestrator_main(const sb_opts *o)
         return CB_EXIT_FAIL;
     r->o = o;
     r->progress = !o->quiet && !o->json && isatty(STDERR_FILENO);
-    r->master.pid = -1;
+    ct_proc_init(&r->master.m.p);
     /* Children log only errors unless the user asked for more. */
     setenv("CRESCENT_LOG", "error", 0);
     int rc = CB_EXIT_FAIL;

@@ -247,3 +247,37 @@ void cb_progress_clear(void)
     fprintf(stderr, "\r\033[K");
     fflush(stderr);
 }
+
+int cb_parse_size_list(const char *prog, const char *flag, const char *text, uint64_t limit,
+                       uint64_t *out, size_t max, size_t *n)
+{
+    size_t count = 0;
+    for (const char *p = text;;) {
+        size_t len = strcspn(p, ",");
+        char item[32];
+        uint64_t v = 0;
+        if (len == 0 || len >= sizeof(item)) {
+            fprintf(stderr, "%s: %s '%s' is not a list like 4K,64K,1M\n", prog, flag, text);
+            return -1;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (cb_parse_size(item, &v) < 0 || v == 0 || v > limit) {
+            char lim[32];
+            fprintf(stderr, "%s: %s: '%s' is not a size from 1 to %s (K/M/G binary)\n", prog, flag,
+                    item, cb_format_size(limit, lim, sizeof(lim)));
+            return -1;
+        }
+        if (count == max) {
+            fprintf(stderr, "%s: %s: more than %zu sizes\n", prog, flag, max);
+            return -1;
+        }
+        out[count++] = v;
+        p += len;
+        if (*p == '\0')
+            break;
+        p++;
+    }
+    *n = count;
+    return 0;
+}

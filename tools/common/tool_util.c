@@ -3,13 +3,9 @@
  */
 #include "tool_util.h"
 
-#include <errno.h>
 #include <limits.h>
-#include <poll.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 int ct_flag_value(int argc, char **argv, int *i, const char *name, const char **value)
@@ -45,39 +41,4 @@ const char *ct_default_master_bin(char *buf, size_t len)
         }
     }
     return "crescent-master"; /* execvp searches PATH */
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-int ct_read_line(int fd, char *buf, size_t len, int timeout_ms)
-{
-    size_t n = 0;
-    uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
-    while (n + 1 < len) {
-        uint64_t now = now_ns();
-        if (now >= deadline)
-            return -1;
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int pr = poll(&pfd, 1, (int)((deadline - now) / 1000000u) + 1);
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr <= 0)
-            return -1;
-        char ch;
-        ssize_t r = read(fd, &ch, 1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        if (ch == '\n')
-            break;
-        buf[n++] = ch;
-    }
-    buf[n] = '\0';
-    return 0;
 }

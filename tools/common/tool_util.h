@@ -1,7 +1,8 @@
 /*
  * tool_util.h - small helpers the command-line tools share (crescent-bench,
  * crescent-demo, crescent-metadata-server): flag parsing, finding a sibling
- * binary of the build, and reading a child's output line by line.
+ * binary of the build. The process spawner is proc.h (and master_proc.h,
+ * servers.h); the table-driven flag parser is options.h.
  *
  * Not part of libcrescent; no state; any thread.
  */
@@ -9,6 +10,8 @@
 #define CRESCENT_TOOLS_TOOL_UTIL_H
 
 #include <stddef.h>
+
+#include "proc.h" /* ct_read_line, the spawner */
 
 /*
  * If argv[*i] is "name" (value in the next argument) or "name=value", set
@@ -23,12 +26,5 @@ int ct_flag_value(int argc, char **argv, int *i, const char *name, const char **
  * written to buf; else "crescent-master" for a PATH search.
  */
 const char *ct_default_master_bin(char *buf, size_t len);
-
-/*
- * Read one line (without its '\n') from fd into buf within timeout_ms.
- * Returns 0, or -1 on timeout, end of file, error, or a line longer than
- * len - 1 bytes is cut there (0 is returned with the cut line).
- */
-int ct_read_line(int fd, char *buf, size_t len, int timeout_ms);
 
 #endif

@@ -55,6 +55,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "master_proc.h"
 #include "tool_util.h"
 #include "crescent/store.h"
 
@@ -541,50 +542,31 @@ static int client_main(const char *master)
 /* orchestrator                                                             */
 /* ------------------------------------------------------------------------ */
 
+/* A child: crescent-master (ct_master) or a client (this binary, --role
+ * client) through the shared spawner (tools/common/proc.h). */
 typedef struct proc {
-    pid_t pid;
-    int in_fd, out_fd;
+    ct_proc c;
     char name[256];
     char tag;
 } proc;
 
-static proc master_p = {-1, -1, -1, "", 'M'};
+static ct_master master_p;
 static proc clients[N_CLIENTS];
 static uint16_t master_port, metrics_port;
 static op_stat totals[N_OPS];
 static double mem_alloc[2], mem_cap[2], mem_segs[2]; /* after the writes; after C's expiry */
 
-static int spawn(proc *p, char *const argv[], bool want_stdin)
+static int spawn_client(proc *p, const char *const argv[])
 {
-    int in[2] = {-1, -1}, out[2];
-    if ((want_stdin && pipe2(in, O_CLOEXEC) < 0) || pipe2(out, O_CLOEXEC) < 0)
-        return -1;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the demo */
-        if (want_stdin)
-            dup2(in[0], STDIN_FILENO);
-        else
-            close(STDIN_FILENO);
-        dup2(out[1], STDOUT_FILENO);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    if (want_stdin)
-        close(in[0]);
-    close(out[1]);
-    p->pid = pid;
-    p->in_fd = want_stdin ? in[1] : -1;
-    p->out_fd = out[0];
-    return 0;
+    /* SIGTERM on our death: a client never outlives the demo, and exits
+     * cleanly (unmounting its segment) when it can. */
+    ct_spawn_opts o = {.pipe_stdin = true, .pipe_stdout = true, .death_signal = SIGTERM};
+    return ct_proc_spawn(&p->c, argv, &o);
 }
 
 static int read_line(proc *p, char *buf, size_t len, int timeout_ms)
 {
-    return ct_read_line(p->out_fd, buf, len, timeout_ms);
+    return ct_proc_read_line(&p->c, buf, len, timeout_ms);
 }
 
 static int send_cmd(proc *p, const char *fmt, ...)
@@ -592,47 +574,23 @@ static int send_cmd(proc *p, const char *fmt, ...)
     char buf[256];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof(buf) - 1, fmt, ap);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    buf[n++] = '\n';
-    return write(p->in_fd, buf, (size_t)n) == n ? 0 : -1;
+    return ct_proc_send(&p->c, buf);
 }
 
-/* Wait for p to exit (up to ms); its exit status, or -1. */
+/* Wait for p to exit (up to ms, then SIGKILL); its exit status, or -1. */
 static int reap(proc *p, int ms)
 {
-    if (p->pid <= 0)
+    if (p->c.pid <= 0)
         return 0;
-    uint64_t deadline = now_ns() + (uint64_t)ms * 1000000ull;
-    int st = 0;
-    pid_t r;
-    while ((r = waitpid(p->pid, &st, WNOHANG)) == 0 && now_ns() < deadline)
-        sleep_ms(10);
-    if (r == 0) {
-        kill(p->pid, SIGKILL);
-        waitpid(p->pid, &st, 0);
-    }
-    p->pid = -1;
-    if (p->in_fd >= 0)
-        close(p->in_fd);
-    if (p->out_fd >= 0)
-        close(p->out_fd);
-    p->in_fd = p->out_fd = -1;
-    return r == 0 || !WIFEXITED(st) ? -1 : WEXITSTATUS(st);
+    int st = ct_proc_stop(&p->c, 0, ms);
+    return st >= 128 ? -1 : st;
 }
 
 static void kill_all(void)
 {
-    for (int i = 0; i < N_CLIENTS; i++) {
-        if (clients[i].pid > 0) {
-            kill(clients[i].pid, SIGKILL);
-            reap(&clients[i], 5000);
-        }
-    }
-    if (master_p.pid > 0) {
-        kill(master_p.pid, SIGKILL);
-        reap(&master_p, 5000);
-    }
+    ct_proc_kill_all();
 }
 
 static int fail(const char *fmt, ...)
@@ -838,37 +796,30 @@ static int orchestrate(const char *master_bin)
     const char *bin = master_bin ? master_bin : ct_default_master_bin(path, sizeof(path));
     char ttl[32];
     snprintf(ttl, sizeof(ttl), "--client_ttl=%d", CLIENT_TTL);
-    char *margv[] = {(char *)bin,
-                     "--rpc_address=127.0.0.1",
-                     "--metrics_host=127.0.0.1",
-                     "--rpc_port=0",
-                     "--metrics_port=0",
-                     ttl,
-                     NULL};
+    const char *margs[] = {ttl, NULL};
     uint64_t start = now_ns();
     char line[1024];
-    unsigned p1 = 0, p2 = 0;
-    if (spawn(&master_p, margv, false) < 0 || read_line(&master_p, line, sizeof(line), 10000) < 0 ||
-        sscanf(line, "crescent-master listening on 127.0.0.1:%u (metrics 127.0.0.1:%u", &p1, &p2) !=
-            2)
+    ct_master_opts mo = {.bin = bin, .args = margs, .ready_ms = 10000};
+    if (ct_master_start(&master_p, &mo) < 0)
         return fail("could not start %s (build it, or pass --master-bin PATH)", bin);
-    master_port = (uint16_t)p1;
-    metrics_port = (uint16_t)p2;
-    char addr[64];
-    snprintf(addr, sizeof(addr), "127.0.0.1:%u", p1);
+    master_port = master_p.port;
+    metrics_port = master_p.metrics_port;
+    unsigned p2 = metrics_port;
+    char addr[128];
+    snprintf(addr, sizeof(addr), "%s", master_p.addr);
     printf("crescent demo: the KV-cache store on one machine (127.0.0.1, P2PHANDSHAKE)\n");
     printf("[1/6] crescent-master on %s (metrics :%u, client_ttl %d s); %d clients, each "
            "contributing a %llu MiB segment:\n",
            addr, p2, CLIENT_TTL, N_CLIENTS, SEGMENT >> 20);
     for (int i = 0; i < N_CLIENTS; i++) {
         clients[i].tag = (char)('A' + i);
-        char *cargv[] = {"/proc/self/exe", "--role", "client", "--master", addr, NULL};
-        if (spawn(&clients[i], cargv, true) < 0 ||
+        const char *cargv[] = {"/proc/self/exe", "--role", "client", "--master", addr, NULL};
+        if (spawn_client(&clients[i], cargv) < 0 ||
             read_line(&clients[i], line, sizeof(line), TIMEOUT_MS) < 0 ||
             strncmp(line, "READY ", 6) != 0)
             return fail("client %c did not start: %s", 'A' + i, line);
         snprintf(clients[i].name, sizeof(clients[i].name), "%.255s", line + 6);
-        printf("      client %c  pid %-7d segment %s\n", clients[i].tag, (int)clients[i].pid,
+        printf("      client %c  pid %-7d segment %s\n", clients[i].tag, (int)clients[i].c.pid,
                clients[i].name);
     }
     fflush(stdout);
@@ -940,10 +891,9 @@ static int orchestrate(const char *master_bin)
         return fail("could not read the master's /metrics and /get_all_segments");
 
     /* Kill C; A reads everything again. */
-    printf("[4/6] killing client C (SIGKILL, pid %d)\n", (int)clients[2].pid);
+    printf("[4/6] killing client C (SIGKILL, pid %d)\n", (int)clients[2].c.pid);
     fflush(stdout);
-    kill(clients[2].pid, SIGKILL);
-    reap(&clients[2], 5000);
+    ct_proc_kill(&clients[2].c);
     static const char *const all[N_CLIENTS] = {"ABC", "", ""};
     if (phase(0, 1, "read", all, &verified, &wall) != 0)
         return 1;
@@ -992,8 +942,7 @@ static int orchestrate(const char *master_bin)
             bad++;
         }
     }
-    kill(master_p.pid, SIGTERM);
-    int mst = reap(&master_p, 10000);
+    int mst = ct_master_stop(&master_p, 10000);
     if (mst != 0)
         return fail("crescent-master exited with %d on SIGTERM", mst);
     if (bad)

@@ -1,14 +1,11 @@
 /*
- * servers.c - see servers.h. Readiness is probed over a plain socket (GET
- * /health for etcd, PING for redis) so the harness depends on nothing it
- * tests. A server that exits during start-up (a port taken between
- * test_free_port and its bind) is retried on fresh ports, three times.
+ * servers.c - see servers.h. The processes are ct_proc children with their
+ * output appended to <dir>/server.log (printed when a start fails).
  */
 #include "servers.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -16,53 +13,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #define MAX_REGISTERED 16
 #define READY_MS       15000
 
-static test_server *registered[MAX_REGISTERED];
+static ct_server *registered[MAX_REGISTERED];
 static bool atexit_installed;
-
-uint64_t test_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-void servers_require(const char *bin)
-{
-    if (access(bin, X_OK) != 0) {
-        printf("skipped: %s is not installed (scripts/install-deps.sh installs it)\n", bin);
-        exit(77);
-    }
-}
-
-uint16_t test_free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    uint16_t port = 0;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -86,10 +46,10 @@ static void cleanup_all(void)
 {
     for (int i = 0; i < MAX_REGISTERED; i++)
         if (registered[i] != NULL)
-            server_stop(registered[i]);
+            ct_server_stop(registered[i]);
 }
 
-static void register_server(test_server *s)
+static void register_server(ct_server *s)
 {
     if (!atexit_installed) {
         atexit(cleanup_all);
@@ -106,7 +66,7 @@ static void register_server(test_server *s)
     }
 }
 
-static void unregister_server(test_server *s)
+static void unregister_server(ct_server *s)
 {
     for (int i = 0; i < MAX_REGISTERED; i++)
         if (registered[i] == s)
@@ -129,8 +89,8 @@ static bool probe(uint16_t port, const char *req, const char *want)
         goto out;
     if (send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req))
         goto out;
-    uint64_t end = test_now_ms() + 1000;
-    while (got + 1 < sizeof(buf) && test_now_ms() < end) {
+    uint64_t end = ct_now_ms() + 1000;
+    while (got + 1 < sizeof(buf) && ct_now_ms() < end) {
         struct pollfd pf = {.fd = fd, .events = POLLIN};
         if (poll(&pf, 1, 100) <= 0)
             continue;
@@ -149,98 +109,76 @@ out:
     return ok;
 }
 
-static bool ready(const test_server *s)
+static bool ready(const ct_server *s)
 {
-    if (s->kind == SERVER_ETCD)
+    if (s->kind == CT_SERVER_ETCD)
         return probe(s->port, "GET /health HTTP/1.0\r\n\r\n", "\"health\":\"true\"");
     return probe(s->port, "PING\r\n", "+PONG");
 }
 
-static pid_t spawn(const test_server *s, const char *log)
-{
-    char client[96], peer[96], name[64];
-    snprintf(client, sizeof(client), "http://127.0.0.1:%u", (unsigned)s->port);
-    snprintf(peer, sizeof(peer), "http://127.0.0.1:%u", (unsigned)s->peer_port);
-    snprintf(name, sizeof(name), "%s", s->name);
-    char port[16];
-    snprintf(port, sizeof(port), "%u", (unsigned)s->port);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid != 0)
-        return pid;
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-        _exit(127);
-    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        close(fd);
-    }
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0)
-        dup2(devnull, 0);
-    if (s->kind == SERVER_ETCD) {
-        char data[200];
-        snprintf(data, sizeof(data), "%s/data", s->dir);
-        execl(ETCD_BIN, ETCD_BIN, "--name", name, "--data-dir", data, "--listen-client-urls",
-              client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
-              "--initial-advertise-peer-urls", peer, "--initial-cluster", s->cluster,
-              "--initial-cluster-state", "new", "--initial-cluster-token", s->token, "--logger",
-              "zap", "--log-level", "warn", (char *)NULL);
-    } else {
-        execl(REDIS_BIN, REDIS_BIN, "--port", port, "--bind", "127.0.0.1", "--dir", s->dir,
-              "--save", "", "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no",
-              (char *)NULL);
-    }
-    _exit(127);
-}
-
-static int launch(test_server *s)
+static int launch(ct_server *s)
 {
     char log[200];
     snprintf(log, sizeof(log), "%s/server.log", s->dir);
-    s->pid = spawn(s, log);
-    if (s->pid < 0)
+    char client[96], peer[96], data[200], port[16];
+    snprintf(client, sizeof(client), "http://127.0.0.1:%u", (unsigned)s->port);
+    snprintf(peer, sizeof(peer), "http://127.0.0.1:%u", (unsigned)s->peer_port);
+    snprintf(data, sizeof(data), "%s/data", s->dir);
+    snprintf(port, sizeof(port), "%u", (unsigned)s->port);
+    const char *etcd[] = {s->bin,     "--name",
+                          s->name,    "--data-dir",
+                          data,       "--listen-client-urls",
+                          client,     "--advertise-client-urls",
+                          client,     "--listen-peer-urls",
+                          peer,       "--initial-advertise-peer-urls",
+                          peer,       "--initial-cluster",
+                          s->cluster, "--initial-cluster-state",
+                          "new",      "--initial-cluster-token",
+                          s->token,   "--logger",
+                          "zap",      "--log-level",
+                          "warn",     NULL};
+    const char *redis[] = {s->bin,      "--port",       port,   "--bind",
+                           "127.0.0.1", "--dir",        s->dir, "--save",
+                           "",          "--appendonly", "no",   "--protected-mode",
+                           "no",        "--daemonize",  "no",   NULL};
+    ct_spawn_opts o = {.log_path = log};
+    if (ct_proc_spawn(&s->proc, s->kind == CT_SERVER_ETCD ? etcd : redis, &o) < 0)
         return -1;
     register_server(s);
     return 0;
 }
 
 /* Wait until every server answers, or one exited (returns 1: retry). */
-static int wait_ready(test_server *servers, int n)
+static int wait_ready(ct_server *servers, int n)
 {
-    uint64_t end = test_now_ms() + READY_MS;
+    uint64_t end = ct_now_ms() + READY_MS;
     bool done[16] = {false};
     int left = n;
-    while (left > 0 && test_now_ms() < end) {
+    while (left > 0 && ct_now_ms() < end) {
         for (int i = 0; i < n; i++) {
             if (done[i])
                 continue;
-            int st;
-            if (waitpid(servers[i].pid, &st, WNOHANG) == servers[i].pid) {
-                servers[i].pid = 0;
-                return 1;
-            }
+            if (ct_proc_wait(&servers[i].proc, 0) != -2)
+                return 1; /* it exited */
             if (ready(&servers[i])) {
                 done[i] = true;
                 left--;
             }
         }
         if (left > 0)
-            sleep_ms(50);
+            ct_sleep_ms(50);
     }
     return left == 0 ? 0 : -1;
 }
 
-static void make_dir(test_server *s, const char *what)
+static void make_dir(ct_server *s, const char *what)
 {
     snprintf(s->dir, sizeof(s->dir), "/tmp/crescent-%s-XXXXXX", what);
     if (mkdtemp(s->dir) == NULL)
         s->dir[0] = '\0';
 }
 
-static void print_log(const test_server *s)
+static void print_log(const ct_server *s)
 {
     char log[200], line[512];
     snprintf(log, sizeof(log), "%s/server.log", s->dir);
@@ -253,19 +191,20 @@ static void print_log(const test_server *s)
     fclose(f);
 }
 
-int etcd_cluster_start(test_server *members, int n)
+int ct_etcd_cluster_start(ct_server *members, int n, const char *bin)
 {
     if (n < 1 || n > 16)
         return -1;
     for (int attempt = 0; attempt < 3; attempt++) {
         char cluster[1024] = "";
         for (int i = 0; i < n; i++) {
-            test_server *s = &members[i];
+            ct_server *s = &members[i];
             memset(s, 0, sizeof(*s));
-            s->kind = SERVER_ETCD;
+            s->kind = CT_SERVER_ETCD;
+            snprintf(s->bin, sizeof(s->bin), "%s", bin != NULL ? bin : CT_ETCD_BIN);
             snprintf(s->name, sizeof(s->name), "m%d", i);
-            s->port = test_free_port();
-            s->peer_port = test_free_port();
+            s->port = ct_free_port(NULL);
+            s->peer_port = ct_free_port(NULL);
             snprintf(s->endpoint, sizeof(s->endpoint), "127.0.0.1:%u", (unsigned)s->port);
             size_t used = strlen(cluster);
             snprintf(cluster + used, sizeof(cluster) - used, "%s%s=http://127.0.0.1:%u",
@@ -287,7 +226,7 @@ int etcd_cluster_start(test_server *members, int n)
         for (int i = 0; i < n; i++) {
             if (rc < 0)
                 print_log(&members[i]);
-            server_stop(&members[i]);
+            ct_server_stop(&members[i]);
         }
         if (rc < 0)
             return -1;
@@ -295,18 +234,19 @@ int etcd_cluster_start(test_server *members, int n)
     return -1;
 }
 
-int etcd_start(test_server *s)
+int ct_etcd_start(ct_server *s, const char *bin)
 {
-    return etcd_cluster_start(s, 1);
+    return ct_etcd_cluster_start(s, 1, bin);
 }
 
-int redis_start(test_server *s)
+int ct_redis_start(ct_server *s, const char *bin)
 {
     for (int attempt = 0; attempt < 3; attempt++) {
         memset(s, 0, sizeof(*s));
-        s->kind = SERVER_REDIS;
+        s->kind = CT_SERVER_REDIS;
+        snprintf(s->bin, sizeof(s->bin), "%s", bin != NULL ? bin : CT_REDIS_BIN);
         snprintf(s->name, sizeof(s->name), "redis");
-        s->port = test_free_port();
+        s->port = ct_free_port(NULL);
         snprintf(s->endpoint, sizeof(s->endpoint), "127.0.0.1:%u", (unsigned)s->port);
         make_dir(s, "redis");
         if (s->dir[0] == '\0' || launch(s) < 0)
@@ -316,16 +256,16 @@ int redis_start(test_server *s)
             return 0;
         if (rc < 0)
             print_log(s);
-        server_stop(s);
+        ct_server_stop(s);
         if (rc < 0)
             return -1;
     }
     return -1;
 }
 
-int server_restart(test_server *s)
+int ct_server_restart(ct_server *s)
 {
-    if (s->pid > 0)
+    if (s->proc.pid > 0)
         return -1;
     for (int attempt = 0; attempt < 50; attempt++) {
         if (launch(s) < 0)
@@ -337,51 +277,37 @@ int server_restart(test_server *s)
             print_log(s);
             return -1;
         }
-        sleep_ms(100); /* the old process's port may linger briefly */
+        ct_sleep_ms(100); /* the old process's port may linger briefly */
     }
     return -1;
 }
 
-void server_kill(test_server *s)
+void ct_server_kill(ct_server *s)
 {
-    if (s->pid > 0) {
-        kill(s->pid, SIGCONT);
-        kill(s->pid, SIGKILL);
-        waitpid(s->pid, NULL, 0);
-        s->pid = 0;
-    }
+    ct_proc_kill(&s->proc);
 }
 
-void server_pause(test_server *s, bool paused)
+void ct_server_pause(ct_server *s, bool paused)
 {
-    if (s->pid > 0)
-        kill(s->pid, paused ? SIGSTOP : SIGCONT);
+    if (s->proc.pid > 0)
+        kill(s->proc.pid, paused ? SIGSTOP : SIGCONT);
 }
 
-void server_stop(test_server *s)
+void ct_server_stop(ct_server *s)
 {
-    if (s->pid > 0) {
-        kill(s->pid, SIGCONT);
-        kill(s->pid, SIGTERM);
-        int st;
-        bool gone = false;
-        for (int i = 0; i < 500 && !gone; i++) {
-            gone = waitpid(s->pid, &st, WNOHANG) == s->pid;
-            if (!gone)
-                sleep_ms(10);
-        }
-        if (!gone) {
-            kill(s->pid, SIGKILL);
-            waitpid(s->pid, NULL, 0);
-        }
-        s->pid = 0;
-    }
+    if (s->proc.pid > 0)
+        ct_proc_stop(&s->proc, SIGTERM, 5000);
     remove_tree(s->dir, false);
     s->dir[0] = '\0';
     unregister_server(s);
 }
 
-void server_wipe(test_server *s)
+void ct_server_wipe(ct_server *s)
 {
     remove_tree(s->dir, true);
+}
+
+bool ct_server_running(const ct_server *s)
+{
+    return s->proc.pid > 0;
 }
