@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/net.h"
 #include "store/internal.h"
+#include "store/thin.h"
 
 void cr_store_config_init(cr_store_config *cfg)
 {
@@ -276,6 +277,10 @@ err_destroy : {
 
 int cr_store_close(cr_store *s)
 {
+    if (cr_store_is_thin(s) && !atomic_exchange(&s->closed, true))
+        crc_thin_close(s);
+    if (cr_store_is_thin(s))
+        return 0;
     if (s == NULL || atomic_exchange(&s->closed, true))
         return 0;
     atomic_store(&s->stop, true);
@@ -316,6 +321,8 @@ void cr_store_destroy(cr_store *s)
 {
     if (s == NULL)
         return;
+    if (cr_store_is_thin(s))
+        return crc_thin_destroy(s);
     cr_store_close(s);
     for (size_t i = 0; i < s->n_segs; i++)
         free(s->segs[i].name);
@@ -328,6 +335,8 @@ void cr_store_destroy(cr_store *s)
 
 int cr_store_health(cr_store *s)
 {
+    if (cr_store_is_thin(s))
+        return crc_thin_health(s);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -347,6 +356,8 @@ int cr_store_health(cr_store *s)
 
 int cr_store_hostname(cr_store *s, char *buf, size_t len)
 {
+    if (cr_store_is_thin(s))
+        return crc_thin_hostname(s, buf, len);
     if (s == NULL || buf == NULL)
         return crb_error(CR_INVALID_PARAMS, "hostname: NULL argument");
     size_t n = strlen(s->segment_name);
@@ -363,6 +374,8 @@ cr_engine *cr_store_engine(cr_store *s)
 
 int cr_store_register_buffer(cr_store *s, void *buf, size_t len)
 {
+    if (cr_store_is_thin(s))
+        return crc_thin_register(s, buf, len);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -373,6 +386,8 @@ int cr_store_register_buffer(cr_store *s, void *buf, size_t len)
 
 int cr_store_unregister_buffer(cr_store *s, void *buf)
 {
+    if (cr_store_is_thin(s))
+        return crc_thin_unregister(s, buf);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
