@@ -119,6 +119,11 @@
 #define CRP_THIN_FLAG_SINGLE (1u << 2) /* one key with the single-key call's semantics */
 #define CRP_THIN_FLAGS_ALL   (CRP_THIN_FLAG_UPSERT | CRP_THIN_FLAG_FORCE | CRP_THIN_FLAG_SINGLE)
 
+/* The daemon's default socket: the abstract name "@crescent-client-<port>". */
+#define CRP_THIN_SOCKET_PREFIX "crescent-client-"
+/* HELLO's "mac": HMAC-SHA256(secret, CRP_THIN_MAC_LABEL | challenge nonce). */
+#define CRP_THIN_MAC_LABEL "crescent-thin-v1"
+
 /* Memory regions an extent names: 0 is the thin client's pool + local
  * buffer (one memfd), others are ids REGISTER returned. */
 #define CRP_THIN_REGION_POOL 0u
