@@ -129,13 +129,18 @@ void crc_thin_disconnect(crc_thin *t);
  * One call: send req (with fds attached, if any) and wait for the reply
  * (decoded into *resp; the caller clears it). Reconnects first when the
  * session was lost (or a connection was found closed before sending).
+ * need_gen (0: any) refuses to send the request in another session than
+ * that one (its extents name that session's regions): CR_ERR_DAEMON_LOST.
  * *gen_out (may be NULL) is the session generation the call ran in.
  * Errors: CR_ERR_DAEMON_UNREACHABLE, CR_ERR_DAEMON_LOST, CR_ERR_TIMEOUT,
  * CR_ERR_MALFORMED_FRAME, CR_UNAVAILABLE_IN_CURRENT_STATUS (closed), codec
  * errors. The reply's own status is in resp->status.
  */
 int crc_thin_call(crc_thin *t, const crp_thin_req *req, const int *fds, size_t n_fds,
-                  crp_thin_resp *resp, uint64_t *gen_out);
+                  crp_thin_resp *resp, uint64_t need_gen, uint64_t *gen_out);
+/* Connect if the session was lost; *gen: the session generation now (the
+ * one extents translated afterwards belong to). Errors as crc_thin_call. */
+int crc_thin_ensure(crc_thin *t, uint64_t *gen);
 
 /* thin_mem.c -------------------------------------------------------------- */
 

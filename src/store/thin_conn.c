@@ -532,14 +532,34 @@ bool crc_thin_breaks_conn(int rc)
            rc == CR_ERR_VERSION_MISMATCH || rc == CR_ERR_CONNECTION || rc == CR_ERR_SYSTEM;
 }
 
+int crc_thin_ensure(crc_thin *t, uint64_t *gen)
+{
+    pthread_mutex_lock(&t->lock);
+    int rc = 0;
+    if (atomic_load(&t->closed))
+        rc = crb_error(CR_UNAVAILABLE_IN_CURRENT_STATUS, "store is closed");
+    else if (!t->connected)
+        rc = reconnect_locked(t);
+    *gen = atomic_load(&t->gen);
+    pthread_mutex_unlock(&t->lock);
+    return rc;
+}
+
 int crc_thin_call(crc_thin *t, const crp_thin_req *req, const int *fds, size_t n_fds,
-                  crp_thin_resp *resp, uint64_t *gen_out)
+                  crp_thin_resp *resp, uint64_t need_gen, uint64_t *gen_out)
 {
     for (int attempt = 0;; attempt++) {
         crc_thin_conn *c;
         int rc = crc_thin_conn_take(t, &c);
         if (rc < 0)
             return rc;
+        if (need_gen != 0 && c->gen != need_gen) {
+            crc_thin_conn_give(t, c, false);
+            atomic_fetch_add(&t->lost, 1);
+            return crb_error(CR_ERR_DAEMON_LOST,
+                             "crescent-client's session ended before the call was sent (the "
+                             "daemon restarted)");
+        }
         bool sent = false;
         rc = crc_thin_conn_call(t, c, req, fds, n_fds, resp, &sent);
         uint64_t gen = c->gen;

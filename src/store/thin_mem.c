@@ -360,8 +360,10 @@ static int find_shared(const void *p, uint64_t len, int *fd_out, uint64_t *off_o
     return found;
 }
 
-/* REGISTER one shared region with the session on conn c (NULL: any). */
-static int register_with_daemon(crc_thin *t, crc_thin_conn *c, crc_thin_region *r, uint64_t *id)
+/* REGISTER one shared region with the session on conn c (NULL: any);
+ * *gen: the session generation the id belongs to. */
+static int register_with_daemon(crc_thin *t, crc_thin_conn *c, crc_thin_region *r, uint64_t *id,
+                                uint64_t *gen)
 {
     crp_thin_req req = {.op = CRP_THIN_REGISTER,
                         .fields = CRP_THIN_F_REGION | CRP_THIN_F_NFD,
@@ -374,8 +376,9 @@ static int register_with_daemon(crc_thin *t, crc_thin_conn *c, crc_thin_region *
     if (c != NULL) {
         bool sent;
         rc = crc_thin_conn_call(t, c, &req, &r->fd, 1, &resp, &sent);
+        *gen = c->gen;
     } else {
-        rc = crc_thin_call(t, &req, &r->fd, 1, &resp, NULL);
+        rc = crc_thin_call(t, &req, &r->fd, 1, &resp, 0, gen);
     }
     if (rc < 0)
         return rc;
@@ -399,8 +402,8 @@ int crc_thin_replay_regions(crc_thin *t, crc_thin_conn *c, uint64_t gen)
         crc_thin_region *r = &t->regs[i];
         if (r->kind != CRC_REGION_SHARED)
             continue;
-        uint64_t id;
-        int one = register_with_daemon(t, c, r, &id);
+        uint64_t id, g;
+        int one = register_with_daemon(t, c, r, &id, &g);
         if (one == 0) {
             r->daemon_id = id;
             r->id_gen = gen;
@@ -466,8 +469,8 @@ int crc_thin_register(cr_store *s, void *buf, size_t len)
                          "register_buffer: [%p, +%zu) overlaps a registered buffer", buf, len);
     }
     if (r.kind == CRC_REGION_SHARED) {
-        uint64_t gen = atomic_load(&t->gen), id = 0;
-        rc = register_with_daemon(t, NULL, &r, &id);
+        uint64_t gen = 0, id = 0;
+        rc = register_with_daemon(t, NULL, &r, &id, &gen);
         if (rc == 0) {
             r.daemon_id = id;
             r.id_gen = gen;
@@ -516,7 +519,7 @@ int crc_thin_unregister(cr_store *s, void *buf)
     if (r.kind == CRC_REGION_SHARED && r.id_gen == atomic_load(&t->gen) && r.id_gen != 0) {
         crp_thin_req req = {.op = CRP_THIN_UNREGISTER, .fields = CRP_THIN_F_ID, .id = r.daemon_id};
         crp_thin_resp resp;
-        if (crc_thin_call(t, &req, NULL, 0, &resp, NULL) == 0)
+        if (crc_thin_call(t, &req, NULL, 0, &resp, 0, NULL) == 0)
             crp_thin_resp_clear(&resp);
     }
     if (r.fd >= 0)

@@ -74,6 +74,7 @@ static int64_t single_result(int rc, crp_thin_resp *resp)
 
 typedef struct put_batch {
     crc_thin *t;
+    uint64_t gen; /* the session the extents were translated for */
     bool upsert, single, copying;
     const cr_replicate_config *cfg;
     int *results;      /* the caller's, by index */
@@ -115,7 +116,7 @@ static void put_flush(put_batch *b)
         crc_config_to_wire(b->cfg, &req.cfg);
     }
     crp_thin_resp resp;
-    int rc = crc_thin_call(t, &req, NULL, 0, &resp, NULL);
+    int rc = crc_thin_call(t, &req, NULL, 0, &resp, b->gen, NULL);
     if (rc == 0) {
         rc = check_results(&resp, b->n_keys);
         if (rc == 0) {
@@ -167,7 +168,7 @@ static int put_transient(crc_thin *t, const char *key, const void *const *parts,
         crc_config_to_wire(cfg, &req.cfg);
     }
     crp_thin_resp resp;
-    rc = crc_thin_call(t, &req, &tr.fd, 1, &resp, NULL);
+    rc = crc_thin_call(t, &req, &tr.fd, 1, &resp, 0, NULL);
     crc_transient_destroy(&tr);
     atomic_fetch_add(&t->transient_calls, 1);
     return (int)single_result(rc, &resp);
@@ -262,25 +263,33 @@ out_free:
     free(how);
 }
 
-static put_batch *put_batch_new(crc_thin *t, bool zero_copy, bool upsert, bool single,
-                                const cr_replicate_config *cfg, int *results)
+static int put_batch_new(crc_thin *t, bool zero_copy, bool upsert, bool single,
+                         const cr_replicate_config *cfg, int *results, put_batch **out)
 {
     put_batch *b = calloc(1, sizeof(*b));
     if (b != NULL)
         b->ext = calloc(CRC_THIN_BATCH_EXT, sizeof(*b->ext));
     if (b == NULL || b->ext == NULL) {
         free(b);
-        crb_error(CR_ERR_NO_MEMORY, "thin put batch");
-        return NULL;
+        return crb_error(CR_ERR_NO_MEMORY, "thin put batch");
+    }
+    uint64_t gen = 0;
+    int rc = crc_thin_ensure(t, &gen);
+    if (rc < 0) {
+        free(b->ext);
+        free(b);
+        return rc;
     }
     *b = (put_batch){.t = t,
+                     .gen = gen,
                      .upsert = upsert,
                      .single = single,
                      .copying = !zero_copy,
                      .cfg = cfg,
                      .results = results,
                      .ext = b->ext};
-    return b;
+    *out = b;
+    return 0;
 }
 
 int crc_thin_put(cr_store *s, const char *key, const void *const *parts, const size_t *sizes,
@@ -290,9 +299,10 @@ int crc_thin_put(cr_store *s, const char *key, const void *const *parts, const s
     if (rc < 0)
         return rc;
     int result = 0;
-    put_batch *b = put_batch_new(s->thin, zero_copy, upsert, true, cfg, &result);
-    if (b == NULL)
-        return CR_ERR_NO_MEMORY;
+    put_batch *b;
+    rc = put_batch_new(s->thin, zero_copy, upsert, true, cfg, &result, &b);
+    if (rc < 0)
+        return rc;
     put_add(b, 0, key, parts, sizes, n);
     put_flush(b);
     free(b->ext);
@@ -311,9 +321,10 @@ int crc_thin_batch_put(cr_store *s, const char *const *keys, const void *const *
         return 0;
     if (keys == NULL || parts == NULL || sizes == NULL || counts == NULL || results == NULL)
         return crb_error(CR_INVALID_PARAMS, "batch put: NULL array");
-    put_batch *b = put_batch_new(s->thin, zero_copy, upsert, false, cfg, results);
-    if (b == NULL)
-        return CR_ERR_NO_MEMORY;
+    put_batch *b;
+    rc = put_batch_new(s->thin, zero_copy, upsert, false, cfg, results, &b);
+    if (rc < 0)
+        return rc;
     for (size_t i = 0; i < n; i++)
         put_add(b, i, keys[i], parts[i], sizes[i], counts[i]);
     put_flush(b);
@@ -338,6 +349,7 @@ typedef struct get_key {
 
 typedef struct get_batch {
     crc_thin *t;
+    uint64_t gen; /* the session the extents were translated for */
     bool single;
     int64_t *results;
     int first_failure;
@@ -379,7 +391,7 @@ static void get_flush(get_batch *b)
                         .n_ext = b->n_ext,
                         .ext = b->ext};
     crp_thin_resp resp;
-    int rc = crc_thin_call(t, &req, NULL, 0, &resp, NULL);
+    int rc = crc_thin_call(t, &req, NULL, 0, &resp, b->gen, NULL);
     if (rc == 0) {
         rc = check_results(&resp, b->n_keys);
         if (rc == 0) {
@@ -429,7 +441,7 @@ static int64_t get_transient(crc_thin *t, const char *key, void *const *bufs, co
                         .len = cap,
                         .n_fds = 1};
     crp_thin_resp resp;
-    rc = crc_thin_call(t, &req, &tr.fd, 1, &resp, NULL);
+    rc = crc_thin_call(t, &req, &tr.fd, 1, &resp, 0, NULL);
     int64_t got = single_result(rc, &resp);
     for (size_t k = 0, off = 0; got > 0 && k < n && off < (uint64_t)got; off += sizes[k], k++) {
         size_t len = sizes[k] < (uint64_t)got - off ? sizes[k] : (size_t)((uint64_t)got - off);
@@ -519,20 +531,26 @@ static void get_add(get_batch *b, size_t index, const char *key, void *const *bu
     b->n_keys++;
 }
 
-static get_batch *get_batch_new(crc_thin *t, bool single, int64_t *results)
+static int get_batch_new(crc_thin *t, bool single, int64_t *results, get_batch **out)
 {
     get_batch *b = calloc(1, sizeof(*b));
     if (b != NULL)
         b->ext = calloc(CRC_THIN_BATCH_EXT, sizeof(*b->ext));
     if (b == NULL || b->ext == NULL) {
         free(b);
-        crb_error(CR_ERR_NO_MEMORY, "thin get batch");
-        return NULL;
+        return crb_error(CR_ERR_NO_MEMORY, "thin get batch");
+    }
+    int rc = crc_thin_ensure(t, &b->gen);
+    if (rc < 0) {
+        free(b->ext);
+        free(b);
+        return rc;
     }
     b->t = t;
     b->single = single;
     b->results = results;
-    return b;
+    *out = b;
+    return 0;
 }
 
 int64_t crc_thin_get_into(cr_store *s, const char *key, void *const *bufs, const size_t *sizes,
@@ -542,9 +560,10 @@ int64_t crc_thin_get_into(cr_store *s, const char *key, void *const *bufs, const
     if (rc < 0)
         return rc;
     int64_t result = 0;
-    get_batch *b = get_batch_new(s->thin, true, &result);
-    if (b == NULL)
-        return CR_ERR_NO_MEMORY;
+    get_batch *b;
+    rc = get_batch_new(s->thin, true, &result, &b);
+    if (rc < 0)
+        return rc;
     get_add(b, 0, key, bufs, sizes, n);
     get_flush(b);
     free(b->ext);
@@ -563,9 +582,10 @@ int crc_thin_batch_get_into(cr_store *s, const char *const *keys, void *const *c
         return 0;
     if (keys == NULL || bufs == NULL || sizes == NULL || counts == NULL || results == NULL)
         return crb_error(CR_INVALID_PARAMS, "batch get: NULL array");
-    get_batch *b = get_batch_new(s->thin, false, results);
-    if (b == NULL)
-        return CR_ERR_NO_MEMORY;
+    get_batch *b;
+    rc = get_batch_new(s->thin, false, results, &b);
+    if (rc < 0)
+        return rc;
     for (size_t i = 0; i < n; i++)
         get_add(b, i, keys[i], bufs[i], sizes[i], counts[i]);
     get_flush(b);
@@ -803,7 +823,7 @@ int64_t crc_thin_get_size(cr_store *s, const char *key)
     crp_thin_req req = {
         .op = CRP_THIN_GET_SIZE, .fields = CRP_THIN_F_KEYS, .n_keys = 1, .keys = (char **)&key};
     crp_thin_resp resp;
-    rc = crc_thin_call(s->thin, &req, NULL, 0, &resp, NULL);
+    rc = crc_thin_call(s->thin, &req, NULL, 0, &resp, 0, NULL);
     if (rc < 0)
         return rc;
     int64_t out = resp.status < 0 ? resp.status : resp.value;
@@ -826,7 +846,7 @@ static int64_t one_key(cr_store *s, int op, const char *key, uint32_t flags)
                         .n_keys = 1,
                         .keys = (char **)&key};
     crp_thin_resp resp;
-    rc = crc_thin_call(s->thin, &req, NULL, 0, &resp, NULL);
+    rc = crc_thin_call(s->thin, &req, NULL, 0, &resp, 0, NULL);
     return single_result(rc, &resp);
 }
 
@@ -887,7 +907,7 @@ static int keys_rounds(cr_store *s, int op, const char *const *keys, size_t n, b
             req.flags = force ? CRP_THIN_FLAG_FORCE : 0;
         }
         crp_thin_resp resp;
-        int one = crc_thin_call(s->thin, &req, NULL, 0, &resp, NULL);
+        int one = crc_thin_call(s->thin, &req, NULL, 0, &resp, 0, NULL);
         if (one == 0) {
             one = check_results(&resp, m);
             if (one == 0) {
@@ -931,7 +951,7 @@ static int64_t count_call(cr_store *s, crp_thin_req *req)
     if (rc < 0)
         return rc;
     crp_thin_resp resp;
-    rc = crc_thin_call(s->thin, req, NULL, 0, &resp, NULL);
+    rc = crc_thin_call(s->thin, req, NULL, 0, &resp, 0, NULL);
     if (rc < 0)
         return rc;
     int64_t out = resp.status < 0 ? resp.status : resp.value;
@@ -978,7 +998,7 @@ int crc_thin_get_replicas(cr_store *s, const char *key, cr_replica_info *out, si
                         .keys = (char **)&key,
                         .id = cap};
     crp_thin_resp resp;
-    rc = crc_thin_call(s->thin, &req, NULL, 0, &resp, NULL);
+    rc = crc_thin_call(s->thin, &req, NULL, 0, &resp, 0, NULL);
     if (rc < 0)
         return rc;
     rc = resp.status;
@@ -1006,7 +1026,7 @@ int crc_thin_list_segments(cr_store *s, char ***names_out, size_t *n_out)
         return crb_error(CR_INVALID_PARAMS, "list_segments: NULL output");
     crp_thin_req req = {.op = CRP_THIN_SEGMENTS};
     crp_thin_resp resp;
-    rc = crc_thin_call(s->thin, &req, NULL, 0, &resp, NULL);
+    rc = crc_thin_call(s->thin, &req, NULL, 0, &resp, 0, NULL);
     if (rc < 0)
         return rc;
     rc = resp.status;
@@ -1043,7 +1063,7 @@ int crc_thin_health(cr_store *s)
         return rc;
     crp_thin_req req = {.op = CRP_THIN_HEALTH};
     crp_thin_resp resp;
-    rc = crc_thin_call(s->thin, &req, NULL, 0, &resp, NULL);
+    rc = crc_thin_call(s->thin, &req, NULL, 0, &resp, 0, NULL);
     if (rc < 0)
         return rc;
     rc = resp.status;

@@ -25,7 +25,7 @@ int crc_thin_table_create(cr_store *s, uint64_t *id)
     crp_thin_req req = {.op = CRP_THIN_TABLE_CREATE};
     crp_thin_resp resp;
     uint64_t gen = 0;
-    rc = crc_thin_call(s->thin, &req, NULL, 0, &resp, &gen);
+    rc = crc_thin_call(s->thin, &req, NULL, 0, &resp, 0, &gen);
     if (rc < 0)
         return rc;
     rc = resp.status;
@@ -54,7 +54,7 @@ void crc_thin_table_destroy(cr_store *s, uint64_t id)
         return; /* the daemon destroyed it with the old session */
     crp_thin_req req = {.op = CRP_THIN_TABLE_DESTROY, .fields = CRP_THIN_F_ID, .id = did};
     crp_thin_resp resp;
-    if (crc_thin_call(s->thin, &req, NULL, 0, &resp, NULL) == 0)
+    if (crc_thin_call(s->thin, &req, NULL, 0, &resp, 0, NULL) == 0)
         crp_thin_resp_clear(&resp);
 }
 
@@ -91,7 +91,7 @@ int crc_thin_sessions_keys(cr_store *s, int op, uint64_t id, const char *const *
         }
     }
     crp_thin_resp resp;
-    rc = crc_thin_call(s->thin, &req, NULL, 0, &resp, NULL);
+    rc = crc_thin_call(s->thin, &req, NULL, 0, &resp, 0, NULL);
     if (rc < 0)
         return rc;
     rc = resp.status;
@@ -193,7 +193,7 @@ int crc_thin_ranges(cr_store *s, int op, uint64_t id, const char *const *keys,
                         .ext = ext,
                         .offsets = offs};
     crp_thin_resp resp;
-    rc = crc_thin_call(t, &req, NULL, 0, &resp, NULL);
+    rc = crc_thin_call(t, &req, NULL, 0, &resp, id >> 32, NULL);
     if (rc == 0) {
         rc = resp.status;
         if (rc < 0) {

@@ -48,6 +48,8 @@
  *   name                             0 <segment-name>
  *   stats                            0 local=<b> shm=<b> cma=<b> tcp=<b>
  *   regcount                         <engine registrations>
+ *   psess_start KEY SIZE | psess_end KEY | psess_revoke KEY
+ *                                    <rc>  a put session (ranged API) in this process's table
  *   thinstats                        0 calls=<n> zc=<b> copied=<b> slow=<calls>/<b>
  *                                    transient=<n> reconnects=<n> lost=<n>
  *                                    shared=<n> slowregs=<n> conns=<n> pool=<b>
@@ -72,6 +74,7 @@ static cr_store *store;
 static uint8_t *region;
 static uint64_t region_size;
 static const char *region_kind = "shared";
+static cr_store_sessions *sessions;
 
 typedef struct put_opts {
     cr_replicate_config cfg;
@@ -122,6 +125,26 @@ static void parse_opts(put_opts *o)
             o->force = true;
         }
     }
+}
+
+static void cmd_psess(const char *cmd)
+{
+    char *key = strtok(NULL, " \t\r\n");
+    char *size = key ? strtok(NULL, " \t\r\n") : NULL;
+    int rc = key == NULL ? CR_INVALID_PARAMS : 0, res = 0;
+    if (rc == 0 && sessions == NULL)
+        rc = cr_store_sessions_create(store, &sessions);
+    const char *keys[1] = {key};
+    if (rc == 0 && strcmp(cmd, "psess_start") == 0) {
+        uint64_t sz = size ? strtoull(size, NULL, 10) : 0;
+        rc = cr_store_put_session_start(sessions, keys, &sz, 1, NULL, &res);
+    } else if (rc == 0 && strcmp(cmd, "psess_end") == 0) {
+        rc = cr_store_put_session_end(sessions, keys, 1, &res);
+    } else if (rc == 0) {
+        rc = cr_store_put_session_revoke(sessions, keys, 1, &res);
+    }
+    report_error(cmd, rc < 0 ? rc : res);
+    printf("%d\n", rc < 0 ? rc : res);
 }
 
 static int region_fits(uint64_t off, uint64_t len)
@@ -808,6 +831,8 @@ int main(int argc, char **argv)
                                         : CR_UNAVAILABLE_IN_CURRENT_STATUS;
             printf("%d local=%" PRIu64 " shm=%" PRIu64 " cma=%" PRIu64 " tcp=%" PRIu64 "\n", rc,
                    st.bytes_local, st.bytes_shm, st.bytes_cma, st.bytes_tcp);
+        } else if (strncmp(cmd, "psess_", 6) == 0) {
+            cmd_psess(cmd);
         } else if (strcmp(cmd, "thinstats") == 0) {
             cr_store_thin_stats ts = {0};
             rc = cr_store_thin_stats_get(store, &ts);
@@ -829,6 +854,7 @@ int main(int argc, char **argv)
         }
         fflush(stdout);
     }
+    cr_store_sessions_destroy(sessions);
     if (region != NULL && (cr_store_engine(store) != NULL || cr_store_is_thin(store)))
         cr_store_unregister_buffer(store, region);
     if (strcmp(region_kind, "malloc") == 0)

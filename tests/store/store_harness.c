@@ -396,3 +396,47 @@ uint16_t sh_closed_port(void)
     close(fd);
     return ntohs(a.sin_port);
 }
+
+int sh_proc_spawn(sh_proc *p, const char *bin, const char *const *argv, int want_stdin)
+{
+    memset(p, 0, sizeof(*p));
+    return spawn(p, bin, argv, want_stdin);
+}
+
+int sh_proc_read_line(sh_proc *p, int timeout_ms)
+{
+    return read_line(p, timeout_ms);
+}
+
+int sh_proc_signal_stop(sh_proc *p, int sig, int timeout_ms)
+{
+    if (p->pid <= 0)
+        return -1;
+    kill(p->pid, sig);
+    return reap(p, timeout_ms);
+}
+
+void sh_proc_kill(sh_proc *p)
+{
+    kill_proc(p);
+}
+
+int sh_send(sh_client *c, const char *fmt, ...)
+{
+    char cmd[SH_LINE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(cmd, sizeof(cmd) - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0 || n >= (int)sizeof(cmd) - 1)
+        n = (int)sizeof(cmd) - 2;
+    cmd[n++] = '\n';
+    return c->p.pid > 0 && write(c->p.to_fd, cmd, (size_t)n) == n ? 0 : -1;
+}
+
+const char *sh_recv(sh_client *c, int timeout_ms)
+{
+    if (c->p.pid <= 0 || read_line(&c->p, timeout_ms) < 0)
+        snprintf(c->p.line, sizeof(c->p.line), "DEAD");
+    return c->p.line;
+}

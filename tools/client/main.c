@@ -5,7 +5,7 @@
  * Parses Mooncake's real_client flags (exit 2 with a message for a bad or
  * unknown one), starts the daemon (exit 1 if the store or the socket cannot
  * be set up), prints one ready line on stdout
- *   crescent-client: serving <socket> segment <name> tenant <t> pid <pid>
+ *   crescent-client: serving <socket> segment <name> tenant <t> pid <pid> http <port|0>
  * and runs until SIGTERM or SIGINT: then it stops accepting, ends every
  * thin-client session, unmounts its segment at the master and exits 0.
  * Signals are blocked in every thread and taken with sigwait here, so no
@@ -67,8 +67,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "crescent-client: %s\n", cr_last_error_message());
         return 1;
     }
-    printf("crescent-client: serving %s segment %s tenant %s pid %d\n", d.socket_name, d.segment,
-           cfg.tenant, (int)getpid());
+    printf("crescent-client: serving %s segment %s tenant %s pid %d http %u\n", d.socket_name,
+           d.segment, cfg.tenant, (int)getpid(), d.http_running ? (unsigned)d.http.port : 0u);
     fflush(stdout);
     int sig = 0;
     sigwait(&set, &sig);
