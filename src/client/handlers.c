@@ -174,8 +174,8 @@ static void do_put(crs_daemon *d, crs_session *s, const crp_thin_req *req, crp_t
             fail(resp, sc, crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n));
             goto out_unpin;
         }
-        int *res = (int *)(ks + n);
-        size_t *map = (size_t *)(res + n);
+        size_t *map = (size_t *)(ks + n); /* 8-byte entries first, then the ints */
+        int *res = (int *)(map + n);
         for (size_t i = 0; i < n; i++) {
             r[i] = rv.err[i];
             if (rv.err[i] == 0) {

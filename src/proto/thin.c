@@ -399,7 +399,7 @@ int crp_thin_req_encode(const crp_thin_req *m, crp_buf *out)
         (m->n_keys > CRP_THIN_MAX_KEYS || (m->n_keys > 0 && m->keys == NULL)))
         crp_mp_enc_invalid(&e, "ks", "has %zu keys (at most %d, non-NULL)", m->n_keys,
                            CRP_THIN_MAX_KEYS);
-    if (f & CRP_THIN_F_EXT) {
+    if ((f & CRP_THIN_F_EXT) && e.status == 0) { /* keys' bound first: counts has n_keys */
         const char *why = NULL;
         if (m->n_ext > CRP_THIN_MAX_EXTENTS || (m->n_ext > 0 && m->ext == NULL) ||
             (m->n_keys > 0 && m->counts == NULL))

@@ -236,7 +236,8 @@ static void put_add(put_batch *b, size_t index, const char *key, const void *con
     uint64_t at = 0;
     for (size_t k = 0; k < n; k++) {
         if (how[k] == CRC_REACH_SLOW) {
-            memcpy(t->pool + st.offset + at, parts[k], sizes[k]);
+            if (sizes[k] > 0)
+                memcpy(t->pool + st.offset + at, parts[k], sizes[k]);
             ext[k] = (crp_thin_ext){CRP_THIN_REGION_POOL, st.offset + at, sizes[k]};
             at += sizes[k];
         }
