@@ -111,7 +111,8 @@ def start_daemon(master_addr: str, *extra: str) -> Server:
     sock = "@crescent-pytest-%d-%d" % (os.getpid(), _daemons)
     return Server([_binary(cli.CLIENT), "--master_server_address=" + master_addr,
                    "--metadata_server=P2PHANDSHAKE", "--host=127.0.0.1", "--socket=" + sock,
-                   "--global_segment_size=512MB", "--threads=2"] + list(extra),
+                   "--global_segment_size=512MB", "--threads=2", "--protocol=auto"] +
+                  list(extra),
                   r"serving (\S+) segment (\S+)")
 
 

@@ -392,6 +392,10 @@ int crs_parse_flags(crs_config *c, int argc, char **argv)
                          "auto, shm and ucx",
                          c->protocol);
     snprintf(c->protocol, sizeof(c->protocol), "%s", p);
+    if (strcmp(p, "tcp") == 0)
+        crb_log(CRB_LOG_INFO, "crescent-client: --protocol=tcp (Mooncake's default): every "
+                              "transfer, also into this host's own segment, goes over TCP; "
+                              "--protocol=rdma (= auto) copies in memory on this host");
     if (strcmp(c->host, "0.0.0.0") == 0 || c->host[0] == '\0') {
         crb_log(CRB_LOG_WARN,
                 "crescent-client: --host %s: the engine is reached at 127.0.0.1; "

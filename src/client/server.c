@@ -300,7 +300,9 @@ static int read_some(crs_conn *c)
         int rc = process_input(c);
         if (rc < 0)
             return rc;
-        if (c->closing || c->out.len > 0)
+        /* Everything received is handled: back to epoll (level-triggered)
+         * rather than a recvmsg that would only say EAGAIN. */
+        if (c->closing || c->out.len > 0 || c->in_len == 0)
             return 0;
     }
 }

@@ -55,7 +55,8 @@ typedef struct crc_thin_conn {
     uint64_t gen; /* the session generation it belongs to */
     uint64_t last_used_ns;
     uint64_t next_id; /* request ids */
-    crp_reader rd;
+    uint8_t *in;      /* replies: bytes [0, in_len) received, not yet consumed */
+    size_t in_len, in_cap;
     crp_buf out;
 } crc_thin_conn;
 

@@ -96,7 +96,7 @@ static void conn_free(crc_thin_conn *c)
         return;
     if (c->fd >= 0)
         close(c->fd);
-    crp_reader_fini(&c->rd);
+    free(c->in);
     crp_buf_free(&c->out);
     free(c);
 }
@@ -142,49 +142,58 @@ static int send_all(crc_thin *t, int fd, const uint8_t *buf, size_t len, const i
     return 0;
 }
 
-typedef struct reply_ctx {
-    uint64_t want_id;
-    crp_thin_resp *resp;
-    int rc;
-    bool got;
-} reply_ctx;
-
-static int on_reply(void *ctx, const crp_header *h, const uint8_t *body)
-{
-    reply_ctx *r = ctx;
-    if (h->type != CRP_THIN_RESP || h->request_id != r->want_id)
-        return crb_error(CR_ERR_MALFORMED_FRAME,
-                         "crescent-client sent a %s frame for request %llu (waiting for %llu)",
-                         crp_type_name(h->type), (unsigned long long)h->request_id,
-                         (unsigned long long)r->want_id);
-    r->rc = crp_thin_resp_decode(body, h->body_len, r->resp);
-    r->got = true;
-    return CRP_READER_PAUSED;
-}
-
+/*
+ * Read the reply to request id: one blocking recv usually brings it whole
+ * (the socket's SO_RCVTIMEO is the call timeout), so a call costs one
+ * sendmsg and one recv here. Frames are cut with the project's header
+ * decoder; nothing but the reply to our request may arrive.
+ */
 static int read_reply(crc_thin *t, crc_thin_conn *c, uint64_t id, crp_thin_resp *resp,
                       uint64_t deadline_ns)
 {
-    static const crp_reader_ops ops = {NULL, on_reply};
-    reply_ctx r = {id, resp, 0, false};
     for (;;) {
-        int rc = crp_reader_read(&c->rd, c->fd, &ops, &r);
-        if (r.got)
-            return r.rc;
-        if (rc == CR_ERR_CONNECTION)
-            return crb_error(CR_ERR_DAEMON_LOST,
-                             "crescent-client at %s closed the connection during the call",
-                             t->address);
-        if (rc < 0)
-            return rc;
-        uint64_t now = crb_now_ns();
-        if (now >= deadline_ns)
+        if (c->in_len >= CRP_HEADER_SIZE) {
+            crp_header h;
+            int rc = crp_header_decode(c->in, &h);
+            if (rc < 0)
+                return rc;
+            if (h.type != CRP_THIN_RESP || h.request_id != id)
+                return crb_error(CR_ERR_MALFORMED_FRAME,
+                                 "crescent-client sent a %s frame for request %llu (waiting for "
+                                 "%llu)",
+                                 crp_type_name(h.type), (unsigned long long)h.request_id,
+                                 (unsigned long long)id);
+            size_t need = CRP_HEADER_SIZE + h.body_len;
+            if (c->in_len >= need) {
+                rc = crp_thin_resp_decode(c->in + CRP_HEADER_SIZE, h.body_len, resp);
+                memmove(c->in, c->in + need, c->in_len - need);
+                c->in_len -= need;
+                return rc;
+            }
+            if (need > c->in_cap) {
+                uint8_t *nb = realloc(c->in, need);
+                if (nb == NULL)
+                    return crb_error(CR_ERR_NO_MEMORY, "a reply of %zu bytes", need);
+                c->in = nb;
+                c->in_cap = need;
+            }
+        }
+        if (crb_now_ns() >= deadline_ns)
             return crb_error(CR_ERR_TIMEOUT, "crescent-client at %s did not answer in %u ms",
                              t->address, t->call_timeout_ms);
-        struct pollfd p = {c->fd, POLLIN, 0};
-        int ms = (int)((deadline_ns - now + 999999) / 1000000);
-        if (poll(&p, 1, ms) < 0 && errno != EINTR)
-            return crb_error(CR_ERR_SYSTEM, "poll: %s", strerror(errno));
+        ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        if (n > 0) {
+            c->in_len += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return crb_error(CR_ERR_TIMEOUT, "crescent-client at %s did not answer in %u ms",
+                             t->address, t->call_timeout_ms);
+        return crb_error(CR_ERR_DAEMON_LOST,
+                         "crescent-client at %s closed the connection during the call%s%s",
+                         t->address, n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
     }
 }
 
@@ -257,8 +266,13 @@ static int open_conn(crc_thin *t, bool attach, uint64_t session,
     if (c == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "thin connection");
     c->gen = gen;
-    crp_reader_init(&c->rd, CRP_MAX_BODY);
+    c->in_cap = 16u << 10;
+    c->in = malloc(c->in_cap);
     int rc;
+    if (c->in == NULL) {
+        free(c);
+        return crb_error(CR_ERR_NO_MEMORY, "thin connection");
+    }
     crp_buf body = {0};
     crp_thin_resp resp;
     memset(&resp, 0, sizeof(resp));
@@ -273,7 +287,9 @@ static int open_conn(crc_thin *t, bool attach, uint64_t session,
         goto err_free_conn;
     }
     struct timeval tv = {t->call_timeout_ms / 1000, (long)(t->call_timeout_ms % 1000) * 1000};
+    struct timeval hs = {HANDSHAKE_MS / 1000, 0};
     setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &hs, sizeof(hs));
     if ((rc = check_daemon_peer(t, c->fd)) < 0)
         goto err_free_conn;
     uint64_t deadline = crb_now_ns() + HANDSHAKE_MS * 1000000ull;
@@ -362,6 +378,7 @@ static int open_conn(crc_thin *t, bool attach, uint64_t session,
     }
     crp_thin_resp_clear(&resp);
     crp_buf_free(&body);
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)); /* calls: the call timeout */
     c->last_used_ns = crb_now_ns();
     *out = c;
     return 0;
@@ -450,7 +467,7 @@ void crc_thin_disconnect(crc_thin *t)
 static bool conn_alive(crc_thin_conn *c)
 {
     struct pollfd p = {c->fd, POLLIN, 0};
-    return poll(&p, 1, 0) == 0 && crp_reader_buffered(&c->rd) == 0;
+    return poll(&p, 1, 0) == 0 && c->in_len == 0;
 }
 
 int crc_thin_conn_take(crc_thin *t, crc_thin_conn **out)

@@ -80,12 +80,13 @@ typedef struct put_batch {
     int *results;      /* the caller's, by index */
     int first_failure; /* a request that failed as a whole */
     size_t n_keys, n_ext, key_bytes;
-    const char *keys[CRC_THIN_BATCH_KEYS];
-    size_t index[CRC_THIN_BATCH_KEYS];
-    uint32_t counts[CRC_THIN_BATCH_KEYS];
-    crb_oa_allocation stage[CRC_THIN_BATCH_KEYS];
-    bool staged[CRC_THIN_BATCH_KEYS];
-    crp_thin_ext *ext; /* CRC_THIN_BATCH_EXT */
+    size_t cap_keys, cap_ext; /* sized for the call: a single put allocates little */
+    const char **keys;
+    size_t *index;
+    uint32_t *counts;
+    crb_oa_allocation *stage;
+    bool *staged;
+    crp_thin_ext *ext;
 } put_batch;
 
 static void stage_free_all(crc_thin *t, crb_oa_allocation *stage, bool *staged, size_t n)
@@ -211,7 +212,7 @@ static void put_add(put_batch *b, size_t index, const char *key, const void *con
         goto out_free;
     }
     size_t kl = strlen(key);
-    if (b->n_keys == CRC_THIN_BATCH_KEYS || b->n_ext + n > CRC_THIN_BATCH_EXT ||
+    if (b->n_keys == b->cap_keys || b->n_ext + n > b->cap_ext ||
         (b->n_keys > 0 && b->key_bytes + kl > CRC_THIN_KEY_BYTES))
         put_flush(b);
     crb_oa_allocation st = {0};
@@ -264,20 +265,22 @@ out_free:
     free(how);
 }
 
+/* A put batch for n keys with parts parts in all (one allocation). */
 static int put_batch_new(crc_thin *t, bool zero_copy, bool upsert, bool single,
-                         const cr_replicate_config *cfg, int *results, put_batch **out)
+                         const cr_replicate_config *cfg, int *results, size_t n, size_t parts,
+                         put_batch **out)
 {
-    put_batch *b = calloc(1, sizeof(*b));
-    if (b != NULL)
-        b->ext = calloc(CRC_THIN_BATCH_EXT, sizeof(*b->ext));
-    if (b == NULL || b->ext == NULL) {
-        free(b);
+    size_t ck = n < CRC_THIN_BATCH_KEYS ? (n ? n : 1) : CRC_THIN_BATCH_KEYS;
+    size_t ce = parts < CRC_THIN_BATCH_EXT ? (parts ? parts : 1) : CRC_THIN_BATCH_EXT;
+    size_t bytes =
+        sizeof(put_batch) + ce * sizeof(crp_thin_ext) +
+        ck * (sizeof(crb_oa_allocation) + 2 * sizeof(void *) + sizeof(uint32_t) + sizeof(bool));
+    put_batch *b = malloc(bytes);
+    if (b == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "thin put batch");
-    }
     uint64_t gen = 0;
     int rc = crc_thin_ensure(t, &gen);
     if (rc < 0) {
-        free(b->ext);
         free(b);
         return rc;
     }
@@ -288,7 +291,21 @@ static int put_batch_new(crc_thin *t, bool zero_copy, bool upsert, bool single,
                      .copying = !zero_copy,
                      .cfg = cfg,
                      .results = results,
-                     .ext = b->ext};
+                     .cap_keys = ck,
+                     .cap_ext = ce};
+    uint8_t *p = (uint8_t *)(b + 1);
+    b->ext = (crp_thin_ext *)p;
+    p += ce * sizeof(crp_thin_ext);
+    b->stage = (crb_oa_allocation *)p;
+    p += ck * sizeof(crb_oa_allocation);
+    b->keys = (const char **)p;
+    p += ck * sizeof(void *);
+    b->index = (size_t *)p;
+    p += ck * sizeof(size_t);
+    b->counts = (uint32_t *)p;
+    p += ck * sizeof(uint32_t);
+    b->staged = (bool *)p;
+    memset(b->staged, 0, ck * sizeof(bool));
     *out = b;
     return 0;
 }
@@ -301,12 +318,11 @@ int crc_thin_put(cr_store *s, const char *key, const void *const *parts, const s
         return rc;
     int result = 0;
     put_batch *b;
-    rc = put_batch_new(s->thin, zero_copy, upsert, true, cfg, &result, &b);
+    rc = put_batch_new(s->thin, zero_copy, upsert, true, cfg, &result, 1, n, &b);
     if (rc < 0)
         return rc;
     put_add(b, 0, key, parts, sizes, n);
     put_flush(b);
-    free(b->ext);
     free(b);
     return result;
 }
@@ -322,15 +338,17 @@ int crc_thin_batch_put(cr_store *s, const char *const *keys, const void *const *
         return 0;
     if (keys == NULL || parts == NULL || sizes == NULL || counts == NULL || results == NULL)
         return crb_error(CR_INVALID_PARAMS, "batch put: NULL array");
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += counts[i];
     put_batch *b;
-    rc = put_batch_new(s->thin, zero_copy, upsert, false, cfg, results, &b);
+    rc = put_batch_new(s->thin, zero_copy, upsert, false, cfg, results, n, total, &b);
     if (rc < 0)
         return rc;
     for (size_t i = 0; i < n; i++)
         put_add(b, i, keys[i], parts[i], sizes[i], counts[i]);
     put_flush(b);
     rc = zero_copy ? b->first_failure : 0;
-    free(b->ext);
     free(b);
     return rc;
 }
@@ -355,10 +373,11 @@ typedef struct get_batch {
     int64_t *results;
     int first_failure;
     size_t n_keys, n_ext, key_bytes;
-    const char *keys[CRC_THIN_BATCH_KEYS];
-    size_t index[CRC_THIN_BATCH_KEYS];
-    uint32_t counts[CRC_THIN_BATCH_KEYS];
-    get_key gk[CRC_THIN_BATCH_KEYS];
+    size_t cap_keys, cap_ext; /* sized for the call */
+    const char **keys;
+    size_t *index;
+    uint32_t *counts;
+    get_key *gk;
     crp_thin_ext *ext;
 } get_batch;
 
@@ -495,7 +514,7 @@ static void get_add(get_batch *b, size_t index, const char *key, void *const *bu
         return;
     }
     size_t kl = strlen(key);
-    if (b->n_keys == CRC_THIN_BATCH_KEYS || b->n_ext + n > CRC_THIN_BATCH_EXT ||
+    if (b->n_keys == b->cap_keys || b->n_ext + n > b->cap_ext ||
         (b->n_keys > 0 && b->key_bytes + kl > CRC_THIN_KEY_BYTES))
         get_flush(b);
     if (slow > 0) {
@@ -532,24 +551,35 @@ static void get_add(get_batch *b, size_t index, const char *key, void *const *bu
     b->n_keys++;
 }
 
-static int get_batch_new(crc_thin *t, bool single, int64_t *results, get_batch **out)
+static int get_batch_new(crc_thin *t, bool single, int64_t *results, size_t n, size_t parts,
+                         get_batch **out)
 {
-    get_batch *b = calloc(1, sizeof(*b));
-    if (b != NULL)
-        b->ext = calloc(CRC_THIN_BATCH_EXT, sizeof(*b->ext));
-    if (b == NULL || b->ext == NULL) {
-        free(b);
+    size_t ck = n < CRC_THIN_BATCH_KEYS ? (n ? n : 1) : CRC_THIN_BATCH_KEYS;
+    size_t ce = parts < CRC_THIN_BATCH_EXT ? (parts ? parts : 1) : CRC_THIN_BATCH_EXT;
+    size_t bytes = sizeof(get_batch) + ce * sizeof(crp_thin_ext) +
+                   ck * (sizeof(get_key) + 2 * sizeof(void *) + sizeof(uint32_t));
+    get_batch *b = malloc(bytes);
+    if (b == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "thin get batch");
-    }
-    int rc = crc_thin_ensure(t, &b->gen);
+    uint64_t gen = 0;
+    int rc = crc_thin_ensure(t, &gen);
     if (rc < 0) {
-        free(b->ext);
         free(b);
         return rc;
     }
-    b->t = t;
-    b->single = single;
-    b->results = results;
+    *b = (get_batch){
+        .t = t, .gen = gen, .single = single, .results = results, .cap_keys = ck, .cap_ext = ce};
+    uint8_t *p = (uint8_t *)(b + 1);
+    b->ext = (crp_thin_ext *)p;
+    p += ce * sizeof(crp_thin_ext);
+    b->gk = (get_key *)p;
+    memset(b->gk, 0, ck * sizeof(get_key));
+    p += ck * sizeof(get_key);
+    b->keys = (const char **)p;
+    p += ck * sizeof(void *);
+    b->index = (size_t *)p;
+    p += ck * sizeof(size_t);
+    b->counts = (uint32_t *)p;
     *out = b;
     return 0;
 }
@@ -562,12 +592,11 @@ int64_t crc_thin_get_into(cr_store *s, const char *key, void *const *bufs, const
         return rc;
     int64_t result = 0;
     get_batch *b;
-    rc = get_batch_new(s->thin, true, &result, &b);
+    rc = get_batch_new(s->thin, true, &result, 1, n, &b);
     if (rc < 0)
         return rc;
     get_add(b, 0, key, bufs, sizes, n);
     get_flush(b);
-    free(b->ext);
     free(b);
     return result;
 }
@@ -583,15 +612,17 @@ int crc_thin_batch_get_into(cr_store *s, const char *const *keys, void *const *c
         return 0;
     if (keys == NULL || bufs == NULL || sizes == NULL || counts == NULL || results == NULL)
         return crb_error(CR_INVALID_PARAMS, "batch get: NULL array");
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += counts[i];
     get_batch *b;
-    rc = get_batch_new(s->thin, false, results, &b);
+    rc = get_batch_new(s->thin, false, results, n, total, &b);
     if (rc < 0)
         return rc;
     for (size_t i = 0; i < n; i++)
         get_add(b, i, keys[i], bufs[i], sizes[i], counts[i]);
     get_flush(b);
     rc = b->first_failure;
-    free(b->ext);
     free(b);
     return rc;
 }

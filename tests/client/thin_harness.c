@@ -35,8 +35,9 @@ int th_daemon_start(th_daemon *d, const char *master_addr, const char *socket,
                             "--enable_http_server",
                             "--http_port=0",
                             "--http_host=127.0.0.1",
-                            "--heartbeat_interval_ms=200"};
-    int argc = 11;
+                            "--heartbeat_interval_ms=200",
+                            "--protocol=auto"};
+    int argc = 12;
     for (int i = 0; extra != NULL && extra[i] != NULL && argc < 47; i++)
         argv[argc++] = extra[i];
     argv[argc] = NULL;
