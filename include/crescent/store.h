@@ -71,6 +71,11 @@ typedef struct cr_store_config {
      *  engine's). The store registers its segment and local buffer with it
      *  and unregisters them on close. NULL (default): the store owns its own. */
     cr_engine *engine;
+    /** Mooncake's tenant_id: this client's keys live in the tenant's own
+     *  namespace at the master (remove_by_regex and remove_all reach only
+     *  them). NULL, "" or "default" (default): the default namespace, as
+     *  before tenants existed. At most 128 bytes, no byte 0x1F. */
+    const char *tenant_id;
 } cr_store_config;
 
 /** Fill defaults. Never fails. */

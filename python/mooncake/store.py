@@ -394,9 +394,8 @@ def _missing_feature(enable_ssd_offload: Any, tenant_id: Any, enable_client_http
     if enable_ssd_offload:
         return ("enable_ssd_offload=True: crescent has no SSD offload tier yet "
                 "(leave it False; ssd_offload_path is then unused)")
-    if tenant_id not in (None, "", "default"):
-        return (f"tenant_id={tenant_id!r}: crescent has no tenants yet; every client shares "
-                "the 'default' namespace")
+    if tenant_id is not None and not isinstance(tenant_id, str):
+        return f"tenant_id={tenant_id!r} is not a string"
     if enable_client_http_server:
         return (f"enable_client_http_server=True (client_http_port={client_http_port}): crescent "
                 "has no client HTTP server yet; use the master's /metrics and /health")
@@ -444,11 +443,12 @@ class MooncakeDistributedStore(TensorMixin):
         one host, tcp between hosts). engine (a TransferEngine) is shared.
         A local_hostname without a port gets one from 12300..14300
         (MC_STORE_CLIENT_MIN_PORT / MC_STORE_CLIENT_MAX_PORT), as Mooncake's.
-        enable_ssd_offload, tenant_id, enable_client_http_server and
-        client_http_port are accepted; values that ask for what crescent does
-        not have yet (enable_ssd_offload=True, a tenant_id other than
-        "default", enable_client_http_server=True) return -1012 with the
-        reason logged.
+        tenant_id puts this client's keys in the tenant's namespace at the
+        master (remove_by_regex / remove_all reach only them; "default" is
+        the namespace of clients without one). enable_ssd_offload,
+        enable_client_http_server and client_http_port are accepted; values
+        that ask for what crescent does not have yet (enable_ssd_offload=True,
+        enable_client_http_server=True) return -1012 with the reason logged.
         """
         positional = (local_hostname, metadata_server, global_segment_size, local_buffer_size,
                       protocol, rdma_devices, master_server_addr)
@@ -565,7 +565,8 @@ class MooncakeDistributedStore(TensorMixin):
                 try:
                     s = _crescent.Store(name, meta, gss, lbs, proto, rdma_devices or "", master,
                                         transfer_timeout_ms=_util.transfer_timeout_ms(),
-                                        engine=native_engine)
+                                        engine=native_engine,
+                                        tenant_id=tenant_id or None)
                     break
                 except CrescentError as e:
                     if pick_port and e.code in (_ERR_BIND, _SEGMENT_EXISTS) and \

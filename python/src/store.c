@@ -162,6 +162,7 @@ static int store_init(Store *self, PyObject *args, PyObject *kw)
         cfg.devices = dev;
     if (master != NULL)
         cfg.master_address = master;
+    cfg.tenant_id = tenant;
     if (gss != NULL && gss != Py_None &&
         pcr_store_size_arg(gss, "global_segment_size", &cfg.global_segment_size) < 0)
         return -1;

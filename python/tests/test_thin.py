@@ -275,3 +275,28 @@ def test_mooncake_client_flags():
                        env=child_env(), timeout=60)
     assert r.returncode == 0 and "--master_server_address" in r.stdout
     assert cli.find_binary(cli.CLIENT) is not None
+
+
+def test_tenants_are_namespaces(master, daemon_factory):
+    """setup(tenant_id=...) and a daemon's --tenant_id: the same key is one
+    object per tenant; remove_all reaches only the caller's tenant."""
+    args = ("127.0.0.1", "P2PHANDSHAKE", 16 * MiB, 4 * MiB, "tcp", "", master)
+    t1, t2, dflt = (MooncakeDistributedStore() for _ in range(3))
+    assert t1.setup(*args, tenant_id="t1") == 0
+    assert t2.setup(*args, tenant_id="t2") == 0
+    assert dflt.setup(*args) == 0
+    d = daemon_factory("--tenant_id=t1")
+    thin = dummy(d.address)
+    try:
+        assert t1.put("same", b"one") == 0
+        assert t2.put("same", b"two") == 0
+        assert dflt.put("same", b"zero") == 0
+        assert thin.get("same") == b"one"  # the daemon's tenant is t1
+        assert t2.get("same") == b"two" and dflt.get("same") == b"zero"
+        time.sleep(0.4)
+        assert t2.remove_all() == 1
+        assert t1.get("same") == b"one" and dflt.get("same") == b"zero"
+        assert t2.is_exist("same") == 0
+    finally:
+        for s in (thin, t1, t2, dflt):
+            s.close()

@@ -507,6 +507,7 @@ int crs_daemon_start(crs_daemon *d, const crs_config *cfg)
     sc.master_address = d->cfg.master;
     sc.global_segment_size = d->cfg.global_segment_size;
     sc.local_buffer_size = d->cfg.local_buffer_size;
+    sc.tenant_id = d->cfg.tenant; /* every thin client's keys: this tenant */
     if (d->cfg.rpc_timeout_ms)
         sc.rpc_timeout_ms = d->cfg.rpc_timeout_ms;
     if (d->cfg.transfer_timeout_ms)

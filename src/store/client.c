@@ -253,6 +253,10 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
     if (rc == 0)
         rc = crc_master_connect(s->master_address, s->client_id, (int)s->rpc_timeout_ms,
                                 &s->heartbeat_conn);
+    bool has_tenant =
+        cfg->struct_size >= offsetof(cr_store_config, tenant_id) + sizeof(cfg->tenant_id);
+    if (rc == 0 && has_tenant && cfg->tenant_id != NULL) /* keys in the tenant's namespace */
+        rc = crc_master_set_tenant(s->master, cfg->tenant_id);
     if (rc == 0)
         rc = mount_segment(s, s->master, false);
     if (rc < 0)

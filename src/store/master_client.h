@@ -36,6 +36,11 @@ int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_
  */
 int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms);
 
+/** Send every later request in tenant's namespace (the RPC's "tn"; NULL,
+ *  "" or "default": the default tenant). Call before the connection is
+ *  shared. Errors: CR_INVALID_PARAMS (longer than CRP_RPC_MAX_TENANT). */
+int crc_master_set_tenant(crc_master *m, const char *tenant);
+
 /** The master's view version seen at the last handshake (changes on restart). */
 uint64_t crc_master_view(crc_master *m);
 

@@ -18,7 +18,8 @@
  * --thin ADDRESS (instead of --master) --pool SIZE (the shared pool, 64M;
  * --buffer is then the local buffer) --region-kind shared|pool|malloc (the
  * zero-copy region from cr_alloc_shared (default), the thin pool, or malloc:
- * the slow path) --secret S --tenant T.
+ * the slow path) --secret S. --tenant T: the tenant (embedded: its
+ * namespace at the master; thin: must be the daemon's).
  *
  *   (start)                          READY <segment-name> | FAIL <rc> <message>
  *   put|upsert KEY LEN SEED [opts]   <rc>        copying put of the value
@@ -728,7 +729,7 @@ int main(int argc, char **argv)
         else if (strcmp(f, "--secret") == 0)
             thin.shared_secret = v;
         else if (strcmp(f, "--tenant") == 0)
-            thin.tenant_id = v;
+            thin.tenant_id = cfg.tenant_id = v;
         else if (strcmp(f, "--segment") == 0) {
             if (parse_size_flag(f, v, &cfg.global_segment_size) < 0)
                 return 2;
