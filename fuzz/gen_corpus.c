@@ -15,6 +15,7 @@
 #include "proto/frame.h"
 #include "proto/messages.h"
 #include "proto/rpc.h"
+#include "proto/thin.h"
 
 static const char *root;
 
@@ -291,6 +292,72 @@ static void etcd_replies(void)
     }
 }
 
+/* Thin-client RPC: every op's request with all its fields, every reply. */
+static void thin_seeds(crp_buf *b)
+{
+    static const int ops[] = {
+#define THIN_OP_(name, value, str, rq, opt, rs) value,
+        CRP_THIN_OP_TABLE(THIN_OP_)
+#undef THIN_OP_
+    };
+    static char *keys[] = {"a", "layer/0/block/1", ""};
+    static uint32_t counts[] = {1, 2, 0};
+    static crp_thin_ext ext[] = {{0, 0, 4096}, {3, 1ull << 30, 8}, {0, 8192, 1}};
+    static uint64_t offs[] = {0, 64, 4096};
+    static uint64_t vals[] = {4096, 0, 1ull << 40};
+    static int64_t results[] = {4096, CR_OBJECT_NOT_FOUND, 0};
+    static char *names[] = {"node-a:17000", "node-b:17000"};
+    static crp_thin_replica reps[] = {{"node-a:17000", 0x7f0000001000ull, 4096, true}};
+    int n = 0;
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+        crp_thin_req m = {.op = (uint16_t)ops[i],
+                          .fields = crp_thin_req_required(ops[i]) | crp_thin_req_optional(ops[i]),
+                          .flags = CRP_THIN_FLAG_SINGLE,
+                          .n_keys = 3,
+                          .keys = keys,
+                          .counts = counts,
+                          .n_ext = 3,
+                          .ext = ext,
+                          .offsets = offs,
+                          .n_vals = 3,
+                          .vals = vals,
+                          .cfg = rpc_cfg,
+                          .text = "^layer/",
+                          .id = 2,
+                          .addr = 0x7f0000000000ull,
+                          .len = 2ull << 20,
+                          .n_fds = 1,
+                          .version = CRP_THIN_VERSION,
+                          .pid = 4242,
+                          .pool_size = 64ull << 20,
+                          .buffer_size = 16ull << 20,
+                          .session = 1,
+                          .tenant = "default"};
+        seed("thin_req", n, crp_thin_req_encode(&m, b), b);
+        crp_thin_resp r = {.op = (uint16_t)ops[i],
+                           .status = i % 3 == 0 ? CR_OBJECT_NOT_FOUND : 0,
+                           .message = i % 3 == 0 ? "no such object" : NULL,
+                           .fields = crp_thin_resp_allowed(ops[i]),
+                           .n_results = 3,
+                           .results = results,
+                           .n_vals = 3,
+                           .vals = vals,
+                           .value = 7,
+                           .n_names = 2,
+                           .names = names,
+                           .n_reps = 1,
+                           .reps = reps,
+                           .session = 1,
+                           .caps = 0,
+                           .segment = "127.0.0.1:17000",
+                           .version = CRP_THIN_VERSION,
+                           .auth = true,
+                           .tenant = "default"};
+        seed("thin_resp", n, crp_thin_resp_encode(&r, b), b);
+        n++;
+    }
+}
+
 int main(int argc, char **argv)
 {
     crp_buf b = {0};
@@ -301,6 +368,7 @@ int main(int argc, char **argv)
 
     headers();
     etcd_replies();
+    thin_seeds(&b);
 
     crp_challenge c;
     for (int i = 0; i < CRP_NONCE_SIZE; i++)

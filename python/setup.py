@@ -6,10 +6,10 @@ The C library is built with the project's own CMake files (CMake and the
 library's -dev packages from scripts/install-deps.sh are needed; no network):
 build_ext configures the repository one level up (or $CRESCENT_SOURCE_DIR)
 in a private build directory with tests and these bindings turned off,
-builds crescent_static (libcrescent as an archive), crescent-master and crescent-metadata-server, links
-the extension (python/src/*.c) against libcrescent_static.a, and installs the
-two servers as crescent/bin/* so that the mooncake_master and
-mooncake_http_metadata_server console commands find them.
+builds crescent_static (libcrescent as an archive), crescent-master, crescent-metadata-server and
+crescent-client, links the extension (python/src/*.c) against libcrescent_static.a, and installs the
+servers as crescent/bin/* so that the mooncake_master, mooncake_http_metadata_server and
+mooncake_client console commands find them.
 """
 
 import os
@@ -24,7 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.environ.get("CRESCENT_SOURCE_DIR") or os.path.join(HERE, ".."))
 PKG_CONFIG_DEPS = ["msgpack", "libcurl", "libcrypto", "jansson", "hiredis", "liburing",
                    "libxxhash"]  # what libcrescent links
-TOOLS = {"crescent-master": "tools/master", "crescent-metadata-server": "tools/metadata-server"}
+TOOLS = {"crescent-master": "tools/master", "crescent-metadata-server": "tools/metadata-server",
+         "crescent-client": "tools/client"}
 
 
 def _run(cmd):
@@ -77,7 +78,7 @@ ext = Extension(
     "crescent._crescent",
     sources=[os.path.join("src", f)
              for f in ("module.c", "convert.c", "engine.c", "store.c", "store_compat.c",
-                       "common.c")],
+                       "store_thin.c", "common.c")],
     extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
                         "-fvisibility=hidden"],
 )
@@ -95,6 +96,7 @@ setup(
     entry_points={"console_scripts": [
         "mooncake_master=mooncake.cli:master",
         "mooncake_http_metadata_server=mooncake.cli:metadata_server",
+        "mooncake_client=mooncake.cli:client",
         "transfer_engine_bench=mooncake.te_bench:main",
         "mc_store_rest_server=mooncake.mooncake_store_service:sync_main",
         "transfer_engine_topology_dump=mooncake.transfer_engine_topology_dump:main",

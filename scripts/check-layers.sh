@@ -19,6 +19,7 @@ declare -A ALLOWED=(
   [httpd]="base"
   [mdserver]="httpd base"
   [master]="mdserver httpd proto base"
+  [client]="store engine metadata proto disk httpd base"  # crescent-client (daemon-only)
   [compat]=""  # libcrescent-mooncake-compat: crescent's public headers only
 )
 

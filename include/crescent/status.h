@@ -112,7 +112,16 @@ extern "C" {
     X(ERR_DISK_DIRECT_IO, -3124, "O_DIRECT I/O is refused by the filesystem")                      \
     /* --- store master hardening: -3140..-3159 --- */                                             \
     X(ERR_REGEX_BUDGET, -3140, "regular expression exceeded its matching budget")                  \
-    X(ERR_SEGMENT_FENCED, -3141, "segment accepts no allocations yet (fenced)")
+    X(ERR_SEGMENT_FENCED, -3141, "segment accepts no allocations yet (fenced)")                    \
+    /* --- standalone store client and thin clients: -3060..-3079 --- */                           \
+    X(ERR_DAEMON_UNREACHABLE, -3060,                                                               \
+      "the standalone store client (crescent-client) is not "                                      \
+      "reachable")                                                                                 \
+    X(ERR_DAEMON_LOST, -3061, "crescent-client went away during the call; its outcome is unknown") \
+    X(ERR_TENANT_MISMATCH, -3062,                                                                  \
+      "the thin client's tenant is not the one crescent-client "                                   \
+      "serves")                                                                                    \
+    X(ERR_REGION_INVALID, -3063, "memory passed to crescent-client cannot be mapped as described")
 
 /** Status codes. 0 is success; every failure is negative. */
 typedef enum cr_status {

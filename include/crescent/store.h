@@ -71,6 +71,11 @@ typedef struct cr_store_config {
      *  engine's). The store registers its segment and local buffer with it
      *  and unregisters them on close. NULL (default): the store owns its own. */
     cr_engine *engine;
+    /** Mooncake's tenant_id: this client's keys live in the tenant's own
+     *  namespace at the master (remove_by_regex and remove_all reach only
+     *  them). NULL, "" or "default" (default): the default namespace, as
+     *  before tenants existed. At most 128 bytes, no byte 0x1F. */
+    const char *tenant_id;
 } cr_store_config;
 
 /** Fill defaults. Never fails. */
@@ -449,9 +454,111 @@ CR_API void cr_store_free_names(char **names, size_t n);
 
 /* --- memory ------------------------------------------------------------------ */
 
-/** Register memory for zero-copy calls (host memory; "cpu:0"). */
+/** Register memory for zero-copy calls (host memory; "cpu:0"). In thin mode
+ *  see cr_store_setup_thin for what registration means. */
 CR_API int cr_store_register_buffer(cr_store *s, void *buf, size_t len);
 CR_API int cr_store_unregister_buffer(cr_store *s, void *buf);
+
+/* --- thin mode: a thin client of crescent-client (docs/standalone-client.md) -- */
+
+/**
+ * Thin-client configuration; initialise with cr_store_thin_config_init.
+ * Strings are borrowed for cr_store_setup_thin only.
+ */
+typedef struct cr_store_thin_config {
+    uint32_t struct_size;
+    /** Where crescent-client listens: "host:port" (the daemon's --port, as
+     *  Mooncake's real-client address; the host part is not used, the
+     *  daemon is on this host), "@name" (an abstract Unix socket) or
+     *  "unix:/path" / "/path". Default "127.0.0.1:50052". */
+    const char *server_address;
+    /** The shared pool (cr_store_pool_alloc; also the staging space of
+     *  copying puts). Default 64 MiB, at least 2 MiB. */
+    uint64_t mem_pool_size;
+    /** Where the daemon places values of copying gets for this client.
+     *  Default 16 MiB, at least 2 MiB. */
+    uint64_t local_buffer_size;
+    /** The daemon's shared secret, if it has one. NULL: the environment's
+     *  CRESCENT_CLIENT_SECRET, if set. */
+    const char *shared_secret;
+    /** NULL, "" or "default": whatever tenant the daemon serves. Otherwise it
+     *  must be the daemon's --tenant_id (CR_ERR_TENANT_MISMATCH). */
+    const char *tenant_id;
+    /** Longest wait for one answer of the daemon; default 120000 ms (the
+     *  daemon's own deadlines end its calls well before). */
+    uint32_t call_timeout_ms;
+    /** Connections to the daemon at most (one per concurrently calling
+     *  thread); default 16. */
+    uint32_t max_connections;
+} cr_store_thin_config;
+
+/** Fill defaults. Never fails. */
+CR_API void cr_store_thin_config_init(cr_store_thin_config *cfg);
+
+/**
+ * Create a thin client: a cr_store whose every call is carried out by the
+ * standalone store client daemon (crescent-client) on this host, over a
+ * Unix socket. The daemon owns the host's segment, engine and master
+ * connection; this process owns a memfd of mem_pool_size +
+ * local_buffer_size bytes that the daemon maps too, so zero-copy calls on
+ * pool memory (cr_store_pool_alloc) move no byte between the processes.
+ *
+ * Registration (cr_store_register_buffer) of other memory: memory in a
+ * shared file mapping this process can name by a descriptor (cr_alloc_shared,
+ * memfds, /dev/shm files) is handed to the daemon, which maps it too
+ * (zero-copy); other memory (malloc, anonymous mappings) is accepted and
+ * copied through the pool on each call (the slow path, counted in
+ * cr_store_thin_stats.slow_path_*). Copying calls copy once through the
+ * pool (puts) or the local buffer (gets), as an embedded client copies
+ * through its staging buffer; values too large for those go through a
+ * temporary memfd.
+ *
+ * Lifetime: if the daemon goes away, calls fail at once with
+ * CR_ERR_DAEMON_UNREACHABLE (and CR_ERR_DAEMON_LOST for a call it was
+ * answering: its outcome is unknown), cr_store_health says so, and the next
+ * call after the daemon is back reconnects (same pool, registrations
+ * replayed). Objects live in the daemon's segment and outlive this process.
+ * A thin store may not be used across fork(). cr_store_engine returns NULL.
+ * Errors: CR_INVALID_PARAMS (the field named), CR_ERR_DAEMON_UNREACHABLE,
+ * CR_ERR_AUTH_FAILED, CR_ILLEGAL_CLIENT, CR_ERR_VERSION_MISMATCH,
+ * CR_ERR_TENANT_MISMATCH, CR_ERR_NO_MEMORY, CR_ERR_SYSTEM.
+ */
+CR_API int cr_store_setup_thin(const cr_store_thin_config *cfg, cr_store **out);
+
+/** Is s a thin client? NULL: false. */
+CR_API bool cr_store_is_thin(const cr_store *s);
+
+/**
+ * size bytes of the thin client's shared pool (64-byte aligned), usable at
+ * once for zero-copy calls, until cr_store_pool_free. Waits for nothing:
+ * CR_NO_AVAILABLE_HANDLE when the pool has no such free block now.
+ * Errors: CR_INVALID_PARAMS (size 0), CR_UNAVAILABLE_IN_CURRENT_MODE (not
+ * a thin client).
+ */
+CR_API int cr_store_pool_alloc(cr_store *s, size_t size, void **out);
+
+/** Free what cr_store_pool_alloc returned; CR_INVALID_PARAMS for anything
+ *  else. NULL is a no-op. */
+CR_API int cr_store_pool_free(cr_store *s, void *ptr);
+
+/** Counters of a thin client since setup (monotonic unless noted). */
+typedef struct cr_store_thin_stats {
+    uint64_t calls;           /**< calls sent to the daemon */
+    uint64_t zero_copy_bytes; /**< value bytes the daemon moved in place (pool, shared regions) */
+    uint64_t copied_bytes;    /**< value bytes of copying calls, copied once here */
+    uint64_t slow_path_calls; /**< zero-copy calls on non-shareable registered memory */
+    uint64_t slow_path_bytes; /**< ... and their bytes, copied through the pool */
+    uint64_t transient_calls; /**< values larger than the pool or local buffer (temporary memfd) */
+    uint64_t reconnects;      /**< sessions opened after the first */
+    uint64_t daemon_lost;     /**< calls that failed because the daemon went away */
+    uint64_t shared_regions;  /**< registered regions the daemon maps (now) */
+    uint64_t slow_path_regions; /**< registered regions copied through the pool (now) */
+    uint64_t connections;       /**< open connections (now) */
+    uint64_t pool_used;         /**< pool bytes allocated (now) */
+} cr_store_thin_stats;
+
+/** Errors: CR_INVALID_PARAMS, CR_UNAVAILABLE_IN_CURRENT_MODE (not thin). */
+CR_API int cr_store_thin_stats_get(cr_store *s, cr_store_thin_stats *out);
 
 #ifdef __cplusplus
 }

@@ -11,11 +11,19 @@
   crescent-master with a clear message rather than ignored.
 * ``mooncake_http_metadata_server [--host H] [--port P]`` execs
   ``crescent-metadata-server`` (defaults as Mooncake's: 0.0.0.0:8080).
+* ``mooncake_client [flags]`` execs ``crescent-client``, the standalone
+  store client (Mooncake's real client). crescent-client reads Mooncake's
+  real_client flags itself (--host, --port, --master_server_address,
+  --metadata_server, --protocol, --device_names, --global_segment_size,
+  --local_buffer_size, --threads, --tenant_id, --enable_http_server,
+  --http_port, glog's flags, --flagfile) and refuses what it cannot honour
+  with exit 2, so the arguments go through unchanged.
 
 Binaries are looked up in this order: CRESCENT_MASTER_BIN /
-CRESCENT_METADATA_SERVER_BIN (full paths), $CRESCENT_BIN_DIR/<name>,
+CRESCENT_METADATA_SERVER_BIN / CRESCENT_CLIENT_BIN (full paths), $CRESCENT_BIN_DIR/<name>,
 <crescent package>/bin/<name> (pip installs put them there), the build tree
-next to the package (<build>/tools/master/, <build>/tools/metadata-server/),
+next to the package (<build>/tools/master/, <build>/tools/metadata-server/,
+<build>/tools/client/),
 then PATH.
 """
 
@@ -29,9 +37,11 @@ from typing import List, Optional
 
 MASTER = "crescent-master"
 METADATA_SERVER = "crescent-metadata-server"
+CLIENT = "crescent-client"
 
-_ENV = {MASTER: "CRESCENT_MASTER_BIN", METADATA_SERVER: "CRESCENT_METADATA_SERVER_BIN"}
-_BUILD_DIR = {MASTER: "master", METADATA_SERVER: "metadata-server"}
+_ENV = {MASTER: "CRESCENT_MASTER_BIN", METADATA_SERVER: "CRESCENT_METADATA_SERVER_BIN",
+        CLIENT: "CRESCENT_CLIENT_BIN"}
+_BUILD_DIR = {MASTER: "master", METADATA_SERVER: "metadata-server", CLIENT: "client"}
 
 # glog flags: name -> takes a value
 _GLOG_FLAGS = {"v": True, "minloglevel": True, "stderrthreshold": True, "log_dir": True,
@@ -158,6 +168,11 @@ def metadata_server(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 = any)")
     ns = p.parse_args(sys.argv[1:] if argv is None else list(argv))
     return _exec(METADATA_SERVER, ["--host", ns.host, "--port", str(ns.port)])
+
+
+def client(argv: Optional[List[str]] = None) -> int:
+    """Entry point of ``mooncake_client`` (crescent-client takes Mooncake's flags)."""
+    return _exec(CLIENT, sys.argv[1:] if argv is None else list(argv))
 
 
 # Mooncake's module-level name for the mooncake_master entry point.

@@ -394,9 +394,8 @@ def _missing_feature(enable_ssd_offload: Any, tenant_id: Any, enable_client_http
     if enable_ssd_offload:
         return ("enable_ssd_offload=True: crescent has no SSD offload tier yet "
                 "(leave it False; ssd_offload_path is then unused)")
-    if tenant_id not in (None, "", "default"):
-        return (f"tenant_id={tenant_id!r}: crescent has no tenants yet; every client shares "
-                "the 'default' namespace")
+    if tenant_id is not None and not isinstance(tenant_id, str):
+        return f"tenant_id={tenant_id!r} is not a string"
     if enable_client_http_server:
         return (f"enable_client_http_server=True (client_http_port={client_http_port}): crescent "
                 "has no client HTTP server yet; use the master's /metrics and /health")
@@ -444,11 +443,12 @@ class MooncakeDistributedStore(TensorMixin):
         one host, tcp between hosts). engine (a TransferEngine) is shared.
         A local_hostname without a port gets one from 12300..14300
         (MC_STORE_CLIENT_MIN_PORT / MC_STORE_CLIENT_MAX_PORT), as Mooncake's.
-        enable_ssd_offload, tenant_id, enable_client_http_server and
-        client_http_port are accepted; values that ask for what crescent does
-        not have yet (enable_ssd_offload=True, a tenant_id other than
-        "default", enable_client_http_server=True) return -1012 with the
-        reason logged.
+        tenant_id puts this client's keys in the tenant's namespace at the
+        master (remove_by_regex / remove_all reach only them; "default" is
+        the namespace of clients without one). enable_ssd_offload,
+        enable_client_http_server and client_http_port are accepted; values
+        that ask for what crescent does not have yet (enable_ssd_offload=True,
+        enable_client_http_server=True) return -1012 with the reason logged.
         """
         positional = (local_hostname, metadata_server, global_segment_size, local_buffer_size,
                       protocol, rdma_devices, master_server_addr)
@@ -565,7 +565,8 @@ class MooncakeDistributedStore(TensorMixin):
                 try:
                     s = _crescent.Store(name, meta, gss, lbs, proto, rdma_devices or "", master,
                                         transfer_timeout_ms=_util.transfer_timeout_ms(),
-                                        engine=native_engine)
+                                        engine=native_engine,
+                                        tenant_id=tenant_id or None)
                     break
                 except CrescentError as e:
                     if pick_port and e.code in (_ERR_BIND, _SEGMENT_EXISTS) and \
@@ -608,9 +609,47 @@ class MooncakeDistributedStore(TensorMixin):
 
     def setup_dummy(self, mem_pool_size: int, local_buffer_size: int,
                     server_address: str) -> int:
-        """Standalone (dummy-client) mode is not available in crescent: returns -1."""
-        log.error("setup_dummy: crescent has no dummy/real client split; use setup()")
-        return -1
+        """setup_dummy(mem_pool_size, local_buffer_size, server_address) -> int
+
+        Become a thin ("dummy") client of the standalone store client
+        (crescent-client / mooncake_client) on this host at server_address
+        ("host:port", the daemon's --port; also "@name" or a socket path).
+        The daemon owns the segment, the engine and the master connection
+        and runs every call; this process shares with it a pool of
+        mem_pool_size bytes (alloc_from_mem_pool; zero-copy for put_from /
+        get_into, and the staging of copying puts) and a local buffer of
+        local_buffer_size bytes (where copying gets' values arrive). Memory
+        registered with register_buffer that is shared memory
+        (MooncakeHostMemAllocator, crescent.alloc_shared) is mapped by the
+        daemon too: zero-copy; other memory is copied through the pool.
+        The tenant is MOONCAKE_TENANT_ID if set (it must be the daemon's),
+        the shared secret CRESCENT_CLIENT_SECRET. Returns 0 or a negative
+        ErrorCode (-3060: no daemon listens there)."""
+        try:
+            pool = _byte_size(mem_pool_size, "mem_pool_size")
+            lbs = _byte_size(local_buffer_size, "local_buffer_size")
+        except (CrescentError, TypeError, ValueError) as e:
+            log.error("setup_dummy: %s", e)
+            return _INVALID_PARAMS
+        if not isinstance(server_address, str) or not server_address.strip():
+            log.error("setup_dummy: server_address must be \"host:port\", not %r",
+                      server_address)
+            return _INVALID_PARAMS
+        tenant = os.environ.get("MOONCAKE_TENANT_ID", "").strip() or None
+        with self._lock:
+            if self._s is not None:
+                log.error("setup_dummy: this store is already set up; close() it first")
+                return _INVALID_PARAMS
+            try:
+                s = _crescent.Store(thin=server_address.strip(), mem_pool_size=pool or None,
+                                    local_buffer_size=lbs or None, tenant_id=tenant)
+            except CrescentError as e:
+                log.error("setup_dummy failed: %s", e)
+                return e.code
+            self._s = s
+            self._engine = None
+            self._regs = _util.Registrations(self._phys_register, self._phys_unregister)
+        return 0
 
     def init_all(self, protocol: str, device_name: str,
                  mount_segment_size: int = 16 * 1024 * 1024) -> int:
@@ -1370,8 +1409,17 @@ class MooncakeDistributedStore(TensorMixin):
         return regs.unregister(ptr)
 
     def alloc_from_mem_pool(self, size: int) -> int:
-        """Not available in crescent: returns 0 (Mooncake's failure value)."""
-        return 0
+        """Thin mode (setup_dummy): size bytes of the pool shared with the
+        daemon, already usable for zero-copy calls; the address, 0 on failure
+        (Mooncake's failure value). Embedded mode has no pool: 0."""
+        s = self._s
+        if s is None or not s.is_thin:
+            return 0
+        try:
+            return s.pool_alloc(_size(size))
+        except CrescentError as e:
+            log.error("alloc_from_mem_pool(%s): %s", size, e)
+            return 0
 
     def __repr__(self) -> str:
         return f"<MooncakeDistributedStore {self.get_hostname() or '(not set up)'}>"

@@ -22,7 +22,7 @@
 #include "store_obj.h"
 
 /* A size from an int or a human-readable str ("16MB"). */
-static int size_or_text(PyObject *o, const char *what, uint64_t *out)
+int pcr_store_size_arg(PyObject *o, const char *what, uint64_t *out)
 {
     if (PyUnicode_Check(o)) {
         const char *text = PyUnicode_AsUTF8(o);
@@ -127,6 +127,11 @@ static int store_init(Store *self, PyObject *args, PyObject *kw)
                              "rpc_timeout_ms",
                              "heartbeat_interval_ms",
                              "engine",
+                             "thin",
+                             "mem_pool_size",
+                             "shared_secret",
+                             "tenant_id",
+                             "call_timeout_ms",
                              NULL};
     if (self->store != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Store is already set up");
@@ -135,13 +140,18 @@ static int store_init(Store *self, PyObject *args, PyObject *kw)
     cr_store_config cfg;
     cr_store_config_init(&cfg);
     const char *host = NULL, *meta = NULL, *proto = NULL, *dev = NULL, *master = NULL;
-    PyObject *gss = NULL, *lbs = NULL, *engine = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&O&OOO&O&O&$O&O&O&O:Store", kwlist, pcr_conv_str,
-                                     &host, pcr_conv_str, &meta, &gss, &lbs, pcr_conv_str, &proto,
-                                     pcr_conv_str, &dev, pcr_conv_str, &master, pcr_conv_u32,
-                                     &cfg.transfer_timeout_ms, pcr_conv_u32, &cfg.rpc_timeout_ms,
-                                     pcr_conv_u32, &cfg.heartbeat_interval_ms, &engine))
+    const char *thin = NULL, *secret = NULL, *tenant = NULL;
+    PyObject *gss = NULL, *lbs = NULL, *engine = NULL, *pool = NULL;
+    uint32_t call_timeout = 0;
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kw, "|O&O&OOO&O&O&$O&O&O&OO&OO&O&O&:Store", kwlist, pcr_conv_str, &host,
+            pcr_conv_str, &meta, &gss, &lbs, pcr_conv_str, &proto, pcr_conv_str, &dev, pcr_conv_str,
+            &master, pcr_conv_u32, &cfg.transfer_timeout_ms, pcr_conv_u32, &cfg.rpc_timeout_ms,
+            pcr_conv_u32, &cfg.heartbeat_interval_ms, &engine, pcr_conv_str, &thin, &pool,
+            pcr_conv_str, &secret, pcr_conv_str, &tenant, pcr_conv_u32, &call_timeout))
         return -1;
+    if (thin != NULL)
+        return pcr_store_init_thin(self, thin, pool, lbs, secret, tenant, call_timeout);
     if (host != NULL)
         cfg.local_hostname = host;
     if (meta != NULL)
@@ -152,11 +162,12 @@ static int store_init(Store *self, PyObject *args, PyObject *kw)
         cfg.devices = dev;
     if (master != NULL)
         cfg.master_address = master;
+    cfg.tenant_id = tenant;
     if (gss != NULL && gss != Py_None &&
-        size_or_text(gss, "global_segment_size", &cfg.global_segment_size) < 0)
+        pcr_store_size_arg(gss, "global_segment_size", &cfg.global_segment_size) < 0)
         return -1;
     if (lbs != NULL && lbs != Py_None &&
-        size_or_text(lbs, "local_buffer_size", &cfg.local_buffer_size) < 0)
+        pcr_store_size_arg(lbs, "local_buffer_size", &cfg.local_buffer_size) < 0)
         return -1;
     if (engine != NULL && engine != Py_None) {
         cfg.engine = pcr_engine_borrow(engine);
@@ -1126,6 +1137,8 @@ static PyMethodDef store_methods[] = {
 };
 
 static PyGetSetDef store_getset[] = {
+    {"is_thin", (getter)pcr_store_get_is_thin, NULL,
+     "True for a thin client of crescent-client (Store(thin=...)).", NULL},
     {"hostname", (getter)store_get_hostname, NULL,
      "This client's segment name (what preferred_segments refers to).", NULL},
     {"engine_rpc_port", (getter)store_get_engine_rpc_port, NULL,

@@ -37,6 +37,15 @@ PyObject *pcr_store_put_session_revoke(PyObject *self, PyObject *args, PyObject 
 PyObject *pcr_store_list_segments(PyObject *self, PyObject *unused);
 PyObject *pcr_store_engine_stats(PyObject *self, PyObject *unused);
 
+/* store_thin.c: thin mode (a thin client of crescent-client). */
+int pcr_store_size_arg(PyObject *o, const char *what, uint64_t *out);
+int pcr_store_init_thin(Store *self, const char *address, PyObject *pool, PyObject *lbs,
+                        const char *secret, const char *tenant, uint32_t call_timeout_ms);
+PyObject *pcr_store_pool_alloc(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *pcr_store_pool_free(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *pcr_store_thin_stats(PyObject *self, PyObject *unused);
+PyObject *pcr_store_get_is_thin(PyObject *self, void *unused);
+
 #define PCR_SESSION_KW     (METH_VARARGS | METH_KEYWORDS)
 #define PCR_SESSION_FN(fn) ((PyCFunction)(void (*)(void))(fn))
 #define PCR_STORE_SESSION_METHODS                                                                  \
@@ -62,9 +71,17 @@ PyObject *pcr_store_engine_stats(PyObject *self, PyObject *unused);
          "put_session_revoke(keys) -> list[int]\n\nSeal, drain and release the objects."},         \
         {"list_segments", PCR_SESSION_FN(pcr_store_list_segments), METH_NOARGS,                    \
          "list_segments() -> list[str]\n\nNames of every segment mounted at the master."},         \
+        {"engine_stats", PCR_SESSION_FN(pcr_store_engine_stats), METH_NOARGS,                      \
+         "engine_stats() -> dict\n\nCounters of the store's transfer engine (Engine.stats())."},   \
+        {"pool_alloc", PCR_SESSION_FN(pcr_store_pool_alloc), PCR_SESSION_KW,                       \
+         "pool_alloc(size) -> int\n\nThin mode: size bytes of the pool shared with "               \
+         "crescent-client\n(zero-copy for put_from / get_into); the address."},                    \
+        {"pool_free", PCR_SESSION_FN(pcr_store_pool_free), PCR_SESSION_KW,                         \
+         "pool_free(address)\n\nThin mode: free what pool_alloc returned."},                       \
     {                                                                                              \
-        "engine_stats", PCR_SESSION_FN(pcr_store_engine_stats), METH_NOARGS,                       \
-            "engine_stats() -> dict\n\nCounters of the store's transfer engine (Engine.stats())."  \
+        "thin_stats", PCR_SESSION_FN(pcr_store_thin_stats), METH_NOARGS,                           \
+            "thin_stats() -> dict\n\nThin mode: counters (zero-copy and slow-path bytes, "         \
+            "reconnects, ...)."                                                                    \
     }
 
 #endif

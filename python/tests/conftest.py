@@ -3,9 +3,14 @@ crescent-metadata-server processes on free ports, store/engine helpers and a
 helper that runs a second client process.
 
 Binaries are found through CRESCENT_MASTER_BIN / CRESCENT_METADATA_SERVER_BIN
-(set by CTest), else mooncake.cli.find_binary (CRESCENT_BIN_DIR, the build
-tree next to the package, PATH). A missing binary fails the suite: it is not
-a reason to skip.
+/ CRESCENT_CLIENT_BIN (set by CTest), else mooncake.cli.find_binary
+(CRESCENT_BIN_DIR, the build tree next to the package, PATH). A missing
+binary fails the suite: it is not a reason to skip.
+
+With CRESCENT_PY_THIN=1 (CTest's python_thin_tests) the ``store`` and
+``store_factory`` fixtures make thin clients instead: setup_dummy() against a
+crescent-client daemon this module starts on the module's master, so the
+conformance tests that use them run through the daemon.
 """
 
 from __future__ import annotations
@@ -94,17 +99,48 @@ def metadata_url() -> Iterator[str]:
     assert srv.stop() == 0
 
 
+THIN = os.environ.get("CRESCENT_PY_THIN", "") not in ("", "0")
+_daemons = 0
+
+
+def start_daemon(master_addr: str, *extra: str) -> Server:
+    """A crescent-client for master_addr on a socket of its own; match groups:
+    1 the socket, 2 the segment name."""
+    global _daemons
+    _daemons += 1
+    sock = "@crescent-pytest-%d-%d" % (os.getpid(), _daemons)
+    return Server([_binary(cli.CLIENT), "--master_server_address=" + master_addr,
+                   "--metadata_server=P2PHANDSHAKE", "--host=127.0.0.1", "--socket=" + sock,
+                   "--global_segment_size=512MB", "--threads=2", "--protocol=auto"] +
+                  list(extra),
+                  r"serving (\S+) segment (\S+)")
+
+
+@pytest.fixture(scope="module")
+def daemon(master) -> Iterator[str]:
+    """Socket name of a crescent-client serving this module's master."""
+    srv = start_daemon(master)
+    yield srv.match.group(1)
+    rc = srv.stop()
+    assert rc == 0, "crescent-client exited with %s: %s" % (rc, "".join(srv.stderr_lines))
+
+
 @pytest.fixture
-def store_factory(master):
-    """make(**overrides) -> a set-up MooncakeDistributedStore, closed after the test."""
+def store_factory(request, master):
+    """make(**overrides) -> a set-up MooncakeDistributedStore, closed after the test
+    (a thin client of the module's daemon when CRESCENT_PY_THIN is set)."""
     from mooncake.store import MooncakeDistributedStore
 
     made = []
+    sock = request.getfixturevalue("daemon") if THIN else None
 
     def make(protocol: str = "tcp", gss: int = 64 * MiB, lbs: int = 16 * MiB,
              metadata: str = "P2PHANDSHAKE", host: str = "127.0.0.1"):
         s = MooncakeDistributedStore()
-        rc = s.setup(host, metadata, gss, lbs, protocol, "", master)
+        if sock is not None:
+            rc = s.setup_dummy(128 * MiB, max(lbs, 4 * MiB), sock)
+        else:
+            rc = s.setup(host, metadata, gss, lbs, protocol, "", master)
         assert rc == 0, f"setup returned {rc}"
         made.append(s)
         return s

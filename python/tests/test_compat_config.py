@@ -10,7 +10,7 @@ real crescent-master:
   descriptor types;
 * MooncakeConfig: fields, environment variables, __post_init__ validation,
   from_file without overrides; setup() refuses values asking for SSD
-  offload, tenants or the client HTTP server (-1012) and accepts defaults;
+  offload or the client HTTP server (-1012) and accepts defaults (and tenants);
 * mooncake.BufferPool and lease.ptr / lease.size / lease.buffer properties.
 """
 
@@ -195,11 +195,12 @@ def test_setup_refuses_missing_features(master, caplog):
     args = ("127.0.0.1", "P2PHANDSHAKE", 4 * MiB, MiB, "tcp", "", master)
     with caplog.at_level(logging.ERROR):
         assert s.setup(*args, enable_ssd_offload=True, ssd_offload_path="/nvme") == -1012
-        assert s.setup(*args, tenant_id="tenant-a") == -1012
         assert s.setup(*args, enable_client_http_server=True, client_http_port=9300) == -1012
         assert s.setup(*args, client_http_port=-5) == -1012
-    for word in ("SSD offload", "tenants", "client HTTP server"):
+    for word in ("SSD offload", "client HTTP server"):
         assert word in caplog.text
+    assert s.setup(*args, tenant_id="tenant-a") == 0  # tenants are namespaces at the master
+    s.close()
     assert s.setup(*args, enable_ssd_offload=False, ssd_offload_path="", tenant_id="default",
                    enable_client_http_server=False, client_http_port=9300) == 0
     s.close()

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "master/tenants.h"
 
 #define CHUNK 256
 
@@ -375,13 +376,118 @@ static int all_segments(crk_service *s, crk_scratch *sc, crp_rpc_names_resp *out
     return rc;
 }
 
+/* --- tenants (master/tenants.h) ------------------------------------------------ */
+
+/* key in the namespace ns (length nl): ns + key; for the default namespace
+ * the key itself, or "" (which the service refuses as CR_INVALID_KEY) when
+ * it begins with the reserved byte. NULL when out of memory. */
+static char *qualified(crk_scratch *sc, const char *ns, size_t nl, char *key)
+{
+    if (key == NULL)
+        return key;
+    if (nl == 0)
+        return key[0] == CRK_TENANT_MARK ? (char *)"" : key;
+    size_t kl = strlen(key);
+    char *q = scratch_alloc_raw(sc, nl + kl + 1, 1);
+    if (q != NULL) {
+        memcpy(q, ns, nl);
+        memcpy(q + nl, key, kl + 1);
+    }
+    return q;
+}
+
+static int qualify_all(crk_scratch *sc, const char *ns, size_t nl, char ***keys, size_t n)
+{
+    bool change = nl > 0;
+    for (size_t i = 0; i < n && !change; i++)
+        change = (*keys)[i] != NULL && (*keys)[i][0] == CRK_TENANT_MARK;
+    if (!change)
+        return 0;
+    char **q = scratch_alloc(sc, n, sizeof(char *));
+    if (q == NULL)
+        return CR_ERR_NO_MEMORY;
+    for (size_t i = 0; i < n; i++)
+        if ((q[i] = qualified(sc, ns, nl, (*keys)[i])) == NULL)
+            return CR_ERR_NO_MEMORY;
+    *keys = q;
+    return 0;
+}
+
+/* *q = req with every key in the namespace of req's tenant, whose prefix
+ * goes to ns. 0, CR_INVALID_PARAMS (bad tenant name), CR_ERR_NO_MEMORY. */
+static int tenant_view(const crp_rpc_req *req, crk_scratch *sc, char ns[CRK_TENANT_PREFIX + 1],
+                       crp_rpc_req *q)
+{
+    *q = *req;
+    int rc = crk_tenant_prefix(req->tenant, ns);
+    if (rc < 0)
+        return rc;
+    size_t nl = strlen(ns);
+    __typeof__(q->u) *u = &q->u;
+    char **one = NULL;
+    switch (req->op) {
+    case CRP_RPC_EXIST:
+    case CRP_RPC_GET_REPLICA_LIST:
+    case CRP_RPC_QUERY_KEY:
+        one = &u->key.key;
+        break;
+    case CRP_RPC_PUT_START:
+    case CRP_RPC_UPSERT_START:
+        one = &u->put_start.key;
+        break;
+    case CRP_RPC_PUT_END:
+    case CRP_RPC_UPSERT_END:
+    case CRP_RPC_PUT_REVOKE:
+    case CRP_RPC_UPSERT_REVOKE:
+        one = &u->owner_key.key;
+        break;
+    case CRP_RPC_REMOVE:
+        one = &u->remove.key;
+        break;
+    case CRP_RPC_BATCH_EXIST:
+    case CRP_RPC_BATCH_GET_REPLICA_LIST:
+        return qualify_all(sc, ns, nl, &u->keys.keys, u->keys.n_keys);
+    case CRP_RPC_BATCH_PUT_START:
+    case CRP_RPC_BATCH_UPSERT_START:
+        return qualify_all(sc, ns, nl, &u->batch_put_start.keys, u->batch_put_start.n_keys);
+    case CRP_RPC_BATCH_PUT_END:
+    case CRP_RPC_BATCH_UPSERT_END:
+    case CRP_RPC_BATCH_PUT_REVOKE:
+    case CRP_RPC_BATCH_UPSERT_REVOKE:
+        return qualify_all(sc, ns, nl, &u->owner_keys.keys, u->owner_keys.n_keys);
+    case CRP_RPC_BATCH_REMOVE:
+        return qualify_all(sc, ns, nl, &u->batch_remove.keys, u->batch_remove.n_keys);
+    case CRP_RPC_BATCH_REPLICA_CLEAR:
+        return qualify_all(sc, ns, nl, &u->replica_clear.keys, u->replica_clear.n_keys);
+    default:
+        return 0;
+    }
+    *one = qualified(sc, ns, nl, *one);
+    return *one != NULL ? 0 : CR_ERR_NO_MEMORY;
+}
+
 void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
                   const crp_rpc_req *req, uint64_t now, crp_rpc_resp *resp, crk_scratch *sc)
 {
     memset(resp, 0, sizeof(*resp));
     resp->op = req->op;
+    crp_rpc_req in_tenant;
+    char ns[CRK_TENANT_PREFIX + 1];
+    int rc = tenant_view(req, sc, ns, &in_tenant);
+    if (rc == 0 && req->op == CRP_RPC_REMOVE_BY_REGEX && req->u.regex.pattern == NULL)
+        rc = crb_error(CR_INVALID_PARAMS, "remove_by_regex: pattern is NULL");
+    if (rc < 0) {
+        const char *m = cr_last_error_message();
+        char *copy = scratch_alloc(sc, strlen(m) + 1, 1);
+        if (copy != NULL)
+            memcpy(copy, m, strlen(m) + 1);
+        resp->status = rc;
+        resp->message = copy;
+        return;
+    }
+    req = &in_tenant;
     const __typeof__(req->u) *u = &req->u;
-    int rc = check_peer(peer, req);
+    rc = check_peer(peer, req);
     switch (rc == 0 ? req->op : 0) {
     case 0:
         break; /* refused by check_peer */
@@ -500,11 +606,12 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
     case CRP_RPC_REMOVE:
         rc = crk_remove(s, u->remove.key, u->remove.force, now);
         break;
-    case CRP_RPC_REMOVE_BY_REGEX:
-        rc = crk_remove_by_regex(s, u->regex.pattern, u->regex.force, now, &resp->u.count.count);
+    case CRP_RPC_REMOVE_BY_REGEX: /* scoped to the tenant (master/tenants.h) */
+        rc = crk_remove_in_namespace(s, ns, u->regex.pattern, u->regex.force, now,
+                                     &resp->u.count.count);
         break;
     case CRP_RPC_REMOVE_ALL:
-        rc = crk_remove_all(s, u->force.force, now, &resp->u.count.count);
+        rc = crk_remove_in_namespace(s, ns, NULL, u->force.force, now, &resp->u.count.count);
         break;
     case CRP_RPC_BATCH_REMOVE:
         rc = batch_statuses(s, sc, do_remove, (crk_client_id){0, 0}, u->batch_remove.keys,

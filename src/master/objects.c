@@ -28,6 +28,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "master/internal.h"
+#include "master/tenants.h"
 #include "master/mem.h"
 #include "master/regex.h"
 
@@ -787,8 +788,20 @@ static bool removable(const crk_object *o, bool force, uint64_t now)
     return !o->write && (force || o->lease_until <= now);
 }
 
-/* remove_all: every removable object, one shard at a time. */
-static int remove_every(crk_service *s, bool force, uint64_t now, uint64_t *count)
+/* Is o in the tenant namespace ns (length nl; master/tenants.h)? ns NULL:
+ * every namespace; "" (nl 0): the default tenant's keys only. */
+static bool in_namespace(const crk_object *o, const char *ns, size_t nl)
+{
+    if (ns == NULL)
+        return true;
+    if (nl == 0)
+        return o->key_len == 0 || o->key[0] != CRK_TENANT_MARK;
+    return o->key_len >= nl && memcmp(o->key, ns, nl) == 0;
+}
+
+/* remove_all: every removable object of the namespace, one shard at a time. */
+static int remove_every(crk_service *s, const char *ns, size_t nl, bool force, uint64_t now,
+                        uint64_t *count)
 {
     for (size_t i = 0; i < CRK_NUM_SHARDS; i++) {
         if (atomic_load_explicit(&s->stopping, memory_order_relaxed))
@@ -802,7 +815,7 @@ static int remove_every(crk_service *s, bool force, uint64_t now, uint64_t *coun
          * again; an entry seen twice is judged the same way twice. */
         for (size_t j = 0; j < sh->nslots;) {
             crk_object *o = sh->slots[j].obj;
-            if (!o || !removable(o, force, now)) {
+            if (!o || !removable(o, force, now) || !in_namespace(o, ns, nl)) {
                 j++;
                 continue;
             }
@@ -862,15 +875,15 @@ static int scan_add(scan_buf *b, const crk_object *o)
  * are still removable under the lock again. A key present throughout is
  * seen: the copy is of the whole shard at one moment.
  */
-static int remove_matching_in(crk_service *s, crk_shard *sh, crk_regex *re, bool force,
-                              uint64_t now, scan_buf *b, uint64_t *count)
+static int remove_matching_in(crk_service *s, crk_shard *sh, const char *ns, size_t nl,
+                              crk_regex *re, bool force, uint64_t now, scan_buf *b, uint64_t *count)
 {
     b->n = b->len = 0;
     int rc = 0;
     pthread_mutex_lock(&sh->mu);
     for (size_t j = 0; j < sh->nslots && rc == 0; j++) {
         crk_object *o = sh->slots[j].obj;
-        if (o && removable(o, force, now))
+        if (o && removable(o, force, now) && in_namespace(o, ns, nl))
             rc = scan_add(b, o);
     }
     pthread_mutex_unlock(&sh->mu);
@@ -883,7 +896,8 @@ static int remove_matching_in(crk_service *s, crk_shard *sh, crk_regex *re, bool
                              "remove_by_regex: the master is shutting down after removing %llu "
                              "keys",
                              (unsigned long long)*count);
-        rc = crk_regex_match(re, b->bytes + b->keys[i].off, b->keys[i].len);
+        /* the key as its tenant knows it: without the namespace prefix */
+        rc = crk_regex_match(re, b->bytes + b->keys[i].off + nl, b->keys[i].len - nl);
         if (rc < 0)
             return crb_error(rc, "remove_by_regex stopped after removing %llu keys: %s",
                              (unsigned long long)*count, cr_last_error_message());
@@ -957,18 +971,27 @@ int crk_remove(crk_service *s, const char *key, bool force, uint64_t now_ms)
     return counted(s, CRK_OP_REMOVE, remove_impl(s, key, NULL, force, now_ms));
 }
 
-int crk_remove_by_regex(crk_service *s, const char *pattern, bool force, uint64_t now_ms,
-                        uint64_t *removed_out)
+/* remove_by_regex (pattern) or remove_all (NULL) within namespace ns (NULL: all). */
+static int remove_scan(crk_service *s, const char *ns, const char *pattern, bool force,
+                       uint64_t now_ms, uint64_t *removed_out)
 {
+    size_t nl = ns != NULL ? strlen(ns) : 0;
+    uint64_t n = 0;
+    int rc = 0;
+    if (pattern == NULL) {
+        rc = remove_every(s, ns, nl, force, now_ms, &n);
+        if (rc == 0 && removed_out)
+            *removed_out = n;
+        return counted(s, CRK_OP_REMOVE_ALL, rc);
+    }
     crk_regex *re = NULL;
-    int rc = crk_regex_compile(pattern, &re);
+    rc = crk_regex_compile(pattern, &re);
     if (rc != 0)
         return counted(s, CRK_OP_REMOVE_BY_REGEX,
                        crb_error(rc, "remove_by_regex: %s", cr_last_error_message()));
     scan_buf b = {0};
-    uint64_t n = 0;
     for (size_t i = 0; i < CRK_NUM_SHARDS && rc == 0; i++)
-        rc = remove_matching_in(s, &s->shards[i], re, force, now_ms, &b, &n);
+        rc = remove_matching_in(s, &s->shards[i], ns, nl, re, force, now_ms, &b, &n);
     crk_free(b.keys);
     crk_free(b.bytes);
     crk_regex_free(re);
@@ -977,13 +1000,24 @@ int crk_remove_by_regex(crk_service *s, const char *pattern, bool force, uint64_
     return counted(s, CRK_OP_REMOVE_BY_REGEX, rc);
 }
 
+int crk_remove_by_regex(crk_service *s, const char *pattern, bool force, uint64_t now_ms,
+                        uint64_t *removed_out)
+{
+    if (pattern == NULL)
+        return counted(s, CRK_OP_REMOVE_BY_REGEX,
+                       crb_error(CR_INVALID_PARAMS, "remove_by_regex: pattern is NULL"));
+    return remove_scan(s, NULL, pattern, force, now_ms, removed_out);
+}
+
 int crk_remove_all(crk_service *s, bool force, uint64_t now_ms, uint64_t *removed_out)
 {
-    uint64_t n = 0;
-    int rc = remove_every(s, force, now_ms, &n);
-    if (rc == 0 && removed_out)
-        *removed_out = n;
-    return counted(s, CRK_OP_REMOVE_ALL, rc);
+    return remove_scan(s, NULL, NULL, force, now_ms, removed_out);
+}
+
+int crk_remove_in_namespace(crk_service *s, const char *prefix, const char *pattern, bool force,
+                            uint64_t now_ms, uint64_t *removed_out)
+{
+    return remove_scan(s, prefix != NULL ? prefix : "", pattern, force, now_ms, removed_out);
 }
 
 /* --- batches ----------------------------------------------------------------------------- */

@@ -42,9 +42,11 @@
 
 #include "crescent/status.h"
 
+/* Keys are at most CRK_MAX_KEY_LEN bytes, excluding the NUL: a wire key
+ * (4096) in a tenant's namespace (master/tenants.h). */
 #define CRK_NUM_SHARDS       64
-#define CRK_MAX_KEY_LEN      4096 /* bytes, excluding the NUL */
-#define CRK_MAX_SEGMENT_NAME 256  /* bytes, excluding the NUL (= CRP_MAX_NAME) */
+#define CRK_MAX_KEY_LEN      (4096 + 130)
+#define CRK_MAX_SEGMENT_NAME 256 /* bytes, excluding the NUL (= CRP_MAX_NAME) */
 #define CRK_MAX_REPLICAS     8
 
 typedef struct crk_service crk_service;

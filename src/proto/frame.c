@@ -142,6 +142,10 @@ const char *crp_type_name(int type)
         return "RPC_REQ";
     case CRP_RPC_RESP:
         return "RPC_RESP";
+    case CRP_THIN_REQ:
+        return "THIN_REQ";
+    case CRP_THIN_RESP:
+        return "THIN_RESP";
     default:
         return "?";
     }

@@ -47,6 +47,8 @@ typedef enum crp_type {
     CRP_ERROR = 14,     /* body: error message; status is the code */
     CRP_RPC_REQ = 15,   /* body: master RPC request (proto/rpc.h) */
     CRP_RPC_RESP = 16,  /* body: master RPC reply (proto/rpc.h); status mirrors its "st" */
+    CRP_THIN_REQ = 17,  /* body: thin client -> crescent-client request (proto/thin.h) */
+    CRP_THIN_RESP = 18, /* body: crescent-client reply (proto/thin.h); status mirrors "st" */
     CRP_TYPE_END
 } crp_type;
 

@@ -1268,9 +1268,12 @@ int crp_rpc_req_encode(const crp_rpc_req *m, crp_buf *out)
         return crp_mp_enc_finish(&e);
     }
     const req_shape *s = &REQ_SHAPES[OPS[i].req];
-    msgpack_pack_map(&e.pk, s->n_keys);
+    bool tenant = m->tenant != NULL && m->tenant[0] != '\0';
+    msgpack_pack_map(&e.pk, s->n_keys + (tenant ? 1 : 0));
     crp_mp_enc_u64(&e, "op", m->op);
     s->enc(&e, m);
+    if (tenant)
+        crp_mp_enc_str(&e, "tn", m->tenant, CRP_RPC_MAX_TENANT);
     return crp_mp_enc_finish(&e);
 }
 
@@ -1296,6 +1299,13 @@ int crp_rpc_req_decode(const void *data, size_t len, crp_rpc_req *out)
     rc = crp_mp_map_fields(&d.c, NULL, &u.data, s->keys, s->n_keys, v);
     if (rc == 0)
         rc = s->dec(&d, v, &m);
+    if (rc == 0) { /* the optional tenant of any request */
+        static const char *const tn_key[] = {"tn"};
+        const msgpack_object *tn[1];
+        rc = crp_mp_map_fields(&d.c, NULL, &u.data, tn_key, 1, tn);
+        if (rc == 0 && tn[0] != NULL)
+            rc = get_str(&d, "tn", tn[0], CRP_RPC_MAX_TENANT, &m.tenant);
+    }
     if (rc != 0) {
         arena_free(d.arena);
         goto destroy_unpacked;

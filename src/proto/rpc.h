@@ -13,7 +13,8 @@
  * (strict types, unknown string keys skipped, known keys at most once, no
  * trailing bytes, strings without NUL). The first field is the opcode:
  *
- *   request: {"op": u16, <request fields of the op's shape>}
+ *   request: {"op": u16, <request fields of the op's shape>,
+ *             "tn": str tenant (optional, <= CRP_RPC_MAX_TENANT; absent = default)}
  *   reply:   {"op": u16, "st": i32 (<= 0), "msg": str (optional, <= 512),
  *             <reply fields of the op's shape, present iff st == 0>}
  *
@@ -129,6 +130,7 @@
 #define CRP_RPC_MAX_REGEX     4096  /* bytes per REMOVE_BY_REGEX pattern */
 #define CRP_RPC_MAX_SOFTWARE  128   /* bytes of the software version text */
 #define CRP_RPC_MAX_MSG       512   /* bytes of a reply's error text (longer is cut) */
+#define CRP_RPC_MAX_TENANT    128   /* bytes of a request's tenant ("tn") */
 
 /*
  * X(NAME, value, "metric name", request shape, reply shape). The opcode enum,
@@ -370,6 +372,10 @@ typedef struct crp_rpc_req {
         crp_rpc_replica_clear_req replica_clear;
         crp_rpc_name_req name;
     } u;
+    /* Optional "tn" of every request: the tenant whose keys the request
+     * names (master/tenants.h). NULL or "" is the default tenant and is not
+     * sent, so default requests are what they always were. */
+    char *tenant;
     struct crp_rpc_arena *arena; /* NULL unless decoded */
 } crp_rpc_req;
 

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/net.h"
 #include "store/internal.h"
+#include "store/thin.h"
 
 void cr_store_config_init(cr_store_config *cfg)
 {
@@ -279,6 +280,10 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
     if (rc == 0)
         rc = crc_master_connect(s->master_address, s->client_id, (int)s->rpc_timeout_ms,
                                 &s->heartbeat_conn);
+    bool has_tenant =
+        cfg->struct_size >= offsetof(cr_store_config, tenant_id) + sizeof(cfg->tenant_id);
+    if (rc == 0 && has_tenant && cfg->tenant_id != NULL) /* keys in the tenant's namespace */
+        rc = crc_master_set_tenant(s->master, cfg->tenant_id);
     if (rc == 0)
         rc = mount_segment(s, s->master, false);
     if (rc < 0)
@@ -311,6 +316,10 @@ int cr_store_close(cr_store *s)
     while (atomic_load(&s->calls) > 0)
         pthread_cond_wait(&s->calls_done, &s->calls_lock);
     pthread_mutex_unlock(&s->calls_lock);
+    if (cr_store_is_thin(s)) {
+        crc_thin_close(s);
+        return 0;
+    }
     atomic_store(&s->stop, true);
     if (s->heartbeat_running)
         pthread_join(s->heartbeat_thread, NULL);
@@ -349,6 +358,8 @@ void cr_store_destroy(cr_store *s)
 {
     if (s == NULL)
         return;
+    if (cr_store_is_thin(s))
+        return crc_thin_destroy(s);
     cr_store_close(s);
     for (size_t i = 0; i < s->n_segs; i++)
         free(s->segs[i].name);
@@ -364,6 +375,8 @@ void cr_store_destroy(cr_store *s)
 int cr_store_health(cr_store *s)
 {
     CRC_ENTER(s);
+    if (cr_store_is_thin(s))
+        return crc_thin_health(s);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -390,6 +403,8 @@ int cr_store_health(cr_store *s)
 
 int cr_store_hostname(cr_store *s, char *buf, size_t len)
 {
+    if (cr_store_is_thin(s))
+        return crc_thin_hostname(s, buf, len);
     if (s == NULL || buf == NULL)
         return crb_error(CR_INVALID_PARAMS, "hostname: NULL argument");
     size_t n = strlen(s->segment_name);
@@ -407,6 +422,8 @@ cr_engine *cr_store_engine(cr_store *s)
 int cr_store_register_buffer(cr_store *s, void *buf, size_t len)
 {
     CRC_ENTER(s);
+    if (cr_store_is_thin(s))
+        return crc_thin_register(s, buf, len);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -418,6 +435,8 @@ int cr_store_register_buffer(cr_store *s, void *buf, size_t len)
 int cr_store_unregister_buffer(cr_store *s, void *buf)
 {
     CRC_ENTER(s);
+    if (cr_store_is_thin(s))
+        return crc_thin_unregister(s, buf);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;

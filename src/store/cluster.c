@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "store/internal.h"
+#include "store/thin.h"
 
 void cr_store_free_names(char **names, size_t n)
 {
@@ -20,6 +21,8 @@ void cr_store_free_names(char **names, size_t n)
 
 int cr_store_list_segments(cr_store *s, char ***names_out, size_t *n_out)
 {
+    if (cr_store_is_thin(s))
+        return crc_thin_list_segments(s, names_out, n_out);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;

@@ -22,12 +22,14 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "store/internal.h"
+#include "store/thin.h"
 
 typedef struct dest_parts {
     void *const *bufs;
     const size_t *sizes;
     size_t n;
     bool registered; /* false: one malloc'd buffer, read through staging */
+    size_t own_size; /* the size sizes points to for a value placed by a crc_value_dest */
 } dest_parts;
 
 /* Give back the reads of keys[i] granted with tokens[i] (0 = none). */
@@ -47,6 +49,27 @@ static void release_reads(cr_store *s, char **keys, uint64_t *tokens, size_t n)
     if (crc_master_send(s->master, &req, (int)s->rpc_timeout_ms) < 0)
         crb_log(CRB_LOG_DEBUG, "store %s: %s (the reads stay leased until their TTL)",
                 s->segment_name, cr_last_error_message());
+}
+
+/* Room for a copying get's value: malloc, or the caller's crc_value_dest. */
+static int value_alloc(const crc_value_dest *vd, size_t index, uint64_t size, void **out,
+                       bool *registered)
+{
+    *registered = false;
+    if (vd != NULL)
+        return vd->alloc(vd->ctx, index, size, out, registered);
+    *out = malloc(size ? size : 1);
+    return *out != NULL
+               ? 0
+               : crb_error(CR_ERR_NO_MEMORY, "a value of %llu bytes", (unsigned long long)size);
+}
+
+static void value_release(const crc_value_dest *vd, void *p)
+{
+    if (vd != NULL && p != NULL)
+        vd->release(vd->ctx, p);
+    else
+        free(p);
 }
 
 /* Put this client's own replica first. */
@@ -96,7 +119,8 @@ static int read_from(cr_store *s, const crp_rpc_replica *rep, const dest_parts *
 }
 
 /* Fetch replicas, check the destination capacity, read with failover. */
-static int64_t get_value(cr_store *s, const char *key, dest_parts *d, void **alloc_out)
+static int64_t get_value(cr_store *s, const char *key, dest_parts *d, void **alloc_out,
+                         const crc_value_dest *vd)
 {
     int rc = crc_check_open(s);
     if (rc == 0)
@@ -122,15 +146,22 @@ static int64_t get_value(cr_store *s, const char *key, dest_parts *d, void **all
     for (size_t i = 0; i < d->n; i++)
         cap += d->sizes[i];
     if (alloc_out != NULL) {
-        void *buf = malloc(size ? size : 1);
-        if (buf == NULL) {
+        void *buf = NULL;
+        bool direct = false;
+        rc = value_alloc(vd, 0, size, &buf, &direct);
+        if (rc < 0) {
             crp_rpc_resp_clear(&resp);
-            return crb_error(CR_ERR_NO_MEMORY, "get '%s': %llu bytes", key,
-                             (unsigned long long)size);
+            return crb_error(rc, "get '%s': no room for %llu bytes: %s", key,
+                             (unsigned long long)size, cr_last_error_message());
         }
         *alloc_out = buf;
         d->bufs = (void *const *)alloc_out;
         cap = size;
+        if (direct) { /* registered memory: read into it, no staging */
+            d->own_size = (size_t)size;
+            d->sizes = &d->own_size;
+            d->registered = true;
+        }
     } else if (size > cap) {
         crp_rpc_resp_clear(&resp);
         return crb_error(CR_BUFFER_OVERFLOW, "get '%s': the value has %llu bytes, the buffer %llu",
@@ -165,12 +196,19 @@ int64_t cr_store_get(cr_store *s, const char *key, void **value_out)
     CRC_ENTER(s);
     if (value_out == NULL)
         return crb_error(CR_INVALID_PARAMS, "get: value_out is NULL");
+    if (cr_store_is_thin(s))
+        return crc_thin_get(s, key, value_out);
+    return crc_get_to(s, key, NULL, value_out);
+}
+
+int64_t crc_get_to(cr_store *s, const char *key, const crc_value_dest *vd, void **value_out)
+{
     void *buf = NULL;
     size_t zero = 0;
-    dest_parts d = {NULL, &zero, 1, false};
-    int64_t rc = get_value(s, key, &d, &buf);
+    dest_parts d = {NULL, &zero, 1, false, 0};
+    int64_t rc = get_value(s, key, &d, &buf, vd);
     if (rc < 0) {
-        free(buf);
+        value_release(vd, buf);
         return rc;
     }
     *value_out = buf;
@@ -182,8 +220,10 @@ int64_t cr_store_get_into(cr_store *s, const char *key, void *buf, size_t cap)
     CRC_ENTER(s);
     if (buf == NULL && cap > 0)
         return crb_error(CR_INVALID_PARAMS, "get_into '%s': NULL buffer", key ? key : "");
-    dest_parts d = {&buf, &cap, 1, true};
-    return get_value(s, key, &d, NULL);
+    if (cr_store_is_thin(s))
+        return crc_thin_get_into(s, key, &buf, &cap, 1);
+    dest_parts d = {&buf, &cap, 1, true, 0};
+    return get_value(s, key, &d, NULL, NULL);
 }
 
 int64_t cr_store_get_into_multi(cr_store *s, const char *key, void *const *bufs,
@@ -192,8 +232,10 @@ int64_t cr_store_get_into_multi(cr_store *s, const char *key, void *const *bufs,
     CRC_ENTER(s);
     if (n > 0 && (bufs == NULL || sizes == NULL))
         return crb_error(CR_INVALID_PARAMS, "get_into_multi: NULL arrays");
-    dest_parts d = {bufs, sizes, n, true};
-    return get_value(s, key, &d, NULL);
+    if (cr_store_is_thin(s))
+        return crc_thin_get_into(s, key, bufs, sizes, n);
+    dest_parts d = {bufs, sizes, n, true, 0};
+    return get_value(s, key, &d, NULL, NULL);
 }
 
 /*
@@ -209,7 +251,8 @@ int64_t cr_store_get_into_multi(cr_store *s, const char *key, void *const *bufs,
  * (results untouched then).
  */
 static int batch_get_round(cr_store *s, const char *const *keys, const dest_parts *dests,
-                           const size_t *idx, size_t m, void **values_out, int64_t *results)
+                           const size_t *idx, size_t m, void **values_out, int64_t *results,
+                           const crc_value_dest *vd)
 {
     int rc = 0;
     char **ks = calloc(m, sizeof(*ks));
@@ -218,11 +261,12 @@ static int batch_get_round(cr_store *s, const char *const *keys, const dest_part
     crb_oa_allocation *stage = calloc(m, sizeof(*stage)); /* copying: staged values */
     uint8_t **stage_ptr = calloc(m, sizeof(*stage_ptr));  /* NULL: not staged */
     uint8_t *retry = calloc(m, 1);                        /* read one key at a time */
+    bool *direct = calloc(m, sizeof(*direct)); /* copying: vd placed it in registered memory */
     cr_transfer_request *reqs = NULL;
     size_t *task_pos = NULL;
     bool *failed = NULL;
     if (ks == NULL || res == NULL || vals == NULL || stage == NULL || stage_ptr == NULL ||
-        retry == NULL) {
+        retry == NULL || direct == NULL) {
         rc = crb_error(CR_ERR_NO_MEMORY, "batch get of %zu keys", m);
         goto out_free;
     }
@@ -263,10 +307,11 @@ static int batch_get_round(cr_store *s, const char *const *keys, const dest_part
         order_replicas(s, kr->replicas, kr->n_replicas);
         uint64_t size = kr->replicas[0].size;
         if (values_out != NULL) {
-            vals[j] = malloc(size ? size : 1);
-            if (vals[j] == NULL) {
-                res[j] = crb_error(CR_ERR_NO_MEMORY, "get '%s': %llu bytes", ks[j],
-                                   (unsigned long long)size);
+            int ar = value_alloc(vd, idx[j], size, &vals[j], &direct[j]);
+            if (ar < 0) {
+                vals[j] = NULL;
+                res[j] = crb_error(ar, "get '%s': no room for %llu bytes: %s", ks[j],
+                                   (unsigned long long)size, cr_last_error_message());
                 continue;
             }
         } else {
@@ -284,6 +329,11 @@ static int batch_get_round(cr_store *s, const char *const *keys, const dest_part
         cr_segment_handle h;
         if (crc_segment_handle(s, kr->replicas[0].segment, &h) < 0) {
             retry[j] = 1; /* the other replicas may still be reachable */
+            continue;
+        }
+        if (values_out != NULL && direct[j]) {
+            reqs[t] = (cr_transfer_request){CR_OP_READ, vals[j], h, kr->replicas[0].addr, size};
+            task_pos[t++] = j;
             continue;
         }
         if (values_out != NULL) {
@@ -324,7 +374,11 @@ static int batch_get_round(cr_store *s, const char *const *keys, const dest_part
             continue;
         crp_rpc_key_result *kr = &resp.u.batch_get.results[j];
         size_t zero = 0;
-        dest_parts copy = {&vals[j], &zero, 1, false};
+        dest_parts copy = {&vals[j], &zero, 1, false, (size_t)res[j]};
+        if (direct[j]) {
+            copy.sizes = &copy.own_size;
+            copy.registered = true;
+        }
         const dest_parts *d = values_out != NULL ? &copy : &dests[idx[j]];
         int one = CR_TRANSFER_FAIL;
         for (size_t r = 0; r < kr->n_replicas && one < 0; r++)
@@ -367,7 +421,8 @@ out_resp:
     crp_rpc_resp_clear(&resp);
 out_free:
     for (size_t j = 0; vals != NULL && j < m; j++)
-        free(vals[j]);
+        value_release(vd, vals[j]);
+    free(direct);
     free(failed);
     free(task_pos);
     free(reqs);
@@ -389,7 +444,7 @@ out_free:
  * result).
  */
 static int batch_get_values(cr_store *s, const char *const *keys, const dest_parts *dests, size_t n,
-                            void **values_out, int64_t *results)
+                            void **values_out, int64_t *results, const crc_value_dest *vd)
 {
     int first = 0;
     size_t *idx = calloc(CRC_BATCH_KEYS, sizeof(*idx));
@@ -409,7 +464,7 @@ static int batch_get_values(cr_store *s, const char *const *keys, const dest_par
             key_bytes += kl;
             idx[m++] = i;
         }
-        int rc = m > 0 ? batch_get_round(s, keys, dests, idx, m, values_out, results) : 0;
+        int rc = m > 0 ? batch_get_round(s, keys, dests, idx, m, values_out, results, vd) : 0;
         if (rc < 0) {
             for (size_t j = 0; j < m; j++)
                 results[idx[j]] = rc;
@@ -424,6 +479,8 @@ int cr_store_batch_get_into(cr_store *s, const char *const *keys, void *const *b
                             const size_t *caps, size_t n, int64_t *results)
 {
     CRC_ENTER(s);
+    if (cr_store_is_thin(s))
+        return crc_thin_batch_get_into1(s, keys, bufs, caps, n, results);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -435,13 +492,13 @@ int cr_store_batch_get_into(cr_store *s, const char *const *keys, void *const *b
     if (dests == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n);
     for (size_t i = 0; i < n; i++) {
-        dests[i] = (dest_parts){&bufs[i], &caps[i], 1, true};
+        dests[i] = (dest_parts){&bufs[i], &caps[i], 1, true, 0};
         results[i] = bufs[i] == NULL && caps[i] > 0
                          ? crb_error(CR_INVALID_PARAMS, "batch_get_into '%s': NULL buffer",
                                      keys[i] ? keys[i] : "")
                          : 0;
     }
-    rc = batch_get_values(s, keys, dests, n, NULL, results);
+    rc = batch_get_values(s, keys, dests, n, NULL, results, NULL);
     free(dests);
     return rc;
 }
@@ -451,6 +508,8 @@ int cr_store_batch_get_into_multi(cr_store *s, const char *const *keys, void *co
                                   int64_t *results)
 {
     CRC_ENTER(s);
+    if (cr_store_is_thin(s))
+        return crc_thin_batch_get_into(s, keys, bufs, sizes, counts, n, results);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -462,7 +521,7 @@ int cr_store_batch_get_into_multi(cr_store *s, const char *const *keys, void *co
     if (dests == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n);
     for (size_t i = 0; i < n; i++) {
-        dests[i] = (dest_parts){bufs[i], sizes[i], counts[i], true};
+        dests[i] = (dest_parts){bufs[i], sizes[i], counts[i], true, 0};
         results[i] = 0;
         if (counts[i] > 0 && (bufs[i] == NULL || sizes[i] == NULL)) {
             results[i] =
@@ -474,7 +533,7 @@ int cr_store_batch_get_into_multi(cr_store *s, const char *const *keys, void *co
                 results[i] = crb_error(CR_INVALID_PARAMS,
                                        "batch_get_into_multi: key %zu: buffer %zu is NULL", i, k);
     }
-    rc = batch_get_values(s, keys, dests, n, NULL, results);
+    rc = batch_get_values(s, keys, dests, n, NULL, results, NULL);
     free(dests);
     return rc;
 }
@@ -483,6 +542,8 @@ int cr_store_batch_get(cr_store *s, const char *const *keys, size_t n, void **va
                        int64_t *results)
 {
     CRC_ENTER(s);
+    if (cr_store_is_thin(s))
+        return crc_thin_batch_get(s, keys, n, values_out, results);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -494,13 +555,29 @@ int cr_store_batch_get(cr_store *s, const char *const *keys, size_t n, void **va
         values_out[i] = NULL;
         results[i] = 0;
     }
-    batch_get_values(s, keys, NULL, n, values_out, results);
+    batch_get_values(s, keys, NULL, n, values_out, results, NULL);
     return 0; /* everything is reported per key, as one get per key did */
+}
+
+int crc_batch_get_to(cr_store *s, const char *const *keys, size_t n, const crc_value_dest *vd,
+                     void **values_out, int64_t *results)
+{
+    int rc = crc_check_open(s);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        values_out[i] = NULL;
+        results[i] = 0;
+    }
+    batch_get_values(s, keys, NULL, n, values_out, results, vd);
+    return 0;
 }
 
 int64_t cr_store_get_size(cr_store *s, const char *key)
 {
     CRC_ENTER(s);
+    if (cr_store_is_thin(s))
+        return crc_thin_get_size(s, key);
     int rc = crc_check_open(s);
     if (rc == 0)
         rc = crc_check_key(key);
@@ -526,6 +603,8 @@ int64_t cr_store_get_size(cr_store *s, const char *key)
 int cr_store_exist(cr_store *s, const char *key)
 {
     CRC_ENTER(s);
+    if (cr_store_is_thin(s))
+        return crc_thin_exist(s, key);
     int rc = crc_check_open(s);
     if (rc == 0)
         rc = crc_check_key(key);
@@ -593,18 +672,24 @@ out_free:
 int cr_store_batch_exist(cr_store *s, const char *const *keys, size_t n, int *results)
 {
     CRC_ENTER(s);
+    if (cr_store_is_thin(s))
+        return crc_thin_keys_op(s, CRP_THIN_EXIST, keys, n, false, results);
     return keys_op(s, CRP_RPC_BATCH_EXIST, keys, n, false, results);
 }
 
 int cr_store_batch_remove(cr_store *s, const char *const *keys, size_t n, bool force, int *results)
 {
     CRC_ENTER(s);
+    if (cr_store_is_thin(s))
+        return crc_thin_keys_op(s, CRP_THIN_REMOVE, keys, n, force, results);
     return keys_op(s, CRP_RPC_BATCH_REMOVE, keys, n, force, results);
 }
 
 int cr_store_remove(cr_store *s, const char *key, bool force)
 {
     CRC_ENTER(s);
+    if (cr_store_is_thin(s))
+        return crc_thin_remove(s, key, force);
     int rc = crc_check_open(s);
     if (rc == 0)
         rc = crc_check_key(key);
@@ -640,6 +725,8 @@ static int64_t count_op(cr_store *s, crp_rpc_req *req)
 int64_t cr_store_remove_by_regex(cr_store *s, const char *pattern, bool force)
 {
     CRC_ENTER(s);
+    if (cr_store_is_thin(s))
+        return crc_thin_remove_regex(s, pattern, force);
     if (pattern == NULL)
         return crb_error(CR_INVALID_PARAMS, "remove_by_regex: NULL pattern");
     crp_rpc_req req = {.op = CRP_RPC_REMOVE_BY_REGEX};
@@ -650,6 +737,8 @@ int64_t cr_store_remove_by_regex(cr_store *s, const char *pattern, bool force)
 int64_t cr_store_remove_all(cr_store *s, bool force)
 {
     CRC_ENTER(s);
+    if (cr_store_is_thin(s))
+        return crc_thin_remove_all(s, force);
     crp_rpc_req req = {.op = CRP_RPC_REMOVE_ALL};
     req.u.force.force = force;
     return count_op(s, &req);

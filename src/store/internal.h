@@ -26,6 +26,7 @@ typedef struct crc_seg_cache_entry {
 } crc_seg_cache_entry;
 
 struct cr_store {
+    struct crc_thin *thin; /* thin mode (store/thin.h): crescent-client runs every call */
     cr_engine *engine;
     bool owns_engine; /* false: borrowed through cr_store_config.engine */
     bool segment_registered, staging_registered;
@@ -112,6 +113,29 @@ void crc_staging_free(cr_store *s, const crb_oa_allocation *a);
 /* transfers: write/read one contiguous range to/from every (or one) replica */
 int crc_transfer(cr_store *s, int opcode, const crp_rpc_replica *reps, size_t n_reps,
                  uint64_t offset, void *local, uint64_t len);
+
+/*
+ * A place for a copying get's value, chosen once its size is known (the
+ * standalone client daemon reads values straight into a thin client's
+ * local buffer). alloc: room for key `index`'s value (0 for a single get,
+ * the key's index in the caller's arrays for a batch) of `size` bytes at
+ * *ptr, *registered telling
+ * whether it lies in memory registered with this store's engine (read in
+ * place) or not (read through staging); 0 or a negative status (the key
+ * then fails with it). release: a value alloc placed that the call will not
+ * return. Both are called on the calling thread.
+ */
+typedef struct crc_value_dest {
+    int (*alloc)(void *ctx, size_t index, uint64_t size, void **ptr, bool *registered);
+    void (*release)(void *ctx, void *ptr);
+    void *ctx;
+} crc_value_dest;
+
+/* get.c: cr_store_get and cr_store_batch_get with the values placed by vd
+ * instead of malloc'd (*value_out / values_out[i] are vd's pointers). */
+int64_t crc_get_to(cr_store *s, const char *key, const crc_value_dest *vd, void **value_out);
+int crc_batch_get_to(cr_store *s, const char *const *keys, size_t n, const crc_value_dest *vd,
+                     void **values_out, int64_t *results);
 
 /* Run t engine transfers as one batch (one at a time if the engine refuses
  * the batch); failed[k] says whether transfer k did not complete. */

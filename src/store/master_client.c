@@ -53,7 +53,18 @@ struct crc_master {
     uint64_t next_id;
     uint64_t view;
     uint64_t caps;
+    char tenant[CRP_RPC_MAX_TENANT + 1]; /* "" = default (not sent) */
 };
+
+int crc_master_set_tenant(crc_master *m, const char *tenant)
+{
+    if (tenant == NULL || strcmp(tenant, "default") == 0)
+        tenant = "";
+    if (strlen(tenant) > CRP_RPC_MAX_TENANT)
+        return crb_error(CR_INVALID_PARAMS, "tenant_id of more than %d bytes", CRP_RPC_MAX_TENANT);
+    snprintf(m->tenant, sizeof(m->tenant), "%s", tenant);
+    return 0;
+}
 
 static int read_frame(int fd, crp_header *h, uint8_t **body, uint64_t deadline_ns)
 {
@@ -358,6 +369,12 @@ int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_
 int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms)
 {
     crp_buf frame = {0};
+    crp_rpc_req with_tenant;
+    if (m->tenant[0] != '\0' && req->tenant == NULL) { /* every call in this tenant */
+        with_tenant = *req;
+        with_tenant.tenant = m->tenant;
+        req = &with_tenant;
+    }
     int rc = encode_frame(req, &frame);
     if (rc < 0) {
         crp_buf_free(&frame);

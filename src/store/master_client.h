@@ -48,6 +48,11 @@ int crc_master_send(crc_master *m, const crp_rpc_req *req, int timeout_ms);
 /** The capabilities (CRP_RPC_CAP_*) the master announced at the last handshake. */
 uint64_t crc_master_caps(crc_master *m);
 
+/** Send every later request in tenant's namespace (the RPC's "tn"; NULL,
+ *  "" or "default": the default tenant). Call before the connection is
+ *  shared. Errors: CR_INVALID_PARAMS (longer than CRP_RPC_MAX_TENANT). */
+int crc_master_set_tenant(crc_master *m, const char *tenant);
+
 /** The master's view version seen at the last handshake (changes on restart). */
 uint64_t crc_master_view(crc_master *m);
 

@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "store/internal.h"
+#include "store/thin.h"
 
 /* A value as a list of parts; `registered` parts are written directly. */
 typedef struct value_parts {
@@ -99,6 +100,8 @@ static int write_replicas(cr_store *s, const crp_rpc_replica *reps, size_t n_rep
 static int put_value(cr_store *s, const char *key, const value_parts *v, bool upsert,
                      const cr_replicate_config *cfg)
 {
+    if (cr_store_is_thin(s))
+        return crc_thin_put(s, key, v->parts, v->sizes, v->n, v->registered, upsert, cfg);
     int rc = crc_check_open(s);
     if (rc == 0)
         rc = crc_check_key(key);
@@ -520,6 +523,9 @@ static int batch_put_single(cr_store *s, const char *const *keys, const void *co
                             const size_t *sizes, size_t n, const cr_replicate_config *cfg,
                             int *results, bool upsert, batch_kind kind)
 {
+    if (cr_store_is_thin(s))
+        return crc_thin_batch_put1(s, keys, bufs, sizes, n, kind == BATCH_FROM, upsert, cfg,
+                                   results);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;
@@ -547,6 +553,9 @@ static int batch_put_multi(cr_store *s, const char *const *keys, void *const *co
                            const size_t *const *sizes, const size_t *counts, size_t n,
                            const cr_replicate_config *cfg, int *results, bool upsert)
 {
+    if (cr_store_is_thin(s))
+        return crc_thin_batch_put(s, keys, (const void *const *const *)bufs, sizes, counts, n, true,
+                                  upsert, cfg, results);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "proto/frame.h"
 #include "store/internal.h"
+#include "store/thin.h"
 
 /* Keys per BATCH_REPLICA_CLEAR request, and the key bytes one may carry:
  * well inside CRP_MAX_BODY with the client id, the segment name and the
@@ -23,6 +24,8 @@
 int cr_store_get_replicas(cr_store *s, const char *key, cr_replica_info *out, size_t cap)
 {
     CRC_ENTER(s);
+    if (cr_store_is_thin(s))
+        return crc_thin_get_replicas(s, key, out, cap);
     int rc = crc_check_open(s);
     if (rc == 0)
         rc = crc_check_key(key);
@@ -99,6 +102,8 @@ int cr_store_batch_replica_clear(cr_store *s, const char *const *keys, size_t n,
                                  const char *segment, int *results)
 {
     CRC_ENTER(s);
+    if (cr_store_is_thin(s))
+        return crc_thin_replica_clear(s, keys, n, segment, results);
     int rc = crc_check_open(s);
     if (rc < 0)
         return rc;

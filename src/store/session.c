@@ -40,6 +40,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "store/internal.h"
+#include "store/thin.h"
 #include "store/keymap.h"
 
 typedef struct sess_entry {
@@ -57,6 +58,7 @@ typedef struct sess_entry {
 
 struct cr_store_sessions {
     cr_store *s;
+    uint64_t thin_table; /* thin mode: the daemon's table (store/thin.h) */
     pthread_mutex_t mu;
     pthread_cond_t drained;
     crc_keymap gets, puts;
@@ -200,6 +202,13 @@ int cr_store_sessions_create(cr_store *s, cr_store_sessions **out)
     if (t == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "session table");
     t->s = s;
+    if (cr_store_is_thin(s)) {
+        int rc = crc_thin_table_create(s, &t->thin_table);
+        if (rc < 0) {
+            free(t);
+            return rc;
+        }
+    }
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->drained, NULL);
     crc_keymap_init(&t->gets);
@@ -223,6 +232,8 @@ void cr_store_sessions_destroy(cr_store_sessions *t)
 {
     if (t == NULL)
         return;
+    if (cr_store_is_thin(t->s))
+        crc_thin_table_destroy(t->s, t->thin_table);
     entry_list puts = {calloc(t->puts.used + 1, sizeof(sess_entry *)), 0};
     entry_list gets = {calloc(t->gets.used + 1, sizeof(sess_entry *)), 0};
     if (puts.v != NULL)
@@ -334,6 +345,9 @@ int cr_store_get_session_start(cr_store_sessions *t, const char *const *keys, si
     int rc = check_call(t, "get_session_start", keys, n, results);
     if (rc < 0 || n == 0)
         return rc;
+    if (cr_store_is_thin(t->s))
+        return crc_thin_sessions_keys(t->s, CRP_THIN_GET_SESSION_START, t->thin_table, keys, n,
+                                      NULL, NULL, results);
     size_t *idx = calloc(n, sizeof(*idx));
     char **ks = calloc(CRC_BATCH_KEYS, sizeof(*ks));
     if (idx == NULL || ks == NULL) {
@@ -363,6 +377,9 @@ int cr_store_get_session_end(cr_store_sessions *t, const char *const *keys, size
         return crb_error(CR_INVALID_PARAMS, "get_session_end: NULL session table");
     if (n > 0 && keys == NULL)
         return crb_error(CR_INVALID_PARAMS, "get_session_end: NULL keys");
+    if (cr_store_is_thin(t->s))
+        return crc_thin_sessions_keys(t->s, CRP_THIN_GET_SESSION_END, t->thin_table, keys, n, NULL,
+                                      NULL, NULL);
     pthread_mutex_lock(&t->mu);
     for (size_t i = 0; i < n; i++)
         if (keys[i] != NULL)
@@ -451,6 +468,9 @@ int cr_store_batch_get_ranges(cr_store_sessions *t, const char *const *keys,
     int rc = check_call(t, "batch_get_ranges", keys, n, results);
     if (rc < 0 || n == 0)
         return rc;
+    if (cr_store_is_thin(t->s))
+        return crc_thin_ranges(t->s, CRP_THIN_GET_RANGES, t->thin_table, keys, bufs, sizes, offsets,
+                               counts, n, results);
     if (bufs == NULL || sizes == NULL || offsets == NULL || counts == NULL)
         return crb_error(CR_INVALID_PARAMS, "batch_get_ranges: NULL arrays");
     cr_store *s = t->s;
@@ -666,6 +686,9 @@ int cr_store_put_session_start(cr_store_sessions *t, const char *const *keys, co
     int rc = check_call(t, "put_session_start", keys, n, results);
     if (rc < 0 || n == 0)
         return rc;
+    if (cr_store_is_thin(t->s))
+        return crc_thin_sessions_keys(t->s, CRP_THIN_PUT_SESSION_START, t->thin_table, keys, n,
+                                      sizes, cfg, results);
     if (sizes == NULL)
         return crb_error(CR_INVALID_PARAMS, "put_session_start: NULL sizes");
     size_t *idx = calloc(n, sizeof(*idx));
@@ -726,6 +749,9 @@ int cr_store_batch_put_ranges(cr_store_sessions *t, const char *const *keys,
     int rc = check_call(t, "batch_put_ranges", keys, n, results);
     if (rc < 0 || n == 0)
         return rc;
+    if (cr_store_is_thin(t->s))
+        return crc_thin_ranges(t->s, CRP_THIN_PUT_RANGES, t->thin_table, keys, bufs, sizes, offsets,
+                               counts, n, results);
     if (bufs == NULL || sizes == NULL || offsets == NULL || counts == NULL)
         return crb_error(CR_INVALID_PARAMS, "batch_put_ranges: NULL arrays");
     cr_store *s = t->s;
@@ -834,6 +860,11 @@ static int put_finish(cr_store_sessions *t, int op, const char *what, const char
     int rc = check_call(t, what, keys, n, results);
     if (rc < 0 || n == 0)
         return rc;
+    if (cr_store_is_thin(t->s))
+        return crc_thin_sessions_keys(t->s,
+                                      op == CRP_RPC_BATCH_PUT_END ? CRP_THIN_PUT_SESSION_END
+                                                                  : CRP_THIN_PUT_SESSION_REVOKE,
+                                      t->thin_table, keys, n, NULL, NULL, results);
     size_t *idx = calloc(n, sizeof(*idx));
     sess_entry **ents = calloc(n, sizeof(*ents));
     char **ks = calloc(CRC_BATCH_KEYS, sizeof(*ks));

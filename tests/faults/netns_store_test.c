@@ -241,9 +241,12 @@ static uint64_t wait_usable(int i, const char *tag, int ms)
 
 static void start_all(void)
 {
-    /* a 2 s read lease: long enough for a read over a 50 ms cable, short
-     * enough that the remount fence (the last lease + its TTL) ends soon */
-    const char *margs[] = {"--client_ttl=3", "--default_kv_lease_ttl=2000", NULL};
+    /* a 4 s read lease: long enough for a first read over 50 ms cables (a
+     * 200 ms round trip: the replica list, connecting 4 lanes with their
+     * handshake, TCP slow start, the userspace wire on a loaded machine:
+     * 2 s was seen to run out), short enough that the remount fence (the
+     * last lease + its TTL) ends soon */
+    const char *margs[] = {"--client_ttl=3", "--default_kv_lease_ttl=4000", NULL};
     ct_master_opts mo = {.bin = tt_bin("CRESCENT_MASTER_BIN", "crescent-master"),
                          .host = bed.addr[0],
                          .args = margs};

@@ -16,6 +16,12 @@
  * --transfer-timeout MS --heartbeat MS --hostname HOST[:PORT] (the engine's
  * local hostname: a fixed port gives a restarted client the same segment
  * name). Sizes use cr_parse_size.
+ * Thin mode (a thin client of crescent-client, cr_store_setup_thin):
+ * --thin ADDRESS (instead of --master) --pool SIZE (the shared pool, 64M;
+ * --buffer is then the local buffer) --region-kind shared|pool|malloc (the
+ * zero-copy region from cr_alloc_shared (default), the thin pool, or malloc:
+ * the slow path) --secret S. --tenant T: the tenant (embedded: its
+ * namespace at the master; thin: must be the daemon's).
  *
  *   (start)                          READY <segment-name> | FAIL <rc> <message>
  *   put|upsert KEY LEN SEED [opts]   <rc>        copying put of the value
@@ -45,6 +51,11 @@
  *   name                             0 <segment-name>
  *   stats                            0 local=<b> shm=<b> cma=<b> tcp=<b>
  *   regcount                         <engine registrations>
+ *   psess_start KEY SIZE | psess_end KEY | psess_revoke KEY
+ *                                    <rc>  a put session (ranged API) in this process's table
+ *   thinstats                        0 calls=<n> zc=<b> copied=<b> slow=<calls>/<b>
+ *                                    transient=<n> reconnects=<n> lost=<n>
+ *                                    shared=<n> slowregs=<n> conns=<n> pool=<b>
  *   close                            <rc> (cr_store_close; later calls fail)
  *   quit                             (cr_store_destroy, exit 0; no reply)
  *
@@ -65,6 +76,8 @@
 static cr_store *store;
 static uint8_t *region;
 static uint64_t region_size;
+static const char *region_kind = "shared";
+static cr_store_sessions *sessions;
 
 typedef struct put_opts {
     cr_replicate_config cfg;
@@ -115,6 +128,26 @@ static void parse_opts(put_opts *o)
             o->force = true;
         }
     }
+}
+
+static void cmd_psess(const char *cmd)
+{
+    char *key = strtok(NULL, " \t\r\n");
+    char *size = key ? strtok(NULL, " \t\r\n") : NULL;
+    int rc = key == NULL ? CR_INVALID_PARAMS : 0, res = 0;
+    if (rc == 0 && sessions == NULL)
+        rc = cr_store_sessions_create(store, &sessions);
+    const char *keys[1] = {key};
+    if (rc == 0 && strcmp(cmd, "psess_start") == 0) {
+        uint64_t sz = size ? strtoull(size, NULL, 10) : 0;
+        rc = cr_store_put_session_start(sessions, keys, &sz, 1, NULL, &res);
+    } else if (rc == 0 && strcmp(cmd, "psess_end") == 0) {
+        rc = cr_store_put_session_end(sessions, keys, 1, &res);
+    } else if (rc == 0) {
+        rc = cr_store_put_session_revoke(sessions, keys, 1, &res);
+    }
+    report_error(cmd, rc < 0 ? rc : res);
+    printf("%d\n", rc < 0 ? rc : res);
 }
 
 static int region_fits(uint64_t off, uint64_t len)
@@ -680,11 +713,25 @@ int main(int argc, char **argv)
     cr_store_config cfg;
     cr_store_config_init(&cfg);
     cfg.global_segment_size = 64ull << 20;
+    cr_store_thin_config thin;
+    cr_store_thin_config_init(&thin);
+    const char *thin_address = NULL;
     region_size = 32ull << 20;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *f = argv[i], *v = argv[i + 1];
         if (strcmp(f, "--master") == 0)
             cfg.master_address = v;
+        else if (strcmp(f, "--thin") == 0)
+            thin_address = v;
+        else if (strcmp(f, "--pool") == 0) {
+            if (parse_size_flag(f, v, &thin.mem_pool_size) < 0)
+                return 2;
+        } else if (strcmp(f, "--region-kind") == 0)
+            region_kind = v;
+        else if (strcmp(f, "--secret") == 0)
+            thin.shared_secret = v;
+        else if (strcmp(f, "--tenant") == 0)
+            thin.tenant_id = cfg.tenant_id = v;
         else if (strcmp(f, "--segment") == 0) {
             if (parse_size_flag(f, v, &cfg.global_segment_size) < 0)
                 return 2;
@@ -709,14 +756,25 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    int rc = cr_store_setup(&cfg, &store);
+    int rc;
+    if (thin_address != NULL) {
+        thin.server_address = thin_address;
+        thin.local_buffer_size = cfg.local_buffer_size;
+        rc = cr_store_setup_thin(&thin, &store);
+    } else {
+        rc = cr_store_setup(&cfg, &store);
+    }
     if (rc < 0) {
         printf("FAIL %d %s\n", rc, cr_last_error_message());
         return 1;
     }
     if (region_size > 0) {
-        if (cr_alloc_shared(region_size, (void **)&region) < 0 ||
-            cr_store_register_buffer(store, region, region_size) < 0) {
+        int arc = strcmp(region_kind, "pool") == 0
+                      ? cr_store_pool_alloc(store, region_size, (void **)&region)
+                  : strcmp(region_kind, "malloc") == 0
+                      ? ((region = malloc(region_size)) != NULL ? 0 : CR_ERR_NO_MEMORY)
+                      : cr_alloc_shared(region_size, (void **)&region);
+        if (arc < 0 || cr_store_register_buffer(store, region, region_size) < 0) {
             printf("FAIL %d region: %s\n", CR_INTERNAL_ERROR, cr_last_error_message());
             cr_store_destroy(store);
             return 1;
@@ -778,6 +836,17 @@ int main(int argc, char **argv)
                                         : CR_UNAVAILABLE_IN_CURRENT_STATUS;
             printf("%d local=%" PRIu64 " shm=%" PRIu64 " cma=%" PRIu64 " tcp=%" PRIu64 "\n", rc,
                    st.bytes_local, st.bytes_shm, st.bytes_cma, st.bytes_tcp);
+        } else if (strncmp(cmd, "psess_", 6) == 0) {
+            cmd_psess(cmd);
+        } else if (strcmp(cmd, "thinstats") == 0) {
+            cr_store_thin_stats ts = {0};
+            rc = cr_store_thin_stats_get(store, &ts);
+            printf("%d calls=%" PRIu64 " zc=%" PRIu64 " copied=%" PRIu64 " slow=%" PRIu64
+                   "/%" PRIu64 " transient=%" PRIu64 " reconnects=%" PRIu64 " lost=%" PRIu64
+                   " shared=%" PRIu64 " slowregs=%" PRIu64 " conns=%" PRIu64 " pool=%" PRIu64 "\n",
+                   rc, ts.calls, ts.zero_copy_bytes, ts.copied_bytes, ts.slow_path_calls,
+                   ts.slow_path_bytes, ts.transient_calls, ts.reconnects, ts.daemon_lost,
+                   ts.shared_regions, ts.slow_path_regions, ts.connections, ts.pool_used);
         } else if (strcmp(cmd, "regcount") == 0) {
             cr_engine *e = cr_store_engine(store);
             printf("%zu\n", e ? cr_engine_registration_count(e) : (size_t)0);
@@ -790,9 +859,15 @@ int main(int argc, char **argv)
         }
         fflush(stdout);
     }
-    if (region != NULL && cr_store_engine(store) != NULL)
+    cr_store_sessions_destroy(sessions);
+    if (region != NULL && (cr_store_engine(store) != NULL || cr_store_is_thin(store)))
         cr_store_unregister_buffer(store, region);
+    if (strcmp(region_kind, "malloc") == 0)
+        free(region);
+    else if (strcmp(region_kind, "pool") == 0)
+        cr_store_pool_free(store, region);
+    else
+        cr_free_shared(region);
     cr_store_destroy(store);
-    cr_free_shared(region);
     return 0;
 }

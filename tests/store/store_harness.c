@@ -155,3 +155,50 @@ uint16_t sh_closed_port(void)
     uint16_t port = ct_free_port(NULL);
     return port != 0 ? port : 1;
 }
+
+/* --- other helper processes ---------------------------------------------------- */
+
+int sh_proc_spawn(sh_proc *p, const char *bin, const char *const *argv, int want_stdin)
+{
+    p->line[0] = '\0';
+    ct_spawn_opts o = {.exe = bin, .pipe_stdin = want_stdin != 0, .pipe_stdout = true};
+    return ct_proc_spawn(&p->proc, argv, &o);
+}
+
+int sh_proc_read_line(sh_proc *p, int timeout_ms)
+{
+    return ct_proc_read_line(&p->proc, p->line, sizeof(p->line), timeout_ms);
+}
+
+int sh_proc_signal_stop(sh_proc *p, int sig, int timeout_ms)
+{
+    int st = ct_proc_stop(&p->proc, sig, timeout_ms);
+    return st >= 128 ? -1 : st;
+}
+
+void sh_proc_kill(sh_proc *p)
+{
+    ct_proc_kill(&p->proc);
+}
+
+int sh_send(sh_client *c, const char *fmt, ...)
+{
+    char cmd[SH_LINE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(cmd) || c->child.proc.pid <= 0)
+        return -1;
+    return ct_proc_send(&c->child.proc, cmd);
+}
+
+const char *sh_recv(sh_client *c, int timeout_ms)
+{
+    if (c->child.line == NULL || c->child.proc.pid <= 0 ||
+        ct_proc_read_line(&c->child.proc, c->child.line, c->child.line_cap, timeout_ms) < 0)
+        c->line = "DEAD";
+    else
+        c->line = c->child.line;
+    return c->line;
+}

@@ -28,6 +28,12 @@
 #define SH_LINE_MAX 8192
 #define SH_DEAD     (-99999) /* sh_rc of a reply from a dead or silent child */
 
+/* Any other helper process (crescent-client in tests/client). */
+typedef struct sh_proc {
+    ct_proc proc;
+    char line[SH_LINE_MAX]; /* the last line read */
+} sh_proc;
+
 typedef struct sh_master {
     ct_master cm;
     uint16_t port, metrics_port;
@@ -72,6 +78,22 @@ void sh_client_kill(sh_client *c);
 
 /* Kill and reap every child still running (teardown after a failure). */
 void sh_kill_all(void);
+
+/* Any binary as a tracked child (argv[0] = bin, NULL-terminated): stdout
+ * piped, stdin piped if want_stdin. 0 or -1. */
+int sh_proc_spawn(sh_proc *p, const char *bin, const char *const *argv, int want_stdin);
+/* One line of its stdout into p->line within timeout_ms; 0 or -1. */
+int sh_proc_read_line(sh_proc *p, int timeout_ms);
+/* Send sig, wait up to timeout_ms: exit status, -1 if it did not exit (then
+ * killed) or died of a signal. */
+int sh_proc_signal_stop(sh_proc *p, int sig, int timeout_ms);
+/* SIGKILL and reap. */
+void sh_proc_kill(sh_proc *p);
+
+/* Send one command without reading its reply (several clients at once);
+ * sh_recv reads it later ("DEAD" on EOF or timeout). */
+int sh_send(sh_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *sh_recv(sh_client *c, int timeout_ms);
 
 /* GET http://127.0.0.1:port/path; the body into out (NUL-terminated).
  * Returns the HTTP status or -1. */

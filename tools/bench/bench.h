@@ -37,6 +37,7 @@
 int cb_engine_main(int argc, char **argv);
 int cb_master_main(int argc, char **argv);
 int cb_store_main(int argc, char **argv);
+int cb_thin_main(int argc, char **argv);
 int cb_metadata_main(int argc, char **argv);
 int cb_disk_main(int argc, char **argv); /* links the disk layer (src/disk) directly */
 int cb_soak_main(int argc, char **argv);

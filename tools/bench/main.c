@@ -23,6 +23,7 @@ static const subcommand subcommands[] = {
     {"engine", cb_engine_main, "transfer-engine READ/WRITE throughput and latency"},
     {"master", cb_master_main, "store master metadata operations per second"},
     {"store", cb_store_main, "store put/get between client processes vs the shm transport"},
+    {"thin", cb_thin_main, "thin client through crescent-client vs an embedded client"},
     {"metadata", cb_metadata_main,
      "descriptor fetch latency per metadata backend (p2p/http/etcd/redis)"},
     {"disk", cb_disk_main, "disk tier offload/disk-hit throughput vs plain O_DIRECT I/O"},

@@ -36,6 +36,7 @@
 #include "master/prom.h"
 #include "master/rpc_server.h"
 #include "master/service.h"
+#include "master/tenants.h"
 #include "mdserver/http_server.h"
 
 #define SOFTWARE "crescent-master 0.1.0"
@@ -154,6 +155,17 @@ static int render_metrics(void *ctx, crk_admin_reply *r)
     crk_prom_gauge(t, "master_allocated_bytes", "Bytes allocated in mounted segments",
                    (double)st.allocated_bytes);
     crk_prom_gauge(t, "master_key_count", "Objects (complete or being written)", (double)st.keys);
+    crk_tenant_stat ts[64]; /* per tenant (master/tenants.h); the first 64 tenants */
+    size_t nt = crk_tenant_stats(m->svc, ts, 64);
+    nt = nt < 64 ? nt : 64;
+    crk_prom_family(t, "master_tenant_keys", CRK_PROM_GAUGE, "Objects per tenant");
+    for (size_t i = 0; i < nt; i++)
+        crk_prom_sample_u64(t, "master_tenant_keys", &(crk_prom_label){"tenant", ts[i].name}, 1,
+                            ts[i].keys);
+    crk_prom_family(t, "master_tenant_bytes", CRK_PROM_GAUGE, "Value bytes per tenant");
+    for (size_t i = 0; i < nt; i++)
+        crk_prom_sample_u64(t, "master_tenant_bytes", &(crk_prom_label){"tenant", ts[i].name}, 1,
+                            ts[i].bytes);
     crk_prom_gauge(t, "master_active_clients", "Clients with a live heartbeat", (double)st.clients);
     crk_prom_gauge(t, "master_segments", "Mounted segments", (double)st.segments);
     crk_prom_gauge(t, "master_metadata_bytes", "Heap held by the master's tables",
