@@ -109,7 +109,11 @@ extern "C" {
     X(ERR_DISK_IO, -3121, "disk I/O failed")                                                       \
     X(ERR_DISK_CORRUPT, -3122, "on-disk data is corrupt")                                          \
     X(ERR_DISK_LOCKED, -3123, "disk tier directory is in use by another process")                  \
-    X(ERR_DISK_DIRECT_IO, -3124, "O_DIRECT I/O is refused by the filesystem")
+    X(ERR_DISK_DIRECT_IO, -3124, "O_DIRECT I/O is refused by the filesystem")                      \
+    /* --- device memory (src/device, transports/cuda): -3180..-3199 --- */                        \
+    X(ERR_NO_CUDA, -3180, "CUDA is not available (no driver, or a build without CUDA)")            \
+    X(ERR_CUDA, -3181, "a CUDA driver call failed")                                                \
+    X(ERR_MEMORY_KIND_MISMATCH, -3182, "memory is not of the kind or device its location names")
 
 /** Status codes. 0 is success; every failure is negative. */
 typedef enum cr_status {

@@ -48,7 +48,7 @@ static int on_frame(void *ctx, const crp_header *h, const uint8_t *body)
     return s->pause_after && s->frames == s->pause_after ? CRP_READER_PAUSED : 0;
 }
 
-static const crp_reader_ops ops = {on_head, on_frame};
+static const crp_reader_ops ops = {on_head, on_frame, NULL};
 
 static void pair(int sv[2])
 {
