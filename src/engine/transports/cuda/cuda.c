@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -62,9 +63,12 @@ static void cuda_fini(cre_tp *tp)
     cuda_engine *ce = tp->priv;
     if (ce->drv == NULL)
         return;
+    crv_driver *d = ce->drv;
+    /* destroy runs on the caller's thread: leave its context as it was */
+    crv_saved saved;
+    bool pushed = crv_push(d, 0, &saved) == 0;
     cuda_service_stop(tp);
     cuda_stages_free(ce);
-    crv_driver *d = ce->drv;
     for (int dev = 0; dev < d->n_devices; dev++) {
         bool any = ce->n_events[dev] > 0;
         for (int s = 0; s < CUDA_SLOTS; s++)
@@ -81,8 +85,9 @@ static void cuda_fini(cre_tp *tp)
         for (size_t i = 0; i < ce->n_events[dev]; i++)
             d->event_destroy(ce->events[dev][i]);
         free(ce->events[dev]);
-        d->ctx_set_current(NULL);
     }
+    if (pushed)
+        crv_pop(d, &saved);
     if (ce->ctl_ready)
         cre_ctl_fini(&ce->ctl);
     pthread_mutex_destroy(&ce->lock);
@@ -234,6 +239,8 @@ static void *cuda_desc_parse(cre_tp *tp, cre_peer *p, const crp_descriptor *d)
         ep->address[0] == '@') {
         memcpy(cd->address, ep->address, ep->address_len);
         cd->address[ep->address_len] = '\0';
+        int pid = 0;
+        cd->same_process = sscanf(cd->address, "@crescent-cuda-%d-", &pid) == 1 && pid == getpid();
     }
     if (!p->is_self)
         cuda_peer_prune(cre_peer_tp(p, tp), d);

@@ -117,6 +117,7 @@ typedef struct cuda_peer {
 /* A peer's descriptor, parsed. */
 typedef struct cuda_desc {
     char address[128]; /* its service ("" if none) */
+    bool same_process; /* another engine of this process: its pointers work here */
     size_t n;
     cuda_blob *bufs; /* parallel to the descriptor's buffers */
     bool *has;       /* bufs[i] is valid */

@@ -392,7 +392,14 @@ static int ipc_piece(cre_tp *tp, cuda_peer *cp, const cuda_desc *cd, const cuda_
     pthread_mutex_lock(&cp->lock);
     int rc = map_ctl_locked(cp, cd->address);
     cuda_import *im = NULL;
-    if (rc == 0) {
+    /* Another engine of this process: its device pointers are ours (CUDA
+     * refuses to open a process's own IPC handles); only the fence is
+     * needed. */
+    cuda_import direct = {
+        .remote_base = t->remote_addr, .size = t->length, .local = t->remote_addr};
+    if (rc == 0 && cd->same_process)
+        im = &direct;
+    else if (rc == 0) {
         im = find_locked(cp, addr);
         if (im == NULL)
             rc = import_locked(cp, cd->address, addr, device, &im);

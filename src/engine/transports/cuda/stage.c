@@ -268,9 +268,12 @@ int cuda_stage_get(cuda_engine *ce, cre_stage **out)
     return 0;
 }
 
+/* Back to the pool. No context is bound here (lanes and connections give
+ * their stages back on the caller's thread at engine destroy): waiting for
+ * an event needs none. */
 void cuda_stage_put(cuda_engine *ce, cre_stage *st)
 {
-    if (st->device >= 0 && crv_bind(ce->drv, st->device) == 0)
+    if (st->device >= 0)
         stage_quiesce(st);
     st->dir = 0;
     st->bounce = false;
