@@ -504,10 +504,45 @@ static int kill_peer(const char *protocol)
     return 0;
 }
 
+/* --- no driver (CRESCENT_CUDA_DRIVER names a missing library) -------------
+ * The engine starts, says why there is no CUDA, keeps moving host memory,
+ * and refuses device memory at submit with a named error. */
+static int no_driver(void)
+{
+    crv_driver *d = NULL;
+    CHECK(crv_driver_open(&d) == CR_ERR_NO_CUDA, "the driver must be missing for this role");
+    CHECK(strstr(cr_last_error_message(), "cannot load the CUDA driver") != NULL, "reason");
+    cr_engine *e = make_engine("auto");
+    CHECK(counter(e, "cuda", "driver_loaded") == 0, "no cuda transport without a driver");
+    static uint8_t host[65536], declared[65536];
+    CHECK(cr_engine_register(e, host, sizeof(host), "*", true) == 0, "host buffer");
+    CHECK(cr_engine_register(e, declared, sizeof(declared), "cuda:0", true) == 0,
+          "cuda:N without a driver is recorded as data");
+    char name[256];
+    cr_engine_segment_name(e, name, sizeof(name));
+    cr_segment_handle self;
+    CHECK(cr_engine_open_segment(e, name, &self) == 0, "open self");
+    memset(host, 7, 4096);
+    CHECK(xfer(e, self, CR_OP_WRITE, (uint64_t)(uintptr_t)host, (uint64_t)(uintptr_t)host + 8192,
+               4096) == 0,
+          "host memory still moves");
+    int rc =
+        xfer(e, self, CR_OP_WRITE, (uint64_t)(uintptr_t)host, (uint64_t)(uintptr_t)declared, 4096);
+    CHECK(rc == CR_ERR_TRANSPORT_UNSUPPORTED, "device memory refused at submit (%d)", rc);
+    CHECK(strstr(cr_last_error_message(), "cuda") != NULL &&
+              strstr(cr_last_error_message(), "no driver") != NULL,
+          "the refusal names the kind and the missing driver");
+    cr_engine_destroy(e);
+    printf("nodriver: host memory moves, device memory refused: %s\n", cr_last_error_message());
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 3 && strcmp(argv[1], "peer") == 0)
         return peer_main(argv[2]);
+    if (argc >= 2 && strcmp(argv[1], "nodriver") == 0)
+        return no_driver();
     int rc = gpu_open();
     if (rc != 0)
         return rc;

@@ -20,11 +20,10 @@
 #include "engine/transports/cuda/cuda.h"
 #include "engine/transports/shm/shm.h"
 
-/* A slot stream of `device` (context current). */
-static int stream_of(cuda_engine *ce, int device, CUstream *out)
+/* Stream `slot` of `device` (context current). */
+static int stream_for(cuda_engine *ce, int device, unsigned slot, CUstream *out)
 {
     crv_driver *d = ce->drv;
-    unsigned slot = atomic_fetch_add(&ce->next_slot, 1) % CUDA_SLOTS;
     pthread_mutex_lock(&ce->lock);
     int rc = 0;
     if (ce->streams[device][slot] == NULL)
@@ -69,12 +68,128 @@ static void event_put(cuda_engine *ce, int device, CUevent ev)
     pthread_mutex_unlock(&ce->lock);
 }
 
+/* --- asynchronous completion ---------------------------------------------
+ * A direct copy is issued on the stream of worker k (k round-robin), its
+ * event recorded after it, and a host function on the same stream kicks
+ * worker k, whose tick completes, in issue order, every entry whose event
+ * has fired. The submitting thread does not wait. */
+
+static void wake_worker(void *data)
+{
+    cuda_worker *cw = data; /* runs on a CUDA thread: only wake the loop */
+    cre_worker_kick(cw->w);
+}
+
+int cuda_issue(cuda_engine *ce, int device, uint64_t dst, uint64_t src, uint64_t n, cuda_pending *p)
+{
+    crv_driver *d = ce->drv;
+    unsigned k = atomic_fetch_add(&ce->next_slot, 1) % ce->n_workers;
+    cuda_worker *cw = &ce->workers[k];
+    CUstream s = NULL;
+    CUevent ev;
+    int rc = stream_for(ce, device, k % CUDA_SLOTS, &s);
+    if (rc < 0)
+        return rc;
+    rc = event_get(ce, device, &ev);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&cw->lock);
+    rc = crv_check(d, d->memcpy_async(dst, src, n, s), "cuMemcpyAsync");
+    if (rc == 0)
+        rc = crv_check(d, d->event_record(ev, s), "cuEventRecord");
+    if (rc == 0 && d->launch_host_func != NULL)
+        d->launch_host_func(s, wake_worker, cw); /* without it the 20 ms tick polls */
+    if (rc == 0) {
+        p->ev = ev;
+        p->device = device;
+        p->bytes = n;
+        p->next = NULL;
+        if (cw->tail)
+            cw->tail->next = p;
+        else
+            cw->head = p;
+        cw->tail = p;
+    }
+    pthread_mutex_unlock(&cw->lock);
+    if (rc < 0) {
+        d->event_synchronize(ev); /* a half-issued copy: let it settle */
+        event_put(ce, device, ev);
+    }
+    return rc;
+}
+
+static void pending_finish(cuda_engine *ce, cuda_pending *p, int status)
+{
+    if (p->slot != NULL && !cre_ctl_leave(p->slot, p->gen) && status == 0)
+        status = crb_error(CR_ERR_ADDRESS_NOT_REGISTERED,
+                           "the peer unregistered device buffer 0x%llx during the copy",
+                           (unsigned long long)p->addr);
+    if (p->cp != NULL)
+        cuda_peer_release(p->cp, p->im, status == CR_ERR_ADDRESS_NOT_REGISTERED);
+    event_put(ce, p->device, p->ev);
+    if (status == 0) {
+        atomic_fetch_add(p->kind_counter, p->bytes);
+        if (p->ipc)
+            atomic_fetch_add(&ce->bytes_ipc, p->bytes);
+    }
+    cre_task_slice_done(p->t, status, status == 0 ? p->bytes : 0);
+    free(p);
+}
+
+void cuda_complete_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns)
+{
+    cuda_engine *ce = tp->priv;
+    if (ce->drv == NULL || ce->workers == NULL || (uint32_t)w->index >= ce->n_workers)
+        return;
+    cuda_worker *cw = &ce->workers[w->index];
+    crv_driver *d = ce->drv;
+    for (;;) {
+        pthread_mutex_lock(&cw->lock);
+        cuda_pending *p = cw->head;
+        CUresult q = CUDA_ERROR_NOT_READY;
+        if (p != NULL && crv_bind(d, p->device) == 0)
+            q = d->event_query(p->ev);
+        if (p == NULL || q == CUDA_ERROR_NOT_READY) {
+            pthread_mutex_unlock(&cw->lock);
+            return;
+        }
+        cw->head = p->next;
+        if (cw->head == NULL)
+            cw->tail = NULL;
+        pthread_mutex_unlock(&cw->lock);
+        pending_finish(ce, p, crv_check(d, q, "a device copy"));
+    }
+}
+
+void cuda_drain(cuda_engine *ce)
+{
+    if (ce->workers == NULL)
+        return;
+    crv_driver *d = ce->drv;
+    for (uint32_t k = 0; k < ce->n_workers; k++) {
+        cuda_worker *cw = &ce->workers[k];
+        for (;;) {
+            pthread_mutex_lock(&cw->lock);
+            cuda_pending *p = cw->head;
+            if (p != NULL) {
+                cw->head = p->next;
+                if (cw->head == NULL)
+                    cw->tail = NULL;
+            }
+            pthread_mutex_unlock(&cw->lock);
+            if (p == NULL)
+                break;
+            pending_finish(ce, p, crv_check(d, d->event_synchronize(p->ev), "a device copy"));
+        }
+    }
+}
+
 int cuda_copy(cuda_engine *ce, int device, uint64_t dst, uint64_t src, uint64_t n)
 {
     crv_driver *d = ce->drv;
     CUstream s = NULL;
     CUevent ev;
-    int rc = stream_of(ce, device, &s);
+    int rc = stream_for(ce, device, atomic_fetch_add(&ce->next_slot, 1) % CUDA_SLOTS, &s);
     if (rc < 0)
         return rc;
     rc = event_get(ce, device, &ev);
@@ -173,6 +288,31 @@ int cuda_submit_local(cre_tp *tp, const cre_route *r, cre_task *t)
     uint64_t local = (uint64_t)(uintptr_t)t->local;
     crv_saved saved;
     int rc = crv_push(ce->drv, device, &saved);
+    bool dst_dev = t->opcode == CR_OP_WRITE ? remote_dev : local_dev;
+    bool src_dev = t->opcode == CR_OP_WRITE ? local_dev : remote_dev;
+    bool direct = (local_dev || local_pin) && (remote_dev || remote_pin);
+    if (rc == 0 && direct) {
+        /* both ends reachable by the copy engine: asynchronous */
+        atomic_store(&t->slices_left, 1);
+        cuda_pending *p = calloc(1, sizeof(*p));
+        if (p == NULL)
+            rc = crb_error(CR_ERR_NO_MEMORY, "a pending copy");
+        if (p != NULL) {
+            p->t = t;
+            p->kind_counter = dst_dev && src_dev ? &ce->bytes_d2d
+                              : dst_dev          ? &ce->bytes_h2d
+                                                 : &ce->bytes_d2h;
+            rc = t->opcode == CR_OP_WRITE
+                     ? cuda_issue(ce, device, t->remote_addr, local, t->length, p)
+                     : cuda_issue(ce, device, local, t->remote_addr, t->length, p);
+            if (rc < 0)
+                free(p);
+        }
+        crv_pop(ce->drv, &saved);
+        if (rc < 0)
+            cre_task_slice_done(t, rc, 0);
+        return 0;
+    }
     if (rc == 0) {
         if (t->opcode == CR_OP_WRITE)
             rc = move(ce, device, t->remote_addr, remote_dev, remote_pin, local, local_dev,

@@ -39,6 +39,19 @@ static int cuda_init(cre_tp *tp, bool explicit_choice)
                          cr_last_error_message());
     }
     pthread_mutex_init(&ce->lock, NULL);
+    cr_engine *e = tp->engine;
+    ce->n_workers = e->n_workers;
+    ce->workers = calloc(e->n_workers, sizeof(*ce->workers));
+    if (ce->workers == NULL) {
+        pthread_mutex_destroy(&ce->lock);
+        crv_driver_close(ce->drv);
+        ce->drv = NULL;
+        return crb_error(CR_ERR_NO_MEMORY, "cuda: per-worker state");
+    }
+    for (uint32_t i = 0; i < e->n_workers; i++) {
+        pthread_mutex_init(&ce->workers[i].lock, NULL);
+        ce->workers[i].w = &e->workers[i];
+    }
     if (!tp->kind_only) {
         rc = cre_ctl_init(&ce->ctl);
         if (rc == 0) {
@@ -49,6 +62,10 @@ static int cuda_init(cre_tp *tp, bool explicit_choice)
             if (ce->ctl_ready)
                 cre_ctl_fini(&ce->ctl);
             ce->ctl_ready = false;
+            for (uint32_t i = 0; i < ce->n_workers; i++)
+                pthread_mutex_destroy(&ce->workers[i].lock);
+            free(ce->workers);
+            ce->workers = NULL;
             pthread_mutex_destroy(&ce->lock);
             crv_driver_close(ce->drv);
             ce->drv = NULL;
@@ -67,6 +84,7 @@ static void cuda_fini(cre_tp *tp)
     /* destroy runs on the caller's thread: leave its context as it was */
     crv_saved saved;
     bool pushed = crv_push(d, 0, &saved) == 0;
+    cuda_drain(ce); /* workers have stopped: finish what is still on the streams */
     cuda_service_stop(tp);
     cuda_stages_free(ce);
     for (int dev = 0; dev < d->n_devices; dev++) {
@@ -90,6 +108,10 @@ static void cuda_fini(cre_tp *tp)
         crv_pop(d, &saved);
     if (ce->ctl_ready)
         cre_ctl_fini(&ce->ctl);
+    for (uint32_t i = 0; i < ce->n_workers; i++)
+        pthread_mutex_destroy(&ce->workers[i].lock);
+    free(ce->workers);
+    ce->workers = NULL;
     pthread_mutex_destroy(&ce->lock);
     crv_driver_close(d);
     ce->drv = NULL;
@@ -198,6 +220,16 @@ static int cuda_peer_init_op(cre_tp *tp, cre_peer *p, void *pp)
 
 static void cuda_peer_fini_op(cre_tp *tp, cre_peer *p, void *pp)
 {
+    cuda_engine *ce = tp->priv;
+    if (ce->drv != NULL) {
+        /* engine teardown, workers stopped: copies holding this peer's
+         * imports finish first (on the caller's thread: keep its context) */
+        crv_saved saved;
+        bool pushed = crv_push(ce->drv, 0, &saved) == 0;
+        cuda_drain(ce);
+        if (pushed)
+            crv_pop(ce->drv, &saved);
+    }
     cuda_peer_fini(pp);
 }
 
@@ -320,6 +352,7 @@ const cre_transport_ops cre_transport_cuda = {
     .peer_reset = cuda_peer_reset_op,
     .can_serve = cuda_can_serve,
     .submit = cuda_submit,
+    .tick = cuda_complete_tick,
     .counters = cuda_counters,
     .kinds = 1u << CR_MEM_CUDA,
     .classify = cuda_classify,

@@ -123,6 +123,29 @@ typedef struct cuda_desc {
     bool *has;       /* bufs[i] is valid */
 } cuda_desc;
 
+/* A copy issued on a worker's stream, completed by that worker's tick once
+ * its event has fired (copy.c). */
+typedef struct cuda_pending {
+    struct cuda_pending *next;
+    cre_task *t;
+    CUevent ev;
+    int device;
+    uint64_t bytes;
+    atomic_ullong *kind_counter; /* bytes_d2d / h2d / d2h */
+    bool ipc;
+    /* IPC: the fence and the import the copy holds (NULL where none) */
+    struct cuda_peer *cp;
+    struct cuda_import *im;
+    cre_ctl_slot *slot;
+    uint64_t gen, addr;
+} cuda_pending;
+
+typedef struct cuda_worker {
+    pthread_mutex_t lock; /* the list; issue order = stream order */
+    cuda_pending *head, *tail;
+    cre_worker *w;
+} cuda_worker;
+
 typedef struct cuda_service_conn {
     crb_io io;
     cre_tp *tp;
@@ -140,6 +163,8 @@ typedef struct cuda_engine {
     size_t n_events[CRV_MAX_DEVICES], cap_events[CRV_MAX_DEVICES];
     cre_stage *free_stages;
     atomic_uint next_slot;
+    cuda_worker *workers; /* one per engine worker: its pending copies */
+    uint32_t n_workers;
     cre_ctl_page ctl;
     bool ctl_ready;
     /* IPC service (worker 0) */
@@ -171,6 +196,15 @@ struct cre_stage {
 cuda_engine *cuda_of(cre_tp *tp);
 
 /* copy.c */
+/* Issue a direct copy on a worker's stream; p (filled by the caller with
+ * its task, fence and counters) completes the task's slice from that
+ * worker's tick when the event has fired. The caller added one to
+ * t->slices_left for it. Errors: the copy was not issued (p untouched). */
+int cuda_issue(cuda_engine *ce, int device, uint64_t dst, uint64_t src, uint64_t n,
+               cuda_pending *p);
+void cuda_complete_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns);
+/* Wait for and complete every pending copy (workers stopped). */
+void cuda_drain(cuda_engine *ce);
 /* Copy n bytes between addresses CUDA can reach directly (device memory,
  * pinned host memory, imported mappings) on a slot stream of `device`
  * and wait for its event. Caller has the device's context current. */
@@ -197,6 +231,8 @@ void cuda_peer_init(cuda_peer *cp, cr_engine *e, cre_peer *p);
 void cuda_peer_fini(cuda_peer *cp);
 void cuda_peer_drop(cuda_peer *cp);
 void cuda_peer_prune(cuda_peer *cp, const crp_descriptor *d);
+/* A copy that held im (may be NULL) and a control-page slot pointer ended. */
+void cuda_peer_release(cuda_peer *cp, cuda_import *im, bool drop_import);
 bool cuda_can_ipc(cre_tp *tp, const cre_route *r);
 int cuda_submit_ipc(cre_tp *tp, const cre_route *r, cre_task *t);
 

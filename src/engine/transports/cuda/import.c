@@ -130,6 +130,19 @@ void cuda_peer_fini(cuda_peer *cp)
     pthread_mutex_destroy(&cp->lock);
 }
 
+void cuda_peer_release(cuda_peer *cp, cuda_import *im, bool drop_import)
+{
+    pthread_mutex_lock(&cp->lock);
+    if (im != NULL) {
+        im->users--;
+        if (drop_import)
+            im->dead = true; /* do not keep memory the peer let go of alive */
+    }
+    cp->ctl_users--;
+    sweep_locked(cp);
+    pthread_mutex_unlock(&cp->lock);
+}
+
 /* Drop imports that no buffer of the new descriptor covers. */
 void cuda_peer_prune(cuda_peer *cp, const crp_descriptor *d)
 {
@@ -385,7 +398,7 @@ bool cuda_can_ipc(cre_tp *tp, const cre_route *r)
 
 /* One piece: [addr, addr+n) of the peer inside one allocation. */
 static int ipc_piece(cre_tp *tp, cuda_peer *cp, const cuda_desc *cd, const cuda_blob *bl,
-                     int device, cre_task *t, uint64_t off, uint64_t *moved)
+                     int device, cre_task *t, uint64_t off, uint64_t *moved, bool *async)
 {
     cuda_engine *ce = tp->priv;
     uint64_t addr = t->remote_addr + off;
@@ -417,40 +430,62 @@ static int ipc_piece(cre_tp *tp, cuda_peer *cp, const cuda_desc *cd, const cuda_
     cp->ctl_users++;
     pthread_mutex_unlock(&cp->lock);
 
+    cuda_import *held = cd->same_process ? NULL : im; /* `direct` lives on this stack */
     if (!cre_ctl_enter(slot, bl->ctl_gen)) {
         rc = crb_error(CR_ERR_ADDRESS_NOT_REGISTERED,
                        "%s unregistered device buffer 0x%llx before the copy started",
                        cp->peer->name, (unsigned long long)addr);
-    } else {
-        uint64_t local = (uint64_t)(uintptr_t)t->local + off;
-        bool local_dev = t->local_buf->kind == CR_MEM_CUDA;
-        const cuda_buffer *lb = t->local_buf->tp_state[tp->index];
-        bool local_pinned = lb != NULL && lb->pinned;
-        if (local_dev || local_pinned)
-            rc = t->opcode == CR_OP_WRITE ? cuda_copy(ce, device, remote, local, n)
-                                          : cuda_copy(ce, device, local, remote, n);
-        else
-            rc = cuda_bounce(ce, device, t->opcode == CR_OP_WRITE, remote,
-                             (uint8_t *)(uintptr_t)local, n);
-        if (!cre_ctl_leave(slot, bl->ctl_gen) && rc == 0)
-            rc = crb_error(CR_ERR_ADDRESS_NOT_REGISTERED,
-                           "%s unregistered device buffer 0x%llx during the copy", cp->peer->name,
-                           (unsigned long long)addr);
-        if (rc == 0) {
-            atomic_fetch_add(&ce->bytes_ipc, n);
-            atomic_fetch_add(local_dev                  ? &ce->bytes_d2d
-                             : t->opcode == CR_OP_WRITE ? &ce->bytes_h2d
-                                                        : &ce->bytes_d2h,
-                             n);
-        }
+        cuda_peer_release(cp, held, true);
+        return rc;
     }
-    pthread_mutex_lock(&cp->lock);
-    im->users--;
-    cp->ctl_users--;
-    if (rc == CR_ERR_ADDRESS_NOT_REGISTERED)
-        im->dead = true; /* do not keep memory the peer let go of alive */
-    sweep_locked(cp);
-    pthread_mutex_unlock(&cp->lock);
+    uint64_t local = (uint64_t)(uintptr_t)t->local + off;
+    bool local_dev = t->local_buf->kind == CR_MEM_CUDA;
+    const cuda_buffer *lb = t->local_buf->tp_state[tp->index];
+    bool local_pinned = lb != NULL && lb->pinned;
+    atomic_ullong *kind_counter = local_dev                  ? &ce->bytes_d2d
+                                  : t->opcode == CR_OP_WRITE ? &ce->bytes_h2d
+                                                             : &ce->bytes_d2h;
+    if (local_dev || local_pinned) {
+        /* asynchronous: the fence and the import are let go of when the
+         * copy's event has fired (cuda_complete_tick) */
+        cuda_pending *p = calloc(1, sizeof(*p));
+        rc = p == NULL ? crb_error(CR_ERR_NO_MEMORY, "a pending copy") : 0;
+        if (rc == 0) {
+            *p = (cuda_pending){.t = t,
+                                .kind_counter = kind_counter,
+                                .ipc = true,
+                                .cp = cp,
+                                .im = held,
+                                .slot = slot,
+                                .gen = bl->ctl_gen,
+                                .addr = addr};
+            atomic_fetch_add(&t->slices_left, 1);
+            rc = t->opcode == CR_OP_WRITE ? cuda_issue(ce, device, remote, local, n, p)
+                                          : cuda_issue(ce, device, local, remote, n, p);
+            if (rc < 0) {
+                atomic_fetch_sub(&t->slices_left, 1);
+                free(p);
+            }
+        }
+        if (rc < 0) {
+            cre_ctl_leave(slot, bl->ctl_gen);
+            cuda_peer_release(cp, held, false);
+            return rc;
+        }
+        *moved = n;
+        *async = true;
+        return 0;
+    }
+    rc = cuda_bounce(ce, device, t->opcode == CR_OP_WRITE, remote, (uint8_t *)(uintptr_t)local, n);
+    if (!cre_ctl_leave(slot, bl->ctl_gen) && rc == 0)
+        rc = crb_error(CR_ERR_ADDRESS_NOT_REGISTERED,
+                       "%s unregistered device buffer 0x%llx during the copy", cp->peer->name,
+                       (unsigned long long)addr);
+    if (rc == 0) {
+        atomic_fetch_add(&ce->bytes_ipc, n);
+        atomic_fetch_add(kind_counter, n);
+    }
+    cuda_peer_release(cp, held, rc == CR_ERR_ADDRESS_NOT_REGISTERED);
     if (rc == 0)
         *moved = n;
     return rc;
@@ -467,11 +502,16 @@ int cuda_submit_ipc(cre_tp *tp, const cre_route *r, cre_task *t)
         return CR_ERR_TRANSPORT_UNSUPPORTED;
     crv_saved saved;
     int rc = crv_push(ce->drv, device, &saved);
-    uint64_t off = 0;
+    /* One slice held by this call; each asynchronous piece adds its own. */
+    atomic_store(&t->slices_left, 1);
+    uint64_t off = 0, sync_bytes = 0;
     while (rc == 0 && off < t->length) {
         uint64_t moved = 0;
-        rc = ipc_piece(tp, cp, cd, bl, device, t, off, &moved);
+        bool async = false;
+        rc = ipc_piece(tp, cp, cd, bl, device, t, off, &moved, &async);
         off += moved;
+        if (!async)
+            sync_bytes += moved;
     }
     crv_pop(ce->drv, &saved);
     /* Refused before a byte moved (credentials, an allocation that cannot
@@ -479,7 +519,6 @@ int cuda_submit_ipc(cre_tp *tp, const cre_route *r, cre_task *t)
     if (off == 0 && (rc == CR_ERR_AUTH_FAILED || rc == CR_ERR_TRANSPORT_UNSUPPORTED ||
                      rc == CR_ERR_PEER_UNREACHABLE))
         return CR_ERR_TRANSPORT_UNSUPPORTED;
-    atomic_store(&t->slices_left, 1);
-    cre_task_slice_done(t, rc, rc == 0 ? t->length : 0);
+    cre_task_slice_done(t, rc, sync_bytes);
     return 0;
 }
