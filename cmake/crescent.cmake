@@ -14,7 +14,7 @@
 #       (reported as skipped, never as passed), anything else fails. Without
 #       COMMAND the executable itself runs. Unit tests link cmocka.
 #
-#   cr_test_command(<name> COMMAND args... [TIMEOUT s] [ENV k=v ...]
+#   cr_test_command(<name> COMMAND args... [TIMEOUT s] [ENV k=v ...] [LABELS l ...]
 #                   [WORKING_DIRECTORY dir])
 #       A CTest entry running an existing program (tool smoke tests, fuzz
 #       smoke runs, pytest), with the same skip code.
@@ -66,7 +66,7 @@ function(cr_test_command name)
   if(NOT CRESCENT_TESTS)
     return()
   endif()
-  cmake_parse_arguments(T "" "TIMEOUT;WORKING_DIRECTORY" "ENV;COMMAND" ${ARGN})
+  cmake_parse_arguments(T "" "TIMEOUT;WORKING_DIRECTORY" "ENV;COMMAND;LABELS" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()
@@ -78,5 +78,8 @@ function(cr_test_command name)
   set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE 77)
   if(T_ENV)
     set_tests_properties(${name} PROPERTIES ENVIRONMENT "${T_ENV}")
+  endif()
+  if(T_LABELS)
+    set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}")
   endif()
 endfunction()

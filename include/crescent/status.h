@@ -121,7 +121,11 @@ extern "C" {
     X(ERR_TENANT_MISMATCH, -3062,                                                                  \
       "the thin client's tenant is not the one crescent-client "                                   \
       "serves")                                                                                    \
-    X(ERR_REGION_INVALID, -3063, "memory passed to crescent-client cannot be mapped as described")
+    X(ERR_REGION_INVALID, -3063, "memory passed to crescent-client cannot be mapped as described") \
+    /* --- device memory (src/device, transports/cuda): -3180..-3199 --- */                        \
+    X(ERR_NO_CUDA, -3180, "CUDA is not available (no driver, or a build without CUDA)")            \
+    X(ERR_CUDA, -3181, "a CUDA driver call failed")                                                \
+    X(ERR_MEMORY_KIND_MISMATCH, -3182, "memory is not of the kind or device its location names")
 
 /** Status codes. 0 is success; every failure is negative. */
 typedef enum cr_status {

@@ -454,8 +454,10 @@ CR_API void cr_store_free_names(char **names, size_t n);
 
 /* --- memory ------------------------------------------------------------------ */
 
-/** Register memory for zero-copy calls (host memory; "cpu:0"). In thin mode
- *  see cr_store_setup_thin for what registration means. */
+/** Register memory for zero-copy calls: host memory or, where the engine
+ *  has CUDA, device memory (detected, as location "*"); the _from / _into
+ *  calls then move device memory directly (docs/gpu.md). In thin mode see
+ *  cr_store_setup_thin for what registration means. */
 CR_API int cr_store_register_buffer(cr_store *s, void *buf, size_t len);
 CR_API int cr_store_unregister_buffer(cr_store *s, void *buf);
 

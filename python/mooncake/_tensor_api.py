@@ -526,10 +526,44 @@ class TensorMixin:
         keys = [tp_key(k, tp.rank) if tp.size > 1 else k for k in base_keys]
         return self.batch_get_tensor_into(keys, buffer_ptrs, sizes)
 
-    def get_tensor_into_cuda(self, *args: Any, **kwargs: Any) -> Any:
-        """Not available: crescent has no GPU path (raises RuntimeError)."""
-        raise RuntimeError("get_tensor_into_cuda: crescent has no CUDA support; use "
-                           "get_tensor_into with host memory")
+    def get_tensor_into_cuda(self, key: str, tensor: Any) -> int:
+        """Read the stored tensor ``key`` into the pre-allocated, contiguous CUDA
+        tensor ``tensor`` (same dtype and number of bytes); its data bytes, or a
+        negative code (-600 INVALID_PARAMS, -704 missing key)."""
+        return self.batch_get_tensor_into_cuda([key], [tensor])[0]
+
+    def batch_get_tensor_into_cuda(self, keys: List[str], tensors_list: List[Any]) -> List[int]:
+        """get_tensor_into_cuda for each (key, tensor); one result per key."""
+        torch = tf._torch()
+        keys, tensors = list(keys), list(tensors_list)
+        invalid = -600
+        if len(keys) != len(tensors):
+            log.error("batch_get_tensor_into_cuda: %d keys but %d tensors", len(keys),
+                      len(tensors))
+            return [invalid] * len(keys)
+        out: List[int] = []
+        for k, t in zip(keys, tensors):
+            if not isinstance(t, torch.Tensor) or t.device.type != "cuda" or \
+                    not t.is_contiguous():
+                log.error("batch_get_tensor_into_cuda: destination for '%s' is not a "
+                          "contiguous CUDA tensor", k)
+                out.append(invalid)
+                continue
+            src = self.get_tensor(k)
+            if src is None:
+                out.append(-704 if self.is_exist(k) != 1 else invalid)  # type: ignore[attr-defined]
+                continue
+            nbytes = src.numel() * src.element_size()
+            if src.dtype != t.dtype or nbytes != t.numel() * t.element_size():
+                log.error("batch_get_tensor_into_cuda: '%s' holds %s of %d bytes, the "
+                          "destination is %s of %d", k, src.dtype, nbytes, t.dtype,
+                          t.numel() * t.element_size())
+                out.append(invalid)
+                continue
+            if nbytes:
+                t.view(-1).copy_(src.reshape(-1))
+            out.append(nbytes)
+        return out
 
     # ------------------------------------------------------------------ safetensors
     def save_tensor_to_safetensor(self, key: str, file_path: str) -> int:

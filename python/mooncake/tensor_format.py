@@ -237,9 +237,11 @@ def _check_tensor(t: Any) -> Any:
     torch = _torch()
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"expected a torch.Tensor, not {type(t).__name__}")
-    if t.device.type != "cpu":
+    if t.device.type == "cuda":
+        t = t.detach().to("cpu")  # as Mooncake: CUDA tensors are accepted (copied to host)
+    elif t.device.type != "cpu":
         raise TypeError(f"tensor is on device '{t.device}': crescent's tensor APIs take CPU "
-                        "tensors only (call .cpu() first)")
+                        "and CUDA tensors only")
     if t.layout != torch.strided:
         raise TypeError(f"tensor layout {t.layout} is not supported (dense tensors only)")
     if t.dim() > MAX_DIMS:

@@ -200,8 +200,9 @@ def test_get_tensor_into_registered_memory(store):
     s0 = store.batch_get_tensor_with_tp_into(["into/w"], [buf.ctypes.data + 8192], [4096],
                                              0, 2, 0)
     assert torch.equal(s0[0], t[:8])
-    with pytest.raises(RuntimeError):
+    with pytest.raises(TypeError):
         store.get_tensor_into_cuda("into/1", 0, 0)
+    assert store.get_tensor_into_cuda("into/1", t) == -600  # a CPU tensor is no destination
     assert store.unregister_buffer(buf.ctypes.data) == 0
 
 

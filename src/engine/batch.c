@@ -229,7 +229,8 @@ static int plan_self(cr_engine *e, size_t idx, const cr_transfer_request *req, c
 static bool process_transport_installed(const cr_engine *e)
 {
     for (size_t i = 0; i < e->n_tps; i++)
-        if (e->tps[i].ops->reach == CRE_REACH_PROCESS)
+        if (!e->tps[i].kind_only && (e->tps[i].ops->reach & CRE_REACH_PROCESS) &&
+            !(e->tps[i].ops->reach & CRE_REACH_REMOTE))
             return true;
     return false;
 }
@@ -237,25 +238,29 @@ static bool process_transport_installed(const cr_engine *e)
 static int choose_transport(cr_engine *e, size_t idx, const cr_transfer_request *req, planned *pl)
 {
     for (size_t i = 0; i < e->n_tps; i++) {
-        if (e->tps[i].ops->can_serve(&e->tps[i], &pl->route)) {
+        if (!e->tps[i].kind_only && e->tps[i].ops->can_serve(&e->tps[i], &pl->route)) {
             pl->tp = &e->tps[i];
             return 0;
         }
     }
     char names[96] = "";
     for (size_t i = 0; i < e->n_tps; i++)
-        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? ", " : "",
-                 e->tps[i].ops->name);
+        if (!e->tps[i].kind_only)
+            snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
+                     names[0] ? ", " : "", e->tps[i].ops->name);
     const cre_route *r = &pl->route;
     bool remote_bad = !cre_kind_is_host(r->remote_kind);
     uint64_t addr = remote_bad ? req->remote_addr : (uint64_t)(uintptr_t)req->local_addr;
     int kind = remote_bad ? r->remote_kind : r->local_kind;
     int device = remote_bad ? r->remote_device : r->local_device;
+    const cre_stager_ops *so;
+    bool owned = cre_kind_is_host(kind) || cre_engine_stager(e, kind, &so) != NULL;
     return crb_error(CR_ERR_TRANSPORT_UNSUPPORTED,
                      "request %zu: %s buffer at 0x%llx (segment %s) is %s memory (device %d); "
-                     "no installed transport (%s) can move it",
+                     "no installed transport (%s) can move it%s",
                      idx, remote_bad ? "remote" : "local", (unsigned long long)addr,
-                     remote_bad ? r->peer->name : "local", cr_mem_kind_name(kind), device, names);
+                     remote_bad ? r->peer->name : "local", cr_mem_kind_name(kind), device, names,
+                     owned ? "" : " (this process has no driver for that memory: see the log)");
 }
 
 /* Release what a plan holds: the local buffer reference (unless a task took
@@ -312,7 +317,7 @@ static int start_task(cr_engine *e, planned *pl, cre_task *t)
 {
     for (size_t i = (size_t)pl->tp->index; i < e->n_tps; i++) {
         cre_tp *tp = &e->tps[i];
-        if (tp != pl->tp && !tp->ops->can_serve(tp, &pl->route))
+        if (tp != pl->tp && (tp->kind_only || !tp->ops->can_serve(tp, &pl->route)))
             continue;
         t->tp = tp;
         int rc = tp->ops->submit(tp, &pl->route, t);

@@ -58,6 +58,8 @@ static cre_conn *conn_of(crb_io *io)
 
 static void out_free(cre_out *o)
 {
+    if (o->source.release != NULL)
+        o->source.release(o->source.ctx);
     if (o->payload_buf != NULL)
         cre_buffer_release(o->payload_buf);
     free(o->head);
@@ -111,6 +113,25 @@ int cre_conn_flush(cre_conn *c)
         struct iovec iov[MAX_IOV];
         int iovcnt = 0;
         for (cre_out *o = c->out_head; o != NULL && iovcnt + 2 <= MAX_IOV; o = o->next) {
+            if (o->source.next != NULL) {
+                /* A staged payload: one window at a time, fetched once the
+                 * previous one has gone; nothing after it in this batch. */
+                if (o->sent < o->head_len)
+                    iov[iovcnt++] = (struct iovec){o->head + o->sent, o->head_len - o->sent};
+                size_t off = o->sent > o->head_len ? o->sent - o->head_len : 0;
+                if (off == o->win_end && off < o->payload_len) {
+                    size_t wlen = 0;
+                    int rc = o->source.next(o->source.ctx, &o->payload, &wlen);
+                    if (rc < 0)
+                        return rc;
+                    o->win_start = off;
+                    o->win_end = off + wlen;
+                }
+                if (off < o->win_end)
+                    iov[iovcnt++] = (struct iovec){(void *)(o->payload + (off - o->win_start)),
+                                                   o->win_end - off};
+                break;
+            }
             if (o->sent < o->head_len) {
                 iov[iovcnt++] = (struct iovec){o->head + o->sent, o->head_len - o->sent};
                 if (o->payload_len)
@@ -136,6 +157,8 @@ int cre_conn_flush(cre_conn *c)
             cre_out *o = c->out_head;
             size_t total = o->head_len + o->payload_len;
             size_t take = total - o->sent < left ? total - o->sent : left;
+            if (o->source.next != NULL && o->head_len + o->win_end - o->sent < take)
+                take = o->head_len + o->win_end - o->sent; /* only the window was offered */
             o->sent += take;
             left -= take;
             if (o->sent < total)
@@ -184,6 +207,15 @@ int cre_conn_queue(cre_conn *c, int type, int32_t status, uint64_t request_id, c
     return 0;
 }
 
+int cre_conn_queue_staged(cre_conn *c, int type, int32_t status, uint64_t request_id,
+                          size_t payload_len, const cre_out_source *src, cre_buffer *payload_buf)
+{
+    int rc = cre_conn_queue(c, type, status, request_id, NULL, NULL, payload_len, payload_buf);
+    if (rc == 0)
+        c->out_tail->source = *src;
+    return rc;
+}
+
 int cre_conn_queue_error(cre_conn *c, int status, uint64_t request_id, const char *text)
 {
     crp_buf body = {0};
@@ -201,6 +233,14 @@ static int conn_on_head(void *ctx, const crp_header *h, const uint8_t *body, uin
     return c->handler->on_head != NULL ? c->handler->on_head(c, h, body, dst) : 0;
 }
 
+static int conn_on_data(void *ctx, const crp_header *h, size_t filled, uint8_t **next,
+                        size_t *next_len)
+{
+    cre_conn *c = ctx;
+    return c->handler->on_data != NULL ? c->handler->on_data(c, h, filled, next, next_len)
+                                       : crb_error(CR_INTERNAL_ERROR, "no on_data handler");
+}
+
 static int conn_on_frame(void *ctx, const crp_header *h, const uint8_t *body)
 {
     cre_conn *c = ctx;
@@ -211,7 +251,7 @@ static int conn_on_frame(void *ctx, const crp_header *h, const uint8_t *body)
     return c->reading_paused || c->closing ? CRP_READER_PAUSED : 0;
 }
 
-static const crp_reader_ops conn_reader_ops = {conn_on_head, conn_on_frame};
+static const crp_reader_ops conn_reader_ops = {conn_on_head, conn_on_frame, conn_on_data};
 
 static void conn_on_event(crb_io *io, uint32_t events)
 {

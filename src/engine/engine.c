@@ -37,8 +37,23 @@ static int engine_listen(cr_engine *e)
     return 0;
 }
 
-/* Registry hooks: every installed transport attaches its state (and the
- * blob peers will see) to a new buffer, and detaches it at the end. */
+/* Registry hooks: the transports that own device memory settle a new
+ * buffer's kind; then every installed transport attaches its state (and
+ * the blob peers will see) to it, and detaches it at the end. */
+static int buffer_classify(void *ctx, cre_buffer *b, bool detect)
+{
+    cr_engine *e = ctx;
+    for (size_t i = 0; i < e->n_tps; i++) {
+        cre_tp *tp = &e->tps[i];
+        if (tp->ops->classify == NULL)
+            continue;
+        int rc = tp->ops->classify(tp, b, detect);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 static int buffer_prepare(void *ctx, cre_buffer *b)
 {
     cr_engine *e = ctx;
@@ -90,7 +105,7 @@ int cr_engine_create(const cr_engine_config *cfg, cr_engine **out)
     if (e == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "engine");
     e->listen_fd = -1;
-    cre_registry_hooks hooks = {buffer_prepare, buffer_dying, buffer_release, e};
+    cre_registry_hooks hooks = {buffer_classify, buffer_prepare, buffer_dying, buffer_release, e};
     cre_registry_init(&e->registry, &hooks);
     e->registry.max_desc_bytes = DESC_BUFFER_BYTES;
     cre_handles_init(&e->segments);
@@ -162,6 +177,12 @@ void cr_engine_destroy(cr_engine *e)
     cre_descriptor_unpublish(e);
     cre_workers_stop(e);
     cre_server_stop(e);
+    /* The workers have stopped: close the connections they served now,
+     * while the buffers and transports those hold (payload references,
+     * staging streams) still exist. */
+    if (e->workers != NULL)
+        for (uint32_t i = 0; i < e->n_workers; i++)
+            cre_conns_close_all(&e->workers[i]);
     cre_peers_destroy(e); /* transports' per-peer state (lanes, mappings) */
     /* Buffers still registered: transports detach from them while they are
      * still installed. */
@@ -212,14 +233,16 @@ uint16_t cr_engine_rpc_port(const cr_engine *e)
     return e ? e->rpc_port : 0;
 }
 
-/* "cpu", "cpu:N", "cuda:N", "*", NULL or "" → kind and device. */
-static int parse_location(const char *loc, int *kind, int *device)
+/* "cpu", "cpu:N", "cuda:N", "*", NULL or "" → kind and device. "*" is
+ * host memory unless a transport owning device memory claims it
+ * (classify). */
+static int parse_location(const char *loc, int *kind, int *device, bool *detect)
 {
+    *detect = false;
     if (loc == NULL || loc[0] == '\0' || strcmp(loc, "*") == 0) {
-        /* No device runtime is built in yet, so detected memory is host
-         * memory; a CUDA build claims device pointers here. */
         *kind = CR_MEM_HOST;
         *device = -1;
+        *detect = true;
         return 0;
     }
     const char *num = NULL;
@@ -262,7 +285,7 @@ int cr_engine_register_batch(cr_engine *e, const cr_buffer_spec *bufs, size_t n)
         specs[i].addr = (uint64_t)(uintptr_t)bufs[i].addr;
         specs[i].length = bufs[i].length;
         specs[i].remote_accessible = bufs[i].remote_accessible;
-        rc = parse_location(bufs[i].location, &specs[i].kind, &specs[i].device);
+        rc = parse_location(bufs[i].location, &specs[i].kind, &specs[i].device, &specs[i].detect);
     }
     if (rc == 0)
         rc = cre_registry_add(&e->registry, specs, n);

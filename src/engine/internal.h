@@ -98,6 +98,16 @@ struct cre_peer {
 
 /* ---- connections to our port -------------------------------------------- */
 
+/* A payload produced window by window (device memory staged through host
+ * memory): next() hands the next window once the previous one has been
+ * written; release() when the item is freed (sent or dropped). Worker
+ * thread. */
+typedef struct cre_out_source {
+    int (*next)(void *ctx, const uint8_t **ptr, size_t *len);
+    void (*release)(void *ctx);
+    void *ctx;
+} cre_out_source;
+
 /* An outbound item: header(+body) then an optional payload from registered
  * memory (a reference on its buffer is held until it has been sent). */
 typedef struct cre_out {
@@ -109,12 +119,17 @@ typedef struct cre_out {
     cre_buffer *payload_buf;
     uint64_t deadline_ns; /* queued + request timeout */
     size_t sent;
+    cre_out_source source;     /* staged payload (source.next != NULL) */
+    size_t win_start, win_end; /* payload offsets of the current window */
 } cre_out;
 
 /* What happens to a connection's frames; set by whoever serves it. */
 typedef struct cre_conn_handler {
     int (*on_head)(cre_conn *c, const crp_header *h, const uint8_t *body, uint8_t **data_dst);
     int (*on_frame)(cre_conn *c, const crp_header *h, const uint8_t *body);
+    /* A windowed payload's window filled (crp_reader_window); may be NULL. */
+    int (*on_data)(cre_conn *c, const crp_header *h, size_t filled, uint8_t **next,
+                   size_t *next_len);
     /* The connection is closing: release what the handler holds. */
     void (*on_close)(cre_conn *c);
     /* Does the handler hold a buffer that is being unregistered? */
@@ -291,6 +306,9 @@ int cre_conn_adopt(cre_worker *w, int fd, const cre_conn_handler *h, cre_conn **
 int cre_conn_queue(cre_conn *c, int type, int32_t status, uint64_t request_id, const crp_buf *body,
                    const uint8_t *payload, size_t payload_len, cre_buffer *payload_buf);
 int cre_conn_queue_error(cre_conn *c, int status, uint64_t request_id, const char *text);
+/* Queue a frame whose payload_len bytes come from src, window by window. */
+int cre_conn_queue_staged(cre_conn *c, int type, int32_t status, uint64_t request_id,
+                          size_t payload_len, const cre_out_source *src, cre_buffer *payload_buf);
 /* Write what the socket takes. Negative when the connection is dead. */
 int cre_conn_flush(cre_conn *c);
 void cre_conn_close(cre_conn *c);

@@ -130,6 +130,13 @@ static int buffer_make(cre_registry *r, const cre_buffer_spec *s, size_t i, cre_
     b->remote_accessible = s->remote_accessible;
     b->owner = r;
     atomic_init(&b->refs, 0);
+    if (r->hooks.classify != NULL) {
+        int rc = r->hooks.classify(r->hooks.ctx, b, s->detect);
+        if (rc < 0) {
+            free(b);
+            return crb_error(rc, "buffer %zu: %s", i, cr_last_error_message());
+        }
+    }
     if (b->kind == CR_MEM_HOST &&
         cre_shared_pin(b->addr, b->length, &b->shared_id, &b->shared_offset))
         b->kind = CR_MEM_HOST_SHAREABLE;

@@ -53,6 +53,9 @@ typedef struct cre_buffer {
 /* What the owner does around a buffer's life (the engine: transports'
  * reg/dereg). Every hook may be NULL. */
 typedef struct cre_registry_hooks {
+    /* A new buffer, before anything else: settle its kind and device
+     * (detect: the location was "*"). Negative refuses it. */
+    int (*classify)(void *ctx, cre_buffer *b, bool detect);
     /* A new buffer, before it is inserted; may block. Negative refuses it. */
     int (*prepare)(void *ctx, cre_buffer *b);
     /* Unregistration began: no new lookups find b (references may remain). */
@@ -82,6 +85,7 @@ typedef struct cre_buffer_spec {
     int kind;
     int device;
     bool remote_accessible;
+    bool detect; /* location "*": the kind is whatever the memory is */
 } cre_buffer_spec;
 
 /** hooks may be NULL (a bare table, for tests). */

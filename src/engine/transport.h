@@ -61,6 +61,19 @@
  *   counters    cr_engine_counters: append extra (name, value) counters.
  *   serve_role / serve: a connection to our port authenticated with this
  *               HELLO role; serve takes it over (worker thread).
+ *   classify    registration, the caller's thread, before any reg; may
+ *               call a device driver (bounded). detect: the location was
+ *               "*": claim memory of a kind this transport owns (set
+ *               b->kind, b->device). Otherwise check the location's kind
+ *               against what the memory is; a contradiction is
+ *               CR_ERR_MEMORY_KIND_MISMATCH.
+ *   stager      (not a function) staging services for the others, below.
+ *
+ * Memory kinds: a transport whose `kinds` names device memory kinds owns
+ * them. It is installed with every protocol, so that registrations of
+ * its memory are classified and the other transports can stage through
+ * it; when the protocol did not ask for its own paths ("tcp", "ucx"),
+ * tp->kind_only is set and the core never asks it to move data itself.
  */
 #ifndef CRESCENT_ENGINE_TRANSPORT_H
 #define CRESCENT_ENGINE_TRANSPORT_H
@@ -104,6 +117,37 @@ typedef struct cre_route {
     bool same_host;         /* the peer runs on this host (not this process) */
 } cre_route;
 
+/*
+ * Staging: moving device memory through pinned host windows, for transports
+ * that can only touch host memory (tcp, ucx without CUDA support). A
+ * cre_stage is one staging stream (two pinned windows: the copy of window
+ * k+1 overlaps the network moving window k), used by one thread at a time
+ * (a lane's or a served connection's worker). Every call may block briefly
+ * on a copy engine (never on the network).
+ *
+ *   outbound (device -> wire): out_begin(src, len); then out_next() returns
+ *     each window in order, ready to send, and starts copying the window
+ *     after it into the buffer the previous one used (which the caller has
+ *     finished sending when it asks for the next).
+ *   inbound (wire -> device): in_begin(dst, len); in_window() says where the
+ *     next bytes go (at most *len); in_commit(n) starts copying the n bytes
+ *     received there to the device; in_finish() waits for every copy: 0
+ *     means the bytes are in device memory (completion means applied).
+ *   A failed or abandoned stream is reset by the next begin or by close.
+ */
+typedef struct cre_stage cre_stage;
+
+typedef struct cre_stager_ops {
+    int (*open)(cre_tp *tp, cre_stage **out);
+    void (*close)(cre_stage *st); /* waits for its copies in flight */
+    int (*out_begin)(cre_stage *st, int device, uint64_t src, uint64_t len);
+    int (*out_next)(cre_stage *st, const uint8_t **ptr, size_t *len);
+    int (*in_begin)(cre_stage *st, int device, uint64_t dst, uint64_t len);
+    int (*in_window)(cre_stage *st, uint8_t **ptr, size_t *len);
+    int (*in_commit)(cre_stage *st, size_t n);
+    int (*in_finish)(cre_stage *st);
+} cre_stager_ops;
+
 typedef struct cre_transport_ops {
     const char *name; /* required; also its key in descriptors */
     int rank;         /* required; lower is preferred */
@@ -135,6 +179,10 @@ typedef struct cre_transport_ops {
 
     uint8_t serve_role; /* crp_role served by `serve` (0 = none) */
     int (*serve)(cre_tp *tp, cre_conn *c);
+
+    uint32_t kinds; /* device memory kinds owned: bit (1u << cr_mem_kind) */
+    int (*classify)(cre_tp *tp, cre_buffer *b, bool detect);
+    const cre_stager_ops *stager;
 } cre_transport_ops;
 
 /* An installed transport. */
@@ -143,6 +191,7 @@ struct cre_tp {
     cr_engine *engine;
     int index; /* in engine->tps, also the slot of its per-object state */
     void *priv;
+    bool kind_only; /* installed for its memory kinds only (see above) */
     /* Counted by the core for every task this transport finished. */
     atomic_ullong bytes, requests, failures;
 };
@@ -168,5 +217,8 @@ void cre_desc_ref(cre_desc *d);
 void cre_desc_unref(cre_desc *d);
 /* The installed transport named `name`, or NULL. */
 cre_tp *cre_engine_tp(cr_engine *e, const char *name);
+/* The installed transport owning memory kind `kind` that offers staging,
+ * or NULL (then *ops is untouched). */
+cre_tp *cre_engine_stager(cr_engine *e, int kind, const cre_stager_ops **ops);
 
 #endif

@@ -42,6 +42,8 @@ static void next_frame(crp_reader *r)
     r->body_got = 0;
     r->data_dst = NULL;
     r->data_got = 0;
+    r->data_window = 0;
+    r->window_got = 0;
     if (r->body_cap > CRP_READER_KEEP_BODY) {
         free(r->body_copy);
         r->body_copy = NULL;
@@ -53,6 +55,12 @@ void crp_reader_reset(crp_reader *r)
 {
     next_frame(r);
     r->off = r->len = 0;
+}
+
+void crp_reader_window(crp_reader *r, size_t len)
+{
+    r->data_window = len;
+    r->window_got = 0;
 }
 
 size_t crp_reader_buffered(const crp_reader *r)
@@ -193,6 +201,12 @@ int crp_reader_read(crp_reader *r, int fd, const crp_reader_ops *ops, void *ctx)
             while (r->data_got < r->hdr.data_len) {
                 uint64_t want = r->hdr.data_len - r->data_got;
                 uint8_t *dst = r->data_dst != NULL ? r->data_dst + r->data_got : NULL;
+                if (r->data_window > 0) { /* through the owner's window */
+                    size_t room = r->data_window - r->window_got;
+                    if (want > room)
+                        want = room;
+                    dst = r->data_dst != NULL ? r->data_dst + r->window_got : NULL;
+                }
                 if (want > SIZE_MAX)
                     want = SIZE_MAX;
                 if (dst != NULL)
@@ -203,6 +217,25 @@ int crp_reader_read(crp_reader *r, int fd, const crp_reader_ops *ops, void *ctx)
                 if (n <= 0)
                     return (int)n;
                 r->data_got += (uint64_t)n;
+                if (r->data_window == 0)
+                    continue;
+                r->window_got += (size_t)n;
+                if (r->window_got < r->data_window && r->data_got < r->hdr.data_len)
+                    continue;
+                uint8_t *next = NULL;
+                size_t next_len = 0;
+                rc = ops->on_data != NULL
+                         ? ops->on_data(ctx, &r->hdr, r->window_got, &next, &next_len)
+                         : crb_error(CR_INTERNAL_ERROR, "windowed payload without on_data");
+                if (rc < 0)
+                    return rc;
+                r->window_got = 0;
+                r->data_dst = next;
+                r->data_window = next != NULL ? next_len : 0;
+                if (next != NULL && next_len == 0)
+                    return crb_error(CR_INTERNAL_ERROR, "on_data gave an empty window");
+                if (next == NULL)
+                    r->data_dst = NULL; /* the rest is discarded */
             }
             rc = ops->on_frame(ctx, &r->hdr, r->body);
             next_frame(r);

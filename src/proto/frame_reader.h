@@ -55,6 +55,8 @@ typedef struct crp_reader {
     size_t body_cap, body_got;
     uint8_t *data_dst; /* where DATA goes; NULL discards it */
     uint64_t data_got;
+    size_t data_window; /* > 0: data_dst is a window of this many bytes */
+    size_t window_got;  /* bytes in the current window */
 } crp_reader;
 
 /**
@@ -71,6 +73,11 @@ typedef struct crp_reader_ops {
     int (*on_head)(void *ctx, const crp_header *h, const uint8_t *body, uint8_t **data_dst);
     /* The whole frame, payload included, has arrived. */
     int (*on_frame)(void *ctx, const crp_header *h, const uint8_t *body);
+    /* Windowed payloads only (crp_reader_window): `filled` bytes have
+     * arrived in the current window (a full window, or the payload's last
+     * bytes). Set *next / *next_len to the window for what follows, or
+     * *next to NULL to discard the rest. May be NULL otherwise. */
+    int (*on_data)(void *ctx, const crp_header *h, size_t filled, uint8_t **next, size_t *next_len);
 } crp_reader_ops;
 
 /** A reader for frames with bodies of at most max_body bytes. Never fails. */
@@ -83,6 +90,13 @@ void crp_reader_fini(crp_reader *r);
  * Forget a partly read frame and every buffered byte (a lane's new socket).
  */
 void crp_reader_reset(crp_reader *r);
+
+/**
+ * From on_head: the payload goes to *data_dst in windows of `len` bytes
+ * (staging memory smaller than the payload); ops->on_data is called as
+ * each window fills. Owner's thread only.
+ */
+void crp_reader_window(crp_reader *r, size_t len);
 
 /** Bytes received but not yet consumed by a frame. */
 size_t crp_reader_buffered(const crp_reader *r);

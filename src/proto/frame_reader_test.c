@@ -48,7 +48,7 @@ static int on_frame(void *ctx, const crp_header *h, const uint8_t *body)
     return s->pause_after && s->frames == s->pause_after ? CRP_READER_PAUSED : 0;
 }
 
-static const crp_reader_ops ops = {on_head, on_frame};
+static const crp_reader_ops ops = {on_head, on_frame, NULL};
 
 static void pair(int sv[2])
 {
@@ -233,6 +233,88 @@ static void test_blocking_read_with_deadline(void **state)
     close(sv[0]);
     close(sv[1]);
 }
+/* A windowed payload: the owner gets it window by window (staging memory
+ * smaller than the payload), every byte in order, and the frame after the
+ * last window; an owner that stops taking windows has the rest discarded. */
+typedef struct windowed {
+    crp_reader *r;
+    uint8_t window[4096];
+    uint8_t *got;
+    size_t got_len, calls, frames, stop_after;
+} windowed;
+
+static int w_on_head(void *ctx, const crp_header *h, const uint8_t *body, uint8_t **dst)
+{
+    windowed *w = ctx;
+    *dst = w->window;
+    crp_reader_window(w->r, sizeof(w->window));
+    return 0;
+}
+
+static int w_on_frame(void *ctx, const crp_header *h, const uint8_t *body)
+{
+    ((windowed *)ctx)->frames++;
+    return 0;
+}
+
+static int w_on_data(void *ctx, const crp_header *h, size_t filled, uint8_t **next,
+                     size_t *next_len)
+{
+    windowed *w = ctx;
+    memcpy(w->got + w->got_len, w->window, filled);
+    w->got_len += filled;
+    w->calls++;
+    *next = w->stop_after && w->calls == w->stop_after ? NULL : w->window;
+    *next_len = sizeof(w->window);
+    return 0;
+}
+
+static const crp_reader_ops w_ops = {w_on_head, w_on_frame, w_on_data};
+
+static void test_windowed_payload(void **state)
+{
+    int sv[2];
+    pair(sv);
+    size_t size = 100000; /* 24 full windows and a partial one */
+    uint8_t *src = malloc(size);
+    for (size_t i = 0; i < size; i++)
+        src[i] = (uint8_t)(i * 13 + 5);
+    for (int variant = 0; variant < 2; variant++) {
+        crp_reader r;
+        crp_reader_init(&r, 1024);
+        windowed w = {.r = &r, .got = calloc(1, size), .stop_after = variant == 1 ? 3 : 0};
+        crp_buf out = {0};
+        frame(&out, CRP_WRITE_REQ, 5, "w", size);
+        assert_int_equal(write(sv[1], out.data, out.len), (ssize_t)out.len);
+        fcntl(sv[1], F_SETFL, O_NONBLOCK);
+        size_t sent = 0;
+        while (sent < size || w.frames == 0) {
+            if (sent < size) {
+                ssize_t n = write(sv[1], src + sent, size - sent);
+                if (n > 0)
+                    sent += (size_t)n;
+            }
+            assert_true(crp_reader_read(&r, sv[0], &w_ops, &w) >= 0);
+        }
+        fcntl(sv[1], F_SETFL, 0);
+        assert_int_equal(w.frames, 1);
+        if (variant == 0) {
+            assert_int_equal(w.calls, (size + 4095) / 4096);
+            assert_int_equal(w.got_len, size);
+            assert_memory_equal(w.got, src, size);
+        } else {
+            assert_int_equal(w.calls, 3);
+            assert_int_equal(w.got_len, 3 * 4096);
+            assert_memory_equal(w.got, src, 3 * 4096);
+        }
+        crp_buf_free(&out);
+        crp_reader_fini(&r);
+        free(w.got);
+    }
+    free(src);
+    close(sv[0]);
+    close(sv[1]);
+}
 
 int main(void)
 {
@@ -243,6 +325,7 @@ int main(void)
         cmocka_unit_test(test_pause_keeps_buffered_frames),
         cmocka_unit_test(test_body_limit_and_garbage),
         cmocka_unit_test(test_blocking_read_with_deadline),
+        cmocka_unit_test(test_windowed_payload),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -429,7 +429,8 @@ int cr_store_register_buffer(cr_store *s, void *buf, size_t len)
         return rc;
     if (buf == NULL || len == 0)
         return crb_error(CR_INVALID_PARAMS, "register_buffer: NULL buffer or length 0");
-    return cr_engine_register(s->engine, buf, len, "cpu:0", false);
+    /* "*": host or CUDA device memory, whatever the engine detects */
+    return cr_engine_register(s->engine, buf, len, "*", false);
 }
 
 int cr_store_unregister_buffer(cr_store *s, void *buf)

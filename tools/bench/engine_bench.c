@@ -42,6 +42,7 @@
 
 #include "bench.h"
 #include "options.h"
+#include "device_mem.h"
 #include "tool_util.h"
 #include "crescent/engine.h"
 
@@ -70,6 +71,8 @@ typedef struct eb_opts {
     bool verify, json, baseline, quiet, shared, ucx_perftest;
     const char *target;
     uint64_t target_addr, target_len;
+    const char *location, *remote_location; /* "cuda:N" or NULL/"cpu" */
+    int device, remote_device;              /* -1: host memory */
     bool target_addr_set, target_len_set;
 } eb_opts;
 
@@ -125,7 +128,7 @@ typedef struct eb_result {
     uint64_t bytes, requests;
     uint64_t p50_ns, p99_ns, p999_ns;
     /* Engine byte counters over the timed loop: which path moved the data. */
-    uint64_t via_local, via_shm, via_cma, via_tcp, via_ucx;
+    uint64_t via_local, via_shm, via_cma, via_tcp, via_ucx, via_cuda, via_staged;
     char via[32];
 } eb_result;
 
@@ -156,6 +159,10 @@ static void usage(FILE *to)
             "                         shm/auto also use same-host paths: shared memory, CMA)\n"
             "  --shared               allocate both buffers with cr_alloc_shared (memfd), so the\n"
             "                         shm transport can map them\n"
+            "  --location cpu|cuda:N  where the local buffer lives (default cpu); device memory\n"
+            "                         needs a CUDA driver, else the run is skipped (exit 77)\n"
+            "  --remote-location cpu|cuda:N\n"
+            "                         where the target's buffer lives (default: cpu)\n"
             "  --buffer-size BYTES    target (and local) buffer size; default is the larger of\n"
             "                         64M and largest block x batch x threads\n"
             "  --ucx-perftest         also run ucx_perftest (ucp_get, ucp_put_bw 1M; ucp_get 4K)\n"
@@ -218,6 +225,24 @@ static int apply_value(eb_opts *o, const char *flag, const char *v)
             return bad_value(flag, v, "read, write or both");
     } else if (strcmp(flag, "--block-sizes") == 0) {
         return parse_blocks(v, o);
+    } else if (strcmp(flag, "--location") == 0 || strcmp(flag, "--remote-location") == 0) {
+        int dev = -1;
+        if (strncmp(v, "cuda:", 5) == 0) {
+            char *end;
+            long d = strtol(v + 5, &end, 10);
+            if (v[5] == '\0' || *end != '\0' || d < 0 || d > 63)
+                return bad_value(flag, v, "cpu or cuda:N");
+            dev = (int)d;
+        } else if (strcmp(v, "cpu") != 0) {
+            return bad_value(flag, v, "cpu or cuda:N");
+        }
+        if (strcmp(flag, "--location") == 0) {
+            o->location = v;
+            o->device = dev;
+        } else {
+            o->remote_location = v;
+            o->remote_device = dev;
+        }
     } else if (strcmp(flag, "--batch") == 0) {
         if (cb_parse_u32(v, 1, 65536, &o->batch) < 0)
             return bad_value(flag, v, "a number from 1 to 65536");
@@ -291,13 +316,28 @@ static int apply_flag(void *ctx, const char *flag, const char *v)
 static int parse_opts(int argc, char **argv, eb_opts *o)
 {
     static const char *const value_flags[] = {
-        "--role",  "--op",          "--block-sizes", "--batch",       "--threads",
-        "--lanes", "--workers",     "--slice-size",  "--protocol",    "--duration",
-        "--total", "--buffer-size", "--target",      "--target-addr", "--target-len",
+        "--role",
+        "--op",
+        "--block-sizes",
+        "--batch",
+        "--threads",
+        "--lanes",
+        "--workers",
+        "--slice-size",
+        "--protocol",
+        "--duration",
+        "--total",
+        "--buffer-size",
+        "--target",
+        "--target-addr",
+        "--target-len",
+        "--location",
+        "--remote-location",
     };
     static const uint64_t default_blocks[] = {4 * CB_KIB, 64 * CB_KIB, CB_MIB, 4 * CB_MIB};
     memset(o, 0, sizeof(*o));
     o->subcmd = argv[0];
+    o->device = o->remote_device = -1;
     o->role = "initiator";
     o->ops = OPS_READ | OPS_WRITE;
     memcpy(o->blocks, default_blocks, sizeof(default_blocks));
@@ -383,9 +423,23 @@ static uint8_t *alloc_buffer(uint64_t len)
     return aligned_alloc(4096, (len + 4095) / 4096 * 4096);
 }
 
-/* The registered buffers: aligned heap memory, or memfd-backed with --shared. */
+static bool no_device; /* --location cuda:N but no device memory: skip (77) */
+
+/* The registered buffers: aligned heap memory, memfd-backed with --shared,
+ * or device memory with --location cuda:N. */
 static uint8_t *alloc_registered(const eb_opts *o, uint64_t len)
 {
+    if (o->device >= 0) {
+        uint8_t *d = NULL;
+        int st = bench_device_alloc(o->device, len, &d);
+        if (st < 0) {
+            fprintf(stderr, CB_PROG " engine: skipped: no device memory on cuda:%d: %s\n",
+                    o->device, why_failed(st));
+            no_device = true;
+            return NULL;
+        }
+        return d;
+    }
     if (!o->shared)
         return alloc_buffer(len);
     void *p = NULL;
@@ -400,7 +454,9 @@ static uint8_t *alloc_registered(const eb_opts *o, uint64_t len)
 /* Free what alloc_registered returned, after it is unregistered. NULL is a no-op. */
 static void free_registered(const eb_opts *o, uint8_t *p)
 {
-    if (o->shared)
+    if (o->device >= 0)
+        bench_device_free(p);
+    else if (o->shared)
         cr_free_shared(p);
     else
         free(p);
@@ -414,10 +470,13 @@ static int target_main(const eb_opts *o)
     uint64_t len = default_buffer(o);
     uint8_t *buf = alloc_registered(o, len);
     if (buf == NULL) {
+        if (no_device)
+            return 77;
         fprintf(stderr, CB_PROG " engine target: cannot allocate %" PRIu64 " bytes\n", len);
         return CB_EXIT_FAIL;
     }
-    cb_pattern_fill(buf, (uint64_t)(uintptr_t)buf, len, TARGET_SEED);
+    if (o->device < 0)
+        cb_pattern_fill(buf, (uint64_t)(uintptr_t)buf, len, TARGET_SEED);
     cr_engine *e = NULL;
     int st = make_engine(o, &e);
     if (st < 0) {
@@ -638,16 +697,30 @@ static int check_writes(eb_case *c, eb_thread *threads, cr_transfer_request *req
     return 0;
 }
 
+/* One of the engine's generic counters (0 if that transport is absent). */
+static uint64_t counter_of(cr_engine *e, const char *tp, const char *name)
+{
+    cr_engine_counter c[128];
+    size_t n = 0;
+    if (cr_engine_counters(e, c, 128, &n) < 0)
+        return 0;
+    for (size_t i = 0; i < n && i < 128; i++)
+        if (strcmp(c[i].transport, tp) == 0 && strcmp(c[i].name, name) == 0)
+            return c[i].value;
+    return 0;
+}
+
 /* "tcp", "cma", "tcp+cma", ...: every path that moved at least 1% of the bytes. */
 static void describe_via(eb_result *r)
 {
-    const uint64_t bytes[] = {r->via_tcp, r->via_shm, r->via_cma, r->via_local, r->via_ucx};
-    static const char *const names[] = {"tcp", "shm", "cma", "local", "ucx"};
+    const uint64_t bytes[] = {r->via_tcp, r->via_shm,  r->via_cma,   r->via_local,
+                              r->via_ucx, r->via_cuda, r->via_staged};
+    static const char *const names[] = {"tcp", "shm", "cma", "local", "ucx", "cuda", "staged"};
     uint64_t total = 0;
     for (size_t i = 0; i < 5; i++)
         total += bytes[i];
     r->via[0] = '\0';
-    for (size_t i = 0; i < 5; i++) {
+    for (size_t i = 0; i < 7; i++) {
         if (bytes[i] == 0 || bytes[i] < total / 100)
             continue;
         size_t n = strlen(r->via);
@@ -727,6 +800,9 @@ static int run_case(eb_ctx *ctx, int op, uint64_t block, unsigned case_index, eb
     memset(&after, 0, sizeof(after));
     cr_engine_get_stats(ctx->engine, &before);
     uint64_t ucx_before = ucx_bytes(ctx->engine);
+    uint64_t cuda_before = counter_of(ctx->engine, "cuda", "bytes");
+    uint64_t staged_before = counter_of(ctx->engine, "cuda", "bytes_staged_out") +
+                             counter_of(ctx->engine, "cuda", "bytes_staged_in");
     c.start_ns = cb_now_ns();
     c.deadline_ns = UINT64_MAX;
     if (o->total == 0 || o->duration_set)
@@ -782,6 +858,9 @@ static int run_case(eb_ctx *ctx, int op, uint64_t block, unsigned case_index, eb
     res->via_cma = after.bytes_cma - before.bytes_cma;
     res->via_tcp = after.bytes_tcp - before.bytes_tcp;
     res->via_ucx = ucx_after - ucx_before;
+    res->via_cuda = counter_of(ctx->engine, "cuda", "bytes") - cuda_before;
+    res->via_staged = counter_of(ctx->engine, "cuda", "bytes_staged_out") +
+                      counter_of(ctx->engine, "cuda", "bytes_staged_in") - staged_before;
     describe_via(res);
     res->p50_ns = cb_hist_quantile(hist, 0.50);
     res->p99_ns = cb_hist_quantile(hist, 0.99);
@@ -913,7 +992,7 @@ static void print_info(eb_ctx *ctx, bool spawned)
 static int spawn_target(const eb_opts *o, cb_child *child, eb_ctx *ctx)
 {
     char len[32], lanes[16], workers[16], slice[32];
-    char *argv[20];
+    char *argv[24];
     int n = 0;
     snprintf(len, sizeof(len), "%" PRIu64, default_buffer(o));
     argv[n++] = CB_PROG;
@@ -927,6 +1006,10 @@ static int spawn_target(const eb_opts *o, cb_child *child, eb_ctx *ctx)
     argv[n++] = (char *)o->protocol;
     if (o->shared)
         argv[n++] = "--shared";
+    if (o->remote_location != NULL) {
+        argv[n++] = "--location";
+        argv[n++] = (char *)o->remote_location;
+    }
     if (o->lanes != 0) {
         snprintf(lanes, sizeof(lanes), "%u", o->lanes);
         argv[n++] = "--lanes";
@@ -957,6 +1040,8 @@ static int spawn_target(const eb_opts *o, cb_child *child, eb_ctx *ctx)
         int status = cb_child_stop(child, 5000, why, sizeof(why));
         fprintf(stderr, CB_PROG " engine: the target did not report READY%s%s\n",
                 status != 0 ? "; it " : "", status != 0 ? why : "");
+        if (status == 77 || strstr(why, "77") != NULL)
+            return 77;
         return status == CB_EXIT_USAGE ? CB_EXIT_USAGE : CB_EXIT_FAIL;
     }
     ctx->remote_addr = addr;
@@ -1055,11 +1140,26 @@ static int initiator_main(const eb_opts *o)
     ctx.o = o;
     ctx.progress = !o->quiet && isatty(STDERR_FILENO);
 
+    if (o->verify && (o->device >= 0 || o->remote_device >= 0)) {
+        fprintf(stderr, CB_PROG " engine: --verify checks bytes on the CPU; it cannot be used "
+                                "with device memory (tests/gpu verifies device transfers)\n");
+        return CB_EXIT_USAGE;
+    }
     /* Baselines first, while no engine thread competes for the cores. */
     if (o->baseline && run_baselines(&ctx) < 0)
         return CB_EXIT_FAIL;
     if (o->ucx_perftest)
         run_ucx_perftest(&ctx);
+    if (o->baseline && o->device >= 0) {
+        double gbps = 0;
+        uint64_t block = max_block(o);
+        if (bench_device_copy_gbps(o->device, block, o->duration > 0 ? o->duration : 1, &gbps) == 0)
+            printf("baseline cuMemcpyAsync device->device in one process, %" PRIu64
+                   "-byte blocks: %.2f GB/s\n",
+                   block, gbps);
+        else
+            printf("baseline device->device: not measured (%s)\n", cr_last_error_message());
+    }
 
     bool spawned = o->target == NULL;
     if (spawned) {
@@ -1074,6 +1174,10 @@ static int initiator_main(const eb_opts *o)
     }
 
     ctx.local = alloc_registered(o, ctx.len);
+    if (ctx.local == NULL && no_device) {
+        rc = 77;
+        goto free_buffers;
+    }
     if (o->verify) {
         ctx.reference = alloc_buffer(ctx.len);
         ctx.expect = alloc_buffer(max_block(o));
@@ -1082,7 +1186,8 @@ static int initiator_main(const eb_opts *o)
         fprintf(stderr, CB_PROG " engine: cannot allocate %" PRIu64 " bytes\n", ctx.len);
         goto free_buffers;
     }
-    cb_pattern_fill(ctx.local, ctx.remote_addr, ctx.len, TARGET_SEED);
+    if (o->device < 0)
+        cb_pattern_fill(ctx.local, ctx.remote_addr, ctx.len, TARGET_SEED);
     if (o->verify)
         memcpy(ctx.reference, ctx.local, ctx.len);
 
@@ -1122,6 +1227,8 @@ free_buffers:
     free(ctx.reference);
     free(ctx.expect);
     if (rc != CB_EXIT_OK) {
+        if (rc == 77)
+            fprintf(stderr, CB_PROG " engine: not measured (exit 77)\n");
         cb_child_kill(&child);
     } else if (cb_child_stop(&child, CHILD_TIMEOUT, why, sizeof(why)) != 0) {
         fprintf(stderr, CB_PROG " engine: the target %s\n", why);

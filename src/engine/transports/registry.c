@@ -54,6 +54,16 @@ static bool wanted(const char *protocol, const cre_transport_ops *t, bool *named
     return *named;
 }
 
+/* A transport owning memory kinds comes with every protocol (kind_only
+ * when the protocol did not ask for its paths). */
+static bool installed(const char *protocol, const cre_transport_ops *t, bool *named,
+                      bool *kind_only)
+{
+    bool w = wanted(protocol, t, named);
+    *kind_only = !w && t->kinds != 0;
+    return w || *kind_only;
+}
+
 static int by_rank(const void *a, const void *b)
 {
     const cre_transport_ops *x = *(const cre_transport_ops *const *)a;
@@ -72,33 +82,46 @@ static void names_of_builtin(char *out, size_t cap)
 int cre_transports_install(cr_engine *e)
 {
     const cre_transport_ops *chosen[CRE_MAX_TRANSPORTS];
-    size_t n = 0;
+    bool chosen_kind_only[CRE_MAX_TRANSPORTS];
+    size_t n = 0, n_paths = 0;
     bool named_any = false;
     for (size_t i = 0; i < N_BUILTIN && n < CRE_MAX_TRANSPORTS; i++) {
-        bool named;
-        if (!wanted(e->protocol, builtin[i], &named))
+        bool named, kind_only;
+        if (!installed(e->protocol, builtin[i], &named, &kind_only))
             continue;
         int rc = cre_transport_check(builtin[i]);
         if (rc < 0)
             return rc;
         named_any |= named;
+        n_paths += !kind_only;
+        chosen_kind_only[n] = kind_only;
         chosen[n++] = builtin[i];
     }
+    /* by rank, keeping each one's kind_only flag with it */
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && by_rank(&chosen[j - 1], &chosen[j]) > 0; j--) {
+            const cre_transport_ops *t = chosen[j];
+            chosen[j] = chosen[j - 1];
+            chosen[j - 1] = t;
+            bool k = chosen_kind_only[j];
+            chosen_kind_only[j] = chosen_kind_only[j - 1];
+            chosen_kind_only[j - 1] = k;
+        }
     bool group = strcmp(e->protocol, "auto") == 0 || strcmp(e->protocol, "shm") == 0;
-    if (n == 0 || (!group && !named_any)) {
+    if (n_paths == 0 || (!group && !named_any)) {
         char names[128];
         names_of_builtin(names, sizeof(names));
         return crb_error(CR_ERR_INVALID_CONFIG,
                          "protocol '%s' is not supported by this build (supported: %s)",
                          e->protocol, names);
     }
-    qsort(chosen, n, sizeof(chosen[0]), by_rank);
     for (size_t i = 0; i < n; i++) {
         cre_tp *tp = &e->tps[e->n_tps];
         memset(tp, 0, sizeof(*tp));
         tp->ops = chosen[i];
         tp->engine = e;
         tp->index = (int)e->n_tps;
+        tp->kind_only = chosen_kind_only[i];
         if (chosen[i]->engine_size > 0) {
             tp->priv = calloc(1, chosen[i]->engine_size);
             if (tp->priv == NULL)
@@ -122,7 +145,10 @@ int cre_transports_install(cr_engine *e)
         }
         e->n_tps++;
     }
-    if (e->n_tps == 0)
+    size_t started_paths = 0;
+    for (size_t i = 0; i < e->n_tps; i++)
+        started_paths += !e->tps[i].kind_only;
+    if (started_paths == 0)
         return crb_error(CR_ERR_INVALID_CONFIG, "protocol '%s': no transport could start",
                          e->protocol);
     return 0;
@@ -145,6 +171,20 @@ cre_tp *cre_engine_tp(cr_engine *e, const char *name)
     for (size_t i = 0; i < e->n_tps; i++)
         if (strcmp(e->tps[i].ops->name, name) == 0)
             return &e->tps[i];
+    return NULL;
+}
+
+cre_tp *cre_engine_stager(cr_engine *e, int kind, const cre_stager_ops **ops)
+{
+    if (kind < 0 || kind >= 32)
+        return NULL;
+    for (size_t i = 0; i < e->n_tps; i++) {
+        const cre_transport_ops *o = e->tps[i].ops;
+        if ((o->kinds & (1u << kind)) && o->stager != NULL) {
+            *ops = o->stager;
+            return &e->tps[i];
+        }
+    }
     return NULL;
 }
 

@@ -147,6 +147,9 @@ int cre_tcp_submit(cre_tp *tp, const cre_route *r, cre_task *t)
         s->peer_instance = peer_instance;
         s->sent = 0;
         s->head_len = 0;
+        s->staged = !cre_kind_is_host(t->local_buf->kind);
+        s->win = NULL;
+        s->win_start = s->win_end = 0;
         tcp_lane *l = &p->lanes[(charged / LANE_FILL) % p->n_lanes];
         charged += lane_charge(s->length);
         list_push(&l->queue_head, &l->queue_tail, s);
@@ -195,8 +198,31 @@ static void lane_conn_failed(tcp_lane *l, int status, bool connect_failed)
     }
 }
 
+/* The lane's stage for direction tx (or rx), opened on first use. */
+static int lane_stage(tcp_lane *l, const tcp_slice *s, bool tx, cre_stage **out)
+{
+    cre_stage **st = tx ? &l->tx_stage : &l->rx_stage;
+    if (*st == NULL) {
+        if (l->stager == NULL)
+            l->stager = cre_tcp_stager(l->peer->engine, s->task->local_buf->kind, &l->sops);
+        if (l->stager == NULL)
+            return crb_error(CR_ERR_TRANSPORT_UNSUPPORTED, "no stager for %s memory",
+                             cr_mem_kind_name(s->task->local_buf->kind));
+        int rc = l->sops->open(l->stager, st);
+        if (rc < 0)
+            return rc;
+    }
+    *out = *st;
+    return 0;
+}
+
 void cre_tcp_lane_fail_all(tcp_lane *l, int status)
 {
+    if (l->tx_stage != NULL)
+        l->sops->close(l->tx_stage);
+    if (l->rx_stage != NULL)
+        l->sops->close(l->rx_stage);
+    l->tx_stage = l->rx_stage = NULL;
     lane_close(l);
     pthread_mutex_lock(&l->tpeer->queue_lock);
     tcp_slice *qh = l->queue_head, *qt = l->queue_tail;
@@ -278,6 +304,27 @@ static int lane_flush(tcp_lane *l)
                 iov[n_iov++] = (struct iovec){s->head + off, s->head_len - off};
                 off = s->head_len;
             }
+            if (s->task->opcode == CR_OP_WRITE && s->staged) {
+                /* device memory: one staged window at a time */
+                size_t poff = off - s->head_len;
+                if (poff == s->win_end) {
+                    cre_stage *st;
+                    int rc = lane_stage(l, s, true, &st);
+                    if (rc == 0 && poff == 0)
+                        rc = l->sops->out_begin(st, s->task->local_buf->device,
+                                                (uint64_t)(uintptr_t)s->local, s->length);
+                    size_t wlen = 0;
+                    if (rc == 0)
+                        rc = l->sops->out_next(st, &s->win, &wlen);
+                    if (rc < 0)
+                        return rc;
+                    s->win_start = poff;
+                    s->win_end = poff + wlen;
+                }
+                iov[n_iov++] =
+                    (struct iovec){(void *)(s->win + (poff - s->win_start)), s->win_end - poff};
+                break; /* the next window is fetched after this one has gone */
+            }
             if (s->task->opcode == CR_OP_WRITE) {
                 size_t poff = off - s->head_len;
                 iov[n_iov++] = (struct iovec){s->local + poff, s->length - poff};
@@ -301,9 +348,14 @@ static int lane_flush(tcp_lane *l)
         while (left > 0 && l->send_head != NULL) {
             tcp_slice *s = l->send_head;
             size_t need = slice_total(s) - s->sent;
+            if (s->staged && s->task->opcode == CR_OP_WRITE &&
+                s->head_len + s->win_end - s->sent < need)
+                need = s->head_len + s->win_end - s->sent; /* only its window was offered */
             size_t take = left < need ? left : need;
             s->sent += take;
             left -= take;
+            if (s->sent < slice_total(s) && take == need)
+                break; /* its window went; the next one is fetched above */
             if (s->sent == slice_total(s)) {
                 l->send_head = s->next;
                 if (l->send_head == NULL)
@@ -465,7 +517,45 @@ static int lane_on_head(void *ctx, const crp_header *h, const uint8_t *body, uin
     if (h->status != 0 && h->data_len != 0)
         return crb_error(CR_ERR_MALFORMED_FRAME, "failed READ response from %s carries data",
                          l->peer->name);
+    l->rx_status = 0;
+    if (s->staged && h->data_len > 0) {
+        /* device memory: received through the rx stage's windows */
+        cre_stage *st;
+        size_t wlen = 0;
+        int rc = lane_stage(l, s, false, &st);
+        if (rc == 0)
+            rc = l->sops->in_begin(st, s->task->local_buf->device, (uint64_t)(uintptr_t)s->local,
+                                   s->length);
+        if (rc == 0)
+            rc = l->sops->in_window(st, dst, &wlen);
+        if (rc < 0) {
+            l->rx_status = rc;
+            *dst = NULL; /* drain it; the slice fails */
+            return 0;
+        }
+        l->rx_left = s->length - wlen;
+        crp_reader_window(&l->reader, wlen);
+        return 0;
+    }
     *dst = s->local;
+    return 0;
+}
+
+static int lane_on_data(void *ctx, const crp_header *h, size_t filled, uint8_t **next,
+                        size_t *next_len)
+{
+    tcp_lane *l = ctx;
+    *next = NULL;
+    int rc = l->sops->in_commit(l->rx_stage, filled);
+    if (rc == 0 && l->rx_left > 0) {
+        rc = l->sops->in_window(l->rx_stage, next, next_len);
+        if (rc == 0)
+            l->rx_left -= *next_len < l->rx_left ? *next_len : l->rx_left;
+    }
+    if (rc < 0) {
+        l->rx_status = rc;
+        *next = NULL;
+    }
     return 0;
 }
 
@@ -509,11 +599,21 @@ static int lane_on_frame(void *ctx, const crp_header *h, const uint8_t *body)
     int status = h->status;
     if (status > 0)
         status = CR_ERR_REMOTE;
+    if (type == CRP_READ_RESP && s->staged && h->data_len > 0) {
+        /* completion means applied: every window is in device memory */
+        int rc = l->rx_status;
+        if (rc == 0)
+            rc = l->sops->in_finish(l->rx_stage);
+        else if (l->rx_stage != NULL)
+            l->sops->in_finish(l->rx_stage);
+        if (status == 0)
+            status = rc;
+    }
     slice_finish(s, status);
     return 0;
 }
 
-static const crp_reader_ops lane_read_ops = {lane_on_head, lane_on_frame};
+static const crp_reader_ops lane_read_ops = {lane_on_head, lane_on_frame, lane_on_data};
 
 static void lane_on_event(crb_io *io, uint32_t events)
 {

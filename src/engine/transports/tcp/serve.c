@@ -25,7 +25,57 @@
 typedef struct serve_state {
     cre_buffer *rx_buf; /* WRITE target being received into */
     int rx_status;      /* status to acknowledge for that WRITE */
+    /* device targets: staged through pinned windows (opened on first use) */
+    cre_tp *stager;
+    const cre_stager_ops *sops;
+    cre_stage *rx_stage, *tx_stage;
+    bool rx_staged;   /* the WRITE being received goes through rx_stage */
+    uint64_t rx_left; /* its payload bytes not yet given a window */
 } serve_state;
+
+static int serve_stage(cre_conn *c, serve_state *st, int kind, bool tx, cre_stage **out)
+{
+    cre_stage **sp = tx ? &st->tx_stage : &st->rx_stage;
+    if (*sp == NULL) {
+        if (st->stager == NULL)
+            st->stager = cre_tcp_stager(c->engine, kind, &st->sops);
+        if (st->stager == NULL)
+            return crb_error(CR_ERR_TRANSPORT_UNSUPPORTED, "no stager for %s memory",
+                             cr_mem_kind_name(kind));
+        int rc = st->sops->open(st->stager, sp);
+        if (rc < 0)
+            return rc;
+    }
+    *out = *sp;
+    return 0;
+}
+
+/* A staged READ payload: device memory handed out window by window. */
+typedef struct staged_read {
+    serve_state *st;
+    cre_stage *stage;
+    int device;
+    uint64_t addr, len;
+    bool begun;
+} staged_read;
+
+static int staged_next(void *ctx, const uint8_t **ptr, size_t *len)
+{
+    staged_read *sr = ctx;
+    int rc = 0;
+    if (!sr->begun) {
+        rc = sr->st->sops->out_begin(sr->stage, sr->device, sr->addr, sr->len);
+        sr->begun = rc == 0;
+    }
+    if (rc == 0)
+        rc = sr->st->sops->out_next(sr->stage, ptr, len);
+    return rc;
+}
+
+static void staged_release(void *ctx)
+{
+    free(ctx);
+}
 
 /* Validate a peer's data range; on success hold a reference in *out. */
 static int validate_range(cr_engine *e, const crp_data_req *req, cre_buffer **out)
@@ -41,11 +91,12 @@ static int validate_range(cr_engine *e, const crp_data_req *req, cre_buffer **ou
                          "remote-accessible",
                          (unsigned long long)req->addr);
     }
-    if (!cre_kind_is_host(b->kind)) {
+    const cre_stager_ops *ops;
+    if (!cre_kind_is_host(b->kind) && cre_tcp_stager(e, b->kind, &ops) == NULL) {
         int kind = b->kind;
         cre_buffer_release(b);
         return crb_error(CR_ERR_TRANSPORT_UNSUPPORTED,
-                         "target buffer at 0x%llx is %s memory, which tcp cannot serve",
+                         "target buffer at 0x%llx is %s memory, which this process cannot stage",
                          (unsigned long long)req->addr, cr_mem_kind_name(kind));
     }
     *out = b;
@@ -64,7 +115,45 @@ static int serve_on_head(cre_conn *c, const crp_header *h, const uint8_t *body, 
                                   (unsigned long long)req.length, (unsigned long long)h->data_len);
     if (st->rx_status == 0)
         st->rx_status = validate_range(c->engine, &req, &st->rx_buf);
+    st->rx_staged = false;
+    if (st->rx_status == 0 && !cre_kind_is_host(st->rx_buf->kind)) {
+        cre_stage *sg;
+        size_t wlen = 0;
+        int rc = serve_stage(c, st, st->rx_buf->kind, false, &sg);
+        if (rc == 0)
+            rc = st->sops->in_begin(sg, st->rx_buf->device, req.addr, req.length);
+        if (rc == 0)
+            rc = st->sops->in_window(sg, dst, &wlen);
+        if (rc < 0) {
+            st->rx_status = rc;
+            *dst = NULL;
+            return 0;
+        }
+        st->rx_staged = true;
+        st->rx_left = req.length - wlen;
+        crp_reader_window(&c->reader, wlen);
+        return 0;
+    }
     *dst = st->rx_status == 0 ? (uint8_t *)(uintptr_t)req.addr : NULL;
+    return 0;
+}
+
+static int serve_on_data(cre_conn *c, const crp_header *h, size_t filled, uint8_t **next,
+                         size_t *next_len)
+{
+    serve_state *st = c->handler_data;
+    *next = NULL;
+    int rc = st->sops->in_commit(st->rx_stage, filled);
+    if (rc == 0 && st->rx_left > 0) {
+        rc = st->sops->in_window(st->rx_stage, next, next_len);
+        if (rc == 0)
+            st->rx_left -= *next_len < st->rx_left ? *next_len : st->rx_left;
+    }
+    if (rc < 0) {
+        if (st->rx_status == 0)
+            st->rx_status = rc;
+        *next = NULL;
+    }
     return 0;
 }
 
@@ -79,7 +168,25 @@ static int serve_on_frame(cre_conn *c, const crp_header *h, const uint8_t *body)
         int status = crp_data_req_decode(body, h->body_len, &req);
         if (status == 0)
             status = validate_range(c->engine, &req, &b);
-        if (status == 0)
+        staged_read *sr = NULL;
+        if (status == 0 && !cre_kind_is_host(b->kind)) {
+            sr = calloc(1, sizeof(*sr));
+            status = sr == NULL ? crb_error(CR_ERR_NO_MEMORY, "staged READ")
+                                : serve_stage(c, st, b->kind, true, &sr->stage);
+            if (status < 0) {
+                free(sr);
+                sr = NULL;
+                cre_buffer_release(b);
+                b = NULL;
+            }
+        }
+        if (sr != NULL) {
+            *sr = (staged_read){st, sr->stage, b->device, req.addr, req.length, false};
+            cre_out_source src = {staged_next, staged_release, sr};
+            rc = cre_conn_queue_staged(c, CRP_READ_RESP, 0, h->request_id, req.length, &src, b);
+            if (rc < 0)
+                free(sr);
+        } else if (status == 0)
             rc = cre_conn_queue(c, CRP_READ_RESP, 0, h->request_id, NULL,
                                 (const uint8_t *)(uintptr_t)req.addr, req.length, b);
         else
@@ -94,6 +201,13 @@ static int serve_on_frame(cre_conn *c, const crp_header *h, const uint8_t *body)
         return rc;
     }
     case CRP_WRITE_REQ:
+        if (st->rx_staged) {
+            /* completion means applied: the windows are in device memory */
+            int frc = st->sops->in_finish(st->rx_stage);
+            if (st->rx_status == 0)
+                st->rx_status = frc;
+            st->rx_staged = false;
+        }
         if (st->rx_buf != NULL) {
             cre_buffer_release(st->rx_buf);
             st->rx_buf = NULL;
@@ -114,6 +228,10 @@ static void serve_on_close(cre_conn *c)
         return;
     if (st->rx_buf != NULL)
         cre_buffer_release(st->rx_buf);
+    if (st->rx_stage != NULL)
+        st->sops->close(st->rx_stage);
+    if (st->tx_stage != NULL)
+        st->sops->close(st->tx_stage);
     free(st);
     c->handler_data = NULL;
 }
@@ -127,6 +245,7 @@ static bool serve_holds_dying(cre_conn *c)
 static const cre_conn_handler serve_handler = {
     .on_head = serve_on_head,
     .on_frame = serve_on_frame,
+    .on_data = serve_on_data,
     .on_close = serve_on_close,
     .holds_dying = serve_holds_dying,
 };

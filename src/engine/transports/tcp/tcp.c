@@ -103,9 +103,36 @@ static void *tcp_desc_parse(cre_tp *tp, cre_peer *p, const crp_descriptor *d)
     return NULL;
 }
 
+cre_tp *cre_tcp_stager(cr_engine *e, int kind, const cre_stager_ops **ops)
+{
+    return cre_kind_is_host(kind) ? NULL : cre_engine_stager(e, kind, ops);
+}
+
+/* A remote-accessible device buffer we can stage carries a one-byte blob
+ * ("s"): peers may send us READs and WRITEs of it. */
+static int tcp_reg(cre_tp *tp, cre_buffer *b, crp_buf *blob)
+{
+    const cre_stager_ops *ops;
+    if (cre_kind_is_host(b->kind) || !b->remote_accessible ||
+        cre_tcp_stager(tp->engine, b->kind, &ops) == NULL)
+        return 0;
+    return crp_buf_append(blob, "s", 1);
+}
+
+/* Host memory on both ends; device memory where a stager exists here (our
+ * end) or the peer said it stages that buffer (its end). */
 static bool tcp_can_serve(cre_tp *tp, const cre_route *r)
 {
-    return cre_kind_is_host(r->local_kind) && cre_kind_is_host(r->remote_kind);
+    const cre_stager_ops *ops;
+    if (!cre_kind_is_host(r->local_kind) && cre_tcp_stager(tp->engine, r->local_kind, &ops) == NULL)
+        return false;
+    if (cre_kind_is_host(r->remote_kind))
+        return true;
+    if (r->self_target != NULL)
+        return cre_tcp_stager(tp->engine, r->remote_kind, &ops) != NULL;
+    size_t len = 0;
+    const uint8_t *x = cre_route_blob(r, tp, &len);
+    return x != NULL && len == 1 && x[0] == 's';
 }
 
 static void tcp_cancel(cre_tp *tp)
@@ -130,6 +157,7 @@ const cre_transport_ops cre_transport_tcp = {
     .init = tcp_init,
     .fini = tcp_fini,
     .endpoint = tcp_endpoint,
+    .reg = tcp_reg,
     .peer_init = tcp_peer_init,
     .peer_fini = tcp_peer_fini,
     .desc_parse = tcp_desc_parse,

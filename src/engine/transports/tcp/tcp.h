@@ -27,6 +27,10 @@ typedef struct tcp_slice {
     size_t sent;            /* bytes of header+body+payload written */
     uint8_t head[CRP_HEADER_SIZE + 32];
     size_t head_len;
+    /* local device memory: its payload moves through the lane's stages */
+    bool staged;
+    const uint8_t *win;        /* WRITE: the staged window being sent */
+    size_t win_start, win_end; /* its payload offsets */
 } tcp_slice;
 
 enum tcp_lane_state { LANE_IDLE, LANE_CONNECTING, LANE_WAIT_CHALLENGE, LANE_WAIT_ACK, LANE_READY };
@@ -53,6 +57,12 @@ typedef struct tcp_lane {
     uint8_t client_nonce[CRP_NONCE_SIZE];
     crp_buf scratch;           /* encoding space for request bodies */
     atomic_bool reset_backoff; /* the peer answered again: retry at once */
+    /* staging of local device memory (opened on first use) */
+    cre_tp *stager;
+    const cre_stager_ops *sops;
+    cre_stage *tx_stage, *rx_stage;
+    int rx_status;    /* first staging error of the READ being received */
+    uint64_t rx_left; /* its payload bytes not yet given a window */
 } tcp_lane;
 
 typedef struct tcp_peer {
@@ -79,6 +89,9 @@ void cre_tcp_lanes_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns);
 /* Engine teardown (workers stopped): fail everything, close the socket. */
 void cre_tcp_lane_fail_all(tcp_lane *l, int status);
 void cre_tcp_lane_init(tcp_lane *l, tcp_peer *tpeer, cre_peer *p, int index, cre_worker *w);
+
+/* The stager for a buffer of `kind` (NULL for host memory or none). */
+cre_tp *cre_tcp_stager(cr_engine *e, int kind, const cre_stager_ops **ops);
 
 /* serve.c: take over an authenticated data connection. */
 int cre_tcp_serve(cre_tp *tp, cre_conn *c);
