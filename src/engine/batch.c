@@ -99,6 +99,7 @@ void cre_task_slice_done(cre_task *t, int status, uint64_t bytes)
 
 int cr_batch_create(cr_engine *e, size_t capacity, cr_batch_id *out)
 {
+    CRE_CALL(e, "cr_batch_create");
     if (e == NULL || out == NULL)
         return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_create: NULL engine or out");
     if (capacity == 0 || capacity > MAX_BATCH_CAPACITY)
@@ -334,8 +335,7 @@ static int start_task(cr_engine *e, planned *pl, cre_task *t)
 
 int cr_batch_submit(cr_engine *e, cr_batch_id id, const cr_transfer_request *reqs, size_t n)
 {
-    if (e == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_submit: NULL engine");
+    CRE_CALL(e, "cr_batch_submit");
     if (n > 0 && reqs == NULL)
         return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_submit: %zu requests but NULL array",
                          n);
@@ -409,6 +409,7 @@ err_release_plan:
 
 int cr_batch_task_status(cr_engine *e, cr_batch_id id, size_t index, cr_task_status *out)
 {
+    CRE_CALL(e, "cr_batch_task_status");
     if (e == NULL || out == NULL)
         return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_task_status: NULL argument");
     cre_batch *b;
@@ -435,8 +436,7 @@ int cr_batch_task_status(cr_engine *e, cr_batch_id id, size_t index, cr_task_sta
 
 int cr_batch_wait(cr_engine *e, cr_batch_id id, int timeout_ms)
 {
-    if (e == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_wait: NULL engine");
+    CRE_CALL(e, "cr_batch_wait");
     cre_batch *b;
     int rc = batch_get(e, id, &b);
     if (rc < 0)
@@ -473,8 +473,7 @@ int cr_batch_wait(cr_engine *e, cr_batch_id id, int timeout_ms)
 
 int cr_batch_cancel(cr_engine *e, cr_batch_id id)
 {
-    if (e == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_cancel: NULL engine");
+    CRE_CALL(e, "cr_batch_cancel");
     cre_batch *b;
     int rc = batch_get(e, id, &b);
     if (rc < 0)
@@ -493,8 +492,7 @@ int cr_batch_cancel(cr_engine *e, cr_batch_id id)
 
 int cr_batch_free(cr_engine *e, cr_batch_id id)
 {
-    if (e == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_free: NULL engine");
+    CRE_CALL(e, "cr_batch_free");
     pthread_mutex_lock(&e->batches.lock);
     cre_batch *b = cre_handles_remove_locked(&e->batches, id);
     if (b == NULL) {
@@ -520,8 +518,7 @@ int cr_engine_transfer_sync_batch(cr_engine *e, int opcode, cr_segment_handle se
                                   void *const *local_addrs, const uint64_t *remote_addrs,
                                   const uint64_t *lengths, size_t n, int timeout_ms)
 {
-    if (e == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "transfer_sync_batch: NULL engine");
+    CRE_CALL(e, "cr_engine_transfer_sync_batch");
     if (n == 0)
         return 0;
     if (local_addrs == NULL || remote_addrs == NULL || lengths == NULL)

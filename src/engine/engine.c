@@ -271,8 +271,7 @@ static int parse_location(const char *loc, int *kind, int *device, bool *detect)
 
 int cr_engine_register_batch(cr_engine *e, const cr_buffer_spec *bufs, size_t n)
 {
-    if (e == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "register: NULL engine");
+    CRE_CALL(e, "cr_engine_register_batch");
     if (n == 0)
         return 0;
     if (bufs == NULL)
@@ -312,8 +311,7 @@ int cr_engine_register(cr_engine *e, void *addr, size_t length, const char *loca
 
 int cr_engine_unregister_batch(cr_engine *e, void *const *addrs, size_t n)
 {
-    if (e == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "unregister: NULL engine");
+    CRE_CALL(e, "cr_engine_unregister_batch");
     if (n > 0 && addrs == NULL)
         return crb_error(CR_ERR_INVALID_ARGUMENT, "unregister_batch: NULL array");
     int first = 0;
@@ -370,6 +368,7 @@ err_free:
 
 int cr_engine_notify(cr_engine *e, cr_segment_handle h, const void *msg, size_t len)
 {
+    CRE_CALL(e, "cr_engine_notify");
     if (e == NULL || (msg == NULL && len > 0))
         return crb_error(CR_ERR_INVALID_ARGUMENT, "notify: NULL argument");
     if (len > CR_NOTIFY_MAX_MESSAGE)
@@ -396,6 +395,7 @@ int cr_engine_notify(cr_engine *e, cr_segment_handle h, const void *msg, size_t 
 
 int cr_engine_take_notifications(cr_engine *e, cr_notification **out, size_t *count)
 {
+    CRE_CALL(e, "cr_engine_take_notifications");
     if (e == NULL || out == NULL || count == NULL)
         return crb_error(CR_ERR_INVALID_ARGUMENT, "take_notifications: NULL argument");
     pthread_mutex_lock(&e->notify_lock);
@@ -420,6 +420,7 @@ void cr_notifications_free(cr_notification *list, size_t count)
 
 int cr_engine_probe(cr_engine *e, const char *name, int timeout_ms)
 {
+    CRE_CALL(e, "cr_engine_probe");
     if (e == NULL || name == NULL)
         return crb_error(CR_ERR_INVALID_ARGUMENT, "probe: NULL argument");
     char host[CRB_HOST_MAX];
@@ -471,6 +472,7 @@ static size_t collect_counters(cr_engine *e, cr_engine_counter *out, size_t cap)
 
 int cr_engine_counters(cr_engine *e, cr_engine_counter *out, size_t cap, size_t *total)
 {
+    CRE_CALL(e, "cr_engine_counters");
     if (e == NULL || total == NULL || (cap > 0 && out == NULL))
         return crb_error(CR_ERR_INVALID_ARGUMENT, "engine_counters: NULL argument");
     *total = collect_counters(e, out, cap);
@@ -487,6 +489,7 @@ static uint64_t counter_of(const cr_engine_counter *c, size_t n, const char *tp,
 
 int cr_engine_get_stats(cr_engine *e, cr_engine_stats *out)
 {
+    CRE_CALL(e, "cr_engine_get_stats");
     if (e == NULL || out == NULL)
         return crb_error(CR_ERR_INVALID_ARGUMENT, "get_stats: NULL argument");
     cr_engine_counter c[128];

@@ -331,9 +331,24 @@ void cre_task_slice_done(cre_task *t, int status, uint64_t bytes);
 /* engine.c: notifications */
 int cre_notify_push(cr_engine *e, const char *from, const uint8_t *msg, size_t len);
 
-/* lifecycle.c: every public call brackets itself with these. */
+/* lifecycle.c: every public call brackets itself with these (CRE_CALL).
+ * cre_call_enter: 0, CR_ERR_INVALID_ARGUMENT (e NULL), CR_ERR_SHUTDOWN. */
 int cre_call_enter(cr_engine *e, const char *what);
 void cre_call_leave(cr_engine *e);
+typedef struct cre_call_guard {
+    cr_engine *e;
+} cre_call_guard;
+void cre_call_guard_leave(cre_call_guard *g);
+/* First statement of a public call returning int: enters the call (or
+ * returns the refusal) and leaves it when the function returns. */
+#define CRE_CALL(e, what)                                                                          \
+    __attribute__((cleanup(cre_call_guard_leave))) cre_call_guard cre_call_guard_ = {NULL};        \
+    do {                                                                                           \
+        int cre_call_rc_ = cre_call_enter((e), (what));                                            \
+        if (cre_call_rc_ < 0)                                                                      \
+            return cre_call_rc_;                                                                   \
+        cre_call_guard_.e = (e);                                                                   \
+    } while (0)
 /* Destroy: refuse new calls, wake sleeping ones, wait for the rest. */
 void cre_calls_drain(cr_engine *e);
 

@@ -18,6 +18,8 @@
 
 int cre_call_enter(cr_engine *e, const char *what)
 {
+    if (e == NULL)
+        return crb_error(CR_ERR_INVALID_ARGUMENT, "%s: NULL engine", what);
     atomic_fetch_add(&e->calls_in_flight_atomic, 1);
     if (!atomic_load(&e->shutting_down))
         return 0;
@@ -32,6 +34,12 @@ void cre_call_leave(cr_engine *e)
         pthread_cond_broadcast(&e->calls_done);
         pthread_mutex_unlock(&e->calls_lock);
     }
+}
+
+void cre_call_guard_leave(cre_call_guard *g)
+{
+    if (g->e != NULL)
+        cre_call_leave(g->e);
 }
 
 /* Wake every sleeping batch wait, so it sees shutting_down. */

@@ -256,6 +256,7 @@ out_unlock:
 
 int cr_engine_open_segment(cr_engine *e, const char *name, cr_segment_handle *out)
 {
+    CRE_CALL(e, "cr_engine_open_segment");
     if (e == NULL || out == NULL)
         return crb_error(CR_ERR_INVALID_ARGUMENT, "open_segment: NULL engine or out");
     if (name == NULL || name[0] == '\0')
@@ -287,8 +288,7 @@ int cr_engine_open_segment(cr_engine *e, const char *name, cr_segment_handle *ou
 
 int cr_engine_close_segment(cr_engine *e, cr_segment_handle h)
 {
-    if (e == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "close_segment: NULL engine");
+    CRE_CALL(e, "cr_engine_close_segment");
     pthread_mutex_lock(&e->segments.lock);
     void *p = cre_handles_remove_locked(&e->segments, h);
     pthread_mutex_unlock(&e->segments.lock);
@@ -322,6 +322,7 @@ void cre_peers_destroy(cr_engine *e)
 int cr_engine_segment_buffers(cr_engine *e, cr_segment_handle h, cr_buffer_info *out, size_t cap,
                               size_t *total)
 {
+    CRE_CALL(e, "cr_engine_segment_buffers");
     if (e == NULL || total == NULL || (cap > 0 && out == NULL))
         return crb_error(CR_ERR_INVALID_ARGUMENT, "segment_buffers: NULL argument");
     cre_peer *p = NULL;

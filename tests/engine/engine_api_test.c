@@ -1,7 +1,8 @@
 /*
  * engine_api_test.c - configuration and registration errors, batch
  * cancel/free while in flight, the unregistration barrier with transfers in
- * flight, and the http metadata backend with a real peer process.
+ * flight, destroy while another thread waits in a call, and the http
+ * metadata backend with a real peer process.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -12,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -230,6 +233,74 @@ static void unregister_waits_for_in_flight_transfers(void **state)
     teardown_in_flight(&f);
 }
 
+/* --- destroy while another thread is inside a call -------------------------- */
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+typedef struct waiter {
+    cr_engine *e;
+    cr_batch_id b;
+    int rc;
+} waiter;
+
+static void *wait_forever(void *p)
+{
+    waiter *w = p;
+    w->rc = cr_batch_wait(w->e, w->b, -1);
+    return NULL;
+}
+
+/*
+ * A thread sleeps in cr_batch_wait on READs from a SIGSTOPped peer (they
+ * would run to their 30 s deadline); cr_engine_destroy on another thread
+ * wakes it with CR_ERR_SHUTDOWN and returns only after it has left the
+ * engine (under ASan a wait that touched the freed batch or engine would
+ * be reported), in far less than the deadline.
+ */
+static void destroy_while_a_call_waits(void **state)
+{
+    (void)state;
+    in_flight f;
+    assert_int_equal(peer_start(&f.peer, NULL), 0);
+    f.len = 64 << 20;
+    f.remote = peer_reg(&f.peer, "cpu:0", f.len, 0);
+    assert_true(f.remote != 0);
+    cr_engine_config cfg;
+    cr_engine_config_init(&cfg);
+    cfg.protocol = test_protocol();
+    cfg.request_timeout_ms = 30000;
+    assert_int_equal(cr_engine_create(&cfg, &f.engine), 0);
+    assert_int_equal(cr_engine_open_segment(f.engine, f.peer.name, &f.seg), 0);
+    f.local = malloc(f.len);
+    memset(f.local, 0, f.len);
+    assert_int_equal(cr_engine_register(f.engine, f.local, f.len, "cpu:0", true), 0);
+    /* connected first, then the peer stops answering */
+    assert_int_equal(
+        cr_engine_transfer_sync(f.engine, CR_OP_READ, f.local, f.seg, f.remote, 4096, 10000), 0);
+    pid_t pid = f.peer.child.proc.pid;
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+    waiter w = {.e = f.engine, .b = submit_many(&f, 16, 4 << 20), .rc = 1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, wait_forever, &w), 0);
+    usleep(300 * 1000);
+    uint64_t t0 = now_ms();
+    cr_engine_destroy(f.engine);
+    uint64_t took = now_ms() - t0;
+    assert_int_equal(pthread_join(th, NULL), 0);
+    print_message("destroy with a waiting call: %llu ms; the wait returned %s\n",
+                  (unsigned long long)took, cr_status_name(w.rc));
+    assert_int_equal(w.rc, CR_ERR_SHUTDOWN);
+    assert_true(took < 10000);
+    kill(pid, SIGCONT);
+    assert_int_equal(peer_stop(&f.peer), 0);
+    free(f.local);
+}
+
 static void http_metadata_backend(void **state)
 {
     (void)state;
@@ -289,6 +360,7 @@ int main(void)
         cmocka_unit_test(registration_errors),
         cmocka_unit_test(cancel_and_free_in_flight),
         cmocka_unit_test(unregister_waits_for_in_flight_transfers),
+        cmocka_unit_test(destroy_while_a_call_waits),
         cmocka_unit_test(http_metadata_backend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -50,9 +50,20 @@ int tt_teardown(void **state)
 
 static void child_release(tt_child *c)
 {
-    free(c->line);
+    if (c->line != c->failed)
+        free(c->line);
     c->line = NULL;
     c->line_cap = 0;
+}
+
+/* Keep what a child that did not start printed, in storage of c's own. */
+static int start_failed(tt_child *c)
+{
+    snprintf(c->failed, sizeof(c->failed), "%s", c->line);
+    free(c->line);
+    c->line = c->failed;
+    c->line_cap = sizeof(c->failed);
+    return -1;
 }
 
 int tt_child_start(tt_child *c, const char *const *argv, size_t line_cap, int ready_ms)
@@ -68,13 +79,13 @@ int tt_child_start(tt_child *c, const char *const *argv, size_t line_cap, int re
     if (ct_proc_spawn(&c->proc, argv, &o) < 0) {
         fprintf(stderr, "testing: cannot start %s: %s\n", argv[0], strerror(errno));
         snprintf(c->line, c->line_cap, "SPAWN FAILED");
-        return -1;
+        return start_failed(c);
     }
     if (ct_proc_read_line(&c->proc, c->line, c->line_cap, ready_ms) < 0 ||
         strncmp(c->line, "READY ", 6) != 0) {
         fprintf(stderr, "testing: %s did not start: '%s'\n", argv[0], c->line);
         ct_proc_kill(&c->proc);
-        return -1; /* c->line keeps what it printed */
+        return start_failed(c); /* c->line: what it printed */
     }
     snprintf(c->name, sizeof(c->name), "%s", c->line + 6);
     return 0;

@@ -43,16 +43,18 @@ int tt_teardown(void **state);
 
 typedef struct tt_child {
     ct_proc proc;
-    char *line;      /* the last line read (line_cap bytes) */
-    size_t line_cap; /* set by tt_child_start */
-    char name[300];  /* what followed "READY " */
+    char *line;        /* the last line read (line_cap bytes) */
+    size_t line_cap;   /* set by tt_child_start */
+    char name[300];    /* what followed "READY " */
+    char failed[1024]; /* what a child that did not start printed (c->line then) */
 } tt_child;
 
 /*
  * Start argv with stdin and stdout piped and wait up to ready_ms for its
  * "READY <name>" line. line_cap: the reply buffer's size (malloc'd, freed
  * when the child is stopped or killed). Returns 0, or -1 with the line it
- * printed instead (e.g. "FAIL ...") in c->line and nothing left running.
+ * printed instead (e.g. "FAIL ...") in c->line (c->failed: nothing to free)
+ * and nothing left running.
  */
 int tt_child_start(tt_child *c, const char *const *argv, size_t line_cap, int ready_ms);
 /* Send a printf-formatted command, read one reply into c->line within
