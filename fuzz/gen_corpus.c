@@ -439,6 +439,28 @@ int main(int argc, char **argv)
         write_seed("am", (int)i, x, sizeof(x));
     }
 
+    /* fd service datagrams: a selector byte (even: request, odd: reply), then the body. */
+    crp_shm_request shm_reqs[] = {
+        {.op = CRP_SHM_CONTROL_PAGE}, {.op = CRP_SHM_REGION, .id = 77}, {.op = CRP_SHM_AUTH}};
+    memset(shm_reqs[2].client_nonce, 3, CRP_NONCE_SIZE);
+    memset(shm_reqs[2].mac, 9, CRP_MAC_SIZE);
+    crp_shm_reply shm_reps[] = {
+        {.status = 0, .size = 4096}, {.status = -3019}, {.has_nonce = true, .auth = true}};
+    for (int i = 0; i < 3; i++) {
+        for (int kind = 0; kind < 2; kind++) {
+            crp_buf body = {0};
+            int rc = kind == 0 ? crp_shm_request_encode(&shm_reqs[i], &body)
+                               : crp_shm_reply_encode(&shm_reps[i], &body);
+            if (rc != 0)
+                die("shm seed", cr_last_error_message());
+            uint8_t x[512];
+            x[0] = (uint8_t)kind;
+            memcpy(x + 1, body.data, body.len);
+            write_seed("shm", 2 * i + kind, x, body.len + 1);
+            crp_buf_free(&body);
+        }
+    }
+
     crp_buf_free(&b);
     return 0;
 }

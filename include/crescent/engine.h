@@ -108,8 +108,11 @@ CR_API int cr_engine_create(const cr_engine_config *cfg, cr_engine **out);
 /**
  * Stop all threads, fail transfers still in flight with CR_ERR_SHUTDOWN,
  * unpublish metadata, close sockets and free the engine. Registered buffers
- * remain the caller's memory. No other thread may use the engine during or
- * after this call. NULL is a no-op.
+ * remain the caller's memory. Calls already running on other threads when
+ * destroy starts finish first, or (waits, cr_batch_wait on a batch not yet
+ * freed) return CR_ERR_SHUTDOWN at once; calls that begin while it runs get
+ * CR_ERR_SHUTDOWN; destroy returns after they have all left. No call may
+ * begin after destroy has returned (the engine is gone). NULL is a no-op.
  */
 CR_API void cr_engine_destroy(cr_engine *engine);
 

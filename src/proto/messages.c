@@ -772,25 +772,36 @@ void crp_error_clear(crp_error *m)
 /* SHM REQUEST / REPLY                                                      */
 /* ------------------------------------------------------------------------ */
 
+static bool shm_op_known(uint8_t op)
+{
+    return op == CRP_SHM_CONTROL_PAGE || op == CRP_SHM_REGION || op == CRP_SHM_AUTH;
+}
+
 int crp_shm_request_encode(const crp_shm_request *m, crp_buf *out)
 {
     crp_mp_enc e;
     crp_mp_enc_init(&e, out, "shm request", SIZE_MAX);
-    if (m->op != CRP_SHM_CONTROL_PAGE && m->op != CRP_SHM_REGION)
+    if (!shm_op_known(m->op))
         crp_mp_enc_invalid(&e, "op", "is %u, not a known operation", (unsigned)m->op);
-    msgpack_pack_map(&e.pk, 2);
+    bool auth = m->op == CRP_SHM_AUTH;
+    msgpack_pack_map(&e.pk, auth ? 4 : 2);
     crp_mp_enc_u64(&e, "op", m->op);
     crp_mp_enc_u64(&e, "id", m->id);
+    if (auth) {
+        crp_mp_enc_bin(&e, "cn", m->client_nonce, CRP_NONCE_SIZE);
+        crp_mp_enc_bin(&e, "mac", m->mac, CRP_MAC_SIZE);
+    }
     return crp_mp_enc_finish(&e);
 }
 
 int crp_shm_request_decode(const void *data, size_t len, crp_shm_request *out)
 {
-    static const char *const keys[] = {"op", "id"};
+    static const char *const keys[] = {"op", "id", "cn", "mac"};
     const crp_mp_ctx w = {.msg = "shm request"};
     const msgpack_object *v[N_KEYS(keys)];
     msgpack_unpacked u;
     crp_shm_request m;
+    memset(&m, 0, sizeof(m));
 
     int rc = crp_mp_unpack(&w, data, len, SIZE_MAX, &u);
     if (rc != 0)
@@ -798,10 +809,15 @@ int crp_shm_request_decode(const void *data, size_t len, crp_shm_request *out)
     rc = crp_mp_map_fields(&w, NULL, &u.data, keys, N_KEYS(keys), v);
     if (rc == 0)
         rc = crp_mp_get_u8(&w, "op", v[0], UINT8_MAX, &m.op);
-    if (rc == 0 && m.op != CRP_SHM_CONTROL_PAGE && m.op != CRP_SHM_REGION)
+    if (rc == 0 && !shm_op_known(m.op))
         rc = crp_mp_fail(MALFORMED, &w, "op", "is %u, not a known operation", (unsigned)m.op);
     if (rc == 0)
         rc = crp_mp_get_uint(&w, "id", v[1], UINT64_MAX, &m.id);
+    if (rc == 0 && m.op == CRP_SHM_AUTH) {
+        rc = get_bin_exact(&w, "cn", v[2], m.client_nonce, CRP_NONCE_SIZE);
+        if (rc == 0)
+            rc = get_bin_exact(&w, "mac", v[3], m.mac, CRP_MAC_SIZE);
+    }
     if (rc == 0)
         *out = m;
     msgpack_unpacked_destroy(&u);
@@ -812,20 +828,25 @@ int crp_shm_reply_encode(const crp_shm_reply *m, crp_buf *out)
 {
     crp_mp_enc e;
     crp_mp_enc_init(&e, out, "shm reply", SIZE_MAX);
-    msgpack_pack_map(&e.pk, 2);
+    msgpack_pack_map(&e.pk, m->has_nonce ? 4 : 2);
     crp_mp_enc_key(&e, "st");
     msgpack_pack_int32(&e.pk, m->status);
     crp_mp_enc_u64(&e, "size", m->size);
+    if (m->has_nonce) {
+        crp_mp_enc_bin(&e, "non", m->nonce, CRP_NONCE_SIZE);
+        crp_mp_enc_bool(&e, "auth", m->auth);
+    }
     return crp_mp_enc_finish(&e);
 }
 
 int crp_shm_reply_decode(const void *data, size_t len, crp_shm_reply *out)
 {
-    static const char *const keys[] = {"st", "size"};
+    static const char *const keys[] = {"st", "size", "non", "auth"};
     const crp_mp_ctx w = {.msg = "shm reply"};
     const msgpack_object *v[N_KEYS(keys)];
     msgpack_unpacked u;
     crp_shm_reply m;
+    memset(&m, 0, sizeof(m));
 
     int rc = crp_mp_unpack(&w, data, len, SIZE_MAX, &u);
     if (rc != 0)
@@ -835,6 +856,12 @@ int crp_shm_reply_decode(const void *data, size_t len, crp_shm_reply *out)
         rc = crp_mp_get_i32(&w, "st", v[0], &m.status);
     if (rc == 0)
         rc = crp_mp_get_uint(&w, "size", v[1], UINT64_MAX, &m.size);
+    if (rc == 0 && (v[2] != NULL || v[3] != NULL)) {
+        rc = get_bin_exact(&w, "non", v[2], m.nonce, CRP_NONCE_SIZE);
+        if (rc == 0)
+            rc = crp_mp_get_bool(&w, "auth", v[3], &m.auth);
+        m.has_nonce = true;
+    }
     if (rc == 0)
         *out = m;
     msgpack_unpacked_destroy(&u);

@@ -170,17 +170,31 @@ int crp_error_decode(const void *data, size_t len, crp_error *out);
 void crp_error_clear(crp_error *m);
 
 /* --- SHM REQUEST (same-host Unix socket, one datagram): ------------------
- * {"op": u8 (crp_shm_op), "id": u64 region id (0 for the control page)}
+ * {"op": u8 (crp_shm_op), "id": u64 region id (0 for the control page)};
+ * op AUTH also carries "cn": bin[16] client nonce and "mac": bin[32]
+ * (HMAC-SHA256(secret, "shm" | server nonce | client nonce)).
  * --- SHM REPLY: {"st": i32 status, "size": u64 bytes to map}; on status 0
- * the file descriptor travels as SCM_RIGHTS ancillary data.              */
-typedef enum crp_shm_op { CRP_SHM_CONTROL_PAGE = 1, CRP_SHM_REGION = 2 } crp_shm_op;
+ * the file descriptor travels as SCM_RIGHTS ancillary data. The service's
+ * first datagram on a connection is a reply with "non": bin[16] (the
+ * server nonce) and "auth": bool (a shared secret is required: AUTH before
+ * anything else).                                                        */
+typedef enum crp_shm_op {
+    CRP_SHM_CONTROL_PAGE = 1,
+    CRP_SHM_REGION = 2,
+    CRP_SHM_AUTH = 3
+} crp_shm_op;
 typedef struct crp_shm_request {
     uint8_t op;
     uint64_t id;
+    uint8_t client_nonce[CRP_NONCE_SIZE]; /* AUTH only */
+    uint8_t mac[CRP_MAC_SIZE];            /* AUTH only */
 } crp_shm_request;
 typedef struct crp_shm_reply {
     int32_t status;
     uint64_t size;
+    bool has_nonce; /* the greeting: nonce and auth are set */
+    uint8_t nonce[CRP_NONCE_SIZE];
+    bool auth;
 } crp_shm_reply;
 int crp_shm_request_encode(const crp_shm_request *m, crp_buf *out);
 int crp_shm_request_decode(const void *data, size_t len, crp_shm_request *out);

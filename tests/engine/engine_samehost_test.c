@@ -3,7 +3,8 @@
  * shared memory (shm) for cr_alloc_shared buffers, process_vm_readv/writev
  * (cma) for private ones, tcp when a peer refuses either; the protocol
  * choice honoured; a peer of another user refused fds; peer death dropping
- * mappings; the unregistration fence; mixed memory kinds (seed 002).
+ * mappings; the unregistration fence; mixed memory kinds (seed 002); the
+ * fd service refusing a same-uid process without the shared secret.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -20,8 +21,12 @@
 
 #include <cmocka.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include "crescent/engine.h"
 #include "harness.h"
+#include "proto/messages.h"
 
 static cr_engine *make_engine(const char *protocol)
 {
@@ -216,6 +221,153 @@ static void another_user_is_refused_and_falls_back(void **state)
     assert_int_equal(run_unprivileged(args, 1), 0);
 }
 
+/* --- the fd service and the shared secret (issue 11 item 9) ----------------- */
+
+/* Connect to the fd service of process pid as an attacker would: its
+ * abstract socket "@crescent-<pid>-..." is listed in /proc/net/unix. */
+static int connect_fd_service(pid_t pid)
+{
+    FILE *f = fopen("/proc/net/unix", "r");
+    assert_non_null(f);
+    char line[512], want[64], path[108] = "";
+    snprintf(want, sizeof(want), "@crescent-%d-", (int)pid);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *at = strstr(line, want);
+        if (at != NULL) {
+            at[strcspn(at, " \n")] = '\0';
+            snprintf(path, sizeof(path), "%s", at);
+            break;
+        }
+    }
+    fclose(f);
+    if (path[0] == '\0')
+        fail_msg("no fd service of pid %d in /proc/net/unix", (int)pid);
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    assert_true(s >= 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t n = strlen(path);
+    memcpy(sa.sun_path, path, n);
+    sa.sun_path[0] = '\0';
+    assert_int_equal(
+        connect(s, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)),
+        0);
+    struct timeval tv = {5, 0};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return s;
+}
+
+/* One reply datagram; *got_fd: whether it carried a descriptor. */
+static crp_shm_reply recv_reply(int s, bool *got_fd)
+{
+    uint8_t buf[256];
+    union {
+        char c[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {buf, sizeof(buf)};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.c, .msg_controllen = sizeof(u.c)};
+    ssize_t n = recvmsg(s, &mh, 0);
+    assert_true(n > 0);
+    *got_fd = false;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL; cm = CMSG_NXTHDR(&mh, cm))
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+            close(fd);
+            *got_fd = true;
+        }
+    crp_shm_reply r;
+    assert_int_equal(crp_shm_reply_decode(buf, (size_t)n, &r), 0);
+    return r;
+}
+
+static void send_shm_request(int s, const crp_shm_request *req)
+{
+    crp_buf b = {0};
+    assert_int_equal(crp_shm_request_encode(req, &b), 0);
+    assert_int_equal(send(s, b.data, b.len, MSG_NOSIGNAL), (ssize_t)b.len);
+    crp_buf_free(&b);
+}
+
+static void assert_closed(int s)
+{
+    char c;
+    assert_int_equal(recv(s, &c, 1, 0), 0);
+    close(s);
+}
+
+static void fd_service_needs_the_secret(void **state)
+{
+    (void)state;
+    const char *args[] = {"--secret", "s3cret", NULL};
+    test_peer peer;
+    assert_int_equal(peer_start(&peer, args), 0);
+    uint64_t shared = peer_reg(&peer, "shared", 1 << 20, 0);
+    pid_t pid = peer.child.proc.pid;
+    bool fd;
+
+    /* Same uid, no secret: asks for the control page at once. */
+    int s = connect_fd_service(pid);
+    crp_shm_reply hi = recv_reply(s, &fd);
+    assert_true(hi.has_nonce && hi.auth && !fd);
+    crp_shm_request ask = {.op = CRP_SHM_CONTROL_PAGE};
+    send_shm_request(s, &ask);
+    crp_shm_reply r = recv_reply(s, &fd);
+    assert_int_equal(r.status, CR_ERR_AUTH_FAILED);
+    assert_false(fd);
+    assert_closed(s);
+
+    /* A made-up proof. */
+    s = connect_fd_service(pid);
+    hi = recv_reply(s, &fd);
+    crp_shm_request auth = {.op = CRP_SHM_AUTH};
+    memset(auth.client_nonce, 7, sizeof(auth.client_nonce));
+    memset(auth.mac, 0x5a, sizeof(auth.mac));
+    send_shm_request(s, &auth);
+    r = recv_reply(s, &fd);
+    assert_int_equal(r.status, CR_ERR_AUTH_FAILED);
+    assert_false(fd);
+    assert_closed(s);
+
+    /* An engine with the secret moves the shared buffer through shm. */
+    cr_engine_config cfg;
+    cr_engine_config_init(&cfg);
+    cfg.protocol = "auto";
+    cfg.shared_secret = "s3cret";
+    cfg.request_timeout_ms = 5000;
+    cr_engine *e = NULL;
+    assert_int_equal(cr_engine_create(&cfg, &e), 0);
+    uint64_t len = 1 << 20;
+    uint8_t *local = malloc(len);
+    assert_int_equal(cr_engine_register(e, local, len, "cpu:0", true), 0);
+    cr_segment_handle seg;
+    assert_int_equal(cr_engine_open_segment(e, peer.name, &seg), 0);
+    assert_int_equal(cr_engine_transfer_sync(e, CR_OP_READ, local, seg, shared, len, 0), 0);
+    check_pattern(local, len, shared);
+    cr_engine_stats st;
+    assert_int_equal(cr_engine_get_stats(e, &st), 0);
+    assert_int_equal(st.bytes_shm, len);
+    cr_engine_unregister(e, local);
+    cr_engine_destroy(e);
+
+    /* One with another secret gets nothing through the fd service. */
+    cfg.shared_secret = "guess";
+    assert_int_equal(cr_engine_create(&cfg, &e), 0);
+    assert_int_equal(cr_engine_register(e, local, len, "cpu:0", true), 0);
+    int rc = cr_engine_open_segment(e, peer.name, &seg);
+    if (rc == 0)
+        rc = cr_engine_transfer_sync(e, CR_OP_READ, local, seg, shared, len, 0);
+    print_message("another secret: %s (%s)\n", cr_status_name(rc), cr_last_error_message());
+    assert_true(rc < 0);
+    assert_int_equal(cr_engine_get_stats(e, &st), 0);
+    assert_int_equal(st.bytes_shm, 0);
+    cr_engine_unregister(e, local);
+    cr_engine_destroy(e);
+    free(local);
+    assert_int_equal(peer_stop(&peer), 0);
+}
+
 static void peer_death_drops_mappings(void **state)
 {
     (void)state;
@@ -385,6 +537,7 @@ int main(void)
         cmocka_unit_test(shared_allocation_api),
         cmocka_unit_test(every_path_is_taken),
         cmocka_unit_test(another_user_is_refused_and_falls_back),
+        cmocka_unit_test(fd_service_needs_the_secret),
         cmocka_unit_test(peer_death_drops_mappings),
         cmocka_unit_test(unregistration_fence_shm),
         cmocka_unit_test(unregistration_fence_cma),

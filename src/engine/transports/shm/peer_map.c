@@ -27,6 +27,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/net.h"
 #include "engine/transports/shm/shm.h"
 
 static shm_engine *shm_of(cre_peer_local *l)
@@ -101,21 +102,11 @@ static void watch_on_event(crb_io *io, uint32_t events)
     cre_peer_local_drop(l);
 }
 
-/* One request/reply exchange; on success *fd is the received descriptor. */
-static int ask(cre_peer_local *l, uint8_t op, uint64_t id, int *fd, uint64_t *size)
+/* One datagram from the service within the deadline: the reply and the fd
+ * it carried (-1 if none). */
+static int receive(cre_peer_local *l, uint64_t deadline, crp_shm_reply *rep, int *fd)
 {
     cre_peer *p = l->peer;
-    crp_buf body = {0};
-    crp_shm_request req = {.op = op, .id = id};
-    int rc = crp_shm_request_encode(&req, &body);
-    if (rc < 0)
-        return rc;
-    uint64_t deadline = crb_now_ns() + (uint64_t)p->engine->connect_timeout_ms * 1000000ull;
-    rc = crb_write_full(l->sock, body.data, body.len, deadline);
-    crp_buf_free(&body);
-    if (rc < 0)
-        return crb_error(CR_ERR_CONNECTION, "shm request to %s: %s", p->name,
-                         cr_last_error_message());
     uint8_t buf[256];
     union {
         char c[CMSG_SPACE(sizeof(int))];
@@ -141,14 +132,51 @@ static int ask(cre_peer_local *l, uint8_t op, uint64_t id, int *fd, uint64_t *si
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL; cm = CMSG_NXTHDR(&mh, cm))
         if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
             memcpy(&got_fd, CMSG_DATA(cm), sizeof(int));
-    if (n <= 0) {
+    int rc = n <= 0
+                 ? crb_error(CR_ERR_CONNECTION, "shm service of %s closed the connection", p->name)
+                 : crp_shm_reply_decode(buf, (size_t)n, rep);
+    if (rc < 0) {
         if (got_fd >= 0)
             close(got_fd);
-        return crb_error(CR_ERR_CONNECTION, "shm service of %s closed the connection", p->name);
+        return rc;
     }
+    *fd = got_fd;
+    return 0;
+}
+
+static int send_request(cre_peer_local *l, const crp_shm_request *req, uint64_t deadline)
+{
+    crp_buf body = {0};
+    int rc = crp_shm_request_encode(req, &body);
+    if (rc < 0)
+        return rc;
+    rc = crb_write_full(l->sock, body.data, body.len, deadline);
+    crp_buf_free(&body);
+    if (rc < 0)
+        return crb_error(CR_ERR_CONNECTION, "shm request to %s: %s", l->peer->name,
+                         cr_last_error_message());
+    return 0;
+}
+
+static uint64_t request_deadline(cre_peer_local *l)
+{
+    return crb_now_ns() + (uint64_t)l->engine->connect_timeout_ms * 1000000ull;
+}
+
+/* One request/reply exchange; on success *fd is the received descriptor. */
+static int ask(cre_peer_local *l, uint8_t op, uint64_t id, int *fd, uint64_t *size)
+{
+    cre_peer *p = l->peer;
+    uint64_t deadline = request_deadline(l);
+    crp_shm_request req = {.op = op, .id = id};
+    int rc = send_request(l, &req, deadline);
     crp_shm_reply rep;
-    rc = crp_shm_reply_decode(buf, (size_t)n, &rep);
-    if (rc == 0 && rep.status != 0)
+    int got_fd = -1;
+    if (rc == 0)
+        rc = receive(l, deadline, &rep, &got_fd);
+    if (rc < 0)
+        return rc;
+    if (rep.status != 0)
         rc = crb_error(rep.status < 0 ? rep.status : CR_ERR_REMOTE,
                        "shm service of %s refused %s %llu", p->name,
                        op == CRP_SHM_CONTROL_PAGE ? "the control page" : "region",
@@ -162,6 +190,48 @@ static int ask(cre_peer_local *l, uint8_t op, uint64_t id, int *fd, uint64_t *si
     }
     *fd = got_fd;
     *size = rep.size;
+    return 0;
+}
+
+/*
+ * The service greets every connection with its nonce and whether it wants
+ * the shared secret; when it does, prove it (HMAC over both nonces, as the
+ * tcp handshake does) before asking for anything.
+ */
+static int authenticate(cre_peer_local *l)
+{
+    cre_peer *p = l->peer;
+    cr_engine *e = l->engine;
+    uint64_t deadline = request_deadline(l);
+    crp_shm_reply hi;
+    int fd = -1;
+    int rc = receive(l, deadline, &hi, &fd);
+    if (rc < 0)
+        return rc;
+    if (fd >= 0)
+        close(fd);
+    if (!hi.has_nonce)
+        return crb_error(CR_ERR_MALFORMED_FRAME, "shm service of %s sent no greeting", p->name);
+    if (!hi.auth)
+        return 0;
+    if (e->secret == NULL)
+        return crb_error(CR_ERR_AUTH_FAILED,
+                         "shm service of %s requires the shared secret; this engine has none",
+                         p->name);
+    crp_shm_request req = {.op = CRP_SHM_AUTH};
+    crb_random_bytes(req.client_nonce, CRP_NONCE_SIZE);
+    cre_auth_mac(e, "shm", hi.nonce, req.client_nonce, req.mac);
+    rc = send_request(l, &req, deadline);
+    crp_shm_reply ok;
+    if (rc == 0)
+        rc = receive(l, deadline, &ok, &fd);
+    if (rc < 0)
+        return rc;
+    if (fd >= 0)
+        close(fd);
+    if (ok.status != 0)
+        return crb_error(CR_ERR_AUTH_FAILED, "shm service of %s refused the shared secret",
+                         p->name);
     return 0;
 }
 
@@ -188,7 +258,9 @@ static int connect_locked(cre_peer_local *l, const char *address)
     l->sock = s;
     int fd;
     uint64_t size;
-    int rc = ask(l, CRP_SHM_CONTROL_PAGE, 0, &fd, &size);
+    int rc = authenticate(l);
+    if (rc == 0)
+        rc = ask(l, CRP_SHM_CONTROL_PAGE, 0, &fd, &size);
     if (rc == 0) {
         void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         close(fd);

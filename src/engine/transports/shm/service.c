@@ -8,8 +8,12 @@
  * (crp_shm_reply) carrying the fd as SCM_RIGHTS. A peer's credentials are
  * read once at accept (SO_PEERCRED): only processes of our own uid get fds
  * unless shm_allow_any_user is set; others get CR_ERR_AUTH_FAILED replies,
- * so they learn to use another path. A region is handed out only while a
- * registered, remote-accessible buffer lies in it.
+ * so they learn to use another path. The service greets each connection
+ * with a fresh nonce; when the engine has a shared secret, a peer must
+ * first prove it (AUTH: HMAC-SHA256(secret, "shm" | our nonce | its
+ * nonce), auth.c) or it gets CR_ERR_AUTH_FAILED and the connection closes:
+ * the same secret guards the memory here as on the tcp port. A region is
+ * handed out only while a registered, remote-accessible buffer lies in it.
  *
  * The listener and its connections sit in worker 0's loop (the service is
  * asked a handful of times per peer, not per transfer).
@@ -27,6 +31,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/net.h"
 #include "engine/shared_alloc.h"
 #include "engine/transports/shm/shm.h"
 
@@ -47,7 +52,9 @@ socklen_t cre_abstract_addr(const char *name, struct sockaddr_un *sa)
 typedef struct shm_service_conn {
     crb_io io;
     cre_tp *tp;
-    bool allowed; /* may this peer receive fds? */
+    bool allowed;                  /* may this peer's uid receive fds? */
+    bool authed;                   /* proved the shared secret (or the engine has none) */
+    uint8_t nonce[CRP_NONCE_SIZE]; /* ours, sent in the greeting */
     struct shm_service_conn *prev, *next;
 } shm_service_conn;
 
@@ -75,11 +82,10 @@ static int region_scan(void *ctx, cre_buffer *const *items, size_t n, uint64_t v
     return 0;
 }
 
-static void reply(shm_service_conn *c, int32_t status, uint64_t size, int fd)
+static void send_reply(shm_service_conn *c, const crp_shm_reply *r, int fd)
 {
     crp_buf body = {0};
-    crp_shm_reply r = {.status = status, .size = size};
-    if (crp_shm_reply_encode(&r, &body) < 0)
+    if (crp_shm_reply_encode(r, &body) < 0)
         return;
     struct iovec iov = {body.data, body.len};
     union {
@@ -101,18 +107,35 @@ static void reply(shm_service_conn *c, int32_t status, uint64_t size, int fd)
     crp_buf_free(&body);
 }
 
-static void serve_request(shm_service_conn *c, const uint8_t *data, size_t len)
+static void reply(shm_service_conn *c, int32_t status, uint64_t size, int fd)
+{
+    crp_shm_reply r = {.status = status, .size = size};
+    send_reply(c, &r, fd);
+}
+
+/* Serve one datagram; false when the connection must close. */
+static bool serve_request(shm_service_conn *c, const uint8_t *data, size_t len)
 {
     cr_engine *e = c->tp->engine;
     shm_engine *se = c->tp->priv;
     crp_shm_request req;
     if (crp_shm_request_decode(data, len, &req) < 0) {
         reply(c, CR_ERR_MALFORMED_FRAME, 0, -1);
-        return;
+        return true;
     }
-    if (!c->allowed) {
+    if (req.op == CRP_SHM_AUTH) {
+        if (!c->authed && !cre_auth_check(e, "shm", c->nonce, req.client_nonce, req.mac)) {
+            crb_log(CRB_LOG_WARN, "shm service: a peer failed the shared secret; closing");
+            reply(c, CR_ERR_AUTH_FAILED, 0, -1);
+            return false;
+        }
+        c->authed = true;
+        reply(c, 0, 0, -1);
+        return true;
+    }
+    if (!c->allowed || !c->authed) {
         reply(c, CR_ERR_AUTH_FAILED, 0, -1);
-        return;
+        return !c->allowed; /* without the secret: no second try on this connection */
     }
     int fd = -1;
     uint64_t size = 0;
@@ -129,6 +152,7 @@ static void serve_request(shm_service_conn *c, const uint8_t *data, size_t len)
     reply(c, rc, size, rc == 0 ? fd : -1);
     if (fd >= 0)
         close(fd);
+    return true;
 }
 
 static void service_on_event(crb_io *io, uint32_t events)
@@ -138,7 +162,10 @@ static void service_on_event(crb_io *io, uint32_t events)
         uint8_t buf[256];
         ssize_t n = recv(io->fd, buf, sizeof(buf), MSG_DONTWAIT);
         if (n > 0) {
-            serve_request(c, buf, (size_t)n);
+            if (!serve_request(c, buf, (size_t)n)) {
+                service_close(c);
+                return;
+            }
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -174,11 +201,16 @@ static void service_accept(crb_io *io, uint32_t events)
         c->io.on_event = service_on_event;
         c->tp = tp;
         c->allowed = allowed;
+        c->authed = e->secret == NULL;
+        crb_random_bytes(c->nonce, CRP_NONCE_SIZE);
         if (crb_loop_add(&e->workers[0].loop, &c->io, EPOLLIN) < 0) {
             close(fd);
             free(c);
             continue;
         }
+        crp_shm_reply hi = {.has_nonce = true, .auth = e->secret != NULL};
+        memcpy(hi.nonce, c->nonce, CRP_NONCE_SIZE);
+        send_reply(c, &hi, -1);
         c->next = se->conns;
         if (se->conns != NULL)
             se->conns->prev = c;
