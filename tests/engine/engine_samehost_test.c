@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -368,6 +369,88 @@ static void fd_service_needs_the_secret(void **state)
     assert_int_equal(peer_stop(&peer), 0);
 }
 
+/* CPU seconds (user + system) process pid has used, from /proc/<pid>/stat. */
+static double cpu_seconds(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    assert_non_null(p);
+    unsigned long long ut = 0, st = 0;
+    /* after ") ": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+     */
+    assert_int_equal(
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st), 2);
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/*
+ * 1100 connections held open on a peer's fd service (more than its cap and
+ * than its descriptor limit): the excess is closed at once, the peer does not
+ * spin, and once they are gone an engine moves bytes through shm again.
+ */
+static void fd_service_bounds_its_connections(void **state)
+{
+    (void)state;
+    enum { N = 1100 };
+    struct rlimit rl;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_max < N + 100) {
+        print_message("RLIMIT_NOFILE hard limit %llu is too low; skipped\n",
+                      (unsigned long long)rl.rlim_max);
+        skip();
+    }
+    struct rlimit raised = {N + 100, rl.rlim_max};
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &raised), 0);
+    test_peer peer;
+    assert_int_equal(peer_start(&peer, NULL), 0);
+    uint64_t shared = peer_reg(&peer, "shared", 1 << 20, 0);
+    pid_t pid = peer.child.proc.pid;
+    static int fds[N];
+    int greeted = 0, refused = 0;
+    double cpu0 = cpu_seconds(pid);
+    for (int i = 0; i < N; i++) {
+        fds[i] = connect_fd_service(pid);
+        uint8_t buf[256];
+        ssize_t n = recv(fds[i], buf, sizeof(buf), 0);
+        if (n > 0)
+            greeted++;
+        else
+            refused++;
+    }
+    usleep(1000 * 1000);
+    double cpu = cpu_seconds(pid) - cpu0;
+    print_message("fd service: %d greeted, %d closed at once; the peer used %.2f s of CPU\n",
+                  greeted, refused, cpu);
+    assert_true(refused > 0);
+    assert_true(greeted >= 500);
+    assert_true(cpu < 1.0); /* accepting 1100 connections, then idle: no spinning */
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    usleep(200 * 1000);
+    cr_engine *e = make_engine("auto");
+    uint64_t len = 1 << 20;
+    uint8_t *local = malloc(len);
+    assert_int_equal(cr_engine_register(e, local, len, "cpu:0", true), 0);
+    cr_segment_handle seg;
+    assert_int_equal(cr_engine_open_segment(e, peer.name, &seg), 0);
+    assert_int_equal(cr_engine_transfer_sync(e, CR_OP_READ, local, seg, shared, len, 0), 0);
+    check_pattern(local, len, shared);
+    cr_engine_stats st;
+    assert_int_equal(cr_engine_get_stats(e, &st), 0);
+    assert_int_equal(st.bytes_shm, len);
+    cr_engine_unregister(e, local);
+    cr_engine_destroy(e);
+    free(local);
+    assert_int_equal(peer_stop(&peer), 0);
+    setrlimit(RLIMIT_NOFILE, &rl);
+}
+
 static void peer_death_drops_mappings(void **state)
 {
     (void)state;
@@ -538,6 +621,7 @@ int main(void)
         cmocka_unit_test(every_path_is_taken),
         cmocka_unit_test(another_user_is_refused_and_falls_back),
         cmocka_unit_test(fd_service_needs_the_secret),
+        cmocka_unit_test(fd_service_bounds_its_connections),
         cmocka_unit_test(peer_death_drops_mappings),
         cmocka_unit_test(unregistration_fence_shm),
         cmocka_unit_test(unregistration_fence_cma),

@@ -15,8 +15,10 @@
  * the same secret guards the memory here as on the tcp port. A region is
  * handed out only while a registered, remote-accessible buffer lies in it.
  *
- * The listener and its connections sit in worker 0's loop (the service is
- * asked a handful of times per peer, not per transfer).
+ * The listener (base/acceptor.c: a cap of SERVICE_MAX_CONNS connections, a
+ * spare descriptor and a back-off at the fd limit) and its connections sit
+ * in worker 0's loop (the service is asked a handful of times per peer, not
+ * per transfer).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +31,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "base/acceptor.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/net.h"
@@ -47,6 +50,9 @@ socklen_t cre_abstract_addr(const char *name, struct sockaddr_un *sa)
     sa->sun_path[0] = '\0'; /* '@' marks the abstract namespace */
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
 }
+
+/* Same-host peers connected at once; past it new ones are closed at once. */
+#define SERVICE_MAX_CONNS 1024
 
 /* A peer connected to our fd service (worker 0 owns them all). */
 typedef struct shm_service_conn {
@@ -70,6 +76,7 @@ static void service_close(shm_service_conn *c)
     if (c->next != NULL)
         c->next->prev = c->prev;
     free(c);
+    crb_acceptor_closed(&se->acceptor);
 }
 
 /* Is a registered, remote-accessible buffer inside shared region `id`? */
@@ -175,47 +182,51 @@ static void service_on_event(crb_io *io, uint32_t events)
     }
 }
 
-static void service_accept(crb_io *io, uint32_t events)
+static void service_accept(crb_acceptor *a, int fd)
 {
-    shm_engine *se = (shm_engine *)((char *)io - offsetof(shm_engine, listen_io));
-    cre_tp *tp = se->tp;
+    cre_tp *tp = a->owner;
+    shm_engine *se = tp->priv;
     cr_engine *e = tp->engine;
-    for (;;) {
-        int fd = accept4(io->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return;
-        struct ucred cred;
-        socklen_t cl = sizeof(cred);
-        bool allowed = false;
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
-            allowed = e->shm_allow_any_user || cred.uid == getuid();
-        if (!allowed)
-            crb_log(CRB_LOG_INFO, "shm service: peer pid %d uid %d may not receive fds",
-                    (int)cred.pid, (int)cred.uid);
-        shm_service_conn *c = calloc(1, sizeof(*c));
-        if (c == NULL) {
-            close(fd);
-            continue;
-        }
-        c->io.fd = fd;
-        c->io.on_event = service_on_event;
-        c->tp = tp;
-        c->allowed = allowed;
-        c->authed = e->secret == NULL;
-        crb_random_bytes(c->nonce, CRP_NONCE_SIZE);
-        if (crb_loop_add(&e->workers[0].loop, &c->io, EPOLLIN) < 0) {
-            close(fd);
-            free(c);
-            continue;
-        }
-        crp_shm_reply hi = {.has_nonce = true, .auth = e->secret != NULL};
-        memcpy(hi.nonce, c->nonce, CRP_NONCE_SIZE);
-        send_reply(c, &hi, -1);
-        c->next = se->conns;
-        if (se->conns != NULL)
-            se->conns->prev = c;
-        se->conns = c;
+    struct ucred cred;
+    socklen_t cl = sizeof(cred);
+    bool allowed = false;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
+        allowed = e->shm_allow_any_user || cred.uid == getuid();
+    if (!allowed)
+        crb_log(CRB_LOG_INFO, "shm service: peer pid %d uid %d may not receive fds", (int)cred.pid,
+                (int)cred.uid);
+    shm_service_conn *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        close(fd);
+        crb_acceptor_closed(a);
+        return;
     }
+    c->io.fd = fd;
+    c->io.on_event = service_on_event;
+    c->tp = tp;
+    c->allowed = allowed;
+    c->authed = e->secret == NULL;
+    crb_random_bytes(c->nonce, CRP_NONCE_SIZE);
+    if (crb_loop_add(&e->workers[0].loop, &c->io, EPOLLIN) < 0) {
+        close(fd);
+        free(c);
+        crb_acceptor_closed(a);
+        return;
+    }
+    c->next = se->conns;
+    if (se->conns != NULL)
+        se->conns->prev = c;
+    se->conns = c;
+    crp_shm_reply hi = {.has_nonce = true, .auth = e->secret != NULL};
+    memcpy(hi.nonce, c->nonce, CRP_NONCE_SIZE);
+    send_reply(c, &hi, -1);
+}
+
+void cre_shm_service_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns)
+{
+    shm_engine *se = tp->priv;
+    if (w->index == 0 && se->acceptor_started)
+        crb_acceptor_tick(&se->acceptor, now_ns);
 }
 
 int cre_shm_service_start(cre_tp *tp)
@@ -236,16 +247,17 @@ int cre_shm_service_start(cre_tp *tp)
         se->address[0] = '\0';
         return rc;
     }
-    se->listen_fd = fd;
-    se->listen_io.fd = fd;
-    se->listen_io.on_event = service_accept;
-    rc = crb_loop_add(&e->workers[0].loop, &se->listen_io, EPOLLIN);
+    char what[160];
+    snprintf(what, sizeof(what), "shm service %s", se->address);
+    rc = crb_acceptor_start(&se->acceptor, &e->workers[0].loop, fd, SERVICE_MAX_CONNS,
+                            service_accept, tp, what);
     if (rc < 0) {
         close(fd);
-        se->listen_fd = -1;
         se->address[0] = '\0';
+        return rc;
     }
-    return rc;
+    se->acceptor_started = true;
+    return 0;
 }
 
 /* Workers have stopped: close the listener and every connection. */
@@ -254,9 +266,7 @@ void cre_shm_service_stop(cre_tp *tp)
     shm_engine *se = tp->priv;
     while (se->conns != NULL)
         service_close(se->conns);
-    if (se->listen_fd >= 0) {
-        crb_loop_del(&se->listen_io);
-        close(se->listen_fd);
-    }
-    se->listen_fd = -1;
+    if (se->acceptor_started)
+        crb_acceptor_stop(&se->acceptor);
+    se->acceptor_started = false;
 }

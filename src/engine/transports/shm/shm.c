@@ -48,7 +48,6 @@ static int shm_init(cre_tp *tp, bool explicit_choice)
 {
     shm_engine *se = tp->priv;
     se->tp = tp;
-    se->listen_fd = -1;
     int rc = cre_ctl_init(&se->ctl);
     if (rc < 0)
         return rc;
@@ -272,5 +271,6 @@ const cre_transport_ops cre_transport_shm = {
     .peer_reset = shm_peer_reset,
     .can_serve = shm_can_serve,
     .submit = shm_submit,
+    .tick = cre_shm_service_tick,
     .counters = shm_counters,
 };

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include "base/acceptor.h"
 #include "engine/internal.h"
 #include "engine/transports/shm/ctl_page.h"
 
@@ -70,12 +71,15 @@ typedef struct cre_peer_local {
 typedef struct shm_engine {
     cre_tp *tp;
     cre_ctl_page ctl;
-    int listen_fd;
-    crb_io listen_io;
+    crb_acceptor acceptor; /* the fd service's listener (worker 0) */
+    bool acceptor_started;
     char address[128];              /* "@crescent-<pid>-<instance>" */
     struct shm_service_conn *conns; /* fd-service connections (worker 0) */
     atomic_ullong mappings;
 } shm_engine;
+
+/* The fd service's listener back from a back-off (worker 0's tick). */
+void cre_shm_service_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns);
 
 /* The installed shm transport of e (cma uses it). */
 cre_tp *cre_shm_tp(cr_engine *e);

@@ -431,7 +431,8 @@ void cre_ucx_am_tick(ucx_wstate *ws, uint64_t now)
     uint64_t epoch = atomic_load(&e->unregister_epoch);
     bool check_dying = epoch != ws->seen_unregister_epoch;
     ws->seen_unregister_epoch = epoch;
-    for (ucx_serving *s = ws->serving; s != NULL; s = s->next) {
+    for (ucx_serving *s = ws->serving, *next; s != NULL; s = next) {
+        next = s->next; /* a cancel may complete s at once, and its callback frees it */
         bool expired = now >= s->deadline_ns;
         bool dying = check_dying && s->buf != NULL && cre_buffer_dying(s->buf);
         if ((expired || dying) && s->req != NULL) {
