@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DCRESCENT_SANITIZE=address,undefined
 ctest --test-dir build-asan --output-on-failure -j2 --timeout 600 -E '^bench_'

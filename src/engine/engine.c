@@ -183,7 +183,8 @@ void cr_engine_destroy(cr_engine *e)
     if (e->workers != NULL)
         for (uint32_t i = 0; i < e->n_workers; i++)
             cre_conns_close_all(&e->workers[i]);
-    cre_peers_destroy(e); /* transports' per-peer state (lanes, mappings) */
+    cre_peers_destroy(e);      /* transports' per-peer state (lanes, mappings) */
+    cre_transports_quiesce(e); /* requests being served let go of their buffers */
     /* Buffers still registered: transports detach from them while they are
      * still installed. */
     cre_registry_fini(&e->registry);

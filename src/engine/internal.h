@@ -255,6 +255,8 @@ int cre_config_apply(cr_engine *e, const cr_engine_config *cfg);
 /* transports/registry.c: install and init the transports e->protocol names,
  * by rank; stop (fini) them again. */
 int cre_transports_install(cr_engine *e);
+/* Destroy, workers stopped: transports give back buffer references. */
+void cre_transports_quiesce(cr_engine *e);
 void cre_transports_fini(cr_engine *e);
 
 /* descriptor.c */

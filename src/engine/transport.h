@@ -44,7 +44,10 @@
  *               copies). After it returns the transport never touches the
  *               buffer again and no peer can reach it through this path.
  *   peer_init   a peer object is created (no I/O yet), under peers_lock.
- *   peer_fini   engine destroy, after fini's workers stopped.
+ *   peer_fini   engine destroy, after the workers stopped (before fini).
+ *   quiesce     engine destroy, after the workers stopped and before the
+ *               registry goes: give back every reference to registered
+ *               buffers still held (requests being served). Optional.
  *   desc_parse  a new descriptor of a peer arrived, any thread, no lock;
  *               parse what you need (cheap), unpack nothing expensive.
  *   peer_reset  the peer restarted (new instance) or died: drop what was
@@ -170,6 +173,7 @@ typedef struct cre_transport_ops {
     void *(*desc_parse)(cre_tp *tp, cre_peer *p, const crp_descriptor *d);
     void (*desc_free)(cre_tp *tp, void *state);
     void (*peer_reset)(cre_tp *tp, cre_peer *p, void *pp);
+    void (*quiesce)(cre_tp *tp);
 
     bool (*can_serve)(cre_tp *tp, const cre_route *r);
     int (*submit)(cre_tp *tp, const cre_route *r, cre_task *t);

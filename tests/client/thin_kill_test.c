@@ -41,7 +41,7 @@ static int teardown(void **state)
 static long long settle(long long (*fn)(pid_t), pid_t pid, long long want)
 {
     long long v = fn(pid);
-    for (int i = 0; i < 200 && v != want; i++) {
+    for (int i = 0; i < 200 && v > want; i++) {
         sh_sleep_ms(50);
         v = fn(pid);
     }
@@ -99,7 +99,9 @@ static void test_hundred_kills(void **state)
     /* Everything the 100 sessions held is gone. */
     long long fds = settle(fds_of, dp, base_fds);
     long long map = settle(th_shared_mapped, dp, base_map);
-    if (fds != base_fds || map != base_map)
+    /* (fewer than before is fine: a connection of the baseline may have
+     * closed meanwhile; more would be a leak) */
+    if (fds > base_fds || map > base_map)
         fail_msg("after %d kills the daemon has %lld descriptors (%lld before) and %lld bytes of "
                  "shared mappings (%lld before)",
                  KILLS, fds, base_fds, map, base_map);

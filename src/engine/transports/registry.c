@@ -154,6 +154,13 @@ int cre_transports_install(cr_engine *e)
     return 0;
 }
 
+void cre_transports_quiesce(cr_engine *e)
+{
+    for (size_t i = 0; i < e->n_tps; i++)
+        if (e->tps[i].ops->quiesce != NULL)
+            e->tps[i].ops->quiesce(&e->tps[i]);
+}
+
 void cre_transports_fini(cr_engine *e)
 {
     for (size_t i = e->n_tps; i-- > 0;) {

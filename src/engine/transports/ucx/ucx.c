@@ -150,6 +150,13 @@ static int ucx_init(cre_tp *tp, bool explicit_choice)
     return 0;
 }
 
+static void ucx_quiesce(cre_tp *tp)
+{
+    ucx_engine *ue = tp->priv;
+    for (uint32_t w = 0; ue->ws != NULL && w < tp->engine->n_workers; w++)
+        cre_ucx_am_quiesce(&ue->ws[w]);
+}
+
 static void ucx_fini(cre_tp *tp)
 {
     ucx_engine *ue = tp->priv;
@@ -508,6 +515,7 @@ const cre_transport_ops cre_transport_ucx = {
     .desc_parse = ucx_desc_parse,
     .desc_free = ucx_desc_free,
     .peer_reset = ucx_peer_reset,
+    .quiesce = ucx_quiesce,
     .can_serve = ucx_can_serve,
     .submit = ucx_submit,
     .tick = cre_ucx_tick,

@@ -108,6 +108,7 @@ struct ucx_wstate {
     uint32_t *am_free;
     size_t n_am_free;
     struct ucx_serving *serving;
+    struct reply_msg *replies; /* replies UCX has not finished sending */
     uint64_t seen_unregister_epoch;
     void *am_args[UCX_MAX_RAILS];
     ucx_ep **live; /* endpoints in use (in their peers' slots) */
@@ -171,6 +172,10 @@ typedef struct ucx_peer {
 /* ucx_am.c: checked active messages instead of one-sided RMA, where UCX's
  * software paths would not check the target's rkeys. */
 int cre_ucx_am_init(ucx_wstate *ws, size_t rail);
+/* Destroy, workers stopped: served requests give back their buffers. */
+void cre_ucx_am_quiesce(ucx_wstate *ws);
+/* After the UCP workers are destroyed (no callback can run any more): free
+ * what UCX never gave back (servings, replies) and the op tables. */
 void cre_ucx_am_fini(ucx_wstate *ws);
 /* Post op (its endpoint found): 0, or a negative status (op not posted). */
 int cre_ucx_am_post(ucx_wstate *ws, ucx_ep *ep, ucx_op *op);

@@ -269,21 +269,39 @@ static void serving_free(ucx_serving *s)
 typedef struct reply_msg {
     uint8_t hdr[CRP_AM_REPLY_SIZE];
     ucx_serving *s; /* freed once the reply is sent (a READ's buffer ref) */
+    ucx_wstate *ws;
+    struct reply_msg *prev, *next; /* in ws->replies while UCX holds it */
 } reply_msg;
 
-static void reply_sent(void *request, ucs_status_t status, void *user_data)
+static void reply_unlink(reply_msg *m)
 {
-    reply_msg *m = user_data;
-    ucp_request_free(request);
+    if (m->prev != NULL)
+        m->prev->next = m->next;
+    else if (m->ws->replies == m)
+        m->ws->replies = m->next;
+    if (m->next != NULL)
+        m->next->prev = m->prev;
+    m->prev = m->next = NULL;
+}
+
+static void reply_free(reply_msg *m)
+{
+    reply_unlink(m);
     if (m->s != NULL)
         serving_free(m->s);
     free(m);
 }
 
+static void reply_sent(void *request, ucs_status_t status, void *user_data)
+{
+    ucp_request_free(request);
+    reply_free(user_data);
+}
+
 /* AM_REPLY to the initiator; s (may be NULL) is freed once it is sent, so
  * a READ's buffer reference is held until its payload has left. */
-static void send_reply(ucp_ep_h ep, uint64_t id, int status, const void *payload, size_t len,
-                       ucx_serving *s)
+static void send_reply(ucx_wstate *ws, ucp_ep_h ep, uint64_t id, int status, const void *payload,
+                       size_t len, ucx_serving *s)
 {
     reply_msg *m = calloc(1, sizeof(*m));
     if (m == NULL) {
@@ -293,6 +311,7 @@ static void send_reply(ucp_ep_h ep, uint64_t id, int status, const void *payload
         return;
     }
     m->s = s;
+    m->ws = ws;
     crp_am_reply rep = {.id = id, .status = status};
     crp_am_reply_encode(&rep, m->hdr);
     ucp_request_param_t prm = {.op_attr_mask =
@@ -303,6 +322,10 @@ static void send_reply(ucp_ep_h ep, uint64_t id, int status, const void *payload
     if (UCS_PTR_IS_PTR(r)) {
         if (s != NULL)
             s->req = r;
+        m->next = ws->replies;
+        if (ws->replies != NULL)
+            ws->replies->prev = m;
+        ws->replies = m;
         return;
     }
     if (UCS_PTR_IS_ERR(r))
@@ -341,9 +364,10 @@ static void write_landed(void *request, ucs_status_t status, size_t length, void
     s->buf = NULL;
     ucp_ep_h ep = s->reply_ep;
     uint64_t id = s->id;
+    ucx_wstate *ws = s->ws;
     serving_free(s);
     if (status != UCS_ERR_CANCELED)
-        send_reply(ep, id, st, NULL, 0, NULL);
+        send_reply(ws, ep, id, st, NULL, 0, NULL);
 }
 
 struct rail_arg {
@@ -375,7 +399,7 @@ static ucs_status_t on_request(void *arg, const void *header, size_t header_leng
         if (rndv)
             ucp_am_data_release(ws->uw[ra->rail], data);
         if (reply_ep != NULL)
-            send_reply(reply_ep, req.id, st, NULL, 0, NULL);
+            send_reply(ws, reply_ep, req.id, st, NULL, 0, NULL);
         return UCS_OK;
     }
     uint8_t *dst = (uint8_t *)(uintptr_t)req.addr;
@@ -383,10 +407,10 @@ static ucs_status_t on_request(void *arg, const void *header, size_t header_leng
         ucx_serving *s = serving_new(ws, ra->rail, b, reply_ep, req.id);
         if (s == NULL) {
             cre_buffer_release(b);
-            send_reply(reply_ep, req.id, CR_ERR_NO_MEMORY, NULL, 0, NULL);
+            send_reply(ws, reply_ep, req.id, CR_ERR_NO_MEMORY, NULL, 0, NULL);
             return UCS_OK;
         }
-        send_reply(reply_ep, req.id, 0, dst, req.length, s);
+        send_reply(ws, reply_ep, req.id, 0, dst, req.length, s);
         atomic_fetch_add(&e->stats.bytes_served, req.length);
         return UCS_OK;
     }
@@ -396,14 +420,14 @@ static ucs_status_t on_request(void *arg, const void *header, size_t header_leng
         CRB_PAYLOAD_WRITES_END();
         cre_buffer_release(b);
         atomic_fetch_add(&e->stats.bytes_served, length);
-        send_reply(reply_ep, req.id, 0, NULL, 0, NULL);
+        send_reply(ws, reply_ep, req.id, 0, NULL, 0, NULL);
         return UCS_OK;
     }
     ucx_serving *s = serving_new(ws, ra->rail, b, reply_ep, req.id);
     if (s == NULL) {
         cre_buffer_release(b);
         ucp_am_data_release(ws->uw[ra->rail], data);
-        send_reply(reply_ep, req.id, CR_ERR_NO_MEMORY, NULL, 0, NULL);
+        send_reply(ws, reply_ep, req.id, CR_ERR_NO_MEMORY, NULL, 0, NULL);
         return UCS_OK;
     }
     s->is_recv = true;
@@ -414,10 +438,10 @@ static ucs_status_t on_request(void *arg, const void *header, size_t header_leng
     void *r = ucp_am_recv_data_nbx(ws->uw[ra->rail], data, dst, length, &prm);
     if (UCS_PTR_IS_ERR(r)) {
         serving_free(s);
-        send_reply(reply_ep, req.id, CR_ERR_CONNECTION, NULL, 0, NULL);
+        send_reply(ws, reply_ep, req.id, CR_ERR_CONNECTION, NULL, 0, NULL);
     } else if (r == NULL) {
         serving_free(s);
-        send_reply(reply_ep, req.id, 0, NULL, 0, NULL);
+        send_reply(ws, reply_ep, req.id, 0, NULL, 0, NULL);
     } else {
         s->req = r;
     }
@@ -469,12 +493,35 @@ int cre_ucx_am_init(ucx_wstate *ws, size_t rail)
     return 0;
 }
 
+void cre_ucx_am_quiesce(ucx_wstate *ws)
+{
+    /* The workers have stopped: cancel what is being served, let UCX run
+     * the callbacks (they free the entries), and drop the buffer
+     * references of whatever UCX still holds (freed in cre_ucx_am_fini). */
+    for (ucx_serving *s = ws->serving, *next; s != NULL; s = next) {
+        next = s->next;
+        if (s->req != NULL)
+            ucp_request_cancel(ws->uw[s->rail], s->req);
+    }
+    for (int i = 0; i < 1000 && ws->serving != NULL; i++)
+        for (size_t r = 0; r < ws->ue->n_rails; r++)
+            if (ws->uw[r] != NULL)
+                ucp_worker_progress(ws->uw[r]);
+    for (ucx_serving *s = ws->serving; s != NULL; s = s->next) {
+        if (s->buf != NULL)
+            cre_buffer_release(s->buf);
+        s->buf = NULL;
+    }
+}
+
 void cre_ucx_am_fini(ucx_wstate *ws)
 {
     for (size_t r = 0; r < UCX_MAX_RAILS; r++) {
         free(ws->am_args[r]);
         ws->am_args[r] = NULL;
     }
+    while (ws->replies != NULL) /* their servings go with them */
+        reply_free(ws->replies);
     while (ws->serving != NULL)
         serving_free(ws->serving);
     free(ws->am_ops);

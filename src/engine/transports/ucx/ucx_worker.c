@@ -754,7 +754,6 @@ void cre_ucx_workers_fini(ucx_engine *ue)
         for (size_t d = 0; d < ws->n_dead; d++)
             for (ucx_op *o = ws->dead[d]->ops; o != NULL; o = o->next)
                 op_abandon(o, CR_ERR_SHUTDOWN);
-        cre_ucx_am_fini(ws);
         for (size_t r = 0; r < ue->n_rails; r++) {
             if (ws->uw[r] == NULL)
                 continue;
@@ -762,6 +761,7 @@ void cre_ucx_workers_fini(ucx_engine *ue)
                 crb_loop_del(&ws->efd[r].io);
             ucp_worker_destroy(ws->uw[r]);
         }
+        cre_ucx_am_fini(ws); /* no UCX callback can run any more */
         for (size_t d = 0; d < ws->n_dead; d++) {
             ucx_ep *ep = ws->dead[d];
             while (ep->ops != NULL) {
