@@ -445,12 +445,14 @@ int crf_open(const crf_config *cfg, crf_store **out)
     }
     if ((rc = crf_recover(s)) != 0)
         goto err_free;
+    /* read before the I/O thread starts changing them */
+    size_t recovered_buckets = s->n_buckets, recovered_keys = s->index.count;
     if ((rc = crf_io_start(s)) != 0)
         goto err_free;
     if (s->cfg.background_compaction && (rc = crf_compact_start(s)) != 0)
         goto err_stop_io;
     crb_log(CRB_LOG_INFO, "disk: opened %s: %zu buckets, %zu keys, %s, capacity %llu bytes",
-            s->path, s->n_buckets, s->index.count, s->direct ? "O_DIRECT" : "buffered",
+            s->path, recovered_buckets, recovered_keys, s->direct ? "O_DIRECT" : "buffered",
             (unsigned long long)s->cfg.capacity_bytes);
     *out = s;
     return 0;

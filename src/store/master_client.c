@@ -48,6 +48,7 @@ struct crc_master {
     int fd; /* -1 when not connected */
     bool reader_running;
     pthread_t reader;
+    int reader_fd; /* the reader's connection: closed by whoever joins it */
     atomic_bool stop;
     pending *pending;
     uint64_t next_id;
@@ -215,13 +216,14 @@ static void *reader_main(void *arg)
         }
     }
     free(buf);
-    /* Unpublish the fd before closing it, so crc_master_close never shuts
-     * down a number the kernel may already have handed out again. */
+    /* Unpublish the fd but do not close it: a sender that read m->fd just
+     * before may still be writing to it (it fails, the socket is shut down).
+     * Whoever joins this thread closes it (reader_reap), when no sender can
+     * hold it any more, so no write ever lands on a reused descriptor. */
     pthread_mutex_lock(&m->lock);
     if (m->fd == fd)
         m->fd = -1;
     pthread_mutex_unlock(&m->lock);
-    close(fd);
     return NULL;
 }
 
@@ -283,6 +285,8 @@ static int connect_locked(crc_master *m, int timeout_ms)
         atomic_store(&m->stop, false);
         pthread_mutex_lock(&m->lock);
         m->reader_running = false;
+        close(m->reader_fd); /* write_lock held: no sender is using it */
+        m->reader_fd = -1;
     }
     uint64_t deadline = crb_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     int fd = crb_connect(m->host, m->port, timeout_ms);
@@ -327,9 +331,10 @@ static int connect_locked(crc_master *m, int timeout_ms)
         return rc;
     }
     m->fd = fd;
+    m->reader_fd = fd;
     if (pthread_create(&m->reader, NULL, reader_main, m) != 0) {
         close(fd);
-        m->fd = -1;
+        m->fd = m->reader_fd = -1;
         return crb_error(CR_ERR_SYSTEM, "starting the master reader thread");
     }
     m->reader_running = true;
@@ -349,7 +354,7 @@ int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_
                          address ? address : "(null)");
     }
     m->client_id = client_id;
-    m->fd = -1;
+    m->fd = m->reader_fd = -1;
     m->next_id = 1;
     pthread_mutex_init(&m->lock, NULL);
     pthread_mutex_init(&m->write_lock, NULL);
@@ -493,7 +498,9 @@ void crc_master_close(crc_master *m)
         if (m->fd >= 0)
             shutdown(m->fd, SHUT_RDWR);
         pthread_mutex_unlock(&m->lock);
-        pthread_join(m->reader, NULL); /* closes the fd */
+        pthread_join(m->reader, NULL);
+        /* callers have returned (the store waits for its calls): no sender */
+        close(m->reader_fd);
     }
     pthread_mutex_destroy(&m->lock);
     pthread_mutex_destroy(&m->write_lock);

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "crescent/store.h"
 
 uint64_t cb_now_ns(void)
 {
@@ -24,43 +25,8 @@ uint64_t cb_now_ns(void)
 
 int cb_parse_size(const char *text, uint64_t *out)
 {
-    if (text == NULL || !isdigit((unsigned char)text[0]))
-        return -1;
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (errno != 0)
-        return -1;
-    unsigned shift = 0;
-    switch (toupper((unsigned char)*end)) {
-    case 'K':
-        shift = 10;
-        break;
-    case 'M':
-        shift = 20;
-        break;
-    case 'G':
-        shift = 30;
-        break;
-    case 'T':
-        shift = 40;
-        break;
-    default:
-        break;
-    }
-    if (shift != 0) {
-        end++;
-        if (*end == 'i')
-            end++;
-    }
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end != '\0')
-        return -1;
-    if (shift != 0 && v > (UINT64_MAX >> shift))
-        return -1;
-    *out = (uint64_t)v << shift;
-    return 0;
+    /* the library's parser (cr_parse_size: "4K", "1MiB", "16 GB", binary multiples) */
+    return cr_parse_size(text, out) == 0 ? 0 : -1;
 }
 
 int cb_parse_u32(const char *text, uint32_t min, uint32_t max, uint32_t *out)
