@@ -97,9 +97,22 @@ def test_get_into_ranges_errors(store):
     assert store.unregister_buffer(ptr) == 0
 
 
+def two_ready(store_factory):
+    """Two stores whose segments both take allocations. A segment whose name
+    and memory an earlier client of this module had is fenced while that
+    client's reads may still run, and placement is best effort: wait until
+    both report healthy (health_check() 0) before counting replicas."""
+    a, b = store_factory(), store_factory()
+    deadline = time.monotonic() + 20
+    while (a.health_check() != 0 or b.health_check() != 0) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert a.health_check() == 0 and b.health_check() == 0
+    return a, b
+
+
 @pytest.mark.skipif(THIN, reason="two segments: thin clients of one daemon share its segment")
 def test_replica_desc_has_segment_names(store_factory):
-    a, b = store_factory(), store_factory()
+    a, b = two_ready(store_factory)
     rc = ReplicateConfig()
     rc.preferred_segment = b.get_hostname()
     assert a.put("d/b", b"x" * 100, rc) == 0
@@ -126,7 +139,7 @@ def test_replica_desc_has_segment_names(store_factory):
 
 @pytest.mark.skipif(THIN, reason="two segments: thin clients of one daemon share its segment")
 def test_native_get_replicas(store_factory):
-    a, b = store_factory(), store_factory()
+    a, b = two_ready(store_factory)
     two = ReplicateConfig()
     two.replica_num = 2
     assert a.put("g/two", b"z" * 300, two) == 0
@@ -158,7 +171,7 @@ def test_batch_replica_clear_all_segments(store):
 
 @pytest.mark.skipif(THIN, reason="two segments: thin clients of one daemon share its segment")
 def test_batch_replica_clear_by_segment(store_factory):
-    a, b = store_factory(), store_factory()
+    a, b = two_ready(store_factory)
     on_b, on_a = ReplicateConfig(), ReplicateConfig()
     on_b.preferred_segment = b.get_hostname()
     on_a.preferred_segment = a.get_hostname()
