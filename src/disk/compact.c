@@ -52,7 +52,8 @@ static crf_bucket *pick_victim(crf_store *s, bool force)
     double best_ratio = 0;
     for (size_t i = 0; i < s->n_buckets; i++) {
         crf_bucket *b = s->buckets[i];
-        if (b->writable || b->doomed || b->compacting || b->dead_bytes == 0 || b->bytes == 0)
+        if (b->writable || b->doomed || b->compacting || b->dead_bytes == 0 || b->bytes == 0 ||
+            atomic_load(&b->pending_applies) > 0) /* records still landing in it */
             continue;
         if (!force && !crf_bucket_wants_compaction(s, b))
             continue;

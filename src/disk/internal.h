@@ -48,8 +48,13 @@ typedef struct crf_bucket {
     uint64_t min_seq, max_seq;                   /* (mu) over its records; UINT64_MAX, 0 if none */
     uint64_t last_access_ns;                     /* (mu) last get hit or write (LRU) */
     bool unsynced;                               /* (I/O thread) written since its last fdatasync */
-    crf_entry *live_head;                        /* (mu) index entries whose record is here */
-    crf_entry *tomb_head;                        /* (mu) tombstone records here (owned) */
+    /* Records placed in this file whose index effect (the entry on live_head,
+     * the tombstone) is not applied yet. Compaction and eviction take only a
+     * bucket with none: a record applied after their snapshot would be
+     * dropped with the file. Changed by the I/O thread, read under mu. */
+    atomic_uint pending_applies;
+    crf_entry *live_head; /* (mu) index entries whose record is here */
+    crf_entry *tomb_head; /* (mu) tombstone records here (owned) */
 } crf_bucket;
 
 /* ---- records queued for the writer --------------------------------------- */
@@ -87,6 +92,7 @@ typedef struct crf_rec {
     uint64_t seq;        /* given (moves, carried tombstones) or assigned at placement */
     uint8_t entry_flags; /* CRF_ENTRY_* of the entry this record creates */
     bool internal;       /* made by the I/O thread: freed (with `owned`) when done */
+    bool counted;        /* placed: counted in bucket->pending_applies until finished */
     int status;          /* set when its bucket broke before it landed */
     struct crf_req *req;
     size_t item;

@@ -573,7 +573,7 @@ static bool evict_one(crf_store *s)
     pthread_mutex_lock(&s->mu);
     for (size_t i = 0; i < s->n_buckets; i++) {
         crf_bucket *b = s->buckets[i];
-        if (b->writable || b->doomed)
+        if (b->writable || b->doomed || atomic_load(&b->pending_applies) > 0)
             continue;
         if (victim == NULL ||
             (s->cfg.eviction == CRF_EVICT_LRU && b->last_access_ns < victim->last_access_ns))
@@ -707,6 +707,8 @@ static int place_head(crf_store *s)
         fail_rec(s, r, CR_ERR_NO_MEMORY, "disk: no memory for the bucket footer");
         return PLACED;
     }
+    r->counted = true; /* until finish_step has applied it */
+    atomic_fetch_add_explicit(&w->b->pending_applies, 1, memory_order_relaxed);
     crf_record_header h = {
         .type = r->type,
         .flags = flags,
@@ -1097,6 +1099,7 @@ static void finish_step(crf_store *s)
         /* A caller's record may be freed as soon as its result is in: read it first. */
         bool internal = r->internal;
         int status = r->status;
+        crf_bucket *applied_in = r->counted ? r->bucket : NULL;
         switch (r->kind) {
         case CRF_RK_PUT:
             if (status == 0) {
@@ -1155,6 +1158,9 @@ static void finish_step(crf_store *s)
         default:
             break;
         }
+        /* applied (or failed): its bucket may be compacted or evicted now */
+        if (applied_in != NULL)
+            atomic_fetch_sub_explicit(&applied_in->pending_applies, 1, memory_order_release);
         if (internal) {
             free(r->owned);
             free(r);
