@@ -1,6 +1,7 @@
 /*
- * evloop.h - the one event loop every crescent I/O thread runs: the engine's
- * workers, the master's RPC threads.
+ * evloop.h - the event loop of crescent's I/O threads: the engine's workers
+ * and crescent-client's service threads (the master's RPC server still runs
+ * its own epoll loop).
  *
  * A loop is an epoll set, an eventfd that other threads use to wake it, and
  * a periodic tick. Sources are crb_io records embedded in their owner's
