@@ -139,6 +139,7 @@ static void pending_finish(cuda_engine *ce, cuda_pending *p, int status)
 void cuda_complete_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns)
 {
     cuda_engine *ce = tp->priv;
+    cuda_service_tick(tp, w, now_ns);
     if (ce->drv == NULL || ce->workers == NULL || (uint32_t)w->index >= ce->n_workers)
         return;
     cuda_worker *cw = &ce->workers[w->index];

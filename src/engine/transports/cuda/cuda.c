@@ -28,7 +28,6 @@ static int cuda_init(cre_tp *tp, bool explicit_choice)
 {
     cuda_engine *ce = tp->priv;
     ce->tp = tp;
-    ce->listen_fd = -1;
     int rc = crv_driver_open(&ce->drv);
     if (rc < 0) {
         ce->drv = NULL;

@@ -30,6 +30,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/acceptor.h"
 #include "device/driver.h"
 #include "device/pointer.h"
 #include "engine/internal.h"
@@ -168,8 +169,8 @@ typedef struct cuda_engine {
     cre_ctl_page ctl;
     bool ctl_ready;
     /* IPC service (worker 0) */
-    int listen_fd;
-    crb_io listen_io;
+    crb_acceptor acceptor;
+    bool acceptor_started;
     char address[128];
     cuda_service_conn *conns;
     /* counters */
@@ -225,6 +226,8 @@ void cuda_stages_free(cuda_engine *ce);
 /* service.c */
 int cuda_service_start(cre_tp *tp);
 void cuda_service_stop(cre_tp *tp);
+/* The IPC service's listener back from a back-off (worker 0's tick). */
+void cuda_service_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns);
 
 /* import.c */
 void cuda_peer_init(cuda_peer *cp, cr_engine *e, cre_peer *p);

@@ -11,8 +11,10 @@
  *     cuMemExportToShareableHandle, passed as SCM_RIGHTS.
  * Nothing is exported before a peer asks. Like the shm fd service, only
  * processes of our uid are answered unless shm_allow_any_user is set. The
- * listener and its connections live in worker 0's loop, which binds the
- * device's context itself before each driver call.
+ * listener (base/acceptor.c: a cap of SERVICE_MAX_CONNS connections, a spare
+ * descriptor and a back-off at the fd limit) and its connections live in
+ * worker 0's loop, which binds the device's context itself before each
+ * driver call.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +32,9 @@
 #include "engine/transports/cuda/cuda.h"
 #include "engine/transports/shm/shm.h"
 
+/* Same-host peers connected at once; past it new ones are closed at once. */
+#define SERVICE_MAX_CONNS 1024
+
 static void service_close(cuda_service_conn *c)
 {
     cuda_engine *ce = c->tp->priv;
@@ -42,6 +47,7 @@ static void service_close(cuda_service_conn *c)
     if (c->next != NULL)
         c->next->prev = c->prev;
     free(c);
+    crb_acceptor_closed(&ce->acceptor);
 }
 
 static void reply(cuda_service_conn *c, const cuda_reply *r, int fd)
@@ -182,38 +188,43 @@ static void service_on_event(crb_io *io, uint32_t events)
     }
 }
 
-static void service_accept(crb_io *io, uint32_t events)
+static void service_accept(crb_acceptor *a, int fd)
 {
-    cuda_engine *ce = (cuda_engine *)((char *)io - offsetof(cuda_engine, listen_io));
-    cr_engine *e = ce->tp->engine;
-    for (;;) {
-        int fd = accept4(io->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return;
-        struct ucred cred;
-        socklen_t cl = sizeof(cred);
-        bool allowed = false;
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
-            allowed = e->shm_allow_any_user || cred.uid == getuid();
-        cuda_service_conn *c = calloc(1, sizeof(*c));
-        if (c == NULL) {
-            close(fd);
-            continue;
-        }
-        c->io.fd = fd;
-        c->io.on_event = service_on_event;
-        c->tp = ce->tp;
-        c->allowed = allowed;
-        if (crb_loop_add(&e->workers[0].loop, &c->io, EPOLLIN) < 0) {
-            close(fd);
-            free(c);
-            continue;
-        }
-        c->next = ce->conns;
-        if (ce->conns != NULL)
-            ce->conns->prev = c;
-        ce->conns = c;
+    cre_tp *tp = a->owner;
+    cuda_engine *ce = tp->priv;
+    cr_engine *e = tp->engine;
+    struct ucred cred;
+    socklen_t cl = sizeof(cred);
+    bool allowed = false;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
+        allowed = e->shm_allow_any_user || cred.uid == getuid();
+    cuda_service_conn *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        close(fd);
+        crb_acceptor_closed(a);
+        return;
     }
+    c->io.fd = fd;
+    c->io.on_event = service_on_event;
+    c->tp = tp;
+    c->allowed = allowed;
+    if (crb_loop_add(&e->workers[0].loop, &c->io, EPOLLIN) < 0) {
+        close(fd);
+        free(c);
+        crb_acceptor_closed(a);
+        return;
+    }
+    c->next = ce->conns;
+    if (ce->conns != NULL)
+        ce->conns->prev = c;
+    ce->conns = c;
+}
+
+void cuda_service_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns)
+{
+    cuda_engine *ce = tp->priv;
+    if (w->index == 0 && ce->acceptor_started)
+        crb_acceptor_tick(&ce->acceptor, now_ns);
 }
 
 int cuda_service_start(cre_tp *tp)
@@ -233,16 +244,17 @@ int cuda_service_start(cre_tp *tp)
         ce->address[0] = '\0';
         return rc;
     }
-    ce->listen_fd = fd;
-    ce->listen_io.fd = fd;
-    ce->listen_io.on_event = service_accept;
-    int rc = crb_loop_add(&e->workers[0].loop, &ce->listen_io, EPOLLIN);
+    char what[160];
+    snprintf(what, sizeof(what), "cuda service %s", ce->address);
+    int rc = crb_acceptor_start(&ce->acceptor, &e->workers[0].loop, fd, SERVICE_MAX_CONNS,
+                                service_accept, tp, what);
     if (rc < 0) {
         close(fd);
-        ce->listen_fd = -1;
         ce->address[0] = '\0';
+        return rc;
     }
-    return rc;
+    ce->acceptor_started = true;
+    return 0;
 }
 
 void cuda_service_stop(cre_tp *tp)
@@ -250,9 +262,7 @@ void cuda_service_stop(cre_tp *tp)
     cuda_engine *ce = tp->priv;
     while (ce->conns != NULL)
         service_close(ce->conns);
-    if (ce->listen_fd >= 0) {
-        crb_loop_del(&ce->listen_io);
-        close(ce->listen_fd);
-    }
-    ce->listen_fd = -1;
+    if (ce->acceptor_started)
+        crb_acceptor_stop(&ce->acceptor);
+    ce->acceptor_started = false;
 }
