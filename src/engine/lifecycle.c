@@ -29,11 +29,19 @@ int cre_call_enter(cr_engine *e, const char *what)
 
 void cre_call_leave(cr_engine *e)
 {
-    if (atomic_fetch_sub(&e->calls_in_flight_atomic, 1) == 1 && atomic_load(&e->shutting_down)) {
-        pthread_mutex_lock(&e->calls_lock);
-        pthread_cond_broadcast(&e->calls_done);
-        pthread_mutex_unlock(&e->calls_lock);
+    if (!atomic_load(&e->shutting_down)) {
+        /* (if destroy starts right now it sees the count within its 50 ms
+         * re-check; this call touches nothing of e afterwards) */
+        atomic_fetch_sub(&e->calls_in_flight_atomic, 1);
+        return;
     }
+    /* Destroy is draining: leave under its lock, so that it can see the
+     * count reach 0 only after this call has let go of the lock and the
+     * condition variable it is about to destroy. */
+    pthread_mutex_lock(&e->calls_lock);
+    if (atomic_fetch_sub(&e->calls_in_flight_atomic, 1) == 1)
+        pthread_cond_broadcast(&e->calls_done);
+    pthread_mutex_unlock(&e->calls_lock);
 }
 
 void cre_call_guard_leave(cre_call_guard *g)

@@ -296,8 +296,10 @@ static void destroy_while_a_call_waits(void **state)
                   (unsigned long long)took, cr_status_name(w.rc));
     assert_int_equal(w.rc, CR_ERR_SHUTDOWN);
     assert_true(took < 10000);
-    kill(pid, SIGCONT);
-    assert_int_equal(peer_stop(&f.peer), 0);
+    /* The stopped target is not what this test is about (resumed after its
+     * initiator vanished, UCX 1.13 over tcp may trip an internal wireup
+     * assertion): it is killed, not asked to quit. */
+    peer_kill(&f.peer);
     free(f.local);
 }
 
