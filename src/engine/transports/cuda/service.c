@@ -11,9 +11,8 @@
  *     cuMemExportToShareableHandle, passed as SCM_RIGHTS.
  * Nothing is exported before a peer asks. Like the shm fd service, only
  * processes of our uid are answered unless shm_allow_any_user is set. The
- * listener (base/acceptor.c: a cap of SERVICE_MAX_CONNS connections, a spare
- * descriptor and a back-off at the fd limit) and its connections live in
- * worker 0's loop, which binds the device's context itself before each
+ * listener (cre_local_service_listen, shared with the shm fd service) and
+ * its connections live in worker 0's loop, which binds the device's context itself before each
  * driver call.
  */
 #include <errno.h>
@@ -31,9 +30,6 @@
 #include "base/log.h"
 #include "engine/transports/cuda/cuda.h"
 #include "engine/transports/shm/shm.h"
-
-/* Same-host peers connected at once; past it new ones are closed at once. */
-#define SERVICE_MAX_CONNS 1024
 
 static void service_close(cuda_service_conn *c)
 {
@@ -193,11 +189,7 @@ static void service_accept(crb_acceptor *a, int fd)
     cre_tp *tp = a->owner;
     cuda_engine *ce = tp->priv;
     cr_engine *e = tp->engine;
-    struct ucred cred;
-    socklen_t cl = sizeof(cred);
-    bool allowed = false;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
-        allowed = e->shm_allow_any_user || cred.uid == getuid();
+    bool allowed = cre_local_peer_allowed(e, fd);
     cuda_service_conn *c = calloc(1, sizeof(*c));
     if (c == NULL) {
         close(fd);
@@ -233,23 +225,9 @@ int cuda_service_start(cre_tp *tp)
     cuda_engine *ce = tp->priv;
     snprintf(ce->address, sizeof(ce->address), "@crescent-cuda-%d-%016llx", (int)getpid(),
              (unsigned long long)e->instance);
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return crb_error(CR_ERR_SYSTEM, "socket(AF_UNIX): %s", strerror(errno));
-    struct sockaddr_un sa;
-    socklen_t sl = cre_abstract_addr(ce->address, &sa);
-    if (bind(fd, (struct sockaddr *)&sa, sl) < 0 || listen(fd, 128) < 0) {
-        int rc = crb_error(CR_ERR_BIND, "cuda service %s: %s", ce->address, strerror(errno));
-        close(fd);
-        ce->address[0] = '\0';
-        return rc;
-    }
-    char what[160];
-    snprintf(what, sizeof(what), "cuda service %s", ce->address);
-    int rc = crb_acceptor_start(&ce->acceptor, &e->workers[0].loop, fd, SERVICE_MAX_CONNS,
-                                service_accept, tp, what);
+    int rc =
+        cre_local_service_listen(e, ce->address, "cuda service", &ce->acceptor, service_accept, tp);
     if (rc < 0) {
-        close(fd);
         ce->address[0] = '\0';
         return rc;
     }

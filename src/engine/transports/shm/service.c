@@ -15,10 +15,9 @@
  * the same secret guards the memory here as on the tcp port. A region is
  * handed out only while a registered, remote-accessible buffer lies in it.
  *
- * The listener (base/acceptor.c: a cap of SERVICE_MAX_CONNS connections, a
- * spare descriptor and a back-off at the fd limit) and its connections sit
- * in worker 0's loop (the service is asked a handful of times per peer, not
- * per transfer).
+ * The listener (cre_local_service_listen, shared with the cuda IPC
+ * service) and its connections sit in worker 0's loop (the service is asked a handful of times per
+ * peer, not per transfer).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -50,9 +49,6 @@ socklen_t cre_abstract_addr(const char *name, struct sockaddr_un *sa)
     sa->sun_path[0] = '\0'; /* '@' marks the abstract namespace */
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
 }
-
-/* Same-host peers connected at once; past it new ones are closed at once. */
-#define SERVICE_MAX_CONNS 1024
 
 /* A peer connected to our fd service (worker 0 owns them all). */
 typedef struct shm_service_conn {
@@ -187,14 +183,7 @@ static void service_accept(crb_acceptor *a, int fd)
     cre_tp *tp = a->owner;
     shm_engine *se = tp->priv;
     cr_engine *e = tp->engine;
-    struct ucred cred;
-    socklen_t cl = sizeof(cred);
-    bool allowed = false;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
-        allowed = e->shm_allow_any_user || cred.uid == getuid();
-    if (!allowed)
-        crb_log(CRB_LOG_INFO, "shm service: peer pid %d uid %d may not receive fds", (int)cred.pid,
-                (int)cred.uid);
+    bool allowed = cre_local_peer_allowed(e, fd);
     shm_service_conn *c = calloc(1, sizeof(*c));
     if (c == NULL) {
         close(fd);
@@ -229,30 +218,50 @@ void cre_shm_service_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns)
         crb_acceptor_tick(&se->acceptor, now_ns);
 }
 
+bool cre_local_peer_allowed(cr_engine *e, int fd)
+{
+    struct ucred cred;
+    socklen_t cl = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0)
+        return false;
+    if (e->shm_allow_any_user || cred.uid == getuid())
+        return true;
+    crb_log(CRB_LOG_INFO, "same-host service: peer pid %d uid %d may not receive fds",
+            (int)cred.pid, (int)cred.uid);
+    return false;
+}
+
+int cre_local_service_listen(cr_engine *e, const char *address, const char *what, crb_acceptor *a,
+                             crb_accept_fn on_accept, void *owner)
+{
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return crb_error(CR_ERR_SYSTEM, "%s: socket(AF_UNIX): %s", what, strerror(errno));
+    struct sockaddr_un sa;
+    socklen_t sl = cre_abstract_addr(address, &sa);
+    if (bind(fd, (struct sockaddr *)&sa, sl) < 0 || listen(fd, 128) < 0) {
+        int rc = crb_error(CR_ERR_BIND, "%s %s: %s", what, address, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    char label[160];
+    snprintf(label, sizeof(label), "%s %s", what, address);
+    int rc = crb_acceptor_start(a, &e->workers[0].loop, fd, CRE_LOCAL_SERVICE_MAX_CONNS, on_accept,
+                                owner, label);
+    if (rc < 0)
+        close(fd);
+    return rc;
+}
+
 int cre_shm_service_start(cre_tp *tp)
 {
     cr_engine *e = tp->engine;
     shm_engine *se = tp->priv;
     snprintf(se->address, sizeof(se->address), "@crescent-%d-%016llx", (int)getpid(),
              (unsigned long long)e->instance);
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return crb_error(CR_ERR_SYSTEM, "socket(AF_UNIX): %s", strerror(errno));
-    struct sockaddr_un sa;
-    socklen_t sl = cre_abstract_addr(se->address, &sa);
-    int rc;
-    if (bind(fd, (struct sockaddr *)&sa, sl) < 0 || listen(fd, 128) < 0) {
-        rc = crb_error(CR_ERR_BIND, "shm service %s: %s", se->address, strerror(errno));
-        close(fd);
-        se->address[0] = '\0';
-        return rc;
-    }
-    char what[160];
-    snprintf(what, sizeof(what), "shm service %s", se->address);
-    rc = crb_acceptor_start(&se->acceptor, &e->workers[0].loop, fd, SERVICE_MAX_CONNS,
-                            service_accept, tp, what);
+    int rc =
+        cre_local_service_listen(e, se->address, "shm service", &se->acceptor, service_accept, tp);
     if (rc < 0) {
-        close(fd);
         se->address[0] = '\0';
         return rc;
     }

@@ -87,6 +87,18 @@ cre_tp *cre_shm_tp(cr_engine *e);
 /* sockaddr for an abstract-namespace name written "@name". */
 socklen_t cre_abstract_addr(const char *name, struct sockaddr_un *sa);
 
+/* A same-host service's listener (the shm fd service, the cuda IPC
+ * service): a SEQPACKET socket bound to "@name" in worker 0's loop behind
+ * an acceptor (cap CRE_LOCAL_SERVICE_MAX_CONNS, spare fd at EMFILE,
+ * back-off). Engine init thread. 0, or CR_ERR_SYSTEM / CR_ERR_BIND (what
+ * names the service in the message); nothing is left open on failure. */
+#define CRE_LOCAL_SERVICE_MAX_CONNS 1024
+int cre_local_service_listen(cr_engine *e, const char *address, const char *what, crb_acceptor *a,
+                             crb_accept_fn on_accept, void *owner);
+/* May the process at the other end of connection fd receive our memory's
+ * descriptors? Our uid, or any with shm_allow_any_user (SO_PEERCRED). */
+bool cre_local_peer_allowed(cr_engine *e, int fd);
+
 /* service.c */
 int cre_shm_service_start(cre_tp *tp);
 void cre_shm_service_stop(cre_tp *tp);
