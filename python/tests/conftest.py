@@ -16,6 +16,7 @@ conformance tests that use them run through the daemon.
 from __future__ import annotations
 
 import os
+import time
 import re
 import signal
 import subprocess
@@ -143,6 +144,13 @@ def store_factory(request, master):
             rc = s.setup(host, metadata, gss, lbs, protocol, "", master)
         assert rc == 0, f"setup returned {rc}"
         made.append(s)
+        # A segment whose name and memory an earlier client of this module had
+        # is fenced (no allocations) while that client's reads may still run:
+        # tests start once it takes allocations (health_check() 0).
+        deadline = time.monotonic() + 20
+        while s.health_check() != 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert s.health_check() == 0, "the new store's segment stayed fenced or unreachable"
         return s
 
     yield make
