@@ -56,12 +56,23 @@ typedef struct cr_engine_config {
      *  layout: <prefix>/ram/<segment>, <prefix>/rpc_meta/<segment>); the
      *  default becomes "mooncake/<id>" when MC_METADATA_CLUSTER_ID is set. */
     const char *metadata_prefix;
-    /** "tcp" (sockets only, even on one host), "shm" (same-host paths only:
-     *  local memcpy, shared memory, process_vm_readv/writev), "ucx" (UCX
-     *  alone, whatever transports UCX itself is allowed: RDMA, or tcp/sm
-     *  with UCX_TLS), or "auto" (default: the fastest path each pair of
-     *  buffers allows: local, shm, cma, ucx when UCX has an RDMA device,
-     *  tcp last). A protocol this build lacks is CR_ERR_INVALID_CONFIG. */
+    /** "auto" (default: the fastest path each pair of buffers allows:
+     *  local, cuda, shm, cma, ucx when UCX has an RDMA device, tcp last), or
+     *  one path by name:
+     *  - "tcp": sockets only, even on one host;
+     *  - "shm": the same-host group: local memcpy, mapped shared memory,
+     *    process_vm_readv/writev (cma);
+     *  - "local": memcpy between buffers of this process only;
+     *  - "cma": process_vm_readv/writev to same-host peers only (the shm
+     *    transport is installed for its control page and fd service, not
+     *    its copies);
+     *  - "ucx": UCX alone, whatever UCX itself is allowed: RDMA, or tcp/sm
+     *    with UCX_TLS (builds with libucx-dev);
+     *  - "cuda": device memory paths (CUDA IPC, direct copies; builds with
+     *    CUDA headers). The cuda transport also comes with every protocol
+     *    for its memory kinds, so "tcp" stages device memory through it.
+     *  A name this build lacks is CR_ERR_INVALID_CONFIG; the message lists
+     *  the names it has. */
     const char *protocol;
     /** RPC port to listen on; 0 = choose a free one (query it afterwards). */
     uint16_t rpc_port;

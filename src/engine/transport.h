@@ -186,6 +186,10 @@ typedef struct cre_transport_ops {
 
     uint32_t kinds; /* device memory kinds owned: bit (1u << cr_mem_kind) */
     int (*classify)(cre_tp *tp, cre_buffer *b, bool detect);
+    /* The transport whose state this one's paths use (cma: shm's control
+     * page, fd service and peer map), or NULL. When the protocol asks for
+     * this one and not that one, that one is installed kind_only. */
+    const char *needs;
     const cre_stager_ops *stager;
 } cre_transport_ops;
 

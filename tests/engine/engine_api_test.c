@@ -53,6 +53,12 @@ static void bad_config_is_named(void **state)
     (void)state;
     assert_int_equal(create_with("protocol", "rdmaa", 0), CR_ERR_INVALID_CONFIG);
     assert_non_null(strstr(cr_last_error_message(), "rdmaa"));
+    /* The message lists each accepted name once. */
+    const char *m = strstr(cr_last_error_message(), "(supported: auto, ");
+    assert_non_null(m);
+    const char *shm = strstr(m, "shm");
+    assert_true(shm != NULL && strstr(shm + 3, "shm") == NULL);
+    assert_non_null(strstr(m, "tcp"));
     assert_int_equal(create_with("metadata", "etcd2://h:1", 0), CR_ERR_INVALID_CONFIG);
     assert_non_null(strstr(cr_last_error_message(), "etcd2://h:1"));
     assert_int_equal(create_with("metadata", "", 0), CR_ERR_INVALID_CONFIG);

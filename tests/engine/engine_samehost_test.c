@@ -103,6 +103,19 @@ static void every_path_is_taken(void **state)
     assert_int_equal(cr_engine_unregister(e, local), 0);
     cr_engine_destroy(e);
 
+    /* cma requested: process_vm_readv/writev for both buffers, even the
+     * shareable one (shm is installed for its control page only). */
+    e = make_engine("cma");
+    assert_int_equal(cr_engine_register(e, local, len, "cpu:0", true), 0);
+    assert_int_equal(cr_engine_open_segment(e, peer.name, &seg), 0);
+    round_trip(e, &peer, seg, local, shared, len, 15);
+    round_trip(e, &peer, seg, local, priv, len, 16);
+    cr_engine_get_stats(e, &st);
+    assert_int_equal(st.bytes_cma, 2 * (3 * len - 100));
+    assert_int_equal(st.bytes_shm + st.bytes_tcp, 0);
+    assert_int_equal(cr_engine_unregister(e, local), 0);
+    cr_engine_destroy(e);
+
     /* tcp requested: nothing else is used, even on one host. */
     e = make_engine("tcp");
     assert_int_equal(cr_engine_register(e, local, len, "cpu:0", true), 0);

@@ -13,6 +13,10 @@
  *   gpu_test kill     kill -9 of the peer during transfers: they end
  *                     within a bound with named errors, the engine keeps
  *                     working with a new peer
+ *   gpu_test secret   a peer with a shared secret: its CUDA IPC service
+ *                     hands nothing to a same-uid process without the
+ *                     proof; an engine with the secret moves device
+ *                     memory through IPC, one with another secret cannot
  *   gpu_test peer P   the peer process (engine with protocol P)
  *
  * Every byte is verified where it lies: device buffers by a checksum
@@ -25,9 +29,12 @@
 #include <stdatomic.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +42,7 @@
 #include "../engine/harness.h"
 #include "crescent/engine.h"
 #include "device/driver.h"
+#include "proto/messages.h"
 #include "gpu_kernels.h"
 
 #define SZ   (4u << 20)  /* each buffer */
@@ -151,6 +159,7 @@ static cr_engine *make_engine(const char *protocol)
     cfg.protocol = protocol;
     cfg.request_timeout_ms = 5000;
     cfg.connect_timeout_ms = 2000;
+    cfg.shared_secret = getenv("CRESCENT_GPU_TEST_SECRET"); /* the peer inherits it */
     cr_engine *e = NULL;
     CHECK(cr_engine_create(&cfg, &e) == 0, "engine %s", protocol);
     return e;
@@ -562,6 +571,130 @@ static int no_driver(void)
     return 0;
 }
 
+/* --- secret ------------------------------------------------------------- */
+
+/* Connect to the CUDA IPC service of process pid as an attacker of the
+ * same uid would: its abstract socket is listed in /proc/net/unix. */
+static int connect_cuda_service(pid_t pid)
+{
+    FILE *f = fopen("/proc/net/unix", "r");
+    CHECK(f != NULL, "/proc/net/unix");
+    char line[512], want[64], path[108] = "";
+    snprintf(want, sizeof(want), "@crescent-cuda-%d-", (int)pid);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *at = strstr(line, want);
+        if (at != NULL) {
+            at[strcspn(at, " \n")] = '\0';
+            snprintf(path, sizeof(path), "%s", at);
+            break;
+        }
+    }
+    fclose(f);
+    CHECK(path[0] != '\0', "no cuda service of pid %d in /proc/net/unix", (int)pid);
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    CHECK(s >= 0, "socket");
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t n = strlen(path);
+    memcpy(sa.sun_path, path, n);
+    sa.sun_path[0] = '\0';
+    CHECK(connect(s, (struct sockaddr *)&sa,
+                  (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) == 0,
+          "connect %s", path);
+    struct timeval tv = {5, 0};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return s;
+}
+
+/* One datagram from the service: its length (0: closed), whether an fd came. */
+static ssize_t recv_datagram(int s, uint8_t *buf, size_t cap, bool *got_fd)
+{
+    union {
+        char c[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {buf, cap};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.c, .msg_controllen = sizeof(u.c)};
+    ssize_t n = recvmsg(s, &mh, 0);
+    *got_fd = false;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL; cm = CMSG_NXTHDR(&mh, cm))
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+            close(fd);
+            *got_fd = true;
+        }
+    return n;
+}
+
+/* Ask for the control page (the first thing an importer asks) without
+ * proving the secret: refused, no fd, connection closed. */
+static void raw_ask_is_refused(pid_t pid, bool made_up_proof)
+{
+    int s = connect_cuda_service(pid);
+    uint8_t buf[256];
+    bool fd = false;
+    ssize_t n = recv_datagram(s, buf, sizeof(buf), &fd);
+    crp_shm_reply hi;
+    CHECK(n > 0 && crp_shm_reply_decode(buf, (size_t)n, &hi) == 0 && hi.has_nonce && hi.auth && !fd,
+          "the greeting must ask for the secret");
+    if (made_up_proof) {
+        crp_shm_request auth = {.op = CRP_SHM_AUTH};
+        memset(auth.client_nonce, 7, sizeof(auth.client_nonce));
+        memset(auth.mac, 0x5a, sizeof(auth.mac));
+        crp_buf b = {0};
+        CHECK(crp_shm_request_encode(&auth, &b) == 0, "encode");
+        CHECK(send(s, b.data, b.len, MSG_NOSIGNAL) == (ssize_t)b.len, "send proof");
+        crp_buf_free(&b);
+    } else {
+        uint8_t ask[12] = {1}; /* a cuda_req (docs/WIRE.md): op 1, the control page */
+        CHECK(send(s, ask, sizeof(ask), MSG_NOSIGNAL) == (ssize_t)sizeof(ask), "send ask");
+    }
+    n = recv_datagram(s, buf, sizeof(buf), &fd);
+    crp_shm_reply r;
+    CHECK(n > 0 && crp_shm_reply_decode(buf, (size_t)n, &r) == 0 && r.status == CR_ERR_AUTH_FAILED,
+          "a %s must be answered AUTH_FAILED", made_up_proof ? "made-up proof" : "bare request");
+    CHECK(!fd, "no fd without the secret");
+    n = recv_datagram(s, buf, sizeof(buf), &fd);
+    CHECK(n == 0, "the service must close the connection (got %zd)", n);
+    close(s);
+}
+
+static int secret_round(void)
+{
+    setenv("CRESCENT_GPU_TEST_SECRET", "s3cret", 1);
+    remote r;
+    start_peer(&r, "auto");
+    raw_ask_is_refused(r.p.child.proc.pid, false);
+    raw_ask_is_refused(r.p.child.proc.pid, true);
+    /* With the secret: device memory through IPC, every byte checked. */
+    cr_engine *e = make_engine("auto");
+    uint64_t la = dev_alloc(SZ);
+    CHECK(cr_engine_register(e, (void *)(uintptr_t)la, SZ, "*", true) == 0, "register la");
+    cr_segment_handle seg;
+    CHECK(cr_engine_open_segment(e, r.p.name, &seg) == 0, "open peer");
+    dev_fill(la, LEN, 31);
+    CHECK(xfer(e, seg, CR_OP_WRITE, la, r.a, LEN) == 0, "WRITE with the secret");
+    CHECK(peer_check(&r, r.a, LEN, 31) == 0, "peer A after WRITE");
+    CHECK(counter(e, "cuda", "bytes_ipc") >= LEN, "the secret's holder must use CUDA IPC");
+    cr_engine_destroy(e);
+    /* Another secret: nothing moves, and not through IPC. */
+    setenv("CRESCENT_GPU_TEST_SECRET", "guess", 1);
+    e = make_engine("auto");
+    CHECK(cr_engine_register(e, (void *)(uintptr_t)la, SZ, "*", true) == 0, "register la");
+    int rc = cr_engine_open_segment(e, r.p.name, &seg);
+    if (rc == 0)
+        rc = xfer(e, seg, CR_OP_WRITE, la, r.a, LEN);
+    CHECK(rc < 0, "another secret must not move device memory");
+    CHECK(counter(e, "cuda", "bytes_ipc") == 0, "another secret: no IPC bytes");
+    printf("secret: another secret gets %s (%s)\n", cr_status_name(rc), cr_last_error_message());
+    cr_engine_destroy(e);
+    CU(D->mem_free(la));
+    CHECK(peer_stop(&r.p) == 0, "peer exit");
+    printf("secret: the CUDA IPC service needs the shared secret\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 3 && strcmp(argv[1], "peer") == 0)
@@ -590,10 +723,12 @@ int main(int argc, char **argv)
     }
     if (strcmp(role, "seed000") == 0)
         return seed000();
+    if (strcmp(role, "secret") == 0)
+        return secret_round();
     if (strcmp(role, "kill") == 0) {
         kill_peer("auto");
         return kill_peer("tcp");
     }
-    fprintf(stderr, "usage: %s pair|seed000|kill|peer PROTOCOL\n", argv[0]);
+    fprintf(stderr, "usage: %s pair|seed000|kill|secret|peer PROTOCOL\n", argv[0]);
     return 2;
 }

@@ -54,13 +54,26 @@ static bool wanted(const char *protocol, const cre_transport_ops *t, bool *named
     return *named;
 }
 
-/* A transport owning memory kinds comes with every protocol (kind_only
- * when the protocol did not ask for its paths). */
+/* Is t needed by a transport the protocol asks for (ops->needs)? */
+static bool needed(const char *protocol, const cre_transport_ops *t)
+{
+    for (size_t i = 0; i < N_BUILTIN; i++) {
+        bool named;
+        if (builtin[i]->needs != NULL && strcmp(builtin[i]->needs, t->name) == 0 &&
+            wanted(protocol, builtin[i], &named))
+            return true;
+    }
+    return false;
+}
+
+/* A transport owning memory kinds comes with every protocol, and one that
+ * a wanted transport needs comes with it (both kind_only when the protocol
+ * did not ask for their paths). */
 static bool installed(const char *protocol, const cre_transport_ops *t, bool *named,
                       bool *kind_only)
 {
     bool w = wanted(protocol, t, named);
-    *kind_only = !w && t->kinds != 0;
+    *kind_only = !w && (t->kinds != 0 || needed(protocol, t));
     return w || *kind_only;
 }
 
@@ -71,12 +84,13 @@ static int by_rank(const void *a, const void *b)
     return x->rank - y->rank;
 }
 
+/* "auto", then every transport of this build by name ("shm" is both one
+ * and the same-host group). */
 static void names_of_builtin(char *out, size_t cap)
 {
-    out[0] = '\0';
+    snprintf(out, cap, "auto");
     for (size_t i = 0; i < N_BUILTIN; i++)
-        snprintf(out + strlen(out), cap - strlen(out), "%s, ", builtin[i]->name);
-    snprintf(out + strlen(out), cap - strlen(out), "shm, auto");
+        snprintf(out + strlen(out), cap - strlen(out), ", %s", builtin[i]->name);
 }
 
 int cre_transports_install(cr_engine *e)

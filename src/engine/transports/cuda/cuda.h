@@ -150,7 +150,9 @@ typedef struct cuda_worker {
 typedef struct cuda_service_conn {
     crb_io io;
     cre_tp *tp;
-    bool allowed;
+    bool allowed;                  /* may this peer's uid receive our memory? */
+    bool authed;                   /* proved the shared secret (or the engine has none) */
+    uint8_t nonce[CRP_NONCE_SIZE]; /* ours, sent in the greeting (local_auth.c) */
     struct cuda_service_conn *prev, *next;
 } cuda_service_conn;
 

@@ -188,6 +188,15 @@ static int call_locked(cuda_peer *cp, const char *address, const cuda_req *req, 
             close(fd);
             return rc;
         }
+        int rc = cre_local_authenticate(e, fd,
+                                        crb_now_ns() + (uint64_t)e->connect_timeout_ms * 1000000ull,
+                                        "cuda", "cuda service", cp->peer->name);
+        if (rc < 0) {
+            close(fd);
+            if (rc == CR_ERR_AUTH_FAILED)
+                atomic_store(&cp->refused, true);
+            return rc;
+        }
         cp->sock = fd;
         cp->watch.fd = fd;
         cp->watch.on_event = watch_event;

@@ -10,7 +10,9 @@
  *     (PyTorch's expandable segments), a POSIX fd from
  *     cuMemExportToShareableHandle, passed as SCM_RIGHTS.
  * Nothing is exported before a peer asks. Like the shm fd service, only
- * processes of our uid are answered unless shm_allow_any_user is set. The
+ * processes of our uid are answered unless shm_allow_any_user is set, and
+ * every connection starts with the same greeting and, when the engine has
+ * a shared secret, the same proof of it (local_auth.c, label "cuda"). The
  * listener (cre_local_service_listen, shared with the shm fd service) and
  * its connections live in worker 0's loop, which binds the device's context itself before each
  * driver call.
@@ -140,9 +142,18 @@ static int export_one(cuda_engine *ce, uint64_t addr, cuda_reply *r, int *fd)
                      (unsigned long long)addr);
 }
 
-static void serve_request(cuda_service_conn *c, const uint8_t *data, size_t len)
+/* Serve one datagram; false when the connection must close. */
+static bool serve_request(cuda_service_conn *c, const uint8_t *data, size_t len)
 {
     cuda_engine *ce = c->tp->priv;
+    if (!c->authed) {
+        /* The first datagram must prove the secret; no second try. */
+        if (cre_local_auth_serve(ce->tp->engine, c->io.fd, "cuda", c->nonce, data, len,
+                                 "cuda service") < 0)
+            return false;
+        c->authed = true;
+        return true;
+    }
     cuda_reply r = {0};
     cuda_req req;
     int fd = -1;
@@ -165,16 +176,20 @@ static void serve_request(cuda_service_conn *c, const uint8_t *data, size_t len)
     reply(c, &r, r.status == 0 ? fd : -1);
     if (fd >= 0)
         close(fd);
+    return true;
 }
 
 static void service_on_event(crb_io *io, uint32_t events)
 {
     cuda_service_conn *c = (cuda_service_conn *)((char *)io - offsetof(cuda_service_conn, io));
     for (;;) {
-        uint8_t buf[64];
+        uint8_t buf[256]; /* an AUTH datagram (msgpack) is the largest */
         ssize_t n = recv(io->fd, buf, sizeof(buf), MSG_DONTWAIT);
         if (n > 0) {
-            serve_request(c, buf, (size_t)n);
+            if (!serve_request(c, buf, (size_t)n)) {
+                service_close(c);
+                return;
+            }
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -200,6 +215,7 @@ static void service_accept(crb_acceptor *a, int fd)
     c->io.on_event = service_on_event;
     c->tp = tp;
     c->allowed = allowed;
+    c->authed = e->secret == NULL;
     if (crb_loop_add(&e->workers[0].loop, &c->io, EPOLLIN) < 0) {
         close(fd);
         free(c);
@@ -210,6 +226,7 @@ static void service_accept(crb_acceptor *a, int fd)
     if (ce->conns != NULL)
         ce->conns->prev = c;
     ce->conns = c;
+    cre_local_greet(e, fd, c->nonce, "cuda service");
 }
 
 void cuda_service_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns)

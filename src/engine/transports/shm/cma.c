@@ -147,4 +147,5 @@ const cre_transport_ops cre_transport_cma = {
     .endpoint = cma_endpoint,
     .can_serve = cma_can_serve,
     .submit = cma_submit,
+    .needs = "shm",
 };

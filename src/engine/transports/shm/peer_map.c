@@ -102,60 +102,14 @@ static void watch_on_event(crb_io *io, uint32_t events)
     cre_peer_local_drop(l);
 }
 
-/* One datagram from the service within the deadline: the reply and the fd
- * it carried (-1 if none). */
 static int receive(cre_peer_local *l, uint64_t deadline, crp_shm_reply *rep, int *fd)
 {
-    cre_peer *p = l->peer;
-    uint8_t buf[256];
-    union {
-        char c[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    struct iovec iov = {buf, sizeof(buf)};
-    struct msghdr mh = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.c, .msg_controllen = sizeof(u.c)};
-    ssize_t n;
-    for (;;) {
-        struct pollfd pf = {.fd = l->sock, .events = POLLIN};
-        uint64_t now = crb_now_ns();
-        if (now >= deadline)
-            return crb_error(CR_ERR_TIMEOUT, "shm service of %s did not answer", p->name);
-        if (poll(&pf, 1, (int)((deadline - now) / 1000000 + 1)) <= 0)
-            continue;
-        n = recvmsg(l->sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            continue;
-        break;
-    }
-    int got_fd = -1;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL; cm = CMSG_NXTHDR(&mh, cm))
-        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
-            memcpy(&got_fd, CMSG_DATA(cm), sizeof(int));
-    int rc = n <= 0
-                 ? crb_error(CR_ERR_CONNECTION, "shm service of %s closed the connection", p->name)
-                 : crp_shm_reply_decode(buf, (size_t)n, rep);
-    if (rc < 0) {
-        if (got_fd >= 0)
-            close(got_fd);
-        return rc;
-    }
-    *fd = got_fd;
-    return 0;
+    return cre_local_recv(l->sock, deadline, "shm service", l->peer->name, rep, fd);
 }
 
 static int send_request(cre_peer_local *l, const crp_shm_request *req, uint64_t deadline)
 {
-    crp_buf body = {0};
-    int rc = crp_shm_request_encode(req, &body);
-    if (rc < 0)
-        return rc;
-    rc = crb_write_full(l->sock, body.data, body.len, deadline);
-    crp_buf_free(&body);
-    if (rc < 0)
-        return crb_error(CR_ERR_CONNECTION, "shm request to %s: %s", l->peer->name,
-                         cr_last_error_message());
-    return 0;
+    return cre_local_send(l->sock, deadline, "shm service", l->peer->name, req);
 }
 
 static uint64_t request_deadline(cre_peer_local *l)
@@ -193,48 +147,6 @@ static int ask(cre_peer_local *l, uint8_t op, uint64_t id, int *fd, uint64_t *si
     return 0;
 }
 
-/*
- * The service greets every connection with its nonce and whether it wants
- * the shared secret; when it does, prove it (HMAC over both nonces, as the
- * tcp handshake does) before asking for anything.
- */
-static int authenticate(cre_peer_local *l)
-{
-    cre_peer *p = l->peer;
-    cr_engine *e = l->engine;
-    uint64_t deadline = request_deadline(l);
-    crp_shm_reply hi;
-    int fd = -1;
-    int rc = receive(l, deadline, &hi, &fd);
-    if (rc < 0)
-        return rc;
-    if (fd >= 0)
-        close(fd);
-    if (!hi.has_nonce)
-        return crb_error(CR_ERR_MALFORMED_FRAME, "shm service of %s sent no greeting", p->name);
-    if (!hi.auth)
-        return 0;
-    if (e->secret == NULL)
-        return crb_error(CR_ERR_AUTH_FAILED,
-                         "shm service of %s requires the shared secret; this engine has none",
-                         p->name);
-    crp_shm_request req = {.op = CRP_SHM_AUTH};
-    crb_random_bytes(req.client_nonce, CRP_NONCE_SIZE);
-    cre_auth_mac(e, "shm", hi.nonce, req.client_nonce, req.mac);
-    rc = send_request(l, &req, deadline);
-    crp_shm_reply ok;
-    if (rc == 0)
-        rc = receive(l, deadline, &ok, &fd);
-    if (rc < 0)
-        return rc;
-    if (fd >= 0)
-        close(fd);
-    if (ok.status != 0)
-        return crb_error(CR_ERR_AUTH_FAILED, "shm service of %s refused the shared secret",
-                         p->name);
-    return 0;
-}
-
 /* Connect and map the control page. Caller holds l->lock. */
 static int connect_locked(cre_peer_local *l, const char *address)
 {
@@ -258,7 +170,7 @@ static int connect_locked(cre_peer_local *l, const char *address)
     l->sock = s;
     int fd;
     uint64_t size;
-    int rc = authenticate(l);
+    int rc = cre_local_authenticate(e, s, request_deadline(l), "shm", "shm service", p->name);
     if (rc == 0)
         rc = ask(l, CRP_SHM_CONTROL_PAGE, 0, &fd, &size);
     if (rc == 0) {

@@ -85,35 +85,10 @@ static int region_scan(void *ctx, cre_buffer *const *items, size_t n, uint64_t v
     return 0;
 }
 
-static void send_reply(shm_service_conn *c, const crp_shm_reply *r, int fd)
-{
-    crp_buf body = {0};
-    if (crp_shm_reply_encode(r, &body) < 0)
-        return;
-    struct iovec iov = {body.data, body.len};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
-        mh.msg_control = u.buf;
-        mh.msg_controllen = sizeof(u.buf);
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-    }
-    if (sendmsg(c->io.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-        crb_log(CRB_LOG_WARN, "shm service: reply failed: %s", strerror(errno));
-    crp_buf_free(&body);
-}
-
 static void reply(shm_service_conn *c, int32_t status, uint64_t size, int fd)
 {
     crp_shm_reply r = {.status = status, .size = size};
-    send_reply(c, &r, fd);
+    cre_local_send_reply(c->io.fd, &r, fd, "shm service");
 }
 
 /* Serve one datagram; false when the connection must close. */
@@ -121,24 +96,21 @@ static bool serve_request(shm_service_conn *c, const uint8_t *data, size_t len)
 {
     cr_engine *e = c->tp->engine;
     shm_engine *se = c->tp->priv;
+    if (!c->authed) {
+        /* The first datagram must prove the secret; no second try. */
+        if (cre_local_auth_serve(e, c->io.fd, "shm", c->nonce, data, len, "shm service") < 0)
+            return false;
+        c->authed = true;
+        return true;
+    }
     crp_shm_request req;
-    if (crp_shm_request_decode(data, len, &req) < 0) {
+    if (crp_shm_request_decode(data, len, &req) < 0 || req.op == CRP_SHM_AUTH) {
         reply(c, CR_ERR_MALFORMED_FRAME, 0, -1);
         return true;
     }
-    if (req.op == CRP_SHM_AUTH) {
-        if (!c->authed && !cre_auth_check(e, "shm", c->nonce, req.client_nonce, req.mac)) {
-            crb_log(CRB_LOG_WARN, "shm service: a peer failed the shared secret; closing");
-            reply(c, CR_ERR_AUTH_FAILED, 0, -1);
-            return false;
-        }
-        c->authed = true;
-        reply(c, 0, 0, -1);
-        return true;
-    }
-    if (!c->allowed || !c->authed) {
+    if (!c->allowed) {
         reply(c, CR_ERR_AUTH_FAILED, 0, -1);
-        return !c->allowed; /* without the secret: no second try on this connection */
+        return true;
     }
     int fd = -1;
     uint64_t size = 0;
@@ -195,7 +167,6 @@ static void service_accept(crb_acceptor *a, int fd)
     c->tp = tp;
     c->allowed = allowed;
     c->authed = e->secret == NULL;
-    crb_random_bytes(c->nonce, CRP_NONCE_SIZE);
     if (crb_loop_add(&e->workers[0].loop, &c->io, EPOLLIN) < 0) {
         close(fd);
         free(c);
@@ -206,9 +177,7 @@ static void service_accept(crb_acceptor *a, int fd)
     if (se->conns != NULL)
         se->conns->prev = c;
     se->conns = c;
-    crp_shm_reply hi = {.has_nonce = true, .auth = e->secret != NULL};
-    memcpy(hi.nonce, c->nonce, CRP_NONCE_SIZE);
-    send_reply(c, &hi, -1);
+    cre_local_greet(e, fd, c->nonce, "shm service");
 }
 
 void cre_shm_service_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns)

@@ -99,6 +99,36 @@ int cre_local_service_listen(cr_engine *e, const char *address, const char *what
  * descriptors? Our uid, or any with shm_allow_any_user (SO_PEERCRED). */
 bool cre_local_peer_allowed(cr_engine *e, int fd);
 
+/* local_auth.c: the greeting and shared-secret proof both same-host
+ * services run first on every connection (docs/WIRE.md, "Same-host fd
+ * service"). `label` names the service in the HMAC ("shm", "cuda"); `what`
+ * and `peer` name the service and peer in messages.
+ *
+ * Service side (worker 0). cre_local_greet draws a fresh nonce into `nonce`
+ * and sends the greeting. cre_local_auth_serve checks the peer's first
+ * datagram (data/len) as the AUTH proof and answers it: 0 when proven,
+ * CR_ERR_AUTH_FAILED otherwise (the caller then closes the connection).
+ * cre_local_send_reply sends one reply, with fd as SCM_RIGHTS when >= 0
+ * (fd stays the caller's). */
+void cre_local_send_reply(int sock, const crp_shm_reply *r, int fd, const char *what);
+void cre_local_greet(cr_engine *e, int sock, uint8_t nonce[CRP_NONCE_SIZE], const char *what);
+int cre_local_auth_serve(cr_engine *e, int sock, const char *label,
+                         const uint8_t nonce[CRP_NONCE_SIZE], const uint8_t *data, size_t len,
+                         const char *what);
+/* Peer side (any thread, under the caller's peer lock), each bounded by
+ * deadline (crb_now_ns clock). cre_local_recv: one reply and the fd it
+ * carried (-1 if none; the caller owns it) — CR_ERR_TIMEOUT,
+ * CR_ERR_CONNECTION or CR_ERR_MALFORMED_FRAME otherwise, nothing left
+ * open. cre_local_send: one request. cre_local_authenticate: read the
+ * greeting and, if the service wants the secret, prove it: 0, or
+ * CR_ERR_AUTH_FAILED (no secret here, or refused) and the errors above. */
+int cre_local_recv(int sock, uint64_t deadline, const char *what, const char *peer,
+                   crp_shm_reply *rep, int *fd);
+int cre_local_send(int sock, uint64_t deadline, const char *what, const char *peer,
+                   const crp_shm_request *req);
+int cre_local_authenticate(cr_engine *e, int sock, uint64_t deadline, const char *label,
+                           const char *what, const char *peer);
+
 /* service.c */
 int cre_shm_service_start(cre_tp *tp);
 void cre_shm_service_stop(cre_tp *tp);
