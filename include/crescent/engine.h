@@ -176,7 +176,9 @@ CR_API int cr_engine_register(cr_engine *engine, void *addr, size_t length, cons
 
 /**
  * Register n buffers atomically: either all are registered or none is (the
- * first failure is returned and nothing changes). Publishes once.
+ * first failure is returned and nothing changes). Publishes once. The
+ * array and its location strings are borrowed for the call (copied); the
+ * memory itself stays the caller's as with cr_engine_register.
  */
 CR_API int cr_engine_register_batch(cr_engine *engine, const cr_buffer_spec *buffers, size_t n);
 
@@ -336,7 +338,11 @@ CR_API int cr_batch_cancel(cr_engine *engine, cr_batch_id batch);
 
 /**
  * Free a batch. Allowed while tasks are in flight: the id becomes invalid at
- * once and the memory is reclaimed when the last task finishes.
+ * once and the memory is reclaimed when the last task finishes. Racing
+ * another thread's cr_batch_wait/_task_status/_cancel on the same id is
+ * safe: a call that found the batch before the free keeps it alive and
+ * returns its normal result; one that looks it up after the free gets
+ * CR_ERR_INVALID_HANDLE. The id is never reused for another batch.
  */
 CR_API int cr_batch_free(cr_engine *engine, cr_batch_id batch);
 
@@ -365,7 +371,8 @@ CR_API int cr_engine_transfer_sync_batch(cr_engine *engine, int opcode, cr_segme
 
 /**
  * Deliver a short message (at most CR_NOTIFY_MAX_MESSAGE bytes; binary safe)
- * to the peer's engine; returns once the peer has queued it.
+ * to the peer's engine; returns once the peer has queued it. `message` is
+ * borrowed for the call. Any thread.
  */
 CR_API int cr_engine_notify(cr_engine *engine, cr_segment_handle segment, const void *message,
                             size_t length);
@@ -388,7 +395,8 @@ CR_API void cr_notifications_free(cr_notification *list, size_t count);
 
 /**
  * Does the engine at `name` ("host:port") answer within timeout_ms? Returns 0
- * if it does, else CR_ERR_PEER_UNREACHABLE / CR_ERR_TIMEOUT / ...
+ * if it does, else CR_ERR_PEER_UNREACHABLE / CR_ERR_TIMEOUT / ... `name` is
+ * borrowed for the call; nothing is cached for it. Any thread.
  */
 CR_API int cr_engine_probe(cr_engine *engine, const char *name, int timeout_ms);
 

@@ -53,7 +53,10 @@ typedef struct cr_store cr_store;
  */
 CR_API int cr_parse_size(const char *text, uint64_t *out);
 
-/** Store configuration; initialise with cr_store_config_init (sets defaults). */
+/** Store configuration; initialise with cr_store_config_init (sets defaults).
+ *  Every string (and the tenant, device and address strings) is borrowed
+ *  for cr_store_setup / cr_store_setup_thin only: the store copies what it
+ *  keeps, so the caller may free them once setup returns. */
 typedef struct cr_store_config {
     uint32_t struct_size;
     const char *local_hostname;     /**< "127.0.0.1" (default) or "host[:port]" */
@@ -143,7 +146,9 @@ typedef struct cr_replicate_config {
     int soft_pin_action;  /**< cr_soft_pin_action */
     bool has_soft_pin_ttl;
     uint64_t soft_pin_ttl_ms;
-    const char *const *preferred_segments; /**< tried first (segment names) */
+    /** Tried first (segment names). The array and strings are borrowed for
+     *  the call that takes this config (copied into the request). */
+    const char *const *preferred_segments;
     size_t n_preferred;
     bool prefer_same_node; /**< place the (single) replica in this client's segment */
 } cr_replicate_config;
@@ -457,7 +462,9 @@ CR_API void cr_store_free_names(char **names, size_t n);
 /** Register memory for zero-copy calls: host memory or, where the engine
  *  has CUDA, device memory (detected, as location "*"); the _from / _into
  *  calls then move device memory directly (docs/gpu.md). In thin mode see
- *  cr_store_setup_thin for what registration means. */
+ *  cr_store_setup_thin for what registration means. The memory stays the
+ *  caller's and must stay valid until cr_store_unregister_buffer returns
+ *  (which waits for calls using it) or the store is closed. Any thread. */
 CR_API int cr_store_register_buffer(cr_store *s, void *buf, size_t len);
 CR_API int cr_store_unregister_buffer(cr_store *s, void *buf);
 
