@@ -63,6 +63,12 @@ typedef struct ucx_op {
     void *recv_req;     /* receiving a READ reply's payload */
     int am_status;      /* the target's status */
     bool abandoned;     /* its task already failed; UCX still holds a request of it */
+    /* Inside a UCX call that names this op as user data (a send, put, get
+     * or payload receive). UCX may fail the endpoint (err_cb -> ep_fail) or
+     * run the op's own callback before that call returns; op_maybe_done
+     * then leaves the op alone, and the caller settles it after the call
+     * (cre_ucx_op_settle), so the op is never freed under the caller. */
+    bool in_ucx_call;
 } ucx_op;
 
 /* rkeys unpacked on one endpoint for one descriptor snapshot. */
@@ -185,6 +191,10 @@ void cre_ucx_am_forget(ucx_wstate *ws, ucx_op *op);
 void cre_ucx_am_tick(ucx_wstate *ws, uint64_t now_ns);
 /* ucx_worker.c: an op's state changed; finish it if it is done. */
 void cre_ucx_op_maybe_done(ucx_op *op);
+/* After a UCX call made with op->in_ucx_call set: clear it and finish the
+ * op if what happened meanwhile (its callback, a failed endpoint) ended
+ * it. The op may be freed: the caller must not touch it afterwards. */
+void cre_ucx_op_settle(ucx_op *op);
 
 /* ucx_worker.c */
 int cre_ucx_workers_init(ucx_engine *ue);

@@ -139,17 +139,20 @@ int cre_ucx_am_post(ucx_wstate *ws, ucx_ep *ep, ucx_op *op)
         prm.memh = op->local_memh;
     }
     bool write = op->opcode == CR_OP_WRITE;
+    op->in_ucx_call = true;
     void *r = ucp_am_send_nbx(ep->ep, AM_REQ, hdr, CRP_AM_REQ_SIZE, write ? op->local : NULL,
                               write ? op->length : 0, &prm);
     if (UCS_PTR_IS_ERR(r)) {
+        op->in_ucx_call = false; /* the caller finishes it with the error */
         cre_ucx_am_forget(ws, op);
         return crb_error(CR_ERR_CONNECTION, "ucx: sending a request to %s: %s", op->peer->name,
                          ucs_status_string(UCS_PTR_STATUS(r)));
     }
     if (r == NULL)
         op->rma_done = true;
-    else
+    else if (!op->rma_done) /* else req_sent already ran inside the call */
         op->request = r;
+    cre_ucx_op_settle(op); /* the endpoint may have failed inside the call */
     return 0;
 }
 
@@ -212,17 +215,20 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
         prm.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         prm.memh = op->local_memh;
     }
+    op->in_ucx_call = true;
     void *r = ucp_am_recv_data_nbx(ws->uw[op->rail], data, op->local, length, &prm);
-    if (UCS_PTR_IS_ERR(r)) {
+    if (op->flushed) {
+        /* reply_payload_done already ran inside the call (UCX purges the
+         * receive when the endpoint fails during it): r is spent. */
+    } else if (UCS_PTR_IS_ERR(r)) {
         op->status = UCS_PTR_STATUS(r);
         op->flushed = true;
-        cre_ucx_op_maybe_done(op);
     } else if (r == NULL) {
         op->flushed = true;
-        cre_ucx_op_maybe_done(op);
     } else {
         op->recv_req = r;
     }
+    cre_ucx_op_settle(op);
     return UCS_OK;
 }
 

@@ -146,8 +146,13 @@ static void op_abandon(ucx_op *op, int status)
  * as UCX holds no request of it any more. */
 static void op_maybe_done(ucx_op *op)
 {
+    if (op->in_ucx_call)
+        return; /* the caller settles it when UCX returns (cre_ucx_op_settle) */
     bool am = op->ep != NULL && op->ep->ws->ue->use_am;
-    bool idle = op->request == NULL && op->recv_req == NULL;
+    /* A WRITE in a flush UCX still holds is referenced by that flush's
+     * batch (flush_done touches it): not idle until the flush ends (a
+     * forced close ends it too). */
+    bool idle = op->request == NULL && op->recv_req == NULL && !(op->in_flush && !op->flushed);
     bool done = am ? op->rma_done && op->flushed && idle
                    : op->rma_done && (op->opcode != CR_OP_WRITE || op->flushed);
     if (done || (op->ep != NULL && op->ep->failed != 0 && idle))
@@ -156,6 +161,12 @@ static void op_maybe_done(ucx_op *op)
 
 void cre_ucx_op_maybe_done(ucx_op *op)
 {
+    op_maybe_done(op);
+}
+
+void cre_ucx_op_settle(ucx_op *op)
+{
+    op->in_ucx_call = false;
     op_maybe_done(op);
 }
 
@@ -489,25 +500,27 @@ static void post_now(ucx_wstate *ws, ucx_ep *ep, ucx_op *op, ucx_ep ***touched, 
         prm.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         prm.memh = op->local_memh;
     }
+    op->in_ucx_call = true;
     void *req = op->opcode == CR_OP_WRITE
                     ? ucp_put_nbx(ep->ep, op->local, op->length, op->remote_addr, rkey, &prm)
                     : ucp_get_nbx(ep->ep, op->local, op->length, op->remote_addr, rkey, &prm);
     if (UCS_PTR_IS_ERR(req)) {
         op->status = UCS_PTR_STATUS(req);
         op->rma_done = op->flushed = op->in_flush = true;
-        op_maybe_done(op);
+        cre_ucx_op_settle(op);
         return;
     }
     if (req == NULL) {
         op->status = UCS_OK;
         op->rma_done = true;
-    } else {
+    } else if (!op->rma_done) { /* else rma_cb already ran inside the call */
         op->request = req;
     }
-    if (op->opcode != CR_OP_WRITE) {
-        op_maybe_done(op);
+    if (op->opcode != CR_OP_WRITE || ep->failed != 0) {
+        cre_ucx_op_settle(op);
         return;
     }
+    op->in_ucx_call = false;
     /* The endpoint gets a flush after this pass: remember it. */
     op->flushed = false;
     bool seen = false;
