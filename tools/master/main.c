@@ -40,7 +40,10 @@
 #include "mdserver/http_server.h"
 
 #define SOFTWARE "crescent-master 0.1.0"
-#define TICK_MS  100
+/* The Mooncake release whose master flags, config keys, admin paths and
+ * metric names this master follows (reported by mooncake_master --version). */
+#define MOONCAKE_COMPAT_VERSION "0.3.12"
+#define TICK_MS                 100
 
 typedef struct master {
     crk_master_options opt;
@@ -380,11 +383,31 @@ static int master_start(master *m)
     return 0;
 }
 
+/* "mooncake_master" when invoked under Mooncake's name (an installed
+ * symlink, or the Python package's console command), else "crescent-master". */
+static const char *program = "crescent-master";
+
+static void set_program(const char *argv0)
+{
+    const char *base = argv0 != NULL ? strrchr(argv0, '/') : NULL;
+    base = base != NULL ? base + 1 : argv0;
+    if (base != NULL && strcmp(base, "mooncake_master") == 0)
+        program = "mooncake_master";
+}
+
 static int usage_error(const char *msg)
 {
-    fprintf(stderr, "crescent-master: %s\n", msg);
-    fprintf(stderr, "run 'crescent-master --help' for the flags\n");
+    fprintf(stderr, "%s: %s\n", program, msg);
+    fprintf(stderr, "run '%s --help' for the flags\n", program);
     return 2;
+}
+
+/* One warning per Mooncake setting of a feature crescent-master lacks. */
+static void warn_unsupported(const crk_master_options *o)
+{
+    for (size_t i = 0; i < o->n_unsupported; i++)
+        crb_log(CRB_LOG_WARN, "%s: '%s' has no effect: %s", program, o->unsupported[i],
+                crk_master_flag_help(o->unsupported[i]));
 }
 
 int main(int argc, char **argv)
@@ -397,18 +420,23 @@ int main(int argc, char **argv)
     pthread_cond_init(&m.stop_cond, &ca);
     pthread_condattr_destroy(&ca);
     crb_log_default_level(CRB_LOG_INFO); /* one line per join, expiry, mount, eviction */
+    set_program(argc > 0 ? argv[0] : NULL);
     crk_master_options_defaults(&m.opt);
     int rc = crk_master_options_parse(argc, argv, &m.opt);
     if (rc < 0)
         return usage_error(cr_last_error_message());
     if (m.opt.show_help) {
-        crk_master_options_usage(stdout, argv[0]);
+        crk_master_options_usage(stdout, program);
         return 0;
     }
     if (m.opt.show_version) {
-        printf("%s\n", SOFTWARE);
+        if (strcmp(program, "mooncake_master") == 0)
+            printf("mooncake_master version %s (%s)\n", MOONCAKE_COMPAT_VERSION, SOFTWARE);
+        else
+            printf("%s\n", SOFTWARE);
         return 0;
     }
+    warn_unsupported(&m.opt);
     if (m.opt.enable_metadata_cleanup_on_timeout && !m.opt.enable_http_metadata_server)
         return usage_error("--enable_metadata_cleanup_on_timeout needs "
                            "--enable_http_metadata_server (it cleans the embedded server)");
@@ -424,7 +452,7 @@ int main(int argc, char **argv)
 
     rc = master_start(&m);
     if (rc < 0) {
-        fprintf(stderr, "crescent-master: %s\n", cr_last_error_message());
+        fprintf(stderr, "%s: %s\n", program, cr_last_error_message());
         master_stop(&m);
         return 1;
     }
