@@ -115,6 +115,9 @@ static const crb_flag FLAGS[] = {
     {"put_start_release_timeout_sec", CRB_FLAG_DURATION, O(svc.put_start_release_timeout_ms), 0,
      MAX_DURATION, MS_PER_S, NULL, NULL,
      "space of a preempted or abandoned put is freed after this"},
+    {"shared_secret", CRB_FLAG_STRING, O(shared_secret), 0, 0, 0, NULL, "",
+     "secret every RPC connection must prove (HMAC challenge; default $CRESCENT_MASTER_SECRET, "
+     "which keeps it out of ps)"},
     {"cluster_id", CRB_FLAG_NONEMPTY, O(cluster_id), 0, 0, 0, NULL, "mooncake_cluster",
      "name of this store cluster (in /health, /metrics and the ready line)"},
     {"config_path", CRB_FLAG_PATH, O(config_path), 0, 0, 0, NULL, "",

@@ -51,6 +51,7 @@
 #define CRK_FLAG_NAME_MAX        256
 #define CRK_FLAG_PATH_MAX        4096
 #define CRK_FLAG_UNSUPPORTED_MAX 128
+#define CRK_FLAG_SECRET_MAX      256
 
 typedef struct crk_master_options {
     /* RPC server */
@@ -81,6 +82,10 @@ typedef struct crk_master_options {
      * validation crk_config_validate's, so the service and the flags cannot
      * disagree. */
     crk_config svc;
+
+    /* Shared secret RPC connections must prove (master/auth.h): --shared_secret,
+     * else $CRESCENT_MASTER_SECRET (the daemon reads it); "" = none. */
+    char shared_secret[CRK_FLAG_SECRET_MAX];
 
     /* Cluster */
     char cluster_id[CRK_FLAG_NAME_MAX];  /* --cluster_id: "mooncake_cluster" */

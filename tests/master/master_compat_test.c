@@ -4,7 +4,8 @@
  * flags overriding it), real store clients (crescent-test-store-client)
  * putting objects, and Mooncake's admin paths and metric names checked
  * against those objects; the mooncake_master name (argv[0]) and the exit
- * status of a bad config file.
+ * status of a bad config file; and a master with a shared secret against
+ * store clients with, without and with the wrong secret.
  *
  * Every process a test starts it stops; the teardown kills what a failed
  * assertion left behind.
@@ -257,11 +258,52 @@ static void mooncake_master_name_and_bad_config(void **state)
     rmdir(dir);
 }
 
+/* A master with a shared secret: store clients need it (named errors
+ * otherwise), and with it put and get as usual. */
+static void shared_secret_store_clients(void **state)
+{
+    (void)state;
+    unsetenv("CRESCENT_MASTER_SECRET");
+    const char *const margs[] = {"--shared_secret=correct horse", NULL};
+    sh_master m;
+    assert_int_equal(sh_master_start(&m, margs), 0);
+    const char *const cargs[] = {"--segment", "16M", "--buffer", "4M", NULL};
+
+    sh_client c;
+    assert_int_equal(sh_client_start(&c, m.addr, cargs), -1); /* no secret */
+    assert_non_null(strstr(c.line, "-3160"));
+    assert_int_equal(setenv("CRESCENT_MASTER_SECRET", "battery staple", 1), 0);
+    assert_int_equal(sh_client_start(&c, m.addr, cargs), -1); /* a wrong one */
+    assert_non_null(strstr(c.line, "-3161"));
+
+    assert_int_equal(setenv("CRESCENT_MASTER_SECRET", "correct horse", 1), 0);
+    sh_client a, b;
+    assert_int_equal(sh_client_start(&a, m.addr, cargs), 0);
+    assert_int_equal(sh_client_start(&b, m.addr, cargs), 0);
+    unsetenv("CRESCENT_MASTER_SECRET");
+    assert_int_equal(sh_rc(&a, "put sk 100000 7"), 0);
+    assert_int_equal(sh_rc(&b, "get sk 7"), 100000);
+    assert_int_equal(sh_http_get(m.metrics_port, "/get_all_keys", body, sizeof(body)), 200);
+    assert_string_equal(body, "sk\n");
+    assert_int_equal(sh_client_stop(&a), 0);
+    assert_int_equal(sh_client_stop(&b), 0);
+    assert_int_equal(sh_master_stop(&m), 0);
+
+    /* A client with a secret refuses a master without one (it could be anyone). */
+    assert_int_equal(sh_master_start(&m, NULL), 0);
+    assert_int_equal(setenv("CRESCENT_MASTER_SECRET", "correct horse", 1), 0);
+    assert_int_equal(sh_client_start(&c, m.addr, cargs), -1);
+    unsetenv("CRESCENT_MASTER_SECRET");
+    assert_non_null(strstr(c.line, "-3161"));
+    assert_int_equal(sh_master_stop(&m), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(admin_paths_and_metrics, teardown_kill),
         cmocka_unit_test_teardown(mooncake_master_name_and_bad_config, teardown_kill),
+        cmocka_unit_test_teardown(shared_secret_store_clients, teardown_kill),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -573,6 +573,10 @@ static int master_start(master *m)
     clock_gettime(CLOCK_REALTIME, &rt);
     m->info.view_version = (uint64_t)rt.tv_sec * 1000000ull + (uint64_t)rt.tv_nsec / 1000;
     m->info.software = SOFTWARE;
+    if (m->opt.shared_secret[0] != '\0') {
+        m->info.secret = m->opt.shared_secret;
+        m->info.secret_len = strlen(m->opt.shared_secret);
+    }
     crk_rpc_server_options ro;
     crk_rpc_server_options_default(&ro);
     ro.host = m->rpc_host;
@@ -669,6 +673,12 @@ int main(int argc, char **argv)
         return 0;
     }
     warn_unsupported(&m.opt);
+    const char *env_secret = getenv("CRESCENT_MASTER_SECRET");
+    if (m.opt.shared_secret[0] == '\0' && env_secret != NULL) {
+        if (strlen(env_secret) >= sizeof(m.opt.shared_secret))
+            return usage_error("CRESCENT_MASTER_SECRET: longer than 255 bytes");
+        snprintf(m.opt.shared_secret, sizeof(m.opt.shared_secret), "%s", env_secret);
+    }
     if (m.opt.enable_metadata_cleanup_on_timeout && !m.opt.enable_http_metadata_server)
         return usage_error("--enable_metadata_cleanup_on_timeout needs "
                            "--enable_http_metadata_server (it cleans the embedded server)");
