@@ -38,6 +38,7 @@
 #include "base/flagtab.h"
 #include "crescent/status.h"
 #include "master/conf_file.h"
+#include "master/flagfile.h"
 
 #define MS_PER_S     ((uint64_t)1000)
 #define MS_PER_HOUR  (3600 * MS_PER_S)
@@ -443,12 +444,29 @@ int crk_master_options_load_file(crk_master_options *o, const char *path)
     return rc;
 }
 
+static int parse_expanded(int argc, char *const argv[], crk_master_options *out);
+
 int crk_master_options_parse(int argc, char *const argv[], crk_master_options *out)
+{
+    if (argc < 0 || (argc > 0 && argv == NULL) || out == NULL)
+        return crb_error(CR_INVALID_PARAMS, "crk_master_options_parse: bad arguments");
+    /* --help / --version answer without reading any file. */
+    static const char *const actions[] = {"help", "h", "version", NULL};
+    if (crb_flags_present(argc, argv, actions))
+        return parse_expanded(argc, argv, out);
+    crk_args a = {0};
+    int rc = crk_flagfile_expand(argc, argv, &a);
+    if (rc == 0)
+        rc = parse_expanded(a.argc, a.argv, out);
+    crk_args_free(&a);
+    return rc;
+}
+
+/* The command line after --flagfile expansion. */
+static int parse_expanded(int argc, char *const argv[], crk_master_options *out)
 {
     crk_master_options o;
     crk_master_options_defaults(&o);
-    if (argc < 0 || (argc > 0 && argv == NULL) || out == NULL)
-        return crb_error(CR_INVALID_PARAMS, "crk_master_options_parse: bad arguments");
 
     /* --help / --version win over everything else, even over bad flags. */
     static const char *const help[] = {"help", "h", NULL};
@@ -493,7 +511,8 @@ void crk_master_options_usage(FILE *f, const char *argv0)
             "crescent-master: metadata service of the crescent KV store (Mooncake-compatible\n"
             "flags). Flags may also be written -flag=value or --flag value; booleans as --flag,\n"
             "--noflag or --flag=true|false. Durations take ms, s, m or h (500ms, 5s, 30m, 1h);\n"
-            "a bare number is in the unit shown. The command line overrides --config_path.\n"
+            "a bare number is in the unit shown. The command line overrides --config_path;\n"
+            "--flagfile=FILE reads more flags from FILE, one per line.\n"
             "\n",
             argv0 != NULL ? argv0 : "crescent-master");
     crb_flags_usage(f, &TABLE, &d);

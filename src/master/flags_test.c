@@ -821,6 +821,56 @@ static void test_yaml_errors(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* --flagfile (gflags, as mooncake_master takes it)                         */
+/* ------------------------------------------------------------------------ */
+
+static void test_flagfile(void **state)
+{
+    (void)state;
+    char inner[64], outer[64], arg[96];
+    snprintf(inner, sizeof(inner), "%s", write_config_ext("--rpc_port=7100\n", ".flags"));
+    char text[256];
+    snprintf(text, sizeof(text),
+             "# Mooncake deployment flags\n\n  --cluster_id=from_file  \n--flagfile=%s\n"
+             "-eviction_ratio=0.2\n--metrics_port\n",
+             inner);
+    /* "--metrics_port" alone at the end takes the next command-line argument. */
+    snprintf(outer, sizeof(outer), "%s", write_config_ext(text, ".flagfile"));
+    snprintf(arg, sizeof(arg), "--flagfile=%s", outer);
+    crk_master_options o = OK(arg, "9100", "--rpc_port=7200");
+    assert_string_equal(o.cluster_id, "from_file");
+    assert_int_equal(o.metrics_port, 9100);
+    assert_int_equal(o.rpc_port, 7200); /* later on the command line wins */
+    assert_true(o.svc.eviction_ratio > 0.199 && o.svc.eviction_ratio < 0.201);
+    o = OK("--rpc_port=7200", "-flagfile", outer, "1");
+    assert_int_equal(o.rpc_port, 7100); /* the file's, expanded where it stands */
+    assert_int_equal(o.metrics_port, 1);
+
+    /* Refusals name the file and line. */
+    char bad[64];
+    snprintf(bad, sizeof(bad), "%s", write_config_ext("--rpc_port=1\nmaster.cpp\n", ".flags"));
+    snprintf(arg, sizeof(arg), "--flagfile=%s", bad);
+    snprintf(text, sizeof(text), "%s:2: 'master.cpp' is not a flag", bad);
+    BAD(text, arg);
+    BAD("--flagfile=/nonexistent/f: ", "--flagfile=/nonexistent/f");
+    BAD("--flagfile needs a file", "--flagfile");
+    unlink(bad);
+    /* A file naming itself: the depth bound stops it. */
+    char self[64];
+    snprintf(self, sizeof(self), "%s", write_config_ext("", ".flags"));
+    snprintf(text, sizeof(text), "--flagfile=%s\n", self);
+    FILE *f = fopen(self, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    snprintf(arg, sizeof(arg), "--flagfile=%s", self);
+    BAD("nested more than", arg);
+    unlink(self);
+    unlink(inner);
+    unlink(outer);
+}
+
+/* ------------------------------------------------------------------------ */
 /* crk_master_options_set, usage                                            */
 /* ------------------------------------------------------------------------ */
 
@@ -914,6 +964,7 @@ int main(void)
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_yaml_file),
         cmocka_unit_test(test_yaml_errors),
+        cmocka_unit_test(test_flagfile),
         cmocka_unit_test(test_set),
         cmocka_unit_test(test_usage),
     };
