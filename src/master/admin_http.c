@@ -243,6 +243,9 @@ static const route ROUTES[] = {
     WITH_ARG("/batch_query_keys", batch_query_keys, "keys", CRK_ADMIN_JSON_TYPE),
     WITH_ARG("/role", role, NULL, "text/plain; charset=utf-8"),
     WITH_ARG("/ha_status", ha_status, NULL, "text/plain; charset=utf-8"),
+    WITH_ARG("/leader", leader, NULL, CRK_ADMIN_JSON_TYPE),
+    WITH_ARG("/kv_events/status", kv_events, NULL, CRK_ADMIN_JSON_TYPE),
+    WITH_ARG("/api/v1/segments/status", segment_status, "segment", CRK_ADMIN_JSON_TYPE),
 };
 
 /* The route's callback (NULL when the daemon gave none). */

@@ -7,6 +7,8 @@
  *   /metrics/summary            text from the metrics_summary callback
  *   /health                     JSON; {"status":"ok"} unless a callback says more
  *   /role, /ha_status           text from the role / ha_status callbacks
+ *   /leader, /kv_events/status  from the leader / kv_events callbacks
+ *   /api/v1/segments/status?segment=S  from the segment_status callback
  *   /get_all_segments           from the all_segments callback
  *   /get_all_keys               from the all_keys callback
  *   /get_segments_detail        from the segments_detail callback
@@ -87,6 +89,9 @@ typedef struct crk_admin_callbacks {
     int (*batch_query_keys)(void *ctx, const char *keys, crk_admin_reply *reply);
     int (*role)(void *ctx, const char *arg, crk_admin_reply *reply);
     int (*ha_status)(void *ctx, const char *arg, crk_admin_reply *reply);
+    int (*leader)(void *ctx, const char *arg, crk_admin_reply *reply);
+    int (*kv_events)(void *ctx, const char *arg, crk_admin_reply *reply);
+    int (*segment_status)(void *ctx, const char *segment, crk_admin_reply *reply);
 } crk_admin_callbacks;
 
 typedef struct crk_admin_http crk_admin_http;

@@ -163,6 +163,16 @@ static void admin_paths_and_metrics(void **state)
     assert_non_null(strstr(body, "Keys: 3"));
     assert_int_equal(sh_http_get(m.metrics_port, "/role", body, sizeof(body)), 200);
     assert_string_equal(body, "leader");
+    assert_int_equal(sh_http_get(m.metrics_port, "/leader", body, sizeof(body)), 200);
+    assert_string_equal(body, "{\"present\":false}");
+    assert_int_equal(sh_http_get(m.metrics_port, "/kv_events/status", body, sizeof(body)), 200);
+    assert_non_null(strstr(body, "\"enabled\":false"));
+    snprintf(path, sizeof(path), "/api/v1/segments/status?segment=%s", a.name);
+    assert_int_equal(sh_http_get(m.metrics_port, path, body, sizeof(body)), 200);
+    assert_non_null(strstr(body, "\"status\":1,\"status_name\":\"OK\""));
+    assert_int_equal(
+        sh_http_get(m.metrics_port, "/api/v1/segments/status?segment=nope", body, sizeof(body)),
+        404);
 
     /* Mooncake's metric names next to crescent's. */
     assert_int_equal((int)metric(&m, "master_key_count"), 3);

@@ -523,6 +523,51 @@ static int ha_status(void *ctx, const char *arg, crk_admin_reply *r)
     return crk_text_puts(&r->body, "serving");
 }
 
+/* Mooncake's /leader: no leader view without HA. */
+static int leader(void *ctx, const char *arg, crk_admin_reply *r)
+{
+    (void)ctx;
+    (void)arg;
+    r->json = json_pack("{s:b}", "present", 0);
+    return r->json != NULL ? 0 : crb_error(CR_ERR_NO_MEMORY, "/leader");
+}
+
+/* Mooncake's /kv_events/status: crescent publishes no KV events. */
+static int kv_events(void *ctx, const char *arg, crk_admin_reply *r)
+{
+    (void)ctx;
+    (void)arg;
+    r->json = json_pack("{s:b, s:i, s:i, s:i, s:i}", "enabled", 0, "published_batches", 0,
+                        "published_events", 0, "dropped_events", 0, "skipped_unparsed_keys", 0);
+    return r->json != NULL ? 0 : crb_error(CR_ERR_NO_MEMORY, "/kv_events/status");
+}
+
+/* Mooncake's /api/v1/segments/status?segment=S: its SegmentStatus (1 OK,
+ * 5 UNMOUNTING; crescent has no draining states). */
+static int segment_status(void *ctx, const char *name, crk_admin_reply *r)
+{
+    master *m = ctx;
+    crk_segment_info *segs;
+    size_t n;
+    int rc = list_segments(m, "/api/v1/segments/status", &segs, &n);
+    if (rc != 0)
+        return rc;
+    rc = crb_error(CR_SEGMENT_NOT_FOUND, "/api/v1/segments/status: no segment '%s' is mounted",
+                   name);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(segs[i].name, name) == 0) {
+            bool down = segs[i].unmounting;
+            r->json = json_pack("{s:b, s:i, s:s, s:i, s:s}", "success", 1, "status", down ? 5 : 1,
+                                "status_name", down ? "UNMOUNTING" : "OK", "error_code", 0,
+                                "error_message", "");
+            rc = r->json != NULL ? set_text(r->json, "segment", name)
+                                 : crb_error(CR_ERR_NO_MEMORY, "/api/v1/segments/status");
+            break;
+        }
+    free(segs);
+    return rc;
+}
+
 /* --- lifecycle ---------------------------------------------------------------- */
 
 static void master_stop(master *m)
@@ -601,6 +646,9 @@ static int master_start(master *m)
         .batch_query_keys = batch_query_keys,
         .role = role,
         .ha_status = ha_status,
+        .leader = leader,
+        .kv_events = kv_events,
+        .segment_status = segment_status,
     };
     rc = crk_admin_http_start(m->opt.metrics_host, m->opt.metrics_port, &cb, &m->admin);
     if (rc < 0)
