@@ -5,7 +5,8 @@
  * nonce sent, whether one is outstanding, whether the connection proved the
  * secret). The nonce is fresh per challenge and forgotten after one answer,
  * right or wrong, so a recorded exchange is useless on another connection
- * and a guess costs a round trip. Proofs are compared in constant time.
+ * and a guess costs a round trip. Proofs are compared in constant time; a
+ * wrong one is logged (rate-limited per I/O thread).
  */
 #include "master/auth.h"
 
@@ -15,9 +16,26 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "base/clock.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "base/net.h"
 #include "crescent/status.h"
+#include "master/rpc_limits.h"
+
+#define AUTH_LOG_INTERVAL_MS 10000
+
+/* A wrong proof is worth a warning, at most one per I/O thread per 10 s. */
+static void log_wrong_proof(void)
+{
+    static _Thread_local crk_ratelimit limit = {.interval_ms = AUTH_LOG_INTERVAL_MS};
+    uint64_t suppressed = 0;
+    if (crk_ratelimit_allow(&limit, crb_now_ms(), &suppressed))
+        crb_log(CRB_LOG_WARN,
+                "master: a connection failed the shared-secret proof (%llu more since the last "
+                "message)",
+                (unsigned long long)suppressed);
+}
 
 void crk_auth_mac(const char *secret, size_t secret_len, const char *label,
                   const uint8_t a[CRP_NONCE_SIZE], const uint8_t b[CRP_NONCE_SIZE],
@@ -63,6 +81,7 @@ int crk_auth_check(const crk_server_info *info, crk_peer *peer, const crp_rpc_re
             peer->authenticated = true;
             return 0;
         }
+        log_wrong_proof();
         return crb_error(CR_ERR_MASTER_AUTH_FAILED,
                          "service_ready: wrong shared-secret proof (the client's "
                          "CRESCENT_MASTER_SECRET is not the master's)");
