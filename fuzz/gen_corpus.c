@@ -95,7 +95,13 @@ static const crp_rpc_replica_config rpc_cfg = {.replica_num = 2,
 
 static void rq_hello(crp_rpc_req *m)
 {
-    m->u.hello = (crp_rpc_hello_req){CRP_RPC_VERSION, CRP_RPC_CAPS_DEFINED, rpc_cid, "crescent"};
+    m->u.hello = (crp_rpc_hello_req){.version = CRP_RPC_VERSION,
+                                     .caps = CRP_RPC_CAPS_DEFINED,
+                                     .client_id = rpc_cid,
+                                     .software = "crescent",
+                                     .has_mac = true, /* the master shared secret's answer */
+                                     .client_nonce = {1, 2, 3},
+                                     .mac = {4, 5, 6}};
 }
 static void rq_client(crp_rpc_req *m)
 {
@@ -173,7 +179,14 @@ static void rq_none(crp_rpc_req *m)
 
 static void rs_hello(crp_rpc_resp *m)
 {
-    m->u.hello = (crp_rpc_hello_resp){CRP_RPC_VERSION, CRP_RPC_CAPS_DEFINED, "crescent-master", 1};
+    m->u.hello = (crp_rpc_hello_resp){.version = CRP_RPC_VERSION,
+                                      .caps = CRP_RPC_CAPS_DEFINED,
+                                      .software = "crescent-master",
+                                      .view_version = 1,
+                                      .has_server_nonce = true, /* a shared-secret challenge */
+                                      .server_nonce = {7, 8},
+                                      .has_mac = true,
+                                      .mac = {9}};
 }
 static void rs_ping(crp_rpc_resp *m)
 {

@@ -19,6 +19,7 @@ PACKAGES=(
   libxxhash-dev         # src/disk: XXH3 checksums of on-disk records
   libucx-dev            # src/engine/transports/ucx: RDMA/RoCE/IB through UCX (UCX_TLS=tcp,sm in tests)
   ucx-utils             # ucx_perftest: the baseline of crescent-bench engine --protocol ucx
+  libyaml-dev           # crescent-master --config_path YAML files (Mooncake's conf/master.yaml)
   libpcre2-dev          # crescent-master remove_by_regex: PCRE2 with match/depth/heap limits
   clang libclang-rt-14-dev  # sanitizers and libFuzzer
   clang-format          # scripts/check-format.sh (CTest format_check)

@@ -122,6 +122,10 @@ extern "C" {
       "the thin client's tenant is not the one crescent-client "                                   \
       "serves")                                                                                    \
     X(ERR_REGION_INVALID, -3063, "memory passed to crescent-client cannot be mapped as described") \
+    /* --- master shared secret and Mooncake compatibility: -3160..-3169 --- */                    \
+    X(ERR_MASTER_AUTH_REQUIRED, -3160,                                                             \
+      "the master requires a shared secret this client does not have")                             \
+    X(ERR_MASTER_AUTH_FAILED, -3161, "the master and this client do not share the same secret")    \
     /* --- device memory (src/device, transports/cuda): -3180..-3199 --- */                        \
     X(ERR_NO_CUDA, -3180, "CUDA is not available (no driver, or a build without CUDA)")            \
     X(ERR_CUDA, -3181, "a CUDA driver call failed")                                                \

@@ -1,6 +1,11 @@
 """Console commands that run crescent's servers with Mooncake's command lines.
 
-* ``mooncake_master [flags]`` execs ``crescent-master``. crescent-master
+* ``mooncake_master [flags]`` execs ``crescent-master`` with argv[0]
+  ``mooncake_master``, so the process shows up as ``mooncake_master`` in
+  ``ps`` / ``pgrep -f`` (TransferQueue finds a stale master that way) and
+  crescent-master names itself so in its usage, version and errors (an
+  installed ``mooncake_master`` symlink to crescent-master does the same
+  without Python). crescent-master
   already takes Mooncake's flag names and gflags syntax (--flag=value,
   --flag value, -flag, --noflag, --config_path); this wrapper also expands
   ``--flagfile=FILE``, maps glog flags (--v, --minloglevel, --logtostderr,
@@ -141,7 +146,7 @@ def translate_master_args(args: List[str]) -> List[str]:
     return out
 
 
-def _exec(name: str, args: List[str]) -> int:
+def _exec(name: str, args: List[str], argv0: Optional[str] = None) -> int:
     path = find_binary(name)
     if path is None:
         sys.stderr.write(f"{name} not found: set CRESCENT_BIN_DIR (or {_ENV[name]}) to "
@@ -149,14 +154,14 @@ def _exec(name: str, args: List[str]) -> int:
         return 127
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(path, [path] + args)
+    os.execv(path, [argv0 or path] + args)
     return 127  # not reached
 
 
 def master(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``mooncake_master``."""
     args = sys.argv[1:] if argv is None else list(argv)
-    return _exec(MASTER, translate_master_args(args))
+    return _exec(MASTER, translate_master_args(args), argv0="mooncake_master")
 
 
 def metadata_server(argv: Optional[List[str]] = None) -> int:

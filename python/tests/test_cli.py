@@ -48,6 +48,9 @@ def test_mooncake_master_command(tmp_path):
         "--enable_metric_reporting=false", f"--flagfile={flagfile}"],
         r"listening on (\S+)", env=child_env())
     try:
+        # The process is called mooncake_master (ps, pgrep -f), as Mooncake's is.
+        with open(f"/proc/{srv.proc.pid}/cmdline", "rb") as f:
+            assert f.read().split(b"\0")[0] == b"mooncake_master"
         s = MooncakeDistributedStore()
         assert s.setup("127.0.0.1", "P2PHANDSHAKE", 16 * MiB, 4 * MiB, "tcp", "",
                        srv.match.group(1)) == 0
@@ -68,6 +71,7 @@ def test_mooncake_master_version():
     p = subprocess.run(command("mooncake_master") + ["--version"], env=child_env(),
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 0 and "crescent" in (p.stdout + p.stderr)
+    assert "mooncake_master" in p.stdout
 
 
 def test_http_metadata_server_command(child):

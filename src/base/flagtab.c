@@ -54,7 +54,8 @@ const crb_flag *crb_flag_find(const crb_flag_set *t, const char *name, size_t le
 
 bool crb_flag_is_bool(const crb_flag *f)
 {
-    return f->type == CRB_FLAG_BOOL || f->type == CRB_FLAG_COMPAT_BOOL;
+    return f->type == CRB_FLAG_BOOL || f->type == CRB_FLAG_COMPAT_BOOL ||
+           f->type == CRB_FLAG_COMPAT_ANYBOOL;
 }
 
 /* --- values ------------------------------------------------------------------ */
@@ -270,6 +271,15 @@ int crb_flag_set_value(const crb_flag *f, void *opts, const char *text, const ch
         if (strcmp(text, f->choices[0]) != 0)
             return crb_error(CR_INVALID_PARAMS, "%s: not supported (%s)", ctx, f->help);
         return 0;
+    case CRB_FLAG_COMPAT_ANY:
+        return 0;
+    case CRB_FLAG_COMPAT_ANYBOOL: {
+        bool b;
+        if (parse_bool(text, &b) != 0)
+            return crb_error(CR_INVALID_PARAMS, "%s: not a boolean (true, false, 1, 0, yes, no)",
+                             ctx);
+        return 0;
+    }
     }
     return crb_error(CR_INVALID_PARAMS, "%s: unhandled flag type", ctx);
 }
@@ -446,6 +456,10 @@ static void format_value(const crb_flag *f, const void *opts, char *buf, size_t 
     case CRB_FLAG_COMPAT_STR:
         snprintf(buf, len, "\"%s\"", f->choices[0]);
         break;
+    case CRB_FLAG_COMPAT_ANY:
+    case CRB_FLAG_COMPAT_ANYBOOL:
+        snprintf(buf, len, "%s", f->def != NULL ? f->def : "-");
+        break;
     }
 }
 
@@ -454,6 +468,7 @@ static const char *value_hint(const crb_flag *f)
     switch (f->type) {
     case CRB_FLAG_BOOL:
     case CRB_FLAG_COMPAT_BOOL:
+    case CRB_FLAG_COMPAT_ANYBOOL:
         return "[=BOOL]";
     case CRB_FLAG_PORT:
         return "=PORT";

@@ -21,7 +21,9 @@
  * ratios in [0, 1]; strings shorter than the field (NONEMPTY: not empty);
  * enums one of `choices` (stored as an int index). COMPAT_* flags name a
  * Mooncake feature crescent does not have: accepted only at their one
- * harmless value, refused otherwise (never silently ignored).
+ * harmless value, refused otherwise (never silently ignored); COMPAT_ANY
+ * names a tuning knob of such a feature, accepted with any value (the
+ * caller says once that it has no effect).
  *
  * Every failure is CR_INVALID_PARAMS with a message naming the flag and the
  * value (the caller's `ctx`); nothing here prints or exits.
@@ -37,19 +39,21 @@
 #include <stdio.h>
 
 typedef enum crb_flag_type {
-    CRB_FLAG_BOOL,        /* bool */
-    CRB_FLAG_PORT,        /* uint16_t, 0..65535 */
-    CRB_FLAG_U32,         /* uint32_t in [min, max] */
-    CRB_FLAG_U64,         /* uint64_t in [min, max] */
-    CRB_FLAG_SIZE,        /* uint64_t bytes in [min, max] ("64MB") */
-    CRB_FLAG_DURATION,    /* uint64_t ms in [min, max]; bare numbers in unit_ms */
-    CRB_FLAG_RATIO,       /* double in [0, 1] */
-    CRB_FLAG_STRING,      /* char[size], may be empty */
-    CRB_FLAG_NONEMPTY,    /* char[size], not empty */
-    CRB_FLAG_PATH,        /* char[size]: a file name (the caller may restrict where it is set) */
-    CRB_FLAG_ENUM,        /* int: index into choices */
-    CRB_FLAG_COMPAT_BOOL, /* absent feature: only false */
-    CRB_FLAG_COMPAT_STR,  /* absent feature: only choices[0] */
+    CRB_FLAG_BOOL,           /* bool */
+    CRB_FLAG_PORT,           /* uint16_t, 0..65535 */
+    CRB_FLAG_U32,            /* uint32_t in [min, max] */
+    CRB_FLAG_U64,            /* uint64_t in [min, max] */
+    CRB_FLAG_SIZE,           /* uint64_t bytes in [min, max] ("64MB") */
+    CRB_FLAG_DURATION,       /* uint64_t ms in [min, max]; bare numbers in unit_ms */
+    CRB_FLAG_RATIO,          /* double in [0, 1] */
+    CRB_FLAG_STRING,         /* char[size], may be empty */
+    CRB_FLAG_NONEMPTY,       /* char[size], not empty */
+    CRB_FLAG_PATH,           /* char[size]: a file name (the caller may restrict where it is set) */
+    CRB_FLAG_ENUM,           /* int: index into choices */
+    CRB_FLAG_COMPAT_BOOL,    /* absent feature: only false */
+    CRB_FLAG_COMPAT_STR,     /* absent feature: only choices[0] */
+    CRB_FLAG_COMPAT_ANY,     /* setting of an absent feature: any value, no effect */
+    CRB_FLAG_COMPAT_ANYBOOL, /* boolean setting of an absent feature: true or false, no effect */
 } crb_flag_type;
 
 typedef struct crb_flag {

@@ -1,6 +1,6 @@
 /*
- * admin_http.c - /metrics, /health, /get_all_segments, /query_key on
- * libmicrohttpd (see admin_http.h).
+ * admin_http.c - the master's admin port (/metrics, /health and Mooncake's
+ * admin paths) on libmicrohttpd (see admin_http.h).
  *
  * Design: as in mdserver/http_server.c, the shared wrapper (httpd/mhd_server.h)
  * gates connections until their request head is complete and MHD serves
@@ -8,7 +8,8 @@
  * deadline, so slow clients cannot take /health away; every request is answered on its
  * first callback: these are bodiless GETs, so nothing is buffered per
  * request. The handler builds the body in a crk_text (or a jansson value,
- * serialized compactly) through the daemon's callback and hands the bytes to
+ * serialized compactly) through the daemon's callback, found in one table
+ * of paths (ROUTES: path, callback, parameter, content type), and hands the bytes to
  * MHD without copying (MHD frees them). A failing callback's partial output
  * is dropped and replaced by a JSON error naming the status, with the detail
  * the callback recorded through crb_error on this same worker thread. Bytes
@@ -22,6 +23,8 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,40 +200,86 @@ static enum MHD_Result send_json(struct MHD_Connection *conn, unsigned int statu
     return send_text(conn, status, &t, content_type);
 }
 
-/* {"error": name, "code": rc, "message": text} with the given HTTP status. */
+/* Mooncake's and crescent's error fields with the given HTTP status. */
 static enum MHD_Result send_error(struct MHD_Connection *conn, unsigned int status, int rc,
                                   const char *message)
 {
-    json_t *j = json_pack("{s:s, s:i, s:o*}", "error", cr_status_name(rc), "code", rc, "message",
-                          crk_admin_json_text(message));
+    json_t *j = json_pack("{s:b, s:i, s:o*, s:s, s:i, s:o*}", "success", 0, "error_code", rc,
+                          "error_message", crk_admin_json_text(message), "error",
+                          cr_status_name(rc), "code", rc, "message", crk_admin_json_text(message));
     return send_json(conn, status, j, CRK_ADMIN_JSON_TYPE);
+}
+
+typedef int (*arg_fn)(void *ctx, const char *arg, crk_admin_reply *reply);
+typedef int (*plain_fn)(void *ctx, crk_admin_reply *reply);
+
+/* One path: its callback (one of the two shapes), parameter, content type. */
+typedef struct route {
+    const char *path;
+    size_t plain_off;  /* offset of a plain_fn in crk_admin_callbacks, or SIZE_MAX */
+    size_t arg_off;    /* offset of an arg_fn, or SIZE_MAX */
+    const char *param; /* required query parameter, or NULL */
+    const char *content_type;
+} route;
+
+#define PLAIN(path, member, type)                                                                  \
+    {                                                                                              \
+        path, offsetof(crk_admin_callbacks, member), SIZE_MAX, NULL, type                          \
+    }
+#define WITH_ARG(path, member, param, type)                                                        \
+    {                                                                                              \
+        path, SIZE_MAX, offsetof(crk_admin_callbacks, member), param, type                         \
+    }
+
+static const route ROUTES[] = {
+    PLAIN("/metrics", render_metrics, CRK_ADMIN_PROMETHEUS_TYPE),
+    PLAIN("/health", health, CRK_ADMIN_JSON_TYPE),
+    PLAIN("/get_all_segments", all_segments, CRK_ADMIN_TEXT_TYPE),
+    WITH_ARG("/query_key", query_key, "key", CRK_ADMIN_JSON_TYPE),
+    WITH_ARG("/metrics/summary", metrics_summary, NULL, CRK_ADMIN_TEXT_TYPE),
+    WITH_ARG("/get_all_keys", all_keys, NULL, CRK_ADMIN_TEXT_TYPE),
+    WITH_ARG("/get_segments_detail", segments_detail, NULL, CRK_ADMIN_JSON_TYPE),
+    WITH_ARG("/query_segment", query_segment, "segment", CRK_ADMIN_TEXT_TYPE),
+    WITH_ARG("/batch_query_keys", batch_query_keys, "keys", CRK_ADMIN_JSON_TYPE),
+    WITH_ARG("/role", role, NULL, "text/plain; charset=utf-8"),
+    WITH_ARG("/ha_status", ha_status, NULL, "text/plain; charset=utf-8"),
+    WITH_ARG("/leader", leader, NULL, CRK_ADMIN_JSON_TYPE),
+    WITH_ARG("/kv_events/status", kv_events, NULL, CRK_ADMIN_JSON_TYPE),
+    WITH_ARG("/api/v1/segments/status", segment_status, "segment", CRK_ADMIN_JSON_TYPE),
+};
+
+/* The route's callback (NULL when the daemon gave none). */
+static plain_fn plain_of(const crk_admin_callbacks *cb, const route *r)
+{
+    return r->plain_off == SIZE_MAX
+               ? NULL
+               : *(const plain_fn *)(const void *)((const char *)cb + r->plain_off);
+}
+
+static arg_fn arg_of(const crk_admin_callbacks *cb, const route *r)
+{
+    return r->arg_off == SIZE_MAX ? NULL
+                                  : *(const arg_fn *)(const void *)((const char *)cb + r->arg_off);
 }
 
 /* Run one endpoint callback and answer with its reply or its failure. */
 static enum MHD_Result run_callback(const crk_admin_http *s, struct MHD_Connection *conn,
-                                    const char *path, const char *key, const char *content_type)
+                                    const route *rt, const char *arg)
 {
-    crk_admin_reply reply = {.body = {0}, .json = NULL, .content_type = content_type};
-    int rc;
-    if (strcmp(path, "/metrics") == 0)
-        rc = s->cb.render_metrics(s->cb.ctx, &reply);
-    else if (strcmp(path, "/health") == 0)
-        rc = s->cb.health(s->cb.ctx, &reply);
-    else if (strcmp(path, "/get_all_segments") == 0)
-        rc = s->cb.all_segments(s->cb.ctx, &reply);
-    else
-        rc = s->cb.query_key(s->cb.ctx, key, &reply);
+    crk_admin_reply reply = {.body = {0}, .json = NULL, .content_type = rt->content_type};
+    plain_fn plain = plain_of(&s->cb, rt);
+    int rc = plain != NULL ? plain(s->cb.ctx, &reply) : arg_of(&s->cb, rt)(s->cb.ctx, arg, &reply);
     if (rc == 0 && reply.body.status != 0)
         rc = reply.body.status;
     if (rc > 0) /* a positive return is a contract violation: treat as internal */
-        rc = crb_error(CR_INTERNAL_ERROR, "admin http: %s callback returned %d", path, rc);
+        rc = crb_error(CR_INTERNAL_ERROR, "admin http: %s callback returned %d", rt->path, rc);
     if (rc != 0) {
         crk_text_free(&reply.body);
         json_decref(reply.json);
         return send_error(conn, http_status_of(rc), rc, cr_last_error_message());
     }
     if (reply.content_type == NULL)
-        reply.content_type = content_type;
+        reply.content_type = rt->content_type;
     if (reply.json != NULL) {
         crk_text_free(&reply.body);
         return send_json(conn, MHD_HTTP_OK, reply.json, reply.content_type);
@@ -242,15 +291,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **req_cls)
 {
+    (void)version;
+    (void)upload_data;
+    (void)upload_data_size;
+    (void)req_cls;
     const crk_admin_http *s = cls;
-    bool metrics = strcmp(url, "/metrics") == 0;
-    bool health = strcmp(url, "/health") == 0;
-    bool segments = strcmp(url, "/get_all_segments") == 0;
-    bool query = strcmp(url, "/query_key") == 0;
-    bool available = (metrics && s->cb.render_metrics != NULL) || health ||
-                     (segments && s->cb.all_segments != NULL) || (query && s->cb.query_key != NULL);
-
-    if (!available)
+    const route *rt = NULL;
+    for (size_t i = 0; i < sizeof(ROUTES) / sizeof(ROUTES[0]) && rt == NULL; i++)
+        if (strcmp(url, ROUTES[i].path) == 0)
+            rt = &ROUTES[i];
+    bool health = rt != NULL && strcmp(rt->path, "/health") == 0;
+    if (rt == NULL || (!health && plain_of(&s->cb, rt) == NULL && arg_of(&s->cb, rt) == NULL))
         return send_error(conn, MHD_HTTP_NOT_FOUND, CR_ERR_NOT_FOUND, "no such path");
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
         return send_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED, CR_ERR_INVALID_ARGUMENT,
@@ -259,20 +310,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (health && s->cb.health == NULL)
         return send_json(conn, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"),
                          CRK_ADMIN_JSON_TYPE);
-    const char *key = NULL;
-    if (query) {
-        size_t key_len = 0;
-        if (MHD_lookup_connection_value_n(conn, MHD_GET_ARGUMENT_KIND, "key", 3, &key, &key_len) !=
-                MHD_YES ||
-            key == NULL || key_len == 0)
+    const char *arg = NULL;
+    if (rt->param != NULL) {
+        size_t arg_len = 0;
+        if (MHD_lookup_connection_value_n(conn, MHD_GET_ARGUMENT_KIND, rt->param, strlen(rt->param),
+                                          &arg, &arg_len) != MHD_YES ||
+            arg == NULL || arg_len == 0) {
+            char msg[96];
+            snprintf(msg, sizeof(msg), "missing %s parameter (%s?%s=...)", rt->param, rt->path,
+                     rt->param);
+            return send_error(
+                conn, MHD_HTTP_BAD_REQUEST,
+                strcmp(rt->param, "segment") == 0 ? CR_INVALID_PARAMS : CR_INVALID_KEY, msg);
+        }
+        if (strlen(arg) != arg_len)
             return send_error(conn, MHD_HTTP_BAD_REQUEST, CR_INVALID_KEY,
-                              "missing key parameter (/query_key?key=...)");
-        if (strlen(key) != key_len)
-            return send_error(conn, MHD_HTTP_BAD_REQUEST, CR_INVALID_KEY,
-                              "key contains a NUL byte");
+                              "parameter contains a NUL byte");
     }
-    return run_callback(s, conn, url, key,
-                        metrics ? CRK_ADMIN_PROMETHEUS_TYPE : CRK_ADMIN_JSON_TYPE);
+    return run_callback(s, conn, rt, arg);
 }
 
 int crk_admin_http_start(const char *host, uint16_t port, const crk_admin_callbacks *cb,

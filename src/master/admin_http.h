@@ -1,12 +1,23 @@
 /*
  * admin_http.h - crescent-master's metrics and admin HTTP server.
  *
- * Endpoints (GET or HEAD; another method is 405, another path 404):
- *   /metrics                Prometheus text exposition 0.0.4
- *   /health                 JSON; {"status":"ok"} unless a callback says more
- *   /get_all_segments       JSON from the all_segments callback
- *   /query_key?key=K        JSON from the query_key callback; K is URL-decoded,
- *                           missing, empty or containing NUL is 400
+ * Endpoints (GET or HEAD; another method is 405, another path 404), with
+ * Mooncake's master paths and parameters (master_admin_service.cpp):
+ *   /metrics                    Prometheus text exposition 0.0.4
+ *   /metrics/summary            text from the metrics_summary callback
+ *   /health                     JSON; {"status":"ok"} unless a callback says more
+ *   /role, /ha_status           text from the role / ha_status callbacks
+ *   /leader, /kv_events/status  from the leader / kv_events callbacks
+ *   /api/v1/segments/status?segment=S  from the segment_status callback
+ *   /get_all_segments           from the all_segments callback
+ *   /get_all_keys               from the all_keys callback
+ *   /get_segments_detail        from the segments_detail callback
+ *   /query_key?key=K            from the query_key callback
+ *   /query_segment?segment=S    from the query_segment callback
+ *   /batch_query_keys?keys=L    from the batch_query_keys callback (L: the
+ *                               comma-separated list, as sent)
+ * Parameters are URL-decoded; a missing or empty one, or one containing
+ * NUL, is 400.
  *
  * The server knows nothing of the master's data: the daemon passes a
  * callbacks struct and a context. A callback appends its body to the
@@ -16,7 +27,9 @@
  *   CR_UNAVAILABLE_IN_CURRENT_STATUS, CR_ERR_SHUTDOWN              503
  *   anything else                                                  500
  * whatever it appended is then discarded and the body is
- * {"error": "<status name>", "code": <status>, "message": "<last error>"}.
+ * {"success": false, "error_code": <status>, "error_message": "<last error>",
+ *  "error": "<status name>", "code": <status>, "message": "<last error>"}
+ * (Mooncake's error fields first, crescent's after them).
  * A NULL callback makes its endpoint 404 ("/health" answers the default).
  *
  * Threading: callbacks run on the server's worker threads, possibly several
@@ -67,6 +80,18 @@ typedef struct crk_admin_callbacks {
     int (*all_segments)(void *ctx, crk_admin_reply *reply);
     /* /query_key: key is NUL-terminated, non-empty, URL-decoded. */
     int (*query_key)(void *ctx, const char *key, crk_admin_reply *reply);
+    /* The rest of Mooncake's paths; `arg` is the path's parameter (NULL for
+     * the ones without), NUL-terminated, non-empty, URL-decoded. */
+    int (*metrics_summary)(void *ctx, const char *arg, crk_admin_reply *reply);
+    int (*all_keys)(void *ctx, const char *arg, crk_admin_reply *reply);
+    int (*segments_detail)(void *ctx, const char *arg, crk_admin_reply *reply);
+    int (*query_segment)(void *ctx, const char *segment, crk_admin_reply *reply);
+    int (*batch_query_keys)(void *ctx, const char *keys, crk_admin_reply *reply);
+    int (*role)(void *ctx, const char *arg, crk_admin_reply *reply);
+    int (*ha_status)(void *ctx, const char *arg, crk_admin_reply *reply);
+    int (*leader)(void *ctx, const char *arg, crk_admin_reply *reply);
+    int (*kv_events)(void *ctx, const char *arg, crk_admin_reply *reply);
+    int (*segment_status)(void *ctx, const char *segment, crk_admin_reply *reply);
 } crk_admin_callbacks;
 
 typedef struct crk_admin_http crk_admin_http;
@@ -90,5 +115,7 @@ void crk_admin_http_stop(crk_admin_http *s);
 #define CRK_ADMIN_PROMETHEUS_TYPE "text/plain; version=0.0.4; charset=utf-8"
 /** Default content type of the other endpoints. */
 #define CRK_ADMIN_JSON_TYPE "application/json; charset=utf-8"
+/** Content type of Mooncake's plain-text admin answers (/get_all_keys, ...). */
+#define CRK_ADMIN_TEXT_TYPE "text/plain; version=0.0.4"
 
 #endif

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "master/auth.h"
 #include "master/tenants.h"
 
 #define CHUNK 256
@@ -487,14 +488,18 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
     }
     req = &in_tenant;
     const __typeof__(req->u) *u = &req->u;
-    rc = check_peer(peer, req);
+    rc = crk_auth_check(info, peer, req, resp); /* the shared secret first */
+    if (rc == 0)
+        rc = check_peer(peer, req);
     switch (rc == 0 ? req->op : 0) {
     case 0:
         break; /* refused by check_peer */
     case CRP_RPC_SERVICE_READY:
         rc = crp_rpc_check_version("client", u->hello.version);
-        resp->u.hello = (crp_rpc_hello_resp){CRP_RPC_VERSION, CRP_RPC_CAPS_DEFINED,
-                                             (char *)info->software, info->view_version};
+        resp->u.hello = (crp_rpc_hello_resp){.version = CRP_RPC_VERSION,
+                                             .caps = CRP_RPC_CAPS_DEFINED,
+                                             .software = (char *)info->software,
+                                             .view_version = info->view_version};
         break;
     case CRP_RPC_PING: {
         crk_heartbeat_info hi = {0};
@@ -657,6 +662,8 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
         rc = crb_error(CR_NOT_SUPPORTED, "opcode %u is not served", (unsigned)req->op);
         break;
     }
+    if (rc == 0)
+        crk_auth_prove(info, peer, req, resp);
     resp->status = rc;
     if (rc < 0 && req->op != CRP_RPC_SERVICE_READY)
         memset(&resp->u, 0, sizeof(resp->u));

@@ -7,6 +7,7 @@
 #define CRESCENT_MASTER_DISPATCH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "master/service.h"
@@ -33,6 +34,8 @@ void crk_scratch_free(crk_scratch *s);
 typedef struct crk_server_info {
     uint64_t view_version; /* changes when the master restarts */
     const char *software;  /* "crescent-master 0.1.0" */
+    const char *secret;    /* shared secret connections must prove (master/auth.h); NULL: none */
+    size_t secret_len;
 } crk_server_info;
 
 /*
@@ -44,12 +47,16 @@ typedef struct crk_server_info {
  * never disclosed to other connections (QUERY_SEGMENT answers the owner's
  * id only to the owner, zero otherwise), so an id is a 128-bit secret that
  * only its client holds: another client can neither learn it nor act as it.
- * (The master has no shared secret; with one, the binding is where it
- * would be checked.) One per connection; zero-initialise.
+ * With a shared secret (master/auth.h) nothing is served on a connection
+ * before it proved the secret, so the binding is also to a connection that
+ * holds the secret. One per connection; zero-initialise.
  */
 typedef struct crk_peer {
     crp_rpc_uuid client_id;
     bool bound;
+    bool authenticated;            /* proved the shared secret (master/auth.h) */
+    bool challenged;               /* nonce sent, answer outstanding */
+    uint8_t nonce[CRP_NONCE_SIZE]; /* the last server nonce */
 } crk_peer;
 
 /**

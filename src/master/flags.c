@@ -8,9 +8,9 @@
  * embedded crk_config (o->svc) directly: their defaults come from
  * crk_config_default and the rules between them from crk_config_validate,
  * both owned by the service, so there is no second copy of either here.
- * JSON scalars are turned into text first (numbers printed, booleans as
- * true/false), after a type check that keeps e.g. a JSON number out of a
- * string flag.
+ * Config-file scalars (master/conf_file.h: JSON or YAML) arrive as text with
+ * their kind; a type check keeps e.g. a JSON number out of a string flag,
+ * while YAML's untyped plain scalars go to the flag's own parser.
  *
  * Parsing argv: --help/--version short-circuit; then every argument is
  * resolved to (flag, value text), reporting unknown flags, missing values
@@ -18,10 +18,14 @@
  * are applied in order, and the service's checks run last. Everything
  * happens on a local copy that is written to the caller only on success.
  *
- * A few Mooncake flags name features crescent-master does not have (HA,
- * offload, multi-tenancy, the legacy disk tier, other allocators). They are
- * accepted at their default value, so unchanged deployment scripts work,
- * and refused with a clear message otherwise: never silently ignored.
+ * Mooncake's flags and config keys of features crescent-master does not
+ * have (HA, snapshots, offload, NVMe-oF, CXL, KV events, dynamic
+ * replication, tenant quotas, the task manager, glog) are in the table too:
+ * a switch is accepted at its off value and refused otherwise, a tuning knob
+ * of such a feature with any value; either way the name is recorded in
+ * o->unsupported so the daemon warns once that it has no effect. Unchanged
+ * deployment scripts and Mooncake's sample configs work; nothing is
+ * silently ignored.
  */
 #include "master/flags.h"
 
@@ -30,11 +34,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "base/error.h"
 #include "base/flagtab.h"
 #include "crescent/status.h"
+#include "master/conf_file.h"
+#include "master/flagfile.h"
 
 #define MS_PER_S     ((uint64_t)1000)
 #define MS_PER_HOUR  (3600 * MS_PER_S)
@@ -51,6 +55,7 @@ _Static_assert(sizeof(crk_alloc_strategy) == sizeof(int), "ENUM flags store an i
 static const char *const STRATEGIES[] = {"random", "free_ratio_first", "local_first", NULL};
 static const char *const ONLY_OFFSET[] = {"offset", NULL};
 static const char *const ONLY_EMPTY[] = {"", NULL};
+static const char *const ONLY_OFF[] = {"off", NULL};
 
 /* clang-format off */
 static const crb_flag FLAGS[] = {
@@ -111,22 +116,177 @@ static const crb_flag FLAGS[] = {
     {"put_start_release_timeout_sec", CRB_FLAG_DURATION, O(svc.put_start_release_timeout_ms), 0,
      MAX_DURATION, MS_PER_S, NULL, NULL,
      "space of a preempted or abandoned put is freed after this"},
+    {"shared_secret", CRB_FLAG_STRING, O(shared_secret), 0, 0, 0, NULL, "",
+     "secret every RPC connection must prove (HMAC challenge; default $CRESCENT_MASTER_SECRET, "
+     "which keeps it out of ps)"},
     {"cluster_id", CRB_FLAG_NONEMPTY, O(cluster_id), 0, 0, 0, NULL, "mooncake_cluster",
      "name of this store cluster (in /health, /metrics and the ready line)"},
     {"config_path", CRB_FLAG_PATH, O(config_path), 0, 0, 0, NULL, "",
-     "JSON file of flag values (the command line wins)"},
+     "JSON (.json) or YAML (.yaml, .yml) file of settings (the command line wins)"},
+    {"client_live_ttl_sec", CRB_FLAG_DURATION, O(svc.client_ttl_ms), 1, MAX_DURATION, MS_PER_S,
+     NULL, NULL, "Mooncake's config-file name of --client_ttl"},
     {"memory_allocator", CRB_FLAG_COMPAT_STR, NO_FIELD, 0, 0, 0, ONLY_OFFSET, NULL,
      "segment allocator (only offset)"},
+    {"root_fs_dir", CRB_FLAG_COMPAT_STR, NO_FIELD, 0, 0, 0, ONLY_EMPTY, NULL,
+     "legacy disk tier (not supported: empty only)"},
+    {"enable_disk_eviction", CRB_FLAG_COMPAT_ANYBOOL, NO_FIELD, 0, 0, 0, NULL, "true",
+     "eviction of the legacy disk tier (no such tier: no effect)"},
+    {"global_file_segment_size", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "size of the legacy disk tier (no such tier: no effect)"},
+    /* High availability (leader election, oplog, snapshots). */
     {"enable_ha", CRB_FLAG_COMPAT_BOOL, NO_FIELD, 0, 0, 0, NULL, NULL,
      "high availability (not supported: false only)"},
+    {"etcd_endpoints", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "etcd of high availability (not supported: no effect)"},
+    {"ha_backend_type", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "etcd",
+     "backend of high availability (not supported: no effect)"},
+    {"ha_backend_connstring", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "backend of high availability (not supported: no effect)"},
+    {"enable_oplog", CRB_FLAG_COMPAT_BOOL, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "HA oplog replication (not supported: false only)"},
+    {"oplog_poll_interval_ms", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "1000",
+     "HA oplog (not supported: no effect)"},
+    {"oplog_batch_max_entries", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "1024",
+     "HA oplog (not supported: no effect)"},
+    {"batch_oplog_retry_timeout_sec", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "180",
+     "HA oplog (not supported: no effect)"},
+    {"enable_snapshot", CRB_FLAG_COMPAT_BOOL, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "snapshots of the master's data (not supported: false only)"},
+    {"enable_snapshot_restore", CRB_FLAG_COMPAT_BOOL, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "restore from a snapshot (not supported: false only)"},
+    {"snapshot_backup_dir", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "snapshots (not supported: no effect)"},
+    {"snapshot_interval_seconds", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "snapshots (not supported: no effect)"},
+    {"snapshot_child_timeout_seconds", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "snapshots (not supported: no effect)"},
+    {"snapshot_retention_count", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "snapshots (not supported: no effect)"},
+    {"snapshot_object_store_type", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "snapshots (not supported: no effect)"},
+    {"snapshot_payload_store_type", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "snapshots (not supported: no effect)"},
+    {"snapshot_payload_backend_type", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "snapshots (not supported: no effect)"},
+    {"snapshot_catalog_store_type", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "snapshots (not supported: no effect)"},
+    {"snapshot_catalog_backend_type", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "snapshots (not supported: no effect)"},
+    {"snapshot_catalog_store_connstring", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "snapshots (not supported: no effect)"},
+    {"snapshot_catalog_backend_connstring", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "snapshots (not supported: no effect)"},
+    /* SSD offload and promotion. */
     {"enable_offload", CRB_FLAG_COMPAT_BOOL, NO_FIELD, 0, 0, 0, NULL, NULL,
      "SSD offload (not supported: false only)"},
     {"offload_on_evict", CRB_FLAG_COMPAT_BOOL, NO_FIELD, 0, 0, 0, NULL, NULL,
      "offload on eviction (not supported: false only)"},
+    {"offload_force_evict", CRB_FLAG_COMPAT_BOOL, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "forced offload on eviction (not supported: false only)"},
+    {"offloading_queue_limit", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "50000",
+     "SSD offload (not supported: no effect)"},
+    {"offload_cap_ratio", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "0.5",
+     "SSD offload (not supported: no effect)"},
+    {"promotion_on_hit", CRB_FLAG_COMPAT_BOOL, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "promotion of offloaded objects (not supported: false only)"},
+    {"promotion_admission_threshold", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "2",
+     "promotion (not supported: no effect)"},
+    {"promotion_queue_limit", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "50000",
+     "promotion (not supported: no effect)"},
+    {"promotion_max_per_heartbeat", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "1",
+     "promotion (not supported: no effect)"},
+    /* NVMe-oF segments. */
+    {"nof_eviction_ratio", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "NVMe-oF segments (not supported: no effect)"},
+    {"nof_eviction_high_watermark_ratio", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "NVMe-oF segments (not supported: no effect)"},
+    {"nof_heartbeat_interval_sec", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "NVMe-oF segments (not supported: no effect)"},
+    {"nof_heartbeat_probe_timeout_ms", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "NVMe-oF segments (not supported: no effect)"},
+    {"nof_heartbeat_failures_threshold", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "NVMe-oF segments (not supported: no effect)"},
+    /* CXL memory. */
+    {"enable_cxl", CRB_FLAG_COMPAT_BOOL, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "CXL memory (not supported: false only)"},
+    {"cxl_path", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "CXL memory (not supported: no effect)"},
+    {"cxl_size", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "CXL memory (not supported: no effect)"},
+    /* Dynamic replication. */
+    {"dynamic_replication_mode", CRB_FLAG_COMPAT_STR, NO_FIELD, 0, 0, 0, ONLY_OFF, NULL,
+     "dynamic replica fan-out (not supported: off only)"},
+    {"dynamic_replication_heat_window_seconds", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL,
+     "10", "dynamic replication (not supported: no effect)"},
+    {"dynamic_replication_admission_qps_threshold", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL,
+     "0.8", "dynamic replication (not supported: no effect)"},
+    {"dynamic_replication_max_memory_replicas", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL,
+     "2", "dynamic replication (not supported: no effect)"},
+    /* KV events (ZeroMQ publisher). */
+    {"enable_kv_events", CRB_FLAG_COMPAT_BOOL, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "KV event publishing (not supported: false only)"},
+    {"kv_events_bind_endpoint", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "KV events (not supported: no effect)"},
+    {"kv_events_model_name", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "KV events (not supported: no effect)"},
+    {"kv_events_backend_id", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "KV events (not supported: no effect)"},
+    {"kv_events_tenant_id", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "default",
+     "KV events (not supported: no effect)"},
+    {"kv_events_additional_salt", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "KV events (not supported: no effect)"},
+    {"kv_events_lora_name", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "KV events (not supported: no effect)"},
+    {"kv_events_block_size", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "0",
+     "KV events (not supported: no effect)"},
+    {"kv_events_dp_rank", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "0",
+     "KV events (not supported: no effect)"},
+    {"kv_events_emit_legacy_compat", CRB_FLAG_COMPAT_ANYBOOL, NO_FIELD, 0, 0, 0, NULL, "true",
+     "KV events (not supported: no effect)"},
+    {"kv_events_emit_object_key", CRB_FLAG_COMPAT_ANYBOOL, NO_FIELD, 0, 0, 0, NULL, "true",
+     "KV events (not supported: no effect)"},
+    {"kv_events_queue_capacity", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "65536",
+     "KV events (not supported: no effect)"},
+    /* Multi-tenancy quotas (crescent's tenants are namespaces without quotas). */
     {"enable_multi_tenants", CRB_FLAG_COMPAT_BOOL, NO_FIELD, 0, 0, 0, NULL, NULL,
-     "tenants (not supported: false only)"},
-    {"root_fs_dir", CRB_FLAG_COMPAT_STR, NO_FIELD, 0, 0, 0, ONLY_EMPTY, NULL,
-     "legacy disk tier (not supported: empty only)"},
+     "tenant quotas (not supported: false only)"},
+    {"tenant_quota_connector_type", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "file",
+     "tenant quotas (not supported: no effect)"},
+    {"tenant_quota_connector_uri", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "tenant quotas (not supported: no effect)"},
+    {"quota_bytes", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "0",
+     "tenant quotas (not supported: no effect)"},
+    /* Kubernetes identity (only used by Mooncake's HA views). */
+    {"pod_name", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "pod identity of HA views (not used by crescent: no effect)"},
+    {"pod_namespace", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "pod identity of HA views (not used by crescent: no effect)"},
+    /* The task manager (drain jobs). */
+    {"max_total_finished_tasks", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "10000",
+     "task manager (not supported: no effect)"},
+    {"max_total_pending_tasks", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "10000",
+     "task manager (not supported: no effect)"},
+    {"max_total_processing_tasks", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "10000",
+     "task manager (not supported: no effect)"},
+    {"pending_task_timeout_sec", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "300",
+     "task manager (not supported: no effect)"},
+    {"processing_task_timeout_sec", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "300",
+     "task manager (not supported: no effect)"},
+    {"max_retry_attempts", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "10",
+     "task manager (not supported: no effect)"},
+    /* glog's flags (crescent logs to stderr; the level is CRESCENT_LOG). */
+    {"log_dir", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "glog (crescent logs to stderr: no effect)"},
+    {"v", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "glog verbosity (set CRESCENT_LOG=debug instead: no effect)"},
+    {"minloglevel", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "glog level (set CRESCENT_LOG instead: no effect)"},
+    {"stderrthreshold", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "glog (crescent logs to stderr: no effect)"},
+    {"logtostderr", CRB_FLAG_COMPAT_ANYBOOL, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "glog (crescent logs to stderr: no effect)"},
+    {"alsologtostderr", CRB_FLAG_COMPAT_ANYBOOL, NO_FIELD, 0, 0, 0, NULL, NULL,
+     "glog (crescent logs to stderr: no effect)"},
 };
 /* clang-format on */
 
@@ -184,84 +344,90 @@ int crk_master_options_set(crk_master_options *o, const char *name, const char *
     return rc;
 }
 
-/* Apply one JSON member; ctx already names the file. */
-static int apply_json(crk_master_options *o, const char *path, const char *key, json_t *val)
+static bool is_unsupported(const crb_flag *f)
+{
+    return f->type == CRB_FLAG_COMPAT_BOOL || f->type == CRB_FLAG_COMPAT_STR ||
+           f->type == CRB_FLAG_COMPAT_ANY || f->type == CRB_FLAG_COMPAT_ANYBOOL;
+}
+
+/* Remember that an unsupported feature's setting was given (once per name). */
+static void note_unsupported(crk_master_options *o, const crb_flag *f)
+{
+    if (!is_unsupported(f))
+        return;
+    for (size_t i = 0; i < o->n_unsupported; i++)
+        if (strcmp(o->unsupported[i], f->name) == 0)
+            return;
+    if (o->n_unsupported < CRK_FLAG_UNSUPPORTED_MAX)
+        o->unsupported[o->n_unsupported++] = f->name;
+}
+
+const char *crk_master_flag_help(const char *name)
+{
+    const crb_flag *f = name != NULL ? crb_flag_find(&TABLE, name, strlen(name)) : NULL;
+    return f != NULL ? f->help : NULL;
+}
+
+/* Apply one config-file entry; messages name the file, line and key. */
+static int apply_entry(crk_master_options *o, const char *path, const crk_conf_entry *e)
 {
     char ctx[CONTEXT_BUF];
-    char text[64];
-    const char *value = text;
+    const char *key = e->key;
+    char where[CONTEXT_BUF / 2];
+    if (e->line > 0)
+        snprintf(where, sizeof(where), "%s:%d", path, e->line);
+    else
+        snprintf(where, sizeof(where), "%s", path);
 
     const crb_flag *f = crb_flag_find(&TABLE, key, strlen(key));
-    if (f == NULL || is_action(key))
-        return crb_error(CR_INVALID_PARAMS, "config '%s': unknown key '%s'", path, key);
+    if (f == NULL || is_action(key) || strchr(key, '-') != NULL)
+        return crb_error(CR_INVALID_PARAMS, "%s: unknown key '%s'", where, key);
     if (f->type == CRB_FLAG_PATH)
-        return crb_error(CR_INVALID_PARAMS,
-                         "config '%s': key '%s' is only accepted on the command line", path, key);
+        return crb_error(CR_INVALID_PARAMS, "%s: key '%s' is only accepted on the command line",
+                         where, key);
 
+    bool is_bool = crb_flag_is_bool(f);
+    bool any = f->type == CRB_FLAG_COMPAT_ANY;
     bool stringish = f->type == CRB_FLAG_STRING || f->type == CRB_FLAG_NONEMPTY ||
                      f->type == CRB_FLAG_ENUM || f->type == CRB_FLAG_COMPAT_STR;
-    switch (json_typeof(val)) {
-    case JSON_STRING:
-        value = json_string_value(val);
-        if (strlen(value) != json_string_length(val))
-            return crb_error(CR_INVALID_PARAMS, "config '%s': key '%s' contains a NUL byte", path,
-                             key);
+    switch (e->kind) {
+    case CRK_CONF_STRING:
+    case CRK_CONF_PLAIN:
         break;
-    case JSON_TRUE:
-    case JSON_FALSE:
-        if (!crb_flag_is_bool(f))
-            return crb_error(CR_INVALID_PARAMS, "config '%s': key '%s' must not be a boolean", path,
-                             key);
-        snprintf(text, sizeof(text), "%s", json_is_true(val) ? "true" : "false");
+    case CRK_CONF_BOOL:
+        if (!is_bool && !any)
+            return crb_error(CR_INVALID_PARAMS, "%s: key '%s' must not be a boolean", where, key);
         break;
-    case JSON_INTEGER:
-        if (stringish || crb_flag_is_bool(f))
-            return crb_error(CR_INVALID_PARAMS, "config '%s': key '%s' must be a %s", path, key,
-                             crb_flag_is_bool(f) ? "boolean" : "string");
-        snprintf(text, sizeof(text), "%" JSON_INTEGER_FORMAT, json_integer_value(val));
+    case CRK_CONF_INT:
+        if ((stringish || is_bool) && !any)
+            return crb_error(CR_INVALID_PARAMS, "%s: key '%s' must be a %s", where, key,
+                             is_bool ? "boolean" : "string");
         break;
-    case JSON_REAL:
-        if (f->type != CRB_FLAG_RATIO)
-            return crb_error(CR_INVALID_PARAMS, "config '%s': key '%s' must be %s", path, key,
-                             stringish             ? "a string"
-                             : crb_flag_is_bool(f) ? "a boolean"
-                                                   : "an integer");
-        snprintf(text, sizeof(text), "%.17g", json_real_value(val));
+    case CRK_CONF_REAL:
+        if (f->type != CRB_FLAG_RATIO && !any)
+            return crb_error(CR_INVALID_PARAMS, "%s: key '%s' must be %s", where, key,
+                             stringish ? "a string"
+                             : is_bool ? "a boolean"
+                                       : "an integer");
         break;
-    default:
-        return crb_error(CR_INVALID_PARAMS,
-                         "config '%s': key '%s' must be a string, number or boolean", path, key);
+    case CRK_CONF_NULL:
+        return crb_error(CR_INVALID_PARAMS, "%s: key '%s' must not be null", where, key);
     }
-    snprintf(ctx, sizeof(ctx), "config '%s': key '%s' = %s", path, key, value);
-    return crb_flag_set_value(f, o, value, ctx);
+    snprintf(ctx, sizeof(ctx), "%s: key '%s' = %s", where, key, e->value);
+    int rc = crb_flag_set_value(f, o, e->value, ctx);
+    if (rc == 0)
+        note_unsupported(o, f);
+    return rc;
 }
 
 /* Apply the file over *o without the cross-flag checks (the caller runs them). */
 static int load_file(crk_master_options *o, const char *path)
 {
-    json_error_t err;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
-    if (root == NULL) {
-        if (err.line <= 0)
-            return crb_error(CR_INVALID_PARAMS, "config '%s': %s", path, err.text);
-        return crb_error(CR_INVALID_PARAMS, "config '%s': line %d column %d: %s", path, err.line,
-                         err.column, err.text);
-    }
-    int rc = 0;
-    if (!json_is_object(root)) {
-        rc = crb_error(CR_INVALID_PARAMS, "config '%s': the top level must be a JSON object", path);
-        goto decref_root;
-    }
-    const char *key;
-    json_t *val;
-    json_object_foreach(root, key, val)
-    {
-        rc = apply_json(o, path, key, val);
-        if (rc != 0)
-            break;
-    }
-decref_root:
-    json_decref(root);
+    crk_conf_list l = {0};
+    int rc = crk_conf_read_file(path, &l);
+    for (size_t i = 0; rc == 0 && i < l.n; i++)
+        rc = apply_entry(o, path, &l.v[i]);
+    crk_conf_list_free(&l);
     return rc;
 }
 
@@ -278,12 +444,29 @@ int crk_master_options_load_file(crk_master_options *o, const char *path)
     return rc;
 }
 
+static int parse_expanded(int argc, char *const argv[], crk_master_options *out);
+
 int crk_master_options_parse(int argc, char *const argv[], crk_master_options *out)
+{
+    if (argc < 0 || (argc > 0 && argv == NULL) || out == NULL)
+        return crb_error(CR_INVALID_PARAMS, "crk_master_options_parse: bad arguments");
+    /* --help / --version answer without reading any file. */
+    static const char *const actions[] = {"help", "h", "version", NULL};
+    if (crb_flags_present(argc, argv, actions))
+        return parse_expanded(argc, argv, out);
+    crk_args a = {0};
+    int rc = crk_flagfile_expand(argc, argv, &a);
+    if (rc == 0)
+        rc = parse_expanded(a.argc, a.argv, out);
+    crk_args_free(&a);
+    return rc;
+}
+
+/* The command line after --flagfile expansion. */
+static int parse_expanded(int argc, char *const argv[], crk_master_options *out)
 {
     crk_master_options o;
     crk_master_options_defaults(&o);
-    if (argc < 0 || (argc > 0 && argv == NULL) || out == NULL)
-        return crb_error(CR_INVALID_PARAMS, "crk_master_options_parse: bad arguments");
 
     /* --help / --version win over everything else, even over bad flags. */
     static const char *const help[] = {"help", "h", NULL};
@@ -308,6 +491,8 @@ int crk_master_options_parse(int argc, char *const argv[], crk_master_options *o
         rc = load_file(&o, config);
     if (rc == 0)
         rc = crb_flags_apply(&o, as, n);
+    for (size_t k = 0; rc == 0 && k < n; k++)
+        note_unsupported(&o, as[k].f);
     if (rc == 0)
         rc = check_cross(&o);
     free(as);
@@ -326,7 +511,8 @@ void crk_master_options_usage(FILE *f, const char *argv0)
             "crescent-master: metadata service of the crescent KV store (Mooncake-compatible\n"
             "flags). Flags may also be written -flag=value or --flag value; booleans as --flag,\n"
             "--noflag or --flag=true|false. Durations take ms, s, m or h (500ms, 5s, 30m, 1h);\n"
-            "a bare number is in the unit shown. The command line overrides --config_path.\n"
+            "a bare number is in the unit shown. The command line overrides --config_path;\n"
+            "--flagfile=FILE reads more flags from FILE, one per line.\n"
             "\n",
             argv0 != NULL ? argv0 : "crescent-master");
     crb_flags_usage(f, &TABLE, &d);

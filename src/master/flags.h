@@ -7,6 +7,11 @@
  * then the command line, wherever --config_path appears on it; a flag given
  * twice on the command line takes its last value.
  *
+ * The file is JSON (".json") or YAML (".yaml", ".yml"), a flat mapping of
+ * Mooncake's setting names to scalars (master/conf_file.h); its keys are
+ * the flags' names plus Mooncake's file-only aliases (client_live_ttl_sec).
+ * An unknown key or a bad value is refused naming the file, line and key.
+ *
  * Syntax: --flag=value, --flag value, -flag=value, -flag value; '-' and '_'
  * are interchangeable inside names (--rpc-port). Booleans: --flag alone is
  * true, --noflag is false, --flag=true|false|1|0|yes|no (any case); a
@@ -42,9 +47,11 @@
 
 #include "master/service.h"
 
-#define CRK_FLAG_HOST_MAX 256
-#define CRK_FLAG_NAME_MAX 256
-#define CRK_FLAG_PATH_MAX 4096
+#define CRK_FLAG_HOST_MAX        256
+#define CRK_FLAG_NAME_MAX        256
+#define CRK_FLAG_PATH_MAX        4096
+#define CRK_FLAG_UNSUPPORTED_MAX 128
+#define CRK_FLAG_SECRET_MAX      256
 
 typedef struct crk_master_options {
     /* RPC server */
@@ -76,9 +83,20 @@ typedef struct crk_master_options {
      * disagree. */
     crk_config svc;
 
+    /* Shared secret RPC connections must prove (master/auth.h): --shared_secret,
+     * else $CRESCENT_MASTER_SECRET (the daemon reads it); "" = none. */
+    char shared_secret[CRK_FLAG_SECRET_MAX];
+
     /* Cluster */
     char cluster_id[CRK_FLAG_NAME_MAX];  /* --cluster_id: "mooncake_cluster" */
     char config_path[CRK_FLAG_PATH_MAX]; /* --config_path: "" (none) */
+
+    /* Mooncake settings of features crescent-master lacks that were given
+     * at a value it accepts (the feature's off/default value, or any value
+     * of one of its tuning knobs): the caller warns once for each. The
+     * names are the flag table's (static); at most CRK_FLAG_UNSUPPORTED_MAX. */
+    const char *unsupported[CRK_FLAG_UNSUPPORTED_MAX];
+    size_t n_unsupported;
 
     /* Actions for the caller */
     bool show_help;    /* --help / -h */
@@ -98,6 +116,12 @@ void crk_master_options_defaults(crk_master_options *o);
 int crk_master_options_parse(int argc, char *const argv[], crk_master_options *out);
 
 /**
+ * The help text of flag `name` (for warnings about an unsupported
+ * setting), or NULL when there is no such flag.
+ */
+const char *crk_master_flag_help(const char *name);
+
+/**
  * Set one flag by name from text, exactly as "--name=value" would, then
  * re-check the cross-flag rules. For embedding and tests. On failure *o is
  * untouched. "config_path", "help" and "version" are not settable here.
@@ -105,7 +129,7 @@ int crk_master_options_parse(int argc, char *const argv[], crk_master_options *o
 int crk_master_options_set(crk_master_options *o, const char *name, const char *value);
 
 /**
- * Apply a JSON config file over *o (keys are flag names). Unknown keys,
+ * Apply a JSON or YAML config file over *o (keys are flag names). Unknown keys,
  * values of the wrong type or out of range, and unreadable or malformed
  * files are CR_INVALID_PARAMS naming the file, and the key or line/column.
  * On failure *o is untouched.

@@ -90,17 +90,26 @@ static void bad_at(const char *mention, const char *file, int line, const char *
 #define BAD(mention, ...) bad_at((mention), __FILE__, __LINE__, __VA_ARGS__, (const char *)NULL)
 #define OK(...)           ok(__VA_ARGS__, (const char *)NULL)
 
+/* A temporary config file named *ext with the given content; returns its
+ * path (static buffer, one per extension). */
+static const char *write_config_ext(const char *text, const char *ext)
+{
+    static char paths[2][64];
+    char *path = paths[strcmp(ext, ".json") == 0 ? 0 : 1];
+    assert_true(strlen(ext) < 16);
+    snprintf(path, 64, "/tmp/crk_flags_test_XXXXXX%s", ext);
+    int fd = mkstemps(path, (int)strlen(ext));
+    assert_true(fd >= 0);
+    size_t n = strlen(text);
+    assert_int_equal(write(fd, text, n), (ssize_t)n);
+    close(fd);
+    return path;
+}
+
 /* A temporary JSON file with the given content; returns its path (static buffer). */
 static const char *write_config(const char *json)
 {
-    static char path[64];
-    snprintf(path, sizeof(path), "/tmp/crk_flags_test_XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    size_t n = strlen(json);
-    assert_int_equal(write(fd, json, n), (ssize_t)n);
-    close(fd);
-    return path;
+    return write_config_ext(json, ".json");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -611,14 +620,19 @@ static void bad_config_at(const char *json, const char *mention, const char *fil
 static void test_config_errors(void **state)
 {
     (void)state;
-    BAD_CONFIG("{\"rpc_port\": 6000,}", "line 1");
-    BAD_CONFIG("{\n\"rpc_port\": 6000\n\"x\": 1}", "line 3");
+    BAD_CONFIG("{\"rpc_port\": 6000,}", ":1:");
+    BAD_CONFIG("{\n\"rpc_port\": 6000\n\"x\": 1}", ":3:");
     BAD_CONFIG("", NULL);
     BAD_CONFIG("[1, 2]", "JSON object");
     BAD_CONFIG("\"rpc_port\"", NULL);
     BAD_CONFIG("{\"rpc_port\": 1, \"rpc_port\": 2}", "rpc_port");
     BAD_CONFIG("{\"rpc_porta\": 1}", "unknown key 'rpc_porta'");
-    BAD_CONFIG("{\"etcd_endpoints\": \"\"}", "unknown key 'etcd_endpoints'");
+    BAD_CONFIG("{\"etcd_endpoint\": \"\"}", "unknown key 'etcd_endpoint'");
+    BAD_CONFIG("{\n  \"rpc_port\": 1,\n  \"rpc_porta\": 1\n}", ":3: unknown key 'rpc_porta'");
+    BAD_CONFIG("{\"rpc-port\": 1}", "unknown key 'rpc-port'");
+    BAD_CONFIG("{\"dynamic_replication_mode\": \"on\"}", "dynamic_replication_mode");
+    BAD_CONFIG("{\"enable_kv_events\": true}", "enable_kv_events");
+    BAD_CONFIG("{\"enable_snapshot\": true}", "not supported");
     BAD_CONFIG("{\"help\": true}", "unknown key 'help'");
     BAD_CONFIG("{\"config_path\": \"/x\"}", "command line");
     BAD_CONFIG("{\"rpc_port\": 65536}", "rpc_port");
@@ -663,6 +677,197 @@ static void test_config_errors(void **state)
     snprintf(arg, sizeof(arg), "--config_path=%s", path);
     BAD(path, arg, "--rpc_port=5");
     unlink(path);
+}
+
+/* ------------------------------------------------------------------------ */
+/* YAML files and Mooncake's sample configs                                 */
+/* ------------------------------------------------------------------------ */
+
+/* The keys and values of Mooncake's conf/master.yaml (its sample), in YAML. */
+static const char MOONCAKE_STYLE_YAML[] = "# a master config in Mooncake's layout\n"
+                                          "enable_metric_reporting: true\n"
+                                          "metrics_port: 9013\n"
+                                          "rpc_port: 50061\n"
+                                          "rpc_thread_num: 16\n"
+                                          "rpc_address: \"127.0.0.1\"\n"
+                                          "rpc_interface: \"\"\n"
+                                          "rpc_conn_timeout_seconds: 0\n"
+                                          "rpc_enable_tcp_no_delay: true\n"
+                                          "\n"
+                                          "default_kv_lease_ttl: 10000\n"
+                                          "default_kv_soft_pin_ttl: 1800000\n"
+                                          "max_kv_soft_pin_ttl: 86400000\n"
+                                          "allow_evict_soft_pinned_objects: true\n"
+                                          "eviction_ratio: 0.1\n"
+                                          "eviction_high_watermark_ratio: 1.0\n"
+                                          "dynamic_replication_mode: \"off\"\n"
+                                          "dynamic_replication_heat_window_seconds: 10\n"
+                                          "dynamic_replication_admission_qps_threshold: 0.8\n"
+                                          "dynamic_replication_max_memory_replicas: 2\n"
+                                          "enable_multi_tenants: false\n"
+                                          "tenant_quota_connector_type: \"file\"\n"
+                                          "tenant_quota_connector_uri: \"\"\n"
+                                          "enable_ha: false\n"
+                                          "etcd_endpoints: \"http://localhost:2379\"\n"
+                                          "root_fs_dir: \"\"\n"
+                                          "cluster_id: \"yaml_cluster\"\n"
+                                          "memory_allocator: \"offset\"\n"
+                                          "client_live_ttl_sec: 60\n"
+                                          "enable_oplog: false\n"
+                                          "oplog_poll_interval_ms: 1000\n"
+                                          "batch_oplog_retry_timeout_sec: 180\n"
+                                          "enable_http_metadata_server: false\n"
+                                          "http_metadata_server_host: \"0.0.0.0\"\n"
+                                          "http_metadata_server_port: 8080\n";
+
+static void test_yaml_file(void **state)
+{
+    (void)state;
+    const char *path = write_config_ext(MOONCAKE_STYLE_YAML, ".yaml");
+    char arg[128];
+    snprintf(arg, sizeof(arg), "--config_path=%s", path);
+    crk_master_options o = OK(arg);
+    assert_int_equal(o.metrics_port, 9013);
+    assert_int_equal(o.rpc_port, 50061);
+    assert_int_equal(o.rpc_thread_num, 16);
+    assert_string_equal(o.rpc_address, "127.0.0.1");
+    assert_true(o.rpc_enable_tcp_no_delay);
+    assert_int_equal(o.svc.default_kv_lease_ttl_ms, 10000);
+    assert_int_equal(o.svc.default_kv_soft_pin_ttl_ms, 1800000);
+    assert_true(o.svc.eviction_ratio > 0.099 && o.svc.eviction_ratio < 0.101);
+    assert_true(o.svc.eviction_high_watermark_ratio > 0.999);
+    assert_string_equal(o.cluster_id, "yaml_cluster");
+    assert_int_equal(o.svc.client_ttl_ms, 60000); /* client_live_ttl_sec is --client_ttl */
+    /* Settings of absent features are recorded (one warning each), once. */
+    bool ha = false, etcd = false, dyn = false;
+    for (size_t i = 0; i < o.n_unsupported; i++) {
+        ha |= strcmp(o.unsupported[i], "enable_ha") == 0;
+        etcd |= strcmp(o.unsupported[i], "etcd_endpoints") == 0;
+        dyn |= strcmp(o.unsupported[i], "dynamic_replication_mode") == 0;
+        for (size_t j = 0; j < i; j++)
+            assert_string_not_equal(o.unsupported[i], o.unsupported[j]);
+    }
+    assert_true(ha && etcd && dyn);
+    assert_non_null(crk_master_flag_help("etcd_endpoints"));
+
+    /* The command line overrides the file, before or after --config_path. */
+    o = OK("--rpc_port=7001", arg, "--cluster_id=cli", "--client_ttl=5");
+    assert_int_equal(o.rpc_port, 7001);
+    assert_string_equal(o.cluster_id, "cli");
+    assert_int_equal(o.svc.client_ttl_ms, 5000);
+    assert_int_equal(o.metrics_port, 9013); /* the rest still from the file */
+    unlink(path);
+
+    /* .yml works; YAML words and quoted numbers go to the flags' parsers. */
+    path = write_config_ext("rpc_port: '6100'\nrpc_enable_tcp_no_delay: no\n"
+                            "default_kv_lease_ttl: 5s\n",
+                            ".yml");
+    snprintf(arg, sizeof(arg), "--config_path=%s", path);
+    o = OK(arg);
+    assert_int_equal(o.rpc_port, 6100);
+    assert_false(o.rpc_enable_tcp_no_delay);
+    assert_int_equal(o.svc.default_kv_lease_ttl_ms, 5000);
+    unlink(path);
+
+    /* An empty YAML file sets nothing. */
+    path = write_config_ext("# nothing\n", ".yaml");
+    snprintf(arg, sizeof(arg), "--config_path=%s", path);
+    o = OK(arg);
+    assert_int_equal(o.rpc_port, 50051);
+    unlink(path);
+}
+
+/* A bad YAML file fails with CR_INVALID_PARAMS naming the file and `mention`. */
+static void bad_yaml_at(const char *yaml, const char *mention, const char *file, int line)
+{
+    const char *path = write_config_ext(yaml, ".yaml");
+    char arg[128];
+    snprintf(arg, sizeof(arg), "--config_path=%s", path);
+    bad_at(path, file, line, arg, (const char *)NULL);
+    if (strstr(cr_last_error_message(), mention) == NULL) {
+        fprintf(stderr, "%s:%d: error message \"%s\" lacks \"%s\"\n", file, line,
+                cr_last_error_message(), mention);
+        _assert_true(0, "message names the key and line", file, line);
+    }
+    unlink(path);
+}
+
+#define BAD_YAML(yaml, mention) bad_yaml_at((yaml), (mention), __FILE__, __LINE__)
+
+static void test_yaml_errors(void **state)
+{
+    (void)state;
+    BAD_YAML("rpc_port: 1\n\nrpc_portx: 2\n", ".yaml:3: unknown key 'rpc_portx'");
+    BAD_YAML("rpc_port: 1\nrpc_port: 2\n", ":2: duplicate key 'rpc_port'");
+    BAD_YAML("a:\n  b: 1\n", "nested mapping");
+    BAD_YAML("rpc_port: [1, 2]\n", "sequence");
+    BAD_YAML("- 1\n- 2\n", "sequence");
+    BAD_YAML("x: &a 1\nrpc_port: *a\n", "alias");
+    BAD_YAML("rpc_port: 1\n---\nrpc_port: 2\n", "second YAML document");
+    BAD_YAML("rpc_port: 1\n  bad: [\n", ".yaml:");
+    BAD_YAML("metrics_port: 1\nrpc_port: seventy\n", ":2: key 'rpc_port' = seventy");
+    BAD_YAML("eviction_ratio: 1.5\n", "eviction_ratio");
+    BAD_YAML("enable_ha: true\n", ":1: key 'enable_ha'");
+    BAD_YAML("memory_allocator: cachelib\n", "memory_allocator");
+    BAD_YAML("config_path: /x\n", "command line");
+    BAD_YAML("just text\n", "mapping");
+
+    /* Another ending is refused (Mooncake picks the format by the name). */
+    const char *path = write_config_ext("rpc_port: 1\n", ".conf");
+    char arg[128];
+    snprintf(arg, sizeof(arg), "--config_path=%s", path);
+    BAD("unsupported config file format", arg);
+    unlink(path);
+}
+
+/* ------------------------------------------------------------------------ */
+/* --flagfile (gflags, as mooncake_master takes it)                         */
+/* ------------------------------------------------------------------------ */
+
+static void test_flagfile(void **state)
+{
+    (void)state;
+    char inner[64], outer[64], arg[96];
+    snprintf(inner, sizeof(inner), "%s", write_config_ext("--rpc_port=7100\n", ".flags"));
+    char text[256];
+    snprintf(text, sizeof(text),
+             "# Mooncake deployment flags\n\n  --cluster_id=from_file  \n--flagfile=%s\n"
+             "-eviction_ratio=0.2\n--metrics_port\n",
+             inner);
+    /* "--metrics_port" alone at the end takes the next command-line argument. */
+    snprintf(outer, sizeof(outer), "%s", write_config_ext(text, ".flagfile"));
+    snprintf(arg, sizeof(arg), "--flagfile=%s", outer);
+    crk_master_options o = OK(arg, "9100", "--rpc_port=7200");
+    assert_string_equal(o.cluster_id, "from_file");
+    assert_int_equal(o.metrics_port, 9100);
+    assert_int_equal(o.rpc_port, 7200); /* later on the command line wins */
+    assert_true(o.svc.eviction_ratio > 0.199 && o.svc.eviction_ratio < 0.201);
+    o = OK("--rpc_port=7200", "-flagfile", outer, "1");
+    assert_int_equal(o.rpc_port, 7100); /* the file's, expanded where it stands */
+    assert_int_equal(o.metrics_port, 1);
+
+    /* Refusals name the file and line. */
+    char bad[64];
+    snprintf(bad, sizeof(bad), "%s", write_config_ext("--rpc_port=1\nmaster.cpp\n", ".flags"));
+    snprintf(arg, sizeof(arg), "--flagfile=%s", bad);
+    snprintf(text, sizeof(text), "%s:2: 'master.cpp' is not a flag", bad);
+    BAD(text, arg);
+    BAD("--flagfile=/nonexistent/f: ", "--flagfile=/nonexistent/f");
+    BAD("--flagfile needs a file", "--flagfile");
+    unlink(bad);
+    /* A file naming itself: the depth bound stops it. */
+    char self[64];
+    snprintf(self, sizeof(self), "%s", write_config_ext("", ".flags"));
+    snprintf(text, sizeof(text), "--flagfile=%s\n", self);
+    FILE *f = fopen(self, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    snprintf(arg, sizeof(arg), "--flagfile=%s", self);
+    BAD("nested more than", arg);
+    unlink(self);
+    unlink(inner);
+    unlink(outer);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -757,6 +962,9 @@ int main(void)
         cmocka_unit_test(test_cross_checks),
         cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_yaml_file),
+        cmocka_unit_test(test_yaml_errors),
+        cmocka_unit_test(test_flagfile),
         cmocka_unit_test(test_set),
         cmocka_unit_test(test_usage),
     };

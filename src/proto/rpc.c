@@ -610,17 +610,44 @@ static void enc_rq_hello(crp_mp_enc *e, const crp_rpc_req *m)
     crp_mp_enc_u64(e, "caps", r->caps);
     enc_uuid(e, "cid", &r->client_id);
     crp_mp_enc_str(e, "sw", r->software, CRP_RPC_MAX_SOFTWARE);
+    if (r->has_mac) {
+        crp_mp_enc_bin(e, "cn", r->client_nonce, CRP_NONCE_SIZE);
+        crp_mp_enc_bin(e, "mac", r->mac, CRP_MAC_SIZE);
+    }
+}
+
+/* An optional binary of exactly size bytes: absent leaves *has false. */
+static int get_opt_bin(dec *d, const char *f, const msgpack_object *v, size_t size, uint8_t *out,
+                       bool *has)
+{
+    *has = false;
+    if (v == NULL)
+        return 0;
+    const uint8_t *p;
+    int rc = crp_mp_get_bin_view(&d->c, f, v, size, &p);
+    if (rc == 0) {
+        memcpy(out, p, size);
+        *has = true;
+    }
+    return rc;
 }
 
 static int dec_rq_hello(dec *d, fields v, crp_rpc_req *m)
 {
     crp_rpc_hello_req *r = &m->u.hello;
     int rc;
+    bool has_cn = false;
     if ((rc = crp_mp_get_u32(&d->c, "v", v[1], &r->version)) != 0 ||
         (rc = crp_mp_get_u64(&d->c, "caps", v[2], &r->caps)) != 0 ||
-        (rc = get_uuid(&d->c, "cid", v[3], &r->client_id)) != 0)
+        (rc = get_uuid(&d->c, "cid", v[3], &r->client_id)) != 0 ||
+        (rc = get_str(d, "sw", v[4], CRP_RPC_MAX_SOFTWARE, &r->software)) != 0 ||
+        (rc = get_opt_bin(d, "cn", v[5], CRP_NONCE_SIZE, r->client_nonce, &has_cn)) != 0 ||
+        (rc = get_opt_bin(d, "mac", v[6], CRP_MAC_SIZE, r->mac, &r->has_mac)) != 0)
         return rc;
-    return get_str(d, "sw", v[4], CRP_RPC_MAX_SOFTWARE, &r->software);
+    if (has_cn != r->has_mac)
+        return crp_mp_fail(MALFORMED, &d->c, has_cn ? "mac" : "cn",
+                           "is missing (cn and mac go together)");
+    return 0;
 }
 
 static void enc_rq_client(crp_mp_enc *e, const crp_rpc_req *m)
@@ -951,7 +978,7 @@ typedef struct req_shape {
 } req_shape;
 
 #define RQ_KEYS(shape, ...) static const char *const rq_keys_##shape[] = {"op", __VA_ARGS__}
-RQ_KEYS(hello, "v", "caps", "cid", "sw");
+RQ_KEYS(hello, "v", "caps", "cid", "sw", "cn", "mac");
 RQ_KEYS(client, "cid");
 RQ_KEYS(mount, "cid", "seg");
 RQ_KEYS(remount, "cid", "segs");
@@ -998,6 +1025,10 @@ static void enc_rs_hello(crp_mp_enc *e, const crp_rpc_resp *m)
     crp_mp_enc_u64(e, "caps", r->caps);
     crp_mp_enc_str(e, "sw", r->software, CRP_RPC_MAX_SOFTWARE);
     crp_mp_enc_u64(e, "view", r->view_version);
+    if (r->has_server_nonce)
+        crp_mp_enc_bin(e, "sn", r->server_nonce, CRP_NONCE_SIZE);
+    if (r->has_mac)
+        crp_mp_enc_bin(e, "smac", r->mac, CRP_MAC_SIZE);
 }
 
 static int dec_rs_hello(dec *d, fields v, crp_rpc_resp *m)
@@ -1006,9 +1037,12 @@ static int dec_rs_hello(dec *d, fields v, crp_rpc_resp *m)
     int rc;
     if ((rc = crp_mp_get_u32(&d->c, "v", v[3], &r->version)) != 0 ||
         (rc = crp_mp_get_u64(&d->c, "caps", v[4], &r->caps)) != 0 ||
-        (rc = get_str(d, "sw", v[5], CRP_RPC_MAX_SOFTWARE, &r->software)) != 0)
+        (rc = get_str(d, "sw", v[5], CRP_RPC_MAX_SOFTWARE, &r->software)) != 0 ||
+        (rc = crp_mp_get_u64(&d->c, "view", v[6], &r->view_version)) != 0 ||
+        (rc = get_opt_bin(d, "sn", v[7], CRP_NONCE_SIZE, r->server_nonce, &r->has_server_nonce)) !=
+            0)
         return rc;
-    return crp_mp_get_u64(&d->c, "view", v[6], &r->view_version);
+    return get_opt_bin(d, "smac", v[8], CRP_MAC_SIZE, r->mac, &r->has_mac);
 }
 
 static void enc_rs_ping(crp_mp_enc *e, const crp_rpc_resp *m)
@@ -1212,7 +1246,7 @@ typedef struct resp_shape {
 
 #define RS_KEYS(shape, ...)                                                                        \
     static const char *const rs_keys_##shape[] = {"op", "st", "msg", __VA_ARGS__}
-RS_KEYS(hello, "v", "caps", "sw", "view");
+RS_KEYS(hello, "v", "caps", "sw", "view", "sn", "smac");
 RS_KEYS(ping, "cs", "view", "fence");
 RS_KEYS(exist, "ex");
 RS_KEYS(statuses, "r");
@@ -1269,7 +1303,10 @@ int crp_rpc_req_encode(const crp_rpc_req *m, crp_buf *out)
     }
     const req_shape *s = &REQ_SHAPES[OPS[i].req];
     bool tenant = m->tenant != NULL && m->tenant[0] != '\0';
-    msgpack_pack_map(&e.pk, s->n_keys + (tenant ? 1 : 0));
+    size_t omitted = 0;
+    if (OPS[i].req == RQ_hello && !m->u.hello.has_mac) /* "cn" and "mac" are optional */
+        omitted = 2;
+    msgpack_pack_map(&e.pk, s->n_keys - omitted + (tenant ? 1 : 0));
     crp_mp_enc_u64(&e, "op", m->op);
     s->enc(&e, m);
     if (tenant)
@@ -1350,6 +1387,8 @@ int crp_rpc_resp_encode(const crp_rpc_resp *m, crp_buf *out)
         }
     }
     size_t n = 2 + (m->message != NULL ? 1 : 0) + (payload ? s->n_keys - RS_FIRST : 0);
+    if (payload && OPS[i].resp == RS_hello) /* its optional keys: written only when set */
+        n -= (m->u.hello.has_server_nonce ? 0 : 1) + (m->u.hello.has_mac ? 0 : 1);
     msgpack_pack_map(&e.pk, n);
     crp_mp_enc_u64(&e, "op", m->op);
     crp_mp_enc_i32(&e, "st", m->status);

@@ -39,7 +39,9 @@
  *              "lt": u64 lease token (optional: absent = 0, none)}
  *
  *   request shape    fields
- *   hello            "v": u32 protocol, "caps": u64, "cid": uuid, "sw": str software
+ *   hello            "v": u32 protocol, "caps": u64, "cid": uuid, "sw": str software,
+ *                    "cn": bin[16] client nonce + "mac": bin[32] proof (optional, both or
+ *                    neither: the shared-secret answer to the master's "sn")
  *   client           "cid"
  *   mount            "cid", "seg": segment
  *   remount          "cid", "segs": [segment] (<= CRP_RPC_MAX_SEGMENTS)
@@ -60,7 +62,10 @@
  *   none             (no fields)
  *
  *   reply shape      fields
- *   hello            "v": u32, "caps": u64, "sw": str, "view": u64 view version
+ *   hello            "v": u32, "caps": u64, "sw": str, "view": u64 view version,
+ *                    "sn": bin[16] server nonce (optional: a master with a shared
+ *                    secret asking for proof), "smac": bin[32] the master's proof
+ *                    (optional: answering a client's "mac")
  *   ping             "cs": u8 crp_rpc_client_status, "view": u64, "fence": u64 ms
  *                    (optional: absent = 0; the client's segments are fenced)
  *   exist            "ex": bool
@@ -252,6 +257,9 @@ typedef struct crp_rpc_hello_req {
     uint64_t caps;
     crp_rpc_uuid client_id;
     char *software; /* e.g. "crescent 0.1.0" */
+    bool has_mac;   /* the shared-secret answer (docs/WIRE.md, master secret) */
+    uint8_t client_nonce[CRP_NONCE_SIZE];
+    uint8_t mac[CRP_MAC_SIZE];
 } crp_rpc_hello_req;
 
 typedef struct crp_rpc_client_req {
@@ -386,6 +394,10 @@ typedef struct crp_rpc_hello_resp {
     uint64_t caps;
     char *software;
     uint64_t view_version;
+    bool has_server_nonce; /* the master asks for shared-secret proof */
+    uint8_t server_nonce[CRP_NONCE_SIZE];
+    bool has_mac; /* the master's proof */
+    uint8_t mac[CRP_MAC_SIZE];
 } crp_rpc_hello_resp;
 
 typedef struct crp_rpc_ping_resp {

@@ -182,6 +182,9 @@ static void fill_rq_hello(crp_rpc_req *m, int v)
     m->u.hello.caps = v == V_MAX ? UINT64_MAX : v == V_MIN ? 0 : CRP_RPC_CAPS_DEFINED;
     m->u.hello.client_id = sample_uuid(v);
     m->u.hello.software = v == V_MAX ? S_SW_MAX : v == V_MIN ? "" : "crescent 0.1.0";
+    m->u.hello.has_mac = v == V_MAX; /* the shared-secret answer: optional */
+    memset(m->u.hello.client_nonce, 0xC1, CRP_NONCE_SIZE);
+    memset(m->u.hello.mac, 0x3A, CRP_MAC_SIZE);
 }
 
 static void fill_rq_client(crp_rpc_req *m, int v)
@@ -345,6 +348,10 @@ static void fill_rs_hello(crp_rpc_resp *m, int v)
     m->u.hello.caps = v == V_MAX ? UINT64_MAX : v == V_MIN ? 0 : CRP_RPC_CAP_BATCH;
     m->u.hello.software = v == V_MAX ? S_SW_MAX : v == V_MIN ? "" : "crescent-master 0.1.0";
     m->u.hello.view_version = v == V_MAX ? UINT64_MAX : v == V_MIN ? 0 : 7;
+    m->u.hello.has_server_nonce = v == V_MAX; /* a shared-secret challenge: optional */
+    memset(m->u.hello.server_nonce, 0x5E, CRP_NONCE_SIZE);
+    m->u.hello.has_mac = v != V_MIN;
+    memset(m->u.hello.mac, 0x77, CRP_MAC_SIZE);
 }
 
 static void fill_rs_ping(crp_rpc_resp *m, int v)
@@ -565,6 +572,11 @@ static void eq_rq_hello(const crp_rpc_req *a, const crp_rpc_req *b)
     assert_true(a->u.hello.caps == b->u.hello.caps);
     eq_uuid(&a->u.hello.client_id, &b->u.hello.client_id);
     eq_str(a->u.hello.software, b->u.hello.software);
+    assert_int_equal(a->u.hello.has_mac, b->u.hello.has_mac);
+    if (a->u.hello.has_mac) {
+        assert_memory_equal(a->u.hello.client_nonce, b->u.hello.client_nonce, CRP_NONCE_SIZE);
+        assert_memory_equal(a->u.hello.mac, b->u.hello.mac, CRP_MAC_SIZE);
+    }
 }
 
 static void eq_rq_client(const crp_rpc_req *a, const crp_rpc_req *b)
@@ -704,6 +716,12 @@ static void eq_rs_hello(const crp_rpc_resp *a, const crp_rpc_resp *b)
     assert_true(a->u.hello.caps == b->u.hello.caps);
     eq_str(a->u.hello.software, b->u.hello.software);
     assert_true(a->u.hello.view_version == b->u.hello.view_version);
+    assert_int_equal(a->u.hello.has_server_nonce, b->u.hello.has_server_nonce);
+    if (a->u.hello.has_server_nonce)
+        assert_memory_equal(a->u.hello.server_nonce, b->u.hello.server_nonce, CRP_NONCE_SIZE);
+    assert_int_equal(a->u.hello.has_mac, b->u.hello.has_mac);
+    if (a->u.hello.has_mac)
+        assert_memory_equal(a->u.hello.mac, b->u.hello.mac, CRP_MAC_SIZE);
 }
 
 static void eq_rs_ping(const crp_rpc_resp *a, const crp_rpc_resp *b)
@@ -1235,7 +1253,7 @@ static void pack_mutated(msgpack_packer *pk, const msgpack_object *o, const targ
 
 static bool key_optional(const msgpack_object_kv *kv)
 {
-    static const char *const optional[] = {"msg", "spt", "fence", "lt"};
+    static const char *const optional[] = {"msg", "spt", "fence", "lt", "sn", "smac"};
     for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++) {
         size_t n = strlen(optional[i]);
         if (kv->key.via.str.size == n && memcmp(kv->key.via.str.ptr, optional[i], n) == 0)
@@ -1867,7 +1885,10 @@ static void test_version_check(void **state)
     /* A SERVICE_READY error reply still tells the client what the master speaks. */
     crp_rpc_resp r = {.op = CRP_RPC_SERVICE_READY, .status = CR_INVALID_VERSION};
     r.message = "client speaks RPC protocol version 9";
-    r.u.hello = (crp_rpc_hello_resp){CRP_RPC_VERSION, CRP_RPC_CAPS_DEFINED, "crescent-master", 4};
+    r.u.hello = (crp_rpc_hello_resp){.version = CRP_RPC_VERSION,
+                                     .caps = CRP_RPC_CAPS_DEFINED,
+                                     .software = "crescent-master",
+                                     .view_version = 4};
     crp_buf b = {0};
     crp_rpc_resp back;
     assert_int_equal(crp_rpc_resp_encode(&r, &b), 0);

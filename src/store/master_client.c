@@ -23,6 +23,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -55,6 +59,7 @@ struct crc_master {
     uint64_t view;
     uint64_t caps;
     char tenant[CRP_RPC_MAX_TENANT + 1]; /* "" = default (not sent) */
+    char *secret;                        /* CRESCENT_MASTER_SECRET at connect; NULL: none */
 };
 
 int crc_master_set_tenant(crc_master *m, const char *tenant)
@@ -274,6 +279,43 @@ static int decode_reply(const crp_header *h, const uint8_t *body, int op, crp_rp
     return 0;
 }
 
+/* The master's shared secret (docs/WIRE.md, "Master shared secret"): the
+ * proofs' labels, as the master's (src/master/auth.h). */
+#define AUTH_CLIENT_LABEL "crescent-master-client"
+#define AUTH_SERVER_LABEL "crescent-master-server"
+
+static void auth_mac(const char *secret, const char *label, const uint8_t a[CRP_NONCE_SIZE],
+                     const uint8_t b[CRP_NONCE_SIZE], uint8_t mac[CRP_MAC_SIZE])
+{
+    uint8_t msg[32 + 2 * CRP_NONCE_SIZE];
+    size_t ll = strlen(label);
+    memcpy(msg, label, ll);
+    memcpy(msg + ll, a, CRP_NONCE_SIZE);
+    memcpy(msg + ll + CRP_NONCE_SIZE, b, CRP_NONCE_SIZE);
+    unsigned int len = CRP_MAC_SIZE;
+    HMAC(EVP_sha256(), secret, (int)strlen(secret), msg, ll + 2 * CRP_NONCE_SIZE, mac, &len);
+}
+
+/* One SERVICE_READY request and its reply (*resp, to clear) on fd. */
+static int hello_round(int fd, const crp_rpc_req *hello, uint64_t deadline, crp_rpc_resp *resp)
+{
+    crp_buf frame = {0};
+    int rc = encode_frame(hello, &frame);
+    if (rc == 0) {
+        frame_set_id(&frame, 0);
+        rc = crb_write_full(fd, frame.data, frame.len, deadline);
+    }
+    crp_buf_free(&frame);
+    crp_header h;
+    uint8_t *rb = NULL;
+    if (rc == 0)
+        rc = read_frame(fd, &h, &rb, deadline);
+    if (rc == 0)
+        rc = decode_reply(&h, rb, CRP_RPC_SERVICE_READY, resp);
+    free(rb);
+    return rc;
+}
+
 /* Connect and handshake synchronously, then start the reader. Caller
  * holds lock and write_lock; m->fd < 0. */
 static int connect_locked(crc_master *m, int timeout_ms)
@@ -294,23 +336,38 @@ static int connect_locked(crc_master *m, int timeout_ms)
         return crb_error(fd == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL, "master %s:%u: %s",
                          m->host, (unsigned)m->port, cr_last_error_message());
     crp_rpc_req hello = {.op = CRP_RPC_SERVICE_READY};
-    hello.u.hello =
-        (crp_rpc_hello_req){CRP_RPC_VERSION, CRP_RPC_CAPS_DEFINED, m->client_id, "crescent 0.1.0"};
-    crp_buf frame = {0};
-    int rc = encode_frame(&hello, &frame);
-    if (rc == 0) {
-        frame_set_id(&frame, 0);
-        rc = crb_write_full(fd, frame.data, frame.len, deadline);
-    }
-    crp_buf_free(&frame);
-    crp_header h;
-    uint8_t *rb = NULL;
-    if (rc == 0)
-        rc = read_frame(fd, &h, &rb, deadline);
+    hello.u.hello = (crp_rpc_hello_req){.version = CRP_RPC_VERSION,
+                                        .caps = CRP_RPC_CAPS_DEFINED,
+                                        .client_id = m->client_id,
+                                        .software = "crescent 0.1.0"};
     crp_rpc_resp resp;
-    if (rc == 0)
-        rc = decode_reply(&h, rb, CRP_RPC_SERVICE_READY, &resp);
-    free(rb);
+    int rc = hello_round(fd, &hello, deadline, &resp);
+    if (rc == 0 && resp.status == CR_ERR_MASTER_AUTH_REQUIRED && resp.u.hello.has_server_nonce &&
+        m->secret != NULL) {
+        /* The master's challenge: answer it on the same connection. */
+        uint8_t server_nonce[CRP_NONCE_SIZE];
+        memcpy(server_nonce, resp.u.hello.server_nonce, CRP_NONCE_SIZE);
+        crp_rpc_resp_clear(&resp);
+        hello.u.hello.has_mac = true;
+        crb_random_bytes(hello.u.hello.client_nonce, CRP_NONCE_SIZE);
+        auth_mac(m->secret, AUTH_CLIENT_LABEL, server_nonce, hello.u.hello.client_nonce,
+                 hello.u.hello.mac);
+        rc = hello_round(fd, &hello, deadline, &resp);
+        if (rc == 0 && resp.status == 0) {
+            uint8_t want[CRP_MAC_SIZE];
+            auth_mac(m->secret, AUTH_SERVER_LABEL, hello.u.hello.client_nonce, server_nonce, want);
+            if (!resp.u.hello.has_mac || CRYPTO_memcmp(want, resp.u.hello.mac, CRP_MAC_SIZE) != 0)
+                resp.status = crb_error(CR_ERR_MASTER_AUTH_FAILED,
+                                        "master %s:%u did not prove the shared secret", m->host,
+                                        (unsigned)m->port);
+        }
+    } else if (rc == 0 && resp.status == 0 && m->secret != NULL) {
+        /* A master without the secret could be anyone: the engine refuses such peers too. */
+        resp.status = crb_error(CR_ERR_MASTER_AUTH_FAILED,
+                                "master %s:%u has no shared secret, but CRESCENT_MASTER_SECRET "
+                                "is set",
+                                m->host, (unsigned)m->port);
+    }
     if (rc < 0) {
         close(fd);
         return crb_error(rc == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL,
@@ -320,7 +377,10 @@ static int connect_locked(crc_master *m, int timeout_ms)
     rc = resp.status;
     if (rc == 0)
         rc = crp_rpc_check_version("master", resp.u.hello.version);
-    else
+    else if (rc == CR_ERR_MASTER_AUTH_REQUIRED)
+        crb_error(rc, "master %s:%u requires a shared secret: set CRESCENT_MASTER_SECRET", m->host,
+                  (unsigned)m->port);
+    else if (rc != CR_ERR_MASTER_AUTH_FAILED || resp.message != NULL)
         crb_error(rc, "master %s:%u refused the handshake: %s", m->host, (unsigned)m->port,
                   resp.message ? resp.message : cr_strerror(rc));
     m->view = resp.u.hello.view_version;
@@ -354,6 +414,11 @@ int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_
                          address ? address : "(null)");
     }
     m->client_id = client_id;
+    const char *secret = getenv("CRESCENT_MASTER_SECRET");
+    if (secret != NULL && secret[0] != '\0' && (m->secret = strdup(secret)) == NULL) {
+        free(m);
+        return crb_error(CR_ERR_NO_MEMORY, "master connection");
+    }
     m->fd = m->reader_fd = -1;
     m->next_id = 1;
     pthread_mutex_init(&m->lock, NULL);
@@ -504,5 +569,6 @@ void crc_master_close(crc_master *m)
     }
     pthread_mutex_destroy(&m->lock);
     pthread_mutex_destroy(&m->write_lock);
+    free(m->secret);
     free(m);
 }

@@ -7,6 +7,12 @@
  * requests are pipelined on the connection and a reader thread matches
  * replies to callers by request id. A broken connection fails the calls in
  * flight with CR_RPC_FAIL and is re-opened by the next call.
+ *
+ * Shared secret: when CRESCENT_MASTER_SECRET is set (read at connect), the
+ * handshake answers the master's challenge with it and checks the master's
+ * proof (docs/WIRE.md, "Master shared secret"); a master that asks for a
+ * secret the client lacks fails the connect with CR_ERR_MASTER_AUTH_REQUIRED,
+ * a wrong secret (either side) with CR_ERR_MASTER_AUTH_FAILED.
  */
 #ifndef CRESCENT_STORE_MASTER_CLIENT_H
 #define CRESCENT_STORE_MASTER_CLIENT_H
@@ -21,7 +27,8 @@ typedef struct crc_master crc_master;
  * Connect to "host:port" within timeout_ms and handshake. client_id is sent
  * in SERVICE_READY. On success *out owns the connection.
  * Errors: CR_ERR_INVALID_ARGUMENT (bad address), CR_RPC_FAIL (cannot reach
- * it), CR_RPC_TIMEOUT, CR_INVALID_VERSION.
+ * it), CR_RPC_TIMEOUT, CR_INVALID_VERSION, CR_ERR_MASTER_AUTH_REQUIRED,
+ * CR_ERR_MASTER_AUTH_FAILED.
  */
 int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_ms,
                        crc_master **out);

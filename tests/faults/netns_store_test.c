@@ -201,8 +201,8 @@ static bool master_lists(int i)
 {
     char *body = NULL;
     int st = tt_http_get(bed.addr[0], master.metrics_port, "/get_all_segments", &body);
-    char want[340];
-    snprintf(want, sizeof(want), "\"%s\"", clients[i].name);
+    char want[340]; /* Mooncake's format: one name per line */
+    snprintf(want, sizeof(want), "%s\n", clients[i].name);
     bool yes = st == 200 && body != NULL && strstr(body, want) != NULL;
     free(body);
     return yes;

@@ -688,8 +688,10 @@ static int conn_open(mb_conn *c)
     if (c->fd < 0)
         return c->fd;
     crp_rpc_req hello = {.op = CRP_RPC_SERVICE_READY};
-    hello.u.hello =
-        (crp_rpc_hello_req){CRP_RPC_VERSION, CRP_RPC_CAPS_DEFINED, c->cid, "crescent-bench"};
+    hello.u.hello = (crp_rpc_hello_req){.version = CRP_RPC_VERSION,
+                                        .caps = CRP_RPC_CAPS_DEFINED,
+                                        .client_id = c->cid,
+                                        .software = "crescent-bench"};
     int rc = raw_sync_call(c, &hello);
     return rc < 0 ? rc : raw_sync_call(c, &mount);
 }

@@ -14,7 +14,7 @@
  *   3. every client reads another client's objects back with the matching
  *      read calls (batch_get_into, get_into, get, batch_get) and checks
  *      every byte against the value's pattern;
- *   4. shows memory use from the master's /metrics and /get_all_segments;
+ *   4. shows memory use from the master's /metrics and /get_segments_detail;
  *   5. kills client C with SIGKILL: client A reads all ~1,900 objects again
  *      (every one has a replica outside C), waits until the master expires
  *      C, reads them all once more and shows C's single-replica objects gone;
@@ -660,7 +660,7 @@ static int show_memory(int slot, const char *when)
     static char body[1 << 16];
     double alloc = metric("master_allocated_bytes"), cap = metric("master_total_capacity_bytes");
     double keys = metric("master_key_count");
-    if (alloc < 0 || cap < 0 || http_get("/get_all_segments", body, sizeof(body)) < 0)
+    if (alloc < 0 || cap < 0 || http_get("/get_segments_detail", body, sizeof(body)) < 0)
         return -1;
     mem_alloc[slot] = alloc;
     mem_cap[slot] = cap;
@@ -668,16 +668,20 @@ static int show_memory(int slot, const char *when)
     char a[32], c[32];
     printf("      memory %s: %s allocated of %s in the segments, %.0f objects\n", when,
            mib(alloc, a, sizeof(a)), mib(cap, c, sizeof(c)), keys);
-    /* {"segments":[{"name":"...","base":..,"size":..,"used":..,...},...]} */
-    for (char *p = strstr(body, "{\"name\":\""); p != NULL; p = strstr(p + 1, "{\"name\":\"")) {
+    /* {"total_segments":N,"segments":[{"segment_id":..,"size_bytes":..,
+     *  "allocator_used_bytes":..,...,"segment_name":"..."},...]} */
+    for (char *p = strstr(body, "{\"segment_id\":"); p != NULL;
+         p = strstr(p + 1, "{\"segment_id\":")) {
         char name[256] = "";
         unsigned long long size = 0, used = 0;
-        sscanf(p, "{\"name\":\"%255[^\"]\"", name);
-        char *s = strstr(p, "\"size\":"), *u = strstr(p, "\"used\":");
+        char *n = strstr(p, "\"segment_name\":\"");
+        if (n != NULL)
+            sscanf(n, "\"segment_name\":\"%255[^\"]\"", name);
+        char *s = strstr(p, "\"size_bytes\":"), *u = strstr(p, "\"allocator_used_bytes\":");
         if (s != NULL)
-            size = strtoull(s + 7, NULL, 10);
+            size = strtoull(s + 13, NULL, 10);
         if (u != NULL)
-            used = strtoull(u + 7, NULL, 10);
+            used = strtoull(u + 23, NULL, 10);
         char tag = '?';
         for (int i = 0; i < N_CLIENTS; i++)
             if (strcmp(clients[i].name, name) == 0)
@@ -888,7 +892,7 @@ static int orchestrate(const char *master_bin)
            mib((double)shm, b1, sizeof(b1)), mib((double)local, b2, sizeof(b2)),
            mib((double)tcp, b3, sizeof(b3)));
     if (show_memory(0, "after the writes") < 0)
-        return fail("could not read the master's /metrics and /get_all_segments");
+        return fail("could not read the master's /metrics and /get_segments_detail");
 
     /* Kill C; A reads everything again. */
     printf("[4/6] killing client C (SIGKILL, pid %d)\n", (int)clients[2].c.pid);

@@ -32,6 +32,7 @@
 #include "base/log.h"
 #include "base/net.h"
 #include "master/admin_http.h"
+#include "master/admin_keys.h"
 #include "master/flags.h"
 #include "master/prom.h"
 #include "master/rpc_server.h"
@@ -40,7 +41,10 @@
 #include "mdserver/http_server.h"
 
 #define SOFTWARE "crescent-master 0.1.0"
-#define TICK_MS  100
+/* The Mooncake release whose master flags, config keys, admin paths and
+ * metric names this master follows (reported by mooncake_master --version). */
+#define MOONCAKE_COMPAT_VERSION "0.3.12"
+#define TICK_MS                 100
 
 typedef struct master {
     crk_master_options opt;
@@ -194,6 +198,9 @@ static int render_metrics(void *ctx, crk_admin_reply *r)
         crk_prom_label l = {"op", crk_op_name(op)};
         crk_prom_sample_u64(t, "master_failures_total", &l, 1, st.failures[op]);
     }
+    crk_value_sizes vs;
+    crk_admin_value_sizes(m->svc, &vs);
+    crk_prom_mooncake(t, &st, &vs); /* Mooncake's names for the same counters */
     crk_rpc_server_stats rs;
     crk_rpc_server_stats_get(m->rpc, &rs);
     crk_prom_gauge(t, "master_rpc_connections", "Open RPC connections",
@@ -233,7 +240,8 @@ static int health(void *ctx, crk_admin_reply *r)
     master *m = ctx;
     crk_stats st;
     crk_get_stats(m->svc, &st);
-    r->json = json_pack("{s:s, s:s, s:I, s:I, s:I}", "status", "ok", "cluster_id",
+    r->json = json_pack("{s:s, s:s, s:s, s:b, s:s, s:I, s:I, s:I}", "status", "ok", "role",
+                        "leader", "ha_state", "serving", "service_ready", 1, "cluster_id",
                         m->opt.cluster_id, "uptime_ms", (json_int_t)(crb_now_ms() - m->started_ms),
                         "clients", (json_int_t)st.clients, "segments", (json_int_t)st.segments);
     return r->json != NULL ? 0 : crb_error(CR_ERR_NO_MEMORY, "/health");
@@ -251,42 +259,157 @@ static int set_text(json_t *obj, const char *field, const char *s)
     return rc == 0 ? 0 : crb_error(CR_ERR_NO_MEMORY, "admin JSON");
 }
 
-static int all_segments(void *ctx, crk_admin_reply *r)
+/* Every mounted segment (caller frees *out). */
+static int list_segments(master *m, const char *what, crk_segment_info **out, size_t *n)
 {
-    master *m = ctx;
     size_t total = 0;
     crk_list_segments(m->svc, NULL, 0, &total);
     crk_segment_info *segs = calloc(total ? total : 1, sizeof(*segs));
     if (segs == NULL)
-        return crb_error(CR_ERR_NO_MEMORY, "/get_all_segments: %zu segments", total);
-    crk_list_segments(m->svc, segs, total, &total);
+        return crb_error(CR_ERR_NO_MEMORY, "%s: %zu segments", what, total);
+    size_t cap = total;
+    crk_list_segments(m->svc, segs, cap, &total);
+    *out = segs;
+    *n = total < cap ? total : cap;
+    return 0;
+}
+
+/* Mooncake's /get_all_segments: one segment name per line. */
+static int all_segments(void *ctx, crk_admin_reply *r)
+{
+    master *m = ctx;
+    crk_segment_info *segs;
+    size_t n;
+    int rc = list_segments(m, "/get_all_segments", &segs, &n);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = crk_text_appendf(&r->body, "%s\n", segs[i].name);
+    free(segs);
+    return rc;
+}
+
+/* Mooncake's /get_segments_detail, plus crescent's epoch and fence. */
+static int segments_detail(void *ctx, const char *arg, crk_admin_reply *r)
+{
+    (void)arg;
+    master *m = ctx;
+    crk_segment_info *segs;
+    size_t n;
+    int rc = list_segments(m, "/get_segments_detail", &segs, &n);
+    if (rc != 0)
+        return rc;
     json_t *list = json_array();
-    r->json = json_pack("{s:o*}", "segments", list);
-    int rc = r->json != NULL ? 0 : crb_error(CR_ERR_NO_MEMORY, "/get_all_segments");
-    for (size_t i = 0; rc == 0 && i < total; i++) {
-        json_t *seg = json_pack("{s:I, s:I, s:I, s:I, s:I}", "base", (json_int_t)segs[i].base,
-                                "size", (json_int_t)segs[i].size, "used", (json_int_t)segs[i].used,
-                                "epoch", (json_int_t)segs[i].mount_epoch, "fenced_until_ms",
-                                (json_int_t)segs[i].fenced_until_ms);
-        rc = seg != NULL ? set_text(seg, "name", segs[i].name)
-                         : crb_error(CR_ERR_NO_MEMORY, "/get_all_segments");
+    r->json = json_pack("{s:I, s:o*}", "total_segments", (json_int_t)n, "segments", list);
+    if (r->json == NULL)
+        rc = crb_error(CR_ERR_NO_MEMORY, "/get_segments_detail");
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const crk_segment_info *g = &segs[i];
+        char base[32], human[48], seg_id[40];
+        snprintf(base, sizeof(base), "0x%" PRIx64, g->base);
+        snprintf(human, sizeof(human), "%g GiB", (double)g->size / 1024.0 / 1024.0 / 1024.0);
+        /* crescent has no segment UUIDs: the mount epoch names the mount. */
+        snprintf(seg_id, sizeof(seg_id), "00000000-0000-0000-%04" PRIx64 "-%012" PRIx64,
+                 (g->mount_epoch >> 48) & 0xffff, g->mount_epoch & (uint64_t)0xffffffffffff);
+        double pct = g->capacity > 0 ? (double)g->used / (double)g->capacity * 100.0 : 0.0;
+        /* The owner's client id is a credential (docs/WIRE.md): never shown. */
+        json_t *seg = json_pack(
+            "{s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:f, s:I, s:I, s:I}", "segment_id",
+            seg_id, "client_id", "00000000-0000-0000-0000-000000000000", "base_address", base,
+            "size_bytes", (json_int_t)g->size, "size_human", human, "protocol", "tcp", "status",
+            g->unmounting ? "UNMOUNTING" : "OK", "allocator_used_bytes", (json_int_t)g->used,
+            "allocator_capacity_bytes", (json_int_t)g->capacity, "allocator_usage_percent", pct,
+            "epoch", (json_int_t)g->mount_epoch, "fenced_until_ms", (json_int_t)g->fenced_until_ms,
+            "base", (json_int_t)g->base);
+        rc = seg != NULL ? set_text(seg, "segment_name", g->name)
+                         : crb_error(CR_ERR_NO_MEMORY, "/get_segments_detail");
+        if (rc == 0)
+            rc = set_text(seg, "te_endpoint", g->name);
         if (seg != NULL && json_array_append_new(list, seg) != 0 && rc == 0)
-            rc = crb_error(CR_ERR_NO_MEMORY, "/get_all_segments");
+            rc = crb_error(CR_ERR_NO_MEMORY, "/get_segments_detail");
     }
     free(segs);
     return rc;
 }
 
+/* Mooncake's /query_segment?segment=S: name, used and capacity lines. */
+static int query_segment(void *ctx, const char *name, crk_admin_reply *r)
+{
+    master *m = ctx;
+    crk_segment_info *segs;
+    size_t n;
+    int rc = list_segments(m, "/query_segment", &segs, &n);
+    if (rc != 0)
+        return rc;
+    rc = crb_error(CR_SEGMENT_NOT_FOUND, "/query_segment: no segment '%s' is mounted", name);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(segs[i].name, name) == 0) {
+            rc = crk_text_appendf(&r->body,
+                                  "%s\nUsed(bytes): %" PRIu64 "\nCapacity(bytes) : %" PRIu64 "\n",
+                                  name, segs[i].used, segs[i].capacity);
+            break;
+        }
+    free(segs);
+    return rc;
+}
+
+static int all_keys(void *ctx, const char *arg, crk_admin_reply *r)
+{
+    (void)arg;
+    master *m = ctx;
+    return crk_admin_list_keys(m->svc, &r->body, NULL);
+}
+
+/* Mooncake's replica descriptor: {"size_", "buffer_address_", "protocol_",
+ * "transport_endpoint_"} (the segment name is the engine's endpoint). */
+static json_t *descriptor(const crk_replica_desc *d)
+{
+    json_t *j = json_pack("{s:I, s:I, s:s}", "size_", (json_int_t)d->size, "buffer_address_",
+                          (json_int_t)d->address, "protocol_", "tcp");
+    if (j != NULL &&
+        json_object_set_new(j, "transport_endpoint_", crk_admin_json_text(d->segment)) != 0) {
+        json_decref(j);
+        j = NULL;
+    }
+    return j;
+}
+
+/* The memory replicas of a readable key, as Mooncake's descriptors. */
+static int key_descriptors(master *m, const char *key, crk_key_info *ki, json_t **out)
+{
+    int rc = crk_query_key(m->svc, key, crb_now_ms(), ki);
+    if (rc == 0 && !ki->complete)
+        rc = crb_error(CR_REPLICA_IS_NOT_READY, "'%s' is still being written", key);
+    if (rc < 0)
+        return rc;
+    json_t *list = json_array();
+    for (uint32_t i = 0; list != NULL && i < ki->replicas.n; i++)
+        if (json_array_append_new(list, descriptor(&ki->replicas.r[i])) != 0) {
+            json_decref(list);
+            list = NULL;
+        }
+    if (list == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "replica descriptors of '%s'", key);
+    *out = list;
+    return 0;
+}
+
+/* Mooncake's {"success": true, "data": [...]} plus crescent's own fields. */
 static int query_key(void *ctx, const char *key, crk_admin_reply *r)
 {
     master *m = ctx;
     crk_key_info ki;
-    int rc = crk_query_key(m->svc, key, crb_now_ms(), &ki);
-    if (rc < 0)
-        return rc;
+    json_t *data = NULL;
+    int rc = key_descriptors(m, key, &ki, &data);
+    if (rc < 0) {
+        /* Mooncake answers 404 with its error fields whatever the cause. */
+        const char *msg = cr_last_error_message();
+        r->json = json_pack("{s:b, s:i, s:s, s:o*}", "success", 0, "error_code", rc, "error",
+                            cr_status_name(rc), "error_message", crk_admin_json_text(msg));
+        return rc == CR_REPLICA_IS_NOT_READY ? CR_OBJECT_NOT_FOUND : rc;
+    }
     json_t *reps = json_array();
-    r->json = json_pack("{s:I, s:b, s:b, s:o*}", "size", (json_int_t)ki.value_size, "complete",
-                        ki.complete, "hard_pinned", ki.hard_pinned, "replicas", reps);
+    r->json = json_pack("{s:b, s:o, s:I, s:b, s:b, s:o*}", "success", 1, "data", data, "size",
+                        (json_int_t)ki.value_size, "complete", ki.complete, "hard_pinned",
+                        ki.hard_pinned, "replicas", reps);
     if (r->json == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "/query_key");
     rc = set_text(r->json, "key", key);
@@ -298,6 +421,150 @@ static int query_key(void *ctx, const char *key, crk_admin_reply *r)
         if (rep != NULL && json_array_append_new(reps, rep) != 0 && rc == 0)
             rc = crb_error(CR_ERR_NO_MEMORY, "/query_key");
     }
+    return rc;
+}
+
+#define BATCH_QUERY_MAX 10000 /* keys in one /batch_query_keys */
+
+/* Mooncake's /batch_query_keys?keys=a,b: {"success": true, "data": {key:
+ * {"ok": true, "values": [...]} or {"ok": false, "error": "..."}}}. A
+ * read-only lookup: no lease is granted. */
+static int batch_query_keys(void *ctx, const char *keys, crk_admin_reply *r)
+{
+    master *m = ctx;
+    json_t *data = json_object();
+    r->json = json_pack("{s:b, s:o*}", "success", 1, "data", data);
+    if (r->json == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "/batch_query_keys");
+    size_t count = 0;
+    for (const char *p = keys;; count++) {
+        if (count >= BATCH_QUERY_MAX)
+            return crb_error(CR_INVALID_PARAMS, "/batch_query_keys: more than %d keys",
+                             BATCH_QUERY_MAX);
+        const char *comma = strchr(p, ',');
+        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        char *key = strndup(p, len);
+        if (key == NULL)
+            return crb_error(CR_ERR_NO_MEMORY, "/batch_query_keys");
+        crk_key_info ki;
+        json_t *values = NULL, *item;
+        int rc = len > 0 ? key_descriptors(m, key, &ki, &values)
+                         : crb_error(CR_INVALID_KEY, "empty key");
+        if (rc == 0)
+            item = json_pack("{s:b, s:o}", "ok", 1, "values", values);
+        else
+            item = json_pack("{s:b, s:s}", "ok", 0, "error", cr_status_name(rc));
+        rc = item != NULL ? json_object_set_new(data, key, item) : -1;
+        free(key);
+        if (rc != 0)
+            return crb_error(CR_ERR_NO_MEMORY, "/batch_query_keys");
+        if (comma == NULL)
+            break;
+        p = comma + 1;
+    }
+    return 0;
+}
+
+/* Mooncake's /metrics/summary line, from crescent's counters (totals since
+ * start; Mooncake's are per-second rates of its last report window). */
+static int metrics_summary(void *ctx, const char *arg, crk_admin_reply *r)
+{
+    (void)arg;
+    master *m = ctx;
+    crk_stats st;
+    crk_get_stats(m->svc, &st);
+    crk_text *t = &r->body;
+    int rc = crk_text_appendf(t,
+                              "role=leader, state=serving, service_ready=true, master={Mem "
+                              "Storage: %" PRIu64 " B / %" PRIu64 " B",
+                              st.allocated_bytes, st.capacity_bytes);
+    if (rc == 0 && st.capacity_bytes > 0)
+        rc = crk_text_appendf(t, " (%.1f%%)",
+                              (double)st.allocated_bytes / (double)st.capacity_bytes * 100.0);
+    if (rc == 0)
+        rc = crk_text_appendf(t,
+                              " | Keys: %" PRIu64 " (soft-pinned: %" PRIu64 ") | Clients: %" PRIu64
+                              " | Requests (Success/Total since start): ",
+                              st.keys, st.soft_pinned_keys, st.clients);
+    static const struct {
+        const char *label;
+        int op;
+    } shown[] = {{"PutStart", CRK_OP_PUT_START},   {"PutEnd", CRK_OP_PUT_END},
+                 {"PutRevoke", CRK_OP_PUT_REVOKE}, {"Get", CRK_OP_GET_REPLICA_LIST},
+                 {"Exist", CRK_OP_EXIST},          {"Del", CRK_OP_REMOVE},
+                 {"DelAll", CRK_OP_REMOVE_ALL},    {"Ping", CRK_OP_PING}};
+    for (size_t i = 0; rc == 0 && i < sizeof(shown) / sizeof(shown[0]); i++) {
+        uint64_t req = st.requests[shown[i].op], fail = st.failures[shown[i].op];
+        rc = crk_text_appendf(t, "%s%s=%" PRIu64 "/%" PRIu64, i ? ", " : "", shown[i].label,
+                              req - fail, req);
+    }
+    if (rc == 0)
+        rc = crk_text_appendf(t,
+                              " | Eviction: Success/Attempts=%" PRIu64 "/%" PRIu64 ", keys=%" PRIu64
+                              ", size=%" PRIu64 " B"
+                              " | Discard: Released/Total=%" PRIu64 "/%" PRIu64 "}, ha={}\n",
+                              st.evictions_successful, st.evictions_attempted, st.evicted_keys,
+                              st.evicted_bytes, st.put_start_releases, st.put_start_discards);
+    return rc;
+}
+
+/* A master without HA is always the serving leader. */
+static int role(void *ctx, const char *arg, crk_admin_reply *r)
+{
+    (void)ctx;
+    (void)arg;
+    return crk_text_puts(&r->body, "leader");
+}
+
+static int ha_status(void *ctx, const char *arg, crk_admin_reply *r)
+{
+    (void)ctx;
+    (void)arg;
+    return crk_text_puts(&r->body, "serving");
+}
+
+/* Mooncake's /leader: no leader view without HA. */
+static int leader(void *ctx, const char *arg, crk_admin_reply *r)
+{
+    (void)ctx;
+    (void)arg;
+    r->json = json_pack("{s:b}", "present", 0);
+    return r->json != NULL ? 0 : crb_error(CR_ERR_NO_MEMORY, "/leader");
+}
+
+/* Mooncake's /kv_events/status: crescent publishes no KV events. */
+static int kv_events(void *ctx, const char *arg, crk_admin_reply *r)
+{
+    (void)ctx;
+    (void)arg;
+    r->json = json_pack("{s:b, s:i, s:i, s:i, s:i}", "enabled", 0, "published_batches", 0,
+                        "published_events", 0, "dropped_events", 0, "skipped_unparsed_keys", 0);
+    return r->json != NULL ? 0 : crb_error(CR_ERR_NO_MEMORY, "/kv_events/status");
+}
+
+/* Mooncake's /api/v1/segments/status?segment=S: its SegmentStatus (1 OK,
+ * 5 UNMOUNTING; crescent has no draining states). */
+static int segment_status(void *ctx, const char *name, crk_admin_reply *r)
+{
+    master *m = ctx;
+    crk_segment_info *segs;
+    size_t n;
+    int rc = list_segments(m, "/api/v1/segments/status", &segs, &n);
+    if (rc != 0)
+        return rc;
+    rc = crb_error(CR_SEGMENT_NOT_FOUND, "/api/v1/segments/status: no segment '%s' is mounted",
+                   name);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(segs[i].name, name) == 0) {
+            bool down = segs[i].unmounting;
+            r->json = json_pack("{s:b, s:i, s:s, s:i, s:s}", "success", 1, "status", down ? 5 : 1,
+                                "status_name", down ? "UNMOUNTING" : "OK", "error_code", 0,
+                                "error_message", "");
+            rc = r->json != NULL ? set_text(r->json, "segment", name)
+                                 : crb_error(CR_ERR_NO_MEMORY, "/api/v1/segments/status");
+            break;
+        }
+    free(segs);
     return rc;
 }
 
@@ -351,6 +618,10 @@ static int master_start(master *m)
     clock_gettime(CLOCK_REALTIME, &rt);
     m->info.view_version = (uint64_t)rt.tv_sec * 1000000ull + (uint64_t)rt.tv_nsec / 1000;
     m->info.software = SOFTWARE;
+    if (m->opt.shared_secret[0] != '\0') {
+        m->info.secret = m->opt.shared_secret;
+        m->info.secret_len = strlen(m->opt.shared_secret);
+    }
     crk_rpc_server_options ro;
     crk_rpc_server_options_default(&ro);
     ro.host = m->rpc_host;
@@ -362,7 +633,23 @@ static int master_start(master *m)
     rc = crk_rpc_server_start(m->svc, &m->info, &ro, &m->rpc);
     if (rc < 0)
         return rc;
-    crk_admin_callbacks cb = {m, render_metrics, health, all_segments, query_key};
+    crk_admin_callbacks cb = {
+        .ctx = m,
+        .render_metrics = render_metrics,
+        .health = health,
+        .all_segments = all_segments,
+        .query_key = query_key,
+        .metrics_summary = metrics_summary,
+        .all_keys = all_keys,
+        .segments_detail = segments_detail,
+        .query_segment = query_segment,
+        .batch_query_keys = batch_query_keys,
+        .role = role,
+        .ha_status = ha_status,
+        .leader = leader,
+        .kv_events = kv_events,
+        .segment_status = segment_status,
+    };
     rc = crk_admin_http_start(m->opt.metrics_host, m->opt.metrics_port, &cb, &m->admin);
     if (rc < 0)
         return rc;
@@ -380,11 +667,31 @@ static int master_start(master *m)
     return 0;
 }
 
+/* "mooncake_master" when invoked under Mooncake's name (an installed
+ * symlink, or the Python package's console command), else "crescent-master". */
+static const char *program = "crescent-master";
+
+static void set_program(const char *argv0)
+{
+    const char *base = argv0 != NULL ? strrchr(argv0, '/') : NULL;
+    base = base != NULL ? base + 1 : argv0;
+    if (base != NULL && strcmp(base, "mooncake_master") == 0)
+        program = "mooncake_master";
+}
+
 static int usage_error(const char *msg)
 {
-    fprintf(stderr, "crescent-master: %s\n", msg);
-    fprintf(stderr, "run 'crescent-master --help' for the flags\n");
+    fprintf(stderr, "%s: %s\n", program, msg);
+    fprintf(stderr, "run '%s --help' for the flags\n", program);
     return 2;
+}
+
+/* One warning per Mooncake setting of a feature crescent-master lacks. */
+static void warn_unsupported(const crk_master_options *o)
+{
+    for (size_t i = 0; i < o->n_unsupported; i++)
+        crb_log(CRB_LOG_WARN, "%s: '%s' has no effect: %s", program, o->unsupported[i],
+                crk_master_flag_help(o->unsupported[i]));
 }
 
 int main(int argc, char **argv)
@@ -397,17 +704,28 @@ int main(int argc, char **argv)
     pthread_cond_init(&m.stop_cond, &ca);
     pthread_condattr_destroy(&ca);
     crb_log_default_level(CRB_LOG_INFO); /* one line per join, expiry, mount, eviction */
+    set_program(argc > 0 ? argv[0] : NULL);
     crk_master_options_defaults(&m.opt);
     int rc = crk_master_options_parse(argc, argv, &m.opt);
     if (rc < 0)
         return usage_error(cr_last_error_message());
     if (m.opt.show_help) {
-        crk_master_options_usage(stdout, argv[0]);
+        crk_master_options_usage(stdout, program);
         return 0;
     }
     if (m.opt.show_version) {
-        printf("%s\n", SOFTWARE);
+        if (strcmp(program, "mooncake_master") == 0)
+            printf("mooncake_master version %s (%s)\n", MOONCAKE_COMPAT_VERSION, SOFTWARE);
+        else
+            printf("%s\n", SOFTWARE);
         return 0;
+    }
+    warn_unsupported(&m.opt);
+    const char *env_secret = getenv("CRESCENT_MASTER_SECRET");
+    if (m.opt.shared_secret[0] == '\0' && env_secret != NULL) {
+        if (strlen(env_secret) >= sizeof(m.opt.shared_secret))
+            return usage_error("CRESCENT_MASTER_SECRET: longer than 255 bytes");
+        snprintf(m.opt.shared_secret, sizeof(m.opt.shared_secret), "%s", env_secret);
     }
     if (m.opt.enable_metadata_cleanup_on_timeout && !m.opt.enable_http_metadata_server)
         return usage_error("--enable_metadata_cleanup_on_timeout needs "
@@ -424,7 +742,7 @@ int main(int argc, char **argv)
 
     rc = master_start(&m);
     if (rc < 0) {
-        fprintf(stderr, "crescent-master: %s\n", cr_last_error_message());
+        fprintf(stderr, "%s: %s\n", program, cr_last_error_message());
         master_stop(&m);
         return 1;
     }
