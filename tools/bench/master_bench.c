@@ -59,6 +59,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/error.h"
 #include "base/net.h"
 #include "master_proc.h"
 #include "options.h"
@@ -66,6 +67,7 @@
 #include "bench.h"
 #include "crescent/status.h"
 #include "proto/frame.h"
+#include "proto/frame_reader.h"
 #include "proto/rpc.h"
 #include "store/master_client.h"
 
@@ -433,9 +435,11 @@ typedef struct raw_slot {
 typedef struct raw_state {
     mb_conn *c;
     mb_op op;
-    crp_buf out; /* encoded frames not yet written */
-    uint8_t *in; /* received bytes */
-    size_t in_len, in_cap;
+    crp_buf out;    /* encoded frames not yet written */
+    crp_reader in;  /* reassembles the replies */
+    uint64_t *rng;  /* keys of ops started from a reply */
+    mb_result *res; /* what the run counts */
+    uint64_t end_ns, last_ns;
     raw_slot *slots; /* ring, in send order (the master answers in order) */
     size_t cap, head, count;
 } raw_state;
@@ -479,28 +483,6 @@ static int raw_flush(raw_state *s)
     int rc = crb_write_full(s->c->fd, s->out.data, s->out.len, cb_now_ns() + 10000000000ull);
     s->out.len = 0;
     return rc;
-}
-
-/* Read at least one whole frame into s->in (blocking up to 10 s). */
-static int raw_fill(raw_state *s)
-{
-    if (s->in_cap - s->in_len < 65536) {
-        size_t ncap = s->in_cap ? s->in_cap * 2 : 262144;
-        uint8_t *nb = realloc(s->in, ncap);
-        if (nb == NULL)
-            return CR_ERR_NO_MEMORY;
-        s->in = nb;
-        s->in_cap = ncap;
-    }
-    struct pollfd pf = {.fd = s->c->fd, .events = POLLIN};
-    int pr = poll(&pf, 1, 10000);
-    if (pr <= 0)
-        return pr == 0 ? CR_ERR_TIMEOUT : CR_ERR_CONNECTION;
-    ssize_t n = recv(s->c->fd, s->in + s->in_len, s->in_cap - s->in_len, 0);
-    if (n <= 0)
-        return (n < 0 && errno == EINTR) ? 0 : CR_ERR_CONNECTION;
-    s->in_len += (size_t)n;
-    return 0;
 }
 
 /* Start one op in the ring's next slot. */
@@ -571,52 +553,59 @@ static int raw_reply(raw_state *s, const crp_header *h, const uint8_t *body, mb_
     return 1; /* an op completed */
 }
 
+/* crp_reader: one reply; refill the window at once (sent with the batch). */
+static int raw_on_frame(void *ctx, const crp_header *h, const uint8_t *body)
+{
+    raw_state *s = ctx;
+    int rc = raw_reply(s, h, body, s->res);
+    if (rc <= 0)
+        return rc;
+    s->last_ns = cb_now_ns();
+    if (s->last_ns < s->end_ns && s->count < s->c->o->depth)
+        return raw_start_op(s, s->rng, s->res);
+    return 0;
+}
+
+static const crp_reader_ops raw_reader_ops = {.on_frame = raw_on_frame};
+
 static int raw_run(mb_conn *c, mb_op op, mb_result *r)
 {
     const mb_opts *o = c->o;
-    raw_state s = {.c = c, .op = op, .cap = o->depth + 1};
+    uint64_t rng = ((uint64_t)c->index << 32) ^ cb_now_ns();
+    raw_state s = {.c = c, .op = op, .cap = o->depth + 1, .rng = &rng, .res = r};
+    crp_reader_init(&s.in, CRP_MAX_BODY);
     s.slots = calloc(s.cap, sizeof(*s.slots));
     int rc = s.slots == NULL ? CR_ERR_NO_MEMORY : 0;
     for (size_t i = 0; rc == 0 && i < s.cap; i++)
         if (keys_init(&s.slots[i].keys, o->batch, o->value_size) < 0)
             rc = CR_ERR_NO_MEMORY;
-    uint64_t rng = ((uint64_t)c->index << 32) ^ cb_now_ns();
-    uint64_t first = cb_now_ns(), end = first + (uint64_t)(o->duration * 1e9), last = first;
-    size_t in_off = 0;
+    uint64_t first = cb_now_ns();
+    s.end_ns = first + (uint64_t)(o->duration * 1e9);
+    s.last_ns = first;
     while (rc == 0) {
-        bool stopping = cb_now_ns() >= end;
+        bool stopping = cb_now_ns() >= s.end_ns;
         while (!stopping && s.count < o->depth && rc == 0)
             rc = raw_start_op(&s, &rng, r);
         if (rc == 0)
             rc = raw_flush(&s);
         if (rc < 0 || (stopping && s.count == 0))
             break;
-        rc = raw_fill(&s);
-        while (rc == 0 && s.in_len - in_off >= CRP_HEADER_SIZE) {
-            crp_header h;
-            rc = crp_header_decode(s.in + in_off, &h);
-            if (rc < 0 || s.in_len - in_off < CRP_HEADER_SIZE + h.body_len)
-                break;
-            rc = raw_reply(&s, &h, s.in + in_off + CRP_HEADER_SIZE, r);
-            in_off += CRP_HEADER_SIZE + h.body_len;
-            if (rc > 0) {
-                last = cb_now_ns();
-                rc = 0;
-                if (last < end && s.count < o->depth)
-                    rc = raw_start_op(&s, &rng, r); /* refill at once, sent with the batch */
-            }
-        }
-        memmove(s.in, s.in + in_off, s.in_len - in_off);
-        s.in_len -= in_off;
-        in_off = 0;
+        struct pollfd pf = {.fd = c->fd, .events = POLLIN};
+        int pr = poll(&pf, 1, 10000);
+        if (pr == 0)
+            rc = crb_error(CR_ERR_TIMEOUT, "no reply from the master in 10 s");
+        else if (pr > 0)
+            rc = crp_reader_read(&s.in, c->fd, &raw_reader_ops, &s);
+        else if (errno != EINTR)
+            rc = crb_error(CR_ERR_CONNECTION, "poll: %s", strerror(errno));
     }
     if (rc < 0 && r->error[0] == '\0')
         snprintf(r->error, sizeof(r->error), "%s: %s", op_names[op], cr_last_error_message());
-    r->seconds = (double)(last - first) / 1e9;
+    r->seconds = (double)(s.last_ns - first) / 1e9;
     for (size_t i = 0; s.slots != NULL && i < s.cap; i++)
         keys_free(&s.slots[i].keys);
     free(s.slots);
-    free(s.in);
+    crp_reader_fini(&s.in);
     crp_buf_free(&s.out);
     return rc < 0 ? -1 : 0;
 }
@@ -630,27 +619,20 @@ static int raw_sync_call(mb_conn *c, const crp_rpc_req *req)
     if (rc == 0)
         rc = raw_flush(&s);
     crp_buf_free(&s.out);
-    uint8_t hb[CRP_HEADER_SIZE];
     crp_header h;
-    uint64_t deadline = cb_now_ns() + (uint64_t)MB_CALL_MS * 1000000ull;
+    crp_buf body = {0};
     if (rc == 0)
-        rc = crb_read_full(c->fd, hb, sizeof(hb), deadline);
-    if (rc == 0)
-        rc = crp_header_decode(hb, &h);
-    uint8_t *body = NULL;
-    if (rc == 0 && (body = malloc(h.body_len + 1u)) == NULL)
-        rc = CR_ERR_NO_MEMORY;
-    if (rc == 0)
-        rc = crb_read_full(c->fd, body, h.body_len, deadline);
+        rc = crp_read_frame(c->fd, CRP_MAX_BODY, cb_now_ns() + (uint64_t)MB_CALL_MS * 1000000ull,
+                            &h, &body);
     crp_rpc_resp resp;
     if (rc == 0 && h.type == CRP_RPC_RESP && h.request_id == id &&
-        crp_rpc_resp_decode(body, h.body_len, &resp) == 0) {
+        crp_rpc_resp_decode(body.data, h.body_len, &resp) == 0) {
         rc = resp.status;
         crp_rpc_resp_clear(&resp);
     } else if (rc == 0) {
         rc = CR_RPC_FAIL;
     }
-    free(body);
+    crp_buf_free(&body);
     return rc;
 }
 
