@@ -32,6 +32,7 @@
 #include "base/log.h"
 #include "base/net.h"
 #include "proto/frame.h"
+#include "proto/frame_reader.h"
 
 typedef struct pending {
     struct pending *next;
@@ -72,29 +73,6 @@ int crc_master_set_tenant(crc_master *m, const char *tenant)
     return 0;
 }
 
-static int read_frame(int fd, crp_header *h, uint8_t **body, uint64_t deadline_ns)
-{
-    uint8_t hb[CRP_HEADER_SIZE];
-    int rc = crb_read_full(fd, hb, sizeof(hb), deadline_ns);
-    if (rc < 0)
-        return rc;
-    rc = crp_header_decode(hb, h);
-    if (rc < 0)
-        return rc;
-    if (h->data_len != 0)
-        return crb_error(CR_ERR_MALFORMED_FRAME, "master reply carries data bytes");
-    uint8_t *b = malloc(h->body_len ? h->body_len : 1);
-    if (b == NULL)
-        return CR_ERR_NO_MEMORY;
-    rc = h->body_len ? crb_read_full(fd, b, h->body_len, deadline_ns) : 0;
-    if (rc < 0) {
-        free(b);
-        return rc;
-    }
-    *body = b;
-    return 0;
-}
-
 /* Fail every pending call (connection lost). Caller holds lock. */
 static void fail_pending_locked(crc_master *m, int status)
 {
@@ -106,8 +84,6 @@ static void fail_pending_locked(crc_master *m, int status)
         }
     }
 }
-
-#define READER_CHUNK (64u * 1024)
 
 /* Hand one reply to its waiting caller (or drop it). Takes lock. */
 static int deliver(crc_master *m, const crp_header *h, const uint8_t *body)
@@ -133,70 +109,26 @@ static int deliver(crc_master *m, const crp_header *h, const uint8_t *body)
     return 0;
 }
 
-/* Deliver every complete frame in buf[0..*len) and keep the rest at the
- * front. Negative when the stream is malformed. */
-static int deliver_frames(crc_master *m, uint8_t *buf, size_t *len)
+/* crp_reader: master replies never carry data bytes. */
+static int reply_head(void *ctx, const crp_header *h, const uint8_t *body, uint8_t **data_dst)
 {
-    size_t off = 0;
-    int rc = 0;
-    while (*len - off >= CRP_HEADER_SIZE) {
-        crp_header h;
-        rc = crp_header_decode(buf + off, &h);
-        if (rc == 0 && h.data_len != 0)
-            rc = crb_error(CR_ERR_MALFORMED_FRAME, "master reply carries data bytes");
-        if (rc < 0)
-            break;
-        if (*len - off - CRP_HEADER_SIZE < h.body_len)
-            break;
-        rc = deliver(m, &h, buf + off + CRP_HEADER_SIZE);
-        if (rc < 0)
-            break;
-        off += CRP_HEADER_SIZE + h.body_len;
-    }
-    memmove(buf, buf + off, *len - off);
-    *len -= off;
-    return rc;
+    return h->data_len != 0 ? crb_error(CR_ERR_MALFORMED_FRAME, "master reply carries data bytes")
+                            : 0;
 }
 
-/* Read until the frame at the front of the buffer is complete or nothing
- * more is waiting; grows the buffer for a large frame. */
-static int reader_fill(int fd, uint8_t **buf, size_t *cap, size_t *len)
+static int reply_frame(void *ctx, const crp_header *h, const uint8_t *body)
 {
-    size_t want = READER_CHUNK;
-    if (*len >= CRP_HEADER_SIZE) {
-        crp_header h;
-        if (crp_header_decode(*buf, &h) == 0 && CRP_HEADER_SIZE + (size_t)h.body_len > want)
-            want = CRP_HEADER_SIZE + (size_t)h.body_len;
-    }
-    if (*cap < want) {
-        uint8_t *nb = realloc(*buf, want);
-        if (nb == NULL)
-            return CR_ERR_NO_MEMORY;
-        *buf = nb;
-        *cap = want;
-    }
-    for (;;) {
-        ssize_t n = recv(fd, *buf + *len, *cap - *len, MSG_DONTWAIT);
-        if (n > 0) {
-            *len += (size_t)n;
-            return 0;
-        }
-        if (n == 0)
-            return crb_error(CR_ERR_CONNECTION, "master closed the connection");
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return 0;
-        return crb_error(CR_ERR_CONNECTION, "reading from the master: %s", strerror(errno));
-    }
+    return deliver(ctx, h, body);
 }
+
+static const crp_reader_ops reply_reader_ops = {.on_head = reply_head, .on_frame = reply_frame};
 
 static void *reader_main(void *arg)
 {
     crc_master *m = arg;
     int fd = m->fd;
-    uint8_t *buf = NULL;
-    size_t cap = 0, len = 0;
+    crp_reader rd;
+    crp_reader_init(&rd, CRP_MAX_BODY);
     while (!atomic_load(&m->stop)) {
         struct pollfd pf = {.fd = fd, .events = POLLIN};
         int n = poll(&pf, 1, 200);
@@ -205,9 +137,7 @@ static void *reader_main(void *arg)
         if (n < 0 && errno == EINTR)
             continue;
         int rc = n < 0 ? crb_error(CR_ERR_CONNECTION, "poll: %s", strerror(errno))
-                       : reader_fill(fd, &buf, &cap, &len);
-        if (rc == 0)
-            rc = deliver_frames(m, buf, &len);
+                       : crp_reader_read(&rd, fd, &reply_reader_ops, m);
         if (rc < 0) {
             pthread_mutex_lock(&m->lock);
             if (!atomic_load(&m->stop))
@@ -220,7 +150,7 @@ static void *reader_main(void *arg)
             break;
         }
     }
-    free(buf);
+    crp_reader_fini(&rd);
     /* Unpublish the fd but do not close it: a sender that read m->fd just
      * before may still be writing to it (it fails, the socket is shut down).
      * Whoever joins this thread closes it (reader_reap), when no sender can
@@ -307,12 +237,12 @@ static int hello_round(int fd, const crp_rpc_req *hello, uint64_t deadline, crp_
     }
     crp_buf_free(&frame);
     crp_header h;
-    uint8_t *rb = NULL;
+    crp_buf rb = {0};
     if (rc == 0)
-        rc = read_frame(fd, &h, &rb, deadline);
+        rc = crp_read_frame(fd, CRP_MAX_BODY, deadline, &h, &rb);
     if (rc == 0)
-        rc = decode_reply(&h, rb, CRP_RPC_SERVICE_READY, resp);
-    free(rb);
+        rc = decode_reply(&h, rb.data, CRP_RPC_SERVICE_READY, resp);
+    crp_buf_free(&rb);
     return rc;
 }
 
