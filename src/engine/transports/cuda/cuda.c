@@ -119,7 +119,7 @@ static void cuda_fini(cre_tp *tp)
 static int cuda_endpoint(cre_tp *tp, crp_buf *out)
 {
     cuda_engine *ce = tp->priv;
-    return ce->address[0] ? crp_buf_append(out, ce->address, strlen(ce->address)) : 0;
+    return ce->svc.address[0] ? crp_buf_append(out, ce->svc.address, strlen(ce->svc.address)) : 0;
 }
 
 /* Settle b's kind. "*" (detect): device memory becomes cuda:N; anything

@@ -30,7 +30,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "base/acceptor.h"
+#include "engine/transports/shm/local_service.h"
 #include "device/driver.h"
 #include "device/pointer.h"
 #include "engine/internal.h"
@@ -147,15 +147,6 @@ typedef struct cuda_worker {
     cre_worker *w;
 } cuda_worker;
 
-typedef struct cuda_service_conn {
-    crb_io io;
-    cre_tp *tp;
-    bool allowed;                  /* may this peer's uid receive our memory? */
-    bool authed;                   /* proved the shared secret (or the engine has none) */
-    uint8_t nonce[CRP_NONCE_SIZE]; /* ours, sent in the greeting (local_auth.c) */
-    struct cuda_service_conn *prev, *next;
-} cuda_service_conn;
-
 /* The transport's engine area. */
 typedef struct cuda_engine {
     cre_tp *tp;
@@ -171,10 +162,7 @@ typedef struct cuda_engine {
     cre_ctl_page ctl;
     bool ctl_ready;
     /* IPC service (worker 0) */
-    crb_acceptor acceptor;
-    bool acceptor_started;
-    char address[128];
-    cuda_service_conn *conns;
+    cre_local_service svc; /* "@crescent-cuda-<pid>-<instance>" */
     /* counters */
     atomic_ullong bytes_d2d, bytes_d2h, bytes_h2d, bytes_ipc, bytes_bounce, bytes_staged_out,
         bytes_staged_in, imports, exports;

@@ -12,10 +12,9 @@
  * Nothing is exported before a peer asks. Like the shm fd service, only
  * processes of our uid are answered unless shm_allow_any_user is set, and
  * every connection starts with the same greeting and, when the engine has
- * a shared secret, the same proof of it (local_auth.c, label "cuda"). The
- * listener (cre_local_service_listen, shared with the shm fd service) and
- * its connections live in worker 0's loop, which binds the device's context itself before each
- * driver call.
+ * a shared secret, the same proof of it (label "cuda"): the listener, its
+ * connections and that proof are local_service.c's, in worker 0's loop,
+ * which binds the device's context itself before each driver call.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,42 +32,11 @@
 #include "engine/transports/cuda/cuda.h"
 #include "engine/transports/shm/shm.h"
 
-static void service_close(cuda_service_conn *c)
-{
-    cuda_engine *ce = c->tp->priv;
-    crb_loop_del(&c->io);
-    close(c->io.fd);
-    if (c->prev != NULL)
-        c->prev->next = c->next;
-    else
-        ce->conns = c->next;
-    if (c->next != NULL)
-        c->next->prev = c->prev;
-    free(c);
-    crb_acceptor_closed(&ce->acceptor);
-}
-
-static void reply(cuda_service_conn *c, const cuda_reply *r, int fd)
+static void reply(cre_local_conn *c, const cuda_reply *r, int fd)
 {
     uint8_t raw[CUDA_REPLY_SIZE];
     cuda_reply_encode(r, raw);
-    struct iovec iov = {raw, sizeof(raw)};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
-        mh.msg_control = u.buf;
-        mh.msg_controllen = sizeof(u.buf);
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-    }
-    if (sendmsg(c->io.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-        crb_log(CRB_LOG_WARN, "cuda service: reply failed: %s", strerror(errno));
+    cre_local_send_datagram(c->io.fd, raw, sizeof(raw), fd, "cuda service");
 }
 
 typedef struct find_ctx {
@@ -142,18 +110,11 @@ static int export_one(cuda_engine *ce, uint64_t addr, cuda_reply *r, int *fd)
                      (unsigned long long)addr);
 }
 
-/* Serve one datagram; false when the connection must close. */
-static bool serve_request(cuda_service_conn *c, const uint8_t *data, size_t len)
+/* Serve one datagram past the proof. */
+static bool serve_request(cre_local_conn *c, const uint8_t *data, size_t len)
 {
-    cuda_engine *ce = c->tp->priv;
-    if (!c->authed) {
-        /* The first datagram must prove the secret; no second try. */
-        if (cre_local_auth_serve(ce->tp->engine, c->io.fd, "cuda", c->nonce, data, len,
-                                 "cuda service") < 0)
-            return false;
-        c->authed = true;
-        return true;
-    }
+    cre_tp *tp = c->svc->owner;
+    cuda_engine *ce = tp->priv;
     cuda_reply r = {0};
     cuda_req req;
     int fd = -1;
@@ -179,85 +140,24 @@ static bool serve_request(cuda_service_conn *c, const uint8_t *data, size_t len)
     return true;
 }
 
-static void service_on_event(crb_io *io, uint32_t events)
-{
-    cuda_service_conn *c = (cuda_service_conn *)((char *)io - offsetof(cuda_service_conn, io));
-    for (;;) {
-        uint8_t buf[256]; /* an AUTH datagram (msgpack) is the largest */
-        ssize_t n = recv(io->fd, buf, sizeof(buf), MSG_DONTWAIT);
-        if (n > 0) {
-            if (!serve_request(c, buf, (size_t)n)) {
-                service_close(c);
-                return;
-            }
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            return;
-        service_close(c);
-        return;
-    }
-}
-
-static void service_accept(crb_acceptor *a, int fd)
-{
-    cre_tp *tp = a->owner;
-    cuda_engine *ce = tp->priv;
-    cr_engine *e = tp->engine;
-    bool allowed = cre_local_peer_allowed(e, fd);
-    cuda_service_conn *c = calloc(1, sizeof(*c));
-    if (c == NULL) {
-        close(fd);
-        crb_acceptor_closed(a);
-        return;
-    }
-    c->io.fd = fd;
-    c->io.on_event = service_on_event;
-    c->tp = tp;
-    c->allowed = allowed;
-    c->authed = e->secret == NULL;
-    if (crb_loop_add(&e->workers[0].loop, &c->io, EPOLLIN) < 0) {
-        close(fd);
-        free(c);
-        crb_acceptor_closed(a);
-        return;
-    }
-    c->next = ce->conns;
-    if (ce->conns != NULL)
-        ce->conns->prev = c;
-    ce->conns = c;
-    cre_local_greet(e, fd, c->nonce, "cuda service");
-}
-
 void cuda_service_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns)
 {
     cuda_engine *ce = tp->priv;
-    if (w->index == 0 && ce->acceptor_started)
-        crb_acceptor_tick(&ce->acceptor, now_ns);
+    cre_local_service_tick(&ce->svc, w, now_ns);
 }
 
 int cuda_service_start(cre_tp *tp)
 {
     cr_engine *e = tp->engine;
     cuda_engine *ce = tp->priv;
-    snprintf(ce->address, sizeof(ce->address), "@crescent-cuda-%d-%016llx", (int)getpid(),
+    char address[96];
+    snprintf(address, sizeof(address), "@crescent-cuda-%d-%016llx", (int)getpid(),
              (unsigned long long)e->instance);
-    int rc =
-        cre_local_service_listen(e, ce->address, "cuda service", &ce->acceptor, service_accept, tp);
-    if (rc < 0) {
-        ce->address[0] = '\0';
-        return rc;
-    }
-    ce->acceptor_started = true;
-    return 0;
+    return cre_local_service_start(&ce->svc, e, tp, address, "cuda service", "cuda", serve_request);
 }
 
 void cuda_service_stop(cre_tp *tp)
 {
     cuda_engine *ce = tp->priv;
-    while (ce->conns != NULL)
-        service_close(ce->conns);
-    if (ce->acceptor_started)
-        crb_acceptor_stop(&ce->acceptor);
-    ce->acceptor_started = false;
+    cre_local_service_stop(&ce->svc);
 }

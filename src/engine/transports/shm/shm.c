@@ -67,7 +67,7 @@ static void shm_fini(cre_tp *tp)
 static int shm_endpoint(cre_tp *tp, crp_buf *out)
 {
     shm_engine *se = tp->priv;
-    return se->address[0] ? crp_buf_append(out, se->address, strlen(se->address)) : 0;
+    return se->svc.address[0] ? crp_buf_append(out, se->svc.address, strlen(se->svc.address)) : 0;
 }
 
 /* Every buffer gets a control slot: shm and cma copies are fenced by it. */

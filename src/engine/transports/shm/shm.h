@@ -16,9 +16,9 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
-#include "base/acceptor.h"
 #include "engine/internal.h"
 #include "engine/transports/shm/ctl_page.h"
+#include "engine/transports/shm/local_service.h"
 
 /* A buffer's shm blob: its control slot and shared region, little-endian
  * u32 slot, u64 gen, u64 region id (0 = not shareable), u64 offset. */
@@ -71,10 +71,7 @@ typedef struct cre_peer_local {
 typedef struct shm_engine {
     cre_tp *tp;
     cre_ctl_page ctl;
-    crb_acceptor acceptor; /* the fd service's listener (worker 0) */
-    bool acceptor_started;
-    char address[128];              /* "@crescent-<pid>-<instance>" */
-    struct shm_service_conn *conns; /* fd-service connections (worker 0) */
+    cre_local_service svc; /* the fd service, "@crescent-<pid>-<instance>" */
     atomic_ullong mappings;
 } shm_engine;
 
@@ -83,51 +80,6 @@ void cre_shm_service_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns);
 
 /* The installed shm transport of e (cma uses it). */
 cre_tp *cre_shm_tp(cr_engine *e);
-
-/* sockaddr for an abstract-namespace name written "@name". */
-socklen_t cre_abstract_addr(const char *name, struct sockaddr_un *sa);
-
-/* A same-host service's listener (the shm fd service, the cuda IPC
- * service): a SEQPACKET socket bound to "@name" in worker 0's loop behind
- * an acceptor (cap CRE_LOCAL_SERVICE_MAX_CONNS, spare fd at EMFILE,
- * back-off). Engine init thread. 0, or CR_ERR_SYSTEM / CR_ERR_BIND (what
- * names the service in the message); nothing is left open on failure. */
-#define CRE_LOCAL_SERVICE_MAX_CONNS 1024
-int cre_local_service_listen(cr_engine *e, const char *address, const char *what, crb_acceptor *a,
-                             crb_accept_fn on_accept, void *owner);
-/* May the process at the other end of connection fd receive our memory's
- * descriptors? Our uid, or any with shm_allow_any_user (SO_PEERCRED). */
-bool cre_local_peer_allowed(cr_engine *e, int fd);
-
-/* local_auth.c: the greeting and shared-secret proof both same-host
- * services run first on every connection (docs/WIRE.md, "Same-host fd
- * service"). `label` names the service in the HMAC ("shm", "cuda"); `what`
- * and `peer` name the service and peer in messages.
- *
- * Service side (worker 0). cre_local_greet draws a fresh nonce into `nonce`
- * and sends the greeting. cre_local_auth_serve checks the peer's first
- * datagram (data/len) as the AUTH proof and answers it: 0 when proven,
- * CR_ERR_AUTH_FAILED otherwise (the caller then closes the connection).
- * cre_local_send_reply sends one reply, with fd as SCM_RIGHTS when >= 0
- * (fd stays the caller's). */
-void cre_local_send_reply(int sock, const crp_shm_reply *r, int fd, const char *what);
-void cre_local_greet(cr_engine *e, int sock, uint8_t nonce[CRP_NONCE_SIZE], const char *what);
-int cre_local_auth_serve(cr_engine *e, int sock, const char *label,
-                         const uint8_t nonce[CRP_NONCE_SIZE], const uint8_t *data, size_t len,
-                         const char *what);
-/* Peer side (any thread, under the caller's peer lock), each bounded by
- * deadline (crb_now_ns clock). cre_local_recv: one reply and the fd it
- * carried (-1 if none; the caller owns it) — CR_ERR_TIMEOUT,
- * CR_ERR_CONNECTION or CR_ERR_MALFORMED_FRAME otherwise, nothing left
- * open. cre_local_send: one request. cre_local_authenticate: read the
- * greeting and, if the service wants the secret, prove it: 0, or
- * CR_ERR_AUTH_FAILED (no secret here, or refused) and the errors above. */
-int cre_local_recv(int sock, uint64_t deadline, const char *what, const char *peer,
-                   crp_shm_reply *rep, int *fd);
-int cre_local_send(int sock, uint64_t deadline, const char *what, const char *peer,
-                   const crp_shm_request *req);
-int cre_local_authenticate(cr_engine *e, int sock, uint64_t deadline, const char *label,
-                           const char *what, const char *peer);
 
 /* service.c */
 int cre_shm_service_start(cre_tp *tp);
