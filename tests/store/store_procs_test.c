@@ -289,7 +289,9 @@ static void killed_client_expires(void **state)
     (void)state;
     sh_master m;
     sh_client a, b, c;
-    const char *const margs[] = {"--client_ttl=1", NULL};
+    /* A 2 s TTL against 300 ms heartbeats: a loaded sanitizer run may stall
+     * a live client's heartbeats for a second without expiring it. */
+    const char *const margs[] = {"--client_ttl=2", NULL};
     start_master(&m, margs);
     const char *const cargs[] = {"--segment", "16M", "--heartbeat", "300", NULL};
     start_client(&a, &m, cargs);
@@ -300,7 +302,7 @@ static void killed_client_expires(void **state)
     assert_int_equal(sh_field(sh_cmd(&c, "batch_put c 8 65536 30 pref=%s", c.name), "ok"), 8);
     assert_int_equal(sh_field(sh_cmd(&b, "batch_get a 8 65536 10"), "ok"), 8);
     /* The segments' owners survive several heartbeats beyond the TTL. */
-    sh_sleep_ms(1500);
+    sh_sleep_ms(3000);
     assert_int_equal(sh_field(sh_cmd(&b, "batch_exist a 8"), "yes"), 8);
 
     sh_client_kill(&a);
