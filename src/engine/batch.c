@@ -388,15 +388,29 @@ int cr_batch_submit(cr_engine *e, cr_batch_id id, const cr_transfer_request *req
     }
     pthread_mutex_unlock(&b->lock);
 
+    /* Transports with submit_flush start a run of tasks to one peer once
+     * the whole run is queued (tcp: one send for a batch of small requests). */
+    cre_tp *run_tp = NULL;
+    cre_peer *run_peer = NULL;
     for (size_t i = 0; i < n; i++) {
         cre_task *t = &b->tasks[first + i];
+        cre_peer *peer = plan[i].route.peer;
         int src = start_task(e, &plan[i], t);
-        plan_release(&plan[i], true); /* the task holds the local reference */
+        cre_tp *used = src == 0 ? t->tp : NULL; /* read before t may complete */
+        plan_release(&plan[i], true);           /* the task holds the local reference */
         if (src < 0) {
             atomic_store(&t->slices_left, 1);
             cre_task_slice_done(t, src, 0);
         }
+        if (run_tp != NULL && (used != run_tp || peer != run_peer))
+            run_tp->ops->submit_flush(run_tp, run_peer);
+        if (used != run_tp || peer != run_peer) {
+            run_tp = used != NULL && used->ops->submit_flush != NULL ? used : NULL;
+            run_peer = peer;
+        }
     }
+    if (run_tp != NULL)
+        run_tp->ops->submit_flush(run_tp, run_peer);
     free(plan);
     batch_put(b);
     return 0;

@@ -3,8 +3,10 @@
  *
  * A peer has lanes_per_peer lanes; each lane is one persistent TCP
  * connection owned by one worker thread. Submitting threads cut a task into
- * slices of at most slice_size bytes and stripe them over the peer's lanes.
- * Then, per lane: if the lane is READY and its io_lock is free, the
+ * slices of at most slice_size bytes and stripe them over the peer's lanes;
+ * once a cr_batch_submit has queued its whole run of tasks to the peer
+ * (cre_tcp_submit_flush), per lane: if the lane is READY and its io_lock is
+ * free, the
  * submitting thread writes the slices itself (a small request costs no
  * wake-up of the initiator's worker: the caller sends, the target answers,
  * the worker that receives the answer completes the task and wakes the
@@ -185,6 +187,26 @@ static bool lane_send_direct(tcp_lane *l)
     return done;
 }
 
+void cre_tcp_submit_flush(cre_tp *tp, cre_peer *peer)
+{
+    cr_engine *e = tp->engine;
+    tcp_peer *p = cre_peer_tp(peer, tp);
+    tcp_lane *queued[64];
+    size_t n = 0;
+    pthread_mutex_lock(&p->queue_lock);
+    for (size_t i = 0; i < p->n_lanes && n < 64; i++)
+        if (p->lanes[i].queue_head != NULL)
+            queued[n++] = &p->lanes[i];
+    pthread_mutex_unlock(&p->queue_lock);
+    bool kick[64] = {false};
+    for (size_t i = 0; i < n; i++)
+        if (!lane_send_direct(queued[i]))
+            kick[queued[i]->worker->index % 64] = true;
+    for (uint32_t w = 0; w < e->n_workers && w < 64; w++)
+        if (kick[w])
+            cre_worker_kick(&e->workers[w]);
+}
+
 int cre_tcp_submit(cre_tp *tp, const cre_route *r, cre_task *t)
 {
     cr_engine *e = tp->engine;
@@ -220,8 +242,6 @@ int cre_tcp_submit(cre_tp *tp, const cre_route *r, cre_task *t)
         charge += lane_charge(slice_length(e, t, i));
     uint64_t charged = atomic_fetch_add(&p->lane_bytes, charge);
     bool kick[64] = {false};
-    tcp_lane *direct[8];
-    size_t n_direct = 0;
     bool host = cre_kind_is_host(t->local_buf->kind);
     pthread_mutex_lock(&p->queue_lock);
     for (uint64_t i = 0; i < nslices; i++) {
@@ -242,21 +262,13 @@ int cre_tcp_submit(cre_tp *tp, const cre_route *r, cre_task *t)
         tcp_lane *l = &p->lanes[(charged / LANE_FILL) % p->n_lanes];
         charged += lane_charge(s->length);
         list_push(&l->queue_head, &l->queue_tail, s);
-        bool listed = false;
-        for (size_t k = 0; k < n_direct; k++)
-            listed = listed || direct[k] == l;
-        if (!listed && host && n_direct < 8)
-            direct[n_direct++] = l;
-        else if (!listed)
+        if (!host) /* device memory is staged by the worker */
             kick[l->worker->index % 64] = true;
     }
     pthread_mutex_unlock(&p->queue_lock);
     free(made);
-    /* t may complete (and its batch be freed) once its slices are queued:
-     * only the lanes are used from here on. */
-    for (size_t k = 0; k < n_direct; k++)
-        if (!lane_send_direct(direct[k]))
-            kick[direct[k]->worker->index % 64] = true;
+    /* Host slices leave in cre_tcp_submit_flush, once the caller's whole
+     * run of tasks to this peer is queued. */
     for (uint32_t w = 0; w < e->n_workers && w < 64; w++)
         if (kick[w])
             cre_worker_kick(&e->workers[w]);

@@ -170,6 +170,7 @@ const cre_transport_ops cre_transport_tcp = {
     .desc_parse = tcp_desc_parse,
     .can_serve = tcp_can_serve,
     .submit = cre_tcp_submit,
+    .submit_flush = cre_tcp_submit_flush,
     .tick = cre_tcp_lanes_tick,
     .cancel = tcp_cancel,
     .counters = tcp_counters,

@@ -101,6 +101,8 @@ typedef struct tcp_engine {
 
 /* lane.c */
 int cre_tcp_submit(cre_tp *tp, const cre_route *r, cre_task *t);
+/* After a run of submits to peer: send what they queued (or wake the worker). */
+void cre_tcp_submit_flush(cre_tp *tp, cre_peer *peer);
 void cre_tcp_lanes_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns);
 /* Engine teardown (workers stopped): fail everything, close the socket. */
 void cre_tcp_lane_fail_all(tcp_lane *l, int status);
