@@ -6,11 +6,10 @@
  * slices of at most slice_size bytes and stripe them over the peer's lanes;
  * once a cr_batch_submit has queued its whole run of tasks to the peer
  * (cre_tcp_submit_flush), per lane: if the lane is READY and its io_lock is
- * free, the
- * submitting thread writes the slices itself (a small request costs no
- * wake-up of the initiator's worker: the caller sends, the target answers,
- * the worker that receives the answer completes the task and wakes the
- * caller); otherwise it wakes the lane's worker. Whatever a submitter could
+ * free, the submitting thread writes the slices itself (a small request
+ * costs no wake-up of the initiator's worker: the caller sends, the target
+ * answers, the worker that receives the answer completes the task and wakes
+ * the caller); otherwise it wakes the lane's worker. Whatever a submitter could
  * not finish (EAGAIN, a lane not yet connected) the worker takes over. A
  * submitter never closes a socket: a failed write marks the lane and wakes
  * the worker, which fails it as it fails any broken connection. Frames are
