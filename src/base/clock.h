@@ -35,4 +35,14 @@ static inline struct timespec crb_deadline_ts(uint64_t ms)
     return ts;
 }
 
+/** One step of a bounded spin-wait (a PAUSE where the CPU has one). */
+static inline void crb_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 #endif

@@ -61,10 +61,15 @@ static void *loop_main(void *arg)
     pthread_setname_np(pthread_self(), loop->name);
     struct epoll_event events[MAX_EVENTS];
     uint64_t next_tick = crb_now_ns() + loop->tick_ms * 1000000ull;
+    uint64_t spin_until = 0; /* busy-poll: no sleeping before this */
     while (!atomic_load(&loop->stop)) {
         uint64_t now = crb_now_ns();
         int timeout = now >= next_tick ? 0 : (int)((next_tick - now + 999999) / 1000000);
+        if (now < spin_until)
+            timeout = 0;
         int n = epoll_wait(loop->epfd, events, MAX_EVENTS, timeout);
+        if (n > 0 && loop->busy_poll_ns > 0)
+            spin_until = crb_now_ns() + loop->busy_poll_ns;
         loop->woken = false;
         for (int i = 0; i < n; i++) {
             crb_io *io = events[i].data.ptr; /* may be freed by its handler */
@@ -78,6 +83,11 @@ static void *loop_main(void *arg)
             loop->on_tick(loop, now, loop->woken);
     }
     return NULL;
+}
+
+void crb_loop_set_busy_poll(crb_loop *loop, uint64_t ns)
+{
+    loop->busy_poll_ns = ns;
 }
 
 int crb_loop_start(crb_loop *loop)

@@ -7,7 +7,10 @@
  * a periodic tick. Sources are crb_io records embedded in their owner's
  * object: a file descriptor, the events wanted, and the handler the loop
  * calls (on the loop's thread) when they fire. The loop sleeps in
- * epoll_wait and never spins; the tick bounds how late deadlines are seen.
+ * epoll_wait and never spins, unless its owner opted in to a bounded
+ * busy-poll (crb_loop_set_busy_poll): then, for that long after a pass that
+ * handled events, it polls without sleeping. The tick bounds how late
+ * deadlines are seen.
  *
  * Ownership and threading:
  *   - A loop owns its epoll fd, eventfd and thread; the crb_io records and
@@ -60,7 +63,8 @@ struct crb_loop {
     bool running;
     atomic_bool stop;
     atomic_bool wake_pending;
-    bool woken; /* a wake-up arrived in this pass (loop thread only) */
+    bool woken;            /* a wake-up arrived in this pass (loop thread only) */
+    uint64_t busy_poll_ns; /* 0: never spin (set before crb_loop_start) */
     char name[16];
 };
 
@@ -71,6 +75,13 @@ struct crb_loop {
  */
 int crb_loop_init(crb_loop *loop, const char *name, unsigned tick_ms, crb_tick_fn on_tick,
                   void *owner);
+
+/**
+ * Opt-in bounded busy-poll: after a pass that handled events, poll without
+ * sleeping for up to ns nanoseconds before sleeping again (0, the default:
+ * always sleep). Call before crb_loop_start.
+ */
+void crb_loop_set_busy_poll(crb_loop *loop, uint64_t ns);
 
 /** Start the loop's thread. Errors: CR_ERR_SYSTEM. */
 int crb_loop_start(crb_loop *loop);

@@ -88,6 +88,7 @@ void cre_task_slice_done(cre_task *t, int status, uint64_t bytes)
     cre_batch *b = t->batch;
     pthread_mutex_lock(&b->lock);
     atomic_store(&t->state, state);
+    atomic_store_explicit(&b->pending_hint, b->unfinished - 1, memory_order_release);
     if (--b->unfinished == 0)
         pthread_cond_broadcast(&b->cond);
     batch_unlock_and_maybe_destroy(b); /* t may be gone from here on */
@@ -370,6 +371,7 @@ int cr_batch_submit(cr_engine *e, cr_batch_id id, const cr_transfer_request *req
     size_t first = b->count;
     b->count += n;
     b->unfinished += n;
+    atomic_store(&b->pending_hint, b->unfinished);
     for (size_t i = 0; i < n; i++) {
         cre_task *t = &b->tasks[first + i];
         t->batch = b;
@@ -386,15 +388,29 @@ int cr_batch_submit(cr_engine *e, cr_batch_id id, const cr_transfer_request *req
     }
     pthread_mutex_unlock(&b->lock);
 
+    /* Transports with submit_flush start a run of tasks to one peer once
+     * the whole run is queued (tcp: one send for a batch of small requests). */
+    cre_tp *run_tp = NULL;
+    cre_peer *run_peer = NULL;
     for (size_t i = 0; i < n; i++) {
         cre_task *t = &b->tasks[first + i];
+        cre_peer *peer = plan[i].route.peer;
         int src = start_task(e, &plan[i], t);
-        plan_release(&plan[i], true); /* the task holds the local reference */
+        cre_tp *used = src == 0 ? t->tp : NULL; /* read before t may complete */
+        plan_release(&plan[i], true);           /* the task holds the local reference */
         if (src < 0) {
             atomic_store(&t->slices_left, 1);
             cre_task_slice_done(t, src, 0);
         }
+        if (run_tp != NULL && (used != run_tp || peer != run_peer))
+            run_tp->ops->submit_flush(run_tp, run_peer);
+        if (used != run_tp || peer != run_peer) {
+            run_tp = used != NULL && used->ops->submit_flush != NULL ? used : NULL;
+            run_peer = peer;
+        }
     }
+    if (run_tp != NULL)
+        run_tp->ops->submit_flush(run_tp, run_peer);
     free(plan);
     batch_put(b);
     return 0;
@@ -442,6 +458,14 @@ int cr_batch_wait(cr_engine *e, cr_batch_id id, int timeout_ms)
     if (rc < 0)
         return rc;
     struct timespec deadline = crb_deadline_ts(timeout_ms < 0 ? 0 : (uint64_t)timeout_ms);
+    if (e->busy_poll_ns > 0) {
+        /* Opt-in (CRESCENT_BUSY_POLL_US): spin a bounded time before
+         * sleeping, so a quick completion needs no wake-up of this thread. */
+        uint64_t until = crb_now_ns() + e->busy_poll_ns;
+        while (atomic_load_explicit(&b->pending_hint, memory_order_acquire) > 0 &&
+               crb_now_ns() < until)
+            crb_cpu_relax();
+    }
     pthread_mutex_lock(&b->lock);
     while (b->unfinished > 0) {
         if (atomic_load(&e->shutting_down)) {

@@ -66,9 +66,10 @@ struct cre_batch {
     cre_task *tasks;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    size_t unfinished; /* guarded by lock */
-    bool freed;        /* id released; free memory when quiescent */
-    int users;         /* API calls currently holding it; guarded by lock */
+    size_t unfinished;          /* guarded by lock */
+    atomic_size_t pending_hint; /* unfinished, readable without the lock (busy-poll) */
+    bool freed;                 /* id released; free memory when quiescent */
+    int users;                  /* API calls currently holding it; guarded by lock */
 };
 
 /* ---- descriptors and peers ---------------------------------------------- */
@@ -197,6 +198,7 @@ struct cr_engine {
     uint32_t max_connections;
     uint64_t instance;
     bool shm_allow_any_user, cma_enabled;
+    uint64_t busy_poll_ns; /* CRESCENT_BUSY_POLL_US; 0 (default): never spin */
 
     cre_tp tps[CRE_MAX_TRANSPORTS]; /* installed, by rank */
     size_t n_tps;

@@ -177,6 +177,11 @@ typedef struct cre_transport_ops {
 
     bool (*can_serve)(cre_tp *tp, const cre_route *r);
     int (*submit)(cre_tp *tp, const cre_route *r, cre_task *t);
+    /* Optional: every task of one cr_batch_submit call for peer p has been
+     * submitted (called once per run of consecutive tasks with the same
+     * transport and peer, on the submitting thread, no engine lock held):
+     * start what submit only queued, so the run leaves together. */
+    void (*submit_flush)(cre_tp *tp, cre_peer *p);
     void (*tick)(cre_tp *tp, cre_worker *w, uint64_t now_ns);
     void (*cancel)(cre_tp *tp);
     size_t (*counters)(cre_tp *tp, cr_engine_counter *out, size_t cap);

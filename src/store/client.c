@@ -254,8 +254,13 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
     cr_engine_segment_name(s->engine, s->segment_name, sizeof(s->segment_name));
 
     s->segment_size = cfg->global_segment_size;
+    int populate = CRC_POPULATE_LAZY;
     if (s->segment_size > 0) {
-        rc = cr_alloc_shared(s->segment_size, (void **)&s->segment);
+        rc = crc_populate_mode(&populate);
+        if (rc == 0)
+            rc = cr_alloc_shared(s->segment_size, (void **)&s->segment);
+        if (rc == 0 && populate == CRC_POPULATE_MOUNT)
+            rc = crc_populate_now(s);
         if (rc == 0)
             rc = cr_engine_register(s->engine, s->segment, s->segment_size, "cpu:0", true);
         if (rc == 0)
@@ -293,6 +298,9 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
         goto err_destroy;
     }
     s->heartbeat_running = true;
+    if (populate == CRC_POPULATE_BACKGROUND && crc_populate_start(s) < 0)
+        crb_log(CRB_LOG_WARN, "store %s: %s; the segment stays lazy", s->segment_name,
+                cr_last_error_message());
     crb_log(CRB_LOG_INFO, "store %s: %llu-byte segment mounted at %s", s->segment_name,
             (unsigned long long)s->segment_size, s->master_address);
     *out = s;
@@ -321,6 +329,7 @@ int cr_store_close(cr_store *s)
         return 0;
     }
     atomic_store(&s->stop, true);
+    crc_populate_stop(s);
     if (s->heartbeat_running)
         pthread_join(s->heartbeat_thread, NULL);
     s->heartbeat_running = false;

@@ -49,6 +49,8 @@ struct cr_store {
 
     uint8_t *segment;
     uint64_t segment_size;
+    pthread_t populate_thread; /* CRESCENT_SEGMENT_POPULATE=background (populate.c) */
+    bool populate_running;
 
     uint8_t *staging;
     uint64_t staging_size;
@@ -60,6 +62,16 @@ struct cr_store {
     crc_seg_cache_entry *segs;
     size_t n_segs, cap_segs;
 };
+
+/* populate.c: when the segment's pages are committed (CRESCENT_SEGMENT_POPULATE). */
+enum { CRC_POPULATE_LAZY, CRC_POPULATE_MOUNT, CRC_POPULATE_BACKGROUND };
+/* The mode the environment asks for; CR_INVALID_PARAMS names a bad value. */
+int crc_populate_mode(int *mode);
+/* Commit every page of s->segment now (setup, before the mount). */
+int crc_populate_now(cr_store *s);
+/* Start / stop (sets s->stop, joins) the background populate thread. */
+int crc_populate_start(cr_store *s);
+void crc_populate_stop(cr_store *s);
 
 /* client.c */
 

@@ -1,14 +1,26 @@
 /*
  * master_client.c - see master_client.h.
  *
- * Callers register a pending slot (request id, condition variable), write
- * their frame (header and body in one buffer, one send) under the write
- * lock and sleep on the slot. A reader thread owns the socket's read side:
- * it reads whatever has arrived into one buffer, hands every complete frame
- * in it to the slot with the same request id, and keeps a partial frame for
- * the next read, so a burst of replies costs one read, not two per reply.
+ * Callers register a pending slot (request id, condition variable) and
+ * write their frame (header and body in one buffer, one send) under the
+ * write lock. Then one waiting caller at a time is the reader (leader/
+ * follower): it polls the socket itself, reads whatever has arrived into
+ * the connection's read buffer, hands every complete frame to the slot with
+ * the same request id (waking its caller) and keeps a partial frame for the
+ * next read, so a burst of replies costs one read, not two per reply. When
+ * its own reply has come it hands the read side to another waiting caller
+ * and returns. So a lone caller's reply wakes only that caller (no reader
+ * thread in between: one wake-up per call on this side instead of two).
  * Deadlines are per call; a caller that gives up removes its slot, and a
  * late reply for it is dropped.
+ *
+ * Connection loss: whoever sees it (a failed read or write) fails the calls
+ * in flight with CR_RPC_FAIL, shuts the socket down and unpublishes it; the
+ * next call reconnects. The descriptor is closed only under the write lock
+ * while nobody reads it, so no read or write ever lands on a reused
+ * descriptor. An idle connection is checked (one non-blocking peek) before
+ * the next call is sent on it, so a master that closed it while nothing was
+ * in flight (a restart) costs a reconnect, not a failed call.
  */
 #include "store/master_client.h"
 
@@ -50,11 +62,12 @@ struct crc_master {
     crp_rpc_uuid client_id;
     pthread_mutex_t lock; /* everything below */
     pthread_mutex_t write_lock;
-    int fd; /* -1 when not connected */
-    bool reader_running;
-    pthread_t reader;
-    int reader_fd; /* the reader's connection: closed by whoever joins it */
-    atomic_bool stop;
+    int fd;                   /* -1 when not connected */
+    int dead_fd;              /* shut down and unpublished, not closed yet (-1: none) */
+    bool reading;             /* a caller is the reader (read_fd, rd) */
+    int read_fd;              /* the descriptor it reads */
+    pthread_cond_t read_done; /* the reader gave the read side back */
+    crp_reader rd;            /* reassembles replies (the reader's) */
     pending *pending;
     uint64_t next_id;
     uint64_t view;
@@ -123,43 +136,70 @@ static int reply_frame(void *ctx, const crp_header *h, const uint8_t *body)
 
 static const crp_reader_ops reply_reader_ops = {.on_head = reply_head, .on_frame = reply_frame};
 
-static void *reader_main(void *arg)
+/* The connection on fd is dead: fail the calls in flight, shut it down and
+ * unpublish it (closed later: close_dead_locked). Caller holds lock. */
+static void conn_lost_locked(crc_master *m, int fd)
 {
-    crc_master *m = arg;
-    int fd = m->fd;
-    crp_reader rd;
-    crp_reader_init(&rd, CRP_MAX_BODY);
-    while (!atomic_load(&m->stop)) {
+    if (m->fd != fd)
+        return; /* somebody saw it first */
+    crb_log(CRB_LOG_WARN, "master %s:%u: connection lost: %s", m->host, (unsigned)m->port,
+            cr_last_error_message());
+    fail_pending_locked(m, CR_RPC_FAIL);
+    shutdown(fd, SHUT_RDWR);
+    m->fd = -1;
+    if (m->dead_fd >= 0 && m->dead_fd != fd && !(m->reading && m->read_fd == m->dead_fd))
+        close(m->dead_fd); /* an older one nobody reads (connect normally closed it) */
+    m->dead_fd = fd;       /* its partial frame in rd is dropped at the next connect */
+}
+
+/* Close an unpublished descriptor once nobody reads it. Caller holds lock
+ * and write_lock (so no writer holds it either). */
+static void close_dead_locked(crc_master *m)
+{
+    while (m->dead_fd >= 0 && m->reading && m->read_fd == m->dead_fd)
+        pthread_cond_wait(&m->read_done, &m->lock); /* its reader sees EOF at once */
+    if (m->dead_fd >= 0) {
+        close(m->dead_fd);
+        m->dead_fd = -1;
+    }
+}
+
+/*
+ * Be the reader until p's reply has arrived, the deadline passes or the
+ * connection fails: poll fd, read, deliver every complete frame. Called
+ * without lock, with m->reading set by the caller. Returns 0 (p done or the
+ * deadline passed) or a negative connection error.
+ */
+static int read_until(crc_master *m, int fd, pending *p, uint64_t deadline)
+{
+    for (;;) {
+        pthread_mutex_lock(&m->lock);
+        bool done = p->done;
+        pthread_mutex_unlock(&m->lock);
+        uint64_t now = crb_now_ns();
+        if (done || now >= deadline)
+            return 0;
+        uint64_t left_ms = (deadline - now + 999999) / 1000000;
         struct pollfd pf = {.fd = fd, .events = POLLIN};
-        int n = poll(&pf, 1, 200);
-        if (n == 0)
-            continue;
-        if (n < 0 && errno == EINTR)
+        int n = poll(&pf, 1, left_ms > 200 ? 200 : (int)left_ms);
+        if (n == 0 || (n < 0 && errno == EINTR))
             continue;
         int rc = n < 0 ? crb_error(CR_ERR_CONNECTION, "poll: %s", strerror(errno))
-                       : crp_reader_read(&rd, fd, &reply_reader_ops, m);
-        if (rc < 0) {
-            pthread_mutex_lock(&m->lock);
-            if (!atomic_load(&m->stop))
-                crb_log(CRB_LOG_WARN, "master %s:%u: connection lost: %s", m->host,
-                        (unsigned)m->port, cr_last_error_message());
-            fail_pending_locked(m, CR_RPC_FAIL);
-            shutdown(fd, SHUT_RDWR);
-            m->fd = -1; /* the next call reconnects; fd closed on join */
-            pthread_mutex_unlock(&m->lock);
-            break;
-        }
+                       : crp_reader_read(&m->rd, fd, &reply_reader_ops, m);
+        if (rc < 0)
+            return rc;
     }
-    crp_reader_fini(&rd);
-    /* Unpublish the fd but do not close it: a sender that read m->fd just
-     * before may still be writing to it (it fails, the socket is shut down).
-     * Whoever joins this thread closes it (reader_reap), when no sender can
-     * hold it any more, so no write ever lands on a reused descriptor. */
-    pthread_mutex_lock(&m->lock);
-    if (m->fd == fd)
-        m->fd = -1;
-    pthread_mutex_unlock(&m->lock);
-    return NULL;
+}
+
+/* Before sending on an idle connection (nothing in flight, nobody
+ * reading): has the master closed it meanwhile? Caller holds lock. */
+static bool idle_conn_closed_locked(crc_master *m)
+{
+    if (m->fd < 0 || m->reading || m->pending != NULL)
+        return false;
+    char c;
+    ssize_t n = recv(m->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 /* Encode req as a whole frame into out, header space first so that the
@@ -246,20 +286,12 @@ static int hello_round(int fd, const crp_rpc_req *hello, uint64_t deadline, crp_
     return rc;
 }
 
-/* Connect and handshake synchronously, then start the reader. Caller
- * holds lock and write_lock; m->fd < 0. */
+/* Connect and handshake synchronously. Caller holds lock and write_lock;
+ * m->fd < 0. */
 static int connect_locked(crc_master *m, int timeout_ms)
 {
-    if (m->reader_running) {
-        pthread_mutex_unlock(&m->lock);
-        atomic_store(&m->stop, true);
-        pthread_join(m->reader, NULL);
-        atomic_store(&m->stop, false);
-        pthread_mutex_lock(&m->lock);
-        m->reader_running = false;
-        close(m->reader_fd); /* write_lock held: no sender is using it */
-        m->reader_fd = -1;
-    }
+    close_dead_locked(m);     /* write_lock held: no sender is using it */
+    crp_reader_reset(&m->rd); /* nobody reads (m->fd < 0): a dead stream's partial frame */
     uint64_t deadline = crb_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     int fd = crb_connect(m->host, m->port, timeout_ms);
     if (fd < 0)
@@ -321,13 +353,6 @@ static int connect_locked(crc_master *m, int timeout_ms)
         return rc;
     }
     m->fd = fd;
-    m->reader_fd = fd;
-    if (pthread_create(&m->reader, NULL, reader_main, m) != 0) {
-        close(fd);
-        m->fd = m->reader_fd = -1;
-        return crb_error(CR_ERR_SYSTEM, "starting the master reader thread");
-    }
-    m->reader_running = true;
     return 0;
 }
 
@@ -349,10 +374,12 @@ int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_
         free(m);
         return crb_error(CR_ERR_NO_MEMORY, "master connection");
     }
-    m->fd = m->reader_fd = -1;
+    m->fd = m->dead_fd = m->read_fd = -1;
     m->next_id = 1;
+    crp_reader_init(&m->rd, CRP_MAX_BODY);
     pthread_mutex_init(&m->lock, NULL);
     pthread_mutex_init(&m->write_lock, NULL);
+    pthread_cond_init(&m->read_done, NULL);
     pthread_mutex_lock(&m->write_lock);
     pthread_mutex_lock(&m->lock);
     rc = connect_locked(m, timeout_ms);
@@ -390,6 +417,10 @@ int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, i
 
     pthread_mutex_lock(&m->write_lock);
     pthread_mutex_lock(&m->lock);
+    if (idle_conn_closed_locked(m)) {
+        crb_error(CR_ERR_CONNECTION, "the master closed the idle connection");
+        conn_lost_locked(m, m->fd);
+    }
     if (m->fd < 0)
         rc = connect_locked(m, timeout_ms);
     int fd = m->fd;
@@ -402,10 +433,14 @@ int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, i
     if (rc == 0) {
         frame_set_id(&frame, p.id);
         rc = crb_write_full(fd, frame.data, frame.len, deadline);
-        if (rc < 0)
+        if (rc < 0) {
             rc = crb_error(rc == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL,
                            "sending %s to the master: %s", crp_rpc_op_name(req->op),
                            cr_last_error_message());
+            pthread_mutex_lock(&m->lock);
+            conn_lost_locked(m, fd); /* a partial frame: the stream is unusable */
+            pthread_mutex_unlock(&m->lock);
+        }
     }
     pthread_mutex_unlock(&m->write_lock);
     crp_buf_free(&frame);
@@ -413,9 +448,33 @@ int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, i
     pthread_mutex_lock(&m->lock);
     if (rc == 0) {
         struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
-        while (!p.done)
-            if (pthread_cond_timedwait(&p.cond, &m->lock, &ts) != 0 && !p.done)
+        while (!p.done && crb_now_ns() < deadline) {
+            if (!m->reading && m->fd >= 0) {
+                /* Nobody reads: be the reader until our reply is in. */
+                int rfd = m->fd;
+                m->reading = true;
+                m->read_fd = rfd;
+                pthread_mutex_unlock(&m->lock);
+                int rrc = read_until(m, rfd, &p, deadline);
+                pthread_mutex_lock(&m->lock);
+                m->reading = false;
+                m->read_fd = -1;
+                if (rrc < 0)
+                    conn_lost_locked(m, rfd);
+                pthread_cond_broadcast(&m->read_done);
+                /* Hand the read side to a caller still waiting. */
+                for (pending *q = m->pending; q != NULL; q = q->next) {
+                    if (q != &p && !q->done) {
+                        pthread_cond_signal(&q->cond);
+                        break;
+                    }
+                }
+            } else if (m->fd < 0 && !p.done) {
+                break; /* lost, and fail_pending_locked missed us: cannot happen */
+            } else if (pthread_cond_timedwait(&p.cond, &m->lock, &ts) != 0 && !p.done) {
                 break;
+            }
+        }
         if (!p.done)
             rc = crb_error(CR_RPC_TIMEOUT, "master did not answer %s within %d ms",
                            crp_rpc_op_name(req->op), timeout_ms);
@@ -457,10 +516,14 @@ int crc_master_send(crc_master *m, const crp_rpc_req *req, int timeout_ms)
     } else {
         frame_set_id(&frame, id);
         rc = crb_write_full(fd, frame.data, frame.len, deadline);
-        if (rc < 0)
+        if (rc < 0) {
             rc = crb_error(rc == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL,
                            "sending %s to the master: %s", crp_rpc_op_name(req->op),
                            cr_last_error_message());
+            pthread_mutex_lock(&m->lock);
+            conn_lost_locked(m, fd);
+            pthread_mutex_unlock(&m->lock);
+        }
     }
     pthread_mutex_unlock(&m->write_lock);
     crp_buf_free(&frame);
@@ -487,16 +550,14 @@ void crc_master_close(crc_master *m)
 {
     if (m == NULL)
         return;
-    if (m->reader_running) {
-        atomic_store(&m->stop, true);
-        pthread_mutex_lock(&m->lock); /* the reader clears m->fd under it */
-        if (m->fd >= 0)
-            shutdown(m->fd, SHUT_RDWR);
-        pthread_mutex_unlock(&m->lock);
-        pthread_join(m->reader, NULL);
-        /* callers have returned (the store waits for its calls): no sender */
-        close(m->reader_fd);
-    }
+    /* callers have returned (the store waits for its calls): nobody reads
+     * or writes either descriptor */
+    if (m->fd >= 0)
+        close(m->fd);
+    if (m->dead_fd >= 0)
+        close(m->dead_fd);
+    crp_reader_fini(&m->rd);
+    pthread_cond_destroy(&m->read_done);
     pthread_mutex_destroy(&m->lock);
     pthread_mutex_destroy(&m->write_lock);
     free(m->secret);

@@ -8,6 +8,11 @@
  *           them into its own 64 MiB area. The clock stops when the sink has
  *           acknowledged the byte count, so nothing is left in socket buffers.
  *   memcpy: one thread copying 1 MiB blocks between two 64 MiB areas.
+ *   ping-pong: the floor of a small READ: one loopback connection to a
+ *           "<subcmd> --role echo" child, a 32-byte request answered by a
+ *           reply of `size` bytes, one round trip at a time, blocking
+ *           send()/recv() on both sides with TCP_NODELAY. Latency per round
+ *           trip into a histogram (p50/p99), round trips per second.
  *
  * Design: no tuning (default socket buffers, no TCP_NODELAY, no zero-copy),
  * because the point is "what does a naive copy cost on this machine".
@@ -16,6 +21,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,6 +258,146 @@ close_conn:
 free_area:
     free(area);
 close_listener:
+    close(lfd);
+    return rc;
+}
+
+#define PING_REQUEST 32
+
+/* Spawn "<subcmd> --role echo" and connect to it (TCP_NODELAY). */
+static int echo_connect(const char *subcmd, cb_child *child, int *fd_out, char *err, size_t err_len)
+{
+    char *argv[] = {CB_PROG, (char *)subcmd, "--role", "echo", NULL};
+    char line[128];
+    if (cb_child_spawn(child, argv) < 0) {
+        snprintf(err, err_len, "ping-pong baseline: cannot start the echo child: %s",
+                 strerror(errno));
+        return -1;
+    }
+    unsigned port = 0;
+    if (cb_child_read_line(child, line, sizeof(line), 30000) < 0 ||
+        sscanf(line, "READY port=%u", &port) != 1 || port == 0 || port > 65535) {
+        snprintf(err, err_len, "ping-pong baseline: the echo child did not report READY");
+        return -1;
+    }
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, err_len, "ping-pong baseline: socket: %s", strerror(errno));
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        snprintf(err, err_len, "ping-pong baseline: connect: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    *fd_out = fd;
+    return 0;
+}
+
+int cb_baseline_pingpong(const char *subcmd, uint32_t size, double seconds, cb_pingpong *out,
+                         char *err, size_t err_len)
+{
+    int rc = -1, fd = -1;
+    cb_child child = CB_CHILD_INIT;
+    char why[160];
+    uint8_t req[PING_REQUEST];
+    uint8_t *reply = malloc(size ? size : 1);
+    cb_hist *h = calloc(1, sizeof(*h));
+    if (reply == NULL || h == NULL) {
+        snprintf(err, err_len, "ping-pong baseline: out of memory");
+        goto out;
+    }
+    if (echo_connect(subcmd, &child, &fd, err, err_len) < 0)
+        goto out;
+    memset(req, 0, sizeof(req));
+    memcpy(req, &size, sizeof(size)); /* the reply size the echo child sends */
+    uint64_t trips = 0, start = cb_now_ns(), end = start;
+    uint64_t stop = start + (uint64_t)(seconds * 1e9);
+    while (end < stop) {
+        uint64_t t0 = cb_now_ns();
+        if (send_all(fd, req, sizeof(req)) < 0 || recv_all(fd, reply, size) < 0) {
+            snprintf(err, err_len, "ping-pong baseline: round trip %" PRIu64 ": %s", trips,
+                     strerror(errno));
+            goto out;
+        }
+        end = cb_now_ns();
+        cb_hist_add(h, end - t0, 1);
+        trips++;
+    }
+    out->size = size;
+    out->round_trips = trips;
+    out->seconds = (double)(end - start) / 1e9;
+    out->per_s = out->seconds > 0 ? (double)trips / out->seconds : 0;
+    out->p50_us = (double)cb_hist_quantile(h, 0.50) / 1e3;
+    out->p99_us = (double)cb_hist_quantile(h, 0.99) / 1e3;
+    rc = 0;
+out:
+    if (fd >= 0)
+        close(fd); /* the echo child sees EOF and waits for its stdin to close */
+    if (rc == 0) {
+        if (cb_child_stop(&child, 10000, why, sizeof(why)) != 0) {
+            snprintf(err, err_len, "ping-pong baseline: the echo child %s", why);
+            rc = -1;
+        }
+    } else {
+        cb_child_kill(&child);
+    }
+    free(reply);
+    free(h);
+    return rc;
+}
+
+int cb_echo_main(void)
+{
+    int rc = CB_EXIT_FAIL;
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (lfd < 0) {
+        fprintf(stderr, CB_PROG " echo: socket: %s\n", strerror(errno));
+        return CB_EXIT_FAIL;
+    }
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof(sa);
+    uint8_t *reply = NULL;
+    if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 1) < 0 ||
+        getsockname(lfd, (struct sockaddr *)&sa, &sl) < 0) {
+        fprintf(stderr, CB_PROG " echo: listen: %s\n", strerror(errno));
+        goto close_listener;
+    }
+    printf("READY port=%u\n", (unsigned)ntohs(sa.sin_port));
+    fflush(stdout);
+    int fd = accept_or_orphaned(lfd);
+    if (fd < 0)
+        goto close_listener;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    uint32_t have = 0;
+    uint8_t req[PING_REQUEST];
+    while (recv_all(fd, req, sizeof(req)) == 0) {
+        uint32_t size;
+        memcpy(&size, req, sizeof(size));
+        if (size == 0 || size > 64 * CB_MIB)
+            break;
+        if (size > have) {
+            free(reply);
+            reply = calloc(1, size);
+            if (reply == NULL)
+                goto close_conn;
+            have = size;
+        }
+        if (send_all(fd, reply, size) < 0)
+            goto close_conn;
+    }
+    cb_wait_for_eof(STDIN_FILENO);
+    rc = CB_EXIT_OK;
+close_conn:
+    close(fd);
+close_listener:
+    free(reply);
     close(lfd);
     return rc;
 }

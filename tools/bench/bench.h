@@ -150,6 +150,21 @@ int cb_baseline_socket(const char *subcmd, double seconds, uint64_t total, cb_me
                        char *err, size_t err_len);
 /* Single-threaded memcpy of 1 MiB blocks cycling over a 64 MiB area. */
 int cb_baseline_memcpy(double seconds, uint64_t total, cb_measure *out, char *err, size_t err_len);
+/* A small-request round trip over one loopback TCP connection. */
+typedef struct cb_pingpong {
+    uint32_t size; /* reply bytes (the request is 32 bytes) */
+    uint64_t round_trips;
+    double seconds, per_s, p50_us, p99_us;
+} cb_pingpong;
+/*
+ * Plain-socket ping-pong to a child ("<argv0> <subcmd> --role echo"): a
+ * 32-byte request, a reply of `size` bytes, one at a time, TCP_NODELAY, for
+ * `seconds`. 0, or -1 with err set.
+ */
+int cb_baseline_pingpong(const char *subcmd, uint32_t size, double seconds, cb_pingpong *out,
+                         char *err, size_t err_len);
+/* The "--role echo" child: answer each 32-byte request with the bytes it asks for. */
+int cb_echo_main(void);
 /* ucx_perftest's result (ucx_baseline.c). */
 typedef struct cb_ucx_result {
     double latency_us; /* typical */

@@ -11,6 +11,7 @@
  *             "READY segment=HOST:PORT addr=0xADDR len=BYTES" and serves until
  *             its stdin closes; then it destroys the engine and frees memory.
  *   sink      (internal) the receiver of the plain-socket baseline.
+ *   echo      (internal) the far end of the 4 KiB plain-socket ping-pong.
  *
  * Layout: the initiator's local buffer has the target buffer's length and a
  * request uses the same offset on both sides. The buffer is split into one
@@ -92,6 +93,7 @@ typedef struct eb_ctx {
     bool have_ucx;
     cb_ucx_result ucx_get, ucx_put, ucx_get_4k; /* ucx_perftest, same UCX_TLS */
     cb_measure sock, mem;
+    cb_pingpong pp; /* 4 KiB plain-socket ping-pong (--baseline) */
     bool printed_header;
 } eb_ctx;
 
@@ -169,8 +171,10 @@ static void usage(FILE *to)
             "                         with the same UCX_TLS and compare (for --protocol ucx)\n"
             "  --baseline             also measure, in the same run, a plain single-stream TCP\n"
             "                         socket copy to a child process (blocking 1 MiB send/recv)\n"
-            "                         and single-threaded memcpy of 1 MiB blocks over 64 MiB;\n"
-            "                         print both and each case's ratio to them\n"
+            "                         and single-threaded memcpy of 1 MiB blocks over 64 MiB,\n"
+            "                         and a plain-socket ping-pong (32-byte request, 4 KiB\n"
+            "                         reply, one at a time); print them and each case's ratio\n"
+            "                         (4K reads: p50 over the ping-pong's p50)\n"
             "  --json                 JSON lines on stdout instead of the table\n"
             "  --quiet                no progress line, no informational lines\n"
             "  --role initiator|target\n"
@@ -211,7 +215,8 @@ static int parse_blocks(const char *text, eb_opts *o)
 static int apply_value(eb_opts *o, const char *flag, const char *v)
 {
     if (strcmp(flag, "--role") == 0) {
-        if (strcmp(v, "initiator") != 0 && strcmp(v, "target") != 0 && strcmp(v, "sink") != 0)
+        if (strcmp(v, "initiator") != 0 && strcmp(v, "target") != 0 && strcmp(v, "sink") != 0 &&
+            strcmp(v, "echo") != 0)
             return bad_value(flag, v, "initiator or target");
         o->role = v;
     } else if (strcmp(flag, "--op") == 0) {
@@ -899,6 +904,11 @@ static void print_baselines(eb_ctx *ctx)
         printf("{\"type\":\"baseline\",\"name\":\"memcpy\",\"block\":%" PRIu64 ",\"bytes\":%" PRIu64
                ",\"seconds\":%.6f,\"gbps\":%.4f}\n",
                CB_BASELINE_BLOCK, ctx->mem.bytes, ctx->mem.seconds, ctx->mem.gbps);
+        printf(
+            "{\"type\":\"baseline\",\"name\":\"tcp_pingpong\",\"reply\":%u,\"round_trips\":%" PRIu64
+            ",\"seconds\":%.6f,\"per_s\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f}\n",
+            ctx->pp.size, ctx->pp.round_trips, ctx->pp.seconds, ctx->pp.per_s, ctx->pp.p50_us,
+            ctx->pp.p99_us);
     } else {
         printf("baseline tcp socket (1 stream, 1 MiB send/recv, loopback, 2 processes): "
                "%8.3f GB/s  (%s in %.2f s)\n",
@@ -906,6 +916,9 @@ static void print_baselines(eb_ctx *ctx)
         printf("baseline memcpy     (1 thread, 1 MiB blocks over 64 MiB):               "
                "%8.3f GB/s  (%s in %.2f s)\n",
                ctx->mem.gbps, cb_format_bytes(ctx->mem.bytes, b2, sizeof(b2)), ctx->mem.seconds);
+        printf("baseline tcp ping-pong (32 B request, 4 KiB reply, 1 connection, TCP_NODELAY): "
+               "p50 %.1f us, p99 %.1f us, %.0f round trips/s\n",
+               ctx->pp.p50_us, ctx->pp.p99_us, ctx->pp.per_s);
     }
     fflush(stdout);
 }
@@ -951,6 +964,10 @@ static void print_result(eb_ctx *ctx, int op, uint64_t block, const eb_result *r
     if (ctx->have_baseline)
         printf(" %7.3f %8.3f", ratio(gbps, ctx->sock.gbps), ratio(gbps, ctx->mem.gbps));
     printf("\n");
+    if (ctx->have_baseline && block == 4096 && op == CR_OP_READ && !o->json)
+        printf("      vs tcp ping-pong 4K: p50 %.1f us vs %.1f us = %.2fx its latency (batch %u)\n",
+               (double)r->p50_ns / 1e3, ctx->pp.p50_us,
+               ratio((double)r->p50_ns / 1e3, ctx->pp.p50_us), o->batch);
     if (ctx->have_ucx) {
         const cb_ucx_result *u = op == CR_OP_READ ? &ctx->ucx_get : &ctx->ucx_put;
         if (block <= 4096 && op == CR_OP_READ)
@@ -1102,7 +1119,9 @@ static int run_baselines(eb_ctx *ctx)
     char err[256];
     double secs = o->total != 0 && !o->duration_set ? 86400.0 : o->duration;
     if (cb_baseline_socket(o->subcmd, secs, o->total, &ctx->sock, err, sizeof(err)) < 0 ||
-        cb_baseline_memcpy(secs, o->total, &ctx->mem, err, sizeof(err)) < 0) {
+        cb_baseline_memcpy(secs, o->total, &ctx->mem, err, sizeof(err)) < 0 ||
+        cb_baseline_pingpong(o->subcmd, 4096, o->duration > 0 ? o->duration : 1, &ctx->pp, err,
+                             sizeof(err)) < 0) {
         fprintf(stderr, CB_PROG " engine: %s\n", err);
         return -1;
     }
@@ -1247,5 +1266,7 @@ int cb_engine_main(int argc, char **argv)
         return target_main(&o);
     if (strcmp(o.role, "sink") == 0)
         return cb_sink_main();
+    if (strcmp(o.role, "echo") == 0)
+        return cb_echo_main();
     return initiator_main(&o);
 }

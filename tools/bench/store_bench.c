@@ -87,8 +87,13 @@ typedef struct sb_opts {
     uint64_t sizes[MAX_SIZES];
     size_t n_sizes;
     uint32_t batch, threads, clients, drivers;
+    uint32_t thread_list[8]; /* --threads 1,8: every case once per count */
+    size_t n_threads;
     double duration;
     bool verify, json, quiet, no_baseline;
+    bool fresh;    /* no warm-up pass: puts land on never-touched segment pages */
+    bool physical; /* --baseline: socket stream, memcpy and ping-pong in this run */
+    bool vs_mooncake;
     bool zcopy, copy, single, batched;
     uint64_t segment_size, buffer_size, region_size, target_size;
     uint32_t lease_ms;
@@ -607,6 +612,13 @@ typedef struct sb_run {
     int failures;
     double target[2][2]; /* 1 MiB zero-copy x shm, [op][shape], for the summary */
     double keys4k_put, keys4k_get;
+    uint32_t threads; /* of the cases running now */
+    /* --vs-mooncake: GB/s per [size index][zcopy][batched][op][thread list index] */
+    double gbps[MAX_SIZES][2][2][2][8];
+    size_t ti;
+    cb_measure sock, mem;
+    cb_pingpong pp;
+    bool have_physical;
 } sb_run;
 
 static void usage(FILE *to)
@@ -622,7 +634,8 @@ static void usage(FILE *to)
         "\n"
         "  --value-sizes LIST     comma-separated sizes, K/M/G binary (default 4K,64K,1M)\n"
         "  --batch N              keys per batch call in the batch cases (default 16, max 1024)\n"
-        "  --threads N            threads per driver, one call in flight each (default 1)\n"
+        "  --threads N[,N...]     threads per driver, one call in flight each (default 1);\n"
+        "                         a list runs every case once per count\n"
         "  --clients N            client processes (default 2)\n"
         "  --drivers N            clients that run the cases, each against the next client's\n"
         "                         segment (default 1)\n"
@@ -638,7 +651,14 @@ static void usage(FILE *to)
         "  --lease-ms N           read lease of the spawned master (default 500); after each\n"
         "                         group's clean-up the bench waits it out. With --master, give\n"
         "                         that master's --default_kv_lease_ttl\n"
-        "  --no-baseline          skip the shm transport cases\n"
+        "  --no-baseline          skip the engine transport cases\n"
+        "  --baseline             also measure, first, a plain TCP socket stream, memcpy and a\n"
+        "                         4 KiB plain-socket ping-pong (the physical floor)\n"
+        "  --fresh                no warm-up fill, and every holder client is restarted before\n"
+        "                         each put case: puts write never-touched segment pages (a\n"
+        "                         freshly mounted holder) instead of committed ones\n"
+        "  --vs-mooncake          end with issue 12's table: these figures next to Mooncake's\n"
+        "                         recorded ones (and the --baseline floor)\n"
         "  --verify               fill every value with a per-key pattern and check every byte\n"
         "                         of every get (inside the timed loop: not a speed run)\n"
         "  --json                 JSON lines on stdout instead of the table\n"
@@ -671,6 +691,32 @@ static int parse_sizes(const char *text, sb_opts *o)
     return 0;
 }
 
+/* "--threads 1,8": up to 8 counts from 1 to MAX_THREADS; o->threads is the largest. */
+static int parse_threads(const char *text, sb_opts *o)
+{
+    o->n_threads = 0;
+    o->threads = 0;
+    const char *p = text;
+    for (;;) {
+        char item[16];
+        size_t n = strcspn(p, ",");
+        uint32_t v;
+        if (n == 0 || n >= sizeof(item) || o->n_threads == 8)
+            return bad_value("--threads", text, "a list of up to 8 numbers from 1 to 256");
+        memcpy(item, p, n);
+        item[n] = '\0';
+        if (cb_parse_u32(item, 1, MAX_THREADS, &v) < 0)
+            return bad_value("--threads", text, "a list of up to 8 numbers from 1 to 256");
+        o->thread_list[o->n_threads++] = v;
+        if (v > o->threads)
+            o->threads = v;
+        p += n;
+        if (*p == '\0')
+            return 0;
+        p++;
+    }
+}
+
 /* A list of words: each must be one of a or b; sets *fa / *fb. */
 static int parse_pair(const char *flag, const char *text, const char *a, const char *b, bool *fa,
                       bool *fb)
@@ -698,7 +744,8 @@ static int parse_pair(const char *flag, const char *text, const char *a, const c
 static int apply_value(sb_opts *o, const char *flag, const char *v)
 {
     if (strcmp(flag, "--role") == 0) {
-        if (strcmp(v, "orchestrator") != 0 && strcmp(v, "client") != 0)
+        if (strcmp(v, "orchestrator") != 0 && strcmp(v, "client") != 0 && strcmp(v, "sink") != 0 &&
+            strcmp(v, "echo") != 0)
             return bad_value(flag, v, "orchestrator or client");
         o->role = v;
     } else if (strcmp(flag, "--value-sizes") == 0) {
@@ -707,8 +754,7 @@ static int apply_value(sb_opts *o, const char *flag, const char *v)
         if (cb_parse_u32(v, 1, 1024, &o->batch) < 0)
             return bad_value(flag, v, "a number from 1 to 1024");
     } else if (strcmp(flag, "--threads") == 0) {
-        if (cb_parse_u32(v, 1, MAX_THREADS, &o->threads) < 0)
-            return bad_value(flag, v, "a number from 1 to 256");
+        return parse_threads(v, o);
     } else if (strcmp(flag, "--clients") == 0) {
         if (cb_parse_u32(v, 2, MAX_CLIENTS, &o->clients) < 0)
             return bad_value(flag, v, "a number from 2 to 64");
@@ -782,6 +828,8 @@ static int parse_opts(int argc, char **argv, sb_opts *o)
     o->n_sizes = 3;
     o->batch = 16;
     o->threads = 1;
+    o->thread_list[0] = 1;
+    o->n_threads = 1;
     o->clients = 2;
     o->drivers = 1;
     o->duration = 1.0;
@@ -790,13 +838,16 @@ static int parse_opts(int argc, char **argv, sb_opts *o)
     o->buffer_size = 16 * CB_MIB;
     o->protocol = "auto";
     o->lease_ms = 500;
-    ct_option table[sizeof(value_flags) / sizeof(value_flags[0]) + 4] = {
+    ct_option table[sizeof(value_flags) / sizeof(value_flags[0]) + 7] = {
         CT_SWITCH("--verify", &o->verify),
         CT_SWITCH("--json", &o->json),
         CT_SWITCH("--quiet", &o->quiet),
         CT_SWITCH("--no-baseline", &o->no_baseline),
+        CT_SWITCH("--fresh", &o->fresh),
+        CT_SWITCH("--baseline", &o->physical),
+        CT_SWITCH("--vs-mooncake", &o->vs_mooncake),
     };
-    size_t n = 4;
+    size_t n = 7;
     for (size_t f = 0; f < sizeof(value_flags) / sizeof(value_flags[0]); f++)
         table[n++] = (ct_option)CT_APPLY(value_flags[f]);
     int pr = ct_parse_options(argc, argv, table, n, apply_flag, o, CB_PROG " store");
@@ -806,6 +857,8 @@ static int parse_opts(int argc, char **argv, sb_opts *o)
     }
     if (pr < 0)
         return -1;
+    if (strcmp(o->role, "sink") == 0 || strcmp(o->role, "echo") == 0)
+        return 0;
     if (strcmp(o->role, "client") == 0) {
         if (o->master_addr == NULL || o->region_size == 0 || o->target_size == 0) {
             fprintf(stderr, CB_PROG " store --role client needs --master, --region-size and "
@@ -870,6 +923,8 @@ static int master_stop(sb_master *m)
 
 /* ---- clients ------------------------------------------------------------- */
 
+static int spawn_one(sb_run *r, unsigned i, char *seg, char *buf, char *region, char *target);
+
 static int spawn_clients(sb_run *r)
 {
     const sb_opts *o = r->o;
@@ -879,6 +934,17 @@ static int spawn_clients(sb_run *r)
     snprintf(region, sizeof(region), "%" PRIu64, o->region_size);
     snprintf(target, sizeof(target), "%" PRIu64, o->target_size);
     for (unsigned i = 0; i < o->clients; i++) {
+        if (spawn_one(r, i, seg, buf, region, target) < 0)
+            return -1;
+        r->n_peers++;
+    }
+    return 0;
+}
+
+static int spawn_one(sb_run *r, unsigned i, char *seg, char *buf, char *region, char *target)
+{
+    const sb_opts *o = r->o;
+    {
         sb_peer *p = &r->peers[i];
         p->child = (cb_child)CB_CHILD_INIT;
         char *argv[] = {CB_PROG,
@@ -902,7 +968,6 @@ static int spawn_clients(sb_run *r)
             perror(CB_PROG " store: cannot start a client");
             return -1;
         }
-        r->n_peers++;
         char line[1024];
         if (cb_child_read_line(&p->child, line, sizeof(line), CHILD_TIMEOUT) < 0 ||
             sscanf(line, "READY name=%255s target=%" SCNx64 " len=%" SCNu64, p->name, &p->target,
@@ -910,6 +975,30 @@ static int spawn_clients(sb_run *r)
             fprintf(stderr, CB_PROG " store: client %u did not report READY\n", i);
             return -1;
         }
+    }
+    return 0;
+}
+
+/*
+ * --fresh: stop every client that only holds memory and start it again, so
+ * the next put case writes into a segment whose pages were never touched
+ * (a freshly mounted holder; its old segment is unmounted when it exits).
+ */
+static int respawn_holders(sb_run *r)
+{
+    const sb_opts *o = r->o;
+    char seg[32], buf[32], region[32], target[32], why[160];
+    snprintf(seg, sizeof(seg), "%" PRIu64, o->segment_size);
+    snprintf(buf, sizeof(buf), "%" PRIu64, o->buffer_size);
+    snprintf(region, sizeof(region), "%" PRIu64, o->region_size);
+    snprintf(target, sizeof(target), "%" PRIu64, o->target_size);
+    for (unsigned i = o->drivers; i < o->clients; i++) {
+        if (cb_child_stop(&r->peers[i].child, CHILD_TIMEOUT, why, sizeof(why)) != 0) {
+            fprintf(stderr, CB_PROG " store: client %u %s\n", i, why);
+            return -1;
+        }
+        if (spawn_one(r, i, seg, buf, region, target) < 0)
+            return -1;
     }
     return 0;
 }
@@ -1070,7 +1159,7 @@ static void print_row(sb_run *r, const sb_case *c, const sb_result *res, double 
                ",\"calls\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"ops_per_s\":%.1f,\"gbps\":%.4f,"
                "\"p50_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,\"verified\":%s,\"via\":\"%s\","
                "\"vs_shm\":%s,\"errors\":%" PRIu64 "}\n",
-               c->kind == KIND_SHM ? "shm" : "store", op, mode, size, c->batch, o->threads,
+               c->kind == KIND_SHM ? "shm" : "store", op, mode, size, c->batch, r->threads,
                o->drivers, res->secs, res->keys, res->calls, res->bytes, ops, gbps, p50, p99, p999,
                o->verify && c->kind == KIND_STORE ? "true" : "false", via, vsb, res->errors);
         fflush(stdout);
@@ -1086,7 +1175,7 @@ static void print_row(sb_run *r, const sb_case *c, const sb_result *res, double 
     if (vs > 0)
         snprintf(vsb, sizeof(vsb), "%.3f", vs);
     printf("%-5s %-6s %6s %5u %3u %11.1f %8.3f %9.1f %9.1f %9.1f %8s %-9s %6s\n", op, mode,
-           cb_format_size(size, sz, sizeof(sz)), c->batch, o->threads, ops, gbps, p50, p99, p999,
+           cb_format_size(size, sz, sizeof(sz)), c->batch, r->threads, ops, gbps, p50, p99, p999,
            o->verify && c->kind == KIND_STORE ? "yes" : "no", via, vsb);
     fflush(stdout);
 }
@@ -1098,7 +1187,7 @@ static int run_case(sb_run *r, const sb_case *c)
     uint64_t size = c->size ? c->size : o->sizes[c->size_idx];
     double duration = c->duration > 0 ? c->duration : o->duration;
     uint64_t aligned = (size + 63) / 64 * 64;
-    uint64_t budget = o->segment_size / 100 * BUDGET_PERCENT / aligned / o->threads;
+    uint64_t budget = o->segment_size / 100 * BUDGET_PERCENT / aligned / r->threads;
     if (budget == 0)
         budget = 1;
     char sz[32], label[96];
@@ -1115,7 +1204,7 @@ static int run_case(sb_run *r, const sb_case *c)
             "run %s %s %s %" PRIu64 " %u %u %.6f %u %u %u %" PRIu64 " %s %" PRIx64 " %" PRIu64 "\n",
             c->kind == KIND_SHM ? "shm" : "store",
             c->silent ? "warm" : (c->op == OP_PUT ? "put" : "get"), c->zcopy ? "zcopy" : "copy",
-            size, c->batch, o->threads, duration, o->verify && !c->silent ? 1u : 0u, r->gid, d,
+            size, c->batch, r->threads, duration, o->verify && !c->silent ? 1u : 0u, r->gid, d,
             budget, peer->name, peer->target, peer->len);
         if (send_line(&r->peers[d].child, line) < 0) {
             fprintf(stderr, CB_PROG " store: client %u is gone\n", d);
@@ -1165,6 +1254,8 @@ static int run_case(sb_run *r, const sb_case *c)
         else
             r->keys4k_get = ops;
     }
+    if (c->kind == KIND_STORE && r->ti < 8)
+        r->gbps[c->size_idx][c->zcopy][shape][c->op][r->ti] = gbps;
     print_row(r, c, &res, vs);
     free(res.hist);
     return 0;
@@ -1202,13 +1293,32 @@ static int warm_up(sb_run *r)
     if (size > WARM_MAX)
         size = WARM_MAX;
     sb_case c = {KIND_STORE, OP_PUT, true, 0, 1, size, 60.0, true};
+    r->threads = o->threads;
+    if (o->fresh) { /* connections and mappings only: a few small values */
+        c.size = 4 * CB_KIB;
+        c.duration = 0.05;
+    }
     r->gid++;
     if (run_case(r, &c) < 0)
         return -1;
     return clean(r);
 }
 
+static int run_all_threads(sb_run *r);
+
 static int run_all(sb_run *r)
+{
+    const sb_opts *o = r->o;
+    for (size_t ti = 0; ti < o->n_threads; ti++) {
+        r->ti = ti;
+        r->threads = o->thread_list[ti];
+        if (run_all_threads(r) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int run_all_threads(sb_run *r)
 {
     const sb_opts *o = r->o;
     for (size_t si = 0; si < o->n_sizes; si++) {
@@ -1234,6 +1344,8 @@ static int run_all(sb_run *r)
                 if (!want_shape[sh])
                     continue;
                 r->gid++;
+                if (o->fresh && respawn_holders(r) < 0)
+                    return -1;
                 for (int op = OP_PUT; op <= OP_GET; op++) {
                     sb_case c = {KIND_STORE, op, m == 0, si, shapes[sh], 0, 0, false};
                     if (run_case(r, &c) < 0)
@@ -1247,11 +1359,68 @@ static int run_all(sb_run *r)
     return 0;
 }
 
+/* Mooncake's figures recorded in issue 12 (1 client thread, tcp, batch 16, MB/s). */
+typedef struct sb_mooncake_row {
+    const char *call;
+    uint64_t size;
+    int zcopy, batched, op;
+    double mooncake_mbps;
+} sb_mooncake_row;
+
+static const sb_mooncake_row mooncake_rows[] = {
+    {"get (copying, single)", 1 << 20, 0, 0, OP_GET, 911},
+    {"put (copying, single)", 1 << 20, 0, 0, OP_PUT, 543},
+    {"batch_get_into (zero-copy)", 1 << 20, 1, 1, OP_GET, 1240},
+    {"batch_put_from (zero-copy)", 1 << 20, 1, 1, OP_PUT, 1296},
+    {"batch_put_from (zero-copy)", 16 << 20, 1, 1, OP_PUT, 1368},
+};
+
+/*
+ * --vs-mooncake: the calls of issue 12's table, this run's figures next to
+ * Mooncake's recorded ones (another run: a rough ratio) and, with
+ * --baseline, to the physical floor measured in this run.
+ */
+static void print_vs_mooncake(sb_run *r)
+{
+    const sb_opts *o = r->o;
+    printf(
+        "\nvs Mooncake (its figures recorded in issue 12: tcp, 1 client thread, batch 16, another "
+        "run and machine state; a rough ratio)\n");
+    printf("%-28s %6s %4s %10s %10s %7s", "call", "value", "thr", "MB/s", "Mooncake", "ratio");
+    if (r->have_physical)
+        printf(" %8s %8s", "x sock", "x memcpy");
+    printf("\n");
+    for (size_t ti = 0; ti < o->n_threads; ti++) {
+        for (size_t k = 0; k < sizeof(mooncake_rows) / sizeof(mooncake_rows[0]); k++) {
+            const sb_mooncake_row *m = &mooncake_rows[k];
+            size_t si = 0;
+            while (si < o->n_sizes && o->sizes[si] != m->size)
+                si++;
+            if (si == o->n_sizes || (m->batched && o->batch == 1))
+                continue;
+            double g = r->gbps[si][m->zcopy][m->batched][m->op][ti];
+            if (g <= 0)
+                continue;
+            char sz[32], ratio[16] = "-";
+            if (o->thread_list[ti] == 1)
+                snprintf(ratio, sizeof(ratio), "%.2f", g * 1000 / m->mooncake_mbps);
+            printf("%-28s %6s %4u %10.0f %10.0f %7s", m->call,
+                   cb_format_size(m->size, sz, sizeof(sz)), o->thread_list[ti], g * 1000,
+                   m->mooncake_mbps, ratio);
+            if (r->have_physical)
+                printf(" %8.3f %8.3f", g / r->sock.gbps, g / r->mem.gbps);
+            printf("\n");
+        }
+    }
+}
+
 static void print_summary(sb_run *r)
 {
     const sb_opts *o = r->o;
     if (o->json || o->quiet)
         return;
+    if (o->vs_mooncake)
+        print_vs_mooncake(r);
     for (int sh = 0; sh < 2; sh++) {
         double p = r->target[OP_PUT][sh], g = r->target[OP_GET][sh];
         if (p > 0 || g > 0)
@@ -1275,6 +1444,22 @@ static int orchestrator_main(const sb_opts *o)
     /* Children log only errors unless the user asked for more. */
     setenv("CRESCENT_LOG", "error", 0);
     int rc = CB_EXIT_FAIL;
+    if (o->physical) { /* first, while nothing else of ours competes for the cores */
+        char err[256];
+        if (cb_baseline_socket(o->subcmd, o->duration, 0, &r->sock, err, sizeof(err)) < 0 ||
+            cb_baseline_memcpy(o->duration, 0, &r->mem, err, sizeof(err)) < 0 ||
+            cb_baseline_pingpong(o->subcmd, 4096, o->duration, &r->pp, err, sizeof(err)) < 0) {
+            fprintf(stderr, CB_PROG " store: %s\n", err);
+            free(r);
+            return CB_EXIT_FAIL;
+        }
+        r->have_physical = true;
+        if (!o->json)
+            printf("baseline tcp socket (1 stream, 1 MiB send/recv, loopback): %.3f GB/s; memcpy "
+                   "(1 thread, 1 MiB blocks): %.3f GB/s; tcp ping-pong (32 B request, 4 KiB "
+                   "reply): p50 %.1f us, p99 %.1f us\n",
+                   r->sock.gbps, r->mem.gbps, r->pp.p50_us, r->pp.p99_us);
+    }
     if (o->master_addr != NULL) {
         snprintf(r->master.addr, sizeof(r->master.addr), "%s", o->master_addr);
     } else if (master_spawn(o, &r->master) < 0) {
@@ -1315,5 +1500,9 @@ int cb_store_main(int argc, char **argv)
         return r > 0 ? CB_EXIT_OK : CB_EXIT_USAGE;
     if (strcmp(o.role, "client") == 0)
         return client_main(&o);
+    if (strcmp(o.role, "sink") == 0)
+        return cb_sink_main();
+    if (strcmp(o.role, "echo") == 0)
+        return cb_echo_main();
     return orchestrator_main(&o);
 }

@@ -217,6 +217,44 @@ static void wait_in_flight(void **state)
     assert_int_equal(cr_batch_free(f->a, id), 0);
 }
 
+/* CRESCENT_BUSY_POLL_US: refused when it is not a bounded number of
+ * microseconds; accepted values make waits spin at most that long before
+ * they sleep, and waits still time out and complete as without it. */
+static void busy_poll_is_validated_and_bounded(void **state)
+{
+    (void)state;
+    cr_engine_config cfg;
+    cr_engine_config_init(&cfg);
+    cr_engine *e = NULL;
+    setenv("CRESCENT_BUSY_POLL_US", "fast", 1);
+    assert_int_equal(cr_engine_create(&cfg, &e), CR_ERR_INVALID_CONFIG);
+    assert_non_null(strstr(cr_last_error_message(), "CRESCENT_BUSY_POLL_US"));
+    setenv("CRESCENT_BUSY_POLL_US", "20000", 1); /* above the 10 ms bound */
+    assert_int_equal(cr_engine_create(&cfg, &e), CR_ERR_INVALID_CONFIG);
+    assert_null(e);
+    setenv("CRESCENT_BUSY_POLL_US", "2000", 1);
+    void *st = NULL;
+    assert_int_equal(setup(&st), 0);
+    fixture *f = st;
+    assert_int_equal(f->a->busy_poll_ns, 2000000);
+    wait_in_flight(&st); /* timeouts and completions behave the same */
+    /* A wait spins at most 2 ms, then sleeps: a held task still times out. */
+    atomic_store(&fake_ctl.hold, true);
+    cr_batch_id id;
+    assert_int_equal(cr_batch_create(f->a, 1, &id), 0);
+    cr_transfer_request r = read_req(f, 0, 4096);
+    assert_int_equal(cr_batch_submit(f->a, id, &r, 1), 0);
+    assert_int_equal(cr_batch_wait(f->a, id, 20), CR_ERR_TIMEOUT);
+    assert_int_equal(fake_complete(1, 0), 1);
+    assert_int_equal(cr_batch_wait(f->a, id, 1000), 0);
+    assert_int_equal(cr_batch_free(f->a, id), 0);
+    assert_int_equal(teardown(&st), 0);
+    unsetenv("CRESCENT_BUSY_POLL_US");
+    assert_int_equal(setup(&st), 0);
+    assert_int_equal(((fixture *)st)->a->busy_poll_ns, 0); /* default: never spin */
+    assert_int_equal(teardown(&st), 0);
+}
+
 /* Cancel ends held tasks CANCELED through the transport's cancel op, and
  * their local memory is untouched. */
 static void cancel_in_flight(void **state)
@@ -374,6 +412,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(fallback_at_first_use, setup, teardown),
         cmocka_unit_test_setup_teardown(routing_skips_declining, setup, teardown),
         cmocka_unit_test_setup_teardown(descriptor_refresh, setup, teardown),
+        cmocka_unit_test(busy_poll_is_validated_and_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

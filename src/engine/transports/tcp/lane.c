@@ -3,11 +3,23 @@
  *
  * A peer has lanes_per_peer lanes; each lane is one persistent TCP
  * connection owned by one worker thread. Submitting threads cut a task into
- * slices of at most slice_size bytes, stripe them over the peer's lanes and
- * wake the lanes' workers; they never touch sockets. Frames are read with
- * the shared frame reader (proto/frame_reader.h).
+ * slices of at most slice_size bytes and stripe them over the peer's lanes;
+ * once a cr_batch_submit has queued its whole run of tasks to the peer
+ * (cre_tcp_submit_flush), per lane: if the lane is READY and its io_lock is
+ * free, the submitting thread writes the slices itself (a small request
+ * costs no wake-up of the initiator's worker: the caller sends, the target
+ * answers, the worker that receives the answer completes the task and wakes
+ * the caller); otherwise it wakes the lane's worker. Whatever a submitter could
+ * not finish (EAGAIN, a lane not yet connected) the worker takes over. A
+ * submitter never closes a socket: a failed write marks the lane and wakes
+ * the worker, which fails it as it fails any broken connection. Frames are
+ * read with the shared frame reader (proto/frame_reader.h).
  *
- * Lane lifecycle (worker thread only):
+ * The peer's address is resolved by the submitting thread (once, and again
+ * after a failed connect), never by a worker: a slow resolver must not
+ * stall a worker that serves every other peer.
+ *
+ * Lane lifecycle (worker thread, under the lane's io_lock):
  *   IDLE --(slices queued, back-off elapsed)--> CONNECTING (non-blocking)
  *   --> WAIT_CHALLENGE --(send HELLO)--> WAIT_ACK --> READY
  * Any failure closes the socket and returns to IDLE: slices already on the
@@ -60,12 +72,40 @@ static tcp_engine *engine_of(tcp_lane *l)
     return cre_engine_tp(l->peer->engine, "tcp")->priv;
 }
 
-static void slice_finish(tcp_slice *s, int status)
+/* Complete a slice now (no lane lock held: completing wakes the caller). */
+static void slice_complete(tcp_slice *s)
 {
     /* A canceled task's slices that were already on the wire complete
      * normally: their bytes arrived. Only unstarted slices end CANCELED. */
-    cre_task_slice_done(s->task, status, status == 0 ? s->length : 0);
+    cre_task_slice_done(s->task, s->status, s->status == 0 ? s->length : 0);
     free(s);
+}
+
+/* A slice is done: it is completed once the lane's io_lock is released
+ * (lane_unlock), so the caller it wakes does not find the lane locked and
+ * have to wake the worker to send its next request. */
+static void slice_finish(tcp_lane *l, tcp_slice *s, int status)
+{
+    s->status = status;
+    s->next = NULL;
+    if (l->done_tail)
+        l->done_tail->next = s;
+    else
+        l->done_head = s;
+    l->done_tail = s;
+}
+
+/* Release the lane's io_lock, then complete the slices finished under it. */
+static void lane_unlock(tcp_lane *l)
+{
+    tcp_slice *s = l->done_head;
+    l->done_head = l->done_tail = NULL;
+    pthread_mutex_unlock(&l->io_lock);
+    while (s != NULL) {
+        tcp_slice *next = s->next;
+        slice_complete(s);
+        s = next;
+    }
 }
 
 static void list_push(tcp_slice **head, tcp_slice **tail, tcp_slice *s)
@@ -78,13 +118,13 @@ static void list_push(tcp_slice **head, tcp_slice **tail, tcp_slice *s)
     *tail = s;
 }
 
-static void fail_list(tcp_slice **head, tcp_slice **tail, int status)
+static void fail_list(tcp_lane *l, tcp_slice **head, tcp_slice **tail, int status)
 {
     tcp_slice *s = *head;
     *head = *tail = NULL;
     while (s != NULL) {
         tcp_slice *next = s->next;
-        slice_finish(s, status);
+        slice_finish(l, s, status);
         s = next;
     }
 }
@@ -102,10 +142,77 @@ static uint64_t lane_charge(uint64_t length)
     return length < LANE_FILL ? length : LANE_FILL;
 }
 
+/* Resolve the peer's address unless it is known and fresh (submitting
+ * thread, no lock held across the resolver). A failure with an address
+ * still known keeps that one. */
+static int peer_resolve(tcp_peer *p, const cre_peer *peer)
+{
+    pthread_mutex_lock(&p->addr_lock);
+    bool known = p->addr_len > 0;
+    pthread_mutex_unlock(&p->addr_lock);
+    if (known && !atomic_load(&p->addr_stale))
+        return 0;
+    atomic_store(&p->addr_stale, false);
+    struct sockaddr_storage ss;
+    socklen_t sl = 0;
+    int rc = crb_resolve(peer->host, peer->port, &ss, &sl);
+    if (rc < 0)
+        return known ? 0 : rc;
+    pthread_mutex_lock(&p->addr_lock);
+    p->addr = ss;
+    p->addr_len = sl;
+    pthread_mutex_unlock(&p->addr_lock);
+    return 0;
+}
+
+static void lane_take_queue(tcp_lane *l, uint64_t now);
+static int lane_flush(tcp_lane *l);
+
+/* The submitting thread writes a READY, idle lane's socket itself. Returns
+ * true when it did (the worker need not be woken): the slices are on the
+ * wire or, after EAGAIN, in the send list with EPOLLOUT armed. */
+static bool lane_send_direct(tcp_lane *l)
+{
+    if (pthread_mutex_trylock(&l->io_lock) != 0)
+        return false; /* the worker (or another submitter) is at it */
+    bool done = false;
+    if (l->state == LANE_READY && !l->send_failed && l->send_head == NULL) {
+        lane_take_queue(l, crb_now_ns());
+        if (l->send_head != NULL && lane_flush(l) < 0)
+            l->send_failed = true; /* the worker closes it */
+        done = !l->send_failed;
+    }
+    lane_unlock(l);
+    return done;
+}
+
+void cre_tcp_submit_flush(cre_tp *tp, cre_peer *peer)
+{
+    cr_engine *e = tp->engine;
+    tcp_peer *p = cre_peer_tp(peer, tp);
+    tcp_lane *queued[64];
+    size_t n = 0;
+    pthread_mutex_lock(&p->queue_lock);
+    for (size_t i = 0; i < p->n_lanes && n < 64; i++)
+        if (p->lanes[i].queue_head != NULL)
+            queued[n++] = &p->lanes[i];
+    pthread_mutex_unlock(&p->queue_lock);
+    bool kick[64] = {false};
+    for (size_t i = 0; i < n; i++)
+        if (!lane_send_direct(queued[i]))
+            kick[queued[i]->worker->index % 64] = true;
+    for (uint32_t w = 0; w < e->n_workers && w < 64; w++)
+        if (kick[w])
+            cre_worker_kick(&e->workers[w]);
+}
+
 int cre_tcp_submit(cre_tp *tp, const cre_route *r, cre_task *t)
 {
     cr_engine *e = tp->engine;
     tcp_peer *p = cre_peer_tp(r->peer, tp);
+    int rrc = peer_resolve(p, r->peer);
+    if (rrc < 0)
+        return rrc;
     uint64_t peer_instance = r->peer_instance;
     uint64_t deadline = crb_now_ns() + (uint64_t)e->request_timeout_ms * 1000000ull;
     uint64_t nslices = (t->length + e->slice_size - 1) / e->slice_size;
@@ -134,6 +241,7 @@ int cre_tcp_submit(cre_tp *tp, const cre_route *r, cre_task *t)
         charge += lane_charge(slice_length(e, t, i));
     uint64_t charged = atomic_fetch_add(&p->lane_bytes, charge);
     bool kick[64] = {false};
+    bool host = cre_kind_is_host(t->local_buf->kind);
     pthread_mutex_lock(&p->queue_lock);
     for (uint64_t i = 0; i < nslices; i++) {
         tcp_slice *s = made[i];
@@ -153,10 +261,13 @@ int cre_tcp_submit(cre_tp *tp, const cre_route *r, cre_task *t)
         tcp_lane *l = &p->lanes[(charged / LANE_FILL) % p->n_lanes];
         charged += lane_charge(s->length);
         list_push(&l->queue_head, &l->queue_tail, s);
-        kick[l->worker->index % 64] = true;
+        if (!host) /* device memory is staged by the worker */
+            kick[l->worker->index % 64] = true;
     }
     pthread_mutex_unlock(&p->queue_lock);
     free(made);
+    /* Host slices leave in cre_tcp_submit_flush, once the caller's whole
+     * run of tasks to this peer is queued. */
     for (uint32_t w = 0; w < e->n_workers && w < 64; w++)
         if (kick[w])
             cre_worker_kick(&e->workers[w]);
@@ -179,19 +290,22 @@ static void lane_conn_failed(tcp_lane *l, int status, bool connect_failed)
 {
     bool was_ready = l->state == LANE_READY;
     lane_close(l);
-    fail_list(&l->flight_head, &l->flight_tail, status);
+    fail_list(l, &l->flight_head, &l->flight_tail, status);
     /* Partially written slices cannot be resumed on a new connection. */
     tcp_slice *keep_head = NULL, *keep_tail = NULL, *s = l->send_head;
     while (s != NULL) {
         tcp_slice *next = s->next;
         if (s->sent > 0 || connect_failed)
-            slice_finish(s, status);
+            slice_finish(l, s, status);
         else
             list_push(&keep_head, &keep_tail, s);
         s = next;
     }
     l->send_head = keep_head;
     l->send_tail = keep_tail;
+    l->send_failed = false;
+    if (connect_failed)
+        atomic_store(&l->tpeer->addr_stale, true); /* the next submit resolves again */
     if (connect_failed || !was_ready) {
         l->retry_at_ns = crb_now_ns() + (uint64_t)l->backoff_ms * 1000000ull;
         l->backoff_ms = l->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : l->backoff_ms * 2;
@@ -228,9 +342,11 @@ void cre_tcp_lane_fail_all(tcp_lane *l, int status)
     tcp_slice *qh = l->queue_head, *qt = l->queue_tail;
     l->queue_head = l->queue_tail = NULL;
     pthread_mutex_unlock(&l->tpeer->queue_lock);
-    fail_list(&qh, &qt, status);
-    fail_list(&l->send_head, &l->send_tail, status);
-    fail_list(&l->flight_head, &l->flight_tail, status);
+    pthread_mutex_lock(&l->io_lock);
+    fail_list(l, &qh, &qt, status);
+    fail_list(l, &l->send_head, &l->send_tail, status);
+    fail_list(l, &l->flight_head, &l->flight_tail, status);
+    lane_unlock(l);
     crp_reader_fini(&l->reader);
     crp_buf_free(&l->scratch);
 }
@@ -239,10 +355,14 @@ static int lane_start_connect(tcp_lane *l)
 {
     cre_peer *p = l->peer;
     struct sockaddr_storage ss;
-    socklen_t sl;
-    int rc = crb_resolve(p->host, p->port, &ss, &sl);
-    if (rc < 0)
-        return rc;
+    pthread_mutex_lock(&l->tpeer->addr_lock);
+    socklen_t sl = l->tpeer->addr_len;
+    ss = l->tpeer->addr;
+    pthread_mutex_unlock(&l->tpeer->addr_lock);
+    if (sl == 0) /* submit resolves before it queues: cannot happen */
+        return crb_error(CR_ERR_DNS, "lane %d to %s: the address is not resolved", l->index,
+                         p->name);
+    int rc;
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return crb_error(CR_ERR_SYSTEM, "socket: %s", strerror(errno));
@@ -250,6 +370,7 @@ static int lane_start_connect(tcp_lane *l)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (connect(fd, (struct sockaddr *)&ss, sl) < 0 && errno != EINPROGRESS) {
         rc = crb_error(CR_ERR_PEER_UNREACHABLE, "connect to %s: %s", p->name, strerror(errno));
+        atomic_store(&l->tpeer->addr_stale, true);
         close(fd);
         return rc;
     }
@@ -397,7 +518,7 @@ static void lane_take_queue(tcp_lane *l, uint64_t now)
                 st = CR_ERR_CONNECTION;
         }
         if (st != 0)
-            slice_finish(s, st);
+            slice_finish(l, s, st);
         else
             list_push(&keep_head, &keep_tail, s);
         s = next;
@@ -416,6 +537,10 @@ static bool list_has_expired(const tcp_slice *s, uint64_t now)
 
 static void lane_progress(tcp_lane *l, uint64_t now)
 {
+    if (l->send_failed) {
+        lane_conn_failed(l, CR_ERR_CONNECTION, false);
+        return;
+    }
     lane_take_queue(l, now);
     if (l->state == LANE_IDLE && l->send_head != NULL) {
         int rc = lane_start_connect(l);
@@ -450,11 +575,13 @@ void cre_tcp_lanes_tick(cre_tp *tp, cre_worker *w, uint64_t now)
     pthread_mutex_lock(&tw->lock);
     for (size_t i = 0; i < tw->n_lanes; i++) {
         tcp_lane *l = tw->lanes[i];
+        pthread_mutex_lock(&l->io_lock);
         if (atomic_exchange(&l->reset_backoff, false)) {
             l->retry_at_ns = 0;
             l->backoff_ms = BACKOFF_MIN_MS;
         }
         lane_progress(l, now);
+        lane_unlock(l);
     }
     pthread_mutex_unlock(&tw->lock);
 }
@@ -609,15 +736,18 @@ static int lane_on_frame(void *ctx, const crp_header *h, const uint8_t *body)
         if (status == 0)
             status = rc;
     }
-    slice_finish(s, status);
+    slice_finish(l, s, status);
     return 0;
 }
 
 static const crp_reader_ops lane_read_ops = {lane_on_head, lane_on_frame, lane_on_data};
 
-static void lane_on_event(crb_io *io, uint32_t events)
+static void lane_on_event_locked(tcp_lane *l, crb_io *io, uint32_t events)
 {
-    tcp_lane *l = lane_of(io);
+    if (l->send_failed) {
+        lane_conn_failed(l, CR_ERR_CONNECTION, false);
+        return;
+    }
     if (l->state == LANE_CONNECTING) {
         int err = 0;
         socklen_t el = sizeof(err);
@@ -651,6 +781,14 @@ static void lane_on_event(crb_io *io, uint32_t events)
         lane_conn_failed(l, CR_ERR_CONNECTION, false);
 }
 
+static void lane_on_event(crb_io *io, uint32_t events)
+{
+    tcp_lane *l = lane_of(io);
+    pthread_mutex_lock(&l->io_lock);
+    lane_on_event_locked(l, io, events);
+    lane_unlock(l);
+}
+
 void cre_tcp_lane_init(tcp_lane *l, tcp_peer *tpeer, cre_peer *p, int index, cre_worker *w)
 {
     l->tpeer = tpeer;
@@ -661,5 +799,11 @@ void cre_tcp_lane_init(tcp_lane *l, tcp_peer *tpeer, cre_peer *p, int index, cre
     l->io.on_event = lane_on_event;
     l->state = LANE_IDLE;
     l->backoff_ms = BACKOFF_MIN_MS;
+    pthread_mutex_init(&l->io_lock, NULL);
     crp_reader_init(&l->reader, CRP_MAX_BODY);
+}
+
+void cre_tcp_lane_fini(tcp_lane *l)
+{
+    pthread_mutex_destroy(&l->io_lock);
 }

@@ -51,9 +51,13 @@ static int tcp_peer_init(cre_tp *tp, cre_peer *p, void *pp)
     tcp_engine *te = tp->priv;
     tcp_peer *tpeer = pp;
     pthread_mutex_init(&tpeer->queue_lock, NULL);
+    pthread_mutex_init(&tpeer->addr_lock, NULL);
+    tpeer->addr_len = 0;
+    atomic_init(&tpeer->addr_stale, false);
     tpeer->n_lanes = e->lanes_per_peer;
     tpeer->lanes = calloc(tpeer->n_lanes, sizeof(*tpeer->lanes));
     if (tpeer->lanes == NULL) {
+        pthread_mutex_destroy(&tpeer->addr_lock);
         pthread_mutex_destroy(&tpeer->queue_lock);
         return crb_error(CR_ERR_NO_MEMORY, "lanes for peer '%s'", p->name);
     }
@@ -86,10 +90,13 @@ static void tcp_peer_fini(cre_tp *tp, cre_peer *p, void *pp)
     tcp_peer *tpeer = pp;
     if (tpeer->lanes == NULL)
         return;
-    for (size_t i = 0; i < tpeer->n_lanes; i++)
+    for (size_t i = 0; i < tpeer->n_lanes; i++) {
         cre_tcp_lane_fail_all(&tpeer->lanes[i], CR_ERR_SHUTDOWN);
+        cre_tcp_lane_fini(&tpeer->lanes[i]);
+    }
     free(tpeer->lanes);
     tpeer->lanes = NULL;
+    pthread_mutex_destroy(&tpeer->addr_lock);
     pthread_mutex_destroy(&tpeer->queue_lock);
 }
 
@@ -163,6 +170,7 @@ const cre_transport_ops cre_transport_tcp = {
     .desc_parse = tcp_desc_parse,
     .can_serve = tcp_can_serve,
     .submit = cre_tcp_submit,
+    .submit_flush = cre_tcp_submit_flush,
     .tick = cre_tcp_lanes_tick,
     .cancel = tcp_cancel,
     .counters = tcp_counters,

@@ -7,7 +7,12 @@
  * owned by one worker; the worker's list of lanes (tcp_worker) is appended
  * under its lock when a peer is created and walked by that worker only.
  * Slices move submit → lane queue (tcp_peer.queue_lock) → send list →
- * in-flight list (worker thread only).
+ * in-flight list. Everything of a lane past its queue (socket, state, send
+ * and in-flight lists, reader) is guarded by the lane's io_lock: its worker
+ * holds it while it serves the lane, and a submitting thread that finds the
+ * lane READY and the lock free writes the socket itself (lane.c), instead
+ * of waking the worker. Lock order: tcp_worker.lock → tcp_lane.io_lock →
+ * tcp_peer.queue_lock / addr_lock.
  */
 #ifndef CRESCENT_ENGINE_TRANSPORTS_TCP_H
 #define CRESCENT_ENGINE_TRANSPORTS_TCP_H
@@ -25,6 +30,7 @@ typedef struct tcp_slice {
     uint64_t deadline_ns;
     uint64_t peer_instance; /* instance the range was validated against */
     size_t sent;            /* bytes of header+body+payload written */
+    int status;             /* its result, once finished (lane.c: slice_finish) */
     uint8_t head[CRP_HEADER_SIZE + 32];
     size_t head_len;
     /* local device memory: its payload moves through the lane's stages */
@@ -42,7 +48,10 @@ typedef struct tcp_lane {
     cre_worker *worker;
     /* submit side → worker: guarded by tpeer->queue_lock */
     tcp_slice *queue_head, *queue_tail;
-    /* worker-owned */
+    /* guarded by io_lock (the worker, or a submitter that took it) */
+    pthread_mutex_t io_lock;
+    bool send_failed;                 /* a submitter's write failed: the worker closes the lane */
+    tcp_slice *done_head, *done_tail; /* finished, completed once io_lock is released */
     int state;
     crb_io io;
     crp_reader reader;
@@ -67,7 +76,14 @@ typedef struct tcp_lane {
 
 typedef struct tcp_peer {
     pthread_mutex_t queue_lock; /* the lanes' queues */
-    atomic_ullong lane_bytes;   /* slice bytes charged so far: picks the lane */
+    /* The peer's address, resolved by a submitting thread (never under a
+     * lane's or worker's lock: a slow resolver stalls only that caller);
+     * a failed connect marks it stale so the next submit resolves again. */
+    pthread_mutex_t addr_lock;
+    struct sockaddr_storage addr;
+    socklen_t addr_len; /* 0: not resolved yet */
+    atomic_bool addr_stale;
+    atomic_ullong lane_bytes; /* slice bytes charged so far: picks the lane */
     tcp_lane *lanes;
     size_t n_lanes;
 } tcp_peer;
@@ -85,10 +101,13 @@ typedef struct tcp_engine {
 
 /* lane.c */
 int cre_tcp_submit(cre_tp *tp, const cre_route *r, cre_task *t);
+/* After a run of submits to peer: send what they queued (or wake the worker). */
+void cre_tcp_submit_flush(cre_tp *tp, cre_peer *peer);
 void cre_tcp_lanes_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns);
 /* Engine teardown (workers stopped): fail everything, close the socket. */
 void cre_tcp_lane_fail_all(tcp_lane *l, int status);
 void cre_tcp_lane_init(tcp_lane *l, tcp_peer *tpeer, cre_peer *p, int index, cre_worker *w);
+void cre_tcp_lane_fini(tcp_lane *l);
 
 /* The stager for a buffer of `kind` (NULL for host memory or none). */
 cre_tp *cre_tcp_stager(cr_engine *e, int kind, const cre_stager_ops **ops);
