@@ -218,6 +218,10 @@ static enum MHD_Result run_callback(const crk_admin_http *s, struct MHD_Connecti
         rc = s->cb.health(s->cb.ctx, &reply);
     else if (strcmp(path, "/get_all_segments") == 0)
         rc = s->cb.all_segments(s->cb.ctx, &reply);
+    else if (strcmp(path, "/role") == 0)
+        rc = s->cb.role(s->cb.ctx, &reply);
+    else if (strcmp(path, "/leader") == 0)
+        rc = s->cb.leader(s->cb.ctx, &reply);
     else
         rc = s->cb.query_key(s->cb.ctx, key, &reply);
     if (rc == 0 && reply.body.status != 0)
@@ -247,8 +251,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     bool health = strcmp(url, "/health") == 0;
     bool segments = strcmp(url, "/get_all_segments") == 0;
     bool query = strcmp(url, "/query_key") == 0;
+    bool text = strcmp(url, "/role") == 0     ? s->cb.role != NULL
+                : strcmp(url, "/leader") == 0 ? s->cb.leader != NULL
+                                              : false;
     bool available = (metrics && s->cb.render_metrics != NULL) || health ||
-                     (segments && s->cb.all_segments != NULL) || (query && s->cb.query_key != NULL);
+                     (segments && s->cb.all_segments != NULL) ||
+                     (query && s->cb.query_key != NULL) || text;
 
     if (!available)
         return send_error(conn, MHD_HTTP_NOT_FOUND, CR_ERR_NOT_FOUND, "no such path");
@@ -272,7 +280,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                               "key contains a NUL byte");
     }
     return run_callback(s, conn, url, key,
-                        metrics ? CRK_ADMIN_PROMETHEUS_TYPE : CRK_ADMIN_JSON_TYPE);
+                        metrics || text ? CRK_ADMIN_PROMETHEUS_TYPE : CRK_ADMIN_JSON_TYPE);
 }
 
 int crk_admin_http_start(const char *host, uint16_t port, const crk_admin_callbacks *cb,

@@ -67,6 +67,9 @@ typedef struct crk_admin_callbacks {
     int (*all_segments)(void *ctx, crk_admin_reply *reply);
     /* /query_key: key is NUL-terminated, non-empty, URL-decoded. */
     int (*query_key)(void *ctx, const char *key, crk_admin_reply *reply);
+    /* /role and /leader (HA masters, docs/ha.md): text; NULL: 404. */
+    int (*role)(void *ctx, crk_admin_reply *reply);
+    int (*leader)(void *ctx, crk_admin_reply *reply);
 } crk_admin_callbacks;
 
 typedef struct crk_admin_http crk_admin_http;

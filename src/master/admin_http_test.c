@@ -109,7 +109,8 @@ static int setup(void **state)
     if (x == NULL)
         return -1;
     pthread_mutex_init(&x->f.lock, NULL);
-    crk_admin_callbacks cb = {&x->f, fake_metrics, fake_health, fake_segments, fake_query};
+    crk_admin_callbacks cb = {&x->f,      fake_metrics, fake_health, fake_segments,
+                              fake_query, NULL,         NULL};
     if (crk_admin_http_start("127.0.0.1", 0, &cb, &x->server) != 0) {
         print_error("start: %s\n", cr_last_error_message());
         free(x);

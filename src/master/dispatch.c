@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "master/ha.h"
 #include "master/tenants.h"
 
 #define CHUNK 256
@@ -466,11 +467,28 @@ static int tenant_view(const crp_rpc_req *req, crk_scratch *sc, char ns[CRK_TENA
     return *one != NULL ? 0 : CR_ERR_NO_MEMORY;
 }
 
+static uint64_t view_of(const crk_server_info *info)
+{
+    return info->ha != NULL ? crk_ha_term(info->ha) : info->view_version;
+}
+
 void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
                   const crp_rpc_req *req, uint64_t now, crp_rpc_resp *resp, crk_scratch *sc)
 {
     memset(resp, 0, sizeof(*resp));
     resp->op = req->op;
+    if (info->ha != NULL) {
+        char why[384];
+        int refused = crk_ha_gate(info->ha, now, why, sizeof(why));
+        if (refused < 0) {
+            char *copy = scratch_alloc(sc, strlen(why) + 1, 1);
+            if (copy != NULL)
+                memcpy(copy, why, strlen(why) + 1);
+            resp->status = refused;
+            resp->message = copy;
+            return;
+        }
+    }
     crp_rpc_req in_tenant;
     char ns[CRK_TENANT_PREFIX + 1];
     int rc = tenant_view(req, sc, ns, &in_tenant);
@@ -494,14 +512,14 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
     case CRP_RPC_SERVICE_READY:
         rc = crp_rpc_check_version("client", u->hello.version);
         resp->u.hello = (crp_rpc_hello_resp){CRP_RPC_VERSION, CRP_RPC_CAPS_DEFINED,
-                                             (char *)info->software, info->view_version};
+                                             (char *)info->software, view_of(info)};
         break;
     case CRP_RPC_PING: {
         crk_heartbeat_info hi = {0};
         rc = crk_heartbeat(s, client_of(u->client.client_id), now, &hi);
         resp->u.ping.client_status =
             hi.status == CRK_CLIENT_NEED_REMOUNT ? CRP_RPC_CLIENT_NEED_REMOUNT : CRP_RPC_CLIENT_OK;
-        resp->u.ping.view_version = info->view_version;
+        resp->u.ping.view_version = view_of(info);
         resp->u.ping.fenced_ms = hi.fenced_ms;
         break;
     }
@@ -656,6 +674,12 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
     default:
         rc = crb_error(CR_NOT_SUPPORTED, "opcode %u is not served", (unsigned)req->op);
         break;
+    }
+    /* A mutation is answered at its durability point (docs/ha.md). */
+    if (info->ha != NULL && crk_ha_op_mutates(req->op)) {
+        int durable = crk_ha_wait_durable(info->ha);
+        if (durable < 0 && rc == 0)
+            rc = durable;
     }
     resp->status = rc;
     if (rc < 0 && req->op != CRP_RPC_SERVICE_READY)

@@ -33,6 +33,10 @@ void crk_scratch_free(crk_scratch *s);
 typedef struct crk_server_info {
     uint64_t view_version; /* changes when the master restarts */
     const char *software;  /* "crescent-master 0.1.0" */
+    /* HA (master/ha.h), NULL without: requests pass its gate first, a
+     * mutation's reply waits for its durability point, and the view version
+     * clients see is the election term. */
+    struct crk_ha *ha;
 } crk_server_info;
 
 /*

@@ -257,12 +257,17 @@ static void test_every_flag(void **state)
     o = OK("--enable_ha=false", "--enable_offload=false", "--offload_on_evict=0",
            "--enable_multi_tenants=no", "--memory_allocator=offset", "--root_fs_dir=");
     check_defaults(&o);
-    BAD("--enable_ha=true", "--enable_ha");
-    expect_mentions("not supported");
     BAD("--enable_offload=true", "--enable_offload=true");
+    expect_mentions("not supported");
     BAD("--memory_allocator=cachelib", "--memory_allocator=cachelib");
     BAD("--root_fs_dir=/mnt/x", "--root_fs_dir=/mnt/x");
     BAD("--enable_multi_tenants=maybe", "--enable_multi_tenants=maybe");
+    /* HA (docs/ha.md): only etcd, whole-second TTLs of at least 2 s. */
+    BAD("--ha_backend_type=redis", "--ha_backend_type=redis");
+    BAD("--ha_lease_ttl_sec=1", "--ha_lease_ttl_sec=1");
+    o = OK("--enable_ha", "--etcd_endpoints=127.0.0.1:2379", "--ha_lease_ttl_sec=3");
+    assert_true(o.enable_ha);
+    assert_int_equal(o.ha_lease_ttl_ms, 3000);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -618,7 +623,7 @@ static void test_config_errors(void **state)
     BAD_CONFIG("\"rpc_port\"", NULL);
     BAD_CONFIG("{\"rpc_port\": 1, \"rpc_port\": 2}", "rpc_port");
     BAD_CONFIG("{\"rpc_porta\": 1}", "unknown key 'rpc_porta'");
-    BAD_CONFIG("{\"etcd_endpoints\": \"\"}", "unknown key 'etcd_endpoints'");
+    BAD_CONFIG("{\"etcd_endpoint\": \"\"}", "unknown key 'etcd_endpoint'");
     BAD_CONFIG("{\"help\": true}", "unknown key 'help'");
     BAD_CONFIG("{\"config_path\": \"/x\"}", "command line");
     BAD_CONFIG("{\"rpc_port\": 65536}", "rpc_port");
@@ -629,7 +634,7 @@ static void test_config_errors(void **state)
     BAD_CONFIG("{\"rpc_port\": [1]}", "rpc_port");
     BAD_CONFIG("{\"rpc_address\": 5}", "string");
     BAD_CONFIG("{\"rpc_address\": \"\"}", "must not be empty");
-    BAD_CONFIG("{\"enable_ha\": true}", "not supported");
+    BAD_CONFIG("{\"ha_backend_type\": \"k8s\"}", "ha_backend_type");
     BAD_CONFIG("{\"enable_http_metadata_server\": 1}", "boolean");
     BAD_CONFIG("{\"enable_http_metadata_server\": \"perhaps\"}", "perhaps");
     BAD_CONFIG("{\"eviction_ratio\": 1.5}", "[0, 1]");

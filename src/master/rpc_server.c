@@ -14,6 +14,7 @@
 #include "master/rpc_server.h"
 
 #include "master/rpc_limits.h"
+#include "master/ha.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -330,6 +331,13 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
 {
     crk_rpc_server *srv = c->thread->srv;
     atomic_fetch_add(&srv->frames, 1);
+    if (h->type == CRP_REPL_SUBSCRIBE && srv->info->ha != NULL) {
+        /* An HA standby: the replicator takes the socket (master/ha.h). */
+        int fd = dup(c->fd);
+        if (fd >= 0)
+            crk_ha_take_standby(srv->info->ha, fd, body, h->body_len);
+        return CR_ERR_CONNECTION;
+    }
     if (h->type != CRP_RPC_REQ) {
         atomic_fetch_add(&srv->malformed, 1);
         queue_error(c, CR_ERR_MALFORMED_FRAME, h->request_id, "expected an RPC request frame");

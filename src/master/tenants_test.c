@@ -23,7 +23,7 @@
 
 static crk_service *svc;
 static crk_scratch sc;
-static const crk_server_info info = {1, "test"};
+static const crk_server_info info = {1, "test", NULL};
 static crp_rpc_uuid cid = {0xC0FFEEull, 1};
 
 static int setup(void **state)

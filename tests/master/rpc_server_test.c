@@ -37,7 +37,7 @@ static int setup(void **state)
     crk_config_default(&cfg);
     cfg.restart_fence_ms = 1; /* no fence in these tests */
     assert_int_equal(crk_service_create(&cfg, crb_now_ms(), &f.svc), 0);
-    f.info = (crk_server_info){42, "test-master"};
+    f.info = (crk_server_info){42, "test-master", NULL};
     crk_rpc_server_options ro;
     crk_rpc_server_options_default(&ro);
     assert_int_equal(crk_rpc_server_start(f.svc, &f.info, &ro, &f.srv), 0);
