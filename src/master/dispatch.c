@@ -486,6 +486,9 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
                 memcpy(copy, why, strlen(why) + 1);
             resp->status = refused;
             resp->message = copy;
+            if (req->op == CRP_RPC_SERVICE_READY) /* its reply shape is kept on errors */
+                resp->u.hello = (crp_rpc_hello_resp){CRP_RPC_VERSION, CRP_RPC_CAPS_DEFINED,
+                                                     (char *)info->software, view_of(info)};
             return;
         }
     }
