@@ -680,6 +680,7 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
     }
     /* A mutation is answered at its durability point (docs/ha.md). */
     if (info->ha != NULL && crk_ha_op_mutates(req->op)) {
+        crk_ha_log_request(info->ha, req);
         int durable = crk_ha_wait_durable(info->ha);
         if (durable < 0 && rc == 0)
             rc = durable;

@@ -111,6 +111,14 @@ const char *crk_ha_role_name(int role);
  */
 int crk_ha_wait_durable(crk_ha *ha);
 
+/**
+ * Log what the mutating RPC `request` (a crp_rpc_req, keys already in their
+ * tenant's namespace) changed: the current image of every key it named, the
+ * segments it mounted. Called after the service executed it, before
+ * crk_ha_wait_durable.
+ */
+void crk_ha_log_request(crk_ha *ha, const void *request);
+
 /** Does RPC opcode op (proto/rpc.h) change replicated state? */
 bool crk_ha_op_mutates(unsigned op);
 

@@ -262,6 +262,7 @@ int crk_ha_start(const crk_ha_config *cfg, crk_ha **out)
     snprintf(ha->endpoints, sizeof(ha->endpoints), "%s", cfg->endpoints);
     snprintf(ha->cluster_id, sizeof(ha->cluster_id), "%s", cfg->cluster_id);
     snprintf(ha->view_key, sizeof(ha->view_key), "mooncake-store/%s/master_view", ha->cluster_id);
+    snprintf(ha->isr_key, sizeof(ha->isr_key), "mooncake-store/%s/crescent/isr", ha->cluster_id);
     size_t n = strlen(ha->view_key);
     if (n > 0 && ha->view_key[n - 1] == '/')
         ha->view_key[n - 1] = '\0';

@@ -29,6 +29,7 @@ struct crk_ha {
     crk_ha_config cfg;
     char endpoints[4096], cluster_id[256], advertise[300];
     char view_key[512];
+    char isr_key[512]; /* mooncake-store/<cluster>/crescent/isr: "term addr,addr," */
     crm_etcd *etcd;
     crm_etcd_lease *lease;
 
@@ -73,5 +74,11 @@ bool crk_ha_standby_synced(crk_ha *ha);
 /* Stop the subscription and install the copy into the service (promotion). */
 int crk_ha_standby_promote(crk_ha *ha, uint64_t now_ms);
 void crk_ha_standby_status(crk_ha *ha, crk_ha_status *st);
+
+/* ha_restore.c: install the catalog into svc (promotion); *fenced_out
+ * counts the writes in flight that were fenced, *objects_out the objects. */
+struct crk_ha_catalog;
+int crk_ha_restore(crk_service *svc, struct crk_ha_catalog *cat, uint64_t now_ms,
+                   uint64_t *fenced_out, uint64_t *objects_out);
 
 #endif

@@ -1,0 +1,278 @@
+/*
+ * ha_test.c - the HA master with real processes (docs/ha.md): one etcd
+ * (Debian's etcd-server, a private data dir, free ports), three
+ * crescent-master --enable_ha processes, and store client processes
+ * (crescent-test-store-client) given the master address etcd://127.0.0.1:P.
+ * Skips (77) without /usr/bin/etcd.
+ *
+ *   failover         N verified objects; kill -9 the leader; time until a put
+ *                    succeeds again (printed); every object acknowledged before
+ *                    the kill reads back with correct bytes; new puts and gets
+ *                    work; a standby refuses client RPCs with NOT_LEADER.
+ *   stepdown         the leader is SIGSTOPped past its lease, a standby takes
+ *                    over, and the resumed old leader steps down (exits 3)
+ *                    without serving; the data is still all there.
+ *   standby_restart  a standby is killed and restarted; it catches up from the
+ *                    leader (snapshot + stream), then the leader is killed and
+ *                    the objects survive on whichever standby wins.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "crescent/status.h"
+#include "store_harness.h"
+#include "store_pattern.h"
+
+#define NMASTERS 3
+#define OBJECTS  24
+#define VALUE    (64 * 1024)
+
+static ct_server etcd;
+static sh_master masters[NMASTERS];
+static char etcd_flag[128], etcd_url[128];
+
+static int setup(void **state)
+{
+    (void)state;
+    tt_require_exe(CT_ETCD_BIN);
+    if (ct_etcd_start(&etcd, NULL) != 0)
+        return -1;
+    snprintf(etcd_flag, sizeof(etcd_flag), "--etcd_endpoints=%s", etcd.endpoint);
+    snprintf(etcd_url, sizeof(etcd_url), "etcd://%s", etcd.endpoint);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    sh_kill_all();
+    ct_server_stop(&etcd);
+    return 0;
+}
+
+static const char *const *master_args(void)
+{
+    static const char *args[8];
+    args[0] = "--enable_ha";
+    args[1] = etcd_flag;
+    args[2] = "--ha_lease_ttl_sec=2";
+    args[3] = "--default_kv_lease_ttl=1000";
+    args[4] = "--client_ttl=20";
+    args[5] = NULL;
+    return args;
+}
+
+static void start_master(int i)
+{
+    assert_int_equal(sh_master_start(&masters[i], master_args()), 0);
+}
+
+static void role_of(int i, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (!ct_master_running(&masters[i].cm) ||
+        sh_http_get(masters[i].metrics_port, "/role", out, cap) != 200)
+        snprintf(out, cap, "down");
+    out[strcspn(out, "\n")] = '\0';
+}
+
+/* The index of the one leader among the running masters, waiting up to ms. */
+static int wait_leader(int ms, int not_this)
+{
+    uint64_t end = sh_now_ms() + (uint64_t)ms;
+    do {
+        int found = -1, n = 0;
+        for (int i = 0; i < NMASTERS; i++) {
+            char r[64];
+            if (i == not_this)
+                continue;
+            role_of(i, r, sizeof(r));
+            if (strcmp(r, "leader") == 0) {
+                found = i;
+                n++;
+            }
+        }
+        if (n == 1)
+            return found;
+        assert_true(n <= 1); /* never two serving leaders */
+        sh_sleep_ms(20);
+    } while (sh_now_ms() < end);
+    fail_msg("no leader within %d ms", ms);
+    return -1;
+}
+
+static void check_read(sh_client *c, const char *key, int seed)
+{
+    const char *reply = sh_cmd(c, "get %s %d", key, seed);
+    char check[32] = "";
+    long long rc = strtoll(reply, NULL, 10);
+    sscanf(reply, "%*s %*s %31s", check);
+    if (rc != VALUE || strcmp(check, "ok") != 0)
+        fail_msg("%s: expected %d correct bytes, got '%s'", key, VALUE, reply);
+}
+
+static void start_clients(sh_client *holder, sh_client *user)
+{
+    const char *const cargs[] = {"--segment", "32M", "--rpc-timeout", "4000", "--heartbeat",
+                                 "300",       NULL};
+    assert_int_equal(sh_client_start(holder, etcd_url, cargs), 0);
+    assert_int_equal(sh_client_start(user, etcd_url, cargs), 0);
+}
+
+static void put_objects(sh_client *c, const char *prefix)
+{
+    for (int i = 0; i < OBJECTS; i++)
+        assert_int_equal(sh_rc(c, "put %s%d %d %d", prefix, i, VALUE, 100 + i), 0);
+}
+
+static void check_objects(sh_client *c, const char *prefix)
+{
+    char key[64];
+    for (int i = 0; i < OBJECTS; i++) {
+        snprintf(key, sizeof(key), "%s%d", prefix, i);
+        check_read(c, key, 100 + i);
+    }
+}
+
+/* Puts of fresh keys until one succeeds; the ms it took from t0. */
+static uint64_t first_put_after(sh_client *c, uint64_t t0, const char *prefix)
+{
+    for (int i = 0;; i++) {
+        long long rc = sh_rc(c, "put %s%d %d %d", prefix, i, VALUE, 900 + i);
+        if (rc == 0)
+            return sh_now_ms() - t0;
+        assert_true(rc != SH_DEAD);
+        if (sh_now_ms() - t0 > 15000)
+            fail_msg("no put succeeded within 15 s of the failover (last %lld)", rc);
+        sh_sleep_ms(10);
+    }
+}
+
+static void failover(void **state)
+{
+    (void)state;
+    for (int i = 0; i < NMASTERS; i++)
+        start_master(i);
+    int leader = wait_leader(10000, -1);
+    sh_client holder, user;
+    start_clients(&holder, &user);
+    put_objects(&user, "obj");
+    check_objects(&holder, "obj");
+
+    /* A standby refuses client RPCs with NOT_LEADER (the store client's
+     * direct connection: an address, not etcd://). */
+    int standby = (leader + 1) % NMASTERS;
+    sh_client direct;
+    const char *const dargs[] = {"--segment", "8M", "--rpc-timeout", "1000", NULL};
+    assert_int_not_equal(sh_client_start(&direct, masters[standby].addr, dargs), 0);
+    assert_non_null(strstr(direct.child.line, "NOT_LEADER"));
+
+    sh_master_kill(&masters[leader]);
+    uint64_t t0 = sh_now_ms();
+    uint64_t took = first_put_after(&user, t0, "after");
+    fprintf(stderr, "failover: first successful put %llu ms after kill -9 of the leader\n",
+            (unsigned long long)took);
+    int next = wait_leader(5000, leader);
+    assert_int_not_equal(next, leader);
+    check_objects(&holder, "obj");
+    check_objects(&user, "obj");
+    put_objects(&user, "new");
+    check_objects(&holder, "new");
+    assert_int_equal(sh_client_stop(&user), 0);
+    assert_int_equal(sh_client_stop(&holder), 0);
+    for (int i = 0; i < NMASTERS; i++)
+        if (i != leader)
+            assert_int_equal(sh_master_stop(&masters[i]), 0);
+}
+
+static void stepdown(void **state)
+{
+    (void)state;
+    for (int i = 0; i < NMASTERS; i++)
+        start_master(i);
+    int leader = wait_leader(10000, -1);
+    sh_client holder, user;
+    start_clients(&holder, &user);
+    put_objects(&user, "obj");
+
+    kill(masters[leader].cm.p.pid, SIGSTOP);
+    uint64_t t0 = sh_now_ms();
+    int next = wait_leader(8000, leader); /* lease TTL 2 s + etcd's expiry tick */
+    fprintf(stderr, "stepdown: standby %d leads %llu ms after SIGSTOP of %d\n", next,
+            (unsigned long long)(sh_now_ms() - t0), leader);
+    uint64_t took = first_put_after(&user, t0, "during");
+    fprintf(stderr, "stepdown: first put %llu ms after SIGSTOP\n", (unsigned long long)took);
+    sh_sleep_ms(500);
+    kill(masters[leader].cm.p.pid, SIGCONT);
+    /* It finds its lease gone, never serves again, and exits 3. */
+    int st = ct_proc_wait(&masters[leader].cm.p, 5000);
+    assert_int_equal(st, 3);
+    check_objects(&holder, "obj");
+    put_objects(&user, "new");
+    check_objects(&holder, "new");
+    assert_int_equal(sh_client_stop(&user), 0);
+    assert_int_equal(sh_client_stop(&holder), 0);
+    for (int i = 0; i < NMASTERS; i++)
+        if (i != leader)
+            assert_int_equal(sh_master_stop(&masters[i]), 0);
+}
+
+static void standby_restart(void **state)
+{
+    (void)state;
+    for (int i = 0; i < NMASTERS; i++)
+        start_master(i);
+    int leader = wait_leader(10000, -1);
+    sh_client holder, user;
+    start_clients(&holder, &user);
+    put_objects(&user, "obj");
+
+    /* Restart one standby; it catches up with what was written before and
+     * while it was down. */
+    int sb = (leader + 1) % NMASTERS;
+    sh_master_kill(&masters[sb]);
+    put_objects(&user, "down");
+    start_master(sb);
+    put_objects(&user, "back");
+    /* Kill the other standby and then the leader: the restarted one must
+     * take over with everything. */
+    int other = (leader + 2) % NMASTERS;
+    sh_master_kill(&masters[other]);
+    sh_sleep_ms(300);
+    sh_master_kill(&masters[leader]);
+    uint64_t took = first_put_after(&user, sh_now_ms(), "after");
+    fprintf(stderr, "standby_restart: restarted standby serving after %llu ms\n",
+            (unsigned long long)took);
+    assert_int_equal(wait_leader(5000, -1), sb);
+    check_objects(&holder, "obj");
+    check_objects(&holder, "down");
+    check_objects(&holder, "back");
+    assert_int_equal(sh_client_stop(&user), 0);
+    assert_int_equal(sh_client_stop(&holder), 0);
+    assert_int_equal(sh_master_stop(&masters[sb]), 0);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest all[] = {
+        cmocka_unit_test_setup_teardown(failover, setup, teardown),
+        cmocka_unit_test_setup_teardown(stepdown, setup, teardown),
+        cmocka_unit_test_setup_teardown(standby_restart, setup, teardown),
+    };
+    if (argc > 1) { /* one test by name (CTest runs each on its own) */
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+            if (strcmp(all[i].name, argv[1]) == 0)
+                return _cmocka_run_group_tests(argv[1], &all[i], 1, NULL, NULL) ? 1 : 0;
+        fprintf(stderr, "unknown test %s\n", argv[1]);
+        return 2;
+    }
+    return cmocka_run_group_tests(all, NULL, NULL);
+}
