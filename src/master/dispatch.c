@@ -477,6 +477,8 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
 {
     memset(resp, 0, sizeof(*resp));
     resp->op = req->op;
+    if (peer != NULL)
+        peer->durable_seq = 0;
     if (info->ha != NULL) {
         char why[384];
         int refused = crk_ha_gate(info->ha, now, why, sizeof(why));
@@ -681,9 +683,13 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
     /* A mutation is answered at its durability point (docs/ha.md). */
     if (info->ha != NULL && crk_ha_op_mutates(req->op)) {
         crk_ha_log_request(info->ha, req);
-        int durable = crk_ha_wait_durable(info->ha);
-        if (durable < 0 && rc == 0)
-            rc = durable;
+        if (peer != NULL && peer->defer_durable) {
+            peer->durable_seq = crk_ha_log_head(info->ha); /* the RPC server holds the reply */
+        } else {
+            int durable = crk_ha_wait_durable(info->ha);
+            if (durable < 0 && rc == 0)
+                rc = durable;
+        }
     }
     resp->status = rc;
     if (rc < 0 && req->op != CRP_RPC_SERVICE_READY)

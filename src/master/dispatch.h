@@ -54,6 +54,12 @@ typedef struct crk_server_info {
 typedef struct crk_peer {
     crp_rpc_uuid client_id;
     bool bound;
+    /* HA (master/ha.h): with defer_durable set by the caller, a mutation
+     * does not wait for its durability point; crk_dispatch sets
+     * durable_seq to the sequence number the reply must wait for (0: none)
+     * and the caller holds the reply until crk_ha_committed reaches it. */
+    bool defer_durable;
+    uint64_t durable_seq;
 } crk_peer;
 
 /**

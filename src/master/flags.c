@@ -130,8 +130,9 @@ static const crb_flag FLAGS[] = {
      MS_PER_S, NULL, "5", "leader lease TTL in etcd (whole seconds)"},
     {"ha_advertise_address", CRB_FLAG_STRING, O(ha_advertise_address), 0, 0, 0, NULL, "",
      "host:port the leader publishes for clients (default: rpc address and port)"},
-    {"ha_sync_replicas", CRB_FLAG_U32, O(ha_sync_replicas), 0, 8, 0, NULL, "1",
-     "followers that must hold a mutation before the client is answered (0: asynchronous)"},
+    {"ha_sync_replicas", CRB_FLAG_U32, O(ha_sync_replicas), 0, 1, 0, NULL, "1",
+     "1: answer a change once every in-sync standby applied it; 0: do not wait (a failover "
+     "may lose the last changes)"},
     {"ha_replication_timeout_ms", CRB_FLAG_DURATION, O(ha_replication_timeout_ms), 10, 60000, 1,
      NULL, "1000", "a follower silent this long leaves the in-sync set"},
     {"enable_offload", CRB_FLAG_COMPAT_BOOL, NO_FIELD, 0, 0, 0, NULL, NULL,

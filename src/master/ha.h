@@ -58,6 +58,7 @@ typedef struct crk_ha_status {
     uint64_t commit_seq;     /* leader: last change applied by enough standbys; standby: applied */
     uint64_t head_seq;       /* leader: last change logged */
     uint32_t standbys;       /* leader: standbys streaming; standby: 1 while connected */
+    uint32_t in_sync;        /* leader: standbys in the in-sync set (their acks gate replies) */
     uint64_t lag_entries;    /* leader: the most entries a streaming standby is behind */
     uint64_t lag_ms;         /* standby: since the last frame from the leader */
     uint64_t not_replicated; /* leader: replies that waited for standbys in vain */
@@ -103,11 +104,24 @@ void crk_ha_status_get(crk_ha *ha, crk_ha_status *out);
 const char *crk_ha_role_name(int role);
 
 /**
- * Durability point of the mutation just executed by the calling thread:
- * wait until `sync_replicas` standbys (or all that are streaming, if fewer)
- * applied every change logged so far. 0, or CR_ERR_NOT_REPLICATED when none
- * acknowledged within repl_timeout_ms (the standby is dropped from the
- * in-sync set and the reply says the outcome is unknown).
+ * Durability (docs/ha.md): a change is committed once every standby counted
+ * in the in-sync set applied it. crk_ha_committed is the highest committed
+ * sequence number (UINT64_MAX when no standby is counted, or with
+ * --ha_sync_replicas=0); crk_ha_log_head the last one logged. The RPC server
+ * holds a mutation's reply until crk_ha_committed reaches the head as it was
+ * after the mutation, and is told through the notify callback (called from
+ * HA threads, with HA locks held: it must only wake the I/O threads) each
+ * time the commit index moves.
+ */
+uint64_t crk_ha_committed(crk_ha *ha);
+uint64_t crk_ha_log_head(crk_ha *ha);
+void crk_ha_set_notify(crk_ha *ha, void (*fn)(void *), void *ctx);
+
+/**
+ * Blocking form, for callers that cannot hold a reply (the scan worker):
+ * wait until everything logged so far is committed. 0, or
+ * CR_ERR_NOT_REPLICATED when that did not happen in time (the outcome is
+ * unknown to the caller).
  */
 int crk_ha_wait_durable(crk_ha *ha);
 

@@ -59,8 +59,12 @@ typedef struct sender {
     uint64_t pos;      /* absolute byte position of the next entry to send */
     uint64_t pos_seq;  /* sequence number of the entry before pos */
     uint64_t snap_end; /* in sync once acked reaches it */
-    bool snap_done, synced, dead;
+    bool snap_done;
+    bool synced; /* counted in the commit index (and published in the ISR) */
+    bool drop;   /* to leave the ISR: published without it, then uncounted */
+    bool dead;   /* its connection is closed */
     uint64_t acked;
+    uint64_t last_ack_ms; /* last ack that moved it, or last time it was caught up */
 } sender;
 
 struct crk_ha_log {
@@ -76,7 +80,33 @@ struct crk_ha_log {
     size_t nsenders;
     pthread_mutex_t isr_mu; /* one ISR write at a time */
     uint64_t not_replicated;
+    _Atomic uint64_t commit;  /* min acked over the counted standbys */
+    _Atomic uint32_t counted; /* standbys counted in it (0: everything is committed) */
+    void (*notify)(void *);   /* the RPC server: release held replies */
+    void *notify_ctx;
+    pthread_t monitor;
+    bool monitor_running;
+    atomic_bool monitor_stop;
 };
+
+/* Recompute the commit index and wake whoever waits on it (log_mu held). */
+static void recompute_locked(crk_ha_log *l)
+{
+    uint64_t c = l->head;
+    uint32_t n = 0;
+    for (sender *s = l->senders; s != NULL; s = s->next) {
+        if (s->synced) {
+            n++;
+            if (s->acked < c)
+                c = s->acked;
+        }
+    }
+    atomic_store(&l->commit, c);
+    atomic_store(&l->counted, n);
+    pthread_cond_broadcast(&l->acked);
+    if (l->notify != NULL)
+        l->notify(l->notify_ctx);
+}
 
 /* --- the log -------------------------------------------------------------------- */
 
@@ -313,7 +343,7 @@ static int publish_isr(crk_ha *ha)
     uint64_t term = l->term;
     int n = snprintf(value, sizeof(value), "%" PRIu64 " ", term);
     for (sender *s = l->senders; s != NULL; s = s->next)
-        if (s->synced && !s->dead && (size_t)n < sizeof(value))
+        if (s->synced && !s->drop && !s->dead && (size_t)n < sizeof(value))
             n += snprintf(value + n, sizeof(value) - (size_t)n, "%s,", s->addr);
     pthread_mutex_unlock(&l->mu);
     if ((size_t)n >= sizeof(value))
@@ -532,6 +562,8 @@ static void *sender_main(void *arg)
         pthread_mutex_lock(&l->mu);
     }
     sd->dead = true;
+    if (sd->synced)
+        sd->drop = true; /* the monitor takes it out of the ISR */
     shutdown(sd->fd, SHUT_RDWR);
     pthread_cond_broadcast(&l->acked);
     pthread_mutex_unlock(&l->mu);
@@ -553,21 +585,26 @@ static void *acker_main(void *arg)
             break;
         bool joined = false;
         pthread_mutex_lock(&l->mu);
-        if (h.request_id > sd->acked)
+        if (h.request_id > sd->acked) {
             sd->acked = h.request_id;
-        if (sd->snap_done && !sd->synced && !sd->dead && sd->acked >= sd->snap_end)
+            sd->last_ack_ms = crb_now_ms();
+        }
+        if (sd->snap_done && !sd->synced && !sd->dead && sd->acked >= sd->snap_end) {
+            /* Counted first (writes wait for it from now on), then
+             * published: an ISR member in etcd always has every
+             * acknowledged write. */
+            sd->synced = true;
             joined = true;
-        pthread_cond_broadcast(&l->acked);
+        }
+        if (sd->synced)
+            recompute_locked(l);
         pthread_mutex_unlock(&l->mu);
         if (joined) {
-            /* In the ISR only once etcd says so (an election reads it). */
-            pthread_mutex_lock(&l->mu);
-            sd->synced = true;
-            pthread_mutex_unlock(&l->mu);
             if (publish_isr(ha) < 0) {
                 pthread_mutex_lock(&l->mu);
                 sd->synced = false;
                 sd->snap_end = l->head; /* try again at a later ack */
+                recompute_locked(l);
                 pthread_mutex_unlock(&l->mu);
             } else {
                 crb_log(CRB_LOG_INFO, "ha: standby %s is in sync", sd->addr);
@@ -575,15 +612,62 @@ static void *acker_main(void *arg)
         }
     }
     pthread_mutex_lock(&l->mu);
-    bool was_synced = sd->synced;
     sd->dead = true;
-    sd->synced = false;
+    if (sd->synced)
+        sd->drop = true; /* the monitor takes it out of the ISR */
     shutdown(sd->fd, SHUT_RDWR);
     pthread_cond_broadcast(&l->more);
-    pthread_cond_broadcast(&l->acked);
     pthread_mutex_unlock(&l->mu);
-    if (was_synced && l->leading)
-        publish_isr(ha);
+    return NULL;
+}
+
+/* Drop standbys that stopped acknowledging, and take dropped or dead ones
+ * out of the ISR: published in etcd first, then uncounted (so the commit
+ * index moves on without them only once no election can pick them). */
+static void *monitor_main(void *arg)
+{
+    crk_ha *ha = arg;
+    crk_ha_log *l = ha->log;
+    uint64_t warned = 0;
+    while (!atomic_load(&l->monitor_stop)) {
+        usleep(10000);
+        uint64_t now = crb_now_ms();
+        bool need = false;
+        pthread_mutex_lock(&l->mu);
+        for (sender *s = l->senders; s != NULL; s = s->next) {
+            if (s->acked >= l->head)
+                s->last_ack_ms = now;
+            if (s->synced && !s->drop && now - s->last_ack_ms > ha->cfg.repl_timeout_ms) {
+                crb_log(CRB_LOG_WARN,
+                        "ha: standby %s acknowledged nothing for %" PRIu64
+                        " ms; dropping it from the in-sync set",
+                        s->addr, ha->cfg.repl_timeout_ms);
+                s->drop = true;
+                s->dead = true;
+                shutdown(s->fd, SHUT_RDWR);
+                l->not_replicated++;
+            }
+            if (s->synced && s->drop)
+                need = true;
+        }
+        pthread_mutex_unlock(&l->mu);
+        if (!need)
+            continue;
+        if (publish_isr(ha) < 0) {
+            if (now - warned > 1000) {
+                crb_log(CRB_LOG_WARN, "ha: cannot shrink the ISR (%s); changes wait",
+                        cr_last_error_message());
+                warned = now;
+            }
+            continue;
+        }
+        pthread_mutex_lock(&l->mu);
+        for (sender *s = l->senders; s != NULL; s = s->next)
+            if (s->synced && s->drop)
+                s->synced = false;
+        recompute_locked(l);
+        pthread_mutex_unlock(&l->mu);
+    }
     return NULL;
 }
 
@@ -594,7 +678,7 @@ static void reap(crk_ha_log *l, bool all)
         pthread_mutex_lock(&l->mu);
         sender **pp = &l->senders, *victim = NULL;
         while (*pp != NULL) {
-            if ((*pp)->dead || all) {
+            if (((*pp)->dead && !(*pp)->synced) || all) {
                 victim = *pp;
                 victim->dead = true;
                 shutdown(victim->fd, SHUT_RDWR);
@@ -642,6 +726,8 @@ void crk_ha_take_standby(void *arg, int fd, const uint8_t *body, size_t len)
     snprintf(sd->addr, sizeof(sd->addr), "%s", sp != NULL ? sp + 1 : "?");
     pthread_mutex_lock(&l->mu);
     if (!l->leading || l->nsenders >= MAX_STANDBYS) {
+        crb_log(CRB_LOG_INFO, "ha: standby %s refused: %s", sd->addr,
+                l->leading ? "too many standbys" : "not leading");
         pthread_mutex_unlock(&l->mu);
         close(fd);
         free(sd);
@@ -680,6 +766,17 @@ int crk_ha_log_create(crk_ha *ha)
     ha->log = l;
     ha->cfg.svc->ha_ctx = ha;
     ha->cfg.svc->ha_unmounted = on_unmounted;
+    if (pthread_create(&l->monitor, NULL, monitor_main, ha) != 0) {
+        ha->cfg.svc->ha_unmounted = NULL;
+        ha->log = NULL;
+        pthread_cond_destroy(&l->more);
+        pthread_cond_destroy(&l->acked);
+        pthread_mutex_destroy(&l->isr_mu);
+        pthread_mutex_destroy(&l->mu);
+        free(l);
+        return crb_error(CR_ERR_SYSTEM, "ha: starting the replication monitor");
+    }
+    l->monitor_running = true;
     return 0;
 }
 
@@ -688,6 +785,9 @@ void crk_ha_log_destroy(crk_ha *ha)
     crk_ha_log *l = ha->log;
     if (l == NULL)
         return;
+    atomic_store(&l->monitor_stop, true);
+    if (l->monitor_running)
+        pthread_join(l->monitor, NULL);
     crk_ha_log_end(ha);
     pthread_cond_destroy(&l->more);
     pthread_cond_destroy(&l->acked);
@@ -723,7 +823,7 @@ void crk_ha_log_status(crk_ha *ha, crk_ha_status *st)
     crk_ha_log *l = ha->log;
     pthread_mutex_lock(&l->mu);
     st->head_seq = l->head;
-    st->commit_seq = l->head;
+    st->commit_seq = atomic_load(&l->counted) ? atomic_load(&l->commit) : l->head;
     st->standbys = 0;
     for (sender *s = l->senders; s != NULL; s = s->next) {
         if (s->dead)
@@ -732,54 +832,54 @@ void crk_ha_log_status(crk_ha *ha, crk_ha_status *st)
         uint64_t lag = l->head > s->acked ? l->head - s->acked : 0;
         if (lag > st->lag_entries)
             st->lag_entries = lag;
-        if (s->synced && s->acked < st->commit_seq)
-            st->commit_seq = s->acked;
     }
     st->not_replicated = l->not_replicated;
+    st->in_sync = atomic_load(&l->counted);
     pthread_mutex_unlock(&l->mu);
+}
+
+uint64_t crk_ha_committed(crk_ha *ha)
+{
+    crk_ha_log *l = ha->log;
+    if (ha->cfg.sync_replicas == 0 || atomic_load(&l->counted) == 0)
+        return UINT64_MAX;
+    return atomic_load(&l->commit);
+}
+
+uint64_t crk_ha_log_head(crk_ha *ha)
+{
+    pthread_mutex_lock(&ha->log->mu);
+    uint64_t h = ha->log->head;
+    pthread_mutex_unlock(&ha->log->mu);
+    return h;
+}
+
+void crk_ha_set_notify(crk_ha *ha, void (*fn)(void *), void *ctx)
+{
+    pthread_mutex_lock(&ha->log->mu);
+    ha->log->notify = fn;
+    ha->log->notify_ctx = ctx;
+    pthread_mutex_unlock(&ha->log->mu);
 }
 
 int crk_ha_wait_durable(crk_ha *ha)
 {
     crk_ha_log *l = ha->log;
-    if (ha->cfg.sync_replicas == 0)
-        return 0;
+    uint64_t target = crk_ha_log_head(ha);
+    /* The monitor drops a silent standby after repl_timeout_ms; give it
+     * that and the ISR write to etcd. */
+    uint64_t deadline = crb_now_ns() + (ha->cfg.repl_timeout_ms + 2000) * 1000000ull;
     pthread_mutex_lock(&l->mu);
-    uint64_t target = l->head;
-    uint64_t deadline = crb_now_ns() + ha->cfg.repl_timeout_ms * 1000000ull;
-    bool dropped = false;
-    for (;;) {
-        bool all = true;
-        for (sender *s = l->senders; s != NULL; s = s->next)
-            if (s->synced && !s->dead && s->acked < target)
-                all = false;
-        if (all)
-            break;
-        if (crb_now_ns() >= deadline) {
-            for (sender *s = l->senders; s != NULL; s = s->next) {
-                if (s->synced && !s->dead && s->acked < target) {
-                    crb_log(CRB_LOG_WARN,
-                            "ha: standby %s acknowledged nothing for %" PRIu64
-                            " ms; dropping it from the in-sync set",
-                            s->addr, ha->cfg.repl_timeout_ms);
-                    s->synced = false;
-                    s->dead = true;
-                    shutdown(s->fd, SHUT_RDWR);
-                }
-            }
-            dropped = true;
-            l->not_replicated++;
-            break;
-        }
+    while (crk_ha_committed(ha) < target) {
         struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
-        pthread_cond_timedwait(&l->acked, &l->mu, &ts);
+        if (pthread_cond_timedwait(&l->acked, &l->mu, &ts) != 0 && crk_ha_committed(ha) < target) {
+            pthread_mutex_unlock(&l->mu);
+            return crb_error(CR_ERR_NOT_REPLICATED,
+                             "change %" PRIu64 " reached no in-sync standby within %" PRIu64 " ms",
+                             target, ha->cfg.repl_timeout_ms + 2000);
+        }
     }
     pthread_mutex_unlock(&l->mu);
-    if (dropped && publish_isr(ha) < 0)
-        return crb_error(CR_ERR_NOT_REPLICATED,
-                         "no standby acknowledged the change within %" PRIu64
-                         " ms and the in-sync set could not be updated: %s",
-                         ha->cfg.repl_timeout_ms, cr_last_error_message());
     return 0;
 }
 

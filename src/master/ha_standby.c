@@ -212,6 +212,9 @@ static void *standby_main(void *arg)
         }
         bool refused = false;
         int fd = dial(target, &refused);
+        if (fd < 0 && atomic_load(&sb->refusals) == 0)
+            crb_log(CRB_LOG_INFO, "ha: cannot reach the leader %s (%s)", target,
+                    refused ? "refused" : "no answer");
         if (fd < 0) {
             if (refused)
                 atomic_fetch_add(&sb->refusals, 1);
@@ -230,9 +233,11 @@ static void *standby_main(void *arg)
         }
         atomic_store(&sb->connected, true);
         atomic_store(&sb->last_frame_ms, crb_now_ms());
+        crb_log(CRB_LOG_DEBUG, "ha: subscribed to %s (term %" PRIu64 ")", target, term);
         stream(ha, sb, fd, target, term);
         atomic_store(&sb->connected, false);
         close(fd);
+        usleep(20000); /* a leader that refuses the subscription is not hammered */
     }
     return NULL;
 }

@@ -109,6 +109,17 @@ static int wait_leader(int ms, int not_this)
     return -1;
 }
 
+/* Wait until the leader counts `n` standbys in sync (its /metrics). */
+static void wait_in_sync(int leader, int n)
+{
+    uint64_t end = sh_now_ms() + 10000;
+    while (sh_metric(&masters[leader], "master_ha_in_sync_standbys") < n) {
+        if (sh_now_ms() > end)
+            fail_msg("leader %d: fewer than %d standbys in sync after 10 s", leader, n);
+        sh_sleep_ms(20);
+    }
+}
+
 static void check_read(sh_client *c, const char *key, int seed)
 {
     const char *reply = sh_cmd(c, "get %s %d", key, seed);
@@ -162,6 +173,7 @@ static void failover(void **state)
     for (int i = 0; i < NMASTERS; i++)
         start_master(i);
     int leader = wait_leader(10000, -1);
+    wait_in_sync(leader, NMASTERS - 1);
     sh_client holder, user;
     start_clients(&holder, &user);
     put_objects(&user, "obj");
@@ -199,6 +211,7 @@ static void stepdown(void **state)
     for (int i = 0; i < NMASTERS; i++)
         start_master(i);
     int leader = wait_leader(10000, -1);
+    wait_in_sync(leader, NMASTERS - 1);
     sh_client holder, user;
     start_clients(&holder, &user);
     put_objects(&user, "obj");
@@ -231,6 +244,7 @@ static void standby_restart(void **state)
     for (int i = 0; i < NMASTERS; i++)
         start_master(i);
     int leader = wait_leader(10000, -1);
+    wait_in_sync(leader, NMASTERS - 1);
     sh_client holder, user;
     start_clients(&holder, &user);
     put_objects(&user, "obj");
@@ -242,6 +256,7 @@ static void standby_restart(void **state)
     put_objects(&user, "down");
     start_master(sb);
     put_objects(&user, "back");
+    wait_in_sync(leader, NMASTERS - 1);
     /* Kill the other standby and then the leader: the restarted one must
      * take over with everything. */
     int other = (leader + 2) % NMASTERS;

@@ -295,6 +295,8 @@ static void render_ha_metrics(master *m, crk_text *t)
                    (double)hs.head_seq);
     crk_prom_gauge(t, "master_ha_standbys", "Standbys streaming from this leader",
                    (double)hs.standbys);
+    crk_prom_gauge(t, "master_ha_in_sync_standbys", "Standbys whose acks gate replies (ISR)",
+                   (double)hs.in_sync);
     crk_prom_gauge(t, "master_ha_replication_lag_entries", "Changes the furthest standby is behind",
                    (double)hs.lag_entries);
     crk_prom_gauge(t, "master_ha_replication_lag_seconds",
