@@ -15,9 +15,10 @@
  * its lease as it last saw it acknowledged (crm_etcd_lease_check) minus a
  * guard; etcd cannot expire the lease before that instant, so no successor
  * can exist while the old leader still serves. A leader that loses its lease
- * stops serving at once and exits (status 3): its state may be older than
- * its successor's, so it never serves again; a supervisor restarts it as a
- * fresh standby that catches up from the new leader.
+ * stops serving at once and is deposed: it sends SIGTERM to its own process
+ * (the daemon shuts down and exits with status 3, crk_ha_deposed): its
+ * state may be older than its successor's, so it never serves again; a
+ * supervisor restarts it as a fresh standby that catches up.
  *
  * Threading: crk_ha_gate and the status/replication calls may be called from
  * any thread. crk_ha_start/crk_ha_stop by the daemon's main thread only.
@@ -98,6 +99,9 @@ int crk_ha_gate(crk_ha *ha, uint64_t now_ms, char *msg, size_t cap);
 
 /** The term as clients see it (the handshake's view version). */
 uint64_t crk_ha_term(crk_ha *ha);
+
+/** Was this master deposed (lease lost while leading)? The daemon exits 3. */
+bool crk_ha_deposed(crk_ha *ha);
 
 void crk_ha_status_get(crk_ha *ha, crk_ha_status *out);
 

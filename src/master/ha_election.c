@@ -22,6 +22,7 @@
  * death (then the lease expires on its own).
  */
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,6 @@
 
 #define POLL_MS          50
 #define RETRY_MS         200
-#define EXIT_DEPOSED     3
 #define UNSYNCED_WAIT_MS 3000 /* a standby without a synced copy lets others win first */
 
 const char *crk_ha_role_name(int role)
@@ -114,7 +114,24 @@ void crk_ha_status_get(crk_ha *ha, crk_ha_status *out)
     }
 }
 
-/* Lead until the lease is lost or the margin runs out (then exit), or stop. */
+/* This master must never serve again: it already refuses everything (role
+ * and serve_until were cleared); the daemon is asked to shut down and exits
+ * with status 3 (crk_ha_deposed). */
+static void depose(crk_ha *ha)
+{
+    atomic_store(&ha->serve_until, 0);
+    atomic_store(&ha->role, CRK_HA_CANDIDATE);
+    atomic_store(&ha->deposed, true);
+    atomic_store(&ha->stop, true);
+    kill(getpid(), SIGTERM); /* the daemon's main thread waits for it */
+}
+
+bool crk_ha_deposed(crk_ha *ha)
+{
+    return ha != NULL && atomic_load(&ha->deposed);
+}
+
+/* Lead until the lease is lost or the margin runs out (then depose), or stop. */
 static void lead(crk_ha *ha, uint64_t term, int64_t mod_revision)
 {
     uint64_t now = crb_now_ms();
@@ -124,7 +141,8 @@ static void lead(crk_ha *ha, uint64_t term, int64_t mod_revision)
         crm_etcd_cas cas;
         if (crm_etcd_delete_if_mod(ha->etcd, ha->view_key, mod_revision, &cas) == 0)
             crm_etcd_cas_clear(&cas);
-        _exit(EXIT_DEPOSED);
+        depose(ha);
+        return;
     }
     set_leader(ha, ha->advertise, strlen(ha->advertise), crm_etcd_lease_id(ha->lease), term);
     crk_ha_log_begin(ha, term);
@@ -149,7 +167,8 @@ static void lead(crk_ha *ha, uint64_t term, int64_t mod_revision)
                     "ha: lost the leader lease of term %" PRIu64 " (%s); stopped serving, exiting "
                     "so that a fresh standby replaces this process",
                     term, rc != 0 ? "etcd says it is gone" : "no keepalive acknowledged in time");
-            _exit(EXIT_DEPOSED);
+            depose(ha);
+            return;
         }
     }
     /* Resign: stop serving first, then free the key for a standby. */

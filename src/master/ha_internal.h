@@ -44,6 +44,7 @@ struct crk_ha {
     int64_t leader_lease; /* its lease id (for a fast takeover) */
 
     atomic_bool stop;
+    atomic_bool deposed; /* lost its lease while leading: the daemon exits 3 */
     pthread_t election;
     bool election_running;
 

@@ -566,7 +566,11 @@ int main(int argc, char **argv)
     fflush(stdout);
     int sig = 0;
     sigwait(&set, &sig);
-    crb_log(CRB_LOG_WARN, "crescent-master: signal %d, shutting down", sig);
+    bool deposed = crk_ha_deposed(m.ha); /* HA: lost its lease while leading */
+    crb_log(CRB_LOG_WARN, "crescent-master: %s, shutting down",
+            deposed         ? "deposed as HA leader"
+            : sig == SIGINT ? "SIGINT"
+                            : "SIGTERM");
     master_stop(&m);
-    return 0;
+    return deposed ? 3 : 0;
 }
