@@ -139,8 +139,7 @@ static void append_locked(crk_ha_log *l, const crk_ha_entry *e)
     uint32_t n = (uint32_t)(b->len - at - 4);
     for (int i = 0; i < 4; i++)
         b->data[at + (size_t)i] = (uint8_t)(n >> (8 * i));
-    pthread_cond_broadcast(&l->more);
-    return;
+    return; /* the senders are woken once per request (kick) */
 fail:
     /* Without memory the standbys cannot get this change: drop them all
      * (they resubscribe and start over from a snapshot). */
@@ -258,12 +257,22 @@ static void log_mount(crk_ha *ha, const char *name)
     pthread_rwlock_unlock(&s->seg_lock);
 }
 
+/* Wake the senders once for everything a request logged (a batch of 128
+ * keys goes out as one frame, not 128). */
+static void kick(crk_ha *ha)
+{
+    pthread_mutex_lock(&ha->log->mu);
+    pthread_cond_broadcast(&ha->log->more);
+    pthread_mutex_unlock(&ha->log->mu);
+}
+
 static void on_unmounted(void *ctx, const crk_segment *seg)
 {
     crk_ha *ha = ctx;
     crk_ha_entry e = {.kind = CRK_HA_UNMOUNT, .epoch = seg->epoch};
     pthread_mutex_lock(&ha->log->mu);
     append_locked(ha->log, &e);
+    pthread_cond_broadcast(&ha->log->more);
     pthread_mutex_unlock(&ha->log->mu);
 }
 
@@ -330,6 +339,7 @@ void crk_ha_log_request(crk_ha *ha, const void *request)
     default:
         break; /* unmount: logged by the service's hook */
     }
+    kick(ha);
 }
 
 /* --- ISR in etcd ---------------------------------------------------------------- */
