@@ -257,6 +257,16 @@ static void log_mount(crk_ha *ha, const char *name)
     pthread_rwlock_unlock(&s->seg_lock);
 }
 
+/* An object erased by the service (its shard lock held). */
+static void on_erased(void *ctx, const char *key, size_t len)
+{
+    crk_ha *ha = ctx;
+    crk_ha_entry e = {.kind = CRK_HA_KEY, .key = key, .key_len = len};
+    pthread_mutex_lock(&ha->log->mu);
+    append_locked(ha->log, &e);
+    pthread_mutex_unlock(&ha->log->mu);
+}
+
 /* Wake the senders once for everything a request logged (a batch of 128
  * keys goes out as one frame, not 128). */
 static void kick(crk_ha *ha)
@@ -323,21 +333,9 @@ void crk_ha_log_request(crk_ha *ha, const void *request)
     case CRP_RPC_BATCH_REPLICA_CLEAR:
         log_keys(ha, u->replica_clear.keys, u->replica_clear.n_keys);
         break;
-    case CRP_RPC_REMOVE_BY_REGEX:
-    case CRP_RPC_REMOVE_ALL: {
-        /* The keys are not known here: every standby starts over from a
-         * snapshot taken after the removal (rare operations). */
-        pthread_mutex_lock(&ha->log->mu);
-        for (sender *s = ha->log->senders; s != NULL; s = s->next) {
-            s->dead = true;
-            shutdown(s->fd, SHUT_RDWR);
-        }
-        pthread_cond_broadcast(&ha->log->more);
-        pthread_mutex_unlock(&ha->log->mu);
-        break;
-    }
     default:
-        break; /* unmount: logged by the service's hook */
+        break; /* unmounts and erasures (remove_by_regex, remove_all
+                * included): logged by the service's hooks */
     }
     kick(ha);
 }
@@ -776,8 +774,10 @@ int crk_ha_log_create(crk_ha *ha)
     ha->log = l;
     ha->cfg.svc->ha_ctx = ha;
     ha->cfg.svc->ha_unmounted = on_unmounted;
+    ha->cfg.svc->ha_erased = on_erased;
     if (pthread_create(&l->monitor, NULL, monitor_main, ha) != 0) {
         ha->cfg.svc->ha_unmounted = NULL;
+        ha->cfg.svc->ha_erased = NULL;
         ha->log = NULL;
         pthread_cond_destroy(&l->more);
         pthread_cond_destroy(&l->acked);

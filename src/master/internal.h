@@ -134,6 +134,9 @@ struct crk_service {
      * unmount under seg_lock (write), so the log orders it before any
      * reuse of the name. NULL without HA. */
     void (*ha_unmounted)(void *ctx, const struct crk_segment *seg);
+    /* ... and of every object erased (remove, eviction, purge, sweeps), under
+     * its shard lock, so standbys forget it in effect order. */
+    void (*ha_erased)(void *ctx, const char *key, size_t len);
     void *ha_ctx;
     crk_counters c;
 };
