@@ -12,6 +12,9 @@
  *   stepdown         the leader is SIGSTOPped past its lease, a standby takes
  *                    over, and the resumed old leader steps down (exits 3)
  *                    without serving; the data is still all there.
+ *   etcd_outage      etcd paused 1.5 s (inside the lease margin): the leader keeps
+ *                    serving; paused past the lease: it is deposed (exit 3) and,
+ *                    etcd back, an in-sync standby leads with every object.
  *   standby_restart  a standby is killed and restarted; it catches up from the
  *                    leader (snapshot + stream); keys are removed by regex; the
  *                    other standby and the leader are killed: the restarted one
@@ -59,12 +62,14 @@ static int teardown(void **state)
     return 0;
 }
 
+static const char *lease_flag = "--ha_lease_ttl_sec=2";
+
 static const char *const *master_args(void)
 {
     static const char *args[8];
     args[0] = "--enable_ha";
     args[1] = etcd_flag;
-    args[2] = "--ha_lease_ttl_sec=2";
+    args[2] = lease_flag;
     args[3] = "--default_kv_lease_ttl=1000";
     args[4] = "--client_ttl=20";
     args[5] = NULL;
@@ -295,12 +300,69 @@ static void standby_restart(void **state)
     assert_int_equal(sh_master_stop(&masters[sb]), 0);
 }
 
+static void etcd_outage(void **state)
+{
+    (void)state;
+    lease_flag = "--ha_lease_ttl_sec=5"; /* >= 2.8 s of keepalive margin */
+    for (int i = 0; i < NMASTERS; i++)
+        start_master(i);
+    int leader = wait_leader(10000, -1);
+    wait_in_sync(leader, NMASTERS - 1);
+    sh_client holder, user;
+    start_clients(&holder, &user);
+    put_objects(&user, "obj");
+
+    /* etcd unreachable for 1.5 s: inside the margin, the leader keeps
+     * leading and serving (replication does not need etcd). */
+    ct_server_pause(&etcd, true);
+    uint64_t t0 = sh_now_ms();
+    int n = 0;
+    while (sh_now_ms() - t0 < 1500) { /* at most 200: the segments hold ~1000 */
+        if (n < 200) {
+            assert_int_equal(sh_rc(&user, "put short%d %d %d", n, VALUE, 300 + n), 0);
+            n++;
+        } else {
+            sh_sleep_ms(10);
+        }
+    }
+    ct_server_pause(&etcd, false);
+    fprintf(stderr, "etcd_outage: %d puts during a 1.5 s etcd pause\n", n);
+    assert_int_equal(wait_leader(3000, -1), leader);
+
+    /* etcd gone past the lease: the leader stops serving before its lease
+     * can expire and is deposed (exit 3); once etcd is back, the lease
+     * expires there and an in-sync standby takes over with everything. */
+    ct_server_pause(&etcd, true);
+    int st = ct_proc_wait(&masters[leader].cm.p, 8000);
+    ct_server_pause(&etcd, false);
+    assert_int_equal(st, 3);
+    uint64_t took = first_put_after(&user, sh_now_ms(), "after");
+    fprintf(stderr, "etcd_outage: puts work again %llu ms after etcd came back\n",
+            (unsigned long long)took);
+    int next = wait_leader(8000, leader);
+    assert_int_not_equal(next, leader);
+    check_objects(&holder, "obj");
+    char key[64];
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "short%d", i);
+        const char *reply = sh_cmd(&holder, "get %s %d", key, 300 + i);
+        if (strtoll(reply, NULL, 10) != VALUE || strstr(reply, " ok") == NULL)
+            fail_msg("%s: '%s'", key, reply);
+    }
+    assert_int_equal(sh_client_stop(&user), 0);
+    assert_int_equal(sh_client_stop(&holder), 0);
+    for (int i = 0; i < NMASTERS; i++)
+        if (i != leader)
+            assert_int_equal(sh_master_stop(&masters[i]), 0);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest all[] = {
         cmocka_unit_test_setup_teardown(failover, setup, teardown),
         cmocka_unit_test_setup_teardown(stepdown, setup, teardown),
         cmocka_unit_test_setup_teardown(standby_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(etcd_outage, setup, teardown),
     };
     if (argc > 1) { /* one test by name (CTest runs each on its own) */
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
