@@ -645,7 +645,9 @@ static void *monitor_main(void *arg)
         for (sender *s = l->senders; s != NULL; s = s->next) {
             if (s->acked >= l->head)
                 s->last_ack_ms = now;
-            if (s->synced && !s->drop && now - s->last_ack_ms > ha->cfg.repl_timeout_ms) {
+            /* (an ack may have moved last_ack_ms past `now` meanwhile) */
+            if (s->synced && !s->drop && now > s->last_ack_ms &&
+                now - s->last_ack_ms > ha->cfg.repl_timeout_ms) {
                 crb_log(CRB_LOG_WARN,
                         "ha: standby %s acknowledged nothing for %" PRIu64
                         " ms; dropping it from the in-sync set",
