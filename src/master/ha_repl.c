@@ -115,6 +115,21 @@ static uint64_t log_end(const crk_ha_log *l)
     return l->base_off + l->buf.len;
 }
 
+/* Trim what every sender has sent (log_mu held). */
+static void trim_locked(crk_ha_log *l)
+{
+    uint64_t min = log_end(l);
+    for (sender *s = l->senders; s != NULL; s = s->next)
+        if (!s->dead && s->pos < min)
+            min = s->pos;
+    size_t cut = (size_t)(min - l->base_off);
+    if (cut < (1u << 20) && cut < l->buf.len)
+        return;
+    memmove(l->buf.data, l->buf.data + cut, l->buf.len - cut);
+    l->buf.len -= cut;
+    l->base_off += cut;
+}
+
 /* Append one encoded entry (log_mu held). */
 static void append_locked(crk_ha_log *l, const crk_ha_entry *e)
 {
@@ -139,6 +154,21 @@ static void append_locked(crk_ha_log *l, const crk_ha_entry *e)
     uint32_t n = (uint32_t)(b->len - at - 4);
     for (int i = 0; i < 4; i++)
         b->data[at + (size_t)i] = (uint8_t)(n >> (8 * i));
+    if (b->len > LOG_MAX) {
+        /* A standby this far behind starts over from a snapshot rather
+         * than holding the log's memory. */
+        for (sender *s = l->senders; s != NULL; s = s->next) {
+            if (!s->dead && log_end(l) - s->pos > LOG_MAX / 2) {
+                crb_log(CRB_LOG_WARN, "ha: standby %s is %llu bytes behind; dropping it", s->addr,
+                        (unsigned long long)(log_end(l) - s->pos));
+                s->dead = true;
+                if (s->synced)
+                    s->drop = true;
+                shutdown(s->fd, SHUT_RDWR);
+            }
+        }
+        trim_locked(l);
+    }
     return; /* the senders are woken once per request (kick) */
 fail:
     /* Without memory the standbys cannot get this change: drop them all
@@ -148,21 +178,6 @@ fail:
         s->dead = true;
         shutdown(s->fd, SHUT_RDWR);
     }
-}
-
-/* Trim what every sender has sent (log_mu held). */
-static void trim_locked(crk_ha_log *l)
-{
-    uint64_t min = log_end(l);
-    for (sender *s = l->senders; s != NULL; s = s->next)
-        if (!s->dead && s->pos < min)
-            min = s->pos;
-    size_t cut = (size_t)(min - l->base_off);
-    if (cut < (1u << 20) && cut < l->buf.len)
-        return;
-    memmove(l->buf.data, l->buf.data + cut, l->buf.len - cut);
-    l->buf.len -= cut;
-    l->base_off += cut;
 }
 
 static void key_image(crk_service *s, crk_object *o, const char *key, size_t len, crk_ha_entry *e,
