@@ -175,6 +175,8 @@ static int by_offset(const void *a, const void *b)
 /* Steps 2 and 3 for one segment. */
 static void place(restore *st, seg_rec *sr)
 {
+    if (sr->n == 0)
+        return; /* an empty segment: its fresh allocator is right as it is */
     qsort(sr->r, sr->n, sizeof(*sr->r), by_offset);
     size_t cur = SIZE_MAX;
     for (size_t i = 0; i < sr->n; i++) {
