@@ -1,7 +1,10 @@
 /*
  * ha_catalog.c - the standby's copy of the leader's state (ha_catalog.h):
- * a chained hash table of key -> raw KEY entry, a small array of segments by
- * epoch, and the graveyard (pruned of expired entries as it grows).
+ * an open-addressed table of key -> raw KEY entry (slots hold the key's hash,
+ * so a probe for an absent key touches only the slot array; linear probing,
+ * at most half full, deletion shifts the run back), a small array of
+ * segments by epoch, and the graveyard (pruned of expired entries as it
+ * grows).
  */
 #include "master/ha_catalog.h"
 
@@ -12,11 +15,15 @@
 #include "base/error.h"
 
 typedef struct cat_key {
-    struct cat_key *next;
-    uint64_t hash, seq;
+    uint64_t seq;
     size_t len;
-    uint8_t raw[]; /* the KEY entry */
+    uint8_t raw[]; /* the KEY entry: u8 kind, u16 key_len, key bytes, ... */
 } cat_key;
+
+typedef struct cat_slot {
+    uint64_t hash;
+    cat_key *k; /* NULL: empty */
+} cat_slot;
 
 typedef struct cat_seg {
     uint64_t epoch;
@@ -25,8 +32,8 @@ typedef struct cat_seg {
 } cat_seg;
 
 struct crk_ha_catalog {
-    cat_key **buckets;
-    size_t nbuckets, nkeys;
+    cat_slot *slots;
+    size_t nslots, nkeys; /* nslots: a power of two */
     cat_seg *segs;
     size_t nsegs, segs_cap;
     crk_ha_grave *graves;
@@ -44,25 +51,20 @@ static uint64_t fnv(const char *p, size_t n)
 int crk_ha_catalog_create(crk_ha_catalog **out)
 {
     crk_ha_catalog *c = calloc(1, sizeof(*c));
-    if (c == NULL || (c->buckets = calloc(1024, sizeof(*c->buckets))) == NULL) {
+    if (c == NULL || (c->slots = calloc(1024, sizeof(*c->slots))) == NULL) {
         free(c);
         return crb_error(CR_ERR_NO_MEMORY, "ha catalog");
     }
-    c->nbuckets = 1024;
+    c->nslots = 1024;
     *out = c;
     return 0;
 }
 
 void crk_ha_catalog_clear(crk_ha_catalog *c)
 {
-    for (size_t b = 0; b < c->nbuckets; b++) {
-        cat_key *k = c->buckets[b];
-        while (k != NULL) {
-            cat_key *next = k->next;
-            free(k);
-            k = next;
-        }
-        c->buckets[b] = NULL;
+    for (size_t i = 0; i < c->nslots; i++) {
+        free(c->slots[i].k);
+        c->slots[i] = (cat_slot){0, NULL};
     }
     c->nkeys = 0;
     for (size_t i = 0; i < c->nsegs; i++)
@@ -76,7 +78,7 @@ void crk_ha_catalog_destroy(crk_ha_catalog *c)
     if (c == NULL)
         return;
     crk_ha_catalog_clear(c);
-    free(c->buckets);
+    free(c->slots);
     free(c->segs);
     free(c->graves);
     free(c);
@@ -87,24 +89,57 @@ size_t crk_ha_catalog_keys(const crk_ha_catalog *c)
     return c->nkeys;
 }
 
-static void grow_buckets(crk_ha_catalog *c)
+static bool same_key(const cat_key *k, const char *key, size_t len)
 {
-    size_t nb = c->nbuckets * 2;
-    cat_key **nbk = calloc(nb, sizeof(*nbk));
-    if (nbk == NULL)
-        return; /* longer chains, still correct */
-    for (size_t b = 0; b < c->nbuckets; b++) {
-        cat_key *k = c->buckets[b];
-        while (k != NULL) {
-            cat_key *next = k->next;
-            k->next = nbk[k->hash & (nb - 1)];
-            nbk[k->hash & (nb - 1)] = k;
-            k = next;
+    size_t klen = (size_t)k->raw[1] | (size_t)k->raw[2] << 8;
+    return klen == len && memcmp(k->raw + 3, key, len) == 0;
+}
+
+/* The slot holding key, or the empty slot ending its probe run. */
+static size_t probe(const crk_ha_catalog *c, uint64_t h, const char *key, size_t len)
+{
+    size_t mask = c->nslots - 1, i = h & mask;
+    while (c->slots[i].k != NULL && (c->slots[i].hash != h || !same_key(c->slots[i].k, key, len)))
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* Empty slot i, shifting the rest of its run back (no tombstones). */
+static void slot_clear(crk_ha_catalog *c, size_t i)
+{
+    size_t mask = c->nslots - 1, j = i;
+    c->slots[i].k = NULL;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (c->slots[j].k == NULL)
+            return;
+        size_t home = c->slots[j].hash & mask;
+        /* slot j's entry may move to i when i lies cyclically in [home, j) */
+        if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+            c->slots[i] = c->slots[j];
+            c->slots[j].k = NULL;
+            i = j;
         }
     }
-    free(c->buckets);
-    c->buckets = nbk;
-    c->nbuckets = nb;
+}
+
+static void grow(crk_ha_catalog *c)
+{
+    size_t ns = c->nslots * 2;
+    cat_slot *n = calloc(ns, sizeof(*n));
+    if (n == NULL)
+        return; /* fuller and slower, still correct while a slot is free */
+    for (size_t i = 0; i < c->nslots; i++) {
+        if (c->slots[i].k == NULL)
+            continue;
+        size_t j = c->slots[i].hash & (ns - 1);
+        while (n[j].k != NULL)
+            j = (j + 1) & (ns - 1);
+        n[j] = c->slots[i];
+    }
+    free(c->slots);
+    c->slots = n;
+    c->nslots = ns;
 }
 
 static int bury(crk_ha_catalog *c, uint64_t epoch, uint64_t offset, uint64_t size, uint64_t until,
@@ -158,37 +193,38 @@ static int apply_key(crk_ha_catalog *c, const crk_ha_entry *e, const uint8_t *ra
                      uint64_t seq, uint64_t now, uint64_t read_hold, uint64_t write_hold)
 {
     uint64_t h = fnv(e->key, e->key_len);
-    cat_key **pp = &c->buckets[h & (c->nbuckets - 1)];
-    while (*pp != NULL) {
-        cat_key *k = *pp;
-        crk_ha_entry old;
-        if (k->hash == h && crk_ha_entry_decode(k->raw, k->len, &old) == 0 &&
-            old.key_len == e->key_len && memcmp(old.key, e->key, e->key_len) == 0) {
-            int rc = bury_dropped(c, &old, e, now, read_hold, write_hold);
+    size_t i = probe(c, h, e->key, e->key_len);
+    cat_key *old = c->slots[i].k;
+    if (old != NULL) {
+        crk_ha_entry prev;
+        if (crk_ha_entry_decode(old->raw, old->len, &prev) == 0) {
+            int rc = bury_dropped(c, &prev, e, now, read_hold, write_hold);
             if (rc < 0)
                 return rc;
-            *pp = k->next;
-            free(k);
-            c->nkeys--;
-            break;
         }
-        pp = &k->next;
     }
     bool live = (e->flags & (CRK_HA_F_COMPLETE | CRK_HA_F_WRITING)) != 0;
-    if (!live)
+    if (!live) {
+        if (old != NULL) {
+            slot_clear(c, i);
+            free(old);
+            c->nkeys--;
+        }
         return 0;
-    cat_key *k = malloc(sizeof(*k) + len);
+    }
+    cat_key *k = old != NULL && old->len == len ? old : malloc(sizeof(*k) + len);
     if (k == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "ha catalog key");
-    k->hash = h;
+    if (k != old && old != NULL)
+        free(old);
     k->seq = seq;
     k->len = len;
     memcpy(k->raw, raw, len);
-    size_t b = h & (c->nbuckets - 1);
-    k->next = c->buckets[b];
-    c->buckets[b] = k;
-    if (++c->nkeys > c->nbuckets)
-        grow_buckets(c);
+    if (old == NULL)
+        c->nkeys++;
+    c->slots[i] = (cat_slot){h, k};
+    if (c->nkeys * 2 > c->nslots)
+        grow(c);
     return 0;
 }
 
@@ -250,12 +286,11 @@ void crk_ha_catalog_each_segment(crk_ha_catalog *c, int (*fn)(void *, const crk_
 void crk_ha_catalog_each_key(crk_ha_catalog *c,
                              int (*fn)(void *, const crk_ha_entry *, uint64_t seq), void *ctx)
 {
-    for (size_t b = 0; b < c->nbuckets; b++) {
-        for (cat_key *k = c->buckets[b]; k != NULL; k = k->next) {
-            crk_ha_entry e;
-            if (crk_ha_entry_decode(k->raw, k->len, &e) == 0 && fn(ctx, &e, k->seq) != 0)
-                return;
-        }
+    for (size_t i = 0; i < c->nslots; i++) {
+        cat_key *k = c->slots[i].k;
+        crk_ha_entry e;
+        if (k != NULL && crk_ha_entry_decode(k->raw, k->len, &e) == 0 && fn(ctx, &e, k->seq) != 0)
+            return;
     }
 }
 
