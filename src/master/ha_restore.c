@@ -43,6 +43,7 @@ typedef struct range {
     uint32_t idx; /* replica index */
     bool valid;
     uint32_t node;
+    uint64_t until; /* graveyard: release no earlier than this */
 } range;
 
 typedef struct seg_rec {
@@ -147,7 +148,7 @@ static int add_grave(void *ctx, const crk_ha_grave *g)
 }
 
 static void add_range(restore *st, uint64_t epoch, uint64_t off, uint64_t value_size, int kind,
-                      int64_t prio, size_t owner, uint32_t idx)
+                      int64_t prio, size_t owner, uint32_t idx, uint64_t until)
 {
     seg_rec *sr = seg_of(st, epoch);
     if (sr == NULL || st->rc != 0)
@@ -163,7 +164,7 @@ static void add_range(restore *st, uint64_t epoch, uint64_t off, uint64_t value_
         sr->cap = cap;
     }
     sr->r[sr->n++] =
-        (range){off, crk_rep_bytes(st->s, value_size), prio, kind, owner, idx, true, 0};
+        (range){off, crk_rep_bytes(st->s, value_size), prio, kind, owner, idx, true, 0, until};
 }
 
 static int by_offset(const void *a, const void *b)
@@ -196,6 +197,27 @@ static void place(restore *st, seg_rec *sr)
             continue;
         }
         cur = i;
+    }
+    /* Adjacent graveyard ranges become one (one allocation, one deferred
+     * release at the latest deadline): a removal of many keys just before
+     * the failover must not cost one discard entry each. */
+    size_t g = SIZE_MAX;
+    for (size_t i = 0; i < sr->n; i++) {
+        range *r = &sr->r[i];
+        if (!r->valid)
+            continue;
+        if (r->kind != R_GRAVE) {
+            g = SIZE_MAX;
+            continue;
+        }
+        if (g != SIZE_MAX && sr->r[g].off + sr->r[g].bytes == r->off) {
+            sr->r[g].bytes += r->bytes;
+            if (r->until > sr->r[g].until)
+                sr->r[g].until = r->until;
+            r->valid = false;
+            continue;
+        }
+        g = i;
     }
     crk_segment *seg = sr->seg;
     uint32_t *fillers = malloc((sr->n + 1) * sizeof(*fillers));
@@ -299,14 +321,15 @@ int crk_ha_restore(crk_service *s, crk_ha_catalog *c, uint64_t now, uint64_t *fe
         int64_t prio = (int64_t)st.keys[k].seq;
         if (e->flags & CRK_HA_F_COMPLETE)
             for (uint32_t i = 0; i < e->nrep; i++)
-                add_range(&st, e->rep[i].epoch, e->rep[i].offset, e->size, R_LIVE, prio, k, i);
+                add_range(&st, e->rep[i].epoch, e->rep[i].offset, e->size, R_LIVE, prio, k, i, 0);
         if (e->flags & CRK_HA_F_WRITING)
             for (uint32_t i = 0; i < e->wnrep; i++)
-                add_range(&st, e->wrep[i].epoch, e->wrep[i].offset, e->wsize, R_WRITE, prio, k, i);
+                add_range(&st, e->wrep[i].epoch, e->wrep[i].offset, e->wsize, R_WRITE, prio, k, i,
+                          0);
     }
     for (size_t g = 0; g < st.ngraves && st.rc == 0; g++)
         add_range(&st, st.graves[g].epoch, st.graves[g].offset, st.graves[g].value_size, R_GRAVE,
-                  -1, g, 0);
+                  -1, g, 0, st.graves[g].until_ms);
     uint64_t fenced = 0, objects = 0;
     if (st.rc == 0) {
         for (size_t i = 0; i < st.nsegs; i++) {
@@ -324,8 +347,7 @@ int crk_ha_restore(crk_service *s, crk_ha_catalog *c, uint64_t now, uint64_t *fe
                 crk_replica rep = {sr->seg, r->off, r->node};
                 crk_shard *sh = &s->shards[0];
                 pthread_mutex_lock(&sh->mu);
-                crk_release_or_defer(s, sh, &rep, 1, st.graves[r->owner].value_size,
-                                     st.graves[r->owner].until_ms, now, NULL);
+                crk_release_or_defer(s, sh, &rep, 1, r->bytes, r->until, now, NULL);
                 pthread_mutex_unlock(&sh->mu);
             }
         }
