@@ -371,6 +371,30 @@ static void thin_seeds(crp_buf *b)
     }
 }
 
+/* HA replication frames (src/master/ha_codec.h), written byte by byte:
+ * u64 first_seq, u32 count, then u32 len + entry. */
+static void ha_entries(void)
+{
+    static const uint8_t key[] = {3, 1, 0, 'k', 0x09, 16, 0,  0, 0,  0, 0, 0, 0, 0, 0, 0,
+                                  0, 0, 0, 0,   0,    1,  42, 0, 0,  0, 0, 0, 0, 0, 0, 16,
+                                  0, 0, 0, 0,   0,    0,  16, 0, 0,  0, 0, 0, 0, 0, 1, 42,
+                                  0, 0, 0, 0,   0,    0,  0,  0, 32, 0, 0, 0, 0, 0, 0};
+    static const uint8_t mount[] = {1, 42, 0, 0, 0, 0, 0,  0, 0, 1, 0, 0, 0, 0,   0,
+                                    0, 0,  2, 0, 0, 0, 0,  0, 0, 0, 0, 0, 0, 0,   0,
+                                    0, 1,  0, 0, 0, 0, 16, 0, 0, 0, 0, 2, 0, 's', 'a'};
+    static const uint8_t end[] = {4, 7, 0, 0, 0, 0, 0, 0, 0};
+    const struct {
+        const uint8_t *p;
+        size_t n;
+    } e[] = {{key, sizeof(key)}, {mount, sizeof(mount)}, {end, sizeof(end)}};
+    for (size_t i = 0; i < sizeof(e) / sizeof(e[0]); i++) {
+        uint8_t frame[256] = {(uint8_t)(i + 1), 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0};
+        frame[12] = (uint8_t)e[i].n;
+        memcpy(frame + 16, e[i].p, e[i].n);
+        write_seed("ha_entry", (int)i, frame, 16 + e[i].n);
+    }
+}
+
 int main(int argc, char **argv)
 {
     crp_buf b = {0};
@@ -381,6 +405,7 @@ int main(int argc, char **argv)
 
     headers();
     etcd_replies();
+    ha_entries();
     thin_seeds(&b);
 
     crp_challenge c;

@@ -19,7 +19,7 @@ declare -A ALLOWED=(
   [store]="engine metadata proto disk base"
   [httpd]="base"
   [mdserver]="httpd base"
-  [master]="mdserver httpd proto base"
+  [master]="mdserver httpd metadata proto base"
   [client]="store engine metadata proto disk httpd base"  # crescent-client (daemon-only)
   [compat]=""  # libcrescent-mooncake-compat: crescent's public headers only
 )

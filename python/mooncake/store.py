@@ -525,9 +525,9 @@ class MooncakeDistributedStore(TensorMixin):
             return _INVALID_PARAMS
         master = (master_server_addr or "").strip() or \
             os.environ.get("MOONCAKE_MASTER", "").strip() or "127.0.0.1:50051"
-        if "://" in master:
-            log.error("setup: master '%s': crescent has no HA master discovery "
-                      "(give host:port)", master)
+        if "://" in master and not master.startswith("etcd://"):
+            log.error("setup: master '%s': give host:port, or etcd://h:p[,h:p] for an HA "
+                      "master (its leader is found through etcd)", master)
             return _INVALID_PARAMS
         host = (local_hostname or "").strip() or "127.0.0.1"
         # A host without a port gets one from Mooncake's client port range

@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "master/auth.h"
+#include "master/ha.h"
 #include "master/tenants.h"
 
 #define CHUNK 256
@@ -467,11 +468,35 @@ static int tenant_view(const crp_rpc_req *req, crk_scratch *sc, char ns[CRK_TENA
     return *one != NULL ? 0 : CR_ERR_NO_MEMORY;
 }
 
+static uint64_t view_of(const crk_server_info *info)
+{
+    return info->ha != NULL ? crk_ha_term(info->ha) : info->view_version;
+}
+
 void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
                   const crp_rpc_req *req, uint64_t now, crp_rpc_resp *resp, crk_scratch *sc)
 {
     memset(resp, 0, sizeof(*resp));
     resp->op = req->op;
+    if (peer != NULL)
+        peer->durable_seq = 0;
+    if (info->ha != NULL) {
+        char why[384];
+        int refused = crk_ha_gate(info->ha, now, why, sizeof(why));
+        if (refused < 0) {
+            char *copy = scratch_alloc(sc, strlen(why) + 1, 1);
+            if (copy != NULL)
+                memcpy(copy, why, strlen(why) + 1);
+            resp->status = refused;
+            resp->message = copy;
+            if (req->op == CRP_RPC_SERVICE_READY) /* its reply shape is kept on errors */
+                resp->u.hello = (crp_rpc_hello_resp){.version = CRP_RPC_VERSION,
+                                                     .caps = CRP_RPC_CAPS_DEFINED,
+                                                     .software = (char *)info->software,
+                                                     .view_version = view_of(info)};
+            return;
+        }
+    }
     crp_rpc_req in_tenant;
     char ns[CRK_TENANT_PREFIX + 1];
     int rc = tenant_view(req, sc, ns, &in_tenant);
@@ -499,14 +524,14 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
         resp->u.hello = (crp_rpc_hello_resp){.version = CRP_RPC_VERSION,
                                              .caps = CRP_RPC_CAPS_DEFINED,
                                              .software = (char *)info->software,
-                                             .view_version = info->view_version};
+                                             .view_version = view_of(info)};
         break;
     case CRP_RPC_PING: {
         crk_heartbeat_info hi = {0};
         rc = crk_heartbeat(s, client_of(u->client.client_id), now, &hi);
         resp->u.ping.client_status =
             hi.status == CRK_CLIENT_NEED_REMOUNT ? CRP_RPC_CLIENT_NEED_REMOUNT : CRP_RPC_CLIENT_OK;
-        resp->u.ping.view_version = info->view_version;
+        resp->u.ping.view_version = view_of(info);
         resp->u.ping.fenced_ms = hi.fenced_ms;
         break;
     }
@@ -664,6 +689,17 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
     }
     if (rc == 0)
         crk_auth_prove(info, peer, req, resp);
+    /* A mutation is answered at its durability point (docs/ha.md). */
+    if (info->ha != NULL && crk_ha_op_mutates(req->op)) {
+        crk_ha_log_request(info->ha, req);
+        if (peer != NULL && peer->defer_durable) {
+            peer->durable_seq = crk_ha_log_head(info->ha); /* the RPC server holds the reply */
+        } else {
+            int durable = crk_ha_wait_durable(info->ha);
+            if (durable < 0 && rc == 0)
+                rc = durable;
+        }
+    }
     resp->status = rc;
     if (rc < 0 && req->op != CRP_RPC_SERVICE_READY)
         memset(&resp->u, 0, sizeof(resp->u));

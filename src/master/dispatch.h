@@ -36,6 +36,10 @@ typedef struct crk_server_info {
     const char *software;  /* "crescent-master 0.1.0" */
     const char *secret;    /* shared secret connections must prove (master/auth.h); NULL: none */
     size_t secret_len;
+    /* HA (master/ha.h), NULL without: requests pass its gate first, a
+     * mutation's reply waits for its durability point, and the view version
+     * clients see is the election term. */
+    struct crk_ha *ha;
 } crk_server_info;
 
 /*
@@ -57,6 +61,12 @@ typedef struct crk_peer {
     bool authenticated;            /* proved the shared secret (master/auth.h) */
     bool challenged;               /* nonce sent, answer outstanding */
     uint8_t nonce[CRP_NONCE_SIZE]; /* the last server nonce */
+    /* HA (master/ha.h): with defer_durable set by the caller, a mutation
+     * does not wait for its durability point; crk_dispatch sets
+     * durable_seq to the sequence number the reply must wait for (0: none)
+     * and the caller holds the reply until crk_ha_committed reaches it. */
+    bool defer_durable;
+    uint64_t durable_seq;
 } crk_peer;
 
 /**

@@ -56,6 +56,7 @@ static const char *const STRATEGIES[] = {"random", "free_ratio_first", "local_fi
 static const char *const ONLY_OFFSET[] = {"offset", NULL};
 static const char *const ONLY_EMPTY[] = {"", NULL};
 static const char *const ONLY_OFF[] = {"off", NULL};
+static const char *const HA_BACKENDS[] = {"etcd", NULL};
 
 /* clang-format off */
 static const crb_flag FLAGS[] = {
@@ -133,15 +134,25 @@ static const crb_flag FLAGS[] = {
      "eviction of the legacy disk tier (no such tier: no effect)"},
     {"global_file_segment_size", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
      "size of the legacy disk tier (no such tier: no effect)"},
-    /* High availability (leader election, oplog, snapshots). */
-    {"enable_ha", CRB_FLAG_COMPAT_BOOL, NO_FIELD, 0, 0, 0, NULL, NULL,
-     "high availability (not supported: false only)"},
-    {"etcd_endpoints", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
-     "etcd of high availability (not supported: no effect)"},
-    {"ha_backend_type", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "etcd",
-     "backend of high availability (not supported: no effect)"},
-    {"ha_backend_connstring", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, NULL,
-     "backend of high availability (not supported: no effect)"},
+    /* High availability (docs/ha.md): election through etcd, replication to
+     * standbys; Mooncake's oplog and snapshots are other designs. */
+    {"enable_ha", CRB_FLAG_BOOL, O(enable_ha), 0, 0, 0, NULL, "false",
+     "high availability: campaign for leadership through etcd (docs/ha.md)"},
+    {"etcd_endpoints", CRB_FLAG_STRING, O(etcd_endpoints), 0, 0, 0, NULL, "",
+     "etcd members h:p[;h:p...] for --enable_ha"},
+    {"ha_backend_type", CRB_FLAG_ENUM, O(ha_backend_type), 0, 0, 0, HA_BACKENDS, "etcd",
+     "HA backend (only etcd)"},
+    {"ha_backend_connstring", CRB_FLAG_STRING, O(ha_backend_connstring), 0, 0, 0, NULL, "",
+     "HA backend members (overrides --etcd_endpoints)"},
+    {"ha_lease_ttl_sec", CRB_FLAG_DURATION, O(ha_lease_ttl_ms), 2 * MS_PER_S, 3600 * MS_PER_S,
+     MS_PER_S, NULL, "5", "leader lease TTL in etcd (whole seconds)"},
+    {"ha_advertise_address", CRB_FLAG_STRING, O(ha_advertise_address), 0, 0, 0, NULL, "",
+     "host:port the leader publishes for clients (default: rpc address and port)"},
+    {"ha_sync_replicas", CRB_FLAG_U32, O(ha_sync_replicas), 0, 1, 0, NULL, "1",
+     "1: answer a change once every in-sync standby applied it; 0: do not wait (a failover "
+     "may lose the last changes)"},
+    {"ha_replication_timeout_ms", CRB_FLAG_DURATION, O(ha_replication_timeout_ms), 10, 60000, 1,
+     NULL, "1000", "a follower silent this long leaves the in-sync set"},
     {"enable_oplog", CRB_FLAG_COMPAT_BOOL, NO_FIELD, 0, 0, 0, NULL, NULL,
      "HA oplog replication (not supported: false only)"},
     {"oplog_poll_interval_ms", CRB_FLAG_COMPAT_ANY, NO_FIELD, 0, 0, 0, NULL, "1000",
@@ -314,6 +325,9 @@ static int check_cross(const crk_master_options *o)
     int rc = crk_config_validate(&o->svc);
     if (rc != 0)
         return crb_error(rc, "flags: %s", cr_last_error_message());
+    if (o->ha_lease_ttl_ms % MS_PER_S != 0)
+        return crb_error(CR_INVALID_PARAMS,
+                         "--ha_lease_ttl_sec must be whole seconds (etcd's unit)");
     return 0;
 }
 

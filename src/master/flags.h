@@ -86,6 +86,15 @@ typedef struct crk_master_options {
     /* Shared secret RPC connections must prove (master/auth.h): --shared_secret,
      * else $CRESCENT_MASTER_SECRET (the daemon reads it); "" = none. */
     char shared_secret[CRK_FLAG_SECRET_MAX];
+    /* High availability (docs/ha.md) */
+    bool enable_ha;                                /* --enable_ha: false */
+    char etcd_endpoints[CRK_FLAG_PATH_MAX];        /* --etcd_endpoints: "" */
+    int ha_backend_type;                           /* --ha_backend_type: 0 = etcd (only) */
+    char ha_backend_connstring[CRK_FLAG_PATH_MAX]; /* --ha_backend_connstring: "" */
+    uint64_t ha_lease_ttl_ms;                      /* --ha_lease_ttl_sec: 5 s */
+    char ha_advertise_address[CRK_FLAG_HOST_MAX];  /* --ha_advertise_address: "" */
+    uint32_t ha_sync_replicas;                     /* --ha_sync_replicas: 1 */
+    uint64_t ha_replication_timeout_ms;            /* --ha_replication_timeout_ms: 1000 */
 
     /* Cluster */
     char cluster_id[CRK_FLAG_NAME_MAX];  /* --cluster_id: "mooncake_cluster" */

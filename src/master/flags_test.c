@@ -266,12 +266,17 @@ static void test_every_flag(void **state)
     o = OK("--enable_ha=false", "--enable_offload=false", "--offload_on_evict=0",
            "--enable_multi_tenants=no", "--memory_allocator=offset", "--root_fs_dir=");
     check_defaults(&o);
-    BAD("--enable_ha=true", "--enable_ha");
-    expect_mentions("not supported");
     BAD("--enable_offload=true", "--enable_offload=true");
+    expect_mentions("not supported");
     BAD("--memory_allocator=cachelib", "--memory_allocator=cachelib");
     BAD("--root_fs_dir=/mnt/x", "--root_fs_dir=/mnt/x");
     BAD("--enable_multi_tenants=maybe", "--enable_multi_tenants=maybe");
+    /* HA (docs/ha.md): only etcd, whole-second TTLs of at least 2 s. */
+    BAD("--ha_backend_type=redis", "--ha_backend_type=redis");
+    BAD("--ha_lease_ttl_sec=1", "--ha_lease_ttl_sec=1");
+    o = OK("--enable_ha", "--etcd_endpoints=127.0.0.1:2379", "--ha_lease_ttl_sec=3");
+    assert_true(o.enable_ha);
+    assert_int_equal(o.ha_lease_ttl_ms, 3000);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -643,7 +648,7 @@ static void test_config_errors(void **state)
     BAD_CONFIG("{\"rpc_port\": [1]}", "rpc_port");
     BAD_CONFIG("{\"rpc_address\": 5}", "string");
     BAD_CONFIG("{\"rpc_address\": \"\"}", "must not be empty");
-    BAD_CONFIG("{\"enable_ha\": true}", "not supported");
+    BAD_CONFIG("{\"ha_backend_type\": \"k8s\"}", "ha_backend_type");
     BAD_CONFIG("{\"enable_http_metadata_server\": 1}", "boolean");
     BAD_CONFIG("{\"enable_http_metadata_server\": \"perhaps\"}", "perhaps");
     BAD_CONFIG("{\"eviction_ratio\": 1.5}", "[0, 1]");
@@ -739,15 +744,17 @@ static void test_yaml_file(void **state)
     assert_string_equal(o.cluster_id, "yaml_cluster");
     assert_int_equal(o.svc.client_ttl_ms, 60000); /* client_live_ttl_sec is --client_ttl */
     /* Settings of absent features are recorded (one warning each), once. */
-    bool ha = false, etcd = false, dyn = false;
+    bool oplog = false, dyn = false;
     for (size_t i = 0; i < o.n_unsupported; i++) {
-        ha |= strcmp(o.unsupported[i], "enable_ha") == 0;
-        etcd |= strcmp(o.unsupported[i], "etcd_endpoints") == 0;
+        oplog |= strcmp(o.unsupported[i], "oplog_poll_interval_ms") == 0;
         dyn |= strcmp(o.unsupported[i], "dynamic_replication_mode") == 0;
         for (size_t j = 0; j < i; j++)
             assert_string_not_equal(o.unsupported[i], o.unsupported[j]);
     }
-    assert_true(ha && etcd && dyn);
+    assert_true(oplog && dyn);
+    /* HA's keys are real flags (docs/ha.md). */
+    assert_false(o.enable_ha);
+    assert_string_equal(o.etcd_endpoints, "http://localhost:2379");
     assert_non_null(crk_master_flag_help("etcd_endpoints"));
 
     /* The command line overrides the file, before or after --config_path. */
@@ -807,7 +814,7 @@ static void test_yaml_errors(void **state)
     BAD_YAML("rpc_port: 1\n  bad: [\n", ".yaml:");
     BAD_YAML("metrics_port: 1\nrpc_port: seventy\n", ":2: key 'rpc_port' = seventy");
     BAD_YAML("eviction_ratio: 1.5\n", "eviction_ratio");
-    BAD_YAML("enable_ha: true\n", ":1: key 'enable_ha'");
+    BAD_YAML("enable_snapshot: true\n", ":1: key 'enable_snapshot'");
     BAD_YAML("memory_allocator: cachelib\n", "memory_allocator");
     BAD_YAML("config_path: /x\n", "command line");
     BAD_YAML("just text\n", "mapping");

@@ -130,6 +130,14 @@ struct crk_service {
     _Atomic bool stopping;             /* crk_service_stop_scans: long scans give up */
     crk_expired_segment_fn on_expired; /* set before sharing; read by the tick */
     void *on_expired_ctx;
+    /* HA (master/ha_repl.c), set before sharing: told of each finished
+     * unmount under seg_lock (write), so the log orders it before any
+     * reuse of the name. NULL without HA. */
+    void (*ha_unmounted)(void *ctx, const struct crk_segment *seg);
+    /* ... and of every object erased (remove, eviction, purge, sweeps), under
+     * its shard lock, so standbys forget it in effect order. */
+    void (*ha_erased)(void *ctx, const char *key, size_t len);
+    void *ha_ctx;
     crk_counters c;
 };
 
@@ -188,6 +196,12 @@ int crk_expire_clients(crk_service *s, uint64_t now);
 void crk_clients_destroy(crk_service *s);
 
 /* segments.c */
+/* HA promotion (master/ha_restore.c): mount spec for owner with the given
+ * epoch, unfenced, creating the client record (last seen now). *out is the
+ * segment (valid while mounted). CR_SEGMENT_ALREADY_EXISTS if the name is
+ * taken. */
+int crk_restore_segment(crk_service *s, crk_client_id owner, const crk_segment_spec *spec,
+                        uint64_t epoch, uint64_t now_ms, crk_segment **out);
 typedef struct crk_place_info {
     bool any_fits;                         /* an open segment's capacity holds the value */
     bool any_fenced;                       /* a segment was skipped because of its fence */

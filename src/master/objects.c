@@ -182,6 +182,8 @@ void crk_discard_free(crk_service *s, crk_discard *d)
 
 void crk_erase_object_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t now)
 {
+    if (s->ha_erased != NULL) /* HA: standbys forget it (master/ha_repl.c) */
+        s->ha_erased(s->ha_ctx, o->key, o->key_len);
     crk_shard_remove(sh, o);
     pin_gauges(s, o, -1);
     crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now, o);

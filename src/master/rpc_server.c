@@ -14,6 +14,7 @@
 #include "master/rpc_server.h"
 
 #include "master/rpc_limits.h"
+#include "master/ha.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -56,6 +57,11 @@ typedef struct rpc_conn {
     bool ready;           /* on its thread's ready list: complete frames wait */
     crk_peer peer;        /* the client this connection speaks for (dispatch.h) */
     bool dead;            /* closed by the peer while parked: free when the job returns */
+    /* HA (master/ha.h): out[hold_off..out_len) waits until the commit index
+     * reaches hold_seq (replies after a held one are held with it, in order). */
+    bool holding;
+    size_t hold_off;
+    uint64_t hold_seq;
 } rpc_conn;
 
 /* A request handed to the scan worker, and then its encoded reply frame. */
@@ -247,6 +253,7 @@ static void *scan_main(void *arg)
         pthread_mutex_unlock(&srv->scan_lock);
 
         crp_rpc_resp resp;
+        j->conn->peer.defer_durable = false; /* this thread may wait (master/ha.h) */
         crk_dispatch(srv->svc, srv->info, &j->conn->peer, &j->req, crb_now_ms(), &resp, &scratch);
         encode_reply_frame(&resp, j->request_id, &j->frame);
         record_latency(srv, j->req.op, j->t0_ns);
@@ -318,7 +325,8 @@ static void set_events(rpc_conn *c)
     /* A parked connection is not watched for input or half-close (both
      * level-triggered: they would fire until it is read); a full hang-up
      * or error is still reported. */
-    uint32_t ev = (paused ? 0 : EPOLLIN | EPOLLRDHUP) | (c->out_len > c->out_off ? EPOLLOUT : 0);
+    size_t sendable = c->holding ? c->hold_off : c->out_len;
+    uint32_t ev = (paused ? 0 : EPOLLIN | EPOLLRDHUP) | (sendable > c->out_off ? EPOLLOUT : 0);
     struct epoll_event e = {.events = ev, .data.ptr = c};
     epoll_ctl(c->thread->epfd, EPOLL_CTL_MOD, c->fd, &e);
 }
@@ -330,6 +338,13 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
 {
     crk_rpc_server *srv = c->thread->srv;
     atomic_fetch_add(&srv->frames, 1);
+    if (h->type == CRP_REPL_SUBSCRIBE && srv->info->ha != NULL) {
+        /* An HA standby: the replicator takes the socket (master/ha.h). */
+        int fd = dup(c->fd);
+        if (fd >= 0)
+            crk_ha_take_standby(srv->info->ha, fd, body, h->body_len);
+        return CR_ERR_CONNECTION;
+    }
     if (h->type != CRP_RPC_REQ) {
         atomic_fetch_add(&srv->malformed, 1);
         queue_error(c, CR_ERR_MALFORMED_FRAME, h->request_id, "expected an RPC request frame");
@@ -353,7 +368,9 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
     }
     crp_rpc_resp resp;
     crk_scratch *scratch = &c->thread->scratch;
+    c->peer.defer_durable = srv->info->ha != NULL;
     crk_dispatch(srv->svc, srv->info, &c->peer, &req, crb_now_ms(), &resp, scratch);
+    size_t before = c->out_len;
     crp_buf *out = &c->thread->reply;
     out->len = 0;
     rc = crp_rpc_resp_encode(&resp, out);
@@ -362,6 +379,14 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
         queue_error(c, rc, h->request_id, cr_last_error_message());
     } else {
         rc = queue_frame(c, CRP_RPC_RESP, resp.status, h->request_id, out);
+    }
+    uint64_t seq = c->peer.durable_seq;
+    if (seq != 0 && (c->holding || crk_ha_committed(srv->info->ha) < seq)) {
+        if (!c->holding) /* held until its change is on the standbys (master/ha.h) */
+            c->hold_off = before;
+        c->holding = true;
+        if (seq > c->hold_seq)
+            c->hold_seq = seq;
     }
     record_latency(srv, req.op, t0);
     if (out->cap > REPLY_KEEP_BYTES)
@@ -462,8 +487,9 @@ static int conn_serve_buffered(rpc_conn *c)
 
 static int conn_flush(rpc_conn *c)
 {
-    while (c->out_off < c->out_len) {
-        ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+    size_t limit = c->holding ? c->hold_off : c->out_len;
+    while (c->out_off < limit) {
+        ssize_t n = send(c->fd, c->out + c->out_off, limit - c->out_off, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -474,8 +500,66 @@ static int conn_flush(rpc_conn *c)
         c->out_off += (size_t)n;
         c->progress_ms = crb_now_ms();
     }
+    if (c->holding) { /* keep the held replies at the front */
+        memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+        c->out_len -= c->out_off;
+        c->hold_off -= c->out_off;
+        c->out_off = 0;
+        return 0;
+    }
     c->out_off = c->out_len = 0;
     return 0;
+}
+
+/* HA: send the held replies whose changes are committed now. */
+static void release_held(rpc_thread *t)
+{
+    const crk_server_info *info = t->srv->info;
+    if (info->ha == NULL)
+        return;
+    uint64_t commit = crk_ha_committed(info->ha);
+    rpc_conn *batch[64];
+    for (;;) {
+        size_t n = 0;
+        pthread_mutex_lock(&t->lock);
+        for (size_t i = 0; i < t->n_conns && n < 64; i++) {
+            rpc_conn *c = t->conns[i];
+            if (c->holding && c->hold_seq <= commit) {
+                c->holding = false;
+                c->hold_seq = 0;
+                batch[n++] = c;
+            }
+        }
+        pthread_mutex_unlock(&t->lock);
+        for (size_t i = 0; i < n; i++) {
+            rpc_conn *c = batch[i];
+            if (c->parked) {
+                set_events(c);
+                continue;
+            }
+            int rc = 0;
+            if (!c->closing && c->in_len >= CRP_HEADER_SIZE)
+                rc = conn_serve_buffered(c);
+            int frc = conn_flush(c);
+            if (rc < 0 || frc < 0 || (c->closing && c->out_off == c->out_len))
+                conn_free(c);
+            else
+                set_events(c);
+        }
+        if (n < 64)
+            return;
+    }
+}
+
+/* HA commit index moved (called from HA threads): wake every I/O thread. */
+static void on_commit(void *arg)
+{
+    crk_rpc_server *srv = arg;
+    uint64_t one = 1;
+    for (unsigned i = 0; i < srv->n_started; i++) {
+        ssize_t w = write(srv->threads[i].wakefd, &one, sizeof(one));
+        (void)w;
+    }
 }
 
 static void conn_event(rpc_conn *c, uint32_t events)
@@ -713,9 +797,10 @@ static void *thread_main(void *arg)
             void *p = ev[i].data.ptr;
             if (p == &srv->listen_fd)
                 accept_all(srv);
-            else if (p == &t->wakefd)
-                take_done(t); /* scan replies, or stop requested */
-            else
+            else if (p == &t->wakefd) {
+                take_done(t);    /* scan replies, or stop requested */
+                release_held(t); /* or the HA commit index moved */
+            } else
                 conn_event(p, ev[i].events);
         }
         run_ready(t);
@@ -790,6 +875,8 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
         crk_rpc_server_stop(srv);
         return rc;
     }
+    if (info->ha != NULL)
+        crk_ha_set_notify(info->ha, on_commit, srv);
     crb_log(CRB_LOG_INFO,
             "master rpc listening on %s:%u with %u threads (at most %u connections%s)", host,
             (unsigned)srv->port, srv->n_threads, srv->max_conns,
@@ -823,6 +910,8 @@ void crk_rpc_server_stop(crk_rpc_server *srv)
 {
     if (srv == NULL)
         return;
+    if (srv->info->ha != NULL && srv->n_started == srv->n_threads && srv->scan_started)
+        crk_ha_set_notify(srv->info->ha, NULL, NULL); /* no HA thread calls on_commit after */
     atomic_store(&srv->stop, true);
     pthread_mutex_lock(&srv->scan_lock);
     pthread_cond_broadcast(&srv->scan_cond);

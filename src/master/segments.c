@@ -201,7 +201,8 @@ static int validate_spec(const crk_service *s, const crk_segment_spec *spec, siz
     return 0;
 }
 
-/* Mount one segment for client record cl; clients_lock and seg_lock (write) held. */
+/* Mount one segment for client record cl; clients_lock and seg_lock (write)
+ * held. *epoch_out: 0, or the epoch the new segment keeps (a restore). */
 static int mount_one_locked(crk_service *s, crk_client *cl, const crk_segment_spec *spec,
                             size_t len, bool remount, uint64_t now, uint64_t *epoch_out)
 {
@@ -246,7 +247,9 @@ static int mount_one_locked(crk_service *s, crk_client *cl, const crk_segment_sp
     seg->base = spec->base;
     seg->size = spec->size;
     seg->capacity = crb_oa_capacity(seg->oa);
-    seg->epoch = s->cfg.epoch_base + atomic_fetch_add(&s->epoch_counter, 1) + 1;
+    /* *epoch_out in: an epoch to keep (an HA promotion restores its segments) */
+    seg->epoch = *epoch_out != 0 ? *epoch_out
+                                 : s->cfg.epoch_base + atomic_fetch_add(&s->epoch_counter, 1) + 1;
     uint64_t fence = tomb_take_locked(s, seg->name, spec->base, spec->size);
     seg->fence_reason = fence > now ? CRK_FENCE_TOMB : CRK_FENCE_NONE;
     uint64_t restart_end = crk_sat_add(s->start_ms, s->cfg.restart_fence_ms);
@@ -367,6 +370,33 @@ out:
     return first;
 }
 
+int crk_restore_segment(crk_service *s, crk_client_id owner, const crk_segment_spec *spec,
+                        uint64_t epoch, uint64_t now_ms, crk_segment **out)
+{
+    size_t len = 0;
+    int rc = validate_spec(s, spec, &len);
+    if (rc != 0 || !crk_id_valid(owner) || epoch == 0)
+        return rc != 0 ? rc : crb_error(CR_INVALID_PARAMS, "restore: segment '%s'", spec->name);
+    pthread_mutex_lock(&s->clients_lock);
+    crk_client *cl = NULL;
+    rc = crk_client_touch_locked(s, owner, now_ms, &cl);
+    if (rc == 0) {
+        pthread_rwlock_wrlock(&s->seg_lock);
+        uint64_t e = epoch;
+        rc = mount_one_locked(s, cl, spec, len, false, now_ms, &e);
+        if (rc == 0 && e != epoch)
+            rc = crb_error(CR_SEGMENT_ALREADY_EXISTS, "restore: segment '%s' exists", spec->name);
+        if (rc == 0)
+            *out = seg_find_locked(s, spec->name, len);
+        uint64_t counter = epoch > s->cfg.epoch_base ? epoch - s->cfg.epoch_base : 0;
+        if (atomic_load(&s->epoch_counter) < counter) /* later mounts get larger epochs */
+            atomic_store(&s->epoch_counter, counter);
+        pthread_rwlock_unlock(&s->seg_lock);
+    }
+    pthread_mutex_unlock(&s->clients_lock);
+    return rc;
+}
+
 /* --- unmount ------------------------------------------------------------------ */
 
 int crk_unmount_begin_locked(crk_service *s, crk_segment *seg)
@@ -399,6 +429,8 @@ void crk_unmount_finish(crk_service *s, crk_segment *seg, uint64_t now)
 
     pthread_rwlock_wrlock(&s->seg_lock);
     seg_unlink_locked(s, seg);
+    if (s->ha_unmounted != NULL) /* HA: standbys forget it (master/ha_repl.c) */
+        s->ha_unmounted(s->ha_ctx, seg);
     if (horizon > now)
         tomb_put_locked(s, seg, horizon);
     pthread_rwlock_unlock(&s->seg_lock);

@@ -146,6 +146,12 @@ const char *crp_type_name(int type)
         return "THIN_REQ";
     case CRP_THIN_RESP:
         return "THIN_RESP";
+    case CRP_REPL_SUBSCRIBE:
+        return "REPL_SUBSCRIBE";
+    case CRP_REPL_DATA:
+        return "REPL_DATA";
+    case CRP_REPL_ACK:
+        return "REPL_ACK";
     default:
         return "?";
     }

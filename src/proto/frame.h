@@ -31,24 +31,27 @@
 #define CRP_MAX_DATA    (256ull << 20)
 
 typedef enum crp_type {
-    CRP_CHALLENGE = 1,  /* server → client, first frame: nonce */
-    CRP_HELLO = 2,      /* client → server: version, role, name, auth */
-    CRP_HELLO_ACK = 3,  /* server → client: version, name, instance, auth */
-    CRP_DESC_GET = 4,   /* empty body */
-    CRP_DESC_REPLY = 5, /* body: descriptor */
-    CRP_NOTIFY = 6,     /* body: notify */
-    CRP_NOTIFY_ACK = 7, /* empty body */
-    CRP_PROBE = 8,      /* empty body */
-    CRP_PROBE_ACK = 9,  /* empty body */
-    CRP_READ_REQ = 10,  /* body: data request */
-    CRP_READ_RESP = 11, /* empty body, data_len payload bytes (if status 0) */
-    CRP_WRITE_REQ = 12, /* body: data request, data_len payload bytes */
-    CRP_WRITE_ACK = 13, /* empty body; status says whether it was applied */
-    CRP_ERROR = 14,     /* body: error message; status is the code */
-    CRP_RPC_REQ = 15,   /* body: master RPC request (proto/rpc.h) */
-    CRP_RPC_RESP = 16,  /* body: master RPC reply (proto/rpc.h); status mirrors its "st" */
-    CRP_THIN_REQ = 17,  /* body: thin client -> crescent-client request (proto/thin.h) */
-    CRP_THIN_RESP = 18, /* body: crescent-client reply (proto/thin.h); status mirrors "st" */
+    CRP_CHALLENGE = 1,       /* server → client, first frame: nonce */
+    CRP_HELLO = 2,           /* client → server: version, role, name, auth */
+    CRP_HELLO_ACK = 3,       /* server → client: version, name, instance, auth */
+    CRP_DESC_GET = 4,        /* empty body */
+    CRP_DESC_REPLY = 5,      /* body: descriptor */
+    CRP_NOTIFY = 6,          /* body: notify */
+    CRP_NOTIFY_ACK = 7,      /* empty body */
+    CRP_PROBE = 8,           /* empty body */
+    CRP_PROBE_ACK = 9,       /* empty body */
+    CRP_READ_REQ = 10,       /* body: data request */
+    CRP_READ_RESP = 11,      /* empty body, data_len payload bytes (if status 0) */
+    CRP_WRITE_REQ = 12,      /* body: data request, data_len payload bytes */
+    CRP_WRITE_ACK = 13,      /* empty body; status says whether it was applied */
+    CRP_ERROR = 14,          /* body: error message; status is the code */
+    CRP_RPC_REQ = 15,        /* body: master RPC request (proto/rpc.h) */
+    CRP_RPC_RESP = 16,       /* body: master RPC reply (proto/rpc.h); status mirrors its "st" */
+    CRP_THIN_REQ = 17,       /* body: thin client -> crescent-client request (proto/thin.h) */
+    CRP_THIN_RESP = 18,      /* body: crescent-client reply (proto/thin.h); status mirrors "st" */
+    CRP_REPL_SUBSCRIBE = 19, /* standby -> HA leader: body "term applied_seq" (master/ha_repl.c) */
+    CRP_REPL_DATA = 20,      /* HA leader -> standby: body: change entries (master/ha_codec.h) */
+    CRP_REPL_ACK = 21,       /* standby -> HA leader: request_id = applied sequence number */
     CRP_TYPE_END
 } crp_type;
 

@@ -45,6 +45,7 @@
 #include "base/net.h"
 #include "proto/frame.h"
 #include "proto/frame_reader.h"
+#include "store/leader.h"
 
 typedef struct pending {
     struct pending *next;
@@ -74,6 +75,7 @@ struct crc_master {
     uint64_t caps;
     char tenant[CRP_RPC_MAX_TENANT + 1]; /* "" = default (not sent) */
     char *secret;                        /* CRESCENT_MASTER_SECRET at connect; NULL: none */
+    crc_leader *leader; /* "etcd://" address: the HA leader's locator (store/leader.h) */
 };
 
 int crc_master_set_tenant(crc_master *m, const char *tenant)
@@ -293,6 +295,12 @@ static int connect_locked(crc_master *m, int timeout_ms)
     close_dead_locked(m);     /* write_lock held: no sender is using it */
     crp_reader_reset(&m->rd); /* nobody reads (m->fd < 0): a dead stream's partial frame */
     uint64_t deadline = crb_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    if (m->leader != NULL) { /* HA: whoever leads now (store/leader.h) */
+        uint64_t term = 0;
+        int lrc = crc_leader_resolve(m->leader, timeout_ms, m->host, &m->port, &term);
+        if (lrc < 0)
+            return lrc;
+    }
     int fd = crb_connect(m->host, m->port, timeout_ms);
     if (fd < 0)
         return crb_error(fd == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL, "master %s:%u: %s",
@@ -345,6 +353,11 @@ static int connect_locked(crc_master *m, int timeout_ms)
     else if (rc != CR_ERR_MASTER_AUTH_FAILED || resp.message != NULL)
         crb_error(rc, "master %s:%u refused the handshake: %s", m->host, (unsigned)m->port,
                   resp.message ? resp.message : cr_strerror(rc));
+    if (rc == 0 && m->leader != NULL &&
+        !crc_leader_accept_term(m->leader, resp.u.hello.view_version))
+        rc = crb_error(CR_ERR_NOT_LEADER, "master %s:%u announces term %llu, below %llu: deposed",
+                       m->host, (unsigned)m->port, (unsigned long long)resp.u.hello.view_version,
+                       (unsigned long long)crc_leader_max_term(m->leader));
     m->view = resp.u.hello.view_version;
     m->caps = resp.u.hello.caps;
     crp_rpc_resp_clear(&resp);
@@ -362,7 +375,17 @@ int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_
     crc_master *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "master connection");
-    int rc = crb_parse_hostport(address, m->host, &m->port);
+    int rc = 0;
+    if (crc_leader_is_etcd(address)) {
+        rc = crc_leader_open(address, &m->leader);
+        if (rc < 0) {
+            free(m);
+            return rc;
+        }
+        m->port = 1; /* resolved at each connection */
+    } else {
+        rc = crb_parse_hostport(address, m->host, &m->port);
+    }
     if (rc < 0 || m->port == 0) {
         free(m);
         return crb_error(CR_ERR_INVALID_ARGUMENT, "master address '%s' is not host:port",
@@ -393,7 +416,7 @@ int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_
     return 0;
 }
 
-int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms)
+static int call_once(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms)
 {
     crp_buf frame = {0};
     crp_rpc_req with_tenant;
@@ -447,15 +470,21 @@ int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, i
 
     pthread_mutex_lock(&m->lock);
     if (rc == 0) {
-        struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
-        while (!p.done && crb_now_ns() < deadline) {
+        bool moved = false;
+        while (!p.done && !moved && crb_now_ns() < deadline) {
+            /* HA: every 500 ms without a reply, ask etcd whether another
+             * master leads now (this one may be paused or partitioned). */
+            uint64_t until = deadline;
+            if (m->leader != NULL && crb_now_ns() + 500000000ull < deadline)
+                until = crb_now_ns() + 500000000ull;
+            struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
             if (!m->reading && m->fd >= 0) {
                 /* Nobody reads: be the reader until our reply is in. */
                 int rfd = m->fd;
                 m->reading = true;
                 m->read_fd = rfd;
                 pthread_mutex_unlock(&m->lock);
-                int rrc = read_until(m, rfd, &p, deadline);
+                int rrc = read_until(m, rfd, &p, until);
                 pthread_mutex_lock(&m->lock);
                 m->reading = false;
                 m->read_fd = -1;
@@ -471,11 +500,20 @@ int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, i
                 }
             } else if (m->fd < 0 && !p.done) {
                 break; /* lost, and fail_pending_locked missed us: cannot happen */
-            } else if (pthread_cond_timedwait(&p.cond, &m->lock, &ts) != 0 && !p.done) {
+            } else if (pthread_cond_timedwait(&p.cond, &m->lock, &ts) != 0 && !p.done &&
+                       until == deadline) {
                 break;
             }
+            if (!p.done && until != deadline && crb_now_ns() >= until) {
+                uint64_t view = m->view;
+                pthread_mutex_unlock(&m->lock);
+                moved = crc_leader_moved(m->leader, view);
+                pthread_mutex_lock(&m->lock);
+            }
         }
-        if (!p.done)
+        if (moved && !p.done)
+            rc = crb_error(CR_RPC_FAIL, "%s: another master leads now", crp_rpc_op_name(req->op));
+        else if (!p.done)
             rc = crb_error(CR_RPC_TIMEOUT, "master did not answer %s within %d ms",
                            crp_rpc_op_name(req->op), timeout_ms);
         else if (p.status != 0)
@@ -494,6 +532,41 @@ int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, i
     free(p.body);
     pthread_cond_destroy(&p.cond);
     return rc;
+}
+
+/* Make the next call reconnect (and, through etcd, find the leader again). */
+static void drop_connection(crc_master *m)
+{
+    pthread_mutex_lock(&m->lock);
+    if (m->fd >= 0) {
+        crb_error(CR_RPC_FAIL, "following the HA leader");
+        conn_lost_locked(m, m->fd); /* a reader sees the end at once; closed at the reconnect */
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms)
+{
+    if (m->leader == NULL)
+        return call_once(m, req, resp, timeout_ms);
+    /* HA: a call that found no leader (connection refused or lost, or
+     * NOT_LEADER) is retried against the leader etcd names, within the
+     * call's own deadline (docs/ha.md, "clients"). */
+    uint64_t deadline = crb_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 1);
+    for (;;) {
+        uint64_t now = crb_now_ms();
+        int left = now < deadline ? (int)(deadline - now) : 1;
+        int rc = call_once(m, req, resp, left);
+        bool not_leader = rc == 0 && resp->status == CR_ERR_NOT_LEADER;
+        if (!not_leader && rc != CR_RPC_FAIL)
+            return rc;
+        if (crb_now_ms() + 50 >= deadline)
+            return rc;
+        if (not_leader)
+            crp_rpc_resp_clear(resp);
+        drop_connection(m);
+        usleep(20000);
+    }
 }
 
 int crc_master_send(crc_master *m, const crp_rpc_req *req, int timeout_ms)
@@ -561,5 +634,6 @@ void crc_master_close(crc_master *m)
     pthread_mutex_destroy(&m->lock);
     pthread_mutex_destroy(&m->write_lock);
     free(m->secret);
+    crc_leader_close(m->leader);
     free(m);
 }

@@ -24,7 +24,11 @@
 typedef struct crc_master crc_master;
 
 /**
- * Connect to "host:port" within timeout_ms and handshake. client_id is sent
+ * Connect to "host:port" within timeout_ms and handshake. "etcd://h:p[,h:p]"
+ * names an HA master (docs/ha.md): the leader is looked up in etcd at every
+ * (re)connection, a master announcing a lower term than one seen is
+ * refused, and crc_master_call retries a call that met no leader (refused or
+ * lost connection, ERR_NOT_LEADER) within its timeout. client_id is sent
  * in SERVICE_READY. On success *out owns the connection.
  * Errors: CR_ERR_INVALID_ARGUMENT (bad address), CR_RPC_FAIL (cannot reach
  * it), CR_RPC_TIMEOUT, CR_INVALID_VERSION, CR_ERR_MASTER_AUTH_REQUIRED,

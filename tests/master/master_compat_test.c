@@ -256,11 +256,11 @@ static void mooncake_master_name_and_bad_config(void **state)
     unlink(yaml);
 
     /* A value asking for a missing feature: exit 2 naming it. */
-    write_temp(yaml, sizeof(yaml), ".json", "{\n  \"enable_ha\": true\n}\n");
+    write_temp(yaml, sizeof(yaml), ".json", "{\n  \"enable_snapshot\": true\n}\n");
     snprintf(cfg, sizeof(cfg), "--config_path=%s", yaml);
     const char *const ha[] = {bin, cfg, NULL};
     assert_int_equal(run_capture(bin, ha, body, sizeof(body)), 2);
-    snprintf(cfg, sizeof(cfg), "%s:2: key 'enable_ha'", yaml);
+    snprintf(cfg, sizeof(cfg), "%s:2: key 'enable_snapshot'", yaml);
     assert_non_null(strstr(body, cfg));
     unlink(yaml);
 

@@ -34,11 +34,13 @@
 #include "master/admin_http.h"
 #include "master/admin_keys.h"
 #include "master/flags.h"
+#include "master/ha.h"
 #include "master/prom.h"
 #include "master/rpc_server.h"
 #include "master/service.h"
 #include "master/tenants.h"
 #include "mdserver/http_server.h"
+#include "metadata/etcd.h"
 
 #define SOFTWARE "crescent-master 0.1.0"
 /* The Mooncake release whose master flags, config keys, admin paths and
@@ -55,6 +57,8 @@ typedef struct master {
     crk_admin_http *admin;
     crd_http_server *metadata;
     crk_server_info info;
+    crk_ha *ha;              /* --enable_ha */
+    char ha_endpoints[4096]; /* --ha_backend_connstring, else --etcd_endpoints */
     pthread_t ticker;
     bool ticker_running;
     pthread_mutex_t stop_lock;
@@ -148,6 +152,8 @@ static void forget_expired_segment(void *ctx, const char *name)
 
 /* --- admin HTTP callbacks --------------------------------------------------- */
 
+static void render_ha_metrics(master *m, crk_text *t);
+
 static int render_metrics(void *ctx, crk_admin_reply *r)
 {
     master *m = ctx;
@@ -159,6 +165,8 @@ static int render_metrics(void *ctx, crk_admin_reply *r)
     crk_prom_gauge(t, "master_allocated_bytes", "Bytes allocated in mounted segments",
                    (double)st.allocated_bytes);
     crk_prom_gauge(t, "master_key_count", "Objects (complete or being written)", (double)st.keys);
+    if (m->ha != NULL)
+        render_ha_metrics(m, t);
     crk_tenant_stat ts[64]; /* per tenant (master/tenants.h); the first 64 tenants */
     size_t nt = crk_tenant_stats(m->svc, ts, 64);
     nt = nt < 64 ? nt : 64;
@@ -244,7 +252,52 @@ static int health(void *ctx, crk_admin_reply *r)
                         "leader", "ha_state", "serving", "service_ready", 1, "cluster_id",
                         m->opt.cluster_id, "uptime_ms", (json_int_t)(crb_now_ms() - m->started_ms),
                         "clients", (json_int_t)st.clients, "segments", (json_int_t)st.segments);
+    if (r->json != NULL && m->ha != NULL) {
+        crk_ha_status hs;
+        crk_ha_status_get(m->ha, &hs);
+        json_t *h = json_pack(
+            "{s:s, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "role", crk_ha_role_name(hs.role),
+            "term", (json_int_t)hs.term, "leader", hs.leader, "lease_margin_ms",
+            (json_int_t)hs.lease_margin_ms, "commit_seq", (json_int_t)hs.commit_seq, "head_seq",
+            (json_int_t)hs.head_seq, "standbys", (json_int_t)hs.standbys, "lag_entries",
+            (json_int_t)hs.lag_entries, "lag_ms", (json_int_t)hs.lag_ms);
+        if (h == NULL || json_object_update(r->json, h) != 0) {
+            json_decref(h);
+            return crb_error(CR_ERR_NO_MEMORY, "/health");
+        }
+        json_decref(h);
+    }
     return r->json != NULL ? 0 : crb_error(CR_ERR_NO_MEMORY, "/health");
+}
+
+static void render_ha_metrics(master *m, crk_text *t)
+{
+    crk_ha_status hs;
+    crk_ha_status_get(m->ha, &hs);
+    crk_prom_gauge(t, "master_ha_role", "HA role: 0 candidate, 1 standby, 2 leader",
+                   (double)hs.role);
+    crk_prom_gauge(t, "master_ha_term", "Election revision of the leader this master knows",
+                   (double)hs.term);
+    crk_prom_gauge(t, "master_ha_lease_margin_seconds",
+                   "Leader: time left before it stops serving without a keepalive",
+                   (double)hs.lease_margin_ms / 1000.0);
+    crk_prom_gauge(t, "master_ha_commit_seq", "Last change every in-sync standby applied",
+                   (double)hs.commit_seq);
+    crk_prom_gauge(t, "master_ha_head_seq", "Last change logged by the leader",
+                   (double)hs.head_seq);
+    crk_prom_gauge(t, "master_ha_standbys", "Standbys streaming from this leader",
+                   (double)hs.standbys);
+    crk_prom_gauge(t, "master_ha_in_sync_standbys", "Standbys whose acks gate replies (ISR)",
+                   (double)hs.in_sync);
+    crk_prom_gauge(t, "master_ha_replication_lag_entries", "Changes the furthest standby is behind",
+                   (double)hs.lag_entries);
+    crk_prom_gauge(t, "master_ha_replication_lag_seconds",
+                   "Standby: time since the last frame from the leader",
+                   (double)hs.lag_ms / 1000.0);
+    crk_prom_counter(t, "master_ha_not_replicated_total",
+                     "Mutation replies that reached no standby in time", hs.not_replicated);
+    crk_prom_counter(t, "master_ha_fenced_writes_total",
+                     "Writes in flight at a promotion that were fenced", hs.fenced_writes);
 }
 
 /* Set key `field` of obj to the client bytes s, plus field_hex when s is not UTF-8. */
@@ -509,26 +562,44 @@ static int metrics_summary(void *ctx, const char *arg, crk_admin_reply *r)
 }
 
 /* A master without HA is always the serving leader. */
+/* Mooncake's /role: "leader", or with HA this master's role (leader,
+ * standby, candidate). */
 static int role(void *ctx, const char *arg, crk_admin_reply *r)
 {
-    (void)ctx;
+    master *m = ctx;
     (void)arg;
-    return crk_text_puts(&r->body, "leader");
+    if (m->ha == NULL)
+        return crk_text_puts(&r->body, "leader");
+    crk_ha_status hs;
+    crk_ha_status_get(m->ha, &hs);
+    return crk_text_puts(&r->body, crk_ha_role_name(hs.role));
 }
 
+/* Mooncake's /ha_status: "serving" where this master serves, else "standby". */
 static int ha_status(void *ctx, const char *arg, crk_admin_reply *r)
 {
-    (void)ctx;
+    master *m = ctx;
     (void)arg;
-    return crk_text_puts(&r->body, "serving");
+    crk_ha_status hs = {.role = CRK_HA_LEADER};
+    if (m->ha != NULL)
+        crk_ha_status_get(m->ha, &hs);
+    return crk_text_puts(&r->body, hs.role == CRK_HA_LEADER ? "serving" : "standby");
 }
 
-/* Mooncake's /leader: no leader view without HA. */
+/* Mooncake's /leader: {"present"} and, with HA, the leader's address and
+ * its election term as the view version. */
 static int leader(void *ctx, const char *arg, crk_admin_reply *r)
 {
-    (void)ctx;
+    master *m = ctx;
     (void)arg;
-    r->json = json_pack("{s:b}", "present", 0);
+    crk_ha_status hs = {0};
+    if (m->ha != NULL)
+        crk_ha_status_get(m->ha, &hs);
+    if (hs.leader[0] == '\0')
+        r->json = json_pack("{s:b}", "present", 0);
+    else
+        r->json = json_pack("{s:b, s:s, s:I}", "present", 1, "leader_address", hs.leader,
+                            "view_version", (json_int_t)hs.term);
     return r->json != NULL ? 0 : crb_error(CR_ERR_NO_MEMORY, "/leader");
 }
 
@@ -578,10 +649,12 @@ static void master_stop(master *m)
     pthread_mutex_unlock(&m->stop_lock);
     if (m->ticker_running)
         pthread_join(m->ticker, NULL);
+    crk_ha_resign(m->ha); /* first: a standby takes over at once */
     crk_admin_http_stop(m->admin);
     if (m->svc != NULL)
         crk_service_stop_scans(m->svc); /* a remove_by_regex in progress gives up */
     crk_rpc_server_stop(m->rpc);
+    crk_ha_stop(m->ha); /* after the RPC server: its threads call the gate */
     crd_http_server_stop(m->metadata);
     crk_service_destroy(m->svc);
 }
@@ -605,6 +678,36 @@ static int resolve_options(master *m)
         if (cores > 0 && (unsigned long)cores < m->rpc_threads)
             m->rpc_threads = (unsigned)cores;
     }
+    if (m->opt.enable_ha) {
+        const char *eps = m->opt.ha_backend_connstring[0] != '\0' ? m->opt.ha_backend_connstring
+                                                                  : m->opt.etcd_endpoints;
+        if (eps[0] == '\0')
+            return crb_error(CR_INVALID_PARAMS,
+                             "--enable_ha needs --etcd_endpoints (or --ha_backend_connstring)");
+        crm_etcd_endpoints parsed;
+        if (crm_etcd_parse_endpoints(eps, &parsed) < 0)
+            return crb_error(CR_INVALID_PARAMS, "--etcd_endpoints=%s: %s", eps,
+                             cr_last_error_message());
+        snprintf(m->ha_endpoints, sizeof(m->ha_endpoints), "%s", eps);
+        if (m->opt.ha_advertise_address[0] == '\0' &&
+            (strcmp(m->rpc_host, "0.0.0.0") == 0 || strcmp(m->rpc_host, "::") == 0))
+            return crb_error(CR_INVALID_PARAMS,
+                             "--enable_ha: clients cannot dial --rpc_address=%s; give "
+                             "--rpc_address or --ha_advertise_address",
+                             m->rpc_host);
+        char host[CRB_HOST_MAX];
+        uint16_t port;
+        if (m->opt.ha_advertise_address[0] != '\0' &&
+            crb_parse_hostport(m->opt.ha_advertise_address, host, &port) < 0)
+            return crb_error(CR_INVALID_PARAMS, "--ha_advertise_address=%s is not host:port",
+                             m->opt.ha_advertise_address);
+    } else if (m->opt.etcd_endpoints[0] != '\0' || m->opt.ha_backend_connstring[0] != '\0' ||
+               m->opt.ha_advertise_address[0] != '\0') {
+        /* Mooncake's own conf/master.{json,yaml} set etcd_endpoints with
+         * enable_ha false: accepted, and said to do nothing. */
+        crb_log(CRB_LOG_WARN, "crescent-master: --etcd_endpoints, --ha_backend_connstring and "
+                              "--ha_advertise_address have no effect without --enable_ha");
+    }
     return 0;
 }
 
@@ -622,6 +725,18 @@ static int master_start(master *m)
         m->info.secret = m->opt.shared_secret;
         m->info.secret_len = strlen(m->opt.shared_secret);
     }
+    if (m->opt.enable_ha) {
+        crk_ha_config hc = {.endpoints = m->ha_endpoints,
+                            .cluster_id = m->opt.cluster_id,
+                            .lease_ttl_ms = m->opt.ha_lease_ttl_ms,
+                            .sync_replicas = m->opt.ha_sync_replicas,
+                            .repl_timeout_ms = m->opt.ha_replication_timeout_ms,
+                            .svc = m->svc};
+        rc = crk_ha_start(&hc, &m->ha);
+        if (rc < 0)
+            return rc;
+        m->info.ha = m->ha;
+    }
     crk_rpc_server_options ro;
     crk_rpc_server_options_default(&ro);
     ro.host = m->rpc_host;
@@ -633,6 +748,16 @@ static int master_start(master *m)
     rc = crk_rpc_server_start(m->svc, &m->info, &ro, &m->rpc);
     if (rc < 0)
         return rc;
+    if (m->ha != NULL) {
+        char adv[CRB_HOST_MAX + 8];
+        if (m->opt.ha_advertise_address[0] != '\0')
+            snprintf(adv, sizeof(adv), "%s", m->opt.ha_advertise_address);
+        else
+            snprintf(adv, sizeof(adv), "%s:%u", m->rpc_host, (unsigned)crk_rpc_server_port(m->rpc));
+        rc = crk_ha_campaign(m->ha, adv);
+        if (rc < 0)
+            return rc;
+    }
     crk_admin_callbacks cb = {
         .ctx = m,
         .render_metrics = render_metrics,
@@ -756,7 +881,11 @@ int main(int argc, char **argv)
     fflush(stdout);
     int sig = 0;
     sigwait(&set, &sig);
-    crb_log(CRB_LOG_WARN, "crescent-master: signal %d, shutting down", sig);
+    bool deposed = crk_ha_deposed(m.ha); /* HA: lost its lease while leading */
+    crb_log(CRB_LOG_WARN, "crescent-master: %s, shutting down",
+            deposed         ? "deposed as HA leader"
+            : sig == SIGINT ? "SIGINT"
+                            : "SIGTERM");
     master_stop(&m);
-    return 0;
+    return deposed ? 3 : 0;
 }

@@ -1,0 +1,52 @@
+/*
+ * ha_catalog.h - a standby's copy of the leader's replicated state
+ * (docs/ha.md): the post-image of every key and segment, as the raw
+ * entries of the stream (ha_codec.h), with the sequence number that logged
+ * each key (0: from a snapshot), and a graveyard of replica ranges the
+ * leader stopped using recently (readers may still read them, writers may
+ * still write them), kept until a local deadline.
+ *
+ * Threading: none; the standby's stream thread owns it, the promotion reads
+ * it after that thread stopped.
+ */
+#ifndef CRESCENT_MASTER_HA_CATALOG_H
+#define CRESCENT_MASTER_HA_CATALOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "master/ha_codec.h"
+
+typedef struct crk_ha_catalog crk_ha_catalog;
+
+typedef struct crk_ha_grave {
+    uint64_t epoch, offset, value_size;
+    uint64_t until_ms; /* local monotonic clock */
+} crk_ha_grave;
+
+int crk_ha_catalog_create(crk_ha_catalog **out);
+void crk_ha_catalog_destroy(crk_ha_catalog *c);
+/** Forget everything (RESET). */
+void crk_ha_catalog_clear(crk_ha_catalog *c);
+
+/**
+ * Apply one entry (decoded e, its raw bytes) logged at seq at local time
+ * now: ranges a key no longer uses go to the graveyard until now +
+ * read_hold_ms (complete replicas) or now + write_hold_ms (a write's).
+ * CR_ERR_NO_MEMORY (the catalog is then incomplete: the caller resyncs).
+ */
+int crk_ha_catalog_apply(crk_ha_catalog *c, const crk_ha_entry *e, const uint8_t *raw,
+                         size_t raw_len, uint64_t seq, uint64_t now, uint64_t read_hold_ms,
+                         uint64_t write_hold_ms);
+
+/** Every segment (MOUNT entries), every live key (KEY entries with their
+ *  seq), the graveyard; fn returns non-zero to stop. */
+void crk_ha_catalog_each_segment(crk_ha_catalog *c, int (*fn)(void *, const crk_ha_entry *),
+                                 void *ctx);
+void crk_ha_catalog_each_key(crk_ha_catalog *c,
+                             int (*fn)(void *, const crk_ha_entry *, uint64_t seq), void *ctx);
+void crk_ha_catalog_each_grave(crk_ha_catalog *c, int (*fn)(void *, const crk_ha_grave *),
+                               void *ctx);
+size_t crk_ha_catalog_keys(const crk_ha_catalog *c);
+
+#endif

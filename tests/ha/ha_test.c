@@ -1,0 +1,375 @@
+/*
+ * ha_test.c - the HA master with real processes (docs/ha.md): one etcd
+ * (Debian's etcd-server, a private data dir, free ports), three
+ * crescent-master --enable_ha processes, and store client processes
+ * (crescent-test-store-client) given the master address etcd://127.0.0.1:P.
+ * Skips (77) without /usr/bin/etcd.
+ *
+ *   failover         N verified objects; kill -9 the leader; time until a put
+ *                    succeeds again (printed); every object acknowledged before
+ *                    the kill reads back with correct bytes; new puts and gets
+ *                    work; a standby refuses client RPCs with NOT_LEADER.
+ *   stepdown         the leader is SIGSTOPped past its lease, a standby takes
+ *                    over, and the resumed old leader steps down (exits 3)
+ *                    without serving; the data is still all there.
+ *   etcd_outage      etcd paused 1.5 s (inside the lease margin): the leader keeps
+ *                    serving; paused past the lease: it is deposed (exit 3) and,
+ *                    etcd back, an in-sync standby leads with every object.
+ *   standby_restart  a standby is killed and restarted; it catches up from the
+ *                    leader (snapshot + stream); keys are removed by regex; the
+ *                    other standby and the leader are killed: the restarted one
+ *                    leads with every object, and the removed ones stay gone.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "crescent/status.h"
+#include "store_harness.h"
+#include "store_pattern.h"
+
+#define NMASTERS 3
+#define OBJECTS  24
+#define VALUE    (64 * 1024)
+
+static ct_server etcd;
+static sh_master masters[NMASTERS];
+static char etcd_flag[128], etcd_url[128];
+
+static int setup(void **state)
+{
+    (void)state;
+    tt_require_exe(CT_ETCD_BIN);
+    if (ct_etcd_start(&etcd, NULL) != 0)
+        return -1;
+    snprintf(etcd_flag, sizeof(etcd_flag), "--etcd_endpoints=%s", etcd.endpoint);
+    snprintf(etcd_url, sizeof(etcd_url), "etcd://%s", etcd.endpoint);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    sh_kill_all();
+    ct_server_stop(&etcd);
+    return 0;
+}
+
+static const char *lease_flag = "--ha_lease_ttl_sec=2";
+
+static const char *const *master_args(void)
+{
+    static const char *args[8];
+    args[0] = "--enable_ha";
+    args[1] = etcd_flag;
+    args[2] = lease_flag;
+    args[3] = "--default_kv_lease_ttl=1000";
+    args[4] = "--client_ttl=20";
+    args[5] = NULL;
+    return args;
+}
+
+static void start_master(int i)
+{
+    assert_int_equal(sh_master_start(&masters[i], master_args()), 0);
+}
+
+static void role_of(int i, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (!ct_master_running(&masters[i].cm) ||
+        sh_http_get(masters[i].metrics_port, "/role", out, cap) != 200)
+        snprintf(out, cap, "down");
+    out[strcspn(out, "\n")] = '\0';
+}
+
+/* The index of the one leader among the running masters, waiting up to ms. */
+static int wait_leader(int ms, int not_this)
+{
+    uint64_t end = sh_now_ms() + (uint64_t)ms;
+    do {
+        int found = -1, n = 0;
+        for (int i = 0; i < NMASTERS; i++) {
+            char r[64];
+            if (i == not_this)
+                continue;
+            role_of(i, r, sizeof(r));
+            if (strcmp(r, "leader") == 0) {
+                found = i;
+                n++;
+            }
+        }
+        if (n == 1)
+            return found;
+        assert_true(n <= 1); /* never two serving leaders */
+        sh_sleep_ms(20);
+    } while (sh_now_ms() < end);
+    fail_msg("no leader within %d ms", ms);
+    return -1;
+}
+
+/* Wait until the leader counts `n` standbys in sync (its /metrics). */
+static void wait_in_sync(int leader, int n)
+{
+    uint64_t end = sh_now_ms() + 10000;
+    while (sh_metric(&masters[leader], "master_ha_in_sync_standbys") < n) {
+        if (sh_now_ms() > end)
+            fail_msg("leader %d: fewer than %d standbys in sync after 10 s", leader, n);
+        sh_sleep_ms(20);
+    }
+}
+
+static void check_read(sh_client *c, const char *key, int seed)
+{
+    const char *reply = sh_cmd(c, "get %s %d", key, seed);
+    char check[32] = "";
+    long long rc = strtoll(reply, NULL, 10);
+    sscanf(reply, "%*s %*s %31s", check);
+    if (rc != VALUE || strcmp(check, "ok") != 0)
+        fail_msg("%s: expected %d correct bytes, got '%s'", key, VALUE, reply);
+}
+
+static void start_clients(sh_client *holder, sh_client *user)
+{
+    const char *const cargs[] = {"--segment", "32M", "--rpc-timeout", "4000", "--heartbeat",
+                                 "300",       NULL};
+    assert_int_equal(sh_client_start(holder, etcd_url, cargs), 0);
+    assert_int_equal(sh_client_start(user, etcd_url, cargs), 0);
+}
+
+static void put_objects(sh_client *c, const char *prefix)
+{
+    for (int i = 0; i < OBJECTS; i++)
+        assert_int_equal(sh_rc(c, "put %s%d %d %d", prefix, i, VALUE, 100 + i), 0);
+}
+
+static void check_objects(sh_client *c, const char *prefix)
+{
+    char key[64];
+    for (int i = 0; i < OBJECTS; i++) {
+        snprintf(key, sizeof(key), "%s%d", prefix, i);
+        check_read(c, key, 100 + i);
+    }
+}
+
+/* Puts of fresh keys until one succeeds; the ms it took from t0. */
+static uint64_t first_put_after(sh_client *c, uint64_t t0, const char *prefix)
+{
+    for (int i = 0;; i++) {
+        long long rc = sh_rc(c, "put %s%d %d %d", prefix, i, VALUE, 900 + i);
+        if (rc == 0)
+            return sh_now_ms() - t0;
+        assert_true(rc != SH_DEAD);
+        if (sh_now_ms() - t0 > 15000)
+            fail_msg("no put succeeded within 15 s of the failover (last %lld)", rc);
+        sh_sleep_ms(10);
+    }
+}
+
+static void failover(void **state)
+{
+    (void)state;
+    for (int i = 0; i < NMASTERS; i++)
+        start_master(i);
+    int leader = wait_leader(10000, -1);
+    wait_in_sync(leader, NMASTERS - 1);
+    sh_client holder, user;
+    start_clients(&holder, &user);
+    put_objects(&user, "obj");
+    check_objects(&holder, "obj");
+
+    /* A standby refuses client RPCs with NOT_LEADER (the store client's
+     * direct connection: an address, not etcd://). */
+    int standby = (leader + 1) % NMASTERS;
+    sh_client direct;
+    const char *const dargs[] = {"--segment", "8M", "--rpc-timeout", "1000", NULL};
+    assert_int_not_equal(sh_client_start(&direct, masters[standby].addr, dargs), 0);
+    assert_non_null(strstr(direct.child.line, "NOT_LEADER"));
+
+    /* A third client keeps a batch of puts in flight across the kill. */
+    sh_client load;
+    const char *const largs[] = {"--segment", "32M", "--rpc-timeout", "4000", NULL};
+    assert_int_equal(sh_client_start(&load, etcd_url, largs), 0);
+    assert_int_equal(sh_send(&load, "batch_put load %d %d 500", 2 * OBJECTS, VALUE), 0);
+    sh_sleep_ms(5);
+    sh_master_kill(&masters[leader]);
+    uint64_t t0 = sh_now_ms();
+    uint64_t took = first_put_after(&user, t0, "after");
+    fprintf(stderr, "failover: first successful put %llu ms after kill -9 of the leader\n",
+            (unsigned long long)took);
+    const char *lr = sh_recv(&load, 30000);
+    fprintf(stderr, "failover: batch in flight across the kill: %s\n", lr);
+    assert_true(strcmp(lr, "DEAD") != 0);
+    int next = wait_leader(5000, leader);
+    assert_int_not_equal(next, leader);
+    check_objects(&holder, "obj");
+    check_objects(&user, "obj");
+    /* Whatever of that batch exists reads back right: never wrong bytes. */
+    const char *g = sh_cmd(&holder, "batch_get load %d %d 500", 2 * OBJECTS, VALUE);
+    fprintf(stderr, "failover: reading that batch back: %s\n", g);
+    assert_int_equal(sh_field(g, "bad"), 0);
+    assert_int_equal(sh_field(g, "err"), 0);
+    assert_int_equal(sh_client_stop(&load), 0);
+    put_objects(&user, "new");
+    check_objects(&holder, "new");
+    assert_int_equal(sh_client_stop(&user), 0);
+    assert_int_equal(sh_client_stop(&holder), 0);
+    for (int i = 0; i < NMASTERS; i++)
+        if (i != leader)
+            assert_int_equal(sh_master_stop(&masters[i]), 0);
+}
+
+static void stepdown(void **state)
+{
+    (void)state;
+    for (int i = 0; i < NMASTERS; i++)
+        start_master(i);
+    int leader = wait_leader(10000, -1);
+    wait_in_sync(leader, NMASTERS - 1);
+    sh_client holder, user;
+    start_clients(&holder, &user);
+    put_objects(&user, "obj");
+
+    kill(masters[leader].cm.p.pid, SIGSTOP);
+    uint64_t t0 = sh_now_ms();
+    int next = wait_leader(8000, leader); /* lease TTL 2 s + etcd's expiry tick */
+    fprintf(stderr, "stepdown: standby %d leads %llu ms after SIGSTOP of %d\n", next,
+            (unsigned long long)(sh_now_ms() - t0), leader);
+    uint64_t took = first_put_after(&user, t0, "during");
+    fprintf(stderr, "stepdown: first put %llu ms after SIGSTOP\n", (unsigned long long)took);
+    sh_sleep_ms(500);
+    kill(masters[leader].cm.p.pid, SIGCONT);
+    /* It finds its lease gone, never serves again, and exits 3. */
+    int st = ct_proc_wait(&masters[leader].cm.p, 5000);
+    assert_int_equal(st, 3);
+    check_objects(&holder, "obj");
+    put_objects(&user, "new");
+    check_objects(&holder, "new");
+    assert_int_equal(sh_client_stop(&user), 0);
+    assert_int_equal(sh_client_stop(&holder), 0);
+    for (int i = 0; i < NMASTERS; i++)
+        if (i != leader)
+            assert_int_equal(sh_master_stop(&masters[i]), 0);
+}
+
+static void standby_restart(void **state)
+{
+    (void)state;
+    for (int i = 0; i < NMASTERS; i++)
+        start_master(i);
+    int leader = wait_leader(10000, -1);
+    wait_in_sync(leader, NMASTERS - 1);
+    sh_client holder, user;
+    start_clients(&holder, &user);
+    put_objects(&user, "obj");
+
+    /* Restart one standby; it catches up with what was written before and
+     * while it was down. */
+    int sb = (leader + 1) % NMASTERS;
+    sh_master_kill(&masters[sb]);
+    put_objects(&user, "down");
+    start_master(sb);
+    put_objects(&user, "back");
+    wait_in_sync(leader, NMASTERS - 1);
+    assert_int_equal(sh_rc(&user, "remove_regex ^down"), OBJECTS);
+    /* Kill the other standby and then the leader: the restarted one must
+     * take over with everything. */
+    int other = (leader + 2) % NMASTERS;
+    sh_master_kill(&masters[other]);
+    sh_sleep_ms(300);
+    sh_master_kill(&masters[leader]);
+    uint64_t took = first_put_after(&user, sh_now_ms(), "after");
+    fprintf(stderr, "standby_restart: restarted standby serving after %llu ms\n",
+            (unsigned long long)took);
+    assert_int_equal(wait_leader(5000, -1), sb);
+    check_objects(&holder, "obj");
+    check_objects(&holder, "back");
+    /* Removals were replicated too: nothing removed comes back. */
+    for (int i = 0; i < OBJECTS; i++)
+        assert_int_equal(sh_rc(&holder, "exist down%d", i), 0);
+    assert_int_equal(sh_rc(&holder, "exist obj0"), 1);
+    assert_int_equal(sh_client_stop(&user), 0);
+    assert_int_equal(sh_client_stop(&holder), 0);
+    assert_int_equal(sh_master_stop(&masters[sb]), 0);
+}
+
+static void etcd_outage(void **state)
+{
+    (void)state;
+    lease_flag = "--ha_lease_ttl_sec=5"; /* >= 2.8 s of keepalive margin */
+    for (int i = 0; i < NMASTERS; i++)
+        start_master(i);
+    int leader = wait_leader(10000, -1);
+    wait_in_sync(leader, NMASTERS - 1);
+    sh_client holder, user;
+    start_clients(&holder, &user);
+    put_objects(&user, "obj");
+
+    /* etcd unreachable for 1.5 s: inside the margin, the leader keeps
+     * leading and serving (replication does not need etcd). */
+    ct_server_pause(&etcd, true);
+    uint64_t t0 = sh_now_ms();
+    int n = 0;
+    while (sh_now_ms() - t0 < 1500) { /* at most 200: the segments hold ~1000 */
+        if (n < 200) {
+            assert_int_equal(sh_rc(&user, "put short%d %d %d", n, VALUE, 300 + n), 0);
+            n++;
+        } else {
+            sh_sleep_ms(10);
+        }
+    }
+    ct_server_pause(&etcd, false);
+    fprintf(stderr, "etcd_outage: %d puts during a 1.5 s etcd pause\n", n);
+    assert_int_equal(wait_leader(3000, -1), leader);
+
+    /* etcd gone past the lease: the leader stops serving before its lease
+     * can expire and is deposed (exit 3); once etcd is back, the lease
+     * expires there and an in-sync standby takes over with everything. */
+    ct_server_pause(&etcd, true);
+    int st = ct_proc_wait(&masters[leader].cm.p, 8000);
+    ct_server_pause(&etcd, false);
+    assert_int_equal(st, 3);
+    uint64_t took = first_put_after(&user, sh_now_ms(), "after");
+    fprintf(stderr, "etcd_outage: puts work again %llu ms after etcd came back\n",
+            (unsigned long long)took);
+    int next = wait_leader(8000, leader);
+    assert_int_not_equal(next, leader);
+    check_objects(&holder, "obj");
+    char key[64];
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "short%d", i);
+        const char *reply = sh_cmd(&holder, "get %s %d", key, 300 + i);
+        if (strtoll(reply, NULL, 10) != VALUE || strstr(reply, " ok") == NULL)
+            fail_msg("%s: '%s'", key, reply);
+    }
+    assert_int_equal(sh_client_stop(&user), 0);
+    assert_int_equal(sh_client_stop(&holder), 0);
+    for (int i = 0; i < NMASTERS; i++)
+        if (i != leader)
+            assert_int_equal(sh_master_stop(&masters[i]), 0);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest all[] = {
+        cmocka_unit_test_setup_teardown(failover, setup, teardown),
+        cmocka_unit_test_setup_teardown(stepdown, setup, teardown),
+        cmocka_unit_test_setup_teardown(standby_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(etcd_outage, setup, teardown),
+    };
+    if (argc > 1) { /* one test by name (CTest runs each on its own) */
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+            if (strcmp(all[i].name, argv[1]) == 0)
+                return _cmocka_run_group_tests(argv[1], &all[i], 1, NULL, NULL) ? 1 : 0;
+        fprintf(stderr, "unknown test %s\n", argv[1]);
+        return 2;
+    }
+    return cmocka_run_group_tests(all, NULL, NULL);
+}

@@ -1,0 +1,317 @@
+/*
+ * ha_bench.c - "crescent-bench ha": the HA master (docs/ha.md) measured.
+ *
+ *   throughput  "crescent-bench master" (a child process of this binary,
+ *               --json) against a plain master and against the leader of an
+ *               HA cluster (etcd + 3 masters, sync replication), alternated
+ *               --rounds times in one run; prints ops/s and the HA/plain ratio
+ *               per operation (best round of each).
+ *   failover    --runs times: wait until both standbys are in sync, kill -9
+ *               the leader, time until a PUT_START + PUT_END through an
+ *               etcd:// master client succeeds again; restart the killed
+ *               master (it rejoins as a standby). Prints each time, p50, max.
+ *
+ * etcd: Debian's /usr/bin/etcd (--etcd-bin), on free ports with a private data
+ * directory, stopped at the end; without it the bench exits 77 (not measured). Masters:
+ * --master-bin (default: next to this binary). Everything on 127.0.0.1.
+ */
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/net.h"
+#include "bench.h"
+#include "crescent/status.h"
+#include "master_proc.h"
+#include "metadata/etcd.h"
+#include "servers.h"
+#include "store/master_client.h"
+#include "tool_util.h"
+
+#define HA_MASTERS 3
+#define MAX_RUNS   100
+
+typedef struct hb_opts {
+    int runs, rounds;
+    const char *duration, *ops, *master_bin, *etcd_bin;
+    int lease_ttl;
+} hb_opts;
+
+typedef struct hb_cluster {
+    ct_server etcd;
+    ct_master m[HA_MASTERS];
+    char etcd_flag[128], ttl_flag[64];
+    crm_etcd *etcd_client;
+} hb_cluster;
+
+static int start_ha_master(hb_cluster *c, int i, const hb_opts *o)
+{
+    const char *args[] = {"--enable_ha", c->etcd_flag, c->ttl_flag, "--client_ttl=600", NULL};
+    ct_master_opts mo = {.bin = o->master_bin, .args = args, .log_path = "/dev/null"};
+    return ct_master_start(&c->m[i], &mo);
+}
+
+/* The leader's address from etcd and how many standbys its ISR lists. */
+static int leader_of(hb_cluster *c, char *addr, size_t cap, int *isr)
+{
+    crm_etcd_kv kv;
+    if (crm_etcd_get(c->etcd_client, "mooncake-store/mooncake_cluster/master_view", &kv, NULL) < 0)
+        return -1;
+    snprintf(addr, cap, "%s", (const char *)kv.value);
+    uint64_t term = (uint64_t)kv.create_revision;
+    crm_etcd_kv_clear(&kv);
+    *isr = 0;
+    if (crm_etcd_get(c->etcd_client, "mooncake-store/mooncake_cluster/crescent/isr", &kv, NULL) ==
+        0) {
+        if (strtoull((const char *)kv.value, NULL, 10) == term)
+            for (const char *p = (const char *)kv.value; *p; p++)
+                *isr += *p == ',';
+        crm_etcd_kv_clear(&kv);
+    }
+    return 0;
+}
+
+static int wait_in_sync(hb_cluster *c, int want, char *addr, size_t cap, int timeout_ms)
+{
+    uint64_t end = crb_now_ms() + (uint64_t)timeout_ms;
+    int isr = 0;
+    while (crb_now_ms() < end) {
+        if (leader_of(c, addr, cap, &isr) == 0 && isr >= want)
+            return 0;
+        usleep(20000);
+    }
+    fprintf(stderr, "ha bench: no leader with %d standbys in sync within %d ms (%d)\n", want,
+            timeout_ms, isr);
+    return -1;
+}
+
+/* Run "crescent-bench master ... --json" as a child; fill ops/s per op name. */
+static int run_master_bench(const char *self, const hb_opts *o, const char *target_flag,
+                            const char *target, json_t *into)
+{
+    const char *argv[] = {self,        "master", target_flag, target,   "--duration",
+                          o->duration, "--ops",  o->ops,      "--json", NULL};
+    static char out[1 << 16], err[1 << 14];
+    int st = ct_run(argv, out, sizeof(out), err, sizeof(err), 600000);
+    if (st != 0) {
+        fprintf(stderr, "ha bench: master bench exited %d: %s\n", st, err);
+        return -1;
+    }
+    for (char *line = strtok(out, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        json_t *j = json_loads(line, 0, NULL);
+        const char *op = j ? json_string_value(json_object_get(j, "op")) : NULL;
+        double v = j ? json_number_value(json_object_get(j, "ops_per_s")) : 0;
+        if (op != NULL) {
+            double best = json_number_value(json_object_get(into, op));
+            if (v > best)
+                json_object_set_new(into, op, json_real(v));
+        }
+        json_decref(j);
+    }
+    return 0;
+}
+
+static int put_once(crc_master *m, crp_rpc_uuid cid, const char *key, int timeout_ms)
+{
+    crp_rpc_req req = {.op = CRP_RPC_PUT_START};
+    req.u.put_start = (crp_rpc_put_start_req){cid, (char *)key, 4096, {.replica_num = 1}};
+    crp_rpc_resp resp;
+    int rc = crc_master_call(m, &req, &resp, timeout_ms);
+    if (rc == 0) {
+        rc = resp.status;
+        crp_rpc_resp_clear(&resp);
+    }
+    if (rc < 0)
+        return rc;
+    crp_rpc_req end = {.op = CRP_RPC_PUT_END};
+    end.u.owner_key = (crp_rpc_owner_key_req){cid, (char *)key};
+    rc = crc_master_call(m, &end, &resp, timeout_ms);
+    if (rc == 0) {
+        rc = resp.status;
+        crp_rpc_resp_clear(&resp);
+    }
+    return rc;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int failover_runs(hb_cluster *c, const hb_opts *o)
+{
+    char url[128], addr[300];
+    snprintf(url, sizeof(url), "etcd://%s", c->etcd.endpoint);
+    crp_rpc_uuid cid;
+    crb_random_bytes(&cid, sizeof(cid));
+    if (wait_in_sync(c, HA_MASTERS - 1, addr, sizeof(addr), 20000) < 0)
+        return -1;
+    crc_master *m = NULL;
+    int rc = crc_master_connect(url, cid, 5000, &m);
+    if (rc < 0) {
+        fprintf(stderr, "ha bench: connect %s: %s\n", url, cr_last_error_message());
+        return -1;
+    }
+    crp_rpc_req mount = {.op = CRP_RPC_MOUNT_SEGMENT};
+    mount.u.mount = (crp_rpc_mount_req){cid, {"ha-bench", 1ull << 44, 1ull << 40, 1}};
+    crp_rpc_resp resp;
+    rc = crc_master_call(m, &mount, &resp, 5000);
+    if (rc == 0) {
+        rc = resp.status;
+        crp_rpc_resp_clear(&resp);
+    }
+    uint64_t took[MAX_RUNS];
+    int done = 0;
+    char key[64];
+    for (int run = 0; rc == 0 && run < o->runs; run++) {
+        if (wait_in_sync(c, HA_MASTERS - 1, addr, sizeof(addr), 20000) < 0) {
+            rc = -1;
+            break;
+        }
+        snprintf(key, sizeof(key), "before-%d", run);
+        if ((rc = put_once(m, cid, key, 5000)) < 0)
+            break;
+        int victim = -1;
+        for (int i = 0; i < HA_MASTERS; i++)
+            if (strcmp(c->m[i].addr, addr) == 0)
+                victim = i;
+        if (victim < 0) {
+            fprintf(stderr, "ha bench: leader %s is none of ours\n", addr);
+            rc = -1;
+            break;
+        }
+        ct_master_kill(&c->m[victim]);
+        uint64_t t0 = crb_now_ms();
+        for (int i = 0;; i++) {
+            snprintf(key, sizeof(key), "after-%d-%d", run, i);
+            if (put_once(m, cid, key, 5000) == 0)
+                break;
+            if (crb_now_ms() - t0 > 30000) {
+                fprintf(stderr, "ha bench: no put within 30 s of the failover\n");
+                rc = -1;
+                break;
+            }
+        }
+        if (rc < 0)
+            break;
+        took[done++] = crb_now_ms() - t0;
+        printf("failover run %d: first put %" PRIu64 " ms after kill -9 of the leader\n", run + 1,
+               took[done - 1]);
+        fflush(stdout);
+        if (start_ha_master(c, victim, o) < 0) {
+            rc = -1;
+            break;
+        }
+    }
+    crc_master_close(m);
+    if (done > 0) {
+        qsort(took, (size_t)done, sizeof(took[0]), cmp_u64);
+        printf("failover: %d runs, p50 %" PRIu64 " ms, max %" PRIu64 " ms (lease TTL %d s)\n", done,
+               took[done / 2], took[done - 1], o->lease_ttl);
+    }
+    return rc < 0 ? -1 : 0;
+}
+
+static void usage(FILE *to)
+{
+    fprintf(to, "usage: crescent-bench ha [--runs N (5)] [--rounds N (2)] [--duration S (1)]\n"
+                "         [--ops exist,put,get,batch_put] [--lease-ttl S (5)]\n"
+                "         [--master-bin PATH] [--etcd-bin PATH (/usr/bin/etcd)]\n");
+}
+
+int cb_ha_main(int argc, char **argv)
+{
+    static char bin[PATH_MAX], self[PATH_MAX];
+    hb_opts o = {5, 2, "1", "exist,put,get,batch_put", NULL, CT_ETCD_BIN, 5};
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        if (strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (ct_flag_value(argc, argv, &i, "--runs", &v) > 0)
+            o.runs = atoi(v);
+        else if (ct_flag_value(argc, argv, &i, "--rounds", &v) > 0)
+            o.rounds = atoi(v);
+        else if (ct_flag_value(argc, argv, &i, "--duration", &v) > 0)
+            o.duration = v;
+        else if (ct_flag_value(argc, argv, &i, "--ops", &v) > 0)
+            o.ops = v;
+        else if (ct_flag_value(argc, argv, &i, "--lease-ttl", &v) > 0)
+            o.lease_ttl = atoi(v);
+        else if (ct_flag_value(argc, argv, &i, "--master-bin", &v) > 0)
+            o.master_bin = v;
+        else if (ct_flag_value(argc, argv, &i, "--etcd-bin", &v) > 0)
+            o.etcd_bin = v;
+        else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (o.runs < 1 || o.runs > MAX_RUNS || o.rounds < 1 || o.lease_ttl < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (o.master_bin == NULL)
+        o.master_bin = ct_default_master_bin(bin, sizeof(bin));
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        return 1;
+    self[n] = '\0';
+    if (access(o.etcd_bin, X_OK) != 0) {
+        fprintf(stderr, "ha bench: %s not found (Debian's etcd-server): not measured\n",
+                o.etcd_bin);
+        return 77;
+    }
+    hb_cluster c;
+    memset(&c, 0, sizeof(c));
+    if (ct_etcd_start(&c.etcd, o.etcd_bin) != 0)
+        return 1;
+    snprintf(c.etcd_flag, sizeof(c.etcd_flag), "--etcd_endpoints=%s", c.etcd.endpoint);
+    snprintf(c.ttl_flag, sizeof(c.ttl_flag), "--ha_lease_ttl_sec=%d", o.lease_ttl);
+    crm_etcd_config ec = {.endpoints = c.etcd.endpoint};
+    int rc = crm_etcd_open(&ec, &c.etcd_client);
+    for (int i = 0; rc == 0 && i < HA_MASTERS; i++)
+        rc = start_ha_master(&c, i, &o);
+    char addr[300];
+    if (rc == 0)
+        rc = wait_in_sync(&c, HA_MASTERS - 1, addr, sizeof(addr), 20000);
+
+    /* Throughput: plain master vs HA leader, alternated in this run. */
+    json_t *plain = json_object(), *ha = json_object();
+    for (int r = 0; rc == 0 && r < o.rounds; r++) {
+        rc = run_master_bench(self, &o, "--master-bin", o.master_bin, plain);
+        if (rc == 0)
+            rc = wait_in_sync(&c, HA_MASTERS - 1, addr, sizeof(addr), 20000);
+        if (rc == 0)
+            rc = run_master_bench(self, &o, "--master", addr, ha);
+    }
+    if (rc == 0) {
+        printf("throughput (best of %d rounds, %s s each; 3 HA masters and the bench share this "
+               "machine)\n%-12s %12s %12s %8s\n",
+               o.rounds, o.duration, "op", "plain ops/s", "HA ops/s", "HA/plain");
+        const char *op;
+        json_t *v;
+        json_object_foreach(plain, op, v)
+        {
+            double p = json_number_value(v), h = json_number_value(json_object_get(ha, op));
+            printf("%-12s %12.0f %12.0f %8.2f\n", op, p, h, p > 0 ? h / p : 0);
+        }
+        fflush(stdout);
+    }
+    json_decref(plain);
+    json_decref(ha);
+    if (rc == 0)
+        rc = failover_runs(&c, &o);
+    for (int i = 0; i < HA_MASTERS; i++)
+        if (ct_master_running(&c.m[i]))
+            ct_master_stop(&c.m[i], 10000);
+    crm_etcd_close(c.etcd_client);
+    ct_server_stop(&c.etcd);
+    return rc == 0 ? 0 : 1;
+}
