@@ -30,6 +30,7 @@
 #include "base/log.h"
 #include "master/internal.h"
 #include "master/mem.h"
+#include "master/offload.h"
 
 #define ALLOC_EVICT_LOG_MS 10000
 
@@ -101,7 +102,10 @@ static uint64_t evict_pass(crk_service *s, uint64_t target, uint64_t freed, uint
             hs[best].visits--;
             freed += crk_rep_bytes(s, o->size) * o->nrep;
             (*keys)++;
-            crk_erase_object_locked(s, sh, o, now); /* unleased: space freed now */
+            /* With a disk tier the holder writes it out first (offload.h): its memory is
+             * freed when the record has landed. */
+            if (s->off == NULL || !crk_off_evict_locked(s, sh, o, now))
+                crk_erase_object_locked(s, sh, o, now); /* unleased: space freed now */
         }
         refresh_locked(sh, &hs[best], now, take_soft);
         pthread_mutex_unlock(&sh->mu);

@@ -30,11 +30,12 @@
 #include "master/internal.h"
 #include "master/tenants.h"
 #include "master/mem.h"
+#include "master/offload.h"
 #include "master/regex.h"
 
 static crk_shard *shard_of(crk_service *s, uint64_t h)
 {
-    return &s->shards[(h >> 40) % CRK_NUM_SHARDS];
+    return crk_shard_for(s, h);
 }
 
 static int key_check(const char *key, size_t *len_out)
@@ -367,6 +368,13 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
     if (!out)
         return crb_error(CR_INVALID_PARAMS, "put_start '%s': no output list", key);
 
+    /* A disk-only key exists: only its holder may put it (a promotion, offload.h). */
+    bool promotion = false;
+    if (s->off != NULL && !upsert) {
+        if (!crk_off_put_allowed(s, key, kr.len, client))
+            return crb_error(CR_OBJECT_ALREADY_EXISTS, "put_start '%s': key exists (on disk)", key);
+        promotion = crk_off_exist(s, key, kr.len) == 1;
+    }
     uint64_t h = kr.hash;
     crk_shard *sh = kr.sh;
     uint64_t alloc_size = crk_rep_bytes(s, value_size);
@@ -432,6 +440,7 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
         w->soft_pin_ttl = soft_ttl;
         w->soft_action = (uint8_t)cfg->soft_pin_action;
         w->hard_pin = cfg->hard_pin;
+        w->promotion = promotion;
         if (o) {
             w->upsert = 1;
             w->nrep = (uint8_t)k;
@@ -508,6 +517,8 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, c
         o->flags |= CRK_OBJ_COMPLETE;
         o->last_access = now;
         pin_gauges(s, o, +1);
+        if (s->off != NULL)
+            crk_off_put_end_locked(s, o, w->promotion, now);
         crk_write_drop(sh, w);
         if (!(o->flags & CRK_OBJ_HARD_PIN))
             crk_lru_push_tail(sh, o);
@@ -538,6 +549,8 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, c
         crk_lru_push_tail(sh, n);
     pin_gauges(s, o, -1);
     pin_gauges(s, n, +1);
+    if (s->off != NULL)
+        crk_off_put_end_locked(s, n, false, now);
     w->obj = NULL;
     crk_write_drop(sh, w);
     /* Old replicas: readers may hold them until the old lease ends, or until
@@ -598,6 +611,8 @@ static int exist_impl(crk_service *s, const char *key, const key_ref *pre)
     crk_object *o = k.sh->slots[slot].obj;
     int found = o && (o->flags & CRK_OBJ_COMPLETE) && o->nrep > 0;
     pthread_mutex_unlock(&k.sh->mu);
+    if (!found && o == NULL && s->off != NULL)
+        found = crk_off_exist(s, key, k.len);
     return found;
 }
 
@@ -609,6 +624,8 @@ static int get_impl(crk_service *s, const char *key, const key_ref *pre, uint64_
     key_ref k;
     crk_object *o;
     int rc = lock_object(s, "get_replica_list", key, pre, &k, &o, NULL);
+    if (rc == CR_OBJECT_NOT_FOUND && s->off != NULL)
+        return crk_off_get(s, key, k.len, now, out); /* a disk-only key? */
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;
@@ -715,6 +732,8 @@ static int remove_impl(crk_service *s, const char *key, const key_ref *pre, bool
     key_ref k;
     crk_object *o;
     int rc = lock_object(s, "remove", key, pre, &k, &o, NULL);
+    if (rc == CR_OBJECT_NOT_FOUND && s->off != NULL)
+        return crk_off_remove(s, key, k.len); /* a disk-only key? */
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;
@@ -725,6 +744,8 @@ static int remove_impl(crk_service *s, const char *key, const key_ref *pre, bool
                        (unsigned long long)(o->lease_until - now));
     else
         crk_erase_object_locked(s, sh, o, now); /* a forced, leased one is deferred */
+    if (rc == 0 && s->off != NULL)
+        (void)crk_off_remove(s, key, k.len); /* and its disk copy, if any */
     pthread_mutex_unlock(&sh->mu);
     return rc;
 }
@@ -824,6 +845,8 @@ static int remove_every(crk_service *s, const char *ns, size_t nl, bool force, u
         }
         pthread_mutex_unlock(&sh->mu);
     }
+    if (s->off != NULL) /* disk copies: of the objects just erased and of disk-only keys */
+        *count += crk_off_remove_all(s, ns, nl);
     return 0;
 }
 
@@ -915,6 +938,8 @@ static int remove_matching_in(crk_service *s, crk_shard *sh, const char *ns, siz
         crk_object *o = sh->slots[slot].obj;
         if (o && removable(o, force, now)) {
             crk_erase_object_locked(s, sh, o, now);
+            if (s->off != NULL)
+                (void)crk_off_remove(s, key, b->keys[i].len); /* its disk copy too */
             (*count)++;
         }
     }
