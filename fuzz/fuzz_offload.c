@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK((first.n_items == 0) == (first.items == NULL));
     for (size_t i = 0; i < first.n_items; i++) {
         const crp_off_item *it = &first.items[i];
-        FUZZ_CHECK(it->kind >= CRP_OFF_OFFLOAD && it->kind <= CRP_OFF_EVICTED);
+        FUZZ_CHECK(it->kind >= CRP_OFF_OFFLOAD && it->kind <= CRP_OFF_UNSTAGE);
         FUZZ_CHECK(it->key != NULL && it->key[0] != '\0' && strlen(it->key) <= CRP_OFF_MAX_KEY);
         FUZZ_CHECK(it->status <= 0);
     }

@@ -92,11 +92,11 @@ CR_API void cr_store_config_init(cr_store_config *cfg);
 
 /** The disk tier of one store client (cr_store_offload_stats). */
 typedef struct cr_store_offload_stats {
-    bool enabled;            /**< this client holds a disk tier */
-    uint64_t disk_keys;      /**< values on its disk */
-    uint64_t disk_bytes;     /**< bucket file bytes */
-    uint64_t disk_capacity;  /**< the tier's capacity limit */
-    uint64_t offloads;       /**< values written to disk for the master */
+    bool enabled;           /**< this client holds a disk tier */
+    uint64_t disk_keys;     /**< values on its disk */
+    uint64_t disk_bytes;    /**< bucket file bytes */
+    uint64_t disk_capacity; /**< the tier's capacity limit */
+    uint64_t offloads;      /**< values written to disk for the master */
     uint64_t offload_failures;
     uint64_t stage_reads;    /**< values read from disk to serve a reader */
     uint64_t promotions;     /**< values copied back into memory */

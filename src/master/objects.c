@@ -720,8 +720,12 @@ void crk_release_leases(crk_service *s, const char *const *keys, const uint64_t 
 {
     crk_add(s->c.requests[CRK_OP_RELEASE_LEASES], 1);
     crk_add(s->c.batch_items[CRK_OP_RELEASE_LEASES], n);
-    for (size_t i = 0; keys && tokens && i < n; i++)
-        release_one(s, keys[i], tokens[i], now_ms);
+    for (size_t i = 0; keys && tokens && i < n; i++) {
+        if (s->off != NULL && (tokens[i] >> 63)) /* a staged disk copy (offload.h) */
+            crk_off_release(s, keys[i], tokens[i]);
+        else
+            release_one(s, keys[i], tokens[i], now_ms);
+    }
 }
 
 /* --- removal ------------------------------------------------------------------------------ */

@@ -26,6 +26,7 @@
 #include "base/net.h"
 #include "master/internal.h"
 #include "master/mem.h"
+#include "master/prom.h"
 #include "master/tenants.h"
 #include "proto/offload.h"
 #include "proto/rpc.h"
@@ -45,7 +46,9 @@ typedef struct entry {
     crk_client_id holder;
     uint64_t version, size;
     uint64_t staged_addr, staged_until, stage_asked_at;
+    uint64_t stage_token; /* lease token of the staged copy's readers (bit 63 set) */
     uint32_t hits;
+    uint16_t stage_readers; /* hand-outs of the staged copy not yet released */
     uint8_t state;
     bool evict_mode; /* PENDING from an eviction: release the memory on success */
     bool promote_queued;
@@ -74,7 +77,7 @@ struct crk_offload {
     entry **buckets;
     size_t nbuckets, n_entries, n_disk;
     holder *holders;
-    uint64_t next_version, instance;
+    uint64_t next_version, instance, next_token;
     uint64_t writes, reads, staged_hits, promotions, failures, refused;
 };
 
@@ -380,7 +383,9 @@ int crk_off_get(crk_service *s, const char *key, size_t len, uint64_t now, crk_r
         out->n = 1;
         out->value_size = e->size;
         out->lease_ttl_ms = e->staged_until - now - STAGE_MARGIN_MS;
-        out->lease_token = 0;
+        out->lease_token = e->stage_token;
+        if (e->stage_readers < UINT16_MAX)
+            e->stage_readers++;
         off->staged_hits++;
         rc = 0;
         goto unlock;
@@ -602,8 +607,13 @@ static void other_report(crk_service *s, struct crk_offload *off, holder *hd,
             break;
         e->stage_asked_at = 0;
         if (it->status == 0 && it->addr != 0 && it->ttl_ms > STAGE_MARGIN_MS) {
+            if (e->staged_addr != 0 && e->staged_addr != it->addr) /* a second copy */
+                (void)push_task(hd, CRP_OFF_UNSTAGE, e->key, e->key_len, e->version, e->staged_addr,
+                                0);
             e->staged_addr = it->addr;
             e->staged_until = now + it->ttl_ms - STAGE_MARGIN_MS / 2;
+            e->stage_token = (1ull << 63) | ++off->next_token;
+            e->stage_readers = 0;
         } else if (it->status == CR_OBJECT_NOT_FOUND || it->status == CR_CHECKSUM_MISMATCH) {
             crb_log(CRB_LOG_INFO, "master: %s lost the disk copy of '%s' (%s)", hd->segment,
                     it->key, cr_status_name(it->status));
@@ -716,5 +726,57 @@ void crk_off_get_stats(crk_service *s, crk_off_stats *out)
     out->promotions = off->promotions;
     out->offload_failures = off->failures;
     out->refused = off->refused;
+    pthread_mutex_unlock(&off->mu);
+}
+
+void crk_off_prom(crk_service *s, crk_text *t)
+{
+    if (s->off == NULL)
+        return;
+    crk_off_stats st;
+    crk_off_get_stats(s, &st);
+    crk_prom_gauge(t, "master_disk_holders", "Clients with a live disk tier", (double)st.holders);
+    crk_prom_gauge(t, "master_disk_objects", "Keys with a copy on a holder's disk",
+                   (double)st.disk_objects);
+    crk_prom_gauge(t, "master_disk_bytes", "Bucket file bytes of the holders' disk tiers",
+                   (double)st.disk_bytes);
+    crk_prom_gauge(t, "master_disk_capacity_bytes", "Capacity of the holders' disk tiers",
+                   (double)st.disk_capacity);
+    crk_prom_gauge(t, "master_offload_tasks_pending", "Disk tier tasks waiting for holders",
+                   (double)st.tasks_pending);
+    crk_prom_counter(t, "master_disk_writes_total", "Values the holders wrote to disk", st.writes);
+    crk_prom_counter(t, "master_disk_reads_total", "Disk reads asked of holders (stage, promote)",
+                     st.reads);
+    crk_prom_counter(t, "master_disk_staged_hits_total", "Gets answered from a staging area",
+                     st.staged_hits);
+    crk_prom_counter(t, "master_disk_promotions_total", "Values promoted back to memory",
+                     st.promotions);
+    crk_prom_counter(t, "master_disk_compactions_total", "Holders' disk compactions",
+                     st.compactions);
+    crk_prom_counter(t, "master_offload_failures_total", "Offloads the holders could not write",
+                     st.offload_failures);
+    crk_prom_counter(t, "master_offload_refused_total",
+                     "Results and re-announces refused (removed or overwritten meanwhile)",
+                     st.refused);
+}
+
+void crk_off_release(crk_service *s, const char *key, uint64_t token)
+{
+    struct crk_offload *off = s->off;
+    if (off == NULL || key == NULL || !(token >> 63))
+        return;
+    size_t len = strnlen(key, CRK_MAX_KEY_LEN + 1);
+    if (len == 0 || len > CRK_MAX_KEY_LEN)
+        return;
+    pthread_mutex_lock(&off->mu);
+    entry *e = *find_slot(off, key, len, crk_key_hash(s, key, len));
+    if (e != NULL && e->state == ENTRY_DISK && e->stage_token == token && e->staged_addr != 0 &&
+        e->stage_readers > 0 && e->stage_readers != UINT16_MAX && --e->stage_readers == 0) {
+        /* The last reader is done: the holder may reuse the staging space at once. */
+        holder *h = find_holder(off, e->holder);
+        if (h != NULL &&
+            push_task(h, CRP_OFF_UNSTAGE, e->key, e->key_len, e->version, e->staged_addr, 0))
+            e->staged_addr = e->staged_until = 0;
+    }
     pthread_mutex_unlock(&off->mu);
 }

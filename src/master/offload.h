@@ -83,6 +83,10 @@ bool crk_off_put_allowed(crk_service *s, const char *key, size_t len, crk_client
  *  CR_ERR_OFFLOAD_STAGING (retry soon), CR_ERR_OFFLOAD_UNAVAILABLE, or CR_OBJECT_NOT_FOUND. */
 int crk_off_get(crk_service *s, const char *key, size_t len, uint64_t now, crk_replica_list *out);
 
+/** A reader of a staged copy is done (RELEASE_LEASES with a token that has bit 63 set):
+ *  when it was the last, the holder is told to free the staging space. */
+void crk_off_release(crk_service *s, const char *key, uint64_t token);
+
 /** Is key on disk? 1 or 0. */
 int crk_off_exist(crk_service *s, const char *key, size_t len);
 
@@ -103,5 +107,10 @@ int crk_off_heartbeat(crk_service *s, crk_client_id client, const void *body, si
 
 /** Fill *out (zeros when offload is off). */
 void crk_off_get_stats(crk_service *s, crk_off_stats *out);
+
+struct crk_text;
+/** Append the disk tier's /metrics families (master_disk_*, master_offload_*) to t;
+ *  nothing when offload is off. */
+void crk_off_prom(crk_service *s, struct crk_text *t);
 
 #endif

@@ -41,7 +41,7 @@ int crp_off_encode(const crp_off_msg *m, crp_buf *out)
     for (size_t i = 0; i < m->n_items && e.status == 0; i++) {
         const crp_off_item *it = &m->items[i];
         size_t mark = crp_mp_path_push(&e.c, "item", i);
-        if (it->kind < CRP_OFF_OFFLOAD || it->kind > CRP_OFF_EVICTED)
+        if (it->kind < CRP_OFF_OFFLOAD || it->kind > CRP_OFF_UNSTAGE)
             crp_mp_enc_invalid(&e, "t", "unknown kind %u", (unsigned)it->kind);
         else if (it->key == NULL || it->key[0] == '\0')
             crp_mp_enc_invalid(&e, "k", "is NULL or empty");
@@ -68,7 +68,7 @@ static int dec_item(crp_mp_ctx *c, const msgpack_object *o, crp_off_item *it, co
     uint8_t kind;
     int rc = crp_mp_map_fields(c, NULL, o, ITEM_KEYS, 7, v);
     if (rc == 0)
-        rc = crp_mp_get_u8(c, "t", v[0], CRP_OFF_EVICTED, &kind);
+        rc = crp_mp_get_u8(c, "t", v[0], CRP_OFF_UNSTAGE, &kind);
     if (rc == 0 && kind < CRP_OFF_OFFLOAD)
         rc = crp_mp_fail(MALFORMED, c, "t", "is 0 (no such kind)");
     if (rc == 0)

@@ -15,7 +15,7 @@
  *
  * Every field of an item is required (unused ones are 0). Requests carry
  * results (OFFLOAD, STAGE, PROMOTE with "st") and reports (ANNOUNCE,
- * EVICTED); replies carry tasks (OFFLOAD, STAGE, REMOVE, PROMOTE).
+ * EVICTED); replies carry tasks (OFFLOAD, STAGE, REMOVE, PROMOTE, UNSTAGE).
  *
  * The decoder follows the RPC rules (strict types, unknown keys skipped,
  * bounds checked, no trailing bytes) and is fuzzed (fuzz/fuzz_offload.c).
@@ -42,6 +42,7 @@ typedef enum crp_off_kind {
     CRP_OFF_PROMOTE = 4,  /* task: put k (v) back into memory; result: st */
     CRP_OFF_ANNOUNCE = 5, /* report: k (v, l) is on disk (after a restart) */
     CRP_OFF_EVICTED = 6,  /* report: the disk tier dropped k (v) for room */
+    CRP_OFF_UNSTAGE = 7,  /* task: the readers of the staged copy of k at a are done */
 } crp_off_kind;
 
 /* Holder counters, in "st" order (crf_stats and the holder's own). */

@@ -129,7 +129,7 @@ static void test_decoder_refuses(void **state)
         for (int f = 0; f < 7; f++) {
             msgpack_pack_str_with_body(&pk, keys[f], strlen(keys[f]));
             if (f == 0)
-                msgpack_pack_uint8(&pk, bad == 0 ? 0 : bad == 1 ? 7 : 1);
+                msgpack_pack_uint8(&pk, bad == 0 ? 0 : bad == 1 ? 8 : 1);
             else if (f == 1)
                 msgpack_pack_str_with_body(&pk, "k", bad == 2 ? 0 : 1);
             else if (f == 6)

@@ -349,8 +349,8 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
         goto err_destroy;
     }
     s->heartbeat_running = true;
-    bool has_offload = cfg->struct_size >= offsetof(cr_store_config, ssd_offload_path) +
-                                               sizeof(cfg->ssd_offload_path);
+    bool has_offload = cfg->struct_size >=
+                       offsetof(cr_store_config, ssd_offload_path) + sizeof(cfg->ssd_offload_path);
     if (has_offload && cfg->enable_ssd_offload) {
         rc = crc_off_start(s, cfg->ssd_offload_path, &s->off);
         if (rc < 0)

@@ -35,10 +35,10 @@
 #include "proto/offload.h"
 #include "store/internal.h"
 
-#define ANNOUNCE_CHUNK   1024
-#define MAX_RESULTS      CRP_OFF_MAX_ITEMS
-#define DEFAULT_POLL_MS  10
-#define DEFAULT_STAGE    (64ull << 20)
+#define ANNOUNCE_CHUNK    1024
+#define MAX_RESULTS       CRP_OFF_MAX_ITEMS
+#define DEFAULT_POLL_MS   10
+#define DEFAULT_STAGE     (64ull << 20)
 #define DEFAULT_STAGE_TTL 5000
 
 typedef struct owned_item {
@@ -84,7 +84,6 @@ static void free_items(owned_item *v, size_t n)
     for (size_t i = 0; i < n; i++)
         free(v[i].it.key);
 }
-
 
 static uint64_t env_u64(const char *name, uint64_t dflt)
 {
@@ -189,6 +188,18 @@ static void expire_slots(crc_offload *o, uint64_t now)
     }
 }
 
+/* The readers of the staged copy at addr are done. */
+static void unstage(crc_offload *o, uint64_t addr)
+{
+    for (size_t i = 0; i < o->n_slots; i++) {
+        if ((uint64_t)(uintptr_t)(o->stage + o->slots[i].a.offset) == addr) {
+            crb_oa_free(o->stage_oa, o->slots[i].a.node);
+            o->slots[i] = o->slots[--o->n_slots];
+            return;
+        }
+    }
+}
+
 static int stage_alloc(crc_offload *o, uint64_t size, crb_oa_allocation *a)
 {
     if (o->n_slots == o->cap_slots) {
@@ -267,8 +278,8 @@ static void run_offloads(crc_offload *o, const crp_off_item *tasks, const size_t
     int *res = calloc(n, sizeof(*res));
     if (items == NULL || meta == NULL || res == NULL) {
         for (size_t j = 0; j < n; j++)
-            push_out(o, CRP_OFF_OFFLOAD, CR_ERR_NO_MEMORY, tasks[idx[j]].key,
-                     tasks[idx[j]].version, 0, 0, 0);
+            push_out(o, CRP_OFF_OFFLOAD, CR_ERR_NO_MEMORY, tasks[idx[j]].key, tasks[idx[j]].version,
+                     0, 0, 0);
         goto out;
     }
     uint64_t base = (uint64_t)(uintptr_t)o->s->segment, end = base + o->s->segment_size;
@@ -276,9 +287,12 @@ static void run_offloads(crc_offload *o, const crp_off_item *tasks, const size_t
         const crp_off_item *t = &tasks[idx[j]];
         put_le64(meta[j], t->version);
         bool inside = t->addr >= base && t->size <= end - t->addr && t->addr <= end;
-        items[j] = (crf_put_item){t->key, strlen(t->key),
+        items[j] = (crf_put_item){t->key,
+                                  strlen(t->key),
                                   inside ? (const void *)(uintptr_t)t->addr : NULL,
-                                  inside ? t->size : 0, meta[j], 8};
+                                  inside ? t->size : 0,
+                                  meta[j],
+                                  8};
         res[j] = inside ? 0 : CR_INVALID_PARAMS;
     }
     /* Items outside the segment are not written: a batch of only the good ones. */
@@ -326,6 +340,9 @@ static void run_tasks(crc_offload *o, const crp_off_msg *m, uint64_t now)
             break;
         case CRP_OFF_PROMOTE:
             run_promote(o, t);
+            break;
+        case CRP_OFF_UNSTAGE:
+            unstage(o, t->addr);
             break;
         default:
             break;
@@ -535,9 +552,8 @@ int crc_off_start(cr_store *s, const char *path, crc_offload **out)
     crf_get_stats(o->disk, &st);
     crb_log(CRB_LOG_INFO,
             "store %s: disk tier at %s: %llu recovered keys, %llu bytes, capacity %llu, %s",
-            s->segment_name, path, (unsigned long long)st.keys,
-            (unsigned long long)st.file_bytes, (unsigned long long)st.capacity_bytes,
-            st.io_reason);
+            s->segment_name, path, (unsigned long long)st.keys, (unsigned long long)st.file_bytes,
+            (unsigned long long)st.capacity_bytes, st.io_reason);
     *out = o;
     return 0;
 

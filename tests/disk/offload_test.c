@@ -110,12 +110,15 @@ static void roundtrip(void **state)
     start_all(&m, &h, &c, margs);
     enum { N = 256 };
     char key[64];
+    uint64_t t0 = sh_now_ms();
     for (int i = 0; i < N; i++) {
         snprintf(key, sizeof(key), "rt-%d", i);
         long long rc = put_retry(&c, "put", key, MIB, 1000u + (unsigned)i);
         if (rc != 0)
             fail_msg("put %s: %lld (%s)", key, rc, c.line);
     }
+    fprintf(stderr, "roundtrip: %d puts took %llu ms\n", N, (unsigned long long)(sh_now_ms() - t0));
+    t0 = sh_now_ms();
     const char *st = sh_cmd(&h, "offstats");
     long long offloads = sh_field(st, "offloads");
     if (offloads < N / 2)
@@ -126,6 +129,7 @@ static void roundtrip(void **state)
         if (!read_ok(r, MIB))
             fail_msg("get %s from the other client: %s", key, r);
     }
+    fprintf(stderr, "roundtrip: %d gets took %llu ms\n", N, (unsigned long long)(sh_now_ms() - t0));
     long long disk_reads = sh_field(sh_cmd(&c, "offstats"), "rpc_reads");
     if (disk_reads < N / 2)
         fail_msg("only %lld gets were served from disk", disk_reads);

@@ -856,8 +856,8 @@ int main(int argc, char **argv)
             cr_store_offload_stats os;
             rc = cr_store_offload_stats_get(store, &os);
             printf("%d keys=%" PRIu64 " bytes=%" PRIu64 " offloads=%" PRIu64 " failed=%" PRIu64
-                   " staged=%" PRIu64 " promoted=%" PRIu64 " evicted=%" PRIu64
-                   " rpc_reads=%" PRIu64 "\n",
+                   " staged=%" PRIu64 " promoted=%" PRIu64 " evicted=%" PRIu64 " rpc_reads=%" PRIu64
+                   "\n",
                    rc, os.disk_keys, os.disk_bytes, os.offloads, os.offload_failures,
                    os.stage_reads, os.promotions, os.disk_evictions, os.rpc_reads);
         } else if (strcmp(cmd, "regcount") == 0) {
