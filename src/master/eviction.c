@@ -134,6 +134,8 @@ static uint64_t evict_locked(crk_service *s, uint64_t target, uint64_t min_bytes
 uint64_t crk_evict_round(crk_service *s, uint64_t target_bytes, uint64_t now, uint64_t *keys_out)
 {
     uint64_t cap = crk_get(s->c.capacity), used = crk_allocated(s);
+    uint64_t leaving = crk_off_leaving_bytes(s); /* offloads in flight free this much */
+    used = used > leaving ? used - leaving : 0;
     double wm = s->cfg.eviction_high_watermark_ratio;
     uint64_t over = (double)used > wm * (double)cap ? used - (uint64_t)(wm * (double)cap) : 0;
     pthread_mutex_lock(&s->evict_lock);
@@ -148,6 +150,10 @@ void crk_evict_for_alloc(crk_service *s, uint64_t need_bytes, uint64_t seen_roun
     pthread_mutex_lock(&s->evict_lock);
     if (atomic_load(&s->evict_rounds) != seen_rounds) {
         pthread_mutex_unlock(&s->evict_lock); /* a round just ran: retry first */
+        return;
+    }
+    if (crk_off_leaving_bytes(s) >= need_bytes) { /* offloads in flight will free enough */
+        pthread_mutex_unlock(&s->evict_lock);
         return;
     }
     uint64_t used = crk_allocated(s);

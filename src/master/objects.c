@@ -611,7 +611,7 @@ static int exist_impl(crk_service *s, const char *key, const key_ref *pre)
     crk_object *o = k.sh->slots[slot].obj;
     int found = o && (o->flags & CRK_OBJ_COMPLETE) && o->nrep > 0;
     pthread_mutex_unlock(&k.sh->mu);
-    if (!found && o == NULL && s->off != NULL)
+    if (!found && s->off != NULL) /* on disk only, or being promoted back */
         found = crk_off_exist(s, key, k.len);
     return found;
 }
@@ -630,6 +630,10 @@ static int get_impl(crk_service *s, const char *key, const key_ref *pre, uint64_
         return rc;
     crk_shard *sh = k.sh;
     if (!(o->flags & CRK_OBJ_COMPLETE)) {
+        if (s->off != NULL && o->write != NULL && o->write->promotion) {
+            pthread_mutex_unlock(&sh->mu); /* being promoted: the disk copy still serves */
+            return crk_off_get(s, key, k.len, now, out);
+        }
         rc = crb_error(CR_REPLICA_IS_NOT_READY, "get_replica_list '%s': put in flight", key);
         goto unlock;
     }

@@ -47,11 +47,13 @@ typedef struct entry {
     uint64_t version, size;
     uint64_t staged_addr, staged_until, stage_asked_at;
     uint64_t stage_token; /* lease token of the staged copy's readers (bit 63 set) */
+    uint64_t leaving;     /* evict mode: memory bytes released when the offload resolves */
     uint32_t hits;
     uint16_t stage_readers; /* hand-outs of the staged copy not yet released */
     uint8_t state;
     bool evict_mode; /* PENDING from an eviction: release the memory on success */
     bool promote_queued;
+    uint8_t promote_tries; /* promotions that found no memory (offloads free it; retried) */
     size_t key_len;
     char key[];
 } entry;
@@ -78,6 +80,7 @@ struct crk_offload {
     size_t nbuckets, n_entries, n_disk;
     holder *holders;
     uint64_t next_version, instance, next_token;
+    _Atomic uint64_t leaving; /* sum of the entries' `leaving` */
     uint64_t writes, reads, staged_hits, promotions, failures, refused;
 };
 
@@ -128,9 +131,27 @@ static entry *new_entry(struct crk_offload *o, const char *key, size_t len, uint
     return e;
 }
 
+/* The offload of e resolved (or was dropped): its memory no longer counts as leaving. */
+static void settle(struct crk_offload *o, entry *e)
+{
+    if (e->leaving > 0)
+        atomic_fetch_sub(&o->leaving, e->leaving);
+    e->leaving = 0;
+}
+
+/* e's object's memory will be released when its offload resolves. */
+static void mark_leaving(crk_service *s, struct crk_offload *o, entry *e, const crk_object *obj)
+{
+    if (e->leaving > 0)
+        return;
+    e->leaving = crk_rep_bytes(s, obj->size) * obj->nrep;
+    atomic_fetch_add(&o->leaving, e->leaving);
+}
+
 static void unlink_entry(struct crk_offload *o, entry **p)
 {
     entry *e = *p;
+    settle(o, e);
     *p = e->next;
     o->n_entries--;
     if (e->state == ENTRY_DISK)
@@ -278,6 +299,7 @@ bool crk_off_evict_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t
     }
     if (e != NULL && e->state == ENTRY_PENDING) {
         e->evict_mode = true; /* write-behind in flight: release the memory once it lands */
+        mark_leaving(s, off, e, o);
         taken = true;
         goto out;
     }
@@ -300,6 +322,7 @@ bool crk_off_evict_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t
         unlink_entry(off, find_slot(off, o->key, o->key_len, h));
         goto out;
     }
+    mark_leaving(s, off, e, o);
     taken = true;
 out:
     if (taken) {
@@ -538,6 +561,7 @@ static void offload_result(crk_service *s, struct crk_offload *off, holder *hd,
         crb_log(CRB_LOG_INFO, "master: offload of '%s' to %s failed (%s)%s", it->key, hd->segment,
                 cr_status_name(it->status), release ? "; evicted" : "");
     } else {
+        settle(off, e);
         e->state = ENTRY_DISK;
         off->n_disk++;
         off->writes++;
@@ -621,6 +645,11 @@ static void other_report(crk_service *s, struct crk_offload *off, holder *hd,
         }
         break;
     case CRP_OFF_PROMOTE:
+        if (current && it->status == CR_NO_AVAILABLE_HANDLE && e->promote_tries < 20 &&
+            push_task(hd, CRP_OFF_PROMOTE, e->key, e->key_len, e->version, 0, e->size)) {
+            e->promote_tries++; /* after the offloads queued before it have freed memory */
+            break;
+        }
         if (current)
             e->promote_queued = false;
         if (it->status == 0)
@@ -779,4 +808,9 @@ void crk_off_release(crk_service *s, const char *key, uint64_t token)
             e->staged_addr = e->staged_until = 0;
     }
     pthread_mutex_unlock(&off->mu);
+}
+
+uint64_t crk_off_leaving_bytes(crk_service *s)
+{
+    return s->off != NULL ? atomic_load(&s->off->leaving) : 0;
 }

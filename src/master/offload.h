@@ -105,6 +105,10 @@ uint64_t crk_off_remove_all(crk_service *s, const char *ns, size_t nl);
 int crk_off_heartbeat(crk_service *s, crk_client_id client, const void *body, size_t len,
                       uint64_t now, crp_buf *reply);
 
+/** Memory bytes of objects being offloaded for an eviction: allocated still, but
+ *  released as soon as their holders report them written (eviction counts them as freed). */
+uint64_t crk_off_leaving_bytes(crk_service *s);
+
 /** Fill *out (zeros when offload is off). */
 void crk_off_get_stats(crk_service *s, crk_off_stats *out);
 

@@ -194,6 +194,8 @@ int crk_tick(crk_service *s, uint64_t now_ms)
     crk_prune_tombs(s, now_ms);
 
     uint64_t cap = crk_get(s->c.capacity), used = crk_allocated(s);
+    uint64_t leaving = crk_off_leaving_bytes(s); /* offloads in flight free this much */
+    used = used > leaving ? used - leaving : 0;
     double wm = s->cfg.eviction_high_watermark_ratio;
     if (cap > 0 && s->cfg.eviction_ratio > 0 && (double)used > wm * (double)cap) {
         double target = s->cfg.eviction_ratio * (double)used + ((double)used - wm * (double)cap);

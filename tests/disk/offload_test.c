@@ -144,10 +144,241 @@ static void roundtrip(void **state)
     stop_all(&m, &h, &c);
 }
 
+/* Put n 1 MiB values pfx0..pfx<n-1> with seeds seed+i (retrying while offloads run). */
+static void put_many(sh_client *c, const char *pfx, int n, unsigned seed)
+{
+    char key[64];
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%s%d", pfx, i);
+        long long rc = put_retry(c, "put", key, MIB, seed + (unsigned)i);
+        if (rc != 0)
+            fail_msg("put %s: %lld (%s)", key, rc, c->line);
+    }
+}
+
+/* Is key on the holder's disk only (exists, but no memory replica)? */
+static bool disk_only(sh_client *c, const char *key)
+{
+    return sh_rc(c, "exist %s", key) == 1 && sh_rc(c, "replicas %s", key) == CR_OBJECT_NOT_FOUND;
+}
+
+static int first_disk_only(sh_client *c, const char *pfx, int n, int from)
+{
+    char key[64];
+    for (int i = from; i < n; i++) {
+        snprintf(key, sizeof(key), "%s%d", pfx, i);
+        if (disk_only(c, key))
+            return i;
+    }
+    fail_msg("no disk-only key among %s%d..%d", pfx, from, n - 1);
+    return -1;
+}
+
+static void promotion(void **state)
+{
+    (void)state;
+    sh_master m;
+    sh_client h, c;
+    const char *const margs[] = {"--enable_offload=true", "--offload_on_evict=true",
+                                 "--promotion_on_hit=true", "--promotion_admission_threshold=1",
+                                 NULL};
+    start_all(&m, &h, &c, margs);
+    enum { N = 128 };
+    put_many(&c, "pr-", N, 500);
+    char key[64];
+    int promoted_keys[8], np = 0;
+    for (int i = 0; i < N && np < 8; i++) {
+        snprintf(key, sizeof(key), "pr-%d", i);
+        if (!disk_only(&c, key))
+            continue;
+        const char *r = sh_cmd(&c, "get %s %u", key, 500u + (unsigned)i);
+        if (!read_ok(r, MIB))
+            fail_msg("first get of disk-only %s: %s", key, r);
+        promoted_keys[np++] = i;
+    }
+    assert_int_equal(np, 8);
+    /* The holder copies them back into memory (a put of its own). */
+    uint64_t until = sh_now_ms() + 10000;
+    long long promos = 0;
+    while ((promos = sh_field(sh_cmd(&h, "offstats"), "promoted")) < np && sh_now_ms() < until)
+        sh_sleep_ms(20);
+    if (promos < np)
+        fail_msg("%lld of %d hit values promoted: %s", promos, np, h.line);
+    int in_memory = 0;
+    for (int j = 0; j < np; j++) {
+        snprintf(key, sizeof(key), "pr-%d", promoted_keys[j]);
+        in_memory += sh_rc(&c, "replicas %s", key) >= 1;
+        const char *r = sh_cmd(&c, "get %s %u", key, 500u + (unsigned)promoted_keys[j]);
+        if (!read_ok(r, MIB))
+            fail_msg("get of promoted %s: %s", key, r);
+    }
+    if (in_memory == 0)
+        fail_msg("no promoted value has a memory replica");
+    for (int i = 0; i < N; i++) { /* and nothing else was disturbed */
+        snprintf(key, sizeof(key), "pr-%d", i);
+        const char *r = sh_cmd(&c, "get %s %u", key, 500u + (unsigned)i);
+        if (!read_ok(r, MIB))
+            fail_msg("get %s: %s", key, r);
+    }
+    assert_true(sh_metric(&m, "master_disk_promotions_total") >= np);
+    stop_all(&m, &h, &c);
+}
+
+static void remove_upsert(void **state)
+{
+    (void)state;
+    sh_master m;
+    sh_client h, c;
+    const char *const margs[] = {"--enable_offload=true", "--offload_on_evict=true", NULL};
+    start_all(&m, &h, &c, margs);
+    enum { N = 112 };
+    put_many(&c, "ru-", N, 700);
+    char key[64];
+    /* remove of a disk-only key: gone, never served from disk */
+    int a = first_disk_only(&c, "ru-", N, 0);
+    snprintf(key, sizeof(key), "ru-%d", a);
+    assert_int_equal(sh_rc(&c, "remove %s", key), 0);
+    assert_int_equal(sh_rc(&c, "exist %s", key), 0);
+    assert_int_equal(sh_rc(&c, "get %s", key), CR_OBJECT_NOT_FOUND);
+    assert_int_equal(sh_rc(&h, "get %s", key), CR_OBJECT_NOT_FOUND);
+    assert_int_equal(sh_rc(&c, "remove %s", key), CR_OBJECT_NOT_FOUND);
+    /* a plain put of a disk-only key: it exists */
+    int b = first_disk_only(&c, "ru-", N, a + 1);
+    const char *r0;
+    snprintf(key, sizeof(key), "ru-%d", b);
+    assert_int_equal(sh_rc(&c, "put %s %d 1", key, MIB), 0); /* Mooncake: exists = done */
+    r0 = sh_cmd(&c, "get %s %u", key, 700u + (unsigned)b);
+    if (!read_ok(r0, MIB))
+        fail_msg("a put of a disk-only key changed it: %s", r0);
+    /* upsert of a disk-only key: the new bytes from then on, also once evicted again */
+    assert_int_equal(put_retry(&c, "upsert", key, MIB / 2, 4242), 0);
+    const char *r = sh_cmd(&c, "get %s 4242", key);
+    if (!read_ok(r, MIB / 2))
+        fail_msg("get after upsert: %s", r);
+    put_many(&c, "ru2-", 80, 900); /* pushes it out to disk again */
+    for (int i = 0; i < 50; i++) {
+        r = sh_cmd(&c, "get %s 4242", key);
+        if (!read_ok(r, MIB / 2))
+            fail_msg("get of the upserted key (round %d): %s", i, r);
+        if (disk_only(&c, key))
+            break;
+        put_many(&c, "ru3-", 4, 1300u + (unsigned)i * 4);
+    }
+    r = sh_cmd(&c, "get %s 4242", key);
+    if (!read_ok(r, MIB / 2))
+        fail_msg("get of the upserted key from disk: %s", r);
+    /* the removed key stays removed through all of it */
+    snprintf(key, sizeof(key), "ru-%d", a);
+    assert_int_equal(sh_rc(&c, "get %s", key), CR_OBJECT_NOT_FOUND);
+    /* remove_all reaches the disk copies too */
+    assert_true(sh_rc(&c, "remove_all force") > 0);
+    snprintf(key, sizeof(key), "ru-%d", b);
+    assert_int_equal(sh_rc(&c, "exist %s", key), 0);
+    assert_int_equal(sh_rc(&c, "get %s", key), CR_OBJECT_NOT_FOUND);
+    stop_all(&m, &h, &c);
+}
+
+static void kill_restart(void **state)
+{
+    (void)state;
+    sh_master m;
+    sh_client h, c;
+    const char *const margs[] = {"--enable_offload=true", "--offload_on_evict=true",
+                                 "--client_ttl=2", NULL};
+    start_all(&m, &h, &c, margs);
+    enum { N = 160 };
+    char key[64];
+    /* Fill until offloads are running, then kill the holder in the middle of them. */
+    put_many(&c, "kr-", 100, 3000);
+    for (int i = 100; i < N; i++) { /* no wait: the kill lands while offloads are queued */
+        snprintf(key, sizeof(key), "kr-%d", i);
+        if (sh_rc(&c, "put %s %d %u", key, MIB, 3000u + (unsigned)i) != 0)
+            break;
+    }
+    long long before = sh_field(sh_cmd(&h, "offstats"), "offloads");
+    sh_client_kill(&h);
+    assert_true(before > 0);
+    /* Restart on the same directory: complete records come back (re-announced). */
+    sh_client h2;
+    const char *const hargs[] = {"--segment", "64M", "--ssd", dir, "--region", "0", NULL};
+    assert_int_equal(sh_client_start(&h2, m.addr, hargs), 0);
+    int ok = 0;
+    uint64_t until = sh_now_ms() + 15000;
+    while (ok < before / 2 && sh_now_ms() < until) {
+        ok = 0;
+        for (int i = 0; i < N; i++) {
+            snprintf(key, sizeof(key), "kr-%d", i);
+            const char *r = sh_cmd(&c, "get %s %u", key, 3000u + (unsigned)i);
+            long long rc = strtoll(r, NULL, 10);
+            if (rc >= 0 && !read_ok(r, MIB))
+                fail_msg("wrong bytes for %s after the holder's restart: %s", key, r);
+            ok += rc == MIB;
+        }
+        if (ok < before / 2)
+            sh_sleep_ms(200);
+    }
+    if (ok < before / 2)
+        fail_msg("%d values readable after the restart; %lld were on disk before the kill", ok,
+                 before);
+    /* the restarted holder serves new puts and offloads as before */
+    put_many(&c, "kr2-", 80, 7000);
+    for (int i = 0; i < 80; i++) {
+        snprintf(key, sizeof(key), "kr2-%d", i);
+        const char *r = sh_cmd(&c, "get %s %u", key, 7000u + (unsigned)i);
+        if (!read_ok(r, MIB))
+            fail_msg("get %s after the restart: %s", key, r);
+    }
+    assert_int_equal(sh_client_stop(&c), 0);
+    assert_int_equal(sh_client_stop(&h2), 0);
+    assert_int_equal(sh_master_stop(&m), 0);
+}
+
+static void disk_full(void **state)
+{
+    (void)state;
+    setenv("MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE", "25165824", 1); /* 24 MiB */
+    sh_master m;
+    sh_client h, c;
+    const char *const margs[] = {"--enable_offload=true", "--offload_on_evict=true", NULL};
+    start_all(&m, &h, &c, margs);
+    unsetenv("MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE");
+    enum { N = 160 };
+    put_many(&c, "df-", N, 9000);
+    const char *st = sh_cmd(&h, "offstats");
+    if (sh_field(st, "bytes") > 25165824 + (1 << 20))
+        fail_msg("the disk tier went past its capacity: %s", st);
+    if (sh_field(st, "evicted") <= 0)
+        fail_msg("no disk eviction under %d MiB: %s", N, st);
+    char key[64];
+    int ok = 0, gone = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "df-%d", i);
+        uint64_t t0 = sh_now_ms();
+        const char *r = sh_cmd(&c, "get %s %u", key, 9000u + (unsigned)i);
+        long long rc = strtoll(r, NULL, 10);
+        if (sh_now_ms() - t0 > 8000)
+            fail_msg("get %s took %llu ms", key, (unsigned long long)(sh_now_ms() - t0));
+        if (rc >= 0 && !read_ok(r, MIB))
+            fail_msg("wrong bytes for %s: %s", key, r);
+        ok += rc == MIB;
+        gone += rc == CR_OBJECT_NOT_FOUND;
+        if (rc < 0 && rc != CR_OBJECT_NOT_FOUND)
+            fail_msg("get %s: %s", key, r);
+    }
+    if (ok < 48 || gone == 0)
+        fail_msg("%d readable, %d gone of %d (64 MiB memory + 24 MiB disk): %s", ok, gone, N,
+                 sh_cmd(&h, "offstats"));
+    stop_all(&m, &h, &c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(roundtrip, setup, teardown),
+        cmocka_unit_test_setup_teardown(promotion, setup, teardown),
+        cmocka_unit_test_setup_teardown(remove_upsert, setup, teardown),
+        cmocka_unit_test_setup_teardown(kill_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(disk_full, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
