@@ -160,6 +160,10 @@ void crk_evict_for_alloc(crk_service *s, uint64_t need_bytes, uint64_t seen_roun
     uint64_t target = (uint64_t)(s->cfg.eviction_ratio * (double)used);
     if (target < need_bytes)
         target = need_bytes;
+    /* Offloads are asynchronous: hand the holders work in batches of an eighth of the
+     * capacity, so writes keep flowing while the previous batch lands. */
+    if (s->off != NULL && s->cfg.offload_on_evict && target < crk_get(s->c.capacity) / 8)
+        target = crk_get(s->c.capacity) / 8;
     uint64_t keys = 0;
     uint64_t freed = evict_locked(s, target, need_bytes, now, &keys);
     atomic_fetch_add(&s->evict_rounds, 1);

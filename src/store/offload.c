@@ -225,30 +225,60 @@ static bool version_matches(crc_offload *o, const char *key, uint64_t version, u
     return version == 0 || get_le64(info.meta, info.meta_len) == version;
 }
 
-static void run_stage(crc_offload *o, const crp_off_item *t, uint64_t now)
+/* Stage n values (tasks[idx[0..n)]) with one crf_get_batch: the reads run in parallel. */
+static void run_stages(crc_offload *o, const crp_off_item *tasks, const size_t *idx, size_t n,
+                       uint64_t now)
 {
-    uint64_t size = 0;
-    if (!version_matches(o, t->key, t->version, &size)) {
-        push_out(o, CRP_OFF_STAGE, CR_OBJECT_NOT_FOUND, t->key, t->version, 0, 0, 0);
+    if (n == 0)
         return;
+    crf_get_item *gets = calloc(n, sizeof(*gets));
+    crb_oa_allocation *al = calloc(n, sizeof(*al));
+    int64_t *res = calloc(n, sizeof(*res));
+    size_t *which = calloc(n, sizeof(*which));
+    uint64_t *sizes = calloc(n, sizeof(*sizes));
+    if (gets == NULL || al == NULL || res == NULL || which == NULL || sizes == NULL) {
+        for (size_t j = 0; j < n; j++)
+            push_out(o, CRP_OFF_STAGE, CR_ERR_NO_MEMORY, tasks[idx[j]].key, tasks[idx[j]].version,
+                     0, 0, 0);
+        goto out;
     }
-    crb_oa_allocation a;
-    int rc = stage_alloc(o, size, &a);
-    if (rc < 0) { /* full: the master asks again; slots free within their TTL */
-        push_out(o, CRP_OFF_STAGE, CR_NO_AVAILABLE_HANDLE, t->key, t->version, 0, 0, 0);
-        return;
+    size_t m = 0;
+    for (size_t j = 0; j < n; j++) {
+        const crp_off_item *t = &tasks[idx[j]];
+        uint64_t size = 0;
+        if (!version_matches(o, t->key, t->version, &size)) {
+            push_out(o, CRP_OFF_STAGE, CR_OBJECT_NOT_FOUND, t->key, t->version, 0, 0, 0);
+            continue;
+        }
+        if (stage_alloc(o, size, &al[m]) < 0) { /* full: asked again; slots free on release */
+            push_out(o, CRP_OFF_STAGE, CR_NO_AVAILABLE_HANDLE, t->key, t->version, 0, 0, 0);
+            continue;
+        }
+        o->slots[o->n_slots++] = (stage_slot){al[m], now + o->stage_ttl_ms};
+        gets[m] = (crf_get_item){t->key, strlen(t->key), o->stage + al[m].offset, al[m].size};
+        sizes[m] = size;
+        which[m++] = idx[j];
     }
-    int64_t n = crf_get(o->disk, t->key, strlen(t->key), o->stage + a.offset, a.size);
-    if (n < 0 || (uint64_t)n != size) {
-        crb_oa_free(o->stage_oa, a.node);
-        push_out(o, CRP_OFF_STAGE, n < 0 ? (int32_t)n : CR_ERR_DISK_IO, t->key, t->version, 0, 0,
-                 0);
-        return;
+    int rc = m ? crf_get_batch(o->disk, gets, m, res) : 0;
+    for (size_t j = 0; j < m; j++) {
+        const crp_off_item *t = &tasks[which[j]];
+        int64_t got = rc < 0 ? rc : res[j];
+        if (got < 0 || (uint64_t)got != sizes[j]) {
+            unstage(o, (uint64_t)(uintptr_t)gets[j].dst);
+            push_out(o, CRP_OFF_STAGE, got < 0 ? (int32_t)got : CR_ERR_DISK_IO, t->key, t->version,
+                     0, 0, 0);
+            continue;
+        }
+        atomic_fetch_add(&o->stage_reads, 1);
+        push_out(o, CRP_OFF_STAGE, 0, t->key, t->version, (uint64_t)(uintptr_t)gets[j].dst,
+                 sizes[j], o->stage_ttl_ms);
     }
-    o->slots[o->n_slots++] = (stage_slot){a, now + o->stage_ttl_ms};
-    atomic_fetch_add(&o->stage_reads, 1);
-    push_out(o, CRP_OFF_STAGE, 0, t->key, t->version, (uint64_t)(uintptr_t)(o->stage + a.offset),
-             size, o->stage_ttl_ms);
+out:
+    free(gets);
+    free(al);
+    free(res);
+    free(which);
+    free(sizes);
 }
 
 static void run_promote(crc_offload *o, const crp_off_item *t)
@@ -323,7 +353,8 @@ out:
 static void run_tasks(crc_offload *o, const crp_off_msg *m, uint64_t now)
 {
     size_t *offload_idx = calloc(m->n_items ? m->n_items : 1, sizeof(*offload_idx));
-    size_t n_off = 0;
+    size_t *stage_idx = calloc(m->n_items ? m->n_items : 1, sizeof(*stage_idx));
+    size_t n_off = 0, n_stage = 0;
     for (size_t i = 0; i < m->n_items; i++) {
         const crp_off_item *t = &m->items[i];
         switch (t->kind) {
@@ -332,14 +363,12 @@ static void run_tasks(crc_offload *o, const crp_off_msg *m, uint64_t now)
                 offload_idx[n_off++] = i;
             break;
         case CRP_OFF_STAGE:
-            run_stage(o, t, now);
+            if (stage_idx != NULL)
+                stage_idx[n_stage++] = i;
             break;
         case CRP_OFF_REMOVE:
             if (version_matches(o, t->key, t->version, NULL))
                 (void)crf_remove(o->disk, t->key, strlen(t->key));
-            break;
-        case CRP_OFF_PROMOTE:
-            run_promote(o, t);
             break;
         case CRP_OFF_UNSTAGE:
             unstage(o, t->addr);
@@ -348,8 +377,15 @@ static void run_tasks(crc_offload *o, const crp_off_msg *m, uint64_t now)
             break;
         }
     }
+    /* Readers wait for stages; writers for the memory offloads free. Promotions last:
+     * they need the memory the offloads release. */
+    run_stages(o, m->items, stage_idx, n_stage, now);
     run_offloads(o, m->items, offload_idx, n_off);
+    for (size_t i = 0; i < m->n_items; i++)
+        if (m->items[i].kind == CRP_OFF_PROMOTE)
+            run_promote(o, &m->items[i]);
     free(offload_idx);
+    free(stage_idx);
 }
 
 /* --- the disk thread ----------------------------------------------------------------------- */
