@@ -183,6 +183,8 @@ void crk_discard_free(crk_service *s, crk_discard *d)
 
 void crk_erase_object_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t now)
 {
+    if ((o->flags & CRK_OBJ_OFFLOADING) && s->off != NULL)
+        crk_off_object_gone_locked(s, o); /* its offload no longer frees anything */
     crk_shard_remove(sh, o);
     pin_gauges(s, o, -1);
     crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now, o);

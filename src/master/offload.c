@@ -333,7 +333,7 @@ out:
     return taken;
 }
 
-void crk_off_put_end_locked(crk_service *s, crk_object *o, bool upsert, uint64_t now)
+void crk_off_put_end_locked(crk_service *s, crk_object *o, bool promotion, uint64_t now)
 {
     struct crk_offload *off = s->off;
     if (off == NULL)
@@ -344,7 +344,7 @@ void crk_off_put_end_locked(crk_service *s, crk_object *o, bool upsert, uint64_t
     entry *e = *p;
     /* A new version: an older disk copy (or offload in flight) is dead, except the copy a
      * promotion (a plain put by the holder, crk_off_put_allowed) just read back. */
-    if (e != NULL && (upsert || e->state == ENTRY_PENDING)) {
+    if (e != NULL && !(promotion && e->state == ENTRY_DISK)) {
         queue_remove(off, e->holder, e->key, e->key_len, e->version);
         unlink_entry(off, p);
         e = NULL;
@@ -361,6 +361,19 @@ void crk_off_put_end_locked(crk_service *s, crk_object *o, bool upsert, uint64_t
                            rep->seg->base + rep->offset, o->size))
                 unlink_entry(off, find_slot(off, o->key, o->key_len, h));
         }
+    }
+    pthread_mutex_unlock(&off->mu);
+}
+
+void crk_off_object_gone_locked(crk_service *s, const crk_object *o)
+{
+    struct crk_offload *off = s->off;
+    uint64_t h = crk_key_hash(s, o->key, o->key_len);
+    pthread_mutex_lock(&off->mu);
+    entry **p = find_slot(off, o->key, o->key_len, h);
+    if (*p != NULL && (*p)->state == ENTRY_PENDING) {
+        queue_remove(off, (*p)->holder, (*p)->key, (*p)->key_len, (*p)->version);
+        unlink_entry(off, p);
     }
     pthread_mutex_unlock(&off->mu);
 }

@@ -71,9 +71,14 @@ void crk_off_destroy(crk_service *s);
  */
 bool crk_off_evict_locked(crk_service *s, struct crk_shard *sh, crk_object *o, uint64_t now);
 
-/** A put or upsert of o completed (its shard locked): an upsert drops the key's disk copy;
- *  write-behind (enable_offload without offload_on_evict) queues an offload. */
-void crk_off_put_end_locked(crk_service *s, crk_object *o, bool upsert, uint64_t now);
+/** o (flagged CRK_OBJ_OFFLOADING, its shard locked) is being erased (removed, its segment
+ *  gone, ...): a pending offload of it no longer frees memory and is dropped. */
+void crk_off_object_gone_locked(crk_service *s, const crk_object *o);
+
+/** A put or upsert of o completed (its shard locked): the key's disk copy (or offload in
+ *  flight) is dropped unless this write is a promotion (the holder putting that very copy
+ *  back); write-behind (enable_offload without offload_on_evict) queues an offload. */
+void crk_off_put_end_locked(crk_service *s, crk_object *o, bool promotion, uint64_t now);
 
 /** May `client` start a (non-upsert) put of key? False (the key exists on disk) unless the
  *  client is its holder (a promotion). */

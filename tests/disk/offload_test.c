@@ -229,7 +229,8 @@ static void remove_upsert(void **state)
     (void)state;
     sh_master m;
     sh_client h, c;
-    const char *const margs[] = {"--enable_offload=true", "--offload_on_evict=true", NULL};
+    const char *const margs[] = {"--enable_offload=true", "--offload_on_evict=true",
+                                 "--default_kv_lease_ttl=300", NULL};
     start_all(&m, &h, &c, margs);
     enum { N = 112 };
     put_many(&c, "ru-", N, 700);
@@ -255,15 +256,17 @@ static void remove_upsert(void **state)
     const char *r = sh_cmd(&c, "get %s 4242", key);
     if (!read_ok(r, MIB / 2))
         fail_msg("get after upsert: %s", r);
-    put_many(&c, "ru2-", 80, 900); /* pushes it out to disk again */
-    for (int i = 0; i < 50; i++) {
-        r = sh_cmd(&c, "get %s 4242", key);
-        if (!read_ok(r, MIB / 2))
-            fail_msg("get of the upserted key (round %d): %s", i, r);
-        if (disk_only(&c, key))
-            break;
-        put_many(&c, "ru3-", 4, 1300u + (unsigned)i * 4);
+    /* push it out to disk again (reads lease it for 300 ms only here) */
+    bool on_disk = false;
+    for (int i = 0; i < 40 && !on_disk; i++) {
+        char pfx[32];
+        snprintf(pfx, sizeof(pfx), "ru2-%d-", i);
+        sh_sleep_ms(350);
+        put_many(&c, pfx, 16, 1300u + (unsigned)i * 16);
+        on_disk = disk_only(&c, key);
     }
+    if (!on_disk)
+        fail_msg("the upserted key never went to disk");
     r = sh_cmd(&c, "get %s 4242", key);
     if (!read_ok(r, MIB / 2))
         fail_msg("get of the upserted key from disk: %s", r);

@@ -30,6 +30,8 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -49,7 +51,7 @@ typedef struct ob_opts {
     uint64_t sizes[MAX_SIZES];
     size_t n_sizes;
     uint64_t bytes, small_bytes;
-    uint32_t batch, latency, poll_ms;
+    uint32_t batch, latency, poll_ms, threads;
     bool verify;
 } ob_opts;
 
@@ -65,6 +67,7 @@ static void usage(FILE *to)
                 "  --batch N        keys per batch get (default 32)\n"
                 "  --latency N      single-get latency samples per kind (default 200)\n"
                 "  --poll-ms N      the holder's idle poll interval (default 2)\n"
+                "  --threads N      reader threads of the disk-hit phase (default 4)\n"
                 "  --verify         check every byte read\n");
 }
 
@@ -75,6 +78,7 @@ static int parse(int argc, char **argv, ob_opts *o)
                    .batch = 32,
                    .latency = 200,
                    .poll_ms = 2,
+                   .threads = 4,
                    .n_sizes = 2};
     o->sizes[0] = 4 * CB_KIB;
     o->sizes[1] = CB_MIB;
@@ -105,6 +109,8 @@ static int parse(int argc, char **argv, ob_opts *o)
             bad = cb_parse_u32(v, 1, 1024, &o->batch) < 0;
         } else if (strcmp(f, "--latency") == 0) {
             bad = cb_parse_u32(v, 0, 1000000, &o->latency) < 0;
+        } else if (strcmp(f, "--threads") == 0) {
+            bad = cb_parse_u32(v, 1, 64, &o->threads) < 0;
         } else if (strcmp(f, "--poll-ms") == 0) {
             bad = cb_parse_u32(v, 1, 1000, &o->poll_ms) < 0;
         } else {
@@ -188,6 +194,56 @@ static int check(const uint8_t *got, uint64_t s, uint64_t i, uint8_t *want)
     return memcmp(got, want, s) == 0 ? 0 : -1;
 }
 
+/* The disk-hit phase: threads take batches of keys from `next`. */
+typedef struct hit_job {
+    const ob_opts *o;
+    cr_store *rw;
+    const char *sz;
+    uint64_t s, n_disk;
+    _Atomic uint64_t next, bytes, bad, failed;
+} hit_job;
+
+static void *hit_main(void *arg)
+{
+    hit_job *j = arg;
+    uint32_t b = j->o->batch;
+    const char **keys = calloc(b, sizeof(*keys));
+    char(*kb)[64] = calloc(b, 64);
+    void **vals = calloc(b, sizeof(*vals));
+    int64_t *res = calloc(b, sizeof(*res));
+    uint8_t *want = malloc(j->s);
+    while (keys && kb && vals && res && want) {
+        uint64_t i = atomic_fetch_add(&j->next, b);
+        if (i >= j->n_disk)
+            break;
+        size_t m = j->n_disk - i < b ? (size_t)(j->n_disk - i) : b;
+        for (size_t k = 0; k < m; k++) {
+            snprintf(kb[k], 64, "ob-%s-%" PRIu64, j->sz, i + k);
+            keys[k] = kb[k];
+        }
+        if (cr_store_batch_get(j->rw, keys, m, vals, res) < 0) {
+            atomic_fetch_add(&j->failed, m);
+            continue;
+        }
+        for (size_t k = 0; k < m; k++) {
+            if (res[k] == (int64_t)j->s) {
+                atomic_fetch_add(&j->bytes, j->s);
+                if (j->o->verify && check(vals[k], j->s, i + k, want) < 0)
+                    atomic_fetch_add(&j->bad, 1);
+            } else {
+                atomic_fetch_add(&j->failed, 1);
+            }
+            free(vals[k]);
+        }
+    }
+    free(keys);
+    free(kb);
+    free(vals);
+    free(res);
+    free(want);
+    return NULL;
+}
+
 /* One value size: the figures on one line. */
 static int run_size(const ob_opts *o, const char *master, const char *root, uint64_t s)
 {
@@ -242,32 +298,18 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
     uint64_t offloaded = st1.offloads - st0.offloads;
     double off_gbps = (double)(offloaded * s) / ((double)(last - t0) / 1e9) / 1e9;
     uint64_t n_disk = offloaded < n ? offloaded : n; /* the oldest keys went to disk */
-    /* disk hits: batch gets of every disk-only value */
-    const char **keys = calloc(o->batch, sizeof(*keys));
-    char(*kb)[64] = calloc(o->batch, 64);
-    void **vals = calloc(o->batch, sizeof(*vals));
-    int64_t *res = calloc(o->batch, sizeof(*res));
-    uint64_t hit_bytes = 0, bad = 0, failed = 0;
+    /* disk hits: batch gets of every disk-only value, from several threads */
+    hit_job job = {o, rw, sz, s, n_disk, 0, 0, 0, 0};
+    pthread_t th[64];
+    uint32_t nt = o->threads;
     t0 = cb_now_ns();
-    for (uint64_t i = 0; rc == 0 && keys && kb && vals && res && i < n_disk; i += o->batch) {
-        size_t m = n_disk - i < o->batch ? (size_t)(n_disk - i) : o->batch;
-        for (size_t j = 0; j < m; j++) {
-            snprintf(kb[j], 64, "ob-%s-%" PRIu64, sz, i + j);
-            keys[j] = kb[j];
-        }
-        rc = cr_store_batch_get(rw, keys, m, vals, res);
-        for (size_t j = 0; rc == 0 && j < m; j++) {
-            if (res[j] == (int64_t)s) {
-                hit_bytes += s;
-                if (o->verify && check(vals[j], s, i + j, want) < 0)
-                    bad++;
-            } else {
-                failed++;
-            }
-            free(vals[j]);
-        }
-    }
-    double hit_gbps = (double)hit_bytes / secs(t0) / 1e9;
+    for (uint32_t t = 0; t < nt; t++)
+        if (pthread_create(&th[t], NULL, hit_main, &job) != 0)
+            nt = t;
+    for (uint32_t t = 0; t < nt; t++)
+        pthread_join(th[t], NULL);
+    double hit_gbps = (double)atomic_load(&job.bytes) / secs(t0) / 1e9;
+    uint64_t bad = atomic_load(&job.bad), failed = atomic_load(&job.failed);
     /* latency: single gets, disk-only vs in memory */
     cb_hist hd = {{0}, 0}, hm = {{0}, 0};
     for (uint32_t k = 0; rc == 0 && k < o->latency && n_disk > 0 && n_disk < n; k++) {
@@ -302,10 +344,6 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
     fflush(stdout);
     if (bad > 0 || failed > 0)
         rc = -1;
-    free(keys);
-    free(kb);
-    free(vals);
-    free(res);
 out:
     free(val);
     free(want);
