@@ -152,7 +152,11 @@ void crk_evict_for_alloc(crk_service *s, uint64_t need_bytes, uint64_t seen_roun
         pthread_mutex_unlock(&s->evict_lock); /* a round just ran: retry first */
         return;
     }
-    if (crk_off_leaving_bytes(s) >= need_bytes) { /* offloads in flight will free enough */
+    /* Offloads in flight will free this much: enough, unless the holders could already take
+     * the next batch (two batches of an eighth of the capacity keep a disk busy while the
+     * other's results travel). */
+    uint64_t leaving = crk_off_leaving_bytes(s);
+    if (leaving >= need_bytes && leaving >= crk_get(s->c.capacity) / 4) {
         pthread_mutex_unlock(&s->evict_lock);
         return;
     }
