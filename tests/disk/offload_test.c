@@ -16,6 +16,8 @@
  *   kill_restart   kill -9 of the holder while it is offloading, restart on
  *                  the same directory: no value is ever served wrong; values
  *                  completed on disk before the kill are readable again.
+ *   write_behind   --enable_offload alone: puts are written behind; evicted values
+ *                  whose copy landed read back from disk.
  *   disk_full      a 24 MiB disk tier (MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE)
  *                  under 160 MiB of values: the disk LRU drops old ones; every
  *                  get answers right bytes or not-found, promptly.
@@ -374,6 +376,43 @@ static void disk_full(void **state)
     stop_all(&m, &h, &c);
 }
 
+/* --enable_offload without --offload_on_evict: every put is written behind at put end; an
+ * eviction drops only the memory of a value whose disk copy has landed. */
+static void write_behind(void **state)
+{
+    (void)state;
+    sh_master m;
+    sh_client h, c;
+    const char *const margs[] = {"--enable_offload=true", NULL};
+    start_all(&m, &h, &c, margs);
+    enum { N = 128 };
+    char key[64];
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "wb-%d", i);
+        long long rc = put_retry(&c, "put", key, MIB, 5000u + (unsigned)i);
+        if (rc != 0)
+            fail_msg("put %s: %lld (%s)", key, rc, c.line);
+        if (i % 16 == 15) /* let the holder keep up (a writer faster than the disk loses the
+                             values that were evicted before their copy landed) */
+            sh_sleep_ms(100);
+    }
+    int ok = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "wb-%d", i);
+        const char *r = sh_cmd(&c, "get %s %u", key, 5000u + (unsigned)i);
+        long long rc = strtoll(r, NULL, 10);
+        if (rc >= 0 && !read_ok(r, MIB))
+            fail_msg("wrong bytes for %s: %s", key, r);
+        if (rc < 0 && rc != CR_OBJECT_NOT_FOUND)
+            fail_msg("get %s: %s", key, r);
+        ok += rc == MIB;
+    }
+    long long offloads = sh_field(sh_cmd(&h, "offstats"), "offloads");
+    if (offloads < N / 2 || ok < N * 3 / 4)
+        fail_msg("%d of %d readable, %lld written behind", ok, N, offloads);
+    stop_all(&m, &h, &c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -382,6 +421,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(remove_upsert, setup, teardown),
         cmocka_unit_test_setup_teardown(kill_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(disk_full, setup, teardown),
+        cmocka_unit_test_setup_teardown(write_behind, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
