@@ -285,6 +285,8 @@ static void run_promote(crc_offload *o, const crp_off_item *t)
 {
     uint64_t size = 0;
     int rc = CR_OBJECT_NOT_FOUND;
+    /* A tenant's key (\x1f-prefixed at the master) cannot be put back through this client's
+     * own namespace: not promoted (it stays on disk and is staged). */
     if (t->key[0] != '\x1f' && version_matches(o, t->key, t->version, &size)) {
         void *buf = malloc(size ? size : 1);
         rc = CR_ERR_NO_MEMORY;
