@@ -14,6 +14,7 @@
 #include "crescent/status.h"
 #include "proto/frame.h"
 #include "proto/messages.h"
+#include "proto/offload.h"
 #include "proto/rpc.h"
 #include "proto/thin.h"
 
@@ -171,6 +172,15 @@ static void rq_replica_clear(crp_rpc_req *m)
 static void rq_name(crp_rpc_req *m)
 {
     m->u.name.name = "node-a:17000";
+}
+static uint8_t rpc_blob[] = {0x81, 0xa2, 'i', 't', 0x90};
+static void rq_blob(crp_rpc_req *m)
+{
+    m->u.blob = (crp_rpc_blob_req){rpc_cid, sizeof(rpc_blob), rpc_blob};
+}
+static void rs_blob(crp_rpc_resp *m)
+{
+    m->u.blob = (crp_rpc_blob_resp){sizeof(rpc_blob), rpc_blob};
 }
 static void rq_none(crp_rpc_req *m)
 {
@@ -395,6 +405,22 @@ static void ha_entries(void)
     }
 }
 
+static void offload_seeds(crp_buf *b)
+{
+    crp_off_item items[3] = {
+        {CRP_OFF_OFFLOAD, 0, "key-1", 7, 0x7f0000001000ull, 1 << 20, 0},
+        {CRP_OFF_STAGE, CR_ERR_DISK_IO, "key-2", 9, 4096, 4096, 5000},
+        {CRP_OFF_ANNOUNCE, 0, "key-3", 11, 0, 64, 0},
+    };
+    crp_off_msg m = {.segment = "127.0.0.1:17000", .n_stats = CRP_OFF_NSTATS, .more = true};
+    m.stats[0] = 5;
+    m.n_items = 3;
+    m.items = items;
+    seed("offload", 0, crp_off_encode(&m, b), b);
+    m.n_items = 0;
+    seed("offload", 1, crp_off_encode(&m, b), b);
+}
+
 int main(int argc, char **argv)
 {
     crp_buf b = {0};
@@ -407,6 +433,7 @@ int main(int argc, char **argv)
     etcd_replies();
     ha_entries();
     thin_seeds(&b);
+    offload_seeds(&b);
 
     crp_challenge c;
     for (int i = 0; i < CRP_NONCE_SIZE; i++)

@@ -110,6 +110,8 @@ extern "C" {
     X(ERR_DISK_CORRUPT, -3122, "on-disk data is corrupt")                                          \
     X(ERR_DISK_LOCKED, -3123, "disk tier directory is in use by another process")                  \
     X(ERR_DISK_DIRECT_IO, -3124, "O_DIRECT I/O is refused by the filesystem")                      \
+    X(ERR_OFFLOAD_STAGING, -3125, "the object is on its holder's disk and is being staged; retry") \
+    X(ERR_OFFLOAD_UNAVAILABLE, -3126, "the disk holder of the object is not reachable")            \
     /* --- store master hardening: -3140..-3159 --- */                                             \
     X(ERR_REGEX_BUDGET, -3140, "regular expression exceeded its matching budget")                  \
     X(ERR_SEGMENT_FENCED, -3141, "segment accepts no allocations yet (fenced)")                    \

@@ -79,10 +79,39 @@ typedef struct cr_store_config {
      *  them). NULL, "" or "default" (default): the default namespace, as
      *  before tenants existed. At most 128 bytes, no byte 0x1F. */
     const char *tenant_id;
+    /** Mooncake's enable_ssd_offload: keep objects the master evicts from this
+     *  client's segment on local disk (bucket files under ssd_offload_path,
+     *  docs/disk-tier.md) and serve them from there. Needs a segment and a
+     *  master started with --enable_offload. Default false. */
+    bool enable_ssd_offload;
+    /** Mooncake's ssd_offload_path: the disk tier's directory (created if
+     *  missing, not its parents). NULL or "": MOONCAKE_OFFLOAD_FILE_STORAGE_PATH.
+     *  The other MOONCAKE_OFFLOAD_* variables tune it (disk-tier.md). */
+    const char *ssd_offload_path;
 } cr_store_config;
 
 /** Fill defaults. Never fails. */
 CR_API void cr_store_config_init(cr_store_config *cfg);
+
+/** The disk tier of one store client (cr_store_offload_stats). */
+typedef struct cr_store_offload_stats {
+    bool enabled;           /**< this client holds a disk tier */
+    uint64_t disk_keys;     /**< values on its disk */
+    uint64_t disk_bytes;    /**< bucket file bytes */
+    uint64_t disk_capacity; /**< the tier's capacity limit */
+    uint64_t offloads;      /**< values written to disk for the master */
+    uint64_t offload_failures;
+    uint64_t stage_reads;    /**< values read from disk to serve a reader */
+    uint64_t promotions;     /**< values copied back into memory */
+    uint64_t disk_evictions; /**< values the disk tier dropped for room */
+    uint64_t compactions;
+    uint64_t rpc_reads; /**< gets of this client served from a holder's disk (Mooncake's
+                             get_offload_rpc_read_count) */
+} cr_store_offload_stats;
+
+/** Snapshot of s's disk-tier counters (zeros with enabled false when it has none).
+ *  0 or CR_INVALID_PARAMS. Any thread. */
+CR_API int cr_store_offload_stats_get(cr_store *s, cr_store_offload_stats *out);
 
 /**
  * Create a store client: engine, segment and local buffer (memfd-backed,

@@ -26,9 +26,10 @@ MOONCAKE_OFFLOAD_ENABLED, MOONCAKE_OFFLOAD_FILE_STORAGE_PATH,
 MOONCAKE_TENANT_ID, MOONCAKE_ENABLE_CLIENT_HTTP_SERVER and
 MOONCAKE_CLIENT_HTTP_PORT.
 
-crescent has no SSD offload, tenants or client HTTP server yet: the fields
-are accepted here, and MooncakeDistributedStore.setup() refuses values that
-ask for them (NOT_SUPPORTED, with the reason logged). ``setup_args()`` and
+enable_ssd_offload / ssd_offload_path open the client's SSD tier
+(docs/disk-tier.md); crescent has no client HTTP server yet: the fields are
+accepted here, and MooncakeDistributedStore.setup() refuses values that ask
+for it (NOT_SUPPORTED, with the reason logged). ``setup_args()`` and
 ``setup_kwargs()`` (crescent additions) give setup()'s arguments.
 """
 

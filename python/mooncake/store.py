@@ -391,9 +391,6 @@ def _missing_feature(enable_ssd_offload: Any, tenant_id: Any, enable_client_http
     """Why setup() options ask for a feature crescent does not have yet, or None.
     The options themselves are accepted; only values that ask for the feature
     are refused (NOT_SUPPORTED), never silently ignored."""
-    if enable_ssd_offload:
-        return ("enable_ssd_offload=True: crescent has no SSD offload tier yet "
-                "(leave it False; ssd_offload_path is then unused)")
     if tenant_id is not None and not isinstance(tenant_id, str):
         return f"tenant_id={tenant_id!r} is not a string"
     if enable_client_http_server:
@@ -566,7 +563,9 @@ class MooncakeDistributedStore(TensorMixin):
                     s = _crescent.Store(name, meta, gss, lbs, proto, rdma_devices or "", master,
                                         transfer_timeout_ms=_util.transfer_timeout_ms(),
                                         engine=native_engine,
-                                        tenant_id=tenant_id or None)
+                                        tenant_id=tenant_id or None,
+                                        enable_ssd_offload=bool(enable_ssd_offload),
+                                        ssd_offload_path=ssd_offload_path or None)
                     break
                 except CrescentError as e:
                     if pick_port and e.code in (_ERR_BIND, _SEGMENT_EXISTS) and \
@@ -1273,8 +1272,14 @@ class MooncakeDistributedStore(TensorMixin):
         return [k for k, r in zip(keys, res) if r == 0]
 
     def get_offload_rpc_read_count(self) -> int:
-        """Reads served by the SSD offload tier: always 0 (crescent has no offload tier)."""
-        return 0
+        """Gets of this client that were served from a holder's SSD tier (staged reads)."""
+        s = self._s
+        if s is None:
+            return 0
+        try:
+            return int(s.offload_stats()["rpc_reads"])
+        except CrescentError:
+            return 0
 
     # ------------------------------------------------------------------ ranged reads
     def get_into_ranges(self, buffer_ptrs: List[int], all_keys: List[List[str]],

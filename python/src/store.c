@@ -132,6 +132,8 @@ static int store_init(Store *self, PyObject *args, PyObject *kw)
                              "shared_secret",
                              "tenant_id",
                              "call_timeout_ms",
+                             "enable_ssd_offload",
+                             "ssd_offload_path",
                              NULL};
     if (self->store != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Store is already set up");
@@ -143,13 +145,23 @@ static int store_init(Store *self, PyObject *args, PyObject *kw)
     const char *thin = NULL, *secret = NULL, *tenant = NULL;
     PyObject *gss = NULL, *lbs = NULL, *engine = NULL, *pool = NULL;
     uint32_t call_timeout = 0;
+    int ssd = 0;
+    const char *ssd_path = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "|O&O&OOO&O&O&$O&O&O&OO&OO&O&O&:Store", kwlist, pcr_conv_str, &host,
+            args, kw, "|O&O&OOO&O&O&$O&O&O&OO&OO&O&O&pO&:Store", kwlist, pcr_conv_str, &host,
             pcr_conv_str, &meta, &gss, &lbs, pcr_conv_str, &proto, pcr_conv_str, &dev, pcr_conv_str,
             &master, pcr_conv_u32, &cfg.transfer_timeout_ms, pcr_conv_u32, &cfg.rpc_timeout_ms,
             pcr_conv_u32, &cfg.heartbeat_interval_ms, &engine, pcr_conv_str, &thin, &pool,
-            pcr_conv_str, &secret, pcr_conv_str, &tenant, pcr_conv_u32, &call_timeout))
+            pcr_conv_str, &secret, pcr_conv_str, &tenant, pcr_conv_u32, &call_timeout, &ssd,
+            pcr_conv_str, &ssd_path))
         return -1;
+    if (thin != NULL && ssd) {
+        PyErr_SetString(PyExc_ValueError, "enable_ssd_offload: a thin client has no segment of "
+                                          "its own (start crescent-client with the disk tier)");
+        return -1;
+    }
+    cfg.enable_ssd_offload = ssd != 0;
+    cfg.ssd_offload_path = ssd_path;
     if (thin != NULL)
         return pcr_store_init_thin(self, thin, pool, lbs, secret, tenant, call_timeout);
     if (host != NULL)
@@ -1052,6 +1064,9 @@ static PyMethodDef store_methods[] = {
      "Objects whose only replicas lived here vanish. Idempotent."},
     {"__enter__", F(store_enter), METH_NOARGS, NULL},
     {"__exit__", F(store_exit), METH_VARARGS, NULL},
+    {"offload_stats", F(pcr_store_offload_stats), METH_NOARGS,
+     "offload_stats() -> dict\n\nThe disk tier's counters (enable_ssd_offload): disk keys and "
+     "bytes,\noffloads, stage reads, promotions, rpc_reads (gets served from a disk)."},
     {"health", F(store_health), METH_NOARGS,
      "health()\n\nRaise unless the master answers and this client's segment is mounted."},
     {"put", F(store_put), KW,

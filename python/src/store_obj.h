@@ -45,6 +45,8 @@ PyObject *pcr_store_pool_alloc(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *pcr_store_pool_free(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *pcr_store_thin_stats(PyObject *self, PyObject *unused);
 PyObject *pcr_store_get_is_thin(PyObject *self, void *unused);
+/* store_offload.c: the disk tier's counters. */
+PyObject *pcr_store_offload_stats(PyObject *self, PyObject *unused);
 
 #define PCR_SESSION_KW     (METH_VARARGS | METH_KEYWORDS)
 #define PCR_SESSION_FN(fn) ((PyCFunction)(void (*)(void))(fn))

@@ -208,8 +208,9 @@ def test_setup_refusals(master):
     assert s.setup("127.0.0.1", "127.0.0.1:2379", MiB, MiB, "tcp", "", master) == -600
     assert s.setup("127.0.0.1", "P2PHANDSHAKE", MiB, MiB, "efa", "", master) == -600
     assert s.setup("127.0.0.1", "P2PHANDSHAKE", 512, MiB, "tcp", "", master) == -600
+    # SSD offload without ssd_offload_path or MOONCAKE_OFFLOAD_FILE_STORAGE_PATH
     assert s.setup("127.0.0.1", "P2PHANDSHAKE", MiB, MiB, "tcp", "", master,
-                   enable_ssd_offload=True) == -1012
+                   enable_ssd_offload=True) == -600
     assert s.setup("127.0.0.1", "P2PHANDSHAKE", MiB, MiB, "tcp", "", "127.0.0.1:1") < 0
     assert s.health_check() == 1
     assert s.setup("127.0.0.1", "P2PHANDSHAKE", MiB, MiB, "tcp", "", master) == 0

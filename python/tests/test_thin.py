@@ -265,8 +265,7 @@ def test_no_daemon_and_bad_arguments():
 
 def test_mooncake_client_flags():
     """mooncake_client refuses what it cannot honour with exit 2 and a message."""
-    for bad in (["--enable_offload=true"], ["--no_such_flag=1"], ["--protocol=nvlink"],
-                ["--global_segment_size=lots"]):
+    for bad in (["--no_such_flag=1"], ["--protocol=nvlink"], ["--global_segment_size=lots"]):
         r = subprocess.run(client_command() + bad, capture_output=True, text=True,
                            env=child_env(), timeout=60)
         assert r.returncode == 2, (bad, r.stderr)

@@ -68,6 +68,9 @@ typedef struct crs_config {
     char http_host[256];
     char log_dir[1024];
     uint32_t rpc_timeout_ms, transfer_timeout_ms, heartbeat_ms;
+    bool enable_offload; /* --enable_offload: the host's SSD tier at
+                            MOONCAKE_OFFLOAD_FILE_STORAGE_PATH (docs/disk-tier.md) */
+    char ssd_path[1024]; /* --ssd_offload_path (crescent): overrides the variable */
     bool show_help, show_version;
 } crs_config;
 

@@ -53,7 +53,7 @@ typedef struct flag {
     }
 
 /* Flags that have no field: handled by name. */
-static bool enable_offload, start_offload_rpc_server, logtostderr, alsologtostderr;
+static bool start_offload_rpc_server, logtostderr, alsologtostderr;
 static int verbosity, minloglevel;
 
 static const flag FLAGS[] = {
@@ -69,9 +69,12 @@ static const flag FLAGS[] = {
     SIZE(local_buffer_size, "crescent-client's own staging (0 = 16 MiB)"),
     U32(threads, "service threads"),
     STR(tenant, "tenant of every key stored through this daemon (--tenant_id)"),
-    {"enable_offload", K_BOOL, SIZE_MAX, 0, "disk offload (not available: must stay false)"},
+    BOOL(enable_offload, "keep objects evicted from this host's segment on its SSD tier "
+                         "(MOONCAKE_OFFLOAD_FILE_STORAGE_PATH) and serve them from there"),
+    STR(ssd_path, "the SSD tier's directory (--ssd_offload_path; default: "
+                  "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH)"),
     {"start_offload_rpc_server", K_BOOL, SIZE_MAX, 0,
-     "offload RPC server (effective only with --enable_offload)"},
+     "accepted: disk-tier reads are always served (through the engine's staging area)"},
     BOOL(enable_http_server, "serve /metrics and /health"),
     U16(http_port, "port of the HTTP server"),
     STR(log_dir, "append the log to <dir>/crescent-client.<pid>.log (glog's --log_dir)"),
@@ -98,13 +101,10 @@ static const flag FLAGS[] = {
 static const struct {
     const char *alias, *name;
 } ALIASES[] = {
-    {"metadata_server", "metadata"},
-    {"device_names", "devices"},
-    {"master_server_address", "master"},
-    {"tenant_id", "tenant"},
-    {"shared_secret", "secret"},
-    {"max_thin_clients", "max_clients"},
-    {"heartbeat_interval_ms", "heartbeat_ms"},
+    {"metadata_server", "metadata"},     {"device_names", "devices"},
+    {"master_server_address", "master"}, {"tenant_id", "tenant"},
+    {"ssd_offload_path", "ssd_path"},    {"shared_secret", "secret"},
+    {"max_thin_clients", "max_clients"}, {"heartbeat_interval_ms", "heartbeat_ms"},
 };
 
 void crs_config_defaults(crs_config *c)
@@ -125,7 +125,6 @@ void crs_config_defaults(crs_config *c)
     const char *secret = getenv("CRESCENT_CLIENT_SECRET");
     if (secret != NULL)
         snprintf(c->secret, sizeof(c->secret), "%s", secret);
-    enable_offload = false;
     start_offload_rpc_server = true;
 }
 
@@ -265,8 +264,6 @@ static int set_flag(crs_config *c, const flag *f, const char *shown, bool negate
             return rc;
         if (f->off != SIZE_MAX)
             *(bool *)(base + f->off) = b;
-        else if (strcmp(f->name, "enable_offload") == 0)
-            enable_offload = b;
         else if (strcmp(f->name, "start_offload_rpc_server") == 0)
             start_offload_rpc_server = b;
         else if (strcmp(f->name, "logtostderr") == 0)
@@ -373,10 +370,6 @@ int crs_parse_flags(crs_config *c, int argc, char **argv)
     int rc = parse_args(c, argc - 1, argv + 1, 0);
     if (rc < 0 || c->show_help || c->show_version)
         return rc;
-    if (enable_offload)
-        return crb_error(CR_INVALID_PARAMS,
-                         "--enable_offload=true: crescent-client has no disk offload yet "
-                         "(leave it false)");
     char p[sizeof(c->protocol)];
     for (size_t i = 0; i < sizeof(p); i++)
         p[i] = (char)tolower((unsigned char)c->protocol[i]);

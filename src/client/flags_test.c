@@ -73,6 +73,7 @@ static void test_mooncake_flags(void **state)
                           "--logtostderr",
                           NULL};
     assert_int_equal(parse(&c, args), 0);
+    assert_false(c.enable_offload);
     assert_string_equal(c.host, "10.0.0.5");
     assert_int_equal(c.port, 50060);
     assert_string_equal(c.master, "m:1");
@@ -107,6 +108,11 @@ static void test_crescent_flags_and_flagfile(void **state)
     assert_int_equal(c.max_clients, 8);
     assert_int_equal(c.heartbeat_ms, 200);
     unlink(path);
+    /* the SSD tier: Mooncake's flag, and crescent's path flag */
+    assert_int_equal(
+        parse(&c, (const char *[]){"--enable_offload", "--ssd_offload_path=/nvme/kv", NULL}), 0);
+    assert_true(c.enable_offload);
+    assert_string_equal(c.ssd_path, "/nvme/kv");
 }
 
 static void expect_refused(const char *const *args, const char *mention)
@@ -123,7 +129,6 @@ static void test_refusals(void **state)
     expect_refused((const char *[]){"--port=70000", NULL}, "port");
     expect_refused((const char *[]){"--port", NULL}, "needs a value");
     expect_refused((const char *[]){"--global_segment_size=50%", NULL}, "global_segment_size");
-    expect_refused((const char *[]){"--enable_offload", NULL}, "enable_offload");
     expect_refused((const char *[]){"--protocol=nvmeof", NULL}, "nvmeof");
     expect_refused((const char *[]){"--threads=0", NULL}, "threads");
     expect_refused((const char *[]){"--enable_http_server=maybe", NULL}, "enable_http_server");

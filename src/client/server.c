@@ -507,7 +507,9 @@ int crs_daemon_start(crs_daemon *d, const crs_config *cfg)
     sc.master_address = d->cfg.master;
     sc.global_segment_size = d->cfg.global_segment_size;
     sc.local_buffer_size = d->cfg.local_buffer_size;
-    sc.tenant_id = d->cfg.tenant; /* every thin client's keys: this tenant */
+    sc.tenant_id = d->cfg.tenant;                  /* every thin client's keys: this tenant */
+    sc.enable_ssd_offload = d->cfg.enable_offload; /* the host's SSD tier (disk-tier.md) */
+    sc.ssd_offload_path = d->cfg.ssd_path;
     if (d->cfg.rpc_timeout_ms)
         sc.rpc_timeout_ms = d->cfg.rpc_timeout_ms;
     if (d->cfg.transfer_timeout_ms)

@@ -16,6 +16,7 @@
 #include "base/error.h"
 #include "master/auth.h"
 #include "master/ha.h"
+#include "master/offload.h"
 #include "master/tenants.h"
 
 #define CHUNK 256
@@ -294,6 +295,8 @@ static const crp_rpc_uuid *named_client(const crp_rpc_req *req)
         return &u->owner_keys.client_id;
     case CRP_RPC_BATCH_REPLICA_CLEAR:
         return &u->replica_clear.client_id;
+    case CRP_RPC_OFFLOAD_HEARTBEAT:
+        return &u->blob.client_id;
     default:
         return NULL;
     }
@@ -681,6 +684,20 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
                              ki.complete ? CRP_RPC_REPLICA_COMPLETE : CRP_RPC_REPLICA_PROCESSING,
                              &k->replicas, &k->n_replicas);
         }
+        break;
+    }
+    case CRP_RPC_OFFLOAD_HEARTBEAT: {
+        crp_buf reply = {0};
+        rc = crk_off_heartbeat(s, client_of(u->blob.client_id), u->blob.data, u->blob.len, now,
+                               &reply);
+        uint8_t *copy = rc == 0 ? scratch_alloc(sc, reply.len ? reply.len : 1, 1) : NULL;
+        if (rc == 0 && copy == NULL)
+            rc = crb_error(CR_ERR_NO_MEMORY, "offload_heartbeat reply of %zu bytes", reply.len);
+        if (rc == 0) {
+            memcpy(copy, reply.data, reply.len);
+            resp->u.blob = (crp_rpc_blob_resp){reply.len, copy};
+        }
+        crp_buf_free(&reply);
         break;
     }
     default:

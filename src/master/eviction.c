@@ -30,6 +30,7 @@
 #include "base/log.h"
 #include "master/internal.h"
 #include "master/mem.h"
+#include "master/offload.h"
 
 #define ALLOC_EVICT_LOG_MS 10000
 
@@ -101,7 +102,10 @@ static uint64_t evict_pass(crk_service *s, uint64_t target, uint64_t freed, uint
             hs[best].visits--;
             freed += crk_rep_bytes(s, o->size) * o->nrep;
             (*keys)++;
-            crk_erase_object_locked(s, sh, o, now); /* unleased: space freed now */
+            /* With a disk tier the holder writes it out first (offload.h): its memory is
+             * freed when the record has landed. */
+            if (s->off == NULL || !crk_off_evict_locked(s, sh, o, now))
+                crk_erase_object_locked(s, sh, o, now); /* unleased: space freed now */
         }
         refresh_locked(sh, &hs[best], now, take_soft);
         pthread_mutex_unlock(&sh->mu);
@@ -130,6 +134,8 @@ static uint64_t evict_locked(crk_service *s, uint64_t target, uint64_t min_bytes
 uint64_t crk_evict_round(crk_service *s, uint64_t target_bytes, uint64_t now, uint64_t *keys_out)
 {
     uint64_t cap = crk_get(s->c.capacity), used = crk_allocated(s);
+    uint64_t leaving = crk_off_leaving_bytes(s); /* offloads in flight free this much */
+    used = used > leaving ? used - leaving : 0;
     double wm = s->cfg.eviction_high_watermark_ratio;
     uint64_t over = (double)used > wm * (double)cap ? used - (uint64_t)(wm * (double)cap) : 0;
     pthread_mutex_lock(&s->evict_lock);
@@ -146,10 +152,22 @@ void crk_evict_for_alloc(crk_service *s, uint64_t need_bytes, uint64_t seen_roun
         pthread_mutex_unlock(&s->evict_lock); /* a round just ran: retry first */
         return;
     }
+    /* Offloads in flight will free this much: enough, unless the holders could already take
+     * the next batch (two batches of an eighth of the capacity keep a disk busy while the
+     * other's results travel). */
+    uint64_t leaving = crk_off_leaving_bytes(s);
+    if (leaving >= need_bytes && leaving >= crk_get(s->c.capacity) / 4) {
+        pthread_mutex_unlock(&s->evict_lock);
+        return;
+    }
     uint64_t used = crk_allocated(s);
     uint64_t target = (uint64_t)(s->cfg.eviction_ratio * (double)used);
     if (target < need_bytes)
         target = need_bytes;
+    /* Offloads are asynchronous: hand the holders work in batches of an eighth of the
+     * capacity, so writes keep flowing while the previous batch lands. */
+    if (s->off != NULL && s->cfg.offload_on_evict && target < crk_get(s->c.capacity) / 8)
+        target = crk_get(s->c.capacity) / 8;
     uint64_t keys = 0;
     uint64_t freed = evict_locked(s, target, need_bytes, now, &keys);
     atomic_fetch_add(&s->evict_rounds, 1);

@@ -266,8 +266,13 @@ static void test_every_flag(void **state)
     o = OK("--enable_ha=false", "--enable_offload=false", "--offload_on_evict=0",
            "--enable_multi_tenants=no", "--memory_allocator=offset", "--root_fs_dir=");
     check_defaults(&o);
-    BAD("--enable_offload=true", "--enable_offload=true");
-    expect_mentions("not supported");
+    /* The disk tier's flags (master/offload.h) take effect. */
+    o = OK("--enable_offload=true", "--offload_on_evict=true", "--promotion_on_hit=true",
+           "--promotion_admission_threshold=3");
+    assert_true(o.svc.enable_offload && o.svc.offload_on_evict && o.svc.promotion_on_hit);
+    assert_int_equal(o.svc.promotion_admission_threshold, 3);
+    BAD("offload_on_evict needs enable_offload", "--offload_on_evict=true");
+    BAD("--promotion_admission_threshold=256", "--promotion_admission_threshold=256");
     BAD("--memory_allocator=cachelib", "--memory_allocator=cachelib");
     BAD("--root_fs_dir=/mnt/x", "--root_fs_dir=/mnt/x");
     BAD("--enable_multi_tenants=maybe", "--enable_multi_tenants=maybe");

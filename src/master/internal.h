@@ -139,6 +139,7 @@ struct crk_service {
     void (*ha_erased)(void *ctx, const char *key, size_t len);
     void *ha_ctx;
     crk_counters c;
+    struct crk_offload *off; /* the disk tier (master/offload.h); NULL without enable_offload */
 };
 
 /* --- helpers shared between files --------------------------------------------- */
@@ -173,6 +174,12 @@ static inline bool crk_id_valid(crk_client_id a)
 static inline uint64_t crk_key_hash(const crk_service *s, const void *p, size_t n)
 {
     return crb_siphash13(&s->hash_key, p, n);
+}
+
+/* The shard of a key whose crk_key_hash is h. */
+static inline crk_shard *crk_shard_for(crk_service *s, uint64_t h)
+{
+    return &s->shards[(h >> 40) % CRK_NUM_SHARDS];
 }
 
 /* Bytes allocated in all mounted (or unmounting) segments. Takes seg_lock. */

@@ -102,6 +102,7 @@ typedef struct crk_write {
     uint8_t hard_pin;
     uint8_t upsert; /* rep[] holds the new replicas */
     uint8_t nrep;
+    uint8_t promotion; /* the disk tier's holder puts a disk-only key back (master/offload.h) */
     crk_replica rep[];
 } crk_write;
 

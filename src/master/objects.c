@@ -30,11 +30,12 @@
 #include "master/internal.h"
 #include "master/tenants.h"
 #include "master/mem.h"
+#include "master/offload.h"
 #include "master/regex.h"
 
 static crk_shard *shard_of(crk_service *s, uint64_t h)
 {
-    return &s->shards[(h >> 40) % CRK_NUM_SHARDS];
+    return crk_shard_for(s, h);
 }
 
 static int key_check(const char *key, size_t *len_out)
@@ -184,6 +185,8 @@ void crk_erase_object_locked(crk_service *s, crk_shard *sh, crk_object *o, uint6
 {
     if (s->ha_erased != NULL) /* HA: standbys forget it (master/ha_repl.c) */
         s->ha_erased(s->ha_ctx, o->key, o->key_len);
+    if ((o->flags & CRK_OBJ_OFFLOADING) && s->off != NULL)
+        crk_off_object_gone_locked(s, o); /* its offload no longer frees anything */
     crk_shard_remove(sh, o);
     pin_gauges(s, o, -1);
     crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now, o);
@@ -369,6 +372,13 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
     if (!out)
         return crb_error(CR_INVALID_PARAMS, "put_start '%s': no output list", key);
 
+    /* A disk-only key exists: only its holder may put it (a promotion, offload.h). */
+    bool promotion = false;
+    if (s->off != NULL && !upsert) {
+        if (!crk_off_put_allowed(s, key, kr.len, client))
+            return crb_error(CR_OBJECT_ALREADY_EXISTS, "put_start '%s': key exists (on disk)", key);
+        promotion = crk_off_exist(s, key, kr.len) == 1;
+    }
     uint64_t h = kr.hash;
     crk_shard *sh = kr.sh;
     uint64_t alloc_size = crk_rep_bytes(s, value_size);
@@ -434,6 +444,7 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
         w->soft_pin_ttl = soft_ttl;
         w->soft_action = (uint8_t)cfg->soft_pin_action;
         w->hard_pin = cfg->hard_pin;
+        w->promotion = promotion;
         if (o) {
             w->upsert = 1;
             w->nrep = (uint8_t)k;
@@ -510,6 +521,8 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, c
         o->flags |= CRK_OBJ_COMPLETE;
         o->last_access = now;
         pin_gauges(s, o, +1);
+        if (s->off != NULL)
+            crk_off_put_end_locked(s, o, w->promotion, now);
         crk_write_drop(sh, w);
         if (!(o->flags & CRK_OBJ_HARD_PIN))
             crk_lru_push_tail(sh, o);
@@ -540,6 +553,8 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, c
         crk_lru_push_tail(sh, n);
     pin_gauges(s, o, -1);
     pin_gauges(s, n, +1);
+    if (s->off != NULL)
+        crk_off_put_end_locked(s, n, false, now);
     w->obj = NULL;
     crk_write_drop(sh, w);
     /* Old replicas: readers may hold them until the old lease ends, or until
@@ -600,6 +615,8 @@ static int exist_impl(crk_service *s, const char *key, const key_ref *pre)
     crk_object *o = k.sh->slots[slot].obj;
     int found = o && (o->flags & CRK_OBJ_COMPLETE) && o->nrep > 0;
     pthread_mutex_unlock(&k.sh->mu);
+    if (!found && s->off != NULL) /* on disk only, or being promoted back */
+        found = crk_off_exist(s, key, k.len);
     return found;
 }
 
@@ -611,10 +628,16 @@ static int get_impl(crk_service *s, const char *key, const key_ref *pre, uint64_
     key_ref k;
     crk_object *o;
     int rc = lock_object(s, "get_replica_list", key, pre, &k, &o, NULL);
+    if (rc == CR_OBJECT_NOT_FOUND && s->off != NULL)
+        return crk_off_get(s, key, k.len, now, out); /* a disk-only key? */
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;
     if (!(o->flags & CRK_OBJ_COMPLETE)) {
+        if (s->off != NULL && o->write != NULL && o->write->promotion) {
+            pthread_mutex_unlock(&sh->mu); /* being promoted: the disk copy still serves */
+            return crk_off_get(s, key, k.len, now, out);
+        }
         rc = crb_error(CR_REPLICA_IS_NOT_READY, "get_replica_list '%s': put in flight", key);
         goto unlock;
     }
@@ -705,8 +728,12 @@ void crk_release_leases(crk_service *s, const char *const *keys, const uint64_t 
 {
     crk_add(s->c.requests[CRK_OP_RELEASE_LEASES], 1);
     crk_add(s->c.batch_items[CRK_OP_RELEASE_LEASES], n);
-    for (size_t i = 0; keys && tokens && i < n; i++)
-        release_one(s, keys[i], tokens[i], now_ms);
+    for (size_t i = 0; keys && tokens && i < n; i++) {
+        if (s->off != NULL && (tokens[i] >> 63)) /* a staged disk copy (offload.h) */
+            crk_off_release(s, keys[i], tokens[i]);
+        else
+            release_one(s, keys[i], tokens[i], now_ms);
+    }
 }
 
 /* --- removal ------------------------------------------------------------------------------ */
@@ -717,6 +744,8 @@ static int remove_impl(crk_service *s, const char *key, const key_ref *pre, bool
     key_ref k;
     crk_object *o;
     int rc = lock_object(s, "remove", key, pre, &k, &o, NULL);
+    if (rc == CR_OBJECT_NOT_FOUND && s->off != NULL)
+        return crk_off_remove(s, key, k.len); /* a disk-only key? */
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;
@@ -727,6 +756,8 @@ static int remove_impl(crk_service *s, const char *key, const key_ref *pre, bool
                        (unsigned long long)(o->lease_until - now));
     else
         crk_erase_object_locked(s, sh, o, now); /* a forced, leased one is deferred */
+    if (rc == 0 && s->off != NULL)
+        (void)crk_off_remove(s, key, k.len); /* and its disk copy, if any */
     pthread_mutex_unlock(&sh->mu);
     return rc;
 }
@@ -826,6 +857,8 @@ static int remove_every(crk_service *s, const char *ns, size_t nl, bool force, u
         }
         pthread_mutex_unlock(&sh->mu);
     }
+    if (s->off != NULL) /* disk copies: of the objects just erased and of disk-only keys */
+        *count += crk_off_remove_all(s, ns, nl);
     return 0;
 }
 
@@ -917,6 +950,8 @@ static int remove_matching_in(crk_service *s, crk_shard *sh, const char *ns, siz
         crk_object *o = sh->slots[slot].obj;
         if (o && removable(o, force, now)) {
             crk_erase_object_locked(s, sh, o, now);
+            if (s->off != NULL)
+                (void)crk_off_remove(s, key, b->keys[i].len); /* its disk copy too */
             (*count)++;
         }
     }

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "master/internal.h"
 #include "master/mem.h"
+#include "master/offload.h"
 #include "base/net.h"
 
 void crk_config_default(crk_config *cfg)
@@ -34,6 +35,7 @@ void crk_config_default(crk_config *cfg)
     cfg->max_evict_retries = 2;
     cfg->epoch_base = 0;
     cfg->allocation_strategy = CRK_ALLOC_RANDOM;
+    cfg->promotion_admission_threshold = 2;
 }
 
 int crk_config_validate(const crk_config *c)
@@ -67,6 +69,12 @@ int crk_config_validate(const crk_config *c)
     if ((unsigned)c->allocation_strategy > CRK_ALLOC_LOCAL_FIRST)
         return crb_error(CR_INVALID_PARAMS, "allocation_strategy %d is not 0, 1 or 2",
                          (int)c->allocation_strategy);
+    if ((c->offload_on_evict || c->promotion_on_hit) && !c->enable_offload)
+        return crb_error(CR_INVALID_PARAMS, "%s needs enable_offload",
+                         c->offload_on_evict ? "offload_on_evict" : "promotion_on_hit");
+    if (c->promotion_admission_threshold == 0 || c->promotion_admission_threshold > 255)
+        return crb_error(CR_INVALID_PARAMS, "promotion_admission_threshold %u is not in 1..255",
+                         (unsigned)c->promotion_admission_threshold);
     return 0;
 }
 
@@ -120,6 +128,9 @@ int crk_service_create(const crk_config *cfg, uint64_t now_ms, crk_service **out
         if (rc != 0)
             goto undo_shards;
     }
+    rc = crk_off_create(s);
+    if (rc != 0)
+        goto undo_shards;
     *out = s;
     return 0;
 
@@ -143,6 +154,7 @@ void crk_service_destroy(crk_service *s)
 {
     if (!s)
         return;
+    crk_off_destroy(s);
     /* Objects first: their replicas point at segments. */
     for (size_t i = 0; i < CRK_NUM_SHARDS; i++)
         crk_shard_destroy(&s->shards[i]);
@@ -182,6 +194,8 @@ int crk_tick(crk_service *s, uint64_t now_ms)
     crk_prune_tombs(s, now_ms);
 
     uint64_t cap = crk_get(s->c.capacity), used = crk_allocated(s);
+    uint64_t leaving = crk_off_leaving_bytes(s); /* offloads in flight free this much */
+    used = used > leaving ? used - leaving : 0;
     double wm = s->cfg.eviction_high_watermark_ratio;
     if (cap > 0 && s->cfg.eviction_ratio > 0 && (double)used > wm * (double)cap) {
         double target = s->cfg.eviction_ratio * (double)used + ((double)used - wm * (double)cap);

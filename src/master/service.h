@@ -98,6 +98,11 @@ typedef struct crk_config {
     uint32_t max_evict_retries;             /* 2: evictions a failing put_start may run */
     uint64_t epoch_base;                    /* 0: first mount epoch is epoch_base + 1 */
     crk_alloc_strategy allocation_strategy; /* CRK_ALLOC_RANDOM */
+    /* The disk tier (master/offload.h, docs/disk-tier.md). Mooncake's flags. */
+    bool enable_offload;                    /* false: holders' disk tiers are not used */
+    bool offload_on_evict;                  /* false: write behind at put_end instead */
+    bool promotion_on_hit;                  /* false: disk hits are served from disk */
+    uint32_t promotion_admission_threshold; /* 2: disk hits before a promotion (<= 255) */
 } crk_config;
 
 /** Fill *cfg with the defaults above (Mooncake's). */

@@ -75,6 +75,7 @@ typedef enum req_shape_id {
     RQ_batch_remove,
     RQ_replica_clear,
     RQ_name,
+    RQ_blob,
     RQ_none,
     RQ_COUNT
 } req_shape_id;
@@ -92,6 +93,7 @@ typedef enum resp_shape_id {
     RS_names,
     RS_segment_info,
     RS_key_info,
+    RS_blob,
     RS_none,
     RS_COUNT
 } resp_shape_id;
@@ -956,6 +958,51 @@ static int dec_rq_name(dec *d, fields v, crp_rpc_req *m)
     return get_str(d, "n", v[1], CRP_MAX_NAME, &m->u.name.name);
 }
 
+/* A binary of 0..max bytes, copied into the arena (never NULL on success). */
+static int get_blob(dec *d, const char *f, const msgpack_object *v, size_t max, size_t *len,
+                    uint8_t **out)
+{
+    if (v == NULL)
+        return crp_mp_fail(MALFORMED, &d->c, f, "is missing");
+    if (v->type != MSGPACK_OBJECT_BIN)
+        return crp_mp_fail(MALFORMED, &d->c, f, "is not binary (msgpack type %d)", (int)v->type);
+    size_t n = v->via.bin.size;
+    if (n > max)
+        return crp_mp_fail(MALFORMED, &d->c, f, "has %zu bytes, more than %zu", n, max);
+    uint8_t *p = dec_alloc(d, f, n ? n : 1, 8);
+    if (p == NULL)
+        return CR_ERR_NO_MEMORY;
+    if (n > 0)
+        memcpy(p, v->via.bin.ptr, n);
+    *len = n;
+    *out = p;
+    return 0;
+}
+
+static void enc_blob(crp_mp_enc *e, size_t len, const uint8_t *data)
+{
+    if (len > CRP_RPC_MAX_BLOB || (len > 0 && data == NULL)) {
+        crp_mp_enc_invalid(e, "b", "%zu bytes (at most %u, not NULL)", len,
+                           (unsigned)CRP_RPC_MAX_BLOB);
+        return;
+    }
+    crp_mp_enc_bin(e, "b", data, len);
+}
+
+static void enc_rq_blob(crp_mp_enc *e, const crp_rpc_req *m)
+{
+    enc_uuid(e, "cid", &m->u.blob.client_id);
+    enc_blob(e, m->u.blob.len, m->u.blob.data);
+}
+
+static int dec_rq_blob(dec *d, fields v, crp_rpc_req *m)
+{
+    int rc = get_uuid(&d->c, "cid", v[1], &m->u.blob.client_id);
+    if (rc != 0)
+        return rc;
+    return get_blob(d, "b", v[2], CRP_RPC_MAX_BLOB, &m->u.blob.len, &m->u.blob.data);
+}
+
 static void enc_rq_none(crp_mp_enc *e, const crp_rpc_req *m)
 {
     (void)e;
@@ -996,17 +1043,31 @@ RQ_KEYS(force, "f");
 RQ_KEYS(batch_remove, "ks", "f");
 RQ_KEYS(replica_clear, "cid", "ks", "n");
 RQ_KEYS(name, "n");
+RQ_KEYS(blob, "cid", "b");
 static const char *const rq_keys_none[] = {"op"};
 #undef RQ_KEYS
 
 #define RQ_SHAPE(s) [RQ_##s] = {rq_keys_##s, N_KEYS(rq_keys_##s), enc_rq_##s, dec_rq_##s}
 static const req_shape REQ_SHAPES[RQ_COUNT] = {
-    RQ_SHAPE(hello),        RQ_SHAPE(client),          RQ_SHAPE(mount),
-    RQ_SHAPE(remount),      RQ_SHAPE(unmount),         RQ_SHAPE(key),
-    RQ_SHAPE(keys),         RQ_SHAPE(leases),          RQ_SHAPE(put_start),
-    RQ_SHAPE(owner_key),    RQ_SHAPE(batch_put_start), RQ_SHAPE(owner_keys),
-    RQ_SHAPE(remove),       RQ_SHAPE(regex),           RQ_SHAPE(force),
-    RQ_SHAPE(batch_remove), RQ_SHAPE(replica_clear),   RQ_SHAPE(name),
+    RQ_SHAPE(hello),
+    RQ_SHAPE(client),
+    RQ_SHAPE(mount),
+    RQ_SHAPE(remount),
+    RQ_SHAPE(unmount),
+    RQ_SHAPE(key),
+    RQ_SHAPE(keys),
+    RQ_SHAPE(leases),
+    RQ_SHAPE(put_start),
+    RQ_SHAPE(owner_key),
+    RQ_SHAPE(batch_put_start),
+    RQ_SHAPE(owner_keys),
+    RQ_SHAPE(remove),
+    RQ_SHAPE(regex),
+    RQ_SHAPE(force),
+    RQ_SHAPE(batch_remove),
+    RQ_SHAPE(replica_clear),
+    RQ_SHAPE(name),
+    RQ_SHAPE(blob),
     RQ_SHAPE(none),
 };
 #undef RQ_SHAPE
@@ -1223,6 +1284,16 @@ static int dec_rs_key_info(dec *d, fields v, crp_rpc_resp *m)
     return get_uuid(&d->c, "cid", v[8], &r->client_id);
 }
 
+static void enc_rs_blob(crp_mp_enc *e, const crp_rpc_resp *m)
+{
+    enc_blob(e, m->u.blob.len, m->u.blob.data);
+}
+
+static int dec_rs_blob(dec *d, fields v, crp_rpc_resp *m)
+{
+    return get_blob(d, "b", v[3], CRP_RPC_MAX_BLOB, &m->u.blob.len, &m->u.blob.data);
+}
+
 static void enc_rs_none(crp_mp_enc *e, const crp_rpc_resp *m)
 {
     (void)e;
@@ -1258,6 +1329,7 @@ RS_KEYS(count, "n");
 RS_KEYS(names, "names");
 RS_KEYS(segment_info, "seg", "used", "cid");
 RS_KEYS(key_info, "sz", "reps", "lease", "hp", "sp", "cid");
+RS_KEYS(blob, "b");
 static const char *const rs_keys_none[] = {"op", "st", "msg"};
 #undef RS_KEYS
 
@@ -1266,7 +1338,7 @@ static const resp_shape RESP_SHAPES[RS_COUNT] = {
     RS_SHAPE(hello), RS_SHAPE(ping),  RS_SHAPE(exist),        RS_SHAPE(statuses),
     RS_SHAPE(get),   RS_SHAPE(alloc), RS_SHAPE(batch_get),    RS_SHAPE(batch_alloc),
     RS_SHAPE(count), RS_SHAPE(names), RS_SHAPE(segment_info), RS_SHAPE(key_info),
-    RS_SHAPE(none),
+    RS_SHAPE(blob),  RS_SHAPE(none),
 };
 #undef RS_SHAPE
 

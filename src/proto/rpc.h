@@ -59,6 +59,7 @@
  *   batch_remove     "ks", "f"
  *   replica_clear    "cid", "ks", "n": str segment name (<= CRP_MAX_NAME; "" = every replica)
  *   name             "n": str segment name
+ *   blob             "cid", "b": bin (<= CRP_RPC_MAX_BLOB; its own codec: proto/offload.h)
  *   none             (no fields)
  *
  *   reply shape      fields
@@ -80,6 +81,7 @@
  *   segment_info     "seg": segment, "used": u64 bytes, "cid": uuid owner
  *   key_info         "sz": u64, "reps", "lease": u64 ms left, "hp": bool,
  *                    "sp": u64 soft pin ms left (0 = none), "cid": uuid owner
+ *   blob             "b": bin (<= CRP_RPC_MAX_BLOB; proto/offload.h)
  *   none             (no fields)
  *
  * Bounds: keys and regexes are at most CRP_RPC_MAX_KEY bytes (empty keys pass
@@ -122,20 +124,22 @@
 #define CRP_RPC_CAP_EPOCH         (1ull << 3) /* segment epochs in replicas (restart fence) */
 #define CRP_RPC_CAP_REPLICA_CLEAR (1ull << 4) /* BATCH_REPLICA_CLEAR */
 #define CRP_RPC_CAP_LEASE_RELEASE (1ull << 5) /* lease tokens in reads, RELEASE_LEASES */
+#define CRP_RPC_CAP_OFFLOAD       (1ull << 6) /* OFFLOAD_HEARTBEAT: the disk tier (proto/offload.h) */
 #define CRP_RPC_CAPS_DEFINED                                                                       \
     (CRP_RPC_CAP_BATCH | CRP_RPC_CAP_UPSERT | CRP_RPC_CAP_SOFT_PIN | CRP_RPC_CAP_EPOCH |           \
-     CRP_RPC_CAP_REPLICA_CLEAR | CRP_RPC_CAP_LEASE_RELEASE)
+     CRP_RPC_CAP_REPLICA_CLEAR | CRP_RPC_CAP_LEASE_RELEASE | CRP_RPC_CAP_OFFLOAD)
 
 /* Bounds enforced by encoders and decoders. */
-#define CRP_RPC_MAX_KEY       4096  /* bytes per key */
-#define CRP_RPC_MAX_BATCH     65536 /* keys per batch request, results per batch reply */
-#define CRP_RPC_MAX_REPLICAS  32    /* replicas per object in a reply */
-#define CRP_RPC_MAX_PREFERRED 32    /* preferred segments in a replica config */
-#define CRP_RPC_MAX_SEGMENTS  65536 /* segments per REMOUNT, names per GET_ALL_SEGMENTS */
-#define CRP_RPC_MAX_REGEX     4096  /* bytes per REMOVE_BY_REGEX pattern */
-#define CRP_RPC_MAX_SOFTWARE  128   /* bytes of the software version text */
-#define CRP_RPC_MAX_MSG       512   /* bytes of a reply's error text (longer is cut) */
-#define CRP_RPC_MAX_TENANT    128   /* bytes of a request's tenant ("tn") */
+#define CRP_RPC_MAX_KEY       4096       /* bytes per key */
+#define CRP_RPC_MAX_BATCH     65536      /* keys per batch request, results per batch reply */
+#define CRP_RPC_MAX_REPLICAS  32         /* replicas per object in a reply */
+#define CRP_RPC_MAX_PREFERRED 32         /* preferred segments in a replica config */
+#define CRP_RPC_MAX_SEGMENTS  65536      /* segments per REMOUNT, names per GET_ALL_SEGMENTS */
+#define CRP_RPC_MAX_REGEX     4096       /* bytes per REMOVE_BY_REGEX pattern */
+#define CRP_RPC_MAX_SOFTWARE  128        /* bytes of the software version text */
+#define CRP_RPC_MAX_MSG       512        /* bytes of a reply's error text (longer is cut) */
+#define CRP_RPC_MAX_TENANT    128        /* bytes of a request's tenant ("tn") */
+#define CRP_RPC_MAX_BLOB      (1u << 19) /* bytes of an OFFLOAD_HEARTBEAT body ("b") */
 
 /*
  * X(NAME, value, "metric name", request shape, reply shape). The opcode enum,
@@ -172,7 +176,8 @@
     X(BATCH_REPLICA_CLEAR, 54, "batch_replica_clear", replica_clear, statuses)                     \
     X(GET_ALL_SEGMENTS, 60, "get_all_segments", none, names)                                       \
     X(QUERY_SEGMENT, 61, "query_segment", name, segment_info)                                      \
-    X(QUERY_KEY, 62, "query_key", key, key_info)
+    X(QUERY_KEY, 62, "query_key", key, key_info)                                                   \
+    X(OFFLOAD_HEARTBEAT, 70, "offload_heartbeat", blob, blob)
 
 typedef enum crp_rpc_op {
     CRP_RPC_OP_NONE = 0, /* never valid on the wire */
@@ -182,7 +187,7 @@ typedef enum crp_rpc_op {
 } crp_rpc_op;
 
 /** Number of opcodes in CRP_RPC_OP_TABLE. */
-#define CRP_RPC_OP_COUNT 30
+#define CRP_RPC_OP_COUNT 31
 
 /** Mooncake's ReplicaStatus. */
 typedef enum crp_rpc_replica_status {
@@ -356,6 +361,13 @@ typedef struct crp_rpc_name_req {
     char *name;
 } crp_rpc_name_req;
 
+/* An opaque body with its own codec (OFFLOAD_HEARTBEAT: proto/offload.h). */
+typedef struct crp_rpc_blob_req {
+    crp_rpc_uuid client_id;
+    size_t len;
+    uint8_t *data;
+} crp_rpc_blob_req;
+
 struct crp_rpc_arena; /* decoder-owned storage of one message */
 
 typedef struct crp_rpc_req {
@@ -379,6 +391,7 @@ typedef struct crp_rpc_req {
         crp_rpc_batch_remove_req batch_remove;
         crp_rpc_replica_clear_req replica_clear;
         crp_rpc_name_req name;
+        crp_rpc_blob_req blob;
     } u;
     /* Optional "tn" of every request: the tenant whose keys the request
      * names (master/tenants.h). NULL or "" is the default tenant and is not
@@ -465,6 +478,11 @@ typedef struct crp_rpc_key_info_resp {
     crp_rpc_uuid client_id;    /* owner: the client that started the put */
 } crp_rpc_key_info_resp;
 
+typedef struct crp_rpc_blob_resp {
+    size_t len;
+    uint8_t *data;
+} crp_rpc_blob_resp;
+
 typedef struct crp_rpc_resp {
     uint16_t op;    /* crp_rpc_op, as in the request */
     int32_t status; /* 0 or a negative cr_status */
@@ -482,6 +500,7 @@ typedef struct crp_rpc_resp {
         crp_rpc_names_resp names;
         crp_rpc_segment_info_resp segment_info;
         crp_rpc_key_info_resp key_info;
+        crp_rpc_blob_resp blob;
     } u;                         /* meaningful only when status == 0, or for SERVICE_READY */
     struct crp_rpc_arena *arena; /* NULL unless decoded */
 } crp_rpc_resp;

@@ -318,6 +318,15 @@ static void fill_rq_name(crp_rpc_req *m, int v)
     m->u.name.name = sample_segment(v).name;
 }
 
+static uint8_t blob_bytes[300] = {0x81, 0xa1, 'x', 0x01, 0x00, 0xff};
+
+static void fill_rq_blob(crp_rpc_req *m, int v)
+{
+    m->u.blob.client_id = sample_uuid(v);
+    m->u.blob.len = v == V_MIN ? 0 : v == V_MAX ? sizeof(blob_bytes) : 6;
+    m->u.blob.data = v == V_MIN ? NULL : blob_bytes;
+}
+
 static void fill_rq_none(crp_rpc_req *m, int v)
 {
     (void)m;
@@ -456,6 +465,12 @@ static void fill_rs_key_info(crp_rpc_resp *m, int v)
     r->hard_pin = v == V_MAX;
     r->soft_pin_ms_left = v == V_MAX ? UINT64_MAX : v == V_MIN ? 0 : 60000;
     r->client_id = sample_uuid(v);
+}
+
+static void fill_rs_blob(crp_rpc_resp *m, int v)
+{
+    m->u.blob.len = v == V_MIN ? 0 : v == V_MAX ? sizeof(blob_bytes) : 6;
+    m->u.blob.data = v == V_MIN ? NULL : blob_bytes;
 }
 
 static void fill_rs_none(crp_rpc_resp *m, int v)
@@ -689,6 +704,14 @@ static void eq_rq_name(const crp_rpc_req *a, const crp_rpc_req *b)
     eq_str(a->u.name.name, b->u.name.name);
 }
 
+static void eq_rq_blob(const crp_rpc_req *a, const crp_rpc_req *b)
+{
+    eq_uuid(&a->u.blob.client_id, &b->u.blob.client_id);
+    assert_int_equal(a->u.blob.len, b->u.blob.len);
+    if (a->u.blob.len > 0)
+        assert_memory_equal(a->u.blob.data, b->u.blob.data, a->u.blob.len);
+}
+
 static void eq_rq_none(const crp_rpc_req *a, const crp_rpc_req *b)
 {
     (void)a;
@@ -794,6 +817,13 @@ static void eq_rs_key_info(const crp_rpc_resp *a, const crp_rpc_resp *b)
     assert_int_equal(x->hard_pin, y->hard_pin);
     assert_true(x->soft_pin_ms_left == y->soft_pin_ms_left);
     eq_uuid(&x->client_id, &y->client_id);
+}
+
+static void eq_rs_blob(const crp_rpc_resp *a, const crp_rpc_resp *b)
+{
+    assert_int_equal(a->u.blob.len, b->u.blob.len);
+    if (a->u.blob.len > 0)
+        assert_memory_equal(a->u.blob.data, b->u.blob.data, a->u.blob.len);
 }
 
 static void eq_rs_none(const crp_rpc_resp *a, const crp_rpc_resp *b)

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/net.h"
 #include "store/internal.h"
+#include "store/offload.h"
 #include "store/thin.h"
 
 void cr_store_config_init(cr_store_config *cfg)
@@ -98,9 +99,64 @@ int crc_check_key(const char *key)
     return 0;
 }
 
+/* Does a get reply ask us to wait for a holder staging a disk-only value? */
+static bool staging(const crp_rpc_resp *r)
+{
+    if (r->op == CRP_RPC_GET_REPLICA_LIST)
+        return r->status == CR_ERR_OFFLOAD_STAGING;
+    if (r->op != CRP_RPC_BATCH_GET_REPLICA_LIST || r->status != 0)
+        return false;
+    for (size_t i = 0; i < r->u.batch_get.n; i++)
+        if (r->u.batch_get.results[i].status == CR_ERR_OFFLOAD_STAGING)
+            return true;
+    return false;
+}
+
+/* Count the disk-served replicas of a get reply (a staged copy has segment epoch 0). */
+static void count_disk_reads(cr_store *s, const crp_rpc_resp *r)
+{
+    uint64_t n = 0;
+    if (r->op == CRP_RPC_GET_REPLICA_LIST && r->status == 0)
+        n = r->u.get.n_replicas == 1 && r->u.get.replicas[0].epoch == 0;
+    else if (r->op == CRP_RPC_BATCH_GET_REPLICA_LIST && r->status == 0)
+        for (size_t i = 0; i < r->u.batch_get.n; i++)
+            n += r->u.batch_get.results[i].status == 0 &&
+                 r->u.batch_get.results[i].n_replicas == 1 &&
+                 r->u.batch_get.results[i].replicas[0].epoch == 0;
+    if (n > 0)
+        atomic_fetch_add(&s->disk_reads, n);
+}
+
 int crc_call(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp)
 {
-    return crc_master_call(s->master, req, resp, (int)s->rpc_timeout_ms);
+    int rc = crc_master_call(s->master, req, resp, (int)s->rpc_timeout_ms);
+    if (req->op != CRP_RPC_GET_REPLICA_LIST && req->op != CRP_RPC_BATCH_GET_REPLICA_LIST)
+        return rc;
+    /* A disk-only value is being staged by its holder (docs/disk-tier.md): ask again until
+     * it is, within the RPC deadline. (A batch is asked again whole; the other keys' reads
+     * of the earlier replies end with their lease TTL.) */
+    uint64_t first = crb_now_ms(), last = first;
+    uint64_t deadline = first + s->rpc_timeout_ms;
+    uint32_t wait_us = 200;
+    while (rc == 0 && staging(resp) && crb_now_ms() < deadline) {
+        crp_rpc_resp_clear(resp);
+        struct timespec ts = {0, (long)wait_us * 1000};
+        nanosleep(&ts, NULL);
+        wait_us = wait_us < 4000 ? wait_us * 2 : 4000;
+        last = crb_now_ms();
+        rc = crc_master_call(s->master, req, resp, (int)s->rpc_timeout_ms);
+    }
+    if (rc != 0)
+        return rc;
+    /* The caller measures the lease from before its first request; this one was granted
+     * no earlier than `last`. */
+    uint64_t late = last - first;
+    if (resp->op == CRP_RPC_GET_REPLICA_LIST && resp->status == 0)
+        resp->u.get.lease_ttl_ms += late;
+    else if (resp->status == 0)
+        resp->u.batch_get.lease_ttl_ms += late;
+    count_disk_reads(s, resp);
+    return rc;
 }
 
 int crc_segment_handle(cr_store *s, const char *name, cr_segment_handle *out)
@@ -301,6 +357,13 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
     if (populate == CRC_POPULATE_BACKGROUND && crc_populate_start(s) < 0)
         crb_log(CRB_LOG_WARN, "store %s: %s; the segment stays lazy", s->segment_name,
                 cr_last_error_message());
+    bool has_offload = cfg->struct_size >=
+                       offsetof(cr_store_config, ssd_offload_path) + sizeof(cfg->ssd_offload_path);
+    if (has_offload && cfg->enable_ssd_offload) {
+        rc = crc_off_start(s, cfg->ssd_offload_path, &s->off);
+        if (rc < 0)
+            goto err_destroy;
+    }
     crb_log(CRB_LOG_INFO, "store %s: %llu-byte segment mounted at %s", s->segment_name,
             (unsigned long long)s->segment_size, s->master_address);
     *out = s;
@@ -333,6 +396,8 @@ int cr_store_close(cr_store *s)
     if (s->heartbeat_running)
         pthread_join(s->heartbeat_thread, NULL);
     s->heartbeat_running = false;
+    crc_off_stop(s, s->off); /* before the connections and the engine go */
+    s->off = NULL;
     if (s->master != NULL && s->segment_size > 0) {
         crp_rpc_req req = {.op = CRP_RPC_UNMOUNT_SEGMENT};
         req.u.unmount = (crp_rpc_unmount_req){s->client_id, s->segment_name};
@@ -451,4 +516,13 @@ int cr_store_unregister_buffer(cr_store *s, void *buf)
     if (rc < 0)
         return rc;
     return cr_engine_unregister(s->engine, buf);
+}
+
+int cr_store_offload_stats_get(cr_store *s, cr_store_offload_stats *out)
+{
+    if (s == NULL || out == NULL)
+        return crb_error(CR_INVALID_PARAMS, "cr_store_offload_stats_get: NULL argument");
+    crc_off_stats(s->off, out);
+    out->rpc_reads = atomic_load(&s->disk_reads);
+    return 0;
 }

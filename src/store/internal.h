@@ -61,6 +61,9 @@ struct cr_store {
     pthread_mutex_t seg_lock;
     crc_seg_cache_entry *segs;
     size_t n_segs, cap_segs;
+
+    struct crc_offload *off;     /* the disk tier (store/offload.h), or NULL */
+    _Atomic uint64_t disk_reads; /* gets served from a holder's disk (rpc_reads) */
 };
 
 /* populate.c: when the segment's pages are committed (CRESCENT_SEGMENT_POPULATE). */

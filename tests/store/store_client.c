@@ -15,7 +15,7 @@
  * for the zero-copy calls; 0 = none) --protocol P --rpc-timeout MS
  * --transfer-timeout MS --heartbeat MS --hostname HOST[:PORT] (the engine's
  * local hostname: a fixed port gives a restarted client the same segment
- * name). Sizes use cr_parse_size.
+ * name) --ssd DIR (enable_ssd_offload with ssd_offload_path DIR). Sizes use cr_parse_size.
  * Thin mode (a thin client of crescent-client, cr_store_setup_thin):
  * --thin ADDRESS (instead of --master) --pool SIZE (the shared pool, 64M;
  * --buffer is then the local buffer) --region-kind shared|pool|malloc (the
@@ -51,6 +51,8 @@
  *   name                             0 <segment-name>
  *   stats                            0 local=<b> shm=<b> cma=<b> tcp=<b>
  *   regcount                         <engine registrations>
+ *   offstats                         0 keys=<n> bytes=<b> offloads=<n> failed=<n> staged=<n>
+ *                                    promoted=<n> evicted=<n> rpc_reads=<n> (disk tier)
  *   psess_start KEY SIZE | psess_end KEY | psess_revoke KEY
  *                                    <rc>  a put session (ranged API) in this process's table
  *   thinstats                        0 calls=<n> zc=<b> copied=<b> slow=<calls>/<b>
@@ -751,7 +753,10 @@ int main(int argc, char **argv)
             cfg.heartbeat_interval_ms = (uint32_t)atoi(v);
         else if (strcmp(f, "--hostname") == 0)
             cfg.local_hostname = v; /* "host:port": the segment name of a restarted client */
-        else {
+        else if (strcmp(f, "--ssd") == 0) {
+            cfg.enable_ssd_offload = true; /* the disk tier at v (docs/disk-tier.md) */
+            cfg.ssd_offload_path = v;
+        } else {
             printf("FAIL %d unknown flag %s\n", CR_INVALID_PARAMS, f);
             return 2;
         }
@@ -847,6 +852,14 @@ int main(int argc, char **argv)
                    rc, ts.calls, ts.zero_copy_bytes, ts.copied_bytes, ts.slow_path_calls,
                    ts.slow_path_bytes, ts.transient_calls, ts.reconnects, ts.daemon_lost,
                    ts.shared_regions, ts.slow_path_regions, ts.connections, ts.pool_used);
+        } else if (strcmp(cmd, "offstats") == 0) {
+            cr_store_offload_stats os;
+            rc = cr_store_offload_stats_get(store, &os);
+            printf("%d keys=%" PRIu64 " bytes=%" PRIu64 " offloads=%" PRIu64 " failed=%" PRIu64
+                   " staged=%" PRIu64 " promoted=%" PRIu64 " evicted=%" PRIu64 " rpc_reads=%" PRIu64
+                   "\n",
+                   rc, os.disk_keys, os.disk_bytes, os.offloads, os.offload_failures,
+                   os.stage_reads, os.promotions, os.disk_evictions, os.rpc_reads);
         } else if (strcmp(cmd, "regcount") == 0) {
             cr_engine *e = cr_store_engine(store);
             printf("%zu\n", e ? cr_engine_registration_count(e) : (size_t)0);

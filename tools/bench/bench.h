@@ -41,7 +41,8 @@ int cb_thin_main(int argc, char **argv);
 int cb_metadata_main(int argc, char **argv);
 int cb_disk_main(int argc, char **argv); /* links the disk layer (src/disk) directly */
 int cb_soak_main(int argc, char **argv);
-int cb_ha_main(int argc, char **argv); /* etcd + HA masters (docs/ha.md) */
+int cb_ha_main(int argc, char **argv);      /* etcd + HA masters (docs/ha.md) */
+int cb_offload_main(int argc, char **argv); /* the SSD tier through the store */
 
 /* ---- util.c ------------------------------------------------------------- */
 

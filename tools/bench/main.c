@@ -27,6 +27,7 @@ static const subcommand subcommands[] = {
     {"metadata", cb_metadata_main,
      "descriptor fetch latency per metadata backend (p2p/http/etcd/redis)"},
     {"disk", cb_disk_main, "disk tier offload/disk-hit throughput vs plain O_DIRECT I/O"},
+    {"offload", cb_offload_main, "SSD tier through the store: offload and disk hits vs O_DIRECT"},
     {"soak", cb_soak_main, "store soak: kill -9 of clients and master, bytes and RSS/fds checked"},
     {"ha", cb_ha_main,
      "HA master: failover time (kill -9 of the leader) and HA vs plain throughput"},

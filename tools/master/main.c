@@ -35,6 +35,7 @@
 #include "master/admin_keys.h"
 #include "master/flags.h"
 #include "master/ha.h"
+#include "master/offload.h"
 #include "master/prom.h"
 #include "master/rpc_server.h"
 #include "master/service.h"
@@ -240,6 +241,7 @@ static int render_metrics(void *ctx, crk_admin_reply *r)
         crk_prom_histogram(t, "master_rpc_latency_seconds", &l, 1, bounds, h, CRK_LAT_BUCKETS - 1,
                            0.0);
     }
+    crk_off_prom(m->svc, t); /* the disk tier (master/offload.h); nothing without it */
     return t->status;
 }
 

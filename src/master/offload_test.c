@@ -1,0 +1,320 @@
+/*
+ * offload_test.c - the master's side of the disk tier (master/offload.h),
+ * driven through crk_off_heartbeat as a holder would, with scripted time:
+ * an eviction queues an offload and keeps the object readable until the
+ * result; the result frees the memory and records the disk copy; a get
+ * stages it; remove/upsert drop it and never route to it again; stale and
+ * failed results; announces after a holder restart; the holder's silence.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "master/offload.h"
+#include "master/test_util.h"
+#include "proto/offload.h"
+
+#define SEG  (1u << 20)
+#define VAL  (64u << 10)
+#define BASE 0x100000000ull
+
+typedef struct fixture {
+    crk_service *s;
+    crk_client_id holder;
+    uint64_t now;
+} fixture;
+
+static fixture setup_fx(bool on_evict)
+{
+    crk_config c = tu_config();
+    c.client_ttl_ms = 10000;
+    c.enable_offload = true;
+    c.offload_on_evict = on_evict;
+    fixture f = {tu_service(&c, 1000), tu_client(1), 1000};
+    tu_mount(f.s, f.holder, "holder:1", BASE, SEG, f.now);
+    return f;
+}
+
+/* One heartbeat with the given items; the reply's tasks into *tasks (caller clears). */
+static void beat(fixture *f, crp_off_item *items, size_t n, crp_off_msg *tasks)
+{
+    crp_off_msg m = {.segment = "holder:1", .n_items = n, .items = n ? items : NULL};
+    crp_buf req = {0}, reply = {0};
+    assert_int_equal(crp_off_encode(&m, &req), 0);
+    assert_int_equal(crk_off_heartbeat(f->s, f->holder, req.data, req.len, f->now, &reply), 0);
+    assert_int_equal(crp_off_decode(reply.data, reply.len, tasks), 0);
+    crp_buf_free(&req);
+    crp_buf_free(&reply);
+}
+
+static const crp_off_item *find_task(const crp_off_msg *m, uint8_t kind, const char *key)
+{
+    for (size_t i = 0; i < m->n_items; i++)
+        if (m->items[i].kind == kind && strcmp(m->items[i].key, key) == 0)
+            return &m->items[i];
+    return NULL;
+}
+
+/* Fill the segment with VAL-byte keys k0..; the next put evicts (and queues offloads). */
+static void fill(fixture *f, int n)
+{
+    crk_replicate_config cfg = tu_cfg(1);
+    char key[32];
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        f->now += 10;
+        int rc = tu_put(f->s, f->holder, key, VAL, &cfg, f->now);
+        assert_true(rc == 0 || rc == CR_NO_AVAILABLE_HANDLE);
+    }
+}
+
+static void test_offload_then_stage(void **state)
+{
+    (void)state;
+    fixture f = setup_fx(true);
+    crp_off_msg t;
+    beat(&f, NULL, 0, &t); /* the holder joins */
+    assert_int_equal(t.n_items, 0);
+    crp_off_clear(&t);
+    fill(&f, 20); /* 16 fit: evictions queue offloads of the oldest */
+    beat(&f, NULL, 0, &t);
+    const crp_off_item *k0 = find_task(&t, CRP_OFF_OFFLOAD, "k0");
+    assert_non_null(k0);
+    assert_true(k0->addr >= BASE && k0->addr < BASE + SEG && k0->size == VAL);
+    /* still readable from memory while the offload runs */
+    crk_replica_list l;
+    assert_int_equal(crk_get_replica_list(f.s, "k0", f.now, &l), 0);
+    assert_true(l.r[0].mount_epoch != 0);
+    /* the result: the disk copy is recorded and the memory released */
+    crp_off_item res = {CRP_OFF_OFFLOAD, 0, "k0", k0->version, 0, VAL, 0};
+    uint64_t v0 = k0->version;
+    crp_off_clear(&t);
+    f.now += 20000; /* past the lease of the get above */
+    beat(&f, &res, 1, &t);
+    crp_off_clear(&t);
+    assert_int_equal(crk_exist(f.s, "k0", f.now), 1);
+    crk_key_info ki;
+    assert_int_equal(crk_query_key(f.s, "k0", f.now, &ki), CR_OBJECT_NOT_FOUND);
+    /* a get stages it */
+    assert_int_equal(crk_get_replica_list(f.s, "k0", f.now, &l), CR_ERR_OFFLOAD_STAGING);
+    beat(&f, NULL, 0, &t);
+    const crp_off_item *st = find_task(&t, CRP_OFF_STAGE, "k0");
+    assert_non_null(st);
+    assert_true(st->version == v0);
+    crp_off_clear(&t);
+    crp_off_item staged = {CRP_OFF_STAGE, 0, "k0", v0, 0x7000000, VAL, 5000};
+    beat(&f, &staged, 1, &t);
+    crp_off_clear(&t);
+    assert_int_equal(crk_get_replica_list(f.s, "k0", f.now, &l), 0);
+    assert_int_equal(l.n, 1);
+    assert_true(l.r[0].address == 0x7000000 && l.r[0].mount_epoch == 0);
+    assert_string_equal(l.r[0].segment, "holder:1");
+    assert_true(l.lease_ttl_ms > 0 && l.lease_ttl_ms < 5000);
+    assert_true(l.lease_token >> 63);
+    /* the last reader's release frees the staging space */
+    const char *keys[] = {"k0"};
+    uint64_t tok[] = {l.lease_token};
+    crk_release_leases(f.s, keys, tok, 1, f.now);
+    beat(&f, NULL, 0, &t);
+    const crp_off_item *un = find_task(&t, CRP_OFF_UNSTAGE, "k0");
+    assert_non_null(un);
+    assert_true(un->addr == 0x7000000);
+    crp_off_clear(&t);
+    /* a staged copy past its time is never handed out */
+    beat(&f, &staged, 1, &t);
+    crp_off_clear(&t);
+    f.now += 4600;
+    assert_int_equal(crk_get_replica_list(f.s, "k0", f.now, &l), CR_ERR_OFFLOAD_STAGING);
+    crk_off_stats os;
+    crk_off_get_stats(f.s, &os);
+    assert_true(os.disk_objects == 1 && os.writes == 1 && os.staged_hits == 1);
+    crk_service_destroy(f.s);
+}
+
+static void test_remove_and_upsert(void **state)
+{
+    (void)state;
+    fixture f = setup_fx(true);
+    crp_off_msg t;
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    fill(&f, 20);
+    beat(&f, NULL, 0, &t);
+    crp_off_item res[2];
+    size_t n = 0;
+    for (size_t i = 0; i < t.n_items && n < 2; i++)
+        if (t.items[i].kind == CRP_OFF_OFFLOAD)
+            res[n++] = (crp_off_item){
+                CRP_OFF_OFFLOAD, 0, strdup(t.items[i].key), t.items[i].version, 0, VAL, 0};
+    assert_int_equal(n, 2);
+    crp_off_clear(&t);
+    beat(&f, res, 2, &t);
+    crp_off_clear(&t);
+    /* remove of a disk-only key: gone at once, the holder told to drop that version */
+    assert_int_equal(crk_remove(f.s, res[0].key, false, f.now), 0);
+    assert_int_equal(crk_exist(f.s, res[0].key, f.now), 0);
+    crk_replica_list l;
+    assert_int_equal(crk_get_replica_list(f.s, res[0].key, f.now, &l), CR_OBJECT_NOT_FOUND);
+    assert_int_equal(crk_remove(f.s, res[0].key, false, f.now), CR_OBJECT_NOT_FOUND);
+    beat(&f, NULL, 0, &t);
+    const crp_off_item *rm = find_task(&t, CRP_OFF_REMOVE, res[0].key);
+    assert_non_null(rm);
+    assert_true(rm->version == res[0].version);
+    crp_off_clear(&t);
+    /* a re-announce of the removed version is refused */
+    crp_off_item ann = {CRP_OFF_ANNOUNCE, 0, res[0].key, res[0].version, 0, VAL, 0};
+    beat(&f, &ann, 1, &t);
+    assert_non_null(find_task(&t, CRP_OFF_REMOVE, res[0].key));
+    crp_off_clear(&t);
+    assert_int_equal(crk_exist(f.s, res[0].key, f.now), 0);
+    /* a put by another client of a disk-only key: exists */
+    crk_replicate_config cfg = tu_cfg(1);
+    crk_replica_list al;
+    assert_int_equal(crk_put_start(f.s, tu_client(2), res[1].key, VAL, &cfg, f.now, &al),
+                     CR_OBJECT_ALREADY_EXISTS);
+    /* an upsert replaces it: the disk copy is dropped when the new version completes */
+    f.now += 20000;
+    int rc = crk_upsert_start(f.s, tu_client(2), res[1].key, VAL / 2, &cfg, f.now, &al);
+    if (rc == CR_NO_AVAILABLE_HANDLE) { /* the segment is full of pending offloads */
+        assert_int_equal(crk_remove(f.s, "k19", true, f.now), 0);
+        rc = crk_upsert_start(f.s, tu_client(2), res[1].key, VAL / 2, &cfg, f.now, &al);
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(crk_put_end(f.s, tu_client(2), res[1].key, f.now), 0);
+    assert_int_equal(crk_get_replica_list(f.s, res[1].key, f.now, &l), 0);
+    assert_true(l.value_size == VAL / 2 && l.r[0].mount_epoch != 0);
+    beat(&f, NULL, 0, &t);
+    assert_non_null(find_task(&t, CRP_OFF_REMOVE, res[1].key));
+    crp_off_clear(&t);
+    ann = (crp_off_item){CRP_OFF_ANNOUNCE, 0, res[1].key, res[1].version, 0, VAL, 0};
+    beat(&f, &ann, 1, &t);
+    assert_non_null(find_task(&t, CRP_OFF_REMOVE, res[1].key));
+    crp_off_clear(&t);
+    free(res[0].key);
+    free(res[1].key);
+    crk_service_destroy(f.s);
+}
+
+static void test_stale_and_failed_results(void **state)
+{
+    (void)state;
+    fixture f = setup_fx(true);
+    crp_off_msg t;
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    fill(&f, 20);
+    beat(&f, NULL, 0, &t);
+    const crp_off_item *a = NULL, *b = NULL;
+    for (size_t i = 0; i < t.n_items; i++) {
+        if (t.items[i].kind != CRP_OFF_OFFLOAD)
+            continue;
+        if (a == NULL)
+            a = &t.items[i];
+        else if (b == NULL)
+            b = &t.items[i];
+    }
+    assert_non_null(a);
+    assert_non_null(b);
+    char *ka = strdup(a->key), *kb = strdup(b->key);
+    uint64_t va = a->version, vb = b->version;
+    crp_off_clear(&t);
+    /* a result naming another version: refused, the holder told to drop it */
+    crp_off_item wrong = {CRP_OFF_OFFLOAD, 0, ka, va + 12345, 0, VAL, 0};
+    beat(&f, &wrong, 1, &t);
+    assert_non_null(find_task(&t, CRP_OFF_REMOVE, ka));
+    crp_off_clear(&t);
+    assert_int_equal(crk_query_key(f.s, ka, f.now, &(crk_key_info){0}), 0); /* still in memory */
+    /* a failed write: the object is evicted as it would have been without a tier */
+    crp_off_item failed = {CRP_OFF_OFFLOAD, CR_ERR_DISK_FULL, kb, vb, 0, VAL, 0};
+    beat(&f, &failed, 1, &t);
+    crp_off_clear(&t);
+    assert_int_equal(crk_exist(f.s, kb, f.now), 0);
+    /* the holder falls silent: its disk-only keys are unavailable, not wrong */
+    crp_off_item ok = {CRP_OFF_OFFLOAD, 0, ka, va, 0, VAL, 0};
+    beat(&f, &ok, 1, &t);
+    crp_off_clear(&t);
+    f.now += 11000;
+    crk_replica_list l;
+    assert_int_equal(crk_get_replica_list(f.s, ka, f.now, &l), CR_ERR_OFFLOAD_UNAVAILABLE);
+    /* its successor (a new client id) re-announces the record: readable again */
+    f.holder = tu_client(9);
+    crp_off_item ann = {CRP_OFF_ANNOUNCE, 0, ka, va, 0, VAL, 0};
+    beat(&f, &ann, 1, &t);
+    assert_null(find_task(&t, CRP_OFF_REMOVE, ka));
+    crp_off_clear(&t);
+    assert_int_equal(crk_get_replica_list(f.s, ka, f.now, &l), CR_ERR_OFFLOAD_STAGING);
+    free(ka);
+    free(kb);
+    crk_service_destroy(f.s);
+}
+
+static void test_foreign_announce_and_refusals(void **state)
+{
+    (void)state;
+    fixture f = setup_fx(true);
+    crp_off_msg t;
+    /* after a master restart: a key this master never heard of, with another instance's
+     * version, is accepted; one with a version of ours is not */
+    crp_off_item ann[2] = {{CRP_OFF_ANNOUNCE, 0, "old", 1, 0, VAL, 0}, {0}};
+    beat(&f, ann, 1, &t);
+    assert_null(find_task(&t, CRP_OFF_REMOVE, "old"));
+    crp_off_clear(&t);
+    assert_int_equal(crk_exist(f.s, "old", f.now), 1);
+    /* garbage bodies: a named error, nothing changes */
+    crp_buf reply = {0};
+    uint8_t junk[] = {0x81, 0xa2, 'i', 't', 0x91, 0x01};
+    assert_int_equal(crk_off_heartbeat(f.s, f.holder, junk, sizeof(junk), f.now, &reply),
+                     CR_ERR_MALFORMED_FRAME);
+    assert_int_equal(crk_off_heartbeat(f.s, (crk_client_id){0, 0}, junk, 0, f.now, &reply),
+                     CR_ILLEGAL_CLIENT);
+    crp_buf_free(&reply);
+    crk_service_destroy(f.s);
+    /* without --enable_offload the op is refused */
+    crk_service *s = tu_service(NULL, 1);
+    assert_int_equal(crk_off_heartbeat(s, tu_client(1), junk, 0, 1, &reply), CR_NOT_SUPPORTED);
+    crk_service_destroy(s);
+}
+
+static void test_write_behind(void **state)
+{
+    (void)state;
+    fixture f = setup_fx(false); /* --enable_offload without --offload_on_evict */
+    crp_off_msg t;
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    crk_replicate_config cfg = tu_cfg(1);
+    assert_int_equal(tu_put(f.s, f.holder, "wb", VAL, &cfg, f.now), 0);
+    beat(&f, NULL, 0, &t);
+    const crp_off_item *o = find_task(&t, CRP_OFF_OFFLOAD, "wb");
+    assert_non_null(o);
+    crp_off_item res = {CRP_OFF_OFFLOAD, 0, "wb", o->version, 0, VAL, 0};
+    crp_off_clear(&t);
+    beat(&f, &res, 1, &t);
+    crp_off_clear(&t);
+    /* memory and disk: gets read memory; eviction only drops the memory copy */
+    crk_replica_list l;
+    assert_int_equal(crk_get_replica_list(f.s, "wb", f.now, &l), 0);
+    assert_true(l.r[0].mount_epoch != 0);
+    f.now += 20000;
+    fill(&f, 20);
+    assert_int_equal(crk_exist(f.s, "wb", f.now), 1);
+    crk_service_destroy(f.s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_offload_then_stage),
+        cmocka_unit_test(test_remove_and_upsert),
+        cmocka_unit_test(test_stale_and_failed_results),
+        cmocka_unit_test(test_foreign_announce_and_refusals),
+        cmocka_unit_test(test_write_behind),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

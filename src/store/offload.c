@@ -1,0 +1,652 @@
+/*
+ * offload.c - a store client's disk tier (see offload.h).
+ *
+ * The disk thread's round: (1) free staging slots whose TTL passed; (2) send
+ * one OFFLOAD_HEARTBEAT carrying the disk counters, the results of the last
+ * round's tasks, up to ANNOUNCE_CHUNK re-announced keys (after a restart)
+ * and the keys the disk tier evicted; (3) run the tasks of the reply:
+ * offloads as one crf_put_batch straight from this client's segment memory
+ * (the master keeps that memory allocated until the result arrives), stages
+ * with crf_get into the staging area (registered remote-accessible with the
+ * engine, so readers pull the bytes through the engine; page-aligned, so the
+ * reads are O_DIRECT), removals (only the version the master names), and
+ * promotions (a plain put of the value, which the master allows only to the
+ * holder). It polls again at once while there are results to send or the
+ * master says more tasks wait, else after the poll interval.
+ *
+ * Each record's metadata is the master's version (8 bytes, little-endian):
+ * a re-announce names it, and a removal or stage of another version is not
+ * applied to this one.
+ */
+#include "store/offload.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/offset_allocator.h"
+#include "disk/disk.h"
+#include "proto/offload.h"
+#include "store/internal.h"
+
+#define ANNOUNCE_CHUNK    1024
+#define MAX_RESULTS       CRP_OFF_MAX_ITEMS
+#define DEFAULT_POLL_MS   10
+#define DEFAULT_STAGE     (64ull << 20)
+#define DEFAULT_STAGE_TTL 5000
+
+typedef struct owned_item {
+    crp_off_item it; /* it.key malloc'd */
+} owned_item;
+
+typedef struct stage_slot {
+    crb_oa_allocation a;
+    uint64_t expire_ms;
+} stage_slot;
+
+struct crc_offload {
+    cr_store *s;
+    crf_store *disk;
+    crc_master *conn;
+    uint8_t *stage;
+    uint64_t stage_size, stage_ttl_ms;
+    bool stage_registered;
+    crb_oa *stage_oa;
+    stage_slot *slots;
+    size_t n_slots, cap_slots;
+    uint32_t poll_ms;
+
+    pthread_t thread;
+    bool running;
+    atomic_bool stop;
+
+    /* results and reports to send (disk thread; `evicted` also from on_evict under mu) */
+    pthread_mutex_t mu;
+    owned_item *out;
+    size_t n_out, cap_out;
+    /* recovered keys still to announce */
+    owned_item *ann;
+    size_t n_ann, ann_pos;
+
+    _Atomic uint64_t offloads, offload_failures, stage_reads, promotions, evicted;
+};
+
+/* --- helpers ------------------------------------------------------------------------ */
+
+static void free_items(owned_item *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i].it.key);
+}
+
+static uint64_t env_u64(const char *name, uint64_t dflt)
+{
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0')
+        return dflt;
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+    return *end == '\0' ? (uint64_t)x : dflt;
+}
+
+static void put_le64(uint8_t *b, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le64(const uint8_t *b, size_t n)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < 8 && i < n; i++)
+        v |= (uint64_t)b[i] << (8 * i);
+    return n == 8 ? v : 0;
+}
+
+/* Queue a result or report (mu held). Dropped when full: the master then times out the
+ * task (a stage is asked again, an offload stays pending until the key is written again). */
+static void push_out_locked(crc_offload *o, uint8_t kind, int32_t st, const char *key,
+                            uint64_t version, uint64_t addr, uint64_t size, uint64_t ttl)
+{
+    if (o->n_out == o->cap_out) {
+        size_t ncap = o->cap_out ? o->cap_out * 2 : 256;
+        if (ncap > MAX_RESULTS * 4)
+            return;
+        owned_item *n = realloc(o->out, ncap * sizeof(*n));
+        if (n == NULL)
+            return;
+        o->out = n;
+        o->cap_out = ncap;
+    }
+    char *k = strdup(key);
+    if (k == NULL)
+        return;
+    o->out[o->n_out++].it = (crp_off_item){kind, st, k, version, addr, size, ttl};
+}
+
+static void push_out(crc_offload *o, uint8_t kind, int32_t st, const char *key, uint64_t version,
+                     uint64_t addr, uint64_t size, uint64_t ttl)
+{
+    pthread_mutex_lock(&o->mu);
+    push_out_locked(o, kind, st, key, version, addr, size, ttl);
+    pthread_mutex_unlock(&o->mu);
+}
+
+/* The disk tier's I/O thread: keys it dropped for room. Queue only. */
+static void on_evict(void *arg, const crf_key_info *keys, size_t n)
+{
+    crc_offload *o = arg;
+    pthread_mutex_lock(&o->mu);
+    for (size_t i = 0; i < n; i++) {
+        char key[CRP_OFF_MAX_KEY + 1];
+        size_t len = keys[i].key_len < CRP_OFF_MAX_KEY ? keys[i].key_len : CRP_OFF_MAX_KEY;
+        memcpy(key, keys[i].key, len);
+        key[len] = '\0';
+        push_out_locked(o, CRP_OFF_EVICTED, 0, key, get_le64(keys[i].meta, keys[i].meta_len), 0,
+                        keys[i].value_len, 0);
+    }
+    atomic_fetch_add(&o->evicted, n);
+    pthread_mutex_unlock(&o->mu);
+}
+
+static int collect_recovered(void *arg, const crf_key_info *info)
+{
+    crc_offload *o = arg;
+    if (o->n_ann % 1024 == 0) {
+        owned_item *n = realloc(o->ann, (o->n_ann + 1024) * sizeof(*n));
+        if (n == NULL)
+            return CR_ERR_NO_MEMORY;
+        o->ann = n;
+    }
+    char *k = malloc(info->key_len + 1);
+    if (k == NULL)
+        return CR_ERR_NO_MEMORY;
+    memcpy(k, info->key, info->key_len);
+    k[info->key_len] = '\0';
+    o->ann[o->n_ann++].it = (crp_off_item){
+        CRP_OFF_ANNOUNCE, 0, k, get_le64(info->meta, info->meta_len), 0, info->value_len, 0};
+    return 0;
+}
+
+/* --- staging -------------------------------------------------------------------------- */
+
+static void expire_slots(crc_offload *o, uint64_t now)
+{
+    for (size_t i = 0; i < o->n_slots;) {
+        if (o->slots[i].expire_ms > now) {
+            i++;
+            continue;
+        }
+        crb_oa_free(o->stage_oa, o->slots[i].a.node);
+        o->slots[i] = o->slots[--o->n_slots];
+    }
+}
+
+/* The readers of the staged copy at addr are done. */
+static void unstage(crc_offload *o, uint64_t addr)
+{
+    for (size_t i = 0; i < o->n_slots; i++) {
+        if ((uint64_t)(uintptr_t)(o->stage + o->slots[i].a.offset) == addr) {
+            crb_oa_free(o->stage_oa, o->slots[i].a.node);
+            o->slots[i] = o->slots[--o->n_slots];
+            return;
+        }
+    }
+}
+
+static int stage_alloc(crc_offload *o, uint64_t size, crb_oa_allocation *a)
+{
+    if (o->n_slots == o->cap_slots) {
+        size_t ncap = o->cap_slots ? o->cap_slots * 2 : 64;
+        stage_slot *n = realloc(o->slots, ncap * sizeof(*n));
+        if (n == NULL)
+            return CR_ERR_NO_MEMORY;
+        o->slots = n;
+        o->cap_slots = ncap;
+    }
+    return crb_oa_alloc(o->stage_oa, size ? size : 1, a);
+}
+
+/* --- tasks ---------------------------------------------------------------------------- */
+
+static bool version_matches(crc_offload *o, const char *key, uint64_t version, uint64_t *size)
+{
+    crf_key_info info;
+    if (crf_stat(o->disk, key, strlen(key), &info) != 0)
+        return false;
+    if (size != NULL)
+        *size = info.value_len;
+    return version == 0 || get_le64(info.meta, info.meta_len) == version;
+}
+
+/* Stage n values (tasks[idx[0..n)]) with one crf_get_batch: the reads run in parallel. */
+static void run_stages(crc_offload *o, const crp_off_item *tasks, const size_t *idx, size_t n,
+                       uint64_t now)
+{
+    if (n == 0)
+        return;
+    crf_get_item *gets = calloc(n, sizeof(*gets));
+    crb_oa_allocation *al = calloc(n, sizeof(*al));
+    int64_t *res = calloc(n, sizeof(*res));
+    size_t *which = calloc(n, sizeof(*which));
+    uint64_t *sizes = calloc(n, sizeof(*sizes));
+    if (gets == NULL || al == NULL || res == NULL || which == NULL || sizes == NULL) {
+        for (size_t j = 0; j < n; j++)
+            push_out(o, CRP_OFF_STAGE, CR_ERR_NO_MEMORY, tasks[idx[j]].key, tasks[idx[j]].version,
+                     0, 0, 0);
+        goto out;
+    }
+    size_t m = 0;
+    for (size_t j = 0; j < n; j++) {
+        const crp_off_item *t = &tasks[idx[j]];
+        uint64_t size = 0;
+        if (!version_matches(o, t->key, t->version, &size)) {
+            push_out(o, CRP_OFF_STAGE, CR_OBJECT_NOT_FOUND, t->key, t->version, 0, 0, 0);
+            continue;
+        }
+        if (stage_alloc(o, size, &al[m]) < 0) { /* full: asked again; slots free on release */
+            push_out(o, CRP_OFF_STAGE, CR_NO_AVAILABLE_HANDLE, t->key, t->version, 0, 0, 0);
+            continue;
+        }
+        o->slots[o->n_slots++] = (stage_slot){al[m], now + o->stage_ttl_ms};
+        gets[m] = (crf_get_item){t->key, strlen(t->key), o->stage + al[m].offset, al[m].size};
+        sizes[m] = size;
+        which[m++] = idx[j];
+    }
+    int rc = m ? crf_get_batch(o->disk, gets, m, res) : 0;
+    for (size_t j = 0; j < m; j++) {
+        const crp_off_item *t = &tasks[which[j]];
+        int64_t got = rc < 0 ? rc : res[j];
+        if (got < 0 || (uint64_t)got != sizes[j]) {
+            unstage(o, (uint64_t)(uintptr_t)gets[j].dst);
+            push_out(o, CRP_OFF_STAGE, got < 0 ? (int32_t)got : CR_ERR_DISK_IO, t->key, t->version,
+                     0, 0, 0);
+            continue;
+        }
+        atomic_fetch_add(&o->stage_reads, 1);
+        push_out(o, CRP_OFF_STAGE, 0, t->key, t->version, (uint64_t)(uintptr_t)gets[j].dst,
+                 sizes[j], o->stage_ttl_ms);
+    }
+out:
+    free(gets);
+    free(al);
+    free(res);
+    free(which);
+    free(sizes);
+}
+
+static void run_promote(crc_offload *o, const crp_off_item *t)
+{
+    uint64_t size = 0;
+    int rc = CR_OBJECT_NOT_FOUND;
+    /* A tenant's key (\x1f-prefixed at the master) cannot be put back through this client's
+     * own namespace: not promoted (it stays on disk and is staged). */
+    if (t->key[0] != '\x1f' && version_matches(o, t->key, t->version, &size)) {
+        void *buf = malloc(size ? size : 1);
+        rc = CR_ERR_NO_MEMORY;
+        if (buf != NULL) {
+            int64_t n = crf_get(o->disk, t->key, strlen(t->key), buf, size);
+            rc = n < 0 ? (int)n : cr_store_put(o->s, t->key, buf, size, NULL);
+            free(buf);
+        }
+    }
+    if (rc == 0)
+        atomic_fetch_add(&o->promotions, 1);
+    push_out(o, CRP_OFF_PROMOTE, rc < 0 ? rc : 0, t->key, t->version, 0, size, 0);
+}
+
+static void run_offloads(crc_offload *o, const crp_off_item *tasks, const size_t *idx, size_t n)
+{
+    if (n == 0)
+        return;
+    crf_put_item *items = calloc(n, sizeof(*items));
+    uint8_t(*meta)[8] = calloc(n, 8);
+    int *res = calloc(n, sizeof(*res));
+    if (items == NULL || meta == NULL || res == NULL) {
+        for (size_t j = 0; j < n; j++)
+            push_out(o, CRP_OFF_OFFLOAD, CR_ERR_NO_MEMORY, tasks[idx[j]].key, tasks[idx[j]].version,
+                     0, 0, 0);
+        goto out;
+    }
+    uint64_t base = (uint64_t)(uintptr_t)o->s->segment, end = base + o->s->segment_size;
+    for (size_t j = 0; j < n; j++) {
+        const crp_off_item *t = &tasks[idx[j]];
+        put_le64(meta[j], t->version);
+        bool inside = t->addr >= base && t->size <= end - t->addr && t->addr <= end;
+        items[j] = (crf_put_item){t->key,
+                                  strlen(t->key),
+                                  inside ? (const void *)(uintptr_t)t->addr : NULL,
+                                  inside ? t->size : 0,
+                                  meta[j],
+                                  8};
+        res[j] = inside ? 0 : CR_INVALID_PARAMS;
+    }
+    /* Items outside the segment are not written: a batch of only the good ones. */
+    size_t m = 0;
+    for (size_t j = 0; j < n; j++)
+        if (res[j] == 0)
+            items[m++] = items[j];
+    int *res2 = calloc(m ? m : 1, sizeof(*res2));
+    int rc = res2 == NULL ? CR_ERR_NO_MEMORY : m ? crf_put_batch(o->disk, items, m, res2) : 0;
+    for (size_t j = 0, k = 0; j < n; j++) {
+        int st = res[j];
+        if (st == 0)
+            st = rc < 0 ? rc : res2[k++];
+        if (st == 0)
+            atomic_fetch_add(&o->offloads, 1);
+        else
+            atomic_fetch_add(&o->offload_failures, 1);
+        push_out(o, CRP_OFF_OFFLOAD, st, tasks[idx[j]].key, tasks[idx[j]].version, 0,
+                 tasks[idx[j]].size, 0);
+    }
+    free(res2);
+out:
+    free(items);
+    free(meta);
+    free(res);
+}
+
+static void run_tasks(crc_offload *o, const crp_off_msg *m, uint64_t now)
+{
+    size_t *offload_idx = calloc(m->n_items ? m->n_items : 1, sizeof(*offload_idx));
+    size_t *stage_idx = calloc(m->n_items ? m->n_items : 1, sizeof(*stage_idx));
+    size_t n_off = 0, n_stage = 0;
+    for (size_t i = 0; i < m->n_items; i++) {
+        const crp_off_item *t = &m->items[i];
+        switch (t->kind) {
+        case CRP_OFF_OFFLOAD:
+            if (offload_idx != NULL)
+                offload_idx[n_off++] = i;
+            break;
+        case CRP_OFF_STAGE:
+            if (stage_idx != NULL)
+                stage_idx[n_stage++] = i;
+            break;
+        case CRP_OFF_REMOVE:
+            if (version_matches(o, t->key, t->version, NULL))
+                (void)crf_remove(o->disk, t->key, strlen(t->key));
+            break;
+        case CRP_OFF_UNSTAGE:
+            unstage(o, t->addr);
+            break;
+        default:
+            break;
+        }
+    }
+    /* Readers wait for stages; writers for the memory offloads free. Promotions last:
+     * they need the memory the offloads release. */
+    run_stages(o, m->items, stage_idx, n_stage, now);
+    run_offloads(o, m->items, offload_idx, n_off);
+    for (size_t i = 0; i < m->n_items; i++)
+        if (m->items[i].kind == CRP_OFF_PROMOTE)
+            run_promote(o, &m->items[i]);
+    free(offload_idx);
+    free(stage_idx);
+}
+
+/* --- the disk thread ----------------------------------------------------------------------- */
+
+static void fill_stats(crc_offload *o, crp_off_msg *m)
+{
+    crf_stats st;
+    crf_get_stats(o->disk, &st);
+    m->n_stats = CRP_OFF_NSTATS;
+    m->stats[CRP_OFF_STAT_KEYS] = st.keys;
+    m->stats[CRP_OFF_STAT_BYTES] = st.file_bytes;
+    m->stats[CRP_OFF_STAT_CAPACITY] = st.capacity_bytes;
+    m->stats[CRP_OFF_STAT_READS] = atomic_load(&o->stage_reads) + atomic_load(&o->promotions);
+    m->stats[CRP_OFF_STAT_WRITES] = atomic_load(&o->offloads);
+    m->stats[CRP_OFF_STAT_COMPACTIONS] = st.compactions;
+    m->stats[CRP_OFF_STAT_EVICTED] = st.evicted_keys;
+}
+
+/* Take up to max queued results (mu held by the caller). */
+static owned_item *take_out_locked(crc_offload *o, size_t max, size_t *n_out)
+{
+    size_t n = o->n_out < max ? o->n_out : max;
+    owned_item *v = NULL;
+    if (n > 0 && (v = malloc(n * sizeof(*v))) != NULL) {
+        memcpy(v, o->out, n * sizeof(*v));
+        memmove(o->out, o->out + n, (o->n_out - n) * sizeof(*v));
+        o->n_out -= n;
+    } else {
+        n = 0;
+    }
+    *n_out = n;
+    return v;
+}
+
+/* Put results that could not be sent back in front of the queue (mu held). */
+static void requeue_locked(crc_offload *o, owned_item *v, size_t n)
+{
+    if (o->n_out + n > o->cap_out) {
+        owned_item *g = realloc(o->out, (o->n_out + n) * sizeof(*g));
+        if (g == NULL) {
+            free_items(v, n);
+            return;
+        }
+        o->out = g;
+        o->cap_out = o->n_out + n;
+    }
+    memmove(o->out + n, o->out, o->n_out * sizeof(*v));
+    memcpy(o->out, v, n * sizeof(*v));
+    o->n_out += n;
+}
+
+/* One heartbeat: 1 = poll again at once, 0 = wait, < 0 = the call failed. */
+static int heartbeat(crc_offload *o)
+{
+    crp_off_msg m = {.segment = o->s->segment_name};
+    fill_stats(o, &m);
+    size_t n_sent = 0;
+    pthread_mutex_lock(&o->mu);
+    owned_item *sent = take_out_locked(o, CRP_OFF_MAX_ITEMS - ANNOUNCE_CHUNK, &n_sent);
+    pthread_mutex_unlock(&o->mu);
+
+    size_t n_ann = o->n_ann - o->ann_pos < ANNOUNCE_CHUNK ? o->n_ann - o->ann_pos : ANNOUNCE_CHUNK;
+    crp_off_item *items = calloc(n_sent + n_ann + 1, sizeof(*items));
+    crp_buf body = {0};
+    int rc = items == NULL ? crb_error(CR_ERR_NO_MEMORY, "offload heartbeat") : 0;
+    if (rc == 0) {
+        for (size_t i = 0; i < n_sent; i++)
+            items[i] = sent[i].it;
+        for (size_t i = 0; i < n_ann; i++)
+            items[n_sent + i] = o->ann[o->ann_pos + i].it;
+        m.items = items;
+        m.n_items = n_sent + n_ann;
+        rc = crp_off_encode(&m, &body);
+    }
+    crp_rpc_resp resp;
+    memset(&resp, 0, sizeof(resp));
+    if (rc == 0) {
+        crp_rpc_req req = {.op = CRP_RPC_OFFLOAD_HEARTBEAT};
+        req.u.blob = (crp_rpc_blob_req){o->s->client_id, body.len, body.data};
+        rc = crc_master_call(o->conn, &req, &resp, (int)o->s->rpc_timeout_ms);
+        if (rc == 0 && resp.status < 0) {
+            rc = crb_error(resp.status, "offload heartbeat: %s",
+                           resp.message ? resp.message : cr_strerror(resp.status));
+            crp_rpc_resp_clear(&resp);
+        }
+    }
+    free(items);
+    crp_buf_free(&body);
+    if (rc < 0) { /* sent again next round: an offload result must reach the master */
+        pthread_mutex_lock(&o->mu);
+        requeue_locked(o, sent, n_sent);
+        pthread_mutex_unlock(&o->mu);
+        free(sent);
+        return rc;
+    }
+    free_items(sent, n_sent);
+    free(sent);
+    for (size_t i = 0; i < n_ann; i++)
+        free(o->ann[o->ann_pos + i].it.key);
+    o->ann_pos += n_ann;
+    crp_off_msg tasks;
+    rc = crp_off_decode(resp.u.blob.data, resp.u.blob.len, &tasks);
+    crp_rpc_resp_clear(&resp);
+    if (rc < 0)
+        return rc;
+    run_tasks(o, &tasks, crb_now_ms());
+    bool again = tasks.more || tasks.n_items > 0 || o->ann_pos < o->n_ann;
+    crp_off_clear(&tasks);
+    pthread_mutex_lock(&o->mu);
+    again = again || o->n_out > 0;
+    pthread_mutex_unlock(&o->mu);
+    return again ? 1 : 0;
+}
+
+static void nap(uint32_t ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void *disk_main(void *arg)
+{
+    crc_offload *o = arg;
+    int last_rc = 0;
+    while (!atomic_load(&o->stop)) {
+        expire_slots(o, crb_now_ms());
+        int rc = heartbeat(o);
+        if (rc < 0 && rc != last_rc)
+            crb_log(CRB_LOG_WARN, "store %s: disk tier: %s", o->s->segment_name,
+                    cr_last_error_message());
+        last_rc = rc < 0 ? rc : 0;
+        if (rc == 1)
+            continue;
+        nap(rc < 0 ? 200 : o->poll_ms);
+    }
+    return NULL;
+}
+
+/* --- lifecycle ---------------------------------------------------------------------------- */
+
+int crc_off_start(cr_store *s, const char *path, crc_offload **out)
+{
+    if (path == NULL || *path == '\0')
+        path = getenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH");
+    if (path == NULL || *path == '\0')
+        return crb_error(CR_INVALID_PARAMS, "enable_ssd_offload: no ssd_offload_path and no "
+                                            "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH");
+    if (s->segment_size == 0)
+        return crb_error(CR_INVALID_PARAMS,
+                         "enable_ssd_offload: this client contributes no segment "
+                         "(global_segment_size 0), so nothing is ever offloaded from it");
+    crc_offload *o = calloc(1, sizeof(*o));
+    if (o == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "disk tier");
+    o->s = s;
+    pthread_mutex_init(&o->mu, NULL);
+    o->poll_ms = (uint32_t)env_u64("CRESCENT_OFFLOAD_POLL_MS", DEFAULT_POLL_MS);
+    if (o->poll_ms == 0 || o->poll_ms > 10000)
+        o->poll_ms = DEFAULT_POLL_MS;
+    o->stage_ttl_ms = env_u64("MOONCAKE_OFFLOAD_CLIENT_BUFFER_GC_TTL_MS", DEFAULT_STAGE_TTL);
+    if (o->stage_ttl_ms < 2000)
+        o->stage_ttl_ms = 2000; /* the master hands a staged copy out for ttl - 1 s */
+    o->stage_size = env_u64("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", DEFAULT_STAGE);
+    o->stage_size = (o->stage_size + 4095) & ~4095ull;
+    if (o->stage_size < (1u << 20))
+        o->stage_size = 1u << 20;
+
+    crf_config cfg;
+    crf_config_init(&cfg);
+    int rc = crf_config_from_env(&cfg);
+    if (rc < 0)
+        goto err_free;
+    cfg.path = path;
+    cfg.on_evict = on_evict;
+    cfg.on_evict_arg = o;
+    rc = crf_open(&cfg, &o->disk);
+    if (rc < 0)
+        goto err_free;
+    rc = cr_alloc_shared(o->stage_size, (void **)&o->stage);
+    if (rc == 0)
+        rc = cr_engine_register(s->engine, o->stage, o->stage_size, "cpu:0", true);
+    if (rc == 0)
+        o->stage_registered = true;
+    if (rc == 0)
+        rc = crb_oa_create(o->stage_size, 4096, NULL, &o->stage_oa);
+    if (rc == 0)
+        rc = crf_for_each(o->disk, collect_recovered, o);
+    if (rc == 0)
+        rc = crc_master_connect(s->master_address, s->client_id, (int)s->rpc_timeout_ms, &o->conn);
+    if (rc < 0)
+        goto err_stop;
+    if (!(crc_master_caps(o->conn) & CRP_RPC_CAP_OFFLOAD))
+        crb_log(CRB_LOG_WARN, "store %s: the master does not offer the disk tier", s->segment_name);
+    if (pthread_create(&o->thread, NULL, disk_main, o) != 0) {
+        rc = crb_error(CR_ERR_SYSTEM, "starting the disk thread");
+        goto err_stop;
+    }
+    o->running = true;
+    crf_stats st;
+    crf_get_stats(o->disk, &st);
+    crb_log(CRB_LOG_INFO,
+            "store %s: disk tier at %s: %llu recovered keys, %llu bytes, capacity %llu, %s",
+            s->segment_name, path, (unsigned long long)st.keys, (unsigned long long)st.file_bytes,
+            (unsigned long long)st.capacity_bytes, st.io_reason);
+    *out = o;
+    return 0;
+
+err_stop : {
+    char detail[512];
+    snprintf(detail, sizeof(detail), "%s", cr_last_error_message());
+    crc_off_stop(s, o);
+    return crb_error(rc, "disk tier at %s: %s", path, detail);
+}
+err_free:
+    pthread_mutex_destroy(&o->mu);
+    free(o);
+    return rc;
+}
+
+void crc_off_stop(cr_store *s, crc_offload *o)
+{
+    if (o == NULL)
+        return;
+    atomic_store(&o->stop, true);
+    if (o->running)
+        pthread_join(o->thread, NULL);
+    crc_master_close(o->conn);
+    if (o->stage_registered)
+        cr_engine_unregister(s->engine, o->stage);
+    if (o->stage != NULL)
+        cr_free_shared(o->stage);
+    crb_oa_destroy(o->stage_oa);
+    crf_close(o->disk);
+    free_items(o->out, o->n_out);
+    free(o->out);
+    for (size_t i = o->ann_pos; i < o->n_ann; i++)
+        free(o->ann[i].it.key);
+    free(o->ann);
+    free(o->slots);
+    pthread_mutex_destroy(&o->mu);
+    free(o);
+}
+
+void crc_off_stats(crc_offload *o, cr_store_offload_stats *out)
+{
+    cr_store_offload_stats z = {0};
+    *out = z;
+    if (o == NULL)
+        return;
+    crf_stats st;
+    crf_get_stats(o->disk, &st);
+    out->enabled = true;
+    out->disk_keys = st.keys;
+    out->disk_bytes = st.file_bytes;
+    out->disk_capacity = st.capacity_bytes;
+    out->offloads = atomic_load(&o->offloads);
+    out->offload_failures = atomic_load(&o->offload_failures);
+    out->stage_reads = atomic_load(&o->stage_reads);
+    out->promotions = atomic_load(&o->promotions);
+    out->disk_evictions = atomic_load(&o->evicted);
+    out->compactions = st.compactions;
+}

@@ -1,0 +1,392 @@
+/*
+ * offload_bench.c - crescent-bench offload: the SSD tier through the whole
+ * store path (docs/disk-tier.md phase B) against plain sequential O_DIRECT
+ * I/O of the same bytes on the same filesystem, in the same run.
+ *
+ *   crescent-bench offload [--master-bin P] [--dir D] [--value-sizes 4K,1M]
+ *                          [--bytes 256M] [--small-bytes 48M] [--batch 32]
+ *                          [--latency 200] [--poll-ms 2] [--verify]
+ *
+ * A crescent-master with --enable_offload --offload_on_evict, and in this
+ * process two store clients: a holder (segment = a quarter of the bytes,
+ * at most 64 MiB; its SSD tier in a fresh directory under --dir) and a
+ * writer/reader without a segment. Per value size S, with B bytes (--bytes,
+ * or --small-bytes below 64 KiB):
+ *   baseline write  pwrite of S-byte blocks to one file, O_DIRECT, then fdatasync
+ *   baseline read   pread of the same blocks, O_DIRECT
+ *   offload         the writer puts B/S values (retrying while the segment waits
+ *                   for offloads); offload GB/s = bytes the holder wrote to disk
+ *                   / time from the first put until the last offload landed
+ *   disk hit        batch gets (--batch keys) of every disk-only value: the
+ *                   holder stages them from disk, the reader pulls them through
+ *                   the engine; GB/s of the values read
+ *   latency         --latency single gets of disk-only values (each staged anew)
+ *                   and of memory-resident values: p50 / p99
+ * Both clients are in one process (two engines), so the reader's transfer is
+ * a same-host copy; the holder's disk thread polls the master every
+ * --poll-ms (CRESCENT_OFFLOAD_POLL_MS) when idle.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "crescent/status.h"
+#include "crescent/store.h"
+#include "master_proc.h"
+#include "tool_util.h"
+
+#define MAX_SIZES 4
+
+typedef struct ob_opts {
+    const char *master_bin, *dir;
+    uint64_t sizes[MAX_SIZES];
+    size_t n_sizes;
+    uint64_t bytes, small_bytes;
+    uint32_t batch, latency, poll_ms, threads;
+    bool verify;
+} ob_opts;
+
+static void usage(FILE *to)
+{
+    fprintf(to, "usage: " CB_PROG " offload [flags]\n"
+                "  --master-bin P   crescent-master to start (default: next to this binary)\n"
+                "  --dir D          where the SSD tier and the baseline file go (default "
+                "$TMPDIR or /tmp)\n"
+                "  --value-sizes L  e.g. 4K,1M (default 4K,1M)\n"
+                "  --bytes B        bytes per case for values >= 64K (default 256M)\n"
+                "  --small-bytes B  bytes per case for smaller values (default 48M)\n"
+                "  --batch N        keys per batch get (default 32)\n"
+                "  --latency N      single-get latency samples per kind (default 200)\n"
+                "  --poll-ms N      the holder's idle poll interval (default 2)\n"
+                "  --threads N      reader threads of the disk-hit phase (default 4)\n"
+                "  --verify         check every byte read\n");
+}
+
+static int parse(int argc, char **argv, ob_opts *o)
+{
+    *o = (ob_opts){.bytes = 256 * CB_MIB,
+                   .small_bytes = 48 * CB_MIB,
+                   .batch = 32,
+                   .latency = 200,
+                   .poll_ms = 2,
+                   .threads = 4,
+                   .n_sizes = 2};
+    o->sizes[0] = 4 * CB_KIB;
+    o->sizes[1] = CB_MIB;
+    o->dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
+            usage(stdout);
+            exit(CB_EXIT_OK);
+        } else if (strcmp(f, "--verify") == 0) {
+            o->verify = true;
+            continue;
+        } else if (v == NULL) {
+            bad = 1;
+        } else if (strcmp(f, "--master-bin") == 0) {
+            o->master_bin = v;
+        } else if (strcmp(f, "--dir") == 0) {
+            o->dir = v;
+        } else if (strcmp(f, "--value-sizes") == 0) {
+            bad = cb_parse_size_list(CB_PROG " offload", f, v, 64 * CB_MIB, o->sizes, MAX_SIZES,
+                                     &o->n_sizes) < 0;
+        } else if (strcmp(f, "--bytes") == 0) {
+            bad = cb_parse_size(v, &o->bytes) < 0;
+        } else if (strcmp(f, "--small-bytes") == 0) {
+            bad = cb_parse_size(v, &o->small_bytes) < 0;
+        } else if (strcmp(f, "--batch") == 0) {
+            bad = cb_parse_u32(v, 1, 1024, &o->batch) < 0;
+        } else if (strcmp(f, "--latency") == 0) {
+            bad = cb_parse_u32(v, 0, 1000000, &o->latency) < 0;
+        } else if (strcmp(f, "--threads") == 0) {
+            bad = cb_parse_u32(v, 1, 64, &o->threads) < 0;
+        } else if (strcmp(f, "--poll-ms") == 0) {
+            bad = cb_parse_u32(v, 1, 1000, &o->poll_ms) < 0;
+        } else {
+            bad = 1;
+        }
+        if (bad) {
+            fprintf(stderr, CB_PROG " offload: bad or unknown flag %s %s\n", f, v ? v : "");
+            usage(stderr);
+            return -1;
+        }
+        i++;
+    }
+    return 0;
+}
+
+static double secs(uint64_t t0)
+{
+    return (double)(cb_now_ns() - t0) / 1e9;
+}
+
+/* Sequential O_DIRECT write then read of n blocks of s bytes: GB/s of each. */
+static int baseline(const char *dir, uint64_t s, uint64_t n, double *w, double *r)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof(path), "%s/baseline.bin", dir) >= (int)sizeof(path))
+        return -1;
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+    if (fd < 0) {
+        fprintf(stderr, CB_PROG " offload: O_DIRECT open of %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    void *buf = NULL;
+    if (posix_memalign(&buf, 4096, s) != 0) {
+        close(fd);
+        return -1;
+    }
+    cb_pattern_fill(buf, 0, s, 7);
+    int rc = 0;
+    uint64_t t0 = cb_now_ns();
+    for (uint64_t i = 0; i < n && rc == 0; i++)
+        rc = pwrite(fd, buf, s, (off_t)(i * s)) == (ssize_t)s ? 0 : -1;
+    if (rc == 0)
+        rc = fdatasync(fd);
+    *w = (double)(n * s) / secs(t0) / 1e9;
+    t0 = cb_now_ns();
+    for (uint64_t i = 0; i < n && rc == 0; i++)
+        rc = pread(fd, buf, s, (off_t)(i * s)) == (ssize_t)s ? 0 : -1;
+    *r = (double)(n * s) / secs(t0) / 1e9;
+    if (rc != 0)
+        fprintf(stderr, CB_PROG " offload: baseline I/O on %s: %s\n", path, strerror(errno));
+    free(buf);
+    close(fd);
+    unlink(path);
+    return rc;
+}
+
+static int setup_store(const char *master, uint64_t segment, const char *ssd, cr_store **out)
+{
+    cr_store_config c;
+    cr_store_config_init(&c);
+    c.master_address = master;
+    c.global_segment_size = segment;
+    c.local_buffer_size = 64 * CB_MIB;
+    c.protocol = "auto";
+    c.enable_ssd_offload = ssd != NULL;
+    c.ssd_offload_path = ssd;
+    int rc = cr_store_setup(&c, out);
+    if (rc < 0)
+        fprintf(stderr, CB_PROG " offload: store setup: %s\n", cr_last_error_message());
+    return rc;
+}
+
+static uint64_t seed_of(uint64_t i)
+{
+    return 0x5eed0000ull + i;
+}
+
+static int check(const uint8_t *got, uint64_t s, uint64_t i, uint8_t *want)
+{
+    cb_pattern_fill(want, 0, s, seed_of(i));
+    return memcmp(got, want, s) == 0 ? 0 : -1;
+}
+
+/* The disk-hit phase: threads take batches of keys from `next`. */
+typedef struct hit_job {
+    const ob_opts *o;
+    cr_store *rw;
+    const char *sz;
+    uint64_t s, n_disk;
+    _Atomic uint64_t next, bytes, bad, failed;
+} hit_job;
+
+static void *hit_main(void *arg)
+{
+    hit_job *j = arg;
+    uint32_t b = j->o->batch;
+    const char **keys = calloc(b, sizeof(*keys));
+    char(*kb)[64] = calloc(b, 64);
+    void **vals = calloc(b, sizeof(*vals));
+    int64_t *res = calloc(b, sizeof(*res));
+    uint8_t *want = malloc(j->s);
+    while (keys && kb && vals && res && want) {
+        uint64_t i = atomic_fetch_add(&j->next, b);
+        if (i >= j->n_disk)
+            break;
+        size_t m = j->n_disk - i < b ? (size_t)(j->n_disk - i) : b;
+        for (size_t k = 0; k < m; k++) {
+            snprintf(kb[k], 64, "ob-%s-%" PRIu64, j->sz, i + k);
+            keys[k] = kb[k];
+        }
+        if (cr_store_batch_get(j->rw, keys, m, vals, res) < 0) {
+            atomic_fetch_add(&j->failed, m);
+            continue;
+        }
+        for (size_t k = 0; k < m; k++) {
+            if (res[k] == (int64_t)j->s) {
+                atomic_fetch_add(&j->bytes, j->s);
+                if (j->o->verify && check(vals[k], j->s, i + k, want) < 0)
+                    atomic_fetch_add(&j->bad, 1);
+            } else {
+                atomic_fetch_add(&j->failed, 1);
+            }
+            free(vals[k]);
+        }
+    }
+    free(keys);
+    free(kb);
+    free(vals);
+    free(res);
+    free(want);
+    return NULL;
+}
+
+/* One value size: the figures on one line. */
+static int run_size(const ob_opts *o, const char *master, const char *root, uint64_t s)
+{
+    uint64_t bytes = s >= 64 * CB_KIB ? o->bytes : o->small_bytes;
+    uint64_t n = bytes / s, segment = bytes / 4 > 64 * CB_MIB ? 64 * CB_MIB : bytes / 4;
+    segment = (segment + CB_MIB - 1) & ~(CB_MIB - 1);
+    char ssd[PATH_MAX], sz[32];
+    if (snprintf(ssd, sizeof(ssd), "%s/ssd-%s", root, cb_format_size(s, sz, sizeof(sz))) >=
+        (int)sizeof(ssd))
+        return -1;
+    double bw = 0, br = 0;
+    if (baseline(root, s, n, &bw, &br) < 0)
+        return -1;
+    cr_store *holder = NULL, *rw = NULL;
+    int rc = setup_store(master, segment, ssd, &holder);
+    if (rc == 0)
+        rc = setup_store(master, 0, NULL, &rw);
+    uint8_t *val = malloc(s), *want = malloc(s);
+    char key[64];
+    if (rc < 0 || val == NULL || want == NULL)
+        goto out;
+    /* offload: a put stream that overflows the segment */
+    cr_store_offload_stats st0, st1;
+    cr_store_offload_stats_get(holder, &st0);
+    uint64_t t0 = cb_now_ns(), retries = 0;
+    for (uint64_t i = 0; i < n && rc == 0; i++) {
+        snprintf(key, sizeof(key), "ob-%s-%" PRIu64, sz, i);
+        cb_pattern_fill(val, 0, s, seed_of(i));
+        uint64_t until = cb_now_ns() + 30ull * 1000000000ull;
+        while ((rc = cr_store_put(rw, key, val, s, NULL)) == CR_NO_AVAILABLE_HANDLE &&
+               cb_now_ns() < until) {
+            retries++;
+            struct timespec ts = {0, 200000};
+            nanosleep(&ts, NULL);
+        }
+        if (rc < 0)
+            fprintf(stderr, CB_PROG " offload: put %s: %s\n", key, cr_last_error_message());
+    }
+    /* until the last offload has landed (no change for 100 ms) */
+    uint64_t last = cb_now_ns(), prev = 0;
+    for (;;) {
+        cr_store_offload_stats_get(holder, &st1);
+        if (st1.offloads != prev) {
+            prev = st1.offloads;
+            last = cb_now_ns();
+        } else if (cb_now_ns() - last > 100000000ull) {
+            break;
+        }
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    uint64_t offloaded = st1.offloads - st0.offloads;
+    double off_gbps = (double)(offloaded * s) / ((double)(last - t0) / 1e9) / 1e9;
+    uint64_t n_disk = offloaded < n ? offloaded : n; /* the oldest keys went to disk */
+    /* disk hits: batch gets of every disk-only value, from several threads */
+    hit_job job = {o, rw, sz, s, n_disk, 0, 0, 0, 0};
+    pthread_t th[64];
+    uint32_t nt = o->threads;
+    t0 = cb_now_ns();
+    for (uint32_t t = 0; t < nt; t++)
+        if (pthread_create(&th[t], NULL, hit_main, &job) != 0)
+            nt = t;
+    for (uint32_t t = 0; t < nt; t++)
+        pthread_join(th[t], NULL);
+    double hit_gbps = (double)atomic_load(&job.bytes) / secs(t0) / 1e9;
+    uint64_t bad = atomic_load(&job.bad), failed = atomic_load(&job.failed);
+    /* latency: single gets, disk-only vs in memory */
+    cb_hist hd = {{0}, 0}, hm = {{0}, 0};
+    for (uint32_t k = 0; rc == 0 && k < o->latency && n_disk > 0 && n_disk < n; k++) {
+        uint64_t i = (uint64_t)k * 7919 % n_disk;
+        snprintf(key, sizeof(key), "ob-%s-%" PRIu64, sz, i);
+        void *v = NULL;
+        uint64_t a = cb_now_ns();
+        int64_t g = cr_store_get(rw, key, &v);
+        cb_hist_add(&hd, cb_now_ns() - a, 1);
+        if (g != (int64_t)s || (o->verify && check(v, s, i, want) < 0))
+            bad += g == (int64_t)s, failed += g != (int64_t)s;
+        free(v);
+        i = n - 1 - (uint64_t)k % (n - n_disk);
+        snprintf(key, sizeof(key), "ob-%s-%" PRIu64, sz, i);
+        a = cb_now_ns();
+        g = cr_store_get(rw, key, &v);
+        cb_hist_add(&hm, cb_now_ns() - a, 1);
+        if (g != (int64_t)s || (o->verify && check(v, s, i, want) < 0))
+            bad += g == (int64_t)s, failed += g != (int64_t)s;
+        free(v);
+    }
+    printf("%-5s bytes=%s offloaded=%" PRIu64 "/%" PRIu64 " (put retries %" PRIu64 ")\n"
+           "      baseline O_DIRECT write %.2f GB/s, read %.2f GB/s\n"
+           "      offload %.2f GB/s (%.2fx write)  disk hit %.2f GB/s (%.2fx read)\n"
+           "      get latency p50/p99: disk hit %.0f/%.0f us, memory hit %.0f/%.0f us\n"
+           "      failed gets %" PRIu64 ", wrong bytes %" PRIu64 "%s\n",
+           sz, cb_format_size(bytes, (char[32]){0}, 32), offloaded, n, retries, bw, br, off_gbps,
+           bw > 0 ? off_gbps / bw : 0, hit_gbps, br > 0 ? hit_gbps / br : 0,
+           (double)cb_hist_quantile(&hd, 0.5) / 1e3, (double)cb_hist_quantile(&hd, 0.99) / 1e3,
+           (double)cb_hist_quantile(&hm, 0.5) / 1e3, (double)cb_hist_quantile(&hm, 0.99) / 1e3,
+           failed, bad, o->verify ? " (verified)" : "");
+    fflush(stdout);
+    if (bad > 0 || failed > 0)
+        rc = -1;
+out:
+    free(val);
+    free(want);
+    if (rw != NULL)
+        cr_store_remove_all(rw, true);
+    cr_store_destroy(rw);
+    cr_store_destroy(holder);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", ssd);
+    if (system(cmd) != 0)
+        fprintf(stderr, CB_PROG " offload: could not remove %s\n", ssd);
+    return rc < 0 ? -1 : 0;
+}
+
+int cb_offload_main(int argc, char **argv)
+{
+    ob_opts o;
+    if (parse(argc, argv, &o) < 0)
+        return CB_EXIT_USAGE;
+    char root[PATH_MAX];
+    snprintf(root, sizeof(root), "%s/crescent-offload-bench-XXXXXX", o.dir);
+    if (mkdtemp(root) == NULL) {
+        fprintf(stderr, CB_PROG " offload: mkdtemp in %s: %s\n", o.dir, strerror(errno));
+        return CB_EXIT_FAIL;
+    }
+    char poll[16];
+    snprintf(poll, sizeof(poll), "%u", o.poll_ms);
+    setenv("CRESCENT_OFFLOAD_POLL_MS", poll, 1);
+    char path[PATH_MAX + 32];
+    const char *bin = o.master_bin ? o.master_bin : ct_default_master_bin(path, sizeof(path));
+    const char *args[] = {"--enable_offload=true", "--offload_on_evict=true", NULL};
+    ct_master m;
+    ct_master_opts mo = {.bin = bin, .args = args, .ready_ms = 10000};
+    int rc = ct_master_start(&m, &mo);
+    if (rc < 0) {
+        fprintf(stderr, CB_PROG " offload: %s did not start (--master-bin PATH)\n", bin);
+        rmdir(root);
+        return CB_EXIT_FAIL;
+    }
+    printf("offload bench: dir %s, poll %u ms, batch %u\n", root, o.poll_ms, o.batch);
+    for (size_t i = 0; i < o.n_sizes && rc == 0; i++)
+        rc = run_size(&o, m.addr, root, o.sizes[i]);
+    ct_master_stop(&m, 10000);
+    rmdir(root);
+    return rc == 0 ? CB_EXIT_OK : CB_EXIT_FAIL;
+}
