@@ -13,8 +13,8 @@ ctest --test-dir build-asan --output-on-failure -j2 --timeout 600 -E '^bench_'
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"
 # UCX's memory hooks (libucm interposes madvise/mmap) crash inside TSan's
 # interceptors when a thread exits; crescent registers every buffer UCX touches
-# explicitly, so it does not need UCX's memory events.
-export UCX_MEM_EVENTS=no
+# explicitly, so it does not need UCX's memory events or its malloc hooks.
+export UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no
 BUILD_DIR=build-tsan BUILD_TYPE=RelWithDebInfo bash scripts/build.sh -DCRESCENT_SANITIZE=thread
 ctest --test-dir build-tsan --output-on-failure -j2 --timeout 600 -R '^engine_|^metadata_|^master_concurrency|^master_rpc_server|^store_|^disk_|^ha_'
 
