@@ -557,8 +557,10 @@ int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, i
         uint64_t now = crb_now_ms();
         int left = now < deadline ? (int)(deadline - now) : 1;
         int rc = call_once(m, req, resp, left);
+        /* NOT_LEADER in a reply, or from the handshake of a master that
+         * has not finished its promotion yet */
         bool not_leader = rc == 0 && resp->status == CR_ERR_NOT_LEADER;
-        if (!not_leader && rc != CR_RPC_FAIL)
+        if (!not_leader && rc != CR_RPC_FAIL && rc != CR_ERR_NOT_LEADER)
             return rc;
         if (crb_now_ms() + 50 >= deadline)
             return rc;
