@@ -425,6 +425,8 @@ static owned_item *take_out_locked(crc_offload *o, size_t max, size_t *n_out)
 /* Put results that could not be sent back in front of the queue (mu held). */
 static void requeue_locked(crc_offload *o, owned_item *v, size_t n)
 {
+    if (n == 0)
+        return; /* (o->out may still be NULL) */
     if (o->n_out + n > o->cap_out) {
         owned_item *g = realloc(o->out, (o->n_out + n) * sizeof(*g));
         if (g == NULL) {
