@@ -289,7 +289,7 @@ static void destroy_while_a_call_waits(void **state)
     assert_int_equal(
         cr_engine_transfer_sync(f.engine, CR_OP_READ, f.local, f.seg, f.remote, 4096, 10000), 0);
     pid_t pid = f.peer.child.proc.pid;
-    assert_int_equal(kill(pid, SIGSTOP), 0);
+    assert_int_equal(tt_stop_process(pid), 0); /* stopped for sure before the batch goes out */
     waiter w = {.e = f.engine, .b = submit_many(&f, 16, 4 << 20), .rc = 1};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, wait_forever, &w), 0);

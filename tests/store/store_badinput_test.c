@@ -315,24 +315,11 @@ static void bad_calls(void **state)
 
 /* ------------------------------------------------------------------------ */
 
-/* SIGSTOP takes effect asynchronously: wait until /proc says 'T'. */
+/* SIGSTOP takes effect asynchronously: wait until it has. */
 static void stop_process(pid_t pid)
 {
-    kill(pid, SIGSTOP);
-    char path[64], stat[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    for (int i = 0; i < 500; i++) {
-        FILE *f = fopen(path, "r");
-        size_t n = f != NULL ? fread(stat, 1, sizeof(stat) - 1, f) : 0;
-        if (f != NULL)
-            fclose(f);
-        stat[n] = '\0';
-        const char *p = strrchr(stat, ')');
-        if (p != NULL && p[1] == ' ' && p[2] == 'T')
-            return;
-        sh_sleep_ms(2);
-    }
-    fail_msg("pid %d did not stop", (int)pid);
+    if (tt_stop_process(pid) != 0)
+        fail_msg("pid %d did not stop", (int)pid);
 }
 
 /* Run op and check it failed within limit_ms. */

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +139,26 @@ void tt_child_kill(tt_child *c)
 {
     ct_proc_kill(&c->proc);
     child_release(c);
+}
+
+int tt_stop_process(pid_t pid)
+{
+    if (kill(pid, SIGSTOP) != 0)
+        return -1;
+    char path[64], stat[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    for (int i = 0; i < 1000; i++) {
+        FILE *f = fopen(path, "r");
+        size_t n = f != NULL ? fread(stat, 1, sizeof(stat) - 1, f) : 0;
+        if (f != NULL)
+            fclose(f);
+        stat[n] = '\0';
+        const char *p = strrchr(stat, ')'); /* the state follows the command's ')' */
+        if (p != NULL && p[1] == ' ' && (p[2] == 'T' || p[2] == 't'))
+            return 0;
+        usleep(2000);
+    }
+    return -1;
 }
 
 /* --- plain sockets --------------------------------------------------------- */

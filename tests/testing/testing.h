@@ -21,6 +21,7 @@
 #define CRESCENT_TESTS_TESTING_H
 
 #include <stdarg.h>
+#include <sys/types.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,6 +69,10 @@ const char *tt_child_cmd(tt_child *c, int timeout_ms, const char *fmt, ...)
 int tt_child_stop(tt_child *c, int timeout_ms);
 /* SIGKILL and reap. */
 void tt_child_kill(tt_child *c);
+/* SIGSTOP pid and wait (up to 2 s) until /proc says it is stopped: the
+ * signal takes effect asynchronously, after kill() returns. 0, or -1 if
+ * it did not stop in time. */
+int tt_stop_process(pid_t pid);
 
 /* --- plain sockets --------------------------------------------------------- */
 
