@@ -19,19 +19,9 @@
 #include <string.h>
 
 #include "crescent/status.h"
+#include "fuzz_common.h"
 #include "master/conf_file.h"
 #include "master/flagfile.h"
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz check failed: %s at %s:%d (last error: %s)\n", #cond, __FILE__,  \
-                    __LINE__, cr_last_error_message());                                            \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -42,15 +32,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (data[0] == 'F' || (data[0] != 'Y' && data[0] % 3 == 0)) {
         crk_args a = {0};
         int rc = crk_flagfile_split(text, len, "fuzz", &a);
-        CHECK(rc == 0 || rc == CR_INVALID_PARAMS || rc == CR_ERR_NO_MEMORY);
-        CHECK(a.argc <= CRK_FLAGFILE_MAX_ARGS);
+        FUZZ_CHECK(rc == 0 || rc == CR_INVALID_PARAMS || rc == CR_ERR_NO_MEMORY);
+        FUZZ_CHECK(a.argc <= CRK_FLAGFILE_MAX_ARGS);
         for (int i = 0; i < a.argc; i++) {
             size_t n = strlen(a.argv[i]);
-            CHECK(n >= 1 && n <= CRK_FLAGFILE_MAX_LINE && a.argv[i][0] == '-');
-            CHECK(a.argv[i][n - 1] != ' ' && a.argv[i][n - 1] != '\t');
-            CHECK(strchr(a.argv[i], '\n') == NULL);
+            FUZZ_CHECK(n >= 1 && n <= CRK_FLAGFILE_MAX_LINE && a.argv[i][0] == '-');
+            FUZZ_CHECK(a.argv[i][n - 1] != ' ' && a.argv[i][n - 1] != '\t');
+            FUZZ_CHECK(strchr(a.argv[i], '\n') == NULL);
         }
-        CHECK(a.argc == 0 || a.argv[a.argc] == NULL);
+        FUZZ_CHECK(a.argc == 0 || a.argv[a.argc] == NULL);
         crk_args_free(&a);
         return 0;
     }
@@ -61,20 +51,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     crk_conf_list l = {0};
     int rc = crk_conf_parse(len > 0 ? text : NULL, len, format, "fuzz", &l);
     if (rc != 0) {
-        CHECK(rc == CR_INVALID_PARAMS || rc == CR_ERR_NO_MEMORY);
-        CHECK(l.v == NULL && l.n == 0);
+        FUZZ_CHECK(rc == CR_INVALID_PARAMS || rc == CR_ERR_NO_MEMORY);
+        FUZZ_CHECK(l.v == NULL && l.n == 0);
         return 0;
     }
-    CHECK(l.n <= CRK_CONF_MAX_ENTRIES);
+    FUZZ_CHECK(l.n <= CRK_CONF_MAX_ENTRIES);
     for (size_t i = 0; i < l.n; i++) {
         const crk_conf_entry *e = &l.v[i];
-        CHECK(e->key != NULL && e->value != NULL);
-        CHECK(e->kind >= CRK_CONF_STRING && e->kind <= CRK_CONF_NULL);
-        CHECK(e->line >= 0 && (size_t)e->line <= lines);
+        FUZZ_CHECK(e->key != NULL && e->value != NULL);
+        FUZZ_CHECK(e->kind >= CRK_CONF_STRING && e->kind <= CRK_CONF_NULL);
+        FUZZ_CHECK(e->line >= 0 && (size_t)e->line <= lines);
         for (size_t j = 0; j < i; j++)
-            CHECK(strcmp(l.v[j].key, e->key) != 0);
+            FUZZ_CHECK(strcmp(l.v[j].key, e->key) != 0);
     }
     crk_conf_list_free(&l);
-    CHECK(l.v == NULL && l.n == 0);
+    FUZZ_CHECK(l.v == NULL && l.n == 0);
     return 0;
 }

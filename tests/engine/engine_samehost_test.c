@@ -241,32 +241,11 @@ static void another_user_is_refused_and_falls_back(void **state)
  * abstract socket "@crescent-<pid>-..." is listed in /proc/net/unix. */
 static int connect_fd_service(pid_t pid)
 {
-    FILE *f = fopen("/proc/net/unix", "r");
-    assert_non_null(f);
-    char line[512], want[64], path[108] = "";
-    snprintf(want, sizeof(want), "@crescent-%d-", (int)pid);
-    while (fgets(line, sizeof(line), f) != NULL) {
-        char *at = strstr(line, want);
-        if (at != NULL) {
-            at[strcspn(at, " \n")] = '\0';
-            snprintf(path, sizeof(path), "%s", at);
-            break;
-        }
-    }
-    fclose(f);
-    if (path[0] == '\0')
-        fail_msg("no fd service of pid %d in /proc/net/unix", (int)pid);
-    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    assert_true(s >= 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    size_t n = strlen(path);
-    memcpy(sa.sun_path, path, n);
-    sa.sun_path[0] = '\0';
-    assert_int_equal(
-        connect(s, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)),
-        0);
-    struct timeval tv = {5, 0};
-    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "@crescent-%d-", (int)pid);
+    int s = tt_connect_abstract(prefix);
+    if (s < 0)
+        fail_msg("no fd service of pid %d to connect to in /proc/net/unix", (int)pid);
     return s;
 }
 

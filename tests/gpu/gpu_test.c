@@ -577,31 +577,10 @@ static int no_driver(void)
  * same uid would: its abstract socket is listed in /proc/net/unix. */
 static int connect_cuda_service(pid_t pid)
 {
-    FILE *f = fopen("/proc/net/unix", "r");
-    CHECK(f != NULL, "/proc/net/unix");
-    char line[512], want[64], path[108] = "";
-    snprintf(want, sizeof(want), "@crescent-cuda-%d-", (int)pid);
-    while (fgets(line, sizeof(line), f) != NULL) {
-        char *at = strstr(line, want);
-        if (at != NULL) {
-            at[strcspn(at, " \n")] = '\0';
-            snprintf(path, sizeof(path), "%s", at);
-            break;
-        }
-    }
-    fclose(f);
-    CHECK(path[0] != '\0', "no cuda service of pid %d in /proc/net/unix", (int)pid);
-    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    CHECK(s >= 0, "socket");
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    size_t n = strlen(path);
-    memcpy(sa.sun_path, path, n);
-    sa.sun_path[0] = '\0';
-    CHECK(connect(s, (struct sockaddr *)&sa,
-                  (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) == 0,
-          "connect %s", path);
-    struct timeval tv = {5, 0};
-    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "@crescent-cuda-%d-", (int)pid);
+    int s = tt_connect_abstract(prefix);
+    CHECK(s >= 0, "no cuda service of pid %d to connect to in /proc/net/unix", (int)pid);
     return s;
 }
 

@@ -173,16 +173,34 @@ static uint64_t first_put_after(sh_client *c, uint64_t t0, const char *prefix)
     }
 }
 
-static void failover(void **state)
+/* Every master up, a leader with all standbys in sync, a holder and a
+ * user client, and the "obj" objects put: the leader's index. */
+static int start_cluster(sh_client *holder, sh_client *user)
 {
-    (void)state;
     for (int i = 0; i < NMASTERS; i++)
         start_master(i);
     int leader = wait_leader(10000, -1);
     wait_in_sync(leader, NMASTERS - 1);
+    start_clients(holder, user);
+    put_objects(user, "obj");
+    return leader;
+}
+
+/* Stop both clients and every master but `gone` (killed or exited). */
+static void stop_cluster(sh_client *holder, sh_client *user, int gone)
+{
+    assert_int_equal(sh_client_stop(user), 0);
+    assert_int_equal(sh_client_stop(holder), 0);
+    for (int i = 0; i < NMASTERS; i++)
+        if (i != gone)
+            assert_int_equal(sh_master_stop(&masters[i]), 0);
+}
+
+static void failover(void **state)
+{
+    (void)state;
     sh_client holder, user;
-    start_clients(&holder, &user);
-    put_objects(&user, "obj");
+    int leader = start_cluster(&holder, &user);
     check_objects(&holder, "obj");
 
     /* A standby refuses client RPCs with NOT_LEADER (the store client's
@@ -219,23 +237,14 @@ static void failover(void **state)
     assert_int_equal(sh_client_stop(&load), 0);
     put_objects(&user, "new");
     check_objects(&holder, "new");
-    assert_int_equal(sh_client_stop(&user), 0);
-    assert_int_equal(sh_client_stop(&holder), 0);
-    for (int i = 0; i < NMASTERS; i++)
-        if (i != leader)
-            assert_int_equal(sh_master_stop(&masters[i]), 0);
+    stop_cluster(&holder, &user, leader);
 }
 
 static void stepdown(void **state)
 {
     (void)state;
-    for (int i = 0; i < NMASTERS; i++)
-        start_master(i);
-    int leader = wait_leader(10000, -1);
-    wait_in_sync(leader, NMASTERS - 1);
     sh_client holder, user;
-    start_clients(&holder, &user);
-    put_objects(&user, "obj");
+    int leader = start_cluster(&holder, &user);
 
     kill(masters[leader].cm.p.pid, SIGSTOP);
     uint64_t t0 = sh_now_ms();
@@ -252,23 +261,14 @@ static void stepdown(void **state)
     check_objects(&holder, "obj");
     put_objects(&user, "new");
     check_objects(&holder, "new");
-    assert_int_equal(sh_client_stop(&user), 0);
-    assert_int_equal(sh_client_stop(&holder), 0);
-    for (int i = 0; i < NMASTERS; i++)
-        if (i != leader)
-            assert_int_equal(sh_master_stop(&masters[i]), 0);
+    stop_cluster(&holder, &user, leader);
 }
 
 static void standby_restart(void **state)
 {
     (void)state;
-    for (int i = 0; i < NMASTERS; i++)
-        start_master(i);
-    int leader = wait_leader(10000, -1);
-    wait_in_sync(leader, NMASTERS - 1);
     sh_client holder, user;
-    start_clients(&holder, &user);
-    put_objects(&user, "obj");
+    int leader = start_cluster(&holder, &user);
 
     /* Restart one standby; it catches up with what was written before and
      * while it was down. */
@@ -304,13 +304,8 @@ static void etcd_outage(void **state)
 {
     (void)state;
     lease_flag = "--ha_lease_ttl_sec=5"; /* >= 2.8 s of keepalive margin */
-    for (int i = 0; i < NMASTERS; i++)
-        start_master(i);
-    int leader = wait_leader(10000, -1);
-    wait_in_sync(leader, NMASTERS - 1);
     sh_client holder, user;
-    start_clients(&holder, &user);
-    put_objects(&user, "obj");
+    int leader = start_cluster(&holder, &user);
 
     /* etcd unreachable for 1.5 s: inside the margin, the leader keeps
      * leading and serving (replication does not need etcd). */
@@ -349,11 +344,7 @@ static void etcd_outage(void **state)
         if (strtoll(reply, NULL, 10) != VALUE || strstr(reply, " ok") == NULL)
             fail_msg("%s: '%s'", key, reply);
     }
-    assert_int_equal(sh_client_stop(&user), 0);
-    assert_int_equal(sh_client_stop(&holder), 0);
-    for (int i = 0; i < NMASTERS; i++)
-        if (i != leader)
-            assert_int_equal(sh_master_stop(&masters[i]), 0);
+    stop_cluster(&holder, &user, leader);
 }
 
 int main(int argc, char **argv)

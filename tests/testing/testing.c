@@ -8,10 +8,12 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -162,6 +164,39 @@ int tt_stop_process(pid_t pid)
 }
 
 /* --- plain sockets --------------------------------------------------------- */
+
+int tt_connect_abstract(const char *prefix)
+{
+    FILE *f = fopen("/proc/net/unix", "r");
+    if (f == NULL)
+        return -1;
+    char line[512], path[108] = "";
+    while (path[0] == '\0' && fgets(line, sizeof(line), f) != NULL) {
+        char *at = strstr(line, prefix);
+        if (at != NULL) {
+            at[strcspn(at, " \n")] = '\0';
+            snprintf(path, sizeof(path), "%s", at);
+        }
+    }
+    fclose(f);
+    if (path[0] == '\0')
+        return -1;
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return -1;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t n = strlen(path);
+    memcpy(sa.sun_path, path, n);
+    sa.sun_path[0] = '\0'; /* '@' marks the abstract namespace */
+    if (connect(s, (struct sockaddr *)&sa,
+                (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) != 0) {
+        close(s);
+        return -1;
+    }
+    struct timeval tv = {5, 0};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return s;
+}
 
 int tt_connect(const char *host, uint16_t port)
 {

@@ -76,6 +76,11 @@ int tt_stop_process(pid_t pid);
 
 /* --- plain sockets --------------------------------------------------------- */
 
+/* Connect a SEQPACKET socket, as any same-uid process could, to the
+ * abstract Unix socket listed in /proc/net/unix whose name starts with
+ * `prefix` (e.g. "@crescent-<pid>-"), with a 5 s receive timeout; the fd,
+ * or -1 when none is listed or the connect fails. */
+int tt_connect_abstract(const char *prefix);
 /* Connect a TCP socket to host:port (host NULL = 127.0.0.1) with 5 s send
  * and receive timeouts and TCP_NODELAY; the fd or -1. */
 int tt_connect(const char *host, uint16_t port);
