@@ -4,9 +4,12 @@
  * One persistent TCP connection, opened with the SERVICE_READY handshake
  * (protocol version and capabilities; a mismatch is CR_INVALID_VERSION with
  * a message naming both versions). Any number of threads may call at once:
- * requests are pipelined on the connection and a reader thread matches
- * replies to callers by request id. A broken connection fails the calls in
- * flight with CR_RPC_FAIL and is re-opened by the next call.
+ * requests are pipelined on the connection, and one waiting caller at a
+ * time reads the socket and matches replies to callers by request id
+ * (leader/follower; no reader thread). A broken connection fails the calls
+ * in flight with CR_RPC_FAIL and is re-opened by the next call. An
+ * "etcd://" address follows the HA leader (store/leader.h): calls refused
+ * with NOT_LEADER or cut by a failover are retried within their deadline.
  *
  * Shared secret: when CRESCENT_MASTER_SECRET is set (read at connect), the
  * handshake answers the master's challenge with it and checks the master's
