@@ -330,9 +330,13 @@ CR_API int cr_batch_task_status(cr_engine *engine, cr_batch_id batch, size_t ind
 CR_API int cr_batch_wait(cr_engine *engine, cr_batch_id batch, int timeout_ms);
 
 /**
- * Cancel unfinished tasks: those not yet on the wire end CANCELED at once;
- * those on the wire end CANCELED once the engine guarantees no further I/O
- * touches their local memory. Returns immediately.
+ * Cancel unfinished tasks. Work not yet on the wire is dropped at once: a
+ * task with any slice dropped ends CANCELED (once its other slices are done,
+ * so no further I/O touches its local memory). Slices already on the wire
+ * (for UCX: handed to the library) are not recalled; a task all of whose
+ * slices were sent ends as they do: COMPLETED with its bytes applied, or
+ * with their error. Returns immediately; cr_batch_wait then reports
+ * CR_ERR_CANCELED for a batch with a canceled task.
  */
 CR_API int cr_batch_cancel(cr_engine *engine, cr_batch_id batch);
 

@@ -312,6 +312,69 @@ static void destroy_while_a_call_waits(void **state)
     free(f.local);
 }
 
+/* Cancel before send, for sure: the peer is stopped, so the lane's socket
+ * fills after a few MiB and the rest of 64 x 1 MiB WRITEs cannot leave.
+ * cr_batch_cancel must end those unsent tasks CANCELED at once (while the
+ * peer is still stopped), and after the peer resumes every task has ended
+ * COMPLETED (already on the wire) or CANCELED, and the wait returns. Over
+ * UCX the library buffers sends itself, so how many stay unsent there is
+ * UCX's business: printed, asserted for crescent's own tcp only. */
+static void cancel_unsent_with_peer_stopped(void **state)
+{
+    (void)state;
+    in_flight f;
+    setup_in_flight(&f);
+    assert_int_equal(
+        cr_engine_transfer_sync(f.engine, CR_OP_READ, f.local, f.seg, f.remote, 4096, 10000), 0);
+    pid_t pid = f.peer.child.proc.pid;
+    assert_int_equal(tt_stop_process(pid), 0);
+    const size_t n = 64, blk = 1 << 20;
+    cr_batch_id b;
+    assert_int_equal(cr_batch_create(f.engine, n, &b), 0);
+    cr_transfer_request r[64];
+    for (size_t i = 0; i < n; i++)
+        r[i] =
+            (cr_transfer_request){CR_OP_WRITE, f.local + i * blk, f.seg, f.remote + i * blk, blk};
+    assert_int_equal(cr_batch_submit(f.engine, b, r, n), 0);
+    usleep(200 * 1000); /* let the lanes fill their sockets */
+    assert_int_equal(cr_batch_cancel(f.engine, b), 0);
+    size_t canceled = 0;
+    for (int tries = 0; tries < 100; tries++) { /* up to 2 s, peer still stopped */
+        canceled = 0;
+        for (size_t i = 0; i < n; i++) {
+            cr_task_status st;
+            assert_int_equal(cr_batch_task_status(f.engine, b, i, &st), 0);
+            assert_true(st.state != CR_TASK_COMPLETED); /* nothing can have arrived */
+            canceled += st.state == CR_TASK_CANCELED;
+        }
+        if (canceled >= n / 2)
+            break;
+        usleep(20 * 1000);
+    }
+    print_message("cancel with the peer stopped: %zu of %zu unsent tasks canceled at once\n",
+                  canceled, n);
+    if (strcmp(test_protocol(), "tcp") == 0)
+        assert_true(canceled >= n / 2);
+    assert_int_equal(kill(pid, SIGCONT), 0);
+    int rc = cr_batch_wait(f.engine, b, 20000);
+    assert_true(rc == 0 || rc == CR_ERR_CANCELED);
+    size_t completed = 0;
+    canceled = 0;
+    for (size_t i = 0; i < n; i++) {
+        cr_task_status st;
+        assert_int_equal(cr_batch_task_status(f.engine, b, i, &st), 0);
+        assert_true(st.state == CR_TASK_COMPLETED || st.state == CR_TASK_CANCELED);
+        completed += st.state == CR_TASK_COMPLETED;
+        canceled += st.state == CR_TASK_CANCELED;
+    }
+    assert_int_equal(completed + canceled, n);
+    assert_int_equal(cr_batch_free(f.engine, b), 0);
+    /* The lane keeps working after the canceled tasks were dropped. */
+    assert_int_equal(
+        cr_engine_transfer_sync(f.engine, CR_OP_READ, f.local, f.seg, f.remote, 4096, 10000), 0);
+    teardown_in_flight(&f);
+}
+
 static void http_metadata_backend(void **state)
 {
     (void)state;
@@ -372,6 +435,7 @@ int main(void)
         cmocka_unit_test(cancel_and_free_in_flight),
         cmocka_unit_test(unregister_waits_for_in_flight_transfers),
         cmocka_unit_test(destroy_while_a_call_waits),
+        cmocka_unit_test(cancel_unsent_with_peer_stopped),
         cmocka_unit_test(http_metadata_backend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
