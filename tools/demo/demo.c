@@ -56,6 +56,7 @@
 #include <unistd.h>
 
 #include "master_proc.h"
+#include "options.h"
 #include "tool_util.h"
 #include "crescent/store.h"
 
@@ -960,26 +961,23 @@ static int orchestrate(const char *master_bin)
 int main(int argc, char **argv)
 {
     const char *role = NULL, *master = NULL, *master_bin = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf(
-                "usage: crescent-demo [--master-bin PATH]\n"
-                "Starts a crescent-master and %d store clients on 127.0.0.1, writes and reads a\n"
-                "KV-cache mix (every byte verified), kills a client and shows replicated\n"
-                "objects survive, prints a summary and stops everything. Exit 0 on success.\n",
-                N_CLIENTS);
-            return 0;
-        } else if (strcmp(argv[i], "--role") == 0 && i + 1 < argc) {
-            role = argv[++i];
-        } else if (strcmp(argv[i], "--master") == 0 && i + 1 < argc) {
-            master = argv[++i];
-        } else if (strcmp(argv[i], "--master-bin") == 0 && i + 1 < argc) {
-            master_bin = argv[++i];
-        } else {
-            fprintf(stderr, "crescent-demo: unknown argument '%s' (see --help)\n", argv[i]);
-            return 2;
-        }
+    const ct_option opts[] = {
+        CT_STRING("--role", &role),
+        CT_STRING("--master", &master),
+        CT_STRING("--master-bin", &master_bin),
+    };
+    int pr = ct_parse_options(argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL, NULL,
+                              "crescent-demo");
+    if (pr == CT_OPTS_HELP) {
+        printf("usage: crescent-demo [--master-bin PATH]\n"
+               "Starts a crescent-master and %d store clients on 127.0.0.1, writes and reads a\n"
+               "KV-cache mix (every byte verified), kills a client and shows replicated\n"
+               "objects survive, prints a summary and stops everything. Exit 0 on success.\n",
+               N_CLIENTS);
+        return 0;
     }
+    if (pr < 0)
+        return 2;
     if (role != NULL && strcmp(role, "client") == 0 && master != NULL)
         return client_main(master);
     return orchestrate(master_bin);
