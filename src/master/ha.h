@@ -137,6 +137,16 @@ int crk_ha_wait_durable(crk_ha *ha);
  */
 void crk_ha_log_request(crk_ha *ha, const void *request);
 
+/**
+ * Group commit for an I/O thread: between crk_ha_batch_begin and
+ * crk_ha_batch_end (one round of its event loop) the changes this thread
+ * logs are sent to the standbys once, at the end, in one frame, instead of
+ * once per request. Other threads (the scan worker) send at once. ha NULL:
+ * nothing to do. Thread-local state only.
+ */
+void crk_ha_batch_begin(void);
+void crk_ha_batch_end(crk_ha *ha);
+
 /** Does RPC opcode op (proto/rpc.h) change replicated state? */
 bool crk_ha_op_mutates(unsigned op);
 
