@@ -27,6 +27,11 @@
  *                    in-sync set and keeps serving puts; the leader is then
  *                    killed and the paused standby resumed at once: the in-sync
  *                    standby takes over with every object, never the stale one.
+ *   higher_term      a client that saw the leader at term T finds etcd naming a
+ *                    master whose handshake announces a lower term (the
+ *                    leader of another, older election): it refuses it (the
+ *                    call fails, nothing reaches that master) and follows the
+ *                    next leader, elected at a higher term.
  *   standby_restart  a standby is killed and restarted; it catches up from the
  *                    leader (snapshot + stream); keys are removed by regex; the
  *                    other standby and the leader are killed: the restarted one
@@ -46,6 +51,7 @@
 #include <cmocka.h>
 
 #include "crescent/status.h"
+#include "metadata/etcd.h"
 #include "store_harness.h"
 #include "store_pattern.h"
 
@@ -403,6 +409,72 @@ static void standby_partition(void **state)
     stop_cluster(&holder, &user, leader);
 }
 
+static void higher_term(void **state)
+{
+    (void)state;
+    /* Master 2 leads cluster "older" first: its term is the lowest. */
+    extra_flags[0] = "--cluster_id=older";
+    start_master(2);
+    extra_flags[0] = NULL;
+    assert_int_equal(wait_leader(10000, -1), 2);
+    start_master(0);
+    start_master(1);
+    int leader = -1;
+    for (uint64_t end = sh_now_ms() + 10000; leader < 0 && sh_now_ms() < end; sh_sleep_ms(20)) {
+        char r[64];
+        for (int i = 0; i < 2; i++) {
+            role_of(i, r, sizeof(r));
+            if (strcmp(r, "leader") == 0)
+                leader = i;
+        }
+    }
+    assert_true(leader >= 0);
+    double t_leader = sh_metric(&masters[leader], "master_ha_term");
+    double t_older = sh_metric(&masters[2], "master_ha_term");
+    assert_true(t_older < t_leader);
+    sh_client c;
+    const char *const cargs[] = {"--segment", "8M", "--rpc-timeout", "1500", NULL};
+    assert_int_equal(sh_client_start(&c, etcd_url, cargs), 0);
+    assert_int_equal(sh_rc(&c, "put seen %d 1", VALUE), 0); /* it has seen t_leader */
+
+    /* The cluster's masters die; etcd then names the older election's
+     * leader (a key written now: its revision is the highest, but the master
+     * there announces t_older in its handshake). */
+    sh_master_kill(&masters[0]);
+    sh_master_kill(&masters[1]);
+    crm_etcd_config ec = {.endpoints = etcd.endpoint};
+    crm_etcd *e = NULL;
+    assert_int_equal(crm_etcd_open(&ec, &e), 0);
+    const char *view = "mooncake-store/mooncake_cluster/master_view";
+    assert_int_equal(crm_etcd_delete(e, view, false, NULL), 0);
+    assert_int_equal(crm_etcd_put(e, view, masters[2].addr, strlen(masters[2].addr), 0, NULL), 0);
+    long long rc = sh_rc(&c, "put stale %d 2", VALUE);
+    fprintf(stderr, "higher_term: put with a lower-term master named: %lld (%s)\n", rc, c.line);
+    assert_true(rc < 0 && rc != SH_DEAD);
+    sh_client direct; /* nothing reached the older leader */
+    const char *const dargs[] = {"--segment", "0", NULL};
+    assert_int_equal(sh_client_start(&direct, masters[2].addr, dargs), 0);
+    assert_int_equal(sh_rc(&direct, "exist stale"), 0);
+    assert_int_equal(sh_client_stop(&direct), 0);
+
+    /* A new election (a higher term): the client follows it. */
+    assert_int_equal(crm_etcd_delete(e, view, false, NULL), 0);
+    crm_etcd_close(e);
+    start_master(0);
+    uint64_t t0 = sh_now_ms();
+    for (;;) {
+        rc = sh_rc(&c, "put after %d 3", VALUE);
+        if (rc == 0 || sh_now_ms() - t0 > 15000)
+            break;
+        sh_sleep_ms(20);
+    }
+    assert_int_equal(rc, 0);
+    assert_true(sh_metric(&masters[0], "master_ha_term") > t_leader);
+    assert_int_equal(sh_client_stop(&c), 0);
+    assert_int_equal(sh_master_stop(&masters[0]), 0);
+    assert_int_equal(sh_master_stop(&masters[2]), 0);
+}
+
 #define MIB (1024 * 1024)
 
 /* "rc fnv ok" with len bytes, retrying while the disk tier is not reachable
@@ -503,6 +575,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(etcd_outage, setup, teardown),
         cmocka_unit_test_setup_teardown(disk_failover, setup, teardown),
         cmocka_unit_test_setup_teardown(standby_partition, setup, teardown),
+        cmocka_unit_test_setup_teardown(higher_term, setup, teardown),
     };
     if (argc > 1) { /* one test by name (CTest runs each on its own) */
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
