@@ -64,6 +64,8 @@ typedef struct crk_ha_status {
     uint64_t lag_ms;         /* standby: since the last frame from the leader */
     uint64_t not_replicated; /* leader: replies that waited for standbys in vain */
     uint64_t fenced_writes;  /* writes in flight at a promotion, fenced */
+    uint64_t resumes;        /* leader: subscriptions that resumed from the log */
+    uint64_t snapshots;      /* leader: subscriptions that got a full snapshot */
 } crk_ha_status;
 
 /**

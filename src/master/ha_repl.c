@@ -48,6 +48,7 @@
 
 #define FRAME_BYTES  (512u << 10)
 #define LOG_MAX      (256u << 20) /* a standby this far behind is dropped */
+#define LOG_RETAIN   (32u << 20)  /* kept after sending: a reconnecting standby resumes from it */
 #define MAX_STANDBYS 16
 
 typedef struct sender {
@@ -65,6 +66,7 @@ typedef struct sender {
     size_t out_cap, out_off, out_len;
     /* log_mu */
     bool streaming; /* the snapshot and the stream's start frame are out */
+    bool resumed;   /* streams from the log where its last subscription ended */
     bool rest;      /* a frame is partly sent: the sender thread finishes it */
     uint32_t users; /* threads using it outside log_mu (not reaped meanwhile) */
     /* log_mu */
@@ -85,9 +87,12 @@ struct crk_ha_log {
     pthread_cond_t acked; /* an acknowledgement arrived */
     bool leading;
     uint64_t term;
-    crk_ha_buf buf;    /* entries (u32 len + entry) from byte base_off on */
-    uint64_t base_off; /* absolute position of buf.data[0] */
-    uint64_t head;     /* last sequence number assigned */
+    crk_ha_buf buf;     /* entries (u32 len + entry) from byte base_off on */
+    uint64_t base_off;  /* absolute position of buf.data[0] */
+    uint64_t base_seq;  /* sequence number of the entry before base_off */
+    uint64_t resumes;   /* subscriptions served from the log (no snapshot) */
+    uint64_t snapshots; /* subscriptions served with a snapshot */
+    uint64_t head;      /* last sequence number assigned */
     sender *senders;
     size_t nsenders;
     pthread_mutex_t isr_mu; /* one ISR write at a time */
@@ -130,27 +135,63 @@ static uint64_t log_end(const crk_ha_log *l)
     return l->base_off + l->buf.len;
 }
 
-/* Trim what every sender has sent (log_mu held). */
+/* Drop the bytes every sender has sent, except the last LOG_RETAIN (a
+ * standby that reconnects resumes from them). Amortised: only once at least
+ * half the buffer (and 1 MiB) can go, at an entry boundary (log_mu held). */
 static void trim_locked(crk_ha_log *l)
 {
-    uint64_t min = log_end(l);
+    uint64_t end = log_end(l);
+    uint64_t target = end > LOG_RETAIN ? end - LOG_RETAIN : 0;
     for (sender *s = l->senders; s != NULL; s = s->next)
-        if (!s->dead && s->pos < min)
-            min = s->pos;
-    size_t cut = (size_t)(min - l->base_off);
-    if (cut < (1u << 20) && cut < l->buf.len)
+        if (!s->dead && s->pos < target)
+            target = s->pos;
+    if (target <= l->base_off)
         return;
-    memmove(l->buf.data, l->buf.data + cut, l->buf.len - cut);
-    l->buf.len -= cut;
-    l->base_off += cut;
+    size_t want = (size_t)(target - l->base_off);
+    if (want < l->buf.len && (want < (1u << 20) || want < l->buf.len / 2))
+        return;
+    size_t at = 0;
+    uint64_t n = 0;
+    while (at + 4 <= want) {
+        uint32_t len = 0;
+        for (int i = 0; i < 4; i++)
+            len |= (uint32_t)l->buf.data[at + (size_t)i] << (8 * i);
+        if (at + 4 + len > want)
+            break;
+        at += 4 + len;
+        n++;
+    }
+    memmove(l->buf.data, l->buf.data + at, l->buf.len - at);
+    l->buf.len -= at;
+    l->base_off += at;
+    l->base_seq += n;
+}
+
+/* The log position of the entry after sequence number seq, if the log still
+ * holds it: true with *pos (log_mu held). */
+static bool log_find_locked(const crk_ha_log *l, uint64_t seq, uint64_t *pos)
+{
+    if (seq < l->base_seq || seq > l->head)
+        return false;
+    size_t at = 0;
+    for (uint64_t k = l->base_seq; k < seq; k++) {
+        if (at + 4 > l->buf.len)
+            return false;
+        uint32_t len = 0;
+        for (int i = 0; i < 4; i++)
+            len |= (uint32_t)l->buf.data[at + (size_t)i] << (8 * i);
+        at += 4 + len;
+    }
+    if (at > l->buf.len)
+        return false;
+    *pos = l->base_off + at;
+    return true;
 }
 
 /* Append one encoded entry (log_mu held). */
 static void append_locked(crk_ha_log *l, const crk_ha_entry *e)
 {
     l->head++;
-    if (l->senders == NULL)
-        return; /* nobody needs the bytes: a new standby gets a snapshot */
     size_t at = l->buf.len;
     crk_ha_buf *b = &l->buf;
     if (b->len + 4 > b->cap) {
@@ -193,6 +234,10 @@ fail:
         s->dead = true;
         shutdown(s->fd, SHUT_RDWR);
     }
+    /* The log lacks this change: nobody may resume across it. */
+    l->base_off += l->buf.len;
+    l->buf.len = 0;
+    l->base_seq = l->head;
 }
 
 static void key_image(crk_service *s, crk_object *o, const char *key, size_t len, crk_ha_entry *e,
@@ -744,7 +789,7 @@ static void *sender_main(void *arg)
     sender *sd = arg;
     crk_ha *ha = sd->ha;
     crk_ha_log *l = ha->log;
-    int rc = send_snapshot(ha, sd);
+    int rc = sd->resumed ? 0 : send_snapshot(ha, sd);
     if (rc == 0) {
         /* An empty sequenced frame: tells the standby where the stream
          * starts (so it can acknowledge SNAP_END even if nothing follows). */
@@ -936,10 +981,6 @@ static void reap(crk_ha_log *l, bool all)
             }
             pp = &(*pp)->next;
         }
-        if (l->senders == NULL) {
-            l->buf.len = 0; /* nobody needs the bytes any more */
-            l->base_off = 0;
-        }
         pthread_cond_broadcast(&l->more);
         pthread_mutex_unlock(&l->mu);
         if (victim == NULL && busy && all) {
@@ -972,13 +1013,22 @@ void crk_ha_take_standby(void *arg, int fd, const uint8_t *body, size_t len)
     sd->ha = ha;
     sd->fd = fd;
     pthread_mutex_init(&sd->wmu, NULL);
-    /* body: "term address" (ha_standby.c) */
+    /* body: "term address [applied]" (ha_standby.c): applied, when the
+     * standby holds this term's state up to that sequence number */
     char text[400];
     size_t n = len < sizeof(text) - 1 ? len : sizeof(text) - 1;
     memcpy(text, body, n);
     text[n] = '\0';
+    uint64_t term = strtoull(text, NULL, 10), applied = 0;
     const char *sp = strchr(text, ' ');
-    snprintf(sd->addr, sizeof(sd->addr), "%s", sp != NULL ? sp + 1 : "?");
+    const char *sp2 = sp != NULL ? strchr(sp + 1, ' ') : NULL;
+    if (sp2 != NULL)
+        applied = strtoull(sp2 + 1, NULL, 10);
+    snprintf(sd->addr, sizeof(sd->addr), "%.*s",
+             sp == NULL    ? 1
+             : sp2 != NULL ? (int)(sp2 - sp - 1)
+                           : 299,
+             sp != NULL ? sp + 1 : "?");
     pthread_mutex_lock(&l->mu);
     if (!l->leading || l->nsenders >= MAX_STANDBYS) {
         crb_log(CRB_LOG_INFO, "ha: standby %s refused: %s", sd->addr,
@@ -989,8 +1039,21 @@ void crk_ha_take_standby(void *arg, int fd, const uint8_t *body, size_t len)
         free(sd);
         return;
     }
-    sd->pos = log_end(l);
-    sd->pos_seq = l->head;
+    uint64_t from = 0;
+    if (applied != 0 && term == l->term && log_find_locked(l, applied, &from)) {
+        /* Its copy is this term's up to `applied`: the rest of the log, no
+         * snapshot; in sync once it acknowledged what the log holds now. */
+        sd->pos = from;
+        sd->pos_seq = applied;
+        sd->resumed = true;
+        sd->snap_end = l->head;
+        sd->snap_done = true;
+        l->resumes++;
+    } else {
+        sd->pos = log_end(l);
+        sd->pos_seq = l->head;
+        l->snapshots++;
+    }
     sd->next = l->senders;
     l->senders = sd;
     l->nsenders++;
@@ -1001,7 +1064,8 @@ void crk_ha_take_standby(void *arg, int fd, const uint8_t *body, size_t len)
         shutdown(fd, SHUT_RDWR);
     }
     pthread_mutex_unlock(&l->mu);
-    crb_log(CRB_LOG_INFO, "ha: standby %s subscribed; sending a snapshot", sd->addr);
+    crb_log(CRB_LOG_INFO, "ha: standby %s subscribed; %s", sd->addr,
+            sd->resumed ? "resuming from the log" : "sending a snapshot");
 }
 
 /* --- lifecycle and the durability wait ---------------------------------------------- */
@@ -1094,6 +1158,8 @@ void crk_ha_log_status(crk_ha *ha, crk_ha_status *st)
             st->lag_entries = lag;
     }
     st->not_replicated = l->not_replicated;
+    st->resumes = l->resumes;
+    st->snapshots = l->snapshots;
     st->in_sync = atomic_load(&l->counted);
     pthread_mutex_unlock(&l->mu);
 }

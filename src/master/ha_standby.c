@@ -228,6 +228,9 @@ static void *standby_main(void *arg)
         pthread_mutex_lock(&sb->mu);
         memcpy(target, sb->target, sizeof(target));
         uint64_t term = sb->term;
+        /* Our copy is this term's up to `applied`: the leader may resume
+         * from its log instead of sending a snapshot. */
+        uint64_t resume = sb->synced_term == term && term != 0 ? sb->applied : 0;
         bool done = sb->promoted;
         pthread_mutex_unlock(&sb->mu);
         if (done)
@@ -251,7 +254,9 @@ static void *standby_main(void *arg)
         }
         atomic_store(&sb->refusals, 0);
         char body[400];
-        int n = snprintf(body, sizeof(body), "%" PRIu64 " %s", term, ha->advertise);
+        int n = resume != 0 ? snprintf(body, sizeof(body), "%" PRIu64 " %s %" PRIu64, term,
+                                       ha->advertise, resume)
+                            : snprintf(body, sizeof(body), "%" PRIu64 " %s", term, ha->advertise);
         if (send_header(fd, CRP_REPL_SUBSCRIBE, 0, body, (size_t)n) < 0) {
             close(fd);
             usleep(POLL_MS * 1000);

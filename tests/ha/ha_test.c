@@ -32,6 +32,11 @@
  *                    leader of another, older election): it refuses it (the
  *                    call fails, nothing reaches that master) and follows the
  *                    next leader, elected at a higher term.
+ *   standby_resume   a standby paused past the replication timeout (dropped)
+ *                    and resumed resubscribes with what it applied: the leader
+ *                    streams the rest from its log, no snapshot (counted in
+ *                    /metrics); with the leader and the other standby killed,
+ *                    the resumed one leads with every object.
  *   standby_restart  a standby is killed and restarted; it catches up from the
  *                    leader (snapshot + stream); keys are removed by regex; the
  *                    other standby and the leader are killed: the restarted one
@@ -409,6 +414,42 @@ static void standby_partition(void **state)
     stop_cluster(&holder, &user, leader);
 }
 
+static void standby_resume(void **state)
+{
+    (void)state;
+    sh_client holder, user;
+    int leader = start_cluster(&holder, &user);
+    int paused = (leader + 1) % NMASTERS, other = (leader + 2) % NMASTERS;
+    assert_int_equal(sh_metric(&masters[leader], "master_ha_standby_snapshots_total"), 2);
+
+    assert_int_equal(tt_stop_process(masters[paused].cm.p.pid), 0);
+    put_objects(&user, "part"); /* it is dropped from the ISR meanwhile */
+    assert_int_equal(sh_metric(&masters[leader], "master_ha_in_sync_standbys"), 1);
+    kill(masters[paused].cm.p.pid, SIGCONT);
+    wait_in_sync(leader, 2);
+    double resumes = sh_metric(&masters[leader], "master_ha_standby_resumes_total");
+    double snaps = sh_metric(&masters[leader], "master_ha_standby_snapshots_total");
+    fprintf(stderr, "standby_resume: %.0f resumed from the log, %.0f snapshots\n", resumes, snaps);
+    assert_int_equal(resumes, 1);
+    assert_int_equal(snaps, 2);
+    put_objects(&user, "back");
+
+    /* Only the resumed standby is left: it must have everything. */
+    sh_master_kill(&masters[other]);
+    sh_sleep_ms(300);
+    sh_master_kill(&masters[leader]);
+    uint64_t took = first_put_after(&user, sh_now_ms(), "after");
+    fprintf(stderr, "standby_resume: the resumed standby serves after %llu ms\n",
+            (unsigned long long)took);
+    assert_int_equal(wait_leader(5000, -1), paused);
+    check_objects(&holder, "obj");
+    check_objects(&holder, "part");
+    check_objects(&holder, "back");
+    assert_int_equal(sh_client_stop(&user), 0);
+    assert_int_equal(sh_client_stop(&holder), 0);
+    assert_int_equal(sh_master_stop(&masters[paused]), 0);
+}
+
 static void higher_term(void **state)
 {
     (void)state;
@@ -576,6 +617,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(disk_failover, setup, teardown),
         cmocka_unit_test_setup_teardown(standby_partition, setup, teardown),
         cmocka_unit_test_setup_teardown(higher_term, setup, teardown),
+        cmocka_unit_test_setup_teardown(standby_resume, setup, teardown),
     };
     if (argc > 1) { /* one test by name (CTest runs each on its own) */
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
