@@ -773,7 +773,7 @@ static void push_to(crk_ha_log *l, sender *sd)
         bool done = drain_wlocked(l, sd, false);
         pthread_mutex_unlock(&sd->wmu);
         pthread_mutex_lock(&l->mu);
-        bool again = done && sd->streaming && !sd->dead && sd->pos != log_end(l);
+        bool again = done && l->leading && sd->streaming && !sd->dead && sd->pos != log_end(l);
         if (!done) {
             sd->rest = true;
             pthread_cond_broadcast(&l->more); /* the sender finishes that frame */
