@@ -49,9 +49,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             CHECK(rc == CR_ERR_MALFORMED_FRAME);
             continue;
         }
-        CHECK(e.kind >= CRK_HA_MOUNT && e.kind <= CRK_HA_RESET);
+        CHECK(e.kind >= CRK_HA_MOUNT && e.kind <= CRK_HA_DISK);
         CHECK(e.nrep <= CRK_HA_MAX_REPS && e.wnrep <= CRK_HA_MAX_REPS);
-        if (e.kind == CRK_HA_KEY)
+        if (e.kind == CRK_HA_DISK)
+            CHECK((e.flags & ~CRK_HA_F_ON_DISK) == 0);
+        if (e.kind == CRK_HA_KEY || e.kind == CRK_HA_DISK)
             CHECK(e.key_len >= 1 && e.key_len <= CRK_HA_MAX_KEY && e.key >= (const char *)p &&
                   e.key + e.key_len <= (const char *)p + n);
         if (e.kind == CRK_HA_MOUNT)

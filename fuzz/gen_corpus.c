@@ -393,10 +393,13 @@ static void ha_entries(void)
                                     0, 0,  2, 0, 0, 0, 0,  0, 0, 0, 0, 0, 0, 0,   0,
                                     0, 1,  0, 0, 0, 0, 16, 0, 0, 0, 0, 2, 0, 's', 'a'};
     static const uint8_t end[] = {4, 7, 0, 0, 0, 0, 0, 0, 0};
+    /* DISK: key "k", on disk, holder (5, 6), version 77, size 1 MiB */
+    static const uint8_t disk[] = {6, 1, 0,  'k', 1, 5, 0, 0, 0, 0, 0, 0, 0,  6, 0, 0, 0, 0, 0,
+                                   0, 0, 77, 0,   0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0};
     const struct {
         const uint8_t *p;
         size_t n;
-    } e[] = {{key, sizeof(key)}, {mount, sizeof(mount)}, {end, sizeof(end)}};
+    } e[] = {{key, sizeof(key)}, {mount, sizeof(mount)}, {end, sizeof(end)}, {disk, sizeof(disk)}};
     for (size_t i = 0; i < sizeof(e) / sizeof(e[0]); i++) {
         uint8_t frame[256] = {(uint8_t)(i + 1), 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0};
         frame[12] = (uint8_t)e[i].n;

@@ -64,6 +64,8 @@ typedef struct crk_ha_status {
     uint64_t lag_ms;         /* standby: since the last frame from the leader */
     uint64_t not_replicated; /* leader: replies that waited for standbys in vain */
     uint64_t fenced_writes;  /* writes in flight at a promotion, fenced */
+    uint64_t resumes;        /* leader: subscriptions that resumed from the log */
+    uint64_t snapshots;      /* leader: subscriptions that got a full snapshot */
 } crk_ha_status;
 
 /**
@@ -136,6 +138,16 @@ int crk_ha_wait_durable(crk_ha *ha);
  * crk_ha_wait_durable.
  */
 void crk_ha_log_request(crk_ha *ha, const void *request);
+
+/**
+ * Group commit for an I/O thread: between crk_ha_batch_begin and
+ * crk_ha_batch_end (one round of its event loop) the changes this thread
+ * logs are sent to the standbys once, at the end, in one frame, instead of
+ * once per request. Other threads (the scan worker) send at once. ha NULL:
+ * nothing to do. Thread-local state only.
+ */
+void crk_ha_batch_begin(void);
+void crk_ha_batch_end(crk_ha *ha);
 
 /** Does RPC opcode op (proto/rpc.h) change replicated state? */
 bool crk_ha_op_mutates(unsigned op);

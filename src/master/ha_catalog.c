@@ -1,6 +1,8 @@
 /*
  * ha_catalog.c - the standby's copy of the leader's state (ha_catalog.h):
- * an open-addressed table of key -> raw KEY entry (slots hold the key's hash,
+ * an open-addressed table of key -> raw KEY entry and key -> raw DISK entry
+ * (the key's disk copy: a second record in the same table, matched by kind
+ * and hashed apart; slots hold the hash,
  * so a probe for an absent key touches only the slot array; linear probing,
  * at most half full, deletion shifts the run back), a small array of
  * segments by epoch, and the graveyard (pruned of expired entries as it
@@ -33,7 +35,8 @@ typedef struct cat_seg {
 
 struct crk_ha_catalog {
     cat_slot *slots;
-    size_t nslots, nkeys; /* nslots: a power of two */
+    size_t nslots, nkeys; /* nslots: a power of two; nkeys: KEY records */
+    size_t ndisk;         /* DISK records */
     cat_seg *segs;
     size_t nsegs, segs_cap;
     crk_ha_grave *graves;
@@ -66,7 +69,7 @@ void crk_ha_catalog_clear(crk_ha_catalog *c)
         free(c->slots[i].k);
         c->slots[i] = (cat_slot){0, NULL};
     }
-    c->nkeys = 0;
+    c->nkeys = c->ndisk = 0;
     for (size_t i = 0; i < c->nsegs; i++)
         free(c->segs[i].raw);
     c->nsegs = 0;
@@ -89,17 +92,25 @@ size_t crk_ha_catalog_keys(const crk_ha_catalog *c)
     return c->nkeys;
 }
 
-static bool same_key(const cat_key *k, const char *key, size_t len)
+/* KEY and DISK records both start u8 kind, u16 key_len, key bytes. */
+static bool same_key(const cat_key *k, int kind, const char *key, size_t len)
 {
     size_t klen = (size_t)k->raw[1] | (size_t)k->raw[2] << 8;
-    return klen == len && memcmp(k->raw + 3, key, len) == 0;
+    return k->raw[0] == kind && klen == len && memcmp(k->raw + 3, key, len) == 0;
 }
 
-/* The slot holding key, or the empty slot ending its probe run. */
-static size_t probe(const crk_ha_catalog *c, uint64_t h, const char *key, size_t len)
+static uint64_t record_hash(int kind, const char *key, size_t len)
+{
+    uint64_t h = fnv(key, len);
+    return kind == CRK_HA_DISK ? h ^ 0x9e3779b97f4a7c15ull : h;
+}
+
+/* The slot holding key's record of that kind, or the empty slot ending its probe run. */
+static size_t probe(const crk_ha_catalog *c, uint64_t h, int kind, const char *key, size_t len)
 {
     size_t mask = c->nslots - 1, i = h & mask;
-    while (c->slots[i].k != NULL && (c->slots[i].hash != h || !same_key(c->slots[i].k, key, len)))
+    while (c->slots[i].k != NULL &&
+           (c->slots[i].hash != h || !same_key(c->slots[i].k, kind, key, len)))
         i = (i + 1) & mask;
     return i;
 }
@@ -192,8 +203,8 @@ static int bury_dropped(crk_ha_catalog *c, const crk_ha_entry *old, const crk_ha
 static int apply_key(crk_ha_catalog *c, const crk_ha_entry *e, const uint8_t *raw, size_t len,
                      uint64_t seq, uint64_t now, uint64_t read_hold, uint64_t write_hold)
 {
-    uint64_t h = fnv(e->key, e->key_len);
-    size_t i = probe(c, h, e->key, e->key_len);
+    uint64_t h = record_hash(CRK_HA_KEY, e->key, e->key_len);
+    size_t i = probe(c, h, CRK_HA_KEY, e->key, e->key_len);
     cat_key *old = c->slots[i].k;
     if (old != NULL) {
         crk_ha_entry prev;
@@ -223,7 +234,37 @@ static int apply_key(crk_ha_catalog *c, const crk_ha_entry *e, const uint8_t *ra
     if (old == NULL)
         c->nkeys++;
     c->slots[i] = (cat_slot){h, k};
-    if (c->nkeys * 2 > c->nslots)
+    if ((c->nkeys + c->ndisk) * 2 > c->nslots)
+        grow(c);
+    return 0;
+}
+
+/* A DISK record: replaced, or dropped when the copy is gone. */
+static int apply_disk(crk_ha_catalog *c, const crk_ha_entry *e, const uint8_t *raw, size_t len)
+{
+    uint64_t h = record_hash(CRK_HA_DISK, e->key, e->key_len);
+    size_t i = probe(c, h, CRK_HA_DISK, e->key, e->key_len);
+    cat_key *old = c->slots[i].k;
+    if (!(e->flags & CRK_HA_F_ON_DISK)) {
+        if (old != NULL) {
+            slot_clear(c, i);
+            free(old);
+            c->ndisk--;
+        }
+        return 0;
+    }
+    cat_key *k = old != NULL && old->len == len ? old : malloc(sizeof(*k) + len);
+    if (k == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "ha catalog disk record");
+    if (k != old && old != NULL)
+        free(old);
+    k->seq = 0;
+    k->len = len;
+    memcpy(k->raw, raw, len);
+    if (old == NULL)
+        c->ndisk++;
+    c->slots[i] = (cat_slot){h, k};
+    if ((c->nkeys + c->ndisk) * 2 > c->nslots)
         grow(c);
     return 0;
 }
@@ -268,6 +309,8 @@ int crk_ha_catalog_apply(crk_ha_catalog *c, const crk_ha_entry *e, const uint8_t
         return apply_segment(c, e, raw, raw_len);
     case CRK_HA_KEY:
         return apply_key(c, e, raw, raw_len, seq, now, read_hold_ms, write_hold_ms);
+    case CRK_HA_DISK:
+        return apply_disk(c, e, raw, raw_len);
     default:
         return 0;
     }
@@ -289,9 +332,26 @@ void crk_ha_catalog_each_key(crk_ha_catalog *c,
     for (size_t i = 0; i < c->nslots; i++) {
         cat_key *k = c->slots[i].k;
         crk_ha_entry e;
-        if (k != NULL && crk_ha_entry_decode(k->raw, k->len, &e) == 0 && fn(ctx, &e, k->seq) != 0)
+        if (k != NULL && k->raw[0] == CRK_HA_KEY && crk_ha_entry_decode(k->raw, k->len, &e) == 0 &&
+            fn(ctx, &e, k->seq) != 0)
             return;
     }
+}
+
+void crk_ha_catalog_each_disk(crk_ha_catalog *c, int (*fn)(void *, const crk_ha_entry *), void *ctx)
+{
+    for (size_t i = 0; i < c->nslots; i++) {
+        cat_key *k = c->slots[i].k;
+        crk_ha_entry e;
+        if (k != NULL && k->raw[0] == CRK_HA_DISK && crk_ha_entry_decode(k->raw, k->len, &e) == 0 &&
+            fn(ctx, &e) != 0)
+            return;
+    }
+}
+
+size_t crk_ha_catalog_disk_keys(const crk_ha_catalog *c)
+{
+    return c->ndisk;
 }
 
 void crk_ha_catalog_each_grave(crk_ha_catalog *c, int (*fn)(void *, const crk_ha_grave *),

@@ -48,5 +48,10 @@ void crk_ha_catalog_each_key(crk_ha_catalog *c,
 void crk_ha_catalog_each_grave(crk_ha_catalog *c, int (*fn)(void *, const crk_ha_grave *),
                                void *ctx);
 size_t crk_ha_catalog_keys(const crk_ha_catalog *c);
+/** Every disk copy (DISK entries with CRK_HA_F_ON_DISK); fn returns non-zero to stop. */
+void crk_ha_catalog_each_disk(crk_ha_catalog *c, int (*fn)(void *, const crk_ha_entry *),
+                              void *ctx);
+/** How many keys have a disk copy. */
+size_t crk_ha_catalog_disk_keys(const crk_ha_catalog *c);
 
 #endif

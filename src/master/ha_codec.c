@@ -65,6 +65,11 @@ int crk_ha_entry_encode(const crk_ha_entry *e, crk_ha_buf *b)
             return crb_error(CR_INVALID_PARAMS, "ha entry: key of %zu bytes, %u/%u replicas",
                              e->key_len, e->nrep, e->wnrep);
         need = 1 + 2 + e->key_len + 1 + 16 + 1 + 16 * e->nrep + 9 + 16 * e->wnrep;
+    } else if (e->kind == CRK_HA_DISK) {
+        if (e->key_len == 0 || e->key_len > CRK_HA_MAX_KEY || (e->flags & ~CRK_HA_F_ON_DISK))
+            return crb_error(CR_INVALID_PARAMS, "ha entry: disk key of %zu bytes, flags 0x%x",
+                             e->key_len, (unsigned)e->flags);
+        need = 1 + 2 + e->key_len + 1 + 4 * 8;
     } else if (e->kind == CRK_HA_MOUNT && (e->name_len == 0 || e->name_len > CRK_HA_MAX_NAME)) {
         return crb_error(CR_INVALID_PARAMS, "ha entry: segment name of %zu bytes", e->name_len);
     }
@@ -104,6 +109,15 @@ int crk_ha_entry_encode(const crk_ha_entry *e, crk_ha_buf *b)
                 put_u64(b, e->wrep[i].offset);
             }
         }
+        break;
+    case CRK_HA_DISK:
+        put_u16(b, (uint16_t)e->key_len);
+        put_bytes(b, e->key, e->key_len);
+        put_u8(b, e->flags);
+        put_u64(b, e->owner_hi);
+        put_u64(b, e->owner_lo);
+        put_u64(b, e->disk_version);
+        put_u64(b, e->size);
         break;
     case CRK_HA_SNAP_END:
         put_u64(b, e->end_seq);
@@ -203,6 +217,20 @@ int crk_ha_entry_decode(const uint8_t *p, size_t n, crk_ha_entry *out)
         }
         if (e.flags &
             ~(CRK_HA_F_COMPLETE | CRK_HA_F_HARD_PIN | CRK_HA_F_SOFT_PIN | CRK_HA_F_WRITING))
+            r.bad = true;
+        break;
+    case CRK_HA_DISK:
+        e.key_len = (size_t)get_n(&r, 2);
+        what = "disk key";
+        if (e.key_len == 0 || e.key_len > CRK_HA_MAX_KEY)
+            r.bad = true;
+        e.key = get_bytes(&r, e.key_len);
+        e.flags = (uint8_t)get_n(&r, 1);
+        e.owner_hi = get_n(&r, 8);
+        e.owner_lo = get_n(&r, 8);
+        e.disk_version = get_n(&r, 8);
+        e.size = get_n(&r, 8);
+        if (e.flags & ~CRK_HA_F_ON_DISK)
             r.bad = true;
         break;
     case CRK_HA_SNAP_END:

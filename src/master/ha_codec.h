@@ -14,6 +14,10 @@
  *              and with CRK_HA_F_WRITING: u64 write_size, u8 wnrep,
  *              wnrep x (u64 epoch, u64 offset)
  *              (neither complete nor writing: the key is gone)
+ *     DISK     u16 key_len, key bytes, u8 flags (CRK_HA_F_ON_DISK, or 0: no
+ *              disk copy any more), u64 holder_hi, u64 holder_lo (the client
+ *              whose SSD tier holds it), u64 version, u64 size: the key's
+ *              disk copy (master/offload.h), independent of its KEY image
  *     SNAP_END u64 end_seq (the snapshot holds everything before it)
  *     RESET    nothing (forget everything; a snapshot follows)
  * Integers are little-endian. Replicas name their segment by mount epoch
@@ -42,12 +46,14 @@ enum crk_ha_kind {
     CRK_HA_KEY = 3,
     CRK_HA_SNAP_END = 4,
     CRK_HA_RESET = 5,
+    CRK_HA_DISK = 6,
 };
 
 #define CRK_HA_F_COMPLETE 0x01u
 #define CRK_HA_F_HARD_PIN 0x02u
 #define CRK_HA_F_SOFT_PIN 0x04u
 #define CRK_HA_F_WRITING  0x08u
+#define CRK_HA_F_ON_DISK  0x01u /* DISK entries: the copy exists */
 
 typedef struct crk_ha_rep {
     uint64_t epoch, offset;
@@ -55,7 +61,7 @@ typedef struct crk_ha_rep {
 
 typedef struct crk_ha_entry {
     int kind;
-    /* MOUNT / UNMOUNT */
+    /* MOUNT / UNMOUNT (owner_hi/lo also for DISK) */
     uint64_t epoch, owner_hi, owner_lo, base, size;
     const char *name; /* not NUL-terminated */
     size_t name_len;
@@ -69,6 +75,8 @@ typedef struct crk_ha_entry {
     uint64_t wsize;
     uint32_t wnrep;
     crk_ha_rep wrep[CRK_HA_MAX_REPS];
+    /* DISK (also key, key_len, flags, size; owner_hi/lo: the holder) */
+    uint64_t disk_version;
     /* SNAP_END */
     uint64_t end_seq;
 } crk_ha_entry;

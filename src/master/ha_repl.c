@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -41,11 +42,13 @@
 #include "master/ha_codec.h"
 #include "master/ha_internal.h"
 #include "master/internal.h"
+#include "master/offload.h"
 #include "proto/frame.h"
 #include "proto/rpc.h"
 
 #define FRAME_BYTES  (512u << 10)
 #define LOG_MAX      (256u << 20) /* a standby this far behind is dropped */
+#define LOG_RETAIN   (32u << 20)  /* kept after sending: a reconnecting standby resumes from it */
 #define MAX_STANDBYS 16
 
 typedef struct sender {
@@ -55,6 +58,17 @@ typedef struct sender {
     char addr[300];
     pthread_t thread, acker;
     bool started_sender, started_acker;
+    /* Writes to fd once streaming: whoever holds wmu (the sender thread, or
+     * the thread that just logged a change: no wake-up of the sender on the
+     * way to the standby) builds the next frame and sends it. */
+    pthread_mutex_t wmu;
+    uint8_t *out; /* wmu: the frame being sent (header + body) */
+    size_t out_cap, out_off, out_len;
+    /* log_mu */
+    bool streaming; /* the snapshot and the stream's start frame are out */
+    bool resumed;   /* streams from the log where its last subscription ended */
+    bool rest;      /* a frame is partly sent: the sender thread finishes it */
+    uint32_t users; /* threads using it outside log_mu (not reaped meanwhile) */
     /* log_mu */
     uint64_t pos;      /* absolute byte position of the next entry to send */
     uint64_t pos_seq;  /* sequence number of the entry before pos */
@@ -73,9 +87,12 @@ struct crk_ha_log {
     pthread_cond_t acked; /* an acknowledgement arrived */
     bool leading;
     uint64_t term;
-    crk_ha_buf buf;    /* entries (u32 len + entry) from byte base_off on */
-    uint64_t base_off; /* absolute position of buf.data[0] */
-    uint64_t head;     /* last sequence number assigned */
+    crk_ha_buf buf;     /* entries (u32 len + entry) from byte base_off on */
+    uint64_t base_off;  /* absolute position of buf.data[0] */
+    uint64_t base_seq;  /* sequence number of the entry before base_off */
+    uint64_t resumes;   /* subscriptions served from the log (no snapshot) */
+    uint64_t snapshots; /* subscriptions served with a snapshot */
+    uint64_t head;      /* last sequence number assigned */
     sender *senders;
     size_t nsenders;
     pthread_mutex_t isr_mu; /* one ISR write at a time */
@@ -101,8 +118,11 @@ static void recompute_locked(crk_ha_log *l)
                 c = s->acked;
         }
     }
+    bool moved = atomic_load(&l->commit) != c || atomic_load(&l->counted) != n;
     atomic_store(&l->commit, c);
     atomic_store(&l->counted, n);
+    if (!moved)
+        return; /* e.g. the faster standby's ack: nothing new is committed */
     pthread_cond_broadcast(&l->acked);
     if (l->notify != NULL)
         l->notify(l->notify_ctx);
@@ -115,27 +135,63 @@ static uint64_t log_end(const crk_ha_log *l)
     return l->base_off + l->buf.len;
 }
 
-/* Trim what every sender has sent (log_mu held). */
+/* Drop the bytes every sender has sent, except the last LOG_RETAIN (a
+ * standby that reconnects resumes from them). Amortised: only once at least
+ * half the buffer (and 1 MiB) can go, at an entry boundary (log_mu held). */
 static void trim_locked(crk_ha_log *l)
 {
-    uint64_t min = log_end(l);
+    uint64_t end = log_end(l);
+    uint64_t target = end > LOG_RETAIN ? end - LOG_RETAIN : 0;
     for (sender *s = l->senders; s != NULL; s = s->next)
-        if (!s->dead && s->pos < min)
-            min = s->pos;
-    size_t cut = (size_t)(min - l->base_off);
-    if (cut < (1u << 20) && cut < l->buf.len)
+        if (!s->dead && s->pos < target)
+            target = s->pos;
+    if (target <= l->base_off)
         return;
-    memmove(l->buf.data, l->buf.data + cut, l->buf.len - cut);
-    l->buf.len -= cut;
-    l->base_off += cut;
+    size_t want = (size_t)(target - l->base_off);
+    if (want < l->buf.len && (want < (1u << 20) || want < l->buf.len / 2))
+        return;
+    size_t at = 0;
+    uint64_t n = 0;
+    while (at + 4 <= want) {
+        uint32_t len = 0;
+        for (int i = 0; i < 4; i++)
+            len |= (uint32_t)l->buf.data[at + (size_t)i] << (8 * i);
+        if (at + 4 + len > want)
+            break;
+        at += 4 + len;
+        n++;
+    }
+    memmove(l->buf.data, l->buf.data + at, l->buf.len - at);
+    l->buf.len -= at;
+    l->base_off += at;
+    l->base_seq += n;
+}
+
+/* The log position of the entry after sequence number seq, if the log still
+ * holds it: true with *pos (log_mu held). */
+static bool log_find_locked(const crk_ha_log *l, uint64_t seq, uint64_t *pos)
+{
+    if (seq < l->base_seq || seq > l->head)
+        return false;
+    size_t at = 0;
+    for (uint64_t k = l->base_seq; k < seq; k++) {
+        if (at + 4 > l->buf.len)
+            return false;
+        uint32_t len = 0;
+        for (int i = 0; i < 4; i++)
+            len |= (uint32_t)l->buf.data[at + (size_t)i] << (8 * i);
+        at += 4 + len;
+    }
+    if (at > l->buf.len)
+        return false;
+    *pos = l->base_off + at;
+    return true;
 }
 
 /* Append one encoded entry (log_mu held). */
 static void append_locked(crk_ha_log *l, const crk_ha_entry *e)
 {
     l->head++;
-    if (l->senders == NULL)
-        return; /* nobody needs the bytes: a new standby gets a snapshot */
     size_t at = l->buf.len;
     crk_ha_buf *b = &l->buf;
     if (b->len + 4 > b->cap) {
@@ -178,6 +234,10 @@ fail:
         s->dead = true;
         shutdown(s->fd, SHUT_RDWR);
     }
+    /* The log lacks this change: nobody may resume across it. */
+    l->base_off += l->buf.len;
+    l->buf.len = 0;
+    l->base_seq = l->head;
 }
 
 static void key_image(crk_service *s, crk_object *o, const char *key, size_t len, crk_ha_entry *e,
@@ -284,11 +344,66 @@ static void on_erased(void *ctx, const char *key, size_t len)
 
 /* Wake the senders once for everything a request logged (a batch of 128
  * keys goes out as one frame, not 128). */
+/* A disk copy made or dropped (master/offload.c, under its mutex). */
+static void on_disk(void *ctx, const char *key, size_t len, crk_client_id holder, uint64_t version,
+                    uint64_t size, bool present)
+{
+    crk_ha *ha = ctx;
+    crk_ha_entry e = {.kind = CRK_HA_DISK,
+                      .key = key,
+                      .key_len = len,
+                      .flags = present ? CRK_HA_F_ON_DISK : 0,
+                      .owner_hi = holder.hi,
+                      .owner_lo = holder.lo,
+                      .disk_version = version,
+                      .size = size};
+    pthread_mutex_lock(&ha->log->mu);
+    append_locked(ha->log, &e);
+    pthread_mutex_unlock(&ha->log->mu);
+}
+
+static void push_to(crk_ha_log *l, sender *sd);
+static void kick(crk_ha *ha);
+
+static _Thread_local bool batching, batch_pending;
+
+void crk_ha_batch_begin(void)
+{
+    batching = true;
+}
+
+void crk_ha_batch_end(crk_ha *ha)
+{
+    batching = false;
+    if (batch_pending && ha != NULL) {
+        batch_pending = false;
+        kick(ha);
+    }
+}
+
 static void kick(crk_ha *ha)
 {
-    pthread_mutex_lock(&ha->log->mu);
-    pthread_cond_broadcast(&ha->log->more);
-    pthread_mutex_unlock(&ha->log->mu);
+    if (batching) { /* sent once at the end of the I/O thread's round */
+        batch_pending = true;
+        return;
+    }
+    crk_ha_log *l = ha->log;
+    sender *use[MAX_STANDBYS];
+    size_t n = 0;
+    pthread_mutex_lock(&l->mu);
+    for (sender *s = l->senders; s != NULL && n < MAX_STANDBYS; s = s->next) {
+        if (s->streaming && !s->dead && s->pos != log_end(l)) {
+            s->users++;
+            use[n++] = s;
+        }
+    }
+    pthread_mutex_unlock(&l->mu);
+    for (size_t i = 0; i < n; i++)
+        push_to(l, use[i]);
+    pthread_mutex_lock(&l->mu);
+    for (size_t i = 0; i < n; i++)
+        use[i]->users--;
+    pthread_mutex_unlock(&l->mu);
 }
 
 static void on_unmounted(void *ctx, const crk_segment *seg)
@@ -391,6 +506,8 @@ static int publish_isr(crk_ha *ha)
 
 /* --- senders --------------------------------------------------------------------- */
 
+/* One frame in one system call (header and body as one TCP segment where
+ * they fit: the standby wakes once per frame, not twice). */
 static int send_frame(int fd, int type, uint64_t request_id, const uint8_t *body, size_t len)
 {
     uint8_t hdr[CRP_HEADER_SIZE];
@@ -400,9 +517,21 @@ static int send_frame(int fd, int type, uint64_t request_id, const uint8_t *body
                     .request_id = request_id};
     crp_header_encode(&h, hdr);
     uint64_t deadline = crb_now_ns() + 5000000000ull;
-    int rc = crb_write_full(fd, hdr, sizeof(hdr), deadline);
-    if (rc == 0 && len > 0)
-        rc = crb_write_full(fd, body, len, deadline);
+    struct iovec iov[2] = {{hdr, sizeof(hdr)}, {(void *)body, len}};
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = len > 0 ? 2 : 1};
+    ssize_t n;
+    do
+        n = sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+        return crb_error(CR_ERR_CONNECTION, "ha: sending to a standby: %s", strerror(errno));
+    size_t sent = n > 0 ? (size_t)n : 0;
+    int rc = 0;
+    if (sent < sizeof(hdr))
+        rc = crb_write_full(fd, hdr + sent, sizeof(hdr) - sent, deadline);
+    size_t body_sent = sent > sizeof(hdr) ? sent - sizeof(hdr) : 0;
+    if (rc == 0 && body_sent < len)
+        rc = crb_write_full(fd, body + body_sent, len - body_sent, deadline);
     return rc;
 }
 
@@ -478,6 +607,20 @@ static void snap_flush(snap *sn)
     sn->count = 0;
 }
 
+static void snap_disk(void *ctx, const char *key, size_t len, crk_client_id holder,
+                      uint64_t version, uint64_t size)
+{
+    crk_ha_entry e = {.kind = CRK_HA_DISK,
+                      .key = key,
+                      .key_len = len,
+                      .flags = CRK_HA_F_ON_DISK,
+                      .owner_hi = holder.hi,
+                      .owner_lo = holder.lo,
+                      .disk_version = version,
+                      .size = size};
+    snap_add(ctx, &e);
+}
+
 static int send_snapshot(crk_ha *ha, sender *sd)
 {
     crk_service *s = ha->cfg.svc;
@@ -507,6 +650,10 @@ static int send_snapshot(crk_ha *ha, sender *sd)
         pthread_mutex_unlock(&sh->mu);
         snap_flush(&sn);
     }
+    if (sn.rc == 0) {
+        crk_off_each_disk(s, snap_disk, &sn);
+        snap_flush(&sn);
+    }
     pthread_mutex_lock(&ha->log->mu);
     e = (crk_ha_entry){.kind = CRK_HA_SNAP_END, .end_seq = ha->log->head};
     sd->snap_end = ha->log->head;
@@ -519,28 +666,145 @@ static int send_snapshot(crk_ha *ha, sender *sd)
     return rc;
 }
 
+/* Take the next frame (whole entries from pos, up to FRAME_BYTES, at
+ * least one) into sd->out (wmu and log_mu held). False when there is
+ * nothing to send or no memory (then sd is dead). */
+static bool next_frame_locked(crk_ha_log *l, sender *sd)
+{
+    if (!sd->streaming || sd->dead || !l->leading || sd->pos == log_end(l))
+        return false;
+    size_t from = (size_t)(sd->pos - l->base_off), at = from;
+    uint32_t count = 0;
+    while (at < l->buf.len && (count == 0 || at - from < FRAME_BYTES)) {
+        uint32_t n = 0;
+        for (int i = 0; i < 4; i++)
+            n |= (uint32_t)l->buf.data[at + (size_t)i] << (8 * i);
+        at += 4 + n;
+        count++;
+    }
+    size_t bytes = at - from, total = CRP_HEADER_SIZE + 12 + bytes;
+    if (sd->out_cap < total) {
+        uint8_t *p = realloc(sd->out, total);
+        if (p == NULL) {
+            crb_log(CRB_LOG_ERROR, "ha: out of memory framing for %s; dropping it", sd->addr);
+            sd->dead = true;
+            if (sd->synced)
+                sd->drop = true;
+            shutdown(sd->fd, SHUT_RDWR);
+            return false;
+        }
+        sd->out = p;
+        sd->out_cap = total;
+    }
+    uint64_t first = sd->pos_seq + 1;
+    crp_header h = {.version = CRP_VERSION,
+                    .type = CRP_REPL_DATA,
+                    .body_len = (uint32_t)(12 + bytes),
+                    .request_id = first + count - 1};
+    crp_header_encode(&h, sd->out);
+    uint8_t *body = sd->out + CRP_HEADER_SIZE;
+    for (int i = 0; i < 8; i++)
+        body[i] = (uint8_t)(first >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        body[8 + i] = (uint8_t)(count >> (8 * i));
+    memcpy(body + 12, l->buf.data + from, bytes);
+    sd->pos += bytes;
+    sd->pos_seq += count;
+    sd->out_off = 0;
+    sd->out_len = total;
+    trim_locked(l);
+    return true;
+}
+
+static void kill_sender_locked(crk_ha_log *l, sender *sd)
+{
+    sd->dead = true;
+    if (sd->synced)
+        sd->drop = true; /* the monitor takes it out of the ISR */
+    shutdown(sd->fd, SHUT_RDWR);
+    pthread_cond_broadcast(&l->acked);
+}
+
+/* Send what the log holds for sd (wmu held). may_block: the sender
+ * thread, which finishes a frame the socket did not take at once; any other
+ * thread leaves that rest to it (returns false: wake the sender). */
+static bool drain_wlocked(crk_ha_log *l, sender *sd, bool may_block)
+{
+    for (;;) {
+        if (sd->out_off == sd->out_len) {
+            pthread_mutex_lock(&l->mu);
+            bool more = next_frame_locked(l, sd);
+            pthread_mutex_unlock(&l->mu);
+            if (!more)
+                return true;
+        }
+        ssize_t n;
+        do
+            n = send(sd->fd, sd->out + sd->out_off, sd->out_len - sd->out_off,
+                     MSG_DONTWAIT | MSG_NOSIGNAL);
+        while (n < 0 && errno == EINTR);
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            goto broken;
+        sd->out_off += n > 0 ? (size_t)n : 0;
+        if (sd->out_off == sd->out_len)
+            continue;
+        if (!may_block)
+            return false;
+        if (crb_write_full(sd->fd, sd->out + sd->out_off, sd->out_len - sd->out_off,
+                           crb_now_ns() + 5000000000ull) < 0)
+            goto broken;
+        sd->out_off = sd->out_len;
+    }
+broken:
+    pthread_mutex_lock(&l->mu);
+    kill_sender_locked(l, sd);
+    pthread_mutex_unlock(&l->mu);
+    sd->out_off = sd->out_len = 0;
+    return true;
+}
+
+/* The thread that logged a change sends it (when no one else is sending to
+ * sd right now; whoever is will see it: it looks again after letting go). */
+static void push_to(crk_ha_log *l, sender *sd)
+{
+    for (;;) {
+        if (pthread_mutex_trylock(&sd->wmu) != 0)
+            return;
+        bool done = drain_wlocked(l, sd, false);
+        pthread_mutex_unlock(&sd->wmu);
+        pthread_mutex_lock(&l->mu);
+        bool again = done && l->leading && sd->streaming && !sd->dead && sd->pos != log_end(l);
+        if (!done) {
+            sd->rest = true;
+            pthread_cond_broadcast(&l->more); /* the sender finishes that frame */
+        }
+        pthread_mutex_unlock(&l->mu);
+        if (!again)
+            return;
+    }
+}
+
 static void *sender_main(void *arg)
 {
     sender *sd = arg;
     crk_ha *ha = sd->ha;
     crk_ha_log *l = ha->log;
-    int rc = send_snapshot(ha, sd);
-    uint8_t *frame = NULL;
-    size_t cap = 0;
-    pthread_mutex_lock(&l->mu);
+    int rc = sd->resumed ? 0 : send_snapshot(ha, sd);
     if (rc == 0) {
         /* An empty sequenced frame: tells the standby where the stream
          * starts (so it can acknowledge SNAP_END even if nothing follows). */
         uint8_t start[12] = {0};
+        pthread_mutex_lock(&l->mu);
         uint64_t first = sd->pos_seq + 1;
+        pthread_mutex_unlock(&l->mu);
         for (int i = 0; i < 8; i++)
             start[i] = (uint8_t)(first >> (8 * i));
-        pthread_mutex_unlock(&l->mu);
         rc = send_frame(sd->fd, CRP_REPL_DATA, first - 1, start, sizeof(start));
-        pthread_mutex_lock(&l->mu);
     }
+    pthread_mutex_lock(&l->mu);
+    sd->streaming = rc == 0;
     while (rc == 0 && !sd->dead && l->leading) {
-        if (sd->pos == log_end(l)) {
+        if (sd->pos == log_end(l) && !sd->rest) {
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
             ts.tv_nsec += 100000000;
@@ -551,46 +815,15 @@ static void *sender_main(void *arg)
             pthread_cond_timedwait(&l->more, &l->mu, &ts);
             continue;
         }
-        /* Whole entries from pos, up to FRAME_BYTES (at least one). */
-        size_t from = (size_t)(sd->pos - l->base_off), at = from;
-        uint32_t count = 0;
-        while (at < l->buf.len && (count == 0 || at - from < FRAME_BYTES)) {
-            uint32_t n = 0;
-            for (int i = 0; i < 4; i++)
-                n |= (uint32_t)l->buf.data[at + (size_t)i] << (8 * i);
-            at += 4 + n;
-            count++;
-        }
-        size_t bytes = at - from;
-        if (cap < bytes + 12) {
-            uint8_t *p = realloc(frame, bytes + 12);
-            if (p == NULL) {
-                rc = CR_ERR_NO_MEMORY;
-                break;
-            }
-            frame = p;
-            cap = bytes + 12;
-        }
-        uint64_t first = sd->pos_seq + 1;
-        for (int i = 0; i < 8; i++)
-            frame[i] = (uint8_t)(first >> (8 * i));
-        for (int i = 0; i < 4; i++)
-            frame[8 + i] = (uint8_t)(count >> (8 * i));
-        memcpy(frame + 12, l->buf.data + from, bytes);
-        sd->pos += bytes;
-        sd->pos_seq += count;
-        trim_locked(l);
+        sd->rest = false;
         pthread_mutex_unlock(&l->mu);
-        rc = send_frame(sd->fd, CRP_REPL_DATA, first + count - 1, frame, bytes + 12);
+        pthread_mutex_lock(&sd->wmu);
+        (void)drain_wlocked(l, sd, true);
+        pthread_mutex_unlock(&sd->wmu);
         pthread_mutex_lock(&l->mu);
     }
-    sd->dead = true;
-    if (sd->synced)
-        sd->drop = true; /* the monitor takes it out of the ISR */
-    shutdown(sd->fd, SHUT_RDWR);
-    pthread_cond_broadcast(&l->acked);
+    kill_sender_locked(l, sd);
     pthread_mutex_unlock(&l->mu);
-    free(frame);
     return NULL;
 }
 
@@ -599,13 +832,42 @@ static void *acker_main(void *arg)
     sender *sd = arg;
     crk_ha *ha = sd->ha;
     crk_ha_log *l = ha->log;
+    /* Acks are bare headers; take every one the socket holds and act on
+     * the highest (one recompute and one wake-up for a burst). */
+    uint8_t in[64 * CRP_HEADER_SIZE];
+    size_t have = 0;
     for (;;) {
-        uint8_t hdr[CRP_HEADER_SIZE];
-        if (crb_read_full(sd->fd, hdr, sizeof(hdr), crb_now_ns() + 3600000000000ull) < 0)
+        ssize_t got = recv(sd->fd, in + have, sizeof(in) - have, MSG_DONTWAIT);
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            /* (the socket is non-blocking: it came from the RPC server;
+             * a shutdown by the sender or the monitor ends the wait) */
+            struct pollfd p = {.fd = sd->fd, .events = POLLIN};
+            if (poll(&p, 1, 1000) < 0 && errno != EINTR)
+                break;
+            continue;
+        }
+        if (got <= 0)
             break;
-        crp_header h;
-        if (crp_header_decode(hdr, &h) < 0 || h.type != CRP_REPL_ACK || h.body_len != 0)
+        have += (size_t)got;
+        size_t at = 0;
+        uint64_t top = 0;
+        bool bad = false;
+        for (; have - at >= CRP_HEADER_SIZE; at += CRP_HEADER_SIZE) {
+            crp_header h;
+            if (crp_header_decode(in + at, &h) < 0 || h.type != CRP_REPL_ACK || h.body_len != 0) {
+                bad = true;
+                break;
+            }
+            if (h.request_id > top)
+                top = h.request_id;
+        }
+        if (bad)
             break;
+        memmove(in, in + at, have - at);
+        have -= at;
+        if (at == 0)
+            continue;
+        crp_header h = {.request_id = top};
         bool joined = false;
         pthread_mutex_lock(&l->mu);
         if (h.request_id > sd->acked) {
@@ -702,8 +964,14 @@ static void reap(crk_ha_log *l, bool all)
     for (;;) {
         pthread_mutex_lock(&l->mu);
         sender **pp = &l->senders, *victim = NULL;
+        bool busy = false;
         while (*pp != NULL) {
-            if (((*pp)->dead && !(*pp)->synced) || all) {
+            if ((*pp)->users > 0 && ((*pp)->dead || all)) {
+                busy = true; /* a logging thread is leaving it (push_to) */
+                if (all)
+                    (*pp)->dead = true;
+                shutdown((*pp)->fd, SHUT_RDWR);
+            } else if (((*pp)->dead && !(*pp)->synced) || all) {
                 victim = *pp;
                 victim->dead = true;
                 shutdown(victim->fd, SHUT_RDWR);
@@ -713,12 +981,12 @@ static void reap(crk_ha_log *l, bool all)
             }
             pp = &(*pp)->next;
         }
-        if (l->senders == NULL) {
-            l->buf.len = 0; /* nobody needs the bytes any more */
-            l->base_off = 0;
-        }
         pthread_cond_broadcast(&l->more);
         pthread_mutex_unlock(&l->mu);
+        if (victim == NULL && busy && all) {
+            usleep(1000); /* its user is about to let go */
+            continue;
+        }
         if (victim == NULL)
             return;
         if (victim->started_sender)
@@ -726,6 +994,8 @@ static void reap(crk_ha_log *l, bool all)
         if (victim->started_acker)
             pthread_join(victim->acker, NULL);
         close(victim->fd);
+        pthread_mutex_destroy(&victim->wmu);
+        free(victim->out);
         free(victim);
     }
 }
@@ -742,24 +1012,48 @@ void crk_ha_take_standby(void *arg, int fd, const uint8_t *body, size_t len)
     }
     sd->ha = ha;
     sd->fd = fd;
-    /* body: "term address" (ha_standby.c) */
+    pthread_mutex_init(&sd->wmu, NULL);
+    /* body: "term address [applied]" (ha_standby.c): applied, when the
+     * standby holds this term's state up to that sequence number */
     char text[400];
     size_t n = len < sizeof(text) - 1 ? len : sizeof(text) - 1;
     memcpy(text, body, n);
     text[n] = '\0';
+    uint64_t term = strtoull(text, NULL, 10), applied = 0;
     const char *sp = strchr(text, ' ');
-    snprintf(sd->addr, sizeof(sd->addr), "%s", sp != NULL ? sp + 1 : "?");
+    const char *sp2 = sp != NULL ? strchr(sp + 1, ' ') : NULL;
+    if (sp2 != NULL)
+        applied = strtoull(sp2 + 1, NULL, 10);
+    snprintf(sd->addr, sizeof(sd->addr), "%.*s",
+             sp == NULL    ? 1
+             : sp2 != NULL ? (int)(sp2 - sp - 1)
+                           : 299,
+             sp != NULL ? sp + 1 : "?");
     pthread_mutex_lock(&l->mu);
     if (!l->leading || l->nsenders >= MAX_STANDBYS) {
         crb_log(CRB_LOG_INFO, "ha: standby %s refused: %s", sd->addr,
                 l->leading ? "too many standbys" : "not leading");
         pthread_mutex_unlock(&l->mu);
         close(fd);
+        pthread_mutex_destroy(&sd->wmu);
         free(sd);
         return;
     }
-    sd->pos = log_end(l);
-    sd->pos_seq = l->head;
+    uint64_t from = 0;
+    if (applied != 0 && term == l->term && log_find_locked(l, applied, &from)) {
+        /* Its copy is this term's up to `applied`: the rest of the log, no
+         * snapshot; in sync once it acknowledged what the log holds now. */
+        sd->pos = from;
+        sd->pos_seq = applied;
+        sd->resumed = true;
+        sd->snap_end = l->head;
+        sd->snap_done = true;
+        l->resumes++;
+    } else {
+        sd->pos = log_end(l);
+        sd->pos_seq = l->head;
+        l->snapshots++;
+    }
     sd->next = l->senders;
     l->senders = sd;
     l->nsenders++;
@@ -770,7 +1064,8 @@ void crk_ha_take_standby(void *arg, int fd, const uint8_t *body, size_t len)
         shutdown(fd, SHUT_RDWR);
     }
     pthread_mutex_unlock(&l->mu);
-    crb_log(CRB_LOG_INFO, "ha: standby %s subscribed; sending a snapshot", sd->addr);
+    crb_log(CRB_LOG_INFO, "ha: standby %s subscribed; %s", sd->addr,
+            sd->resumed ? "resuming from the log" : "sending a snapshot");
 }
 
 /* --- lifecycle and the durability wait ---------------------------------------------- */
@@ -792,9 +1087,11 @@ int crk_ha_log_create(crk_ha *ha)
     ha->cfg.svc->ha_ctx = ha;
     ha->cfg.svc->ha_unmounted = on_unmounted;
     ha->cfg.svc->ha_erased = on_erased;
+    ha->cfg.svc->ha_disk = on_disk;
     if (pthread_create(&l->monitor, NULL, monitor_main, ha) != 0) {
         ha->cfg.svc->ha_unmounted = NULL;
         ha->cfg.svc->ha_erased = NULL;
+        ha->cfg.svc->ha_disk = NULL;
         ha->log = NULL;
         pthread_cond_destroy(&l->more);
         pthread_cond_destroy(&l->acked);
@@ -861,6 +1158,8 @@ void crk_ha_log_status(crk_ha *ha, crk_ha_status *st)
             st->lag_entries = lag;
     }
     st->not_replicated = l->not_replicated;
+    st->resumes = l->resumes;
+    st->snapshots = l->snapshots;
     st->in_sync = atomic_load(&l->counted);
     pthread_mutex_unlock(&l->mu);
 }
@@ -912,5 +1211,8 @@ int crk_ha_wait_durable(crk_ha *ha)
 
 bool crk_ha_op_mutates(unsigned op)
 {
-    return (op >= 10 && op < 20) || (op >= 30 && op < 60);
+    /* OFFLOAD_HEARTBEAT reports disk copies made (logged by master/offload.c's
+     * hook); its reply, which may tell the holder to drop a copy, goes out
+     * once the standbys know. */
+    return (op >= 10 && op < 20) || (op >= 30 && op < 60) || op == CRP_RPC_OFFLOAD_HEARTBEAT;
 }

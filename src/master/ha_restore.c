@@ -31,6 +31,7 @@
 #include "master/ha_catalog.h"
 #include "master/ha_internal.h"
 #include "master/internal.h"
+#include "master/offload.h"
 #include "master/mem.h"
 
 enum { R_LIVE = 0, R_WRITE = 1, R_GRAVE = 2 };
@@ -309,6 +310,22 @@ static void install_key(restore *st, size_t k, uint64_t *fenced)
     pthread_mutex_unlock(&sh->mu);
 }
 
+/* A key's disk copy: the promoted leader routes its gets to the holder at
+ * once (master/offload.h), without waiting for the holder to re-announce. */
+static int add_disk(void *ctx, const crk_ha_entry *e)
+{
+    restore *st = ctx;
+    crk_client_id holder = {e->owner_hi, e->owner_lo};
+    const char *segment = NULL; /* the holder's engine segment (its name in the disk tier) */
+    for (size_t i = 0; i < st->nsegs && segment == NULL; i++)
+        if (st->segs[i].seg != NULL && crk_id_eq(st->segs[i].seg->owner, holder))
+            segment = st->segs[i].seg->name;
+    if (st->rc == 0)
+        st->rc = crk_off_restore_disk(st->s, e->key, e->key_len, holder, segment, e->disk_version,
+                                      e->size, st->now);
+    return st->rc != 0;
+}
+
 int crk_ha_restore(crk_service *s, crk_ha_catalog *c, uint64_t now, uint64_t *fenced_out,
                    uint64_t *objects_out)
 {
@@ -336,6 +353,9 @@ int crk_ha_restore(crk_service *s, crk_ha_catalog *c, uint64_t now, uint64_t *fe
             place(&st, &st.segs[i]);
             collect(&st, &st.segs[i]);
         }
+        /* Disk copies (and their holders) before the objects: an eviction of a
+         * restored object then offloads it or finds its copy, never drops it. */
+        crk_ha_catalog_each_disk(c, add_disk, &st);
         for (size_t k = 0; k < st.nkeys; k++)
             install_key(&st, k, &fenced);
         for (size_t i = 0; i < st.nsegs; i++) {

@@ -4,7 +4,8 @@
  * processes: a "leader" service's state is described as stream entries, a
  * fresh service is restored from them, and the restored objects must be
  * the leader's (same segments, addresses, epochs, sizes), writes in flight
- * fenced, recently freed ranges and every live range never handed out again.
+ * fenced, recently freed ranges and every live range never handed out again;
+ * DISK records (disk copies) kept beside the keys' images.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -236,12 +237,81 @@ static void test_catalog_table(void **state)
     crk_ha_catalog_destroy(cat);
 }
 
+static int count_disk(void *ctx, const crk_ha_entry *e)
+{
+    uint64_t *sum = ctx;
+    sum[0]++;
+    sum[1] += e->disk_version;
+    return 0;
+}
+
+/* DISK records (a key's copy on a holder's SSD): codec round trip and
+ * refusals; in the catalog beside the same key's KEY image, independent of
+ * it (the KEY image gone, the disk copy stays), replaced, dropped. */
+static void test_disk_records(void **state)
+{
+    (void)state;
+    crk_ha_entry e = {.kind = CRK_HA_DISK,
+                      .key = "dk",
+                      .key_len = 2,
+                      .flags = CRK_HA_F_ON_DISK,
+                      .owner_hi = 5,
+                      .owner_lo = 6,
+                      .disk_version = 77,
+                      .size = 1 << 20};
+    crk_ha_buf b = {0};
+    assert_int_equal(crk_ha_entry_encode(&e, &b), 0);
+    crk_ha_entry d;
+    assert_int_equal(crk_ha_entry_decode(b.data, b.len, &d), 0);
+    assert_int_equal(d.kind, CRK_HA_DISK);
+    assert_int_equal(d.flags, CRK_HA_F_ON_DISK);
+    assert_int_equal(d.owner_hi, 5);
+    assert_int_equal(d.owner_lo, 6);
+    assert_int_equal(d.disk_version, 77);
+    assert_int_equal(d.size, 1 << 20);
+    assert_memory_equal(d.key, "dk", 2);
+    for (size_t n = 0; n < b.len; n++)
+        assert_int_equal(crk_ha_entry_decode(b.data, n, &d), CR_ERR_MALFORMED_FRAME);
+    b.data[5] = 0x80; /* flags byte after u8 kind, u16 len, 2 key bytes: unknown flag */
+    assert_int_equal(crk_ha_entry_decode(b.data, b.len, &d), CR_ERR_MALFORMED_FRAME);
+    crk_ha_buf_free(&b);
+    e.flags = 0x80;
+    assert_int_equal(crk_ha_entry_encode(&e, &b), CR_INVALID_PARAMS);
+    e.flags = CRK_HA_F_ON_DISK;
+
+    crk_ha_catalog *cat = NULL;
+    assert_int_equal(crk_ha_catalog_create(&cat), 0);
+    crk_ha_entry k = key_entry("dk", CRK_HA_F_COMPLETE, VALUE, 1, 0);
+    apply(cat, &k, 1, 0);
+    apply(cat, &e, 2, 0);
+    assert_int_equal(crk_ha_catalog_keys(cat), 1);
+    assert_int_equal(crk_ha_catalog_disk_keys(cat), 1);
+    crk_ha_entry gone = key_entry("dk", 0, 0, 0, 0);
+    apply(cat, &gone, 3, 0); /* evicted from memory: the disk copy stays */
+    assert_int_equal(crk_ha_catalog_keys(cat), 0);
+    assert_int_equal(crk_ha_catalog_disk_keys(cat), 1);
+    e.disk_version = 78; /* replaced (a new offload of a newer version) */
+    apply(cat, &e, 4, 0);
+    uint64_t sum[2] = {0, 0};
+    crk_ha_catalog_each_disk(cat, count_disk, sum);
+    assert_int_equal(sum[0], 1);
+    assert_int_equal(sum[1], 78);
+    e.flags = 0; /* the copy dropped */
+    apply(cat, &e, 5, 0);
+    assert_int_equal(crk_ha_catalog_disk_keys(cat), 0);
+    sum[0] = sum[1] = 0;
+    crk_ha_catalog_each_disk(cat, count_disk, sum);
+    assert_int_equal(sum[0], 0);
+    crk_ha_catalog_destroy(cat);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_codec_round_trip_and_refusals),
         cmocka_unit_test(test_restore),
         cmocka_unit_test(test_catalog_table),
+        cmocka_unit_test(test_disk_records),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -151,12 +151,18 @@ static int64_t apply_frame(crk_ha *ha, crk_ha_standby *sb, const uint8_t *body, 
     return (int64_t)sb->applied + 1;
 }
 
-/* Follow the stream on fd until it ends, the leader changes or we stop. */
+/* Follow the stream on fd until it ends, the leader changes or we stop.
+ * Reads take whatever the socket holds (several frames at once when the
+ * leader is ahead); every complete frame is applied under one hold of
+ * sb->mu and the last sequence number is acknowledged once for them all
+ * (group acknowledgement: fewer system calls and wake-ups on both sides). */
 static void stream(crk_ha *ha, crk_ha_standby *sb, int fd, const char *target, uint64_t term)
 {
-    uint8_t *body = malloc(CRP_MAX_BODY);
-    if (body == NULL)
+    size_t cap = 2 * ((size_t)CRP_HEADER_SIZE + CRP_MAX_BODY);
+    uint8_t *buf = malloc(cap);
+    if (buf == NULL)
         return;
+    size_t have = 0;
     for (;;) {
         if (atomic_load(&ha->stop) || atomic_load(&ha->role) != CRK_HA_STANDBY)
             break;
@@ -165,32 +171,52 @@ static void stream(crk_ha *ha, crk_ha_standby *sb, int fd, const char *target, u
         pthread_mutex_unlock(&sb->mu);
         if (moved)
             break;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int r = poll(&p, 1, POLL_MS);
-        if (r == 0)
+        ssize_t got = recv(fd, buf + have, cap - have, MSG_DONTWAIT);
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            int r = poll(&p, 1, POLL_MS);
+            if (r < 0 && errno != EINTR)
+                break;
             continue;
-        if (r < 0 && errno == EINTR)
-            continue;
-        uint8_t hdr[CRP_HEADER_SIZE];
-        uint64_t deadline = crb_now_ns() + 10000000000ull;
-        crp_header h;
-        if (r < 0 || crb_read_full(fd, hdr, sizeof(hdr), deadline) < 0 ||
-            crp_header_decode(hdr, &h) < 0 || h.type != CRP_REPL_DATA ||
-            crb_read_full(fd, body, h.body_len, deadline) < 0)
+        }
+        if (got <= 0)
             break; /* the leader closed the stream (or died) */
+        have += (size_t)got;
         atomic_store(&sb->last_frame_ms, crb_now_ms());
+        size_t at = 0;
+        int64_t ack = 0;
+        bool bad = false;
         pthread_mutex_lock(&sb->mu);
-        int64_t ack = sb->promoted ? -1 : apply_frame(ha, sb, body, h.body_len);
+        while (have - at >= CRP_HEADER_SIZE) {
+            crp_header h;
+            if (crp_header_decode(buf + at, &h) < 0 || h.type != CRP_REPL_DATA) {
+                bad = true;
+                break;
+            }
+            if (have - at < CRP_HEADER_SIZE + (size_t)h.body_len)
+                break; /* the rest of this frame is still on its way */
+            int64_t r =
+                sb->promoted ? -1 : apply_frame(ha, sb, buf + at + CRP_HEADER_SIZE, h.body_len);
+            if (r < 0) {
+                bad = true;
+                break;
+            }
+            if (r > 0)
+                ack = r;
+            at += CRP_HEADER_SIZE + (size_t)h.body_len;
+        }
         pthread_mutex_unlock(&sb->mu);
-        if (ack < 0) {
+        if (bad) {
             crb_log(CRB_LOG_WARN, "ha: replication stream from %s: %s; resubscribing", target,
                     cr_last_error_message());
             break;
         }
+        memmove(buf, buf + at, have - at);
+        have -= at;
         if (ack > 0 && send_header(fd, CRP_REPL_ACK, (uint64_t)ack - 1, NULL, 0) < 0)
             break;
     }
-    free(body);
+    free(buf);
 }
 
 static void *standby_main(void *arg)
@@ -202,6 +228,9 @@ static void *standby_main(void *arg)
         pthread_mutex_lock(&sb->mu);
         memcpy(target, sb->target, sizeof(target));
         uint64_t term = sb->term;
+        /* Our copy is this term's up to `applied`: the leader may resume
+         * from its log instead of sending a snapshot. */
+        uint64_t resume = sb->synced_term == term && term != 0 ? sb->applied : 0;
         bool done = sb->promoted;
         pthread_mutex_unlock(&sb->mu);
         if (done)
@@ -225,7 +254,9 @@ static void *standby_main(void *arg)
         }
         atomic_store(&sb->refusals, 0);
         char body[400];
-        int n = snprintf(body, sizeof(body), "%" PRIu64 " %s", term, ha->advertise);
+        int n = resume != 0 ? snprintf(body, sizeof(body), "%" PRIu64 " %s %" PRIu64, term,
+                                       ha->advertise, resume)
+                            : snprintf(body, sizeof(body), "%" PRIu64 " %s", term, ha->advertise);
         if (send_header(fd, CRP_REPL_SUBSCRIBE, 0, body, (size_t)n) < 0) {
             close(fd);
             usleep(POLL_MS * 1000);

@@ -137,6 +137,10 @@ struct crk_service {
     /* ... and of every object erased (remove, eviction, purge, sweeps), under
      * its shard lock, so standbys forget it in effect order. */
     void (*ha_erased)(void *ctx, const char *key, size_t len);
+    /* ... and of every disk copy made or dropped (master/offload.c, under its
+     * mutex): on_disk false when the key has no disk copy any more. */
+    void (*ha_disk)(void *ctx, const char *key, size_t len, crk_client_id holder, uint64_t version,
+                    uint64_t size, bool on_disk);
     void *ha_ctx;
     crk_counters c;
     struct crk_offload *off; /* the disk tier (master/offload.h); NULL without enable_offload */

@@ -82,7 +82,16 @@ struct crk_offload {
     uint64_t next_version, instance, next_token;
     _Atomic uint64_t leaving; /* sum of the entries' `leaving` */
     uint64_t writes, reads, staged_hits, promotions, failures, refused;
+    crk_service *svc; /* HA: its ha_disk hook hears of every disk copy made or dropped */
 };
+
+/* HA (master/ha_repl.c): the standbys learn of e's disk copy (mu held). */
+static void note_disk(struct crk_offload *o, const entry *e, bool on_disk)
+{
+    if (o->svc->ha_disk != NULL)
+        o->svc->ha_disk(o->svc->ha_ctx, e->key, e->key_len, e->holder, e->version, e->size,
+                        on_disk);
+}
 
 /* --- entries --------------------------------------------------------------- */
 
@@ -154,8 +163,10 @@ static void unlink_entry(struct crk_offload *o, entry **p)
     settle(o, e);
     *p = e->next;
     o->n_entries--;
-    if (e->state == ENTRY_DISK)
+    if (e->state == ENTRY_DISK) {
         o->n_disk--;
+        note_disk(o, e, false);
+    }
     crk_free(e);
 }
 
@@ -256,6 +267,7 @@ int crk_off_create(crk_service *s)
     (void)crb_random_bytes(&r, sizeof(r));
     o->instance = (uint64_t)((r & 0xffffffu) | 1u);
     o->next_version = (o->instance << VERSION_SHIFT) + 1;
+    o->svc = s;
     s->off = o;
     return 0;
 }
@@ -562,6 +574,12 @@ static void offload_result(crk_service *s, struct crk_offload *off, holder *hd,
     bool current = e != NULL && e->state == ENTRY_PENDING && e->version == it->version &&
                    crk_id_eq(e->holder, hd->id) && o != NULL && o->size == e->size;
     if (!current) {
+        /* A result sent again (its heartbeat was cut, e.g. by an HA failover: the
+         * new leader got the copy from the old one's log) names the copy as it is. */
+        bool applied = e != NULL && e->state == ENTRY_DISK && e->version == it->version &&
+                       crk_id_eq(e->holder, hd->id) && it->status == 0;
+        if (applied)
+            goto unlock;
         off->refused++;
         if (it->status == 0)
             (void)push_task(hd, CRP_OFF_REMOVE, it->key, len, it->version, 0, 0);
@@ -578,6 +596,7 @@ static void offload_result(crk_service *s, struct crk_offload *off, holder *hd,
         e->state = ENTRY_DISK;
         off->n_disk++;
         off->writes++;
+        note_disk(off, e, true);
     }
     pthread_mutex_unlock(&off->mu);
     if (release)
@@ -608,6 +627,7 @@ static void announce(crk_service *s, struct crk_offload *off, holder *hd, const 
             e->holder = hd->id;
             e->staged_addr = e->staged_until = e->stage_asked_at = 0;
             e->promote_queued = false;
+            note_disk(off, e, true);
         }
     } else {
         /* Unknown here: only a copy issued by another master instance may come back, and
@@ -619,6 +639,7 @@ static void announce(crk_service *s, struct crk_offload *off, holder *hd, const 
             e->version = it->version;
             e->size = it->size;
             off->n_disk++;
+            note_disk(off, e, true);
         }
     }
     if (!ok) {
@@ -826,4 +847,56 @@ void crk_off_release(crk_service *s, const char *key, uint64_t token)
 uint64_t crk_off_leaving_bytes(crk_service *s)
 {
     return s->off != NULL ? atomic_load(&s->off->leaving) : 0;
+}
+
+/* --- HA (master/ha_repl.c, ha_restore.c) ---------------------------------------------- */
+
+void crk_off_each_disk(crk_service *s,
+                       void (*fn)(void *, const char *, size_t, crk_client_id, uint64_t, uint64_t),
+                       void *ctx)
+{
+    struct crk_offload *off = s->off;
+    if (off == NULL)
+        return;
+    pthread_mutex_lock(&off->mu);
+    for (size_t i = 0; i < off->nbuckets; i++)
+        for (entry *e = off->buckets[i]; e; e = e->next)
+            if (e->state == ENTRY_DISK)
+                fn(ctx, e->key, e->key_len, e->holder, e->version, e->size);
+    pthread_mutex_unlock(&off->mu);
+}
+
+int crk_off_restore_disk(crk_service *s, const char *key, size_t len, crk_client_id holder_id,
+                         const char *segment, uint64_t version, uint64_t size, uint64_t now)
+{
+    struct crk_offload *off = s->off;
+    if (off == NULL || len == 0 || len > CRK_MAX_KEY_LEN)
+        return 0; /* this master runs without a disk tier: such keys are unknown here */
+    uint64_t h = crk_key_hash(s, key, len);
+    pthread_mutex_lock(&off->mu);
+    if (segment != NULL && find_holder(off, holder_id) == NULL) {
+        /* Live from now (until client_ttl without a heartbeat), so eviction offloads
+         * to it instead of dropping values before its first heartbeat arrives. */
+        holder *hd = crk_calloc(1, sizeof(*hd));
+        if (hd != NULL) {
+            hd->id = holder_id;
+            snprintf(hd->segment, sizeof(hd->segment), "%s", segment);
+            hd->last_seen = now;
+            hd->next = off->holders;
+            off->holders = hd;
+        }
+    }
+    entry **p = find_slot(off, key, len, h);
+    if (*p != NULL)
+        unlink_entry(off, p);
+    entry *e = new_entry(off, key, len, h);
+    if (e != NULL) {
+        e->state = ENTRY_DISK;
+        e->holder = holder_id;
+        e->version = version;
+        e->size = size;
+        off->n_disk++;
+    }
+    pthread_mutex_unlock(&off->mu);
+    return e != NULL ? 0 : crb_error(CR_ERR_NO_MEMORY, "offload entry for '%.*s'", (int)len, key);
 }

@@ -117,6 +117,19 @@ uint64_t crk_off_leaving_bytes(crk_service *s);
 /** Fill *out (zeros when offload is off). */
 void crk_off_get_stats(crk_service *s, crk_off_stats *out);
 
+/** HA snapshot: fn(ctx, key, len, holder, version, size) for every key with a disk copy,
+ *  under the table's mutex (fn must not call back into the disk tier). */
+void crk_off_each_disk(crk_service *s,
+                       void (*fn)(void *, const char *, size_t, crk_client_id, uint64_t, uint64_t),
+                       void *ctx);
+
+/** HA promotion: key has a disk copy of `version` on holder's disk (replacing what the
+ *  table had). segment (the holder's engine segment; NULL if it has none mounted): an
+ *  unknown holder gets a record, live from `now` as after a heartbeat. 0 (also without a
+ *  disk tier: nothing to do) or CR_ERR_NO_MEMORY. */
+int crk_off_restore_disk(crk_service *s, const char *key, size_t len, crk_client_id holder,
+                         const char *segment, uint64_t version, uint64_t size, uint64_t now);
+
 struct crk_text;
 /** Append the disk tier's /metrics families (master_disk_*, master_offload_*) to t;
  *  nothing when offload is off. */

@@ -793,6 +793,7 @@ static void *thread_main(void *arg)
         if (t == &srv->threads[0] && srv->listen_paused_until != 0 &&
             now >= srv->listen_paused_until)
             resume_listener(srv);
+        crk_ha_batch_begin(); /* HA: this round's changes go out in one frame */
         for (int i = 0; i < n; i++) {
             void *p = ev[i].data.ptr;
             if (p == &srv->listen_fd)
@@ -804,6 +805,7 @@ static void *thread_main(void *arg)
                 conn_event(p, ev[i].events);
         }
         run_ready(t);
+        crk_ha_batch_end(srv->info->ha);
     }
     return NULL;
 }

@@ -15,12 +15,35 @@
  *   etcd_outage      etcd paused 1.5 s (inside the lease margin): the leader keeps
  *                    serving; paused past the lease: it is deposed (exit 3) and,
  *                    etcd back, an in-sync standby leads with every object.
+ *   disk_failover    two masters with --enable_offload --offload_on_evict, a
+ *                    holder with a 16 MiB segment and an SSD tier, a reader
+ *                    without a segment: 1 MiB values overflow the segment onto
+ *                    the holder's disk; kill -9 of the leader: the new leader
+ *                    knows every disk-only key at once (the holder never
+ *                    re-announces: it was not restarted) and each reads back
+ *                    with correct bytes.
+ *   standby_partition  a standby is SIGSTOPped (its stream silent past
+ *                    --ha_replication_timeout_ms): the leader drops it from the
+ *                    in-sync set and keeps serving puts; the leader is then
+ *                    killed and the paused standby resumed at once: the in-sync
+ *                    standby takes over with every object, never the stale one.
+ *   higher_term      a client that saw the leader at term T finds etcd naming a
+ *                    master whose handshake announces a lower term (the
+ *                    leader of another, older election): it refuses it (the
+ *                    call fails, nothing reaches that master) and follows the
+ *                    next leader, elected at a higher term.
+ *   standby_resume   a standby paused past the replication timeout (dropped)
+ *                    and resumed resubscribes with what it applied: the leader
+ *                    streams the rest from its log, no snapshot (counted in
+ *                    /metrics); with the leader and the other standby killed,
+ *                    the resumed one leads with every object.
  *   standby_restart  a standby is killed and restarted; it catches up from the
  *                    leader (snapshot + stream); keys are removed by regex; the
  *                    other standby and the leader are killed: the restarted one
  *                    leads with every object, and the removed ones stay gone.
  */
 #include <setjmp.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,10 +51,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "crescent/status.h"
+#include "metadata/etcd.h"
 #include "store_harness.h"
 #include "store_pattern.h"
 
@@ -64,15 +89,20 @@ static int teardown(void **state)
 
 static const char *lease_flag = "--ha_lease_ttl_sec=2";
 
+static const char *extra_flags[3]; /* more master flags (NULL-terminated) */
+
 static const char *const *master_args(void)
 {
-    static const char *args[8];
+    static const char *args[10];
     args[0] = "--enable_ha";
     args[1] = etcd_flag;
     args[2] = lease_flag;
     args[3] = "--default_kv_lease_ttl=1000";
     args[4] = "--client_ttl=20";
-    args[5] = NULL;
+    size_t n = 5;
+    for (size_t i = 0; i < 2 && extra_flags[i] != NULL; i++)
+        args[n++] = extra_flags[i];
+    args[n] = NULL;
     return args;
 }
 
@@ -347,6 +377,236 @@ static void etcd_outage(void **state)
     stop_cluster(&holder, &user, leader);
 }
 
+static void standby_partition(void **state)
+{
+    (void)state;
+    sh_client holder, user;
+    int leader = start_cluster(&holder, &user);
+    int stale = (leader + 1) % NMASTERS, fresh = (leader + 2) % NMASTERS;
+
+    /* The stale standby stops acknowledging: the first put waits for the
+     * replication timeout (1 s), then the leader serves with one standby. */
+    assert_int_equal(tt_stop_process(masters[stale].cm.p.pid), 0);
+    uint64_t t0 = sh_now_ms();
+    put_objects(&user, "part");
+    fprintf(stderr, "standby_partition: %d puts with a standby paused took %llu ms\n", OBJECTS,
+            (unsigned long long)(sh_now_ms() - t0));
+    assert_int_equal(sh_metric(&masters[leader], "master_ha_in_sync_standbys"), 1);
+    assert_true(sh_metric(&masters[leader], "master_ha_not_replicated_total") >= 1);
+    char role[64];
+    role_of(leader, role, sizeof(role));
+    assert_string_equal(role, "leader");
+
+    /* Leader gone, the stale standby back at the same moment: only the
+     * in-sync one may take over (the stale one is not in the published ISR). */
+    sh_master_kill(&masters[leader]);
+    kill(masters[stale].cm.p.pid, SIGCONT);
+    int next = wait_leader(8000, leader);
+    fprintf(stderr, "standby_partition: master %d leads (stale %d, in sync %d)\n", next, stale,
+            fresh);
+    assert_int_equal(next, fresh);
+    check_objects(&holder, "obj");
+    check_objects(&holder, "part");
+    /* The stale one follows the new leader and catches up. */
+    wait_in_sync(next, 1);
+    put_objects(&user, "new");
+    check_objects(&holder, "new");
+    stop_cluster(&holder, &user, leader);
+}
+
+static void standby_resume(void **state)
+{
+    (void)state;
+    sh_client holder, user;
+    int leader = start_cluster(&holder, &user);
+    int paused = (leader + 1) % NMASTERS, other = (leader + 2) % NMASTERS;
+    assert_int_equal(sh_metric(&masters[leader], "master_ha_standby_snapshots_total"), 2);
+
+    assert_int_equal(tt_stop_process(masters[paused].cm.p.pid), 0);
+    put_objects(&user, "part"); /* it is dropped from the ISR meanwhile */
+    assert_int_equal(sh_metric(&masters[leader], "master_ha_in_sync_standbys"), 1);
+    kill(masters[paused].cm.p.pid, SIGCONT);
+    wait_in_sync(leader, 2);
+    double resumes = sh_metric(&masters[leader], "master_ha_standby_resumes_total");
+    double snaps = sh_metric(&masters[leader], "master_ha_standby_snapshots_total");
+    fprintf(stderr, "standby_resume: %.0f resumed from the log, %.0f snapshots\n", resumes, snaps);
+    assert_int_equal(resumes, 1);
+    assert_int_equal(snaps, 2);
+    put_objects(&user, "back");
+
+    /* Only the resumed standby is left: it must have everything. */
+    sh_master_kill(&masters[other]);
+    sh_sleep_ms(300);
+    sh_master_kill(&masters[leader]);
+    uint64_t took = first_put_after(&user, sh_now_ms(), "after");
+    fprintf(stderr, "standby_resume: the resumed standby serves after %llu ms\n",
+            (unsigned long long)took);
+    assert_int_equal(wait_leader(5000, -1), paused);
+    check_objects(&holder, "obj");
+    check_objects(&holder, "part");
+    check_objects(&holder, "back");
+    assert_int_equal(sh_client_stop(&user), 0);
+    assert_int_equal(sh_client_stop(&holder), 0);
+    assert_int_equal(sh_master_stop(&masters[paused]), 0);
+}
+
+static void higher_term(void **state)
+{
+    (void)state;
+    /* Master 2 leads cluster "older" first: its term is the lowest. */
+    extra_flags[0] = "--cluster_id=older";
+    start_master(2);
+    extra_flags[0] = NULL;
+    assert_int_equal(wait_leader(10000, -1), 2);
+    start_master(0);
+    start_master(1);
+    int leader = -1;
+    for (uint64_t end = sh_now_ms() + 10000; leader < 0 && sh_now_ms() < end; sh_sleep_ms(20)) {
+        char r[64];
+        for (int i = 0; i < 2; i++) {
+            role_of(i, r, sizeof(r));
+            if (strcmp(r, "leader") == 0)
+                leader = i;
+        }
+    }
+    assert_true(leader >= 0);
+    double t_leader = sh_metric(&masters[leader], "master_ha_term");
+    double t_older = sh_metric(&masters[2], "master_ha_term");
+    assert_true(t_older < t_leader);
+    sh_client c;
+    const char *const cargs[] = {"--segment", "8M", "--rpc-timeout", "1500", NULL};
+    assert_int_equal(sh_client_start(&c, etcd_url, cargs), 0);
+    assert_int_equal(sh_rc(&c, "put seen %d 1", VALUE), 0); /* it has seen t_leader */
+
+    /* The cluster's masters die; etcd then names the older election's
+     * leader (a key written now: its revision is the highest, but the master
+     * there announces t_older in its handshake). */
+    sh_master_kill(&masters[0]);
+    sh_master_kill(&masters[1]);
+    crm_etcd_config ec = {.endpoints = etcd.endpoint};
+    crm_etcd *e = NULL;
+    assert_int_equal(crm_etcd_open(&ec, &e), 0);
+    const char *view = "mooncake-store/mooncake_cluster/master_view";
+    assert_int_equal(crm_etcd_delete(e, view, false, NULL), 0);
+    assert_int_equal(crm_etcd_put(e, view, masters[2].addr, strlen(masters[2].addr), 0, NULL), 0);
+    long long rc = sh_rc(&c, "put stale %d 2", VALUE);
+    fprintf(stderr, "higher_term: put with a lower-term master named: %lld (%s)\n", rc, c.line);
+    assert_true(rc < 0 && rc != SH_DEAD);
+    sh_client direct; /* nothing reached the older leader */
+    const char *const dargs[] = {"--segment", "0", NULL};
+    assert_int_equal(sh_client_start(&direct, masters[2].addr, dargs), 0);
+    assert_int_equal(sh_rc(&direct, "exist stale"), 0);
+    assert_int_equal(sh_client_stop(&direct), 0);
+
+    /* A new election (a higher term): the client follows it. */
+    assert_int_equal(crm_etcd_delete(e, view, false, NULL), 0);
+    crm_etcd_close(e);
+    start_master(0);
+    uint64_t t0 = sh_now_ms();
+    for (;;) {
+        rc = sh_rc(&c, "put after %d 3", VALUE);
+        if (rc == 0 || sh_now_ms() - t0 > 15000)
+            break;
+        sh_sleep_ms(20);
+    }
+    assert_int_equal(rc, 0);
+    assert_true(sh_metric(&masters[0], "master_ha_term") > t_leader);
+    assert_int_equal(sh_client_stop(&c), 0);
+    assert_int_equal(sh_master_stop(&masters[0]), 0);
+    assert_int_equal(sh_master_stop(&masters[2]), 0);
+}
+
+#define MIB (1024 * 1024)
+
+/* "rc fnv ok" with len bytes, retrying while the disk tier is not reachable
+ * yet (the holder's first heartbeat to the new leader) or is staging. */
+static const char *get_disk(sh_client *c, const char *key, int seed)
+{
+    uint64_t until = sh_now_ms() + 10000;
+    for (;;) {
+        const char *r = sh_cmd(c, "get %s %d", key, seed);
+        long long rc = strtoll(r, NULL, 10);
+        if ((rc != CR_ERR_OFFLOAD_UNAVAILABLE && rc != CR_ERR_OFFLOAD_STAGING) ||
+            sh_now_ms() > until)
+            return r;
+        sh_sleep_ms(10);
+    }
+}
+
+static void disk_failover(void **state)
+{
+    (void)state;
+    enum { N = 40 };
+    char dir[] = "/tmp/cr_ha_disk_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    extra_flags[0] = "--enable_offload=true";
+    extra_flags[1] = "--offload_on_evict=true";
+    start_master(0);
+    start_master(1);
+    int leader = wait_leader(10000, -1);
+    wait_in_sync(leader, 1);
+    sh_client holder, reader;
+    const char *const hargs[] = {"--segment", "16M",           "--ssd", dir, "--region",
+                                 "0",         "--rpc-timeout", "4000",  NULL};
+    assert_int_equal(sh_client_start(&holder, etcd_url, hargs), 0);
+    const char *const rargs[] = {"--segment", "0", "--region", "0", "--rpc-timeout", "4000", NULL};
+    assert_int_equal(sh_client_start(&reader, etcd_url, rargs), 0);
+
+    char key[64];
+    for (int i = 0; i < N; i++) {
+        uint64_t until = sh_now_ms() + 15000;
+        long long rc;
+        do { /* the segment waits for offloads to free memory */
+            rc = sh_rc(&reader, "put disk%d %d %d", i, MIB, 500 + i);
+            if (rc == CR_NO_AVAILABLE_HANDLE)
+                sh_sleep_ms(5);
+        } while (rc == CR_NO_AVAILABLE_HANDLE && sh_now_ms() < until);
+        if (rc != 0)
+            fail_msg("put disk%d: %lld (%s)", i, rc, reader.line);
+    }
+    /* The disk-only keys (on disk, no memory replica) as the leader has them. */
+    bool only[N];
+    int n_only = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "disk%d", i);
+        only[i] = sh_rc(&reader, "exist %s", key) == 1 &&
+                  sh_rc(&reader, "replicas %s", key) == CR_OBJECT_NOT_FOUND;
+        n_only += only[i];
+    }
+    double on_disk = sh_metric(&masters[leader], "master_disk_objects");
+    fprintf(stderr, "disk_failover: %d of %d values disk-only, %.0f on disk\n", n_only, N, on_disk);
+    if (n_only < N / 4)
+        fail_msg("only %d disk-only values of %d MiB in a 16 MiB segment", n_only, N);
+    wait_in_sync(leader, 1);
+    sh_sleep_ms(300); /* the last heartbeat's disk copies on the standby */
+
+    sh_master_kill(&masters[leader]);
+    int next = wait_leader(8000, leader);
+    /* Known at once: no holder restarted, so none re-announced anything. */
+    double known = sh_metric(&masters[next], "master_disk_objects");
+    fprintf(stderr, "disk_failover: the new leader knows %.0f disk copies\n", known);
+    assert_true(known >= n_only);
+    int from_disk = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "disk%d", i);
+        const char *r = get_disk(&reader, key, 500 + i);
+        char check[32] = "";
+        sscanf(r, "%*s %*s %31s", check);
+        if (strtoll(r, NULL, 10) != MIB || strcmp(check, "ok") != 0)
+            fail_msg("%s (%s) from the new leader: '%s'", key, only[i] ? "disk-only" : "memory", r);
+        from_disk += only[i];
+    }
+    assert_int_equal(from_disk, n_only);
+    assert_int_equal(sh_client_stop(&reader), 0);
+    assert_int_equal(sh_client_stop(&holder), 0);
+    assert_int_equal(sh_master_stop(&masters[next]), 0);
+    extra_flags[0] = extra_flags[1] = NULL;
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest all[] = {
@@ -354,6 +614,10 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(stepdown, setup, teardown),
         cmocka_unit_test_setup_teardown(standby_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(etcd_outage, setup, teardown),
+        cmocka_unit_test_setup_teardown(disk_failover, setup, teardown),
+        cmocka_unit_test_setup_teardown(standby_partition, setup, teardown),
+        cmocka_unit_test_setup_teardown(higher_term, setup, teardown),
+        cmocka_unit_test_setup_teardown(standby_resume, setup, teardown),
     };
     if (argc > 1) { /* one test by name (CTest runs each on its own) */
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)

@@ -300,6 +300,10 @@ static void render_ha_metrics(master *m, crk_text *t)
                      "Mutation replies that reached no standby in time", hs.not_replicated);
     crk_prom_counter(t, "master_ha_fenced_writes_total",
                      "Writes in flight at a promotion that were fenced", hs.fenced_writes);
+    crk_prom_counter(t, "master_ha_standby_resumes_total",
+                     "Standby subscriptions that resumed from the log", hs.resumes);
+    crk_prom_counter(t, "master_ha_standby_snapshots_total",
+                     "Standby subscriptions that got a full snapshot", hs.snapshots);
 }
 
 /* Set key `field` of obj to the client bytes s, plus field_hex when s is not UTF-8. */
