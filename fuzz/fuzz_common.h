@@ -12,40 +12,18 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "crescent/status.h"
+#include "fuzz_check.h"
 #include "proto/messages.h"
 
-#define FUZZ_SENTINEL 0x5A
-
-#define FUZZ_CHECK(cond)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz check failed: %s at %s:%d (last error: %s)\n", #cond, __FILE__,  \
-                    __LINE__, cr_last_error_message());                                            \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-/* Is every byte of p[0..n) still the sentinel? */
-static inline int fuzz_untouched(const void *p, size_t n)
+/* A failed decode: a decode status (CR_NOT_SUPPORTED too if
+ * unsupported_ok: an op this build does not know), a message, and the
+ * output not written. */
+static inline void fuzz_check_failure_of(int rc, const void *out, size_t n, int unsupported_ok)
 {
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++)
-        if (b[i] != FUZZ_SENTINEL)
-            return 0;
-    return 1;
-}
-
-/* A failed decode: a decode status, and the output not written. */
-static inline void fuzz_check_failure(int rc, const void *out, size_t n)
-{
-    FUZZ_CHECK(rc == CR_ERR_MALFORMED_FRAME);
+    FUZZ_CHECK(rc == CR_ERR_MALFORMED_FRAME || (unsupported_ok && rc == CR_NOT_SUPPORTED));
     FUZZ_CHECK(fuzz_untouched(out, n));
     FUZZ_CHECK(cr_last_error_message()[0] != '\0');
 }
@@ -57,11 +35,58 @@ static inline void fuzz_check_same_bytes(const crp_buf *a, const crp_buf *b)
     FUZZ_CHECK(a->len == 0 || memcmp(a->data, b->data, a->len) == 0);
 }
 
+static inline void fuzz_check_failure(int rc, const void *out, size_t n)
+{
+    fuzz_check_failure_of(rc, out, n, 0);
+}
+
 static inline int fuzz_str_eq(const char *a, const char *b)
 {
     if (a == NULL || b == NULL)
         return a == b;
     return strcmp(a, b) == 0;
 }
+
+/* For FUZZ_ROUNDTRIP_TARGET: a message without invariants of its own, a
+ * message type without a clear function, a round trip checked by its bytes
+ * alone. */
+#define FUZZ_NO_CHECK(m)   ((void)(m))
+#define FUZZ_NO_CLEAR(m)   ((void)(m))
+#define FUZZ_NO_SAME(a, b) ((void)(a), (void)(b))
+
+/*
+ * FUZZ_ROUNDTRIP_TARGET defines LLVMFuzzerTestOneInput for a message type T
+ * with the contract above: decode the input (into a sentinel-filled T);
+ * a failure must be a decode status (fuzz_check_failure_of), a success
+ * must pass valid(&first), re-encode to at most max_growth bytes more than
+ * the input (SIZE_MAX: no bound), decode again, pass same(&first,
+ * &second) (the fields a round trip keeps) and encode to the very same
+ * bytes. clear(&m) frees a decoded message (FUZZ_NO_CLEAR: nothing to free).
+ */
+#define FUZZ_ROUNDTRIP_TARGET(T, decode, encode, clear, valid, same, max_growth, unsupported_ok)   \
+    int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)                                   \
+    {                                                                                              \
+        T first, second;                                                                           \
+        crp_buf enc1 = {0}, enc2 = {0};                                                            \
+        memset(&first, FUZZ_SENTINEL, sizeof(first));                                              \
+        int rc = decode(data, size, &first);                                                       \
+        if (rc != 0) {                                                                             \
+            fuzz_check_failure_of(rc, &first, sizeof(first), (unsupported_ok));                    \
+            return 0;                                                                              \
+        }                                                                                          \
+        valid(&first);                                                                             \
+        FUZZ_CHECK(encode(&first, &enc1) == 0);                                                    \
+        FUZZ_CHECK((size_t)(max_growth) == SIZE_MAX || enc1.len <= size + (size_t)(max_growth));   \
+        memset(&second, 0, sizeof(second));                                                        \
+        FUZZ_CHECK(decode(enc1.data, enc1.len, &second) == 0);                                     \
+        same(&first, &second);                                                                     \
+        FUZZ_CHECK(encode(&second, &enc2) == 0);                                                   \
+        fuzz_check_same_bytes(&enc1, &enc2);                                                       \
+        clear(&first);                                                                             \
+        clear(&second);                                                                            \
+        crp_buf_free(&enc1);                                                                       \
+        crp_buf_free(&enc2);                                                                       \
+        return 0;                                                                                  \
+    }
 
 #endif

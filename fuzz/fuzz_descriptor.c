@@ -47,26 +47,5 @@ static void check_equal(const crp_descriptor *a, const crp_descriptor *b)
     }
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-    crp_descriptor first, second;
-    crp_buf enc1 = {0}, enc2 = {0};
-
-    memset(&first, FUZZ_SENTINEL, sizeof(first));
-    int rc = crp_descriptor_decode(data, size, &first);
-    if (rc != 0) {
-        fuzz_check_failure(rc, &first, sizeof(first));
-        return 0;
-    }
-    FUZZ_CHECK(crp_descriptor_encode(&first, &enc1) == 0);
-    memset(&second, 0, sizeof(second));
-    FUZZ_CHECK(crp_descriptor_decode(enc1.data, enc1.len, &second) == 0);
-    check_equal(&first, &second);
-    FUZZ_CHECK(crp_descriptor_encode(&second, &enc2) == 0);
-    fuzz_check_same_bytes(&enc1, &enc2);
-    crp_descriptor_clear(&first);
-    crp_descriptor_clear(&second);
-    crp_buf_free(&enc1);
-    crp_buf_free(&enc2);
-    return 0;
-}
+FUZZ_ROUNDTRIP_TARGET(crp_descriptor, crp_descriptor_decode, crp_descriptor_encode,
+                      crp_descriptor_clear, FUZZ_NO_CHECK, check_equal, SIZE_MAX, 0)

@@ -18,28 +18,7 @@
 
 #include "crescent/status.h"
 #include "disk/format.h"
-
-#define FUZZ_SENTINEL 0x5A
-
-#define FUZZ_CHECK(cond)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz check failed: %s at %s:%d (last error: %s)\n", #cond, __FILE__,  \
-                    __LINE__, cr_last_error_message());                                            \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static int untouched(const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++)
-        if (b[i] != FUZZ_SENTINEL)
-            return 0;
-    return 1;
-}
+#include "fuzz_check.h"
 
 static uint64_t get64(const uint8_t *p)
 {
@@ -52,7 +31,7 @@ static uint64_t get64(const uint8_t *p)
 static void check_failure(int rc, const void *out, size_t n)
 {
     FUZZ_CHECK(rc == CR_ERR_DISK_CORRUPT);
-    FUZZ_CHECK(untouched(out, n));
+    FUZZ_CHECK(fuzz_untouched(out, n));
     FUZZ_CHECK(cr_last_error_message()[0] != '\0');
 }
 

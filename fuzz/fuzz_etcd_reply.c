@@ -16,49 +16,28 @@
 #include <string.h>
 
 #include "crescent/status.h"
+#include "fuzz_check.h"
 #include "metadata/etcd_codec.h"
-
-#define SENTINEL 0x5A
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz check failed: %s at %s:%d (last error: %s)\n", #cond, __FILE__,  \
-                    __LINE__, cr_last_error_message());                                            \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static int untouched(const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++)
-        if (b[i] != SENTINEL)
-            return 0;
-    return 1;
-}
 
 static void check_failure(int rc, const void *out, size_t n)
 {
-    CHECK(rc == CR_ERR_METADATA_MALFORMED || rc == CR_ETCD_OPERATION_ERROR);
-    CHECK(untouched(out, n));
-    CHECK(cr_last_error_message()[0] != '\0');
+    FUZZ_CHECK(rc == CR_ERR_METADATA_MALFORMED || rc == CR_ETCD_OPERATION_ERROR);
+    FUZZ_CHECK(fuzz_untouched(out, n));
+    FUZZ_CHECK(cr_last_error_message()[0] != '\0');
 }
 
 static void check_kv(const crm_etcd_kv *kv)
 {
-    CHECK(kv->key != NULL && kv->key[kv->key_len] == '\0');
-    CHECK(kv->value != NULL && kv->value[kv->value_len] == 0);
-    CHECK(kv->create_revision >= 0 && kv->mod_revision >= 0 && kv->version >= 0);
+    FUZZ_CHECK(kv->key != NULL && kv->key[kv->key_len] == '\0');
+    FUZZ_CHECK(kv->value != NULL && kv->value[kv->value_len] == 0);
+    FUZZ_CHECK(kv->create_revision >= 0 && kv->mod_revision >= 0 && kv->version >= 0);
 }
 
 static void check_range(const crm_etcd_range *r)
 {
-    CHECK((r->n_kvs == 0) == (r->kvs == NULL));
-    CHECK((int64_t)r->n_kvs <= r->count);
-    CHECK(r->revision >= 0);
+    FUZZ_CHECK((r->n_kvs == 0) == (r->kvs == NULL));
+    FUZZ_CHECK((int64_t)r->n_kvs <= r->count);
+    FUZZ_CHECK(r->revision >= 0);
     for (size_t i = 0; i < r->n_kvs; i++)
         check_kv(&r->kvs[i]);
 }
@@ -69,15 +48,15 @@ static void fuzz_base64(const char *text, size_t len)
     size_t n = 7;
     int rc = crm_b64_decode(text, len, &out, &n);
     if (rc != 0) {
-        CHECK(rc == CR_ERR_METADATA_MALFORMED);
-        CHECK(out == (uint8_t *)0x1 && n == 7);
+        FUZZ_CHECK(rc == CR_ERR_METADATA_MALFORMED);
+        FUZZ_CHECK(out == (uint8_t *)0x1 && n == 7);
         return;
     }
-    CHECK(out[n] == 0);
+    FUZZ_CHECK(out[n] == 0);
     char *again;
     size_t alen;
-    CHECK(crm_b64_encode(out, n, &again, &alen) == 0);
-    CHECK(alen == len && memcmp(again, text, len) == 0);
+    FUZZ_CHECK(crm_b64_encode(out, n, &again, &alen) == 0);
+    FUZZ_CHECK(alen == len && memcmp(again, text, len) == 0);
     free(again);
     free(out);
 }
@@ -92,7 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     switch (data[0] % 9) {
     case 0: {
         crm_etcd_range r;
-        memset(&r, SENTINEL, sizeof(r));
+        memset(&r, FUZZ_SENTINEL, sizeof(r));
         rc = crm_etcd_decode_range(body, len, &r);
         if (rc != 0) {
             check_failure(rc, &r, sizeof(r));
@@ -104,16 +83,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     case 1: {
         crm_etcd_txn_result t;
-        memset(&t, SENTINEL, sizeof(t));
+        memset(&t, FUZZ_SENTINEL, sizeof(t));
         rc = crm_etcd_decode_txn(body, len, &t);
         if (rc != 0) {
             check_failure(rc, &t, sizeof(t));
             break;
         }
-        CHECK((t.n_results == 0) == (t.results == NULL));
+        FUZZ_CHECK((t.n_results == 0) == (t.results == NULL));
         for (size_t i = 0; i < t.n_results; i++) {
-            CHECK(t.results[i].type <= CRM_ETCD_OP_DELETE);
-            CHECK(t.results[i].deleted >= 0);
+            FUZZ_CHECK(t.results[i].type <= CRM_ETCD_OP_DELETE);
+            FUZZ_CHECK(t.results[i].deleted >= 0);
             if (t.results[i].type == CRM_ETCD_OP_RANGE)
                 check_range(&t.results[i].range);
         }
@@ -122,60 +101,60 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     case 2: {
         crm_etcd_watch_msg m;
-        memset(&m, SENTINEL, sizeof(m));
+        memset(&m, FUZZ_SENTINEL, sizeof(m));
         rc = crm_etcd_decode_watch(body, len, &m);
         if (rc != 0) {
             check_failure(rc, &m, sizeof(m));
             break;
         }
-        CHECK((m.n_events == 0) == (m.events == NULL));
-        CHECK(memchr(m.cancel_reason, '\0', sizeof(m.cancel_reason)) != NULL);
+        FUZZ_CHECK((m.n_events == 0) == (m.events == NULL));
+        FUZZ_CHECK(memchr(m.cancel_reason, '\0', sizeof(m.cancel_reason)) != NULL);
         for (size_t i = 0; i < m.n_events; i++) {
             check_kv(&m.events[i].kv);
-            CHECK(m.events[i].kv.mod_revision > 0);
-            CHECK(i == 0 || m.events[i].kv.mod_revision >= m.events[i - 1].kv.mod_revision);
+            FUZZ_CHECK(m.events[i].kv.mod_revision > 0);
+            FUZZ_CHECK(i == 0 || m.events[i].kv.mod_revision >= m.events[i - 1].kv.mod_revision);
         }
         crm_etcd_watch_msg_clear(&m);
         break;
     }
     case 3: {
         int64_t id[2];
-        memset(id, SENTINEL, sizeof(id));
+        memset(id, FUZZ_SENTINEL, sizeof(id));
         rc = crm_etcd_decode_lease_grant(body, len, &id[0], &id[1]);
         if (rc != 0)
             check_failure(rc, id, sizeof(id));
         else
-            CHECK(id[0] != 0 && id[1] > 0);
+            FUZZ_CHECK(id[0] != 0 && id[1] > 0);
         break;
     }
     case 4: {
         int64_t id[2];
-        memset(id, SENTINEL, sizeof(id));
+        memset(id, FUZZ_SENTINEL, sizeof(id));
         rc = crm_etcd_decode_keepalive(body, len, &id[0], &id[1]);
         if (rc != 0)
             check_failure(rc, id, sizeof(id));
         else
-            CHECK(id[1] >= 0);
+            FUZZ_CHECK(id[1] >= 0);
         break;
     }
     case 5: {
         int64_t v[2];
-        memset(v, SENTINEL, sizeof(v));
+        memset(v, FUZZ_SENTINEL, sizeof(v));
         rc = crm_etcd_decode_delete(body, len, &v[0], &v[1]);
         if (rc != 0)
             check_failure(rc, v, sizeof(v));
         else
-            CHECK(v[0] >= 0 && v[1] >= 0);
+            FUZZ_CHECK(v[0] >= 0 && v[1] >= 0);
         break;
     }
     case 6: {
         int64_t v;
-        memset(&v, SENTINEL, sizeof(v));
+        memset(&v, FUZZ_SENTINEL, sizeof(v));
         rc = crm_etcd_decode_put(body, len, &v);
         if (rc != 0)
             check_failure(rc, &v, sizeof(v));
         else
-            CHECK(v >= 0);
+            FUZZ_CHECK(v >= 0);
         break;
     }
     case 7: {
@@ -183,13 +162,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             int code;
             char msg[64];
         } e;
-        memset(&e, SENTINEL, sizeof(e));
+        memset(&e, FUZZ_SENTINEL, sizeof(e));
         rc = crm_etcd_decode_error(body, len, &e.code, e.msg, sizeof(e.msg));
         if (rc != 0) {
-            CHECK(rc == CR_ERR_METADATA_MALFORMED);
-            CHECK(untouched(&e, sizeof(e)));
+            FUZZ_CHECK(rc == CR_ERR_METADATA_MALFORMED);
+            FUZZ_CHECK(fuzz_untouched(&e, sizeof(e)));
         } else {
-            CHECK(memchr(e.msg, '\0', sizeof(e.msg)) != NULL);
+            FUZZ_CHECK(memchr(e.msg, '\0', sizeof(e.msg)) != NULL);
         }
         break;
     }

@@ -65,12 +65,13 @@ static void *loop_main(void *arg)
     while (!atomic_load(&loop->stop)) {
         uint64_t now = crb_now_ns();
         int timeout = now >= next_tick ? 0 : (int)((next_tick - now + 999999) / 1000000);
-        if (now < spin_until)
+        if (now < spin_until || loop->again)
             timeout = 0;
         int n = epoll_wait(loop->epfd, events, MAX_EVENTS, timeout);
         if (n > 0 && loop->busy_poll_ns > 0)
             spin_until = crb_now_ns() + loop->busy_poll_ns;
-        loop->woken = false;
+        loop->woken = loop->again;
+        loop->again = false;
         for (int i = 0; i < n; i++) {
             crb_io *io = events[i].data.ptr; /* may be freed by its handler */
             io->on_event(io, events[i].events);
@@ -98,7 +99,7 @@ int crb_loop_start(crb_loop *loop)
     return 0;
 }
 
-void crb_loop_fini(crb_loop *loop)
+void crb_loop_stop(crb_loop *loop)
 {
     if (loop->running) {
         atomic_store(&loop->stop, true);
@@ -106,6 +107,11 @@ void crb_loop_fini(crb_loop *loop)
         pthread_join(loop->thread, NULL);
         loop->running = false;
     }
+}
+
+void crb_loop_fini(crb_loop *loop)
+{
+    crb_loop_stop(loop);
     if (loop->wakefd >= 0)
         close(loop->wakefd);
     if (loop->epfd >= 0)
@@ -150,6 +156,11 @@ void crb_loop_wake(crb_loop *loop)
     uint64_t one = 1;
     ssize_t n = write(loop->wakefd, &one, sizeof(one));
     (void)n;
+}
+
+void crb_loop_again(crb_loop *loop)
+{
+    loop->again = true;
 }
 
 bool crb_loop_on_thread(const crb_loop *loop)

@@ -1,7 +1,6 @@
 /*
- * evloop.h - the event loop of crescent's I/O threads: the engine's workers
- * and crescent-client's service threads (the master's RPC server still runs
- * its own epoll loop).
+ * evloop.h - the event loop of crescent's I/O threads: the engine's workers,
+ * crescent-client's service threads and the master's RPC I/O threads.
  *
  * A loop is an epoll set, an eventfd that other threads use to wake it, and
  * a periodic tick. Sources are crb_io records embedded in their owner's
@@ -10,7 +9,9 @@
  * epoll_wait and never spins, unless its owner opted in to a bounded
  * busy-poll (crb_loop_set_busy_poll): then, for that long after a pass that
  * handled events, it polls without sleeping. The tick bounds how late
- * deadlines are seen.
+ * deadlines are seen. An owner with work left over after a pass (a
+ * connection that used up its turn) asks for another one at once
+ * (crb_loop_again) instead of waking itself through the eventfd.
  *
  * Ownership and threading:
  *   - A loop owns its epoll fd, eventfd and thread; the crb_io records and
@@ -64,6 +65,7 @@ struct crb_loop {
     atomic_bool stop;
     atomic_bool wake_pending;
     bool woken;            /* a wake-up arrived in this pass (loop thread only) */
+    bool again;            /* crb_loop_again was called (loop thread only) */
     uint64_t busy_poll_ns; /* 0: never spin (set before crb_loop_start) */
     char name[16];
 };
@@ -87,7 +89,15 @@ void crb_loop_set_busy_poll(crb_loop *loop, uint64_t ns);
 int crb_loop_start(crb_loop *loop);
 
 /**
- * Stop and join the thread (if started), then close the loop's own fds.
+ * Stop and join the thread (if started); the loop's fds stay open, so its
+ * owner can still crb_loop_del the io records it frees afterwards. A no-op
+ * when not running. Must not be called from the loop's own thread.
+ */
+void crb_loop_stop(crb_loop *loop);
+
+/**
+ * Stop and join the thread (if started, crb_loop_stop), then close the
+ * loop's own fds.
  * The io records added to it are left to their owners (their fds are not
  * closed). Must not be called from the loop's own thread.
  */
@@ -104,6 +114,13 @@ void crb_loop_del(crb_io *io);
 
 /** Make the loop run its tick soon. Any thread; coalesced. */
 void crb_loop_wake(crb_loop *loop);
+
+/**
+ * Loop thread only: there is work left for the tick. The next epoll_wait
+ * does not sleep, and on_tick runs after that pass with woken = true (a
+ * cheap self-wake: no eventfd write).
+ */
+void crb_loop_again(crb_loop *loop);
 
 /** Is the caller running on this loop's thread? */
 bool crb_loop_on_thread(const crb_loop *loop);

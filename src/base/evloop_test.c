@@ -87,6 +87,53 @@ static void test_handlers_wakeups_and_ticks(void **state)
     close(sv[1]);
 }
 
+/* crb_loop_again: each tick asks for one more; they come at once, not a
+ * 10 s tick apart, and stop when no more are asked for. */
+typedef struct again_probe {
+    atomic_int woken_ticks;
+    int left; /* loop thread only */
+} again_probe;
+
+static void again_tick(crb_loop *loop, uint64_t now, bool woken)
+{
+    again_probe *p = loop->owner;
+    if (woken)
+        atomic_fetch_add(&p->woken_ticks, 1);
+    if (p->left > 0) {
+        p->left--;
+        crb_loop_again(loop);
+    }
+}
+
+static void test_again_and_stop(void **state)
+{
+    again_probe p = {.left = 5};
+    crb_loop loop;
+    assert_int_equal(crb_loop_init(&loop, "test-again", 10000, again_tick, &p), 0);
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    probe io = {0};
+    io.io.fd = sv[0];
+    io.io.on_event = on_readable;
+    assert_int_equal(crb_loop_add(&loop, &io.io, EPOLLIN), 0);
+    assert_int_equal(crb_loop_start(&loop), 0);
+    crb_loop_wake(&loop); /* the first tick; it asks for five more */
+    wait_for(&p.woken_ticks, 6);
+    assert_int_equal(atomic_load(&p.woken_ticks), 6);
+    usleep(50000);
+    assert_int_equal(atomic_load(&p.woken_ticks), 6); /* nothing asked: it sleeps */
+    /* Stopped, not finished: the loop's fds are still there to delete from. */
+    crb_loop_stop(&loop);
+    assert_false(loop.running);
+    crb_loop_del(&io.io);
+    assert_null(io.io.loop);
+    assert_int_equal(epoll_ctl(loop.epfd, EPOLL_CTL_DEL, sv[0], NULL), -1);
+    assert_int_equal(errno, ENOENT); /* it was deleted from a live epoll set */
+    crb_loop_fini(&loop);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 static void on_conn(crb_acceptor *a, int fd)
 {
     probe *p = a->owner;
@@ -222,6 +269,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_handlers_wakeups_and_ticks),
+        cmocka_unit_test(test_again_and_stop),
         cmocka_unit_test(test_connection_cap),
         cmocka_unit_test(test_fd_limit_without_busy_loop),
     };

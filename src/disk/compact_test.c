@@ -18,50 +18,25 @@
 #include <cmocka.h>
 
 #include "disk/disk.h"
-#include "disk/disk_test_util.h"
+#include "disk/disk_test_fixture.h"
 
-typedef struct fixture {
-    char *dir;
-    crf_config cfg;
-    crf_store *s;
-} fixture;
+typedef tu_store fixture;
 
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof(*f));
-    f->dir = tu_mkdtemp("compact");
-    assert_non_null(f->dir);
-    crf_config_init(&f->cfg);
-    f->cfg.path = f->dir;
-    f->cfg.capacity_bytes = 1ull << 30;
+    tu_store_init(f, "compact");
     f->cfg.bucket_size_limit = 8u << 20;
     f->cfg.bucket_keys_limit = 10;
-    f->cfg.background_compaction = false;
     *state = f;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    fixture *f = *state;
-    crf_close(f->s);
-    tu_rmtree(f->dir);
-    free(f);
+    tu_store_fini(*state);
+    free(*state);
     return 0;
-}
-
-static void open_store(fixture *f)
-{
-    int rc = crf_open(&f->cfg, &f->s);
-    if (rc != 0)
-        fail_msg("crf_open: %s: %s", cr_status_name(rc), cr_last_error_message());
-}
-
-static void reopen(fixture *f)
-{
-    crf_close(f->s);
-    f->s = NULL;
-    open_store(f);
 }
 
 static uint64_t len_of(uint64_t id)
@@ -71,30 +46,12 @@ static uint64_t len_of(uint64_t id)
 
 static int put_v(crf_store *s, uint64_t id, uint64_t version)
 {
-    char key[32];
-    tu_key(key, sizeof(key), id);
-    uint64_t len = len_of(id);
-    uint8_t *v = malloc(len);
-    tu_fill(v, len, id, version);
-    int rc = crf_put(s, key, strlen(key), v, len, &version, sizeof(version));
-    free(v);
-    return rc;
+    return tu_put(s, id, version, len_of(id), &version, sizeof(version));
 }
 
 static int probe(crf_store *s, uint64_t id, uint64_t version)
 {
-    char key[32];
-    tu_key(key, sizeof(key), id);
-    uint64_t len = len_of(id);
-    uint8_t *buf = malloc(len + 1);
-    int64_t got = crf_get(s, key, strlen(key), buf, len + 1);
-    int r = -1;
-    if (got == CR_OBJECT_NOT_FOUND)
-        r = 0;
-    else if (got == (int64_t)len && tu_check(buf, len, id, version))
-        r = 1;
-    free(buf);
-    return r;
+    return tu_probe(s, id, version, len_of(id));
 }
 
 static int count_buckets(fixture *f)
@@ -106,7 +63,7 @@ static int count_buckets(fixture *f)
 static void test_compact_dead_bucket(void **state)
 {
     fixture *f = *state;
-    open_store(f);
+    tu_store_open(f);
     for (uint64_t i = 0; i < 30; i++)
         assert_int_equal(put_v(f->s, i, 1), 0); /* buckets {0..9} {10..19} {20..29} */
     for (uint64_t i = 0; i < 8; i++)
@@ -122,7 +79,7 @@ static void test_compact_dead_bucket(void **state)
     for (uint64_t i = 0; i < 30; i++)
         assert_int_equal(probe(f->s, i, i < 8 ? 2 : 1), 1);
     assert_int_equal(crf_compact(f->s, 10, false), 0); /* nothing left over the ratio */
-    reopen(f);
+    tu_store_reopen(f);
     for (uint64_t i = 0; i < 30; i++)
         assert_int_equal(probe(f->s, i, i < 8 ? 2 : 1), 1);
     crf_get_stats(f->s, &st);
@@ -133,7 +90,7 @@ static void test_compact_dead_bucket(void **state)
 static void test_tombstone_carried(void **state)
 {
     fixture *f = *state;
-    open_store(f);
+    tu_store_open(f);
     for (uint64_t i = 0; i < 10; i++)
         assert_int_equal(put_v(f->s, i, 1), 0); /* bucket A holds key 0 */
     char key[32];
@@ -149,7 +106,7 @@ static void test_tombstone_carried(void **state)
     crf_get_stats(f->s, &st);
     assert_true(st.tombstones >= 1);
     assert_int_equal(probe(f->s, 0, 1), 0);
-    reopen(f);
+    tu_store_reopen(f);
     assert_int_equal(probe(f->s, 0, 1), 0);
     for (uint64_t i = 1; i < 10; i++)
         assert_int_equal(probe(f->s, i, 1), 1);
@@ -161,7 +118,7 @@ static void test_background_compaction(void **state)
 {
     fixture *f = *state;
     f->cfg.background_compaction = true;
-    open_store(f);
+    tu_store_open(f);
     for (uint64_t i = 0; i < 20; i++)
         assert_int_equal(put_v(f->s, i, 1), 0);
     for (uint64_t i = 0; i < 10; i++)
@@ -232,7 +189,7 @@ static void test_gets_during_compaction(void **state)
 {
     fixture *f = *state;
     f->cfg.bucket_keys_limit = 8;
-    open_store(f);
+    tu_store_open(f);
     shared *sh = calloc(1, sizeof(*sh));
     sh->s = f->s;
     for (uint64_t i = 0; i < KEYS; i++) {
@@ -278,7 +235,7 @@ static void test_gets_during_compaction(void **state)
             int p = probe(f->s, i, atomic_load(&sh->max_version[i]));
             assert_true(p == 1 || (p == 0 && atomic_load(&sh->removable[i])));
         }
-        reopen(f);
+        tu_store_reopen(f);
     }
     free(sh);
 }

@@ -17,14 +17,12 @@
 #include <cmocka.h>
 
 #include "disk/disk.h"
-#include "disk/disk_test_util.h"
+#include "disk/disk_test_fixture.h"
 
 #define VAL (256u << 10)
 
 typedef struct fixture {
-    char *dir;
-    crf_config cfg;
-    crf_store *s;
+    tu_store st; /* first: the fixture is a tu_store too */
     char evicted[256][32];
     int n_evicted;
 } fixture;
@@ -42,17 +40,13 @@ static void on_evict(void *arg, const crf_key_info *keys, size_t n)
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof(*f));
-    f->dir = tu_mkdtemp("evict");
-    assert_non_null(f->dir);
-    crf_config_init(&f->cfg);
-    f->cfg.path = f->dir;
+    tu_store_init(&f->st, "evict");
     /* Four records of 256 KiB a bucket (~1.03 MiB file); room for four buckets. */
-    f->cfg.bucket_keys_limit = 4;
-    f->cfg.bucket_size_limit = 2u << 20;
-    f->cfg.capacity_bytes = (4u << 20) + (256u << 10);
-    f->cfg.background_compaction = false;
-    f->cfg.on_evict = on_evict;
-    f->cfg.on_evict_arg = f;
+    f->st.cfg.bucket_keys_limit = 4;
+    f->st.cfg.bucket_size_limit = 2u << 20;
+    f->st.cfg.capacity_bytes = (4u << 20) + (256u << 10);
+    f->st.cfg.on_evict = on_evict;
+    f->st.cfg.on_evict_arg = f;
     *state = f;
     return 0;
 }
@@ -60,43 +54,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *f = *state;
-    crf_close(f->s);
-    tu_rmtree(f->dir);
+    tu_store_fini(&f->st);
     free(f);
     return 0;
-}
-
-static void open_store(fixture *f)
-{
-    int rc = crf_open(&f->cfg, &f->s);
-    if (rc != 0)
-        fail_msg("crf_open: %s: %s", cr_status_name(rc), cr_last_error_message());
-}
-
-static int put_v(crf_store *s, uint64_t id, uint64_t version, uint64_t len)
-{
-    char key[32];
-    tu_key(key, sizeof(key), id);
-    uint8_t *v = malloc(len + 1);
-    tu_fill(v, len, id, version);
-    int rc = crf_put(s, key, strlen(key), v, len, NULL, 0);
-    free(v);
-    return rc;
-}
-
-static int probe(crf_store *s, uint64_t id, uint64_t version, uint64_t len)
-{
-    char key[32];
-    tu_key(key, sizeof(key), id);
-    uint8_t *buf = malloc(len + 1);
-    int64_t got = crf_get(s, key, strlen(key), buf, len + 1);
-    int r = -1;
-    if (got == CR_OBJECT_NOT_FOUND)
-        r = 0;
-    else if (got == (int64_t)len && tu_check(buf, len, id, version))
-        r = 1;
-    free(buf);
-    return r;
 }
 
 static bool was_evicted(const fixture *f, uint64_t id)
@@ -112,58 +72,59 @@ static bool was_evicted(const fixture *f, uint64_t id)
 static void test_full_without_eviction(void **state)
 {
     fixture *f = *state;
-    f->cfg.eviction = CRF_EVICT_NONE;
-    open_store(f);
+    f->st.cfg.eviction = CRF_EVICT_NONE;
+    tu_store_open(&f->st);
     int rc = 0;
     uint64_t n = 0;
-    while (n < 100 && (rc = put_v(f->s, n, 1, VAL)) == 0)
+    while (n < 100 && (rc = tu_put(f->st.s, n, 1, VAL, NULL, 0)) == 0)
         n++;
     assert_int_equal(rc, CR_ERR_DISK_FULL);
     assert_non_null(strstr(cr_last_error_message(), "full"));
     assert_true(n >= 12 && n <= 17);
     for (uint64_t i = 0; i < n; i++)
-        assert_int_equal(probe(f->s, i, 1, VAL), 1);
-    assert_int_equal(put_v(f->s, 1000, 1, VAL), CR_ERR_DISK_FULL); /* still full, still quick */
+        assert_int_equal(tu_probe(f->st.s, i, 1, VAL), 1);
+    assert_int_equal(tu_put(f->st.s, 1000, 1, VAL, NULL, 0),
+                     CR_ERR_DISK_FULL); /* still full, still quick */
     crf_stats st;
-    crf_get_stats(f->s, &st);
-    assert_true(st.file_bytes <= f->cfg.capacity_bytes);
+    crf_get_stats(f->st.s, &st);
+    assert_true(st.file_bytes <= f->st.cfg.capacity_bytes);
     assert_int_equal(f->n_evicted, 0);
 }
 
 static void test_value_larger_than_capacity(void **state)
 {
     fixture *f = *state;
-    open_store(f);
-    assert_int_equal(put_v(f->s, 1, 1, 100), 0);
-    assert_int_equal(put_v(f->s, 2, 1, 5u << 20), CR_ERR_DISK_FULL);
-    assert_int_equal(probe(f->s, 1, 1, 100), 1); /* nothing was evicted for it */
+    tu_store_open(&f->st);
+    assert_int_equal(tu_put(f->st.s, 1, 1, 100, NULL, 0), 0);
+    assert_int_equal(tu_put(f->st.s, 2, 1, 5u << 20, NULL, 0), CR_ERR_DISK_FULL);
+    assert_int_equal(tu_probe(f->st.s, 1, 1, 100), 1); /* nothing was evicted for it */
     assert_int_equal(f->n_evicted, 0);
 }
 
 /* Buckets A{0..3} B{4..7} C{8..11}; A is read; D and E need room: B goes, then C. */
 static void eviction_order(fixture *f, crf_eviction policy)
 {
-    f->cfg.eviction = policy;
-    open_store(f);
+    f->st.cfg.eviction = policy;
+    tu_store_open(&f->st);
     for (uint64_t i = 0; i < 12; i++)
-        assert_int_equal(put_v(f->s, i, 1, VAL), 0);
+        assert_int_equal(tu_put(f->st.s, i, 1, VAL, NULL, 0), 0);
     for (uint64_t i = 0; i < 4; i++)
-        assert_int_equal(probe(f->s, i, 1, VAL), 1);
+        assert_int_equal(tu_probe(f->st.s, i, 1, VAL), 1);
     for (uint64_t i = 12; i < 17; i++)
-        assert_int_equal(put_v(f->s, i, 1, VAL), 0);
+        assert_int_equal(tu_put(f->st.s, i, 1, VAL, NULL, 0), 0);
     crf_stats st;
-    crf_get_stats(f->s, &st);
+    crf_get_stats(f->st.s, &st);
     assert_true(st.evicted_buckets >= 1);
-    assert_true(st.file_bytes <= f->cfg.capacity_bytes);
+    assert_true(st.file_bytes <= f->st.cfg.capacity_bytes);
     uint64_t gone = policy == CRF_EVICT_LRU ? 4 : 0; /* first bucket to go */
     uint64_t kept = policy == CRF_EVICT_LRU ? 0 : 4; /* survives the first eviction */
     for (uint64_t i = gone; i < gone + 4; i++) {
-        assert_int_equal(probe(f->s, i, 1, VAL), 0);
+        assert_int_equal(tu_probe(f->st.s, i, 1, VAL), 0);
         assert_true(was_evicted(f, i));
     }
     for (uint64_t i = kept; i < kept + 4; i++)
         if (!was_evicted(f, i))
-            assert_int_equal(probe(f->s, i, 1, VAL), 1);
+            assert_int_equal(tu_probe(f->st.s, i, 1, VAL), 1);
     /* The callback's first keys are the first evicted bucket's. */
     char key[32];
     tu_key(key, sizeof(key), gone);
@@ -172,7 +133,7 @@ static void eviction_order(fixture *f, crf_eviction policy)
         first_four |= strcmp(f->evicted[i], key) == 0;
     assert_true(first_four);
     for (uint64_t i = 12; i < 17; i++)
-        assert_int_equal(probe(f->s, i, 1, VAL), 1);
+        assert_int_equal(tu_probe(f->st.s, i, 1, VAL), 1);
 }
 
 static void test_lru_order(void **state)
@@ -193,46 +154,46 @@ static void test_fifo_order(void **state)
 static void test_evicted_overwrite_stays_gone(void **state)
 {
     fixture *f = *state;
-    open_store(f);
-    assert_int_equal(put_v(f->s, 100, 1, VAL), 0);
+    tu_store_open(&f->st);
+    assert_int_equal(tu_put(f->st.s, 100, 1, VAL, NULL, 0), 0);
     for (uint64_t i = 0; i < 3; i++)
-        assert_int_equal(put_v(f->s, i, 1, VAL), 0); /* A = {100, 0, 1, 2} */
-    assert_int_equal(put_v(f->s, 100, 2, VAL), 0);
+        assert_int_equal(tu_put(f->st.s, i, 1, VAL, NULL, 0), 0); /* A = {100, 0, 1, 2} */
+    assert_int_equal(tu_put(f->st.s, 100, 2, VAL, NULL, 0), 0);
     for (uint64_t i = 3; i < 6; i++)
-        assert_int_equal(put_v(f->s, i, 1, VAL), 0); /* B = {100', 3, 4, 5} */
+        assert_int_equal(tu_put(f->st.s, i, 1, VAL, NULL, 0), 0); /* B = {100', 3, 4, 5} */
     for (uint64_t i = 6; i < 10; i++)
-        assert_int_equal(put_v(f->s, i, 1, VAL), 0); /* C */
+        assert_int_equal(tu_put(f->st.s, i, 1, VAL, NULL, 0), 0); /* C */
     for (uint64_t i = 0; i < 3; i++)
-        assert_int_equal(probe(f->s, i, 1, VAL), 1); /* A is the most recent read */
+        assert_int_equal(tu_probe(f->st.s, i, 1, VAL), 1); /* A is the most recent read */
     for (uint64_t i = 10; i < 15; i++)
-        assert_int_equal(put_v(f->s, i, 1, VAL), 0); /* D, then E needs room: B goes */
+        assert_int_equal(tu_put(f->st.s, i, 1, VAL, NULL, 0), 0); /* D, then E needs room: B goes */
     assert_true(was_evicted(f, 100));
-    assert_int_equal(probe(f->s, 100, 1, VAL), 0);
-    assert_int_equal(probe(f->s, 0, 1, VAL), 1);
-    crf_close(f->s);
-    f->s = NULL;
-    open_store(f);
-    assert_int_equal(probe(f->s, 100, 1, VAL), 0);
-    assert_int_equal(probe(f->s, 100, 2, VAL), 0);
-    assert_int_equal(probe(f->s, 0, 1, VAL), 1);
+    assert_int_equal(tu_probe(f->st.s, 100, 1, VAL), 0);
+    assert_int_equal(tu_probe(f->st.s, 0, 1, VAL), 1);
+    crf_close(f->st.s);
+    f->st.s = NULL;
+    tu_store_open(&f->st);
+    assert_int_equal(tu_probe(f->st.s, 100, 1, VAL), 0);
+    assert_int_equal(tu_probe(f->st.s, 100, 2, VAL), 0);
+    assert_int_equal(tu_probe(f->st.s, 0, 1, VAL), 1);
 }
 
 static void test_key_limit(void **state)
 {
     fixture *f = *state;
-    f->cfg.max_keys = 6;
-    f->cfg.eviction = CRF_EVICT_NONE;
-    open_store(f);
+    f->st.cfg.max_keys = 6;
+    f->st.cfg.eviction = CRF_EVICT_NONE;
+    tu_store_open(&f->st);
     for (uint64_t i = 0; i < 6; i++)
-        assert_int_equal(put_v(f->s, i, 1, 100), 0);
-    assert_int_equal(put_v(f->s, 6, 1, 100), CR_ERR_DISK_FULL);
-    assert_int_equal(put_v(f->s, 5, 2, 100), 0); /* an existing key is not a new one */
-    crf_close(f->s);
-    f->s = NULL;
-    f->cfg.eviction = CRF_EVICT_LRU;
-    open_store(f);
-    assert_int_equal(put_v(f->s, 6, 1, 100), 0); /* evicts the oldest bucket instead */
-    assert_int_equal(probe(f->s, 6, 1, 100), 1);
+        assert_int_equal(tu_put(f->st.s, i, 1, 100, NULL, 0), 0);
+    assert_int_equal(tu_put(f->st.s, 6, 1, 100, NULL, 0), CR_ERR_DISK_FULL);
+    assert_int_equal(tu_put(f->st.s, 5, 2, 100, NULL, 0), 0); /* an existing key is not a new one */
+    crf_close(f->st.s);
+    f->st.s = NULL;
+    f->st.cfg.eviction = CRF_EVICT_LRU;
+    tu_store_open(&f->st);
+    assert_int_equal(tu_put(f->st.s, 6, 1, 100, NULL, 0), 0); /* evicts the oldest bucket instead */
+    assert_int_equal(tu_probe(f->st.s, 6, 1, 100), 1);
 }
 
 /*
@@ -249,25 +210,25 @@ static int fsize_child(fixture *f)
     alarm(60);
     if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
         return 10;
-    f->cfg.capacity_bytes = 1ull << 30;
-    f->cfg.bucket_keys_limit = 500;
-    f->cfg.bucket_size_limit = 64u << 20;
+    f->st.cfg.capacity_bytes = 1ull << 30;
+    f->st.cfg.bucket_keys_limit = 500;
+    f->st.cfg.bucket_size_limit = 64u << 20;
     crf_store *s = NULL;
-    if (crf_open(&f->cfg, &s) != 0)
+    if (crf_open(&f->st.cfg, &s) != 0)
         return 11;
     uint64_t n = 0;
     int rc = 0;
-    while (n < 64 && (rc = put_v(s, n, 1, VAL)) == 0)
+    while (n < 64 && (rc = tu_put(s, n, 1, VAL, NULL, 0)) == 0)
         n++;
     if (rc != CR_ERR_DISK_FULL)
         return 12;
     if (n < 8 || n > 12)
         return 13;
     for (uint64_t i = 0; i < n; i++)
-        if (probe(s, i, 1, VAL) != 1)
+        if (tu_probe(s, i, 1, VAL) != 1)
             return 14;
     /* The failed bucket is abandoned; a new file is below the limit again. */
-    if (put_v(s, 1000, 1, VAL) != 0 || probe(s, 1000, 1, VAL) != 1)
+    if (tu_put(s, 1000, 1, VAL, NULL, 0) != 0 || tu_probe(s, 1000, 1, VAL) != 1)
         return 15;
     crf_close(s);
     return 0;

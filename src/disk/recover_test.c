@@ -17,76 +17,24 @@
 #include <cmocka.h>
 
 #include "disk/disk.h"
-#include "disk/disk_test_util.h"
+#include "disk/disk_test_fixture.h"
 
-typedef struct fixture {
-    char *dir;
-    crf_config cfg;
-    crf_store *s;
-} fixture;
+typedef tu_store fixture;
 
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof(*f));
-    f->dir = tu_mkdtemp("recover");
-    assert_non_null(f->dir);
-    crf_config_init(&f->cfg);
-    f->cfg.path = f->dir;
-    f->cfg.capacity_bytes = 1ull << 30;
+    tu_store_init(f, "recover");
     f->cfg.bucket_size_limit = 64u << 20;
-    f->cfg.background_compaction = false;
     *state = f;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    fixture *f = *state;
-    crf_close(f->s);
-    tu_rmtree(f->dir);
-    free(f);
+    tu_store_fini(*state);
+    free(*state);
     return 0;
-}
-
-static void open_store(fixture *f)
-{
-    int rc = crf_open(&f->cfg, &f->s);
-    if (rc != 0)
-        fail_msg("crf_open: %s: %s", cr_status_name(rc), cr_last_error_message());
-}
-
-static void reopen(fixture *f)
-{
-    crf_close(f->s);
-    f->s = NULL;
-    open_store(f);
-}
-
-static int put_v(crf_store *s, uint64_t id, uint64_t version, uint64_t len)
-{
-    char key[32];
-    tu_key(key, sizeof(key), id);
-    uint8_t *v = malloc(len + 1);
-    tu_fill(v, len, id, version);
-    int rc = crf_put(s, key, strlen(key), v, len, NULL, 0);
-    free(v);
-    return rc;
-}
-
-/* 1 = present with these bytes, 0 = missing, -1 = anything else. */
-static int probe(crf_store *s, uint64_t id, uint64_t version, uint64_t len)
-{
-    char key[32];
-    tu_key(key, sizeof(key), id);
-    uint8_t *buf = malloc(len + 1);
-    int64_t got = crf_get(s, key, strlen(key), buf, len + 1);
-    int r = -1;
-    if (got == CR_OBJECT_NOT_FOUND)
-        r = 0;
-    else if (got == (int64_t)len && tu_check(buf, len, id, version))
-        r = 1;
-    free(buf);
-    return r;
 }
 
 /* A child writes ids [0, n) (version 1, len bytes) and dies without crf_close. */
@@ -99,7 +47,7 @@ static void child_writes(fixture *f, uint64_t n, uint64_t len)
         if (crf_open(&f->cfg, &s) != 0)
             _exit(2);
         for (uint64_t i = 0; i < n; i++)
-            if (put_v(s, i, 1, len) != 0)
+            if (tu_put(s, i, 1, len, NULL, 0) != 0)
                 _exit(3);
         _exit(0); /* no crf_close: the active bucket stays unsealed */
     }
@@ -160,15 +108,15 @@ static void test_unsealed_bucket(void **state)
 {
     fixture *f = *state;
     child_writes(f, 20, 10000);
-    open_store(f);
+    tu_store_open(f);
     crf_stats st;
     crf_get_stats(f->s, &st);
     assert_int_equal(st.recovered_scanned_buckets, 1);
     assert_int_equal(st.keys, 20);
     for (uint64_t i = 0; i < 20; i++)
-        assert_int_equal(probe(f->s, i, 1, 10000), 1);
+        assert_int_equal(tu_probe(f->s, i, 1, 10000), 1);
     /* Resealed at open: the next open reads the footer. */
-    reopen(f);
+    tu_store_reopen(f);
     crf_get_stats(f->s, &st);
     assert_int_equal(st.recovered_scanned_buckets, 0);
     assert_int_equal(st.keys, 20);
@@ -182,21 +130,21 @@ static void test_torn_tail(void **state)
     struct stat sb;
     assert_int_equal(stat(path, &sb), 0);
     assert_int_equal(truncate(path, sb.st_size - 50000), 0); /* inside record 9's value */
-    open_store(f);
+    tu_store_open(f);
     for (uint64_t i = 0; i < 9; i++)
-        assert_int_equal(probe(f->s, i, 1, 100000), 1);
-    assert_int_equal(probe(f->s, 9, 1, 100000), 0);
+        assert_int_equal(tu_probe(f->s, i, 1, 100000), 1);
+    assert_int_equal(tu_probe(f->s, 9, 1, 100000), 0);
     /* The torn tail is gone; the store keeps working and stays consistent. */
-    assert_int_equal(put_v(f->s, 9, 2, 100000), 0);
-    assert_int_equal(put_v(f->s, 10, 2, 5), 0);
-    reopen(f);
+    assert_int_equal(tu_put(f->s, 9, 2, 100000, NULL, 0), 0);
+    assert_int_equal(tu_put(f->s, 10, 2, 5, NULL, 0), 0);
+    tu_store_reopen(f);
     crf_stats st;
     crf_get_stats(f->s, &st);
     assert_int_equal(st.recovered_scanned_buckets, 0);
     for (uint64_t i = 0; i < 9; i++)
-        assert_int_equal(probe(f->s, i, 1, 100000), 1);
-    assert_int_equal(probe(f->s, 9, 2, 100000), 1);
-    assert_int_equal(probe(f->s, 10, 2, 5), 1);
+        assert_int_equal(tu_probe(f->s, i, 1, 100000), 1);
+    assert_int_equal(tu_probe(f->s, 9, 2, 100000), 1);
+    assert_int_equal(tu_probe(f->s, 10, 2, 5), 1);
     free(path);
 }
 
@@ -216,9 +164,9 @@ static void test_hole_before_complete_records(void **state)
     uint8_t *zeros = calloc(1, end - start);
     write_at(path, start, zeros, end - start);
     free(zeros);
-    open_store(f);
+    tu_store_open(f);
     for (uint64_t i = 0; i < 10; i++)
-        assert_int_equal(probe(f->s, i, 1, 20000), i == 4 ? 0 : 1);
+        assert_int_equal(tu_probe(f->s, i, 1, 20000), i == 4 ? 0 : 1);
     crf_stats st;
     crf_get_stats(f->s, &st);
     assert_true(st.recovered_torn_bytes >= end - start - 8);
@@ -245,9 +193,9 @@ static void test_flipped_value_unsealed(void **state)
     uint8_t head[16];
     tu_fill(head, 16, 5, 1);
     flip_byte(path, find_in_file(path, head, 16) + 1000);
-    open_store(f);
+    tu_store_open(f);
     for (uint64_t i = 0; i < 10; i++)
-        assert_int_equal(probe(f->s, i, 1, 20000), i == 5 ? 0 : 1);
+        assert_int_equal(tu_probe(f->s, i, 1, 20000), i == 5 ? 0 : 1);
     free(path);
 }
 
@@ -259,9 +207,9 @@ static void test_flipped_header_unsealed(void **state)
     char key[32];
     tu_key(key, sizeof(key), 5);
     flip_byte(path, find_in_file(path, key, strlen(key)) - 48 + 16); /* value_len */
-    open_store(f);
+    tu_store_open(f);
     for (uint64_t i = 0; i < 10; i++)
-        assert_int_equal(probe(f->s, i, 1, 20000), i == 5 ? 0 : 1);
+        assert_int_equal(tu_probe(f->s, i, 1, 20000), i == 5 ? 0 : 1);
     free(path);
 }
 
@@ -269,9 +217,9 @@ static void test_flipped_header_unsealed(void **state)
 static void test_flipped_value_sealed(void **state)
 {
     fixture *f = *state;
-    open_store(f);
+    tu_store_open(f);
     for (uint64_t i = 0; i < 8; i++)
-        assert_int_equal(put_v(f->s, i, 1, i % 2 ? 70000 : 3000), 0);
+        assert_int_equal(tu_put(f->s, i, 1, i % 2 ? 70000 : 3000, NULL, 0), 0);
     crf_close(f->s);
     f->s = NULL;
     char *path = last_bucket(f);
@@ -280,7 +228,7 @@ static void test_flipped_value_sealed(void **state)
     tu_fill(head4, 16, 4, 1);
     flip_byte(path, find_in_file(path, head3, 16) + 60000); /* aligned value: direct read */
     flip_byte(path, find_in_file(path, head4, 16) + 10);    /* dense value: bounce read */
-    open_store(f);
+    tu_store_open(f);
     for (uint64_t id = 3; id <= 4; id++) {
         char key[32];
         tu_key(key, sizeof(key), id);
@@ -294,18 +242,18 @@ static void test_flipped_value_sealed(void **state)
     assert_int_equal(st.checksum_failures, 2);
     for (uint64_t i = 0; i < 8; i++)
         if (i != 3 && i != 4)
-            assert_int_equal(probe(f->s, i, 1, i % 2 ? 70000 : 3000), 1);
-    reopen(f);
-    assert_int_equal(probe(f->s, 3, 1, 70000), 0);
-    assert_int_equal(probe(f->s, 4, 1, 3000), 0);
+            assert_int_equal(tu_probe(f->s, i, 1, i % 2 ? 70000 : 3000), 1);
+    tu_store_reopen(f);
+    assert_int_equal(tu_probe(f->s, 3, 1, 70000), 0);
+    assert_int_equal(tu_probe(f->s, 4, 1, 3000), 0);
     free(path);
 }
 
 static void test_garbage_file(void **state)
 {
     fixture *f = *state;
-    open_store(f);
-    assert_int_equal(put_v(f->s, 1, 1, 100), 0);
+    tu_store_open(f);
+    assert_int_equal(tu_put(f->s, 1, 1, 100, NULL, 0), 0);
     crf_close(f->s);
     f->s = NULL;
     char path[4200];
@@ -316,17 +264,17 @@ static void test_garbage_file(void **state)
     FILE *fp = fopen(path, "wb");
     fwrite(junk, 1, sizeof(junk), fp);
     fclose(fp);
-    open_store(f);
+    tu_store_open(f);
     crf_stats st;
     crf_get_stats(f->s, &st);
     assert_int_equal(st.recovered_dropped_buckets, 1);
-    assert_int_equal(probe(f->s, 1, 1, 100), 1);
+    assert_int_equal(tu_probe(f->s, 1, 1, 100), 1);
     struct stat sb;
     assert_int_equal(stat(path, &sb), -1);
     /* New buckets get ids past every file seen, including the removed one. */
-    assert_int_equal(put_v(f->s, 2, 1, 100), 0);
-    reopen(f);
-    assert_int_equal(probe(f->s, 2, 1, 100), 1);
+    assert_int_equal(tu_put(f->s, 2, 1, 100, NULL, 0), 0);
+    tu_store_reopen(f);
+    assert_int_equal(tu_probe(f->s, 2, 1, 100), 1);
 }
 
 int main(void)

@@ -15,64 +15,33 @@
 #include <cmocka.h>
 
 #include "disk/disk.h"
-#include "disk/disk_test_util.h"
+#include "disk/disk_test_fixture.h"
 
-typedef struct fixture {
-    char *dir;
-    crf_config cfg;
-    crf_store *s;
-} fixture;
+typedef tu_store fixture;
 
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof(*f));
-    f->dir = tu_mkdtemp("store");
-    assert_non_null(f->dir);
-    crf_config_init(&f->cfg);
-    f->cfg.path = f->dir;
-    f->cfg.capacity_bytes = 1ull << 30;
+    tu_store_init(f, "store");
     f->cfg.bucket_size_limit = 4u << 20;
     f->cfg.bucket_keys_limit = 64;
-    f->cfg.background_compaction = false;
     *state = f;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    fixture *f = *state;
-    crf_close(f->s);
-    tu_rmtree(f->dir);
-    free(f);
+    tu_store_fini(*state);
+    free(*state);
     return 0;
-}
-
-static void open_store(fixture *f)
-{
-    int rc = crf_open(&f->cfg, &f->s);
-    if (rc != 0)
-        fail_msg("crf_open: %s: %s", cr_status_name(rc), cr_last_error_message());
-}
-
-static void reopen(fixture *f)
-{
-    crf_close(f->s);
-    f->s = NULL;
-    open_store(f);
 }
 
 static void put_v(crf_store *s, uint64_t id, uint64_t version, uint64_t len)
 {
-    char key[32];
-    tu_key(key, sizeof(key), id);
-    uint8_t *v = malloc(len + 1);
-    tu_fill(v, len, id, version);
-    uint8_t meta[8];
-    memcpy(meta, &version, 8);
-    int rc = crf_put(s, key, strlen(key), v, len, meta, sizeof(meta));
-    free(v);
+    int rc = tu_put(s, id, version, len, &version, sizeof(version));
     if (rc != 0)
-        fail_msg("put %s: %s: %s", key, cr_status_name(rc), cr_last_error_message());
+        fail_msg("put id %llu: %s: %s", (unsigned long long)id, cr_status_name(rc),
+                 cr_last_error_message());
 }
 
 /* Get id and check it is version (len bytes); misalign shifts the destination. */
@@ -117,7 +86,7 @@ static const uint64_t sizes[] = {0,     1,     7,     16,      4095,          40
 static void test_roundtrip_sizes(void **state)
 {
     fixture *f = *state;
-    open_store(f);
+    tu_store_open(f);
     for (size_t i = 0; i < N_SIZES; i++)
         put_v(f->s, i, 1, sizes[i]);
     for (size_t i = 0; i < N_SIZES; i++) {
@@ -129,7 +98,7 @@ static void test_roundtrip_sizes(void **state)
     assert_int_equal(st.keys, N_SIZES);
     assert_true(st.buckets >= 1);
     /* Sealed and reopened: the same from the footers. */
-    reopen(f);
+    tu_store_reopen(f);
     for (size_t i = 0; i < N_SIZES; i++)
         expect_v(f->s, i, 1, sizes[i], 0);
     crf_get_stats(f->s, &st);
@@ -139,7 +108,7 @@ static void test_roundtrip_sizes(void **state)
 static void test_overwrite_remove(void **state)
 {
     fixture *f = *state;
-    open_store(f);
+    tu_store_open(f);
     put_v(f->s, 1, 1, 5000);
     put_v(f->s, 2, 1, 100);
     put_v(f->s, 1, 2, 70000);
@@ -149,12 +118,12 @@ static void test_overwrite_remove(void **state)
     assert_int_equal(crf_remove(f->s, key, strlen(key)), 0);
     expect_missing(f->s, 2);
     assert_int_equal(crf_remove(f->s, key, strlen(key)), CR_OBJECT_NOT_FOUND);
-    reopen(f);
+    tu_store_reopen(f);
     expect_v(f->s, 1, 2, 70000, 0);
     expect_missing(f->s, 2);
     put_v(f->s, 2, 3, 10);
     expect_v(f->s, 2, 3, 10, 0);
-    reopen(f);
+    tu_store_reopen(f);
     expect_v(f->s, 2, 3, 10, 0);
 }
 
@@ -163,7 +132,7 @@ static void test_no_resurrection_across_buckets(void **state)
 {
     fixture *f = *state;
     f->cfg.bucket_keys_limit = 5;
-    open_store(f);
+    tu_store_open(f);
     uint64_t version[40] = {0};
     for (uint64_t round = 1; round <= 4; round++) {
         for (uint64_t id = 0; id < 40; id++) {
@@ -180,9 +149,9 @@ static void test_no_resurrection_across_buckets(void **state)
             }
         }
         if (round % 2 == 0)
-            reopen(f);
+            tu_store_reopen(f);
     }
-    reopen(f);
+    tu_store_reopen(f);
     for (uint64_t id = 0; id < 40; id++) {
         if (version[id] == 0)
             expect_missing(f->s, id);
@@ -194,7 +163,7 @@ static void test_no_resurrection_across_buckets(void **state)
 static void test_batches(void **state)
 {
     fixture *f = *state;
-    open_store(f);
+    tu_store_open(f);
     enum { N = 50 };
     crf_put_item items[N + 2];
     uint8_t *vals[N];
@@ -245,7 +214,7 @@ static void test_batches(void **state)
 static void test_lock(void **state)
 {
     fixture *f = *state;
-    open_store(f);
+    tu_store_open(f);
     crf_store *other = NULL;
     assert_int_equal(crf_open(&f->cfg, &other), CR_ERR_DISK_LOCKED);
     assert_null(other);
@@ -256,7 +225,7 @@ static void test_buffered_mode(void **state)
 {
     fixture *f = *state;
     f->cfg.io_mode = CRF_IO_BUFFERED;
-    open_store(f);
+    tu_store_open(f);
     crf_stats st;
     crf_get_stats(f->s, &st);
     assert_false(st.direct_io);
@@ -267,7 +236,7 @@ static void test_buffered_mode(void **state)
         expect_v(f->s, i, 4, sizes[i], 5);
     /* Files written buffered read back with O_DIRECT where the filesystem has it. */
     f->cfg.io_mode = CRF_IO_AUTO;
-    reopen(f);
+    tu_store_reopen(f);
     for (size_t i = 0; i < N_SIZES; i++)
         expect_v(f->s, i, 4, sizes[i], 0);
 }
@@ -276,7 +245,7 @@ static void test_sync_policies(void **state)
 {
     fixture *f = *state;
     f->cfg.sync = CRF_SYNC_PUT;
-    open_store(f);
+    tu_store_open(f);
     crf_stats st;
     crf_get_stats(f->s, &st);
     uint64_t before = st.fdatasyncs;
@@ -285,7 +254,7 @@ static void test_sync_policies(void **state)
     crf_get_stats(f->s, &st);
     assert_true(st.fdatasyncs >= before + 10);
     f->cfg.sync = CRF_SYNC_NONE;
-    reopen(f);
+    tu_store_reopen(f);
     for (uint64_t i = 0; i < 10; i++)
         expect_v(f->s, i, 1, 1000, 0);
     put_v(f->s, 99, 1, 1000);

@@ -148,6 +148,8 @@ void crk_ha_log_request(crk_ha *ha, const void *request);
  */
 void crk_ha_batch_begin(void);
 void crk_ha_batch_end(crk_ha *ha);
+/** Did this thread log changes that wait for its crk_ha_batch_end? */
+bool crk_ha_batch_pending(void);
 
 /** Does RPC opcode op (proto/rpc.h) change replicated state? */
 bool crk_ha_op_mutates(unsigned op);

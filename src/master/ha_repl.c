@@ -372,6 +372,11 @@ void crk_ha_batch_begin(void)
     batching = true;
 }
 
+bool crk_ha_batch_pending(void)
+{
+    return batch_pending;
+}
+
 void crk_ha_batch_end(crk_ha *ha)
 {
     batching = false;

@@ -1,15 +1,28 @@
 /*
  * rpc_server.c - see rpc_server.h.
  *
- * Each I/O thread owns an epoll set and the connections in it; the listener
- * sits in thread 0's set and hands accepted sockets round-robin to the
- * threads (epoll_ctl on another thread's set is safe; the connection is
- * fully built before it is added, and the owning thread's list is guarded by
- * its mutex). A connection buffers input until whole frames are present,
- * dispatches them in order and buffers the replies, writing as much as the
- * socket takes and waiting for EPOLLOUT for the rest. While a connection has
- * more than OUT_HIGH_WATER bytes of unsent replies it is not read from, so a
- * client that pipelines without reading cannot grow the master's memory.
+ * Each I/O thread runs one event loop (base/evloop.h) holding the
+ * connections it owns; the listener sits in thread 0's loop and hands
+ * accepted sockets round-robin to the threads (crb_loop_add on another
+ * thread's loop is safe; the connection is fully built before it is added,
+ * and the owning thread's list is guarded by its mutex). Requests are
+ * reassembled by proto's incremental frame reader (proto/frame_reader.h),
+ * served in order as they complete, and the replies buffered, written as
+ * far as the socket takes them, the rest on EPOLLOUT.
+ *
+ * Bounds (master/rpc_limits.h): the reader holds at most its read buffer
+ * and one body of at most a frame; while a connection has out_high bytes of
+ * unsent replies it is neither read from nor served (its handler pauses the
+ * reader), so a client that pipelines without reading cannot grow the
+ * master's memory. Fairness: a connection serves FRAMES_PER_TURN frames,
+ * then goes on its thread's ready list and the loop runs another pass
+ * (crb_loop_again) before it gets its next turn.
+ *
+ * Off the I/O threads: scans (REMOVE_BY_REGEX / REMOVE_ALL) go to one scan
+ * worker while their connection is parked; the reply comes back through the
+ * thread's done list and a loop wake-up. HA (master/ha.h): a reply whose
+ * change is not yet on the standbys is held (with every reply after it)
+ * until the commit index reaches it; the HA code's notify wakes the loops.
  */
 #include "master/rpc_server.h"
 
@@ -21,40 +34,43 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/evloop.h"
 #include "base/log.h"
 #include "base/net.h"
 #include "proto/frame.h"
+#include "proto/frame_reader.h"
 #include "proto/messages.h"
 #include "proto/rpc.h"
 
-#define READ_CHUNK       (256u << 10)
 #define REPLY_KEEP_BYTES (1u << 20) /* reply buffer kept between requests */
+#define TICK_MS          100        /* the loops' tick: listener back-off, sweeps */
 #define SWEEP_MS         200        /* idle connections are looked for this often */
 #define FRAMES_PER_TURN  64         /* then the thread's other connections get theirs */
 #define FD_RESERVE       64         /* fds kept for everything but connections */
 #define LISTEN_PAUSE_MS  100        /* the listener rests this long when no fd can be had */
 
 typedef struct rpc_conn {
-    int fd;
+    crb_io io; /* the socket, on its thread's loop */
     struct rpc_thread *thread;
-    uint8_t *in;
-    size_t in_len, in_cap;
+    crp_reader rd; /* reassembles the requests */
     uint8_t *out;
     size_t out_len, out_off, out_cap;
-    bool want_out;
     bool closing;         /* flush what is queued, then close */
     bool parked;          /* a request of this connection is with the scan worker */
+    bool drop;            /* a frame's handler said: close now, without flushing */
+    unsigned turn;        /* frames served in this turn */
     uint64_t progress_ms; /* last byte read or written */
-    bool ready;           /* on its thread's ready list: complete frames wait */
+    bool ready;           /* on its thread's ready list: frames may wait */
     crk_peer peer;        /* the client this connection speaks for (dispatch.h) */
     bool dead;            /* closed by the peer while parked: free when the job returns */
     /* HA (master/ha.h): out[hold_off..out_len) waits until the commit index
@@ -76,17 +92,18 @@ typedef struct scan_job {
 
 typedef struct rpc_thread {
     crk_rpc_server *srv;
-    pthread_t tid;
-    int epfd;
-    int wakefd;
-    pthread_mutex_t lock; /* conns list */
+    crb_loop loop;
+    bool loop_inited;
+    uint64_t next_sweep_ms; /* loop thread only */
+    pthread_mutex_t lock;   /* conns list */
     rpc_conn **conns;
     size_t n_conns, cap_conns;
     crk_scratch scratch; /* reply memory, reset after every request */
     crp_buf reply;       /* encoded reply body; emptied, not freed, per request */
     pthread_mutex_t done_lock;
-    scan_job *done; /* replies back from the scan worker (done_lock) */
-    /* Connections with complete frames left over after their turn (owner thread only). */
+    scan_job *done;           /* replies back from the scan worker (done_lock) */
+    atomic_bool commit_moved; /* HA: the commit index moved since the last look */
+    /* Connections that used their turn (owner thread only). */
     rpc_conn **ready;
     size_t n_ready, cap_ready;
 } rpc_thread;
@@ -94,13 +111,14 @@ typedef struct rpc_thread {
 struct crk_rpc_server {
     crk_service *svc;
     const crk_server_info *info;
-    int listen_fd;
+    crb_io listen_io; /* on thread 0's loop */
     uint16_t port;
     unsigned n_threads;
     unsigned n_started;
     rpc_thread *threads;
     bool tcp_nodelay;
     crk_io_budget budget;
+    uint32_t max_body; /* the largest request body a connection's reader takes */
     uint64_t idle_timeout_ms;
     unsigned max_conns;
     crk_fd_reserve reserve;       /* thread 0 (the listener's) only */
@@ -265,9 +283,7 @@ static void *scan_main(void *arg)
         j->next = t->done;
         t->done = j;
         pthread_mutex_unlock(&t->done_lock);
-        uint64_t one = 1;
-        ssize_t w = write(t->wakefd, &one, sizeof(one));
-        (void)w;
+        crb_loop_wake(&t->loop);
         pthread_mutex_lock(&srv->scan_lock);
     }
     pthread_mutex_unlock(&srv->scan_lock);
@@ -286,14 +302,9 @@ static int queue_error(rpc_conn *c, int status, uint64_t request_id, const char 
     return rc;
 }
 
-static void conn_free(rpc_conn *c)
+/* Take c off its thread's list (the listener appends to it: t->lock). */
+static void thread_unlist(rpc_thread *t, rpc_conn *c)
 {
-    rpc_thread *t = c->thread;
-    for (size_t i = 0; c->ready && i < t->n_ready; i++)
-        if (t->ready[i] == c)
-            t->ready[i] = NULL; /* skipped when the list is run */
-    epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-    close(c->fd);
     pthread_mutex_lock(&t->lock);
     for (size_t i = 0; i < t->n_conns; i++) {
         if (t->conns[i] == c) {
@@ -302,45 +313,45 @@ static void conn_free(rpc_conn *c)
         }
     }
     pthread_mutex_unlock(&t->lock);
-    atomic_fetch_sub(&t->srv->open, 1);
-    free(c->in);
-    free(c->out);
-    free(c);
 }
 
-/* Give a drained buffer larger than the budget's `keep` back. */
-static void shrink(uint8_t **buf, size_t *cap, size_t len, size_t keep)
+static void conn_free(rpc_conn *c)
 {
-    if (len == 0 && *cap > keep) {
-        free(*buf);
-        *buf = NULL;
-        *cap = 0;
-    }
+    rpc_thread *t = c->thread;
+    for (size_t i = 0; c->ready && i < t->n_ready; i++)
+        if (t->ready[i] == c)
+            t->ready[i] = NULL; /* skipped when the list is run */
+    crb_loop_del(&c->io);
+    close(c->io.fd);
+    thread_unlist(t, c);
+    atomic_fetch_sub(&t->srv->open, 1);
+    crp_reader_fini(&c->rd);
+    free(c->out);
+    free(c);
 }
 
 static void set_events(rpc_conn *c)
 {
     const crk_io_budget *b = &c->thread->srv->budget;
-    bool paused = c->parked || !crk_budget_may_read(b, c->in_len, c->out_len - c->out_off);
+    bool paused =
+        c->parked || !crk_budget_may_read(b, crp_reader_buffered(&c->rd), c->out_len - c->out_off);
     /* A parked connection is not watched for input or half-close (both
      * level-triggered: they would fire until it is read); a full hang-up
      * or error is still reported. */
     size_t sendable = c->holding ? c->hold_off : c->out_len;
     uint32_t ev = (paused ? 0 : EPOLLIN | EPOLLRDHUP) | (sendable > c->out_off ? EPOLLOUT : 0);
-    struct epoll_event e = {.events = ev, .data.ptr = c};
-    epoll_ctl(c->thread->epfd, EPOLL_CTL_MOD, c->fd, &e);
+    crb_loop_mod(&c->io, ev);
 }
 
 /* Serve one complete frame. Returns 0, 1 when the connection was parked
- * (a scan), or a negative status if the connection must close after
- * flushing. */
+ * (a scan), or a negative status if the connection must close now. */
 static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
 {
     crk_rpc_server *srv = c->thread->srv;
     atomic_fetch_add(&srv->frames, 1);
     if (h->type == CRP_REPL_SUBSCRIBE && srv->info->ha != NULL) {
         /* An HA standby: the replicator takes the socket (master/ha.h). */
-        int fd = dup(c->fd);
+        int fd = dup(c->io.fd);
         if (fd >= 0)
             crk_ha_take_standby(srv->info->ha, fd, body, h->body_len);
         return CR_ERR_CONNECTION;
@@ -396,41 +407,8 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
     return rc < 0 ? rc : 0;
 }
 
-static int conn_serve_buffered(rpc_conn *c);
-
-static int conn_read(rpc_conn *c)
-{
-    const crk_io_budget *b = &c->thread->srv->budget;
-    for (;;) {
-        /* Never more than the input budget: the rest waits in the socket. */
-        size_t chunk = crk_budget_read_room(b, c->in_len);
-        if (chunk == 0)
-            break;
-        if (chunk > READ_CHUNK)
-            chunk = READ_CHUNK;
-        if (buf_reserve(&c->in, &c->in_cap, c->in_len + chunk) < 0)
-            return CR_ERR_NO_MEMORY;
-        ssize_t n = recv(c->fd, c->in + c->in_len, chunk, 0);
-        if (n == 0)
-            return CR_ERR_CONNECTION;
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                break;
-            return CR_ERR_CONNECTION;
-        }
-        c->in_len += (size_t)n;
-        c->progress_ms = crb_now_ms();
-        if ((size_t)n < chunk)
-            break;
-    }
-    return conn_serve_buffered(c);
-}
-
-/* Serve the complete frames at the front of c->in, in order, until one is
- * parked or too many replies wait. */
-/* Put c on its thread's ready list (it has complete frames but used its turn). */
+/* Put c on its thread's ready list (it used its turn; frames may wait) and
+ * have the loop come back to the list after its next pass. */
 static void mark_ready(rpc_conn *c)
 {
     rpc_thread *t = c->thread;
@@ -446,50 +424,76 @@ static void mark_ready(rpc_conn *c)
     }
     t->ready[t->n_ready++] = c;
     c->ready = true;
+    crb_loop_again(&t->loop);
 }
 
-static int conn_serve_buffered(rpc_conn *c)
+/* crp_reader: RPC frames carry no data bytes. */
+static int rpc_on_head(void *ctx, const crp_header *h, const uint8_t *body, uint8_t **data_dst)
 {
-    size_t off = 0;
-    int rc = 0;
-    unsigned turn = 0;
-    while (!c->parked && c->in_len - off >= CRP_HEADER_SIZE) {
-        if (turn++ == FRAMES_PER_TURN) {
-            mark_ready(c); /* fairness: one turn of frames, then the others */
-            break;
-        }
-        crp_header h;
-        rc = crp_header_decode(c->in + off, &h);
-        if (rc == 0 && h.data_len != 0)
-            rc = crb_error(CR_ERR_MALFORMED_FRAME, "RPC frames carry no data bytes");
-        if (rc < 0) {
-            atomic_fetch_add(&c->thread->srv->malformed, 1);
-            queue_error(c, rc, 0, cr_last_error_message());
-            c->closing = true;
-            break;
-        }
-        if (c->in_len - off < CRP_HEADER_SIZE + h.body_len)
-            break; /* wait for the rest */
-        rc = serve_frame(c, &h, c->in + off + CRP_HEADER_SIZE);
-        off += CRP_HEADER_SIZE + h.body_len;
-        if (rc < 0)
-            return rc;
-        rc = 0;
-        if (c->out_len - c->out_off >= c->thread->srv->budget.out_high)
-            break; /* let the client drain replies first */
+    if (h->data_len != 0)
+        return crb_error(CR_ERR_MALFORMED_FRAME, "RPC frames carry no data bytes");
+    return 0;
+}
+
+/* One request is whole: serve it, then pause the reader if c is parked, has
+ * too many replies waiting, or used its turn. */
+static int rpc_on_frame(void *ctx, const crp_header *h, const uint8_t *body)
+{
+    rpc_conn *c = ctx;
+    int rc = serve_frame(c, h, body);
+    if (rc < 0) {
+        c->drop = true;
+        return rc;
     }
-    if (off > 0) {
-        memmove(c->in, c->in + off, c->in_len - off);
-        c->in_len -= off;
+    if (rc == 1)
+        return CRP_READER_PAUSED; /* parked */
+    if (c->out_len - c->out_off >= c->thread->srv->budget.out_high)
+        return CRP_READER_PAUSED; /* let the client drain replies first */
+    if (++c->turn >= FRAMES_PER_TURN) {
+        if (crp_reader_buffered(&c->rd) > 0)
+            mark_ready(c); /* fairness: one turn of frames, then the others */
+        return CRP_READER_PAUSED;
     }
     return 0;
+}
+
+static const crp_reader_ops rpc_reader_ops = {.on_head = rpc_on_head, .on_frame = rpc_on_frame};
+
+/*
+ * One turn: serve the frames already buffered, then what the socket holds,
+ * until it has nothing more or the connection pauses. A header that is
+ * malformed (the stream cannot be resynchronised) gets an ERROR frame and
+ * the connection closes once it is flushed. Returns a negative status when
+ * the connection must close now.
+ */
+static int conn_read(rpc_conn *c)
+{
+    c->turn = 0;
+    uint64_t before = c->rd.received;
+    int rc = crp_reader_read(&c->rd, c->io.fd, &rpc_reader_ops, c);
+    if (c->rd.received != before)
+        c->progress_ms = crb_now_ms();
+    if (rc >= 0)
+        return 0;
+    if (c->drop || rc == CR_ERR_CONNECTION || rc == CR_ERR_NO_MEMORY)
+        return rc;
+    atomic_fetch_add(&c->thread->srv->malformed, 1);
+    queue_error(c, rc, 0, cr_last_error_message());
+    c->closing = true;
+    return 0;
+}
+
+/* May c be served now (not parked or closing, replies below the budget)? */
+static bool conn_may_serve(const rpc_conn *c)
+{
+    return !c->parked && !c->closing && c->out_len - c->out_off < c->thread->srv->budget.out_high;
 }
 
 static int conn_flush(rpc_conn *c)
 {
     size_t limit = c->holding ? c->hold_off : c->out_len;
     while (c->out_off < limit) {
-        ssize_t n = send(c->fd, c->out + c->out_off, limit - c->out_off, MSG_NOSIGNAL);
+        ssize_t n = send(c->io.fd, c->out + c->out_off, limit - c->out_off, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -509,6 +513,24 @@ static int conn_flush(rpc_conn *c)
     }
     c->out_off = c->out_len = 0;
     return 0;
+}
+
+/*
+ * After c was served (rc: its last status): flush; if that made room, serve
+ * the frames it still has buffered (unless it waits on the ready list for
+ * its next turn) and flush again; then close it or watch what it waits for.
+ */
+static void conn_settle(rpc_conn *c, int rc)
+{
+    int frc = conn_flush(c);
+    if (rc == 0 && frc == 0 && !c->ready && conn_may_serve(c) && crp_reader_buffered(&c->rd) > 0) {
+        rc = conn_read(c);
+        frc = conn_flush(c);
+    }
+    if (rc < 0 || frc < 0 || (c->closing && c->out_off == c->out_len))
+        conn_free(c);
+    else
+        set_events(c);
 }
 
 /* HA: send the held replies whose changes are committed now. */
@@ -533,18 +555,10 @@ static void release_held(rpc_thread *t)
         pthread_mutex_unlock(&t->lock);
         for (size_t i = 0; i < n; i++) {
             rpc_conn *c = batch[i];
-            if (c->parked) {
+            if (c->parked)
                 set_events(c);
-                continue;
-            }
-            int rc = 0;
-            if (!c->closing && c->in_len >= CRP_HEADER_SIZE)
-                rc = conn_serve_buffered(c);
-            int frc = conn_flush(c);
-            if (rc < 0 || frc < 0 || (c->closing && c->out_off == c->out_len))
-                conn_free(c);
             else
-                set_events(c);
+                conn_settle(c, 0);
         }
         if (n < 64)
             return;
@@ -555,46 +569,32 @@ static void release_held(rpc_thread *t)
 static void on_commit(void *arg)
 {
     crk_rpc_server *srv = arg;
-    uint64_t one = 1;
     for (unsigned i = 0; i < srv->n_started; i++) {
-        ssize_t w = write(srv->threads[i].wakefd, &one, sizeof(one));
-        (void)w;
+        atomic_store(&srv->threads[i].commit_moved, true);
+        crb_loop_wake(&srv->threads[i].loop);
     }
 }
 
-static void conn_event(rpc_conn *c, uint32_t events)
+static void conn_event(crb_io *io, uint32_t events)
 {
-    int rc = 0;
+    rpc_conn *c = (rpc_conn *)((char *)io - offsetof(rpc_conn, io));
     if (c->parked) {
-        if (events & (EPOLLHUP | EPOLLERR)) {
+        if ((events & (EPOLLHUP | EPOLLERR)) || conn_flush(c) < 0) {
             /* Gone while its scan runs: stop watching; freed when the job returns. */
-            epoll_ctl(c->thread->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-            c->dead = true;
-            return;
-        }
-        if (conn_flush(c) < 0) {
-            epoll_ctl(c->thread->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+            crb_loop_del(&c->io);
             c->dead = true;
             return;
         }
         set_events(c);
         return;
     }
+    rpc_thread *t = c->thread;
+    int rc = 0;
     if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) && !c->closing)
         rc = conn_read(c);
-    /* Frames already buffered are served again as soon as the replies are
-     * below the budget (flushing first makes room), not only once drained. */
-    int frc = conn_flush(c);
-    if (rc == 0 && frc == 0 && !c->closing && c->in_len >= CRP_HEADER_SIZE &&
-        c->out_len - c->out_off < c->thread->srv->budget.out_high) {
-        rc = conn_serve_buffered(c);
-        frc = conn_flush(c);
-    }
-    if (rc < 0 || frc < 0 || (c->closing && c->out_off == c->out_len)) {
-        conn_free(c);
-        return;
-    }
-    set_events(c);
+    conn_settle(c, rc); /* may free c */
+    if (crk_ha_batch_pending())
+        crb_loop_again(&t->loop); /* on_tick sends the batch after this pass */
 }
 
 /* A connection the master did not serve: count it, say so at most once per 10 s. */
@@ -611,21 +611,66 @@ static void note_refused(crk_rpc_server *srv, const char *why)
 
 static void pause_listener(crk_rpc_server *srv)
 {
-    epoll_ctl(srv->threads[0].epfd, EPOLL_CTL_DEL, srv->listen_fd, NULL);
+    crb_loop_del(&srv->listen_io);
     srv->listen_paused_until = crb_now_ms() + LISTEN_PAUSE_MS;
 }
 
 static void resume_listener(crk_rpc_server *srv)
 {
-    struct epoll_event le = {.events = EPOLLIN, .data.ptr = &srv->listen_fd};
-    epoll_ctl(srv->threads[0].epfd, EPOLL_CTL_ADD, srv->listen_fd, &le);
-    srv->listen_paused_until = 0;
+    if (crb_loop_add(&srv->threads[0].loop, &srv->listen_io, EPOLLIN) == 0)
+        srv->listen_paused_until = 0;
+    else
+        srv->listen_paused_until = crb_now_ms() + LISTEN_PAUSE_MS;
 }
 
-static void accept_all(crk_rpc_server *srv)
+/* Hand a new connection to the next thread: listed first, then watched. */
+static void adopt(crk_rpc_server *srv, int fd)
 {
+    int one = 1;
+    if (srv->tcp_nodelay)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    rpc_conn *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        close(fd);
+        return;
+    }
+    c->io.fd = fd;
+    c->io.on_event = conn_event;
+    c->progress_ms = crb_now_ms();
+    crp_reader_init(&c->rd, srv->max_body);
+    rpc_thread *t = &srv->threads[atomic_fetch_add(&srv->next, 1) % srv->n_threads];
+    c->thread = t;
+    pthread_mutex_lock(&t->lock);
+    if (t->n_conns == t->cap_conns) {
+        size_t ncap = t->cap_conns ? t->cap_conns * 2 : 16;
+        rpc_conn **nc = realloc(t->conns, ncap * sizeof(*nc));
+        if (nc == NULL) {
+            pthread_mutex_unlock(&t->lock);
+            close(fd);
+            free(c);
+            return;
+        }
+        t->conns = nc;
+        t->cap_conns = ncap;
+    }
+    t->conns[t->n_conns++] = c;
+    pthread_mutex_unlock(&t->lock);
+    atomic_fetch_add(&srv->accepted, 1);
+    atomic_fetch_add(&srv->open, 1);
+    if (crb_loop_add(&t->loop, &c->io, EPOLLIN | EPOLLRDHUP) < 0) {
+        /* Never watched, so its thread has not seen it: unlist it here. */
+        thread_unlist(t, c);
+        atomic_fetch_sub(&srv->open, 1);
+        close(fd);
+        free(c);
+    }
+}
+
+static void on_listen(crb_io *io, uint32_t events)
+{
+    crk_rpc_server *srv = (crk_rpc_server *)((char *)io - offsetof(crk_rpc_server, listen_io));
     for (int k = 0; k < 1024; k++) {
-        int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(srv->listen_io.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno != EMFILE && errno != ENFILE)
                 return; /* EAGAIN: nothing waiting */
@@ -633,7 +678,7 @@ static void accept_all(crk_rpc_server *srv)
              * if even that is gone, stop watching the listener for a while
              * (it would stay readable: a busy loop). */
             bool any = false;
-            while (crk_fd_reserve_shed(&srv->reserve, srv->listen_fd)) {
+            while (crk_fd_reserve_shed(&srv->reserve, srv->listen_io.fd)) {
                 atomic_fetch_add(&srv->shed, 1);
                 any = true;
             }
@@ -648,37 +693,7 @@ static void accept_all(crk_rpc_server *srv)
             note_refused(srv, "--rpc_max_connections reached");
             continue;
         }
-        int one = 1;
-        if (srv->tcp_nodelay)
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        rpc_conn *c = calloc(1, sizeof(*c));
-        if (c == NULL) {
-            close(fd);
-            continue;
-        }
-        c->fd = fd;
-        c->progress_ms = crb_now_ms();
-        rpc_thread *t = &srv->threads[atomic_fetch_add(&srv->next, 1) % srv->n_threads];
-        c->thread = t;
-        pthread_mutex_lock(&t->lock);
-        if (t->n_conns == t->cap_conns) {
-            size_t ncap = t->cap_conns ? t->cap_conns * 2 : 16;
-            rpc_conn **nc = realloc(t->conns, ncap * sizeof(*nc));
-            if (nc == NULL) {
-                pthread_mutex_unlock(&t->lock);
-                close(fd);
-                free(c);
-                continue;
-            }
-            t->conns = nc;
-            t->cap_conns = ncap;
-        }
-        t->conns[t->n_conns++] = c;
-        pthread_mutex_unlock(&t->lock);
-        atomic_fetch_add(&srv->accepted, 1);
-        atomic_fetch_add(&srv->open, 1);
-        struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
-        epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &e);
+        adopt(srv, fd);
     }
 }
 
@@ -706,8 +721,12 @@ static void sweep(rpc_thread *t, uint64_t now)
         if (srv->idle_timeout_ms != 0 && quiet >= srv->idle_timeout_ms && n < 64) {
             idle[n++] = c;
         } else if (quiet >= QUIET_MS && c->out_off == c->out_len) {
-            shrink(&c->in, &c->in_cap, c->in_len, b->keep);
-            shrink(&c->out, &c->out_cap, 0, b->keep);
+            crp_reader_shrink(&c->rd);
+            if (c->out_cap > b->keep) {
+                free(c->out);
+                c->out = NULL;
+                c->out_cap = 0;
+            }
             c->out_off = c->out_len = 0;
         }
     }
@@ -721,9 +740,6 @@ static void sweep(rpc_thread *t, uint64_t now)
 /* Replies from the scan worker: queue each and resume its connection. */
 static void take_done(rpc_thread *t)
 {
-    uint64_t v;
-    ssize_t r = read(t->wakefd, &v, sizeof(v));
-    (void)r;
     pthread_mutex_lock(&t->done_lock);
     scan_job *j = t->done;
     t->done = NULL;
@@ -737,13 +753,7 @@ static void take_done(rpc_thread *t)
         } else {
             int rc =
                 j->frame.len > 0 ? queue_bytes(c, j->frame.data, j->frame.len) : CR_ERR_NO_MEMORY;
-            if (rc == 0 && !c->closing)
-                rc = conn_serve_buffered(c);
-            int frc = conn_flush(c);
-            if (rc < 0 || frc < 0 || (c->closing && c->out_off == c->out_len))
-                conn_free(c);
-            else
-                set_events(c);
+            conn_settle(c, rc);
         }
         job_free(j);
         j = next;
@@ -762,12 +772,7 @@ static void run_ready(rpc_thread *t)
         c->ready = false;
         if (c->parked || c->closing)
             continue;
-        int rc = conn_serve_buffered(c); /* may put it back on the list */
-        int frc = conn_flush(c);
-        if (rc < 0 || frc < 0 || (c->closing && c->out_off == c->out_len))
-            conn_free(c);
-        else
-            set_events(c);
+        conn_settle(c, conn_read(c)); /* may put it back on the list */
     }
     /* Entries added during the turns moved up front. */
     size_t k = 0;
@@ -777,37 +782,31 @@ static void run_ready(rpc_thread *t)
     t->n_ready = k;
 }
 
-static void *thread_main(void *arg)
+/* The loop's tick: after a wake-up (scan replies, HA commits), after a pass
+ * that left connections ready, and every TICK_MS. */
+static void on_tick(crb_loop *loop, uint64_t now_ns, bool woken)
 {
-    rpc_thread *t = arg;
+    rpc_thread *t = loop->owner;
     crk_rpc_server *srv = t->srv;
-    struct epoll_event ev[64];
-    uint64_t next_sweep = crb_now_ms() + SWEEP_MS;
-    while (!atomic_load(&srv->stop)) {
-        int n = epoll_wait(t->epfd, ev, 64, t->n_ready > 0 ? 0 : SWEEP_MS);
-        uint64_t now = crb_now_ms();
-        if (now >= next_sweep) {
-            sweep(t, now);
-            next_sweep = now + SWEEP_MS;
-        }
-        if (t == &srv->threads[0] && srv->listen_paused_until != 0 &&
-            now >= srv->listen_paused_until)
-            resume_listener(srv);
-        crk_ha_batch_begin(); /* HA: this round's changes go out in one frame */
-        for (int i = 0; i < n; i++) {
-            void *p = ev[i].data.ptr;
-            if (p == &srv->listen_fd)
-                accept_all(srv);
-            else if (p == &t->wakefd) {
-                take_done(t);    /* scan replies, or stop requested */
-                release_held(t); /* or the HA commit index moved */
-            } else
-                conn_event(p, ev[i].events);
-        }
-        run_ready(t);
-        crk_ha_batch_end(srv->info->ha);
+    uint64_t now = crb_now_ms();
+    if (now >= t->next_sweep_ms) {
+        sweep(t, now);
+        t->next_sweep_ms = now + SWEEP_MS;
     }
-    return NULL;
+    if (t == &srv->threads[0] && srv->listen_paused_until != 0 && now >= srv->listen_paused_until)
+        resume_listener(srv);
+    if (woken) {
+        take_done(t);
+        if (atomic_exchange(&t->commit_moved, false))
+            release_held(t);
+    }
+    if (t->n_ready > 0)
+        run_ready(t);
+    /* HA group commit: the changes this thread logged since the last tick
+     * go to the standbys in one frame now; the next ones wait for the next
+     * tick, which conn_event brings forward (crb_loop_again). */
+    crk_ha_batch_end(srv->info->ha);
+    crk_ha_batch_begin();
 }
 
 void crk_rpc_server_options_default(crk_rpc_server_options *o)
@@ -827,6 +826,9 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
     srv->n_threads = opt->threads ? opt->threads : 2;
     srv->tcp_nodelay = opt->tcp_nodelay;
     srv->budget = crk_io_budget_default();
+    srv->max_body = srv->budget.in_max - CRP_HEADER_SIZE < CRP_MAX_BODY
+                        ? (uint32_t)(srv->budget.in_max - CRP_HEADER_SIZE)
+                        : CRP_MAX_BODY;
     srv->idle_timeout_ms = opt->idle_timeout_ms;
     srv->max_conns = crk_conn_cap(opt->max_connections, FD_RESERVE);
     srv->refuse_log = (crk_ratelimit){.interval_ms = 10000};
@@ -834,46 +836,48 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
     const char *host = opt->host;
     int rc = crb_listen(host, opt->port, 1024, &srv->port);
     if (rc < 0) {
+        crk_fd_reserve_close(&srv->reserve);
         free(srv);
         return rc;
     }
-    srv->listen_fd = rc;
+    srv->listen_io.fd = rc;
+    srv->listen_io.on_event = on_listen;
     srv->threads = calloc(srv->n_threads, sizeof(*srv->threads));
     if (srv->threads == NULL) {
-        close(srv->listen_fd);
+        close(srv->listen_io.fd);
+        crk_fd_reserve_close(&srv->reserve);
         free(srv);
         return crb_error(CR_ERR_NO_MEMORY, "rpc threads");
     }
-    unsigned started = 0;
     pthread_mutex_init(&srv->scan_lock, NULL);
     pthread_cond_init(&srv->scan_cond, NULL);
     for (unsigned i = 0; i < srv->n_threads; i++) {
         rpc_thread *t = &srv->threads[i];
         t->srv = srv;
+        t->next_sweep_ms = crb_now_ms() + SWEEP_MS;
         pthread_mutex_init(&t->lock, NULL);
         pthread_mutex_init(&t->done_lock, NULL);
-        t->epfd = epoll_create1(EPOLL_CLOEXEC);
-        t->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        struct epoll_event e = {.events = EPOLLIN, .data.ptr = &t->wakefd};
-        epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->wakefd, &e);
     }
-    struct epoll_event le = {.events = EPOLLIN, .data.ptr = &srv->listen_fd};
-    epoll_ctl(srv->threads[0].epfd, EPOLL_CTL_ADD, srv->listen_fd, &le);
-    for (; started < srv->n_threads; started++) {
-        if (pthread_create(&srv->threads[started].tid, NULL, thread_main, &srv->threads[started]) !=
-            0) {
-            rc = crb_error(CR_ERR_SYSTEM, "starting rpc thread %u", started);
-            break;
-        }
+    for (unsigned i = 0; i < srv->n_threads && rc >= 0; i++) {
+        char name[32]; /* the loop keeps 15 bytes */
+        snprintf(name, sizeof(name), "crk-rpc%u", i);
+        rc = crb_loop_init(&srv->threads[i].loop, name, TICK_MS, on_tick, &srv->threads[i]);
+        srv->threads[i].loop_inited = rc == 0;
     }
-    srv->n_started = started;
-    if (started == srv->n_threads) {
+    if (rc >= 0)
+        rc = crb_loop_add(&srv->threads[0].loop, &srv->listen_io, EPOLLIN);
+    for (unsigned i = 0; i < srv->n_threads && rc >= 0; i++) {
+        rc = crb_loop_start(&srv->threads[i].loop);
+        if (rc == 0)
+            srv->n_started++;
+    }
+    if (rc >= 0) {
         if (pthread_create(&srv->scan_tid, NULL, scan_main, srv) == 0)
             srv->scan_started = true;
         else
             rc = crb_error(CR_ERR_SYSTEM, "starting the rpc scan thread");
     }
-    if (started < srv->n_threads || !srv->scan_started) {
+    if (rc < 0) {
         crk_rpc_server_stop(srv);
         return rc;
     }
@@ -925,13 +929,11 @@ void crk_rpc_server_stop(crk_rpc_server *srv)
         srv->scan_head = j->next;
         job_free(j);
     }
-    for (unsigned i = 0; i < srv->n_started; i++) {
-        uint64_t one = 1;
-        ssize_t w = write(srv->threads[i].wakefd, &one, sizeof(one));
-        (void)w;
-    }
-    for (unsigned i = 0; i < srv->n_started; i++)
-        pthread_join(srv->threads[i].tid, NULL);
+    /* Threads first (the loops' fds stay open for the connections' removal). */
+    for (unsigned i = 0; i < srv->n_threads; i++)
+        if (srv->threads[i].loop_inited)
+            crb_loop_stop(&srv->threads[i].loop);
+    crb_loop_del(&srv->listen_io);
     for (unsigned i = 0; i < srv->n_threads; i++) {
         rpc_thread *t = &srv->threads[i];
         while (t->done != NULL) {
@@ -945,14 +947,14 @@ void crk_rpc_server_stop(crk_rpc_server *srv)
         free(t->ready);
         crk_scratch_free(&t->scratch);
         crp_buf_free(&t->reply);
-        close(t->epfd);
-        close(t->wakefd);
+        if (t->loop_inited)
+            crb_loop_fini(&t->loop);
         pthread_mutex_destroy(&t->lock);
         pthread_mutex_destroy(&t->done_lock);
     }
     pthread_mutex_destroy(&srv->scan_lock);
     pthread_cond_destroy(&srv->scan_cond);
-    close(srv->listen_fd);
+    close(srv->listen_io.fd);
     crk_fd_reserve_close(&srv->reserve);
     free(srv->threads);
     free(srv);

@@ -1,6 +1,7 @@
 /*
- * rpc_server.h - the master's RPC front end: a TCP listener and a few epoll
- * I/O threads that read CRP_RPC_REQ frames, run them on the service through
+ * rpc_server.h - the master's RPC front end: a TCP listener and a few I/O
+ * threads (one base/evloop.h loop each) that read CRP_RPC_REQ frames
+ * (reassembled by proto/frame_reader.h), run them on the service through
  * crk_dispatch and write CRP_RPC_RESP frames back. Requests on one
  * connection are answered in order, and a client may pipeline as many as it
  * likes; connections are spread over the threads.

@@ -63,6 +63,18 @@ void crp_reader_window(crp_reader *r, size_t len)
     r->window_got = 0;
 }
 
+bool crp_reader_shrink(crp_reader *r)
+{
+    if (r->off != r->len || r->phase != PHASE_HEADER || r->hdr_got != 0)
+        return false;
+    free(r->buf);
+    free(r->body_copy);
+    r->buf = r->body_copy = NULL;
+    r->body_cap = 0;
+    r->off = r->len = 0;
+    return true;
+}
+
 size_t crp_reader_buffered(const crp_reader *r)
 {
     return r->len - r->off;
@@ -94,6 +106,7 @@ static ssize_t refill(crp_reader *r, int fd)
     if (n > 0) {
         r->off = 0;
         r->len = (size_t)n;
+        r->received += (uint64_t)n;
     }
     return n;
 }
@@ -106,8 +119,12 @@ static ssize_t refill(crp_reader *r, int fd)
 static ssize_t read_some(crp_reader *r, int fd, uint8_t *dst, size_t len)
 {
     if (r->off == r->len) {
-        if (len >= CRP_READER_DIRECT && dst != NULL)
-            return recv_some(fd, dst, len);
+        if (len >= CRP_READER_DIRECT && dst != NULL) {
+            ssize_t n = recv_some(fd, dst, len);
+            if (n > 0)
+                r->received += (uint64_t)n;
+            return n;
+        }
         ssize_t n = refill(r, fd);
         if (n <= 0)
             return n;

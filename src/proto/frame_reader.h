@@ -42,6 +42,7 @@
 
 typedef struct crp_reader {
     uint32_t max_body; /* bodies above this are refused; set by the owner */
+    uint64_t received; /* bytes received so far (owners watch it for progress) */
     /* read buffer: bytes [off, len) are unread */
     uint8_t *buf;
     size_t off, len;
@@ -97,6 +98,13 @@ void crp_reader_reset(crp_reader *r);
  * each window fills. Owner's thread only.
  */
 void crp_reader_window(crp_reader *r, size_t len);
+
+/**
+ * Give back the read buffer and the body buffer if nothing is buffered and
+ * no frame is part-read (a connection gone quiet); the next read allocates
+ * them again. Returns whether they were freed. Owner's thread only.
+ */
+bool crp_reader_shrink(crp_reader *r);
 
 /** Bytes received but not yet consumed by a frame. */
 size_t crp_reader_buffered(const crp_reader *r);

@@ -174,6 +174,44 @@ static void test_pause_keeps_buffered_frames(void **state)
     close(sv[1]);
 }
 
+/* A quiet reader gives its buffers back, but never while it holds bytes or a
+ * part-read frame; `received` counts every byte taken from the socket. */
+static void test_shrink_and_received(void **state)
+{
+    int sv[2];
+    pair(sv);
+    crp_buf out = {0};
+    frame(&out, CRP_RPC_REQ, 1, "first", 0);
+    frame(&out, CRP_RPC_REQ, 2, "second", 0);
+    crp_reader r;
+    crp_reader_init(&r, 1024);
+    seen s = {.pause_after = 1};
+    assert_int_equal(write(sv[1], out.data, out.len), (ssize_t)out.len);
+    assert_int_equal(crp_reader_read(&r, sv[0], &ops, &s), CRP_READER_PAUSED);
+    assert_int_equal(r.received, out.len);
+    assert_false(crp_reader_shrink(&r)); /* the second frame is buffered */
+    s.pause_after = 0;
+    assert_int_equal(crp_reader_read(&r, sv[0], &ops, &s), 0);
+    assert_int_equal(s.frames, 2);
+    assert_true(crp_reader_shrink(&r));
+    assert_null(r.buf);
+    /* Half a header: kept. */
+    assert_int_equal(write(sv[1], out.data, 3), 3);
+    assert_int_equal(crp_reader_read(&r, sv[0], &ops, &s), 0);
+    assert_false(crp_reader_shrink(&r));
+    /* The rest arrives: the frame is whole, nothing was lost. */
+    assert_int_equal(write(sv[1], out.data + 3, out.len - 3), (ssize_t)(out.len - 3));
+    assert_int_equal(crp_reader_read(&r, sv[0], &ops, &s), 0);
+    assert_int_equal(s.frames, 4);
+    assert_memory_equal(s.bodies[2], "first", 5);
+    assert_memory_equal(s.bodies[3], "second", 6);
+    assert_int_equal(r.received, 2 * out.len);
+    crp_reader_fini(&r);
+    crp_buf_free(&out);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 static void test_body_limit_and_garbage(void **state)
 {
     int sv[2];
@@ -323,6 +361,7 @@ int main(void)
         cmocka_unit_test(test_split_at_every_byte),
         cmocka_unit_test(test_payload_lands_in_destination),
         cmocka_unit_test(test_pause_keeps_buffered_frames),
+        cmocka_unit_test(test_shrink_and_received),
         cmocka_unit_test(test_body_limit_and_garbage),
         cmocka_unit_test(test_blocking_read_with_deadline),
         cmocka_unit_test(test_windowed_payload),

@@ -107,12 +107,10 @@ int crp_challenge_decode(const void *data, size_t len, crp_challenge *out)
     msgpack_unpacked u;
     crp_challenge m;
 
-    int rc = crp_mp_unpack(&w, data, len, SIZE_MAX, &u);
+    int rc = crp_mp_unpack_map(&w, data, len, SIZE_MAX, keys, N_KEYS(keys), v, &u);
     if (rc != 0)
         return rc;
-    rc = crp_mp_map_fields(&w, NULL, &u.data, keys, N_KEYS(keys), v);
-    if (rc == 0)
-        rc = get_bin_exact(&w, "n", v[0], m.nonce, CRP_NONCE_SIZE);
+    rc = get_bin_exact(&w, "n", v[0], m.nonce, CRP_NONCE_SIZE);
     if (rc == 0)
         *out = m;
     msgpack_unpacked_destroy(&u);
@@ -148,12 +146,9 @@ int crp_hello_decode(const void *data, size_t len, crp_hello *out)
     msgpack_unpacked u;
     crp_hello m = {0};
 
-    int rc = crp_mp_unpack(&w, data, len, SIZE_MAX, &u);
+    int rc = crp_mp_unpack_map(&w, data, len, SIZE_MAX, keys, N_KEYS(keys), v, &u);
     if (rc != 0)
         return rc;
-    rc = crp_mp_map_fields(&w, NULL, &u.data, keys, N_KEYS(keys), v);
-    if (rc != 0)
-        goto destroy_unpacked;
     if ((rc = crp_mp_get_u32(&w, "v", v[K_V], &m.version)) != 0 ||
         (rc = crp_mp_get_u32(&w, "caps", v[K_CAPS], &m.caps)) != 0 ||
         (rc = crp_mp_get_u8(&w, "role", v[K_ROLE], UINT8_MAX, &m.role)) != 0 ||
@@ -210,12 +205,9 @@ int crp_hello_ack_decode(const void *data, size_t len, crp_hello_ack *out)
     msgpack_unpacked u;
     crp_hello_ack m = {0};
 
-    int rc = crp_mp_unpack(&w, data, len, SIZE_MAX, &u);
+    int rc = crp_mp_unpack_map(&w, data, len, SIZE_MAX, keys, N_KEYS(keys), v, &u);
     if (rc != 0)
         return rc;
-    rc = crp_mp_map_fields(&w, NULL, &u.data, keys, N_KEYS(keys), v);
-    if (rc != 0)
-        goto destroy_unpacked;
     if ((rc = crp_mp_get_u32(&w, "v", v[K_V], &m.version)) != 0 ||
         (rc = crp_mp_get_u32(&w, "caps", v[K_CAPS], &m.caps)) != 0 ||
         (rc = get_str(&w, "name", v[K_NAME], CRP_MAX_NAME, &m.name)) != 0 ||
@@ -449,12 +441,9 @@ int crp_descriptor_decode(const void *data, size_t len, crp_descriptor *out)
     msgpack_unpacked u;
     crp_descriptor m = {0};
 
-    int rc = crp_mp_unpack(&w, data, len, SIZE_MAX, &u);
+    int rc = crp_mp_unpack_map(&w, data, len, SIZE_MAX, keys, N_KEYS(keys), v, &u);
     if (rc != 0)
         return rc;
-    rc = crp_mp_map_fields(&w, NULL, &u.data, keys, N_KEYS(keys), v);
-    if (rc != 0)
-        goto destroy_unpacked;
     if ((rc = get_str(&w, "name", v[K_NAME], CRP_MAX_NAME, &m.name)) != 0 ||
         (rc = get_str(&w, "host", v[K_HOST], CRP_MAX_NAME, &m.host_id)) != 0 ||
         (rc = crp_mp_get_uint(&w, "inst", v[K_INST], UINT64_MAX, &m.instance)) != 0 ||
@@ -572,12 +561,9 @@ int crp_notify_decode(const void *data, size_t len, crp_notify *out)
     msgpack_unpacked u;
     crp_notify m = {0};
 
-    int rc = crp_mp_unpack(&w, data, len, SIZE_MAX, &u);
+    int rc = crp_mp_unpack_map(&w, data, len, SIZE_MAX, keys, N_KEYS(keys), v, &u);
     if (rc != 0)
         return rc;
-    rc = crp_mp_map_fields(&w, NULL, &u.data, keys, N_KEYS(keys), v);
-    if (rc != 0)
-        goto destroy_unpacked;
     rc = get_str(&w, "from", v[K_FROM], CRP_MAX_NAME, &m.from);
     if (rc != 0)
         goto clear_message;
@@ -750,12 +736,10 @@ int crp_error_decode(const void *data, size_t len, crp_error *out)
     msgpack_unpacked u;
     crp_error m = {0};
 
-    int rc = crp_mp_unpack(&w, data, len, SIZE_MAX, &u);
+    int rc = crp_mp_unpack_map(&w, data, len, SIZE_MAX, keys, N_KEYS(keys), v, &u);
     if (rc != 0)
         return rc;
-    rc = crp_mp_map_fields(&w, NULL, &u.data, keys, N_KEYS(keys), v);
-    if (rc == 0)
-        rc = get_str(&w, "msg", v[0], CRP_MAX_ERROR_TEXT, &m.message);
+    rc = get_str(&w, "msg", v[0], CRP_MAX_ERROR_TEXT, &m.message);
     if (rc == 0)
         *out = m;
     msgpack_unpacked_destroy(&u);
@@ -803,12 +787,10 @@ int crp_shm_request_decode(const void *data, size_t len, crp_shm_request *out)
     crp_shm_request m;
     memset(&m, 0, sizeof(m));
 
-    int rc = crp_mp_unpack(&w, data, len, SIZE_MAX, &u);
+    int rc = crp_mp_unpack_map(&w, data, len, SIZE_MAX, keys, N_KEYS(keys), v, &u);
     if (rc != 0)
         return rc;
-    rc = crp_mp_map_fields(&w, NULL, &u.data, keys, N_KEYS(keys), v);
-    if (rc == 0)
-        rc = crp_mp_get_u8(&w, "op", v[0], UINT8_MAX, &m.op);
+    rc = crp_mp_get_u8(&w, "op", v[0], UINT8_MAX, &m.op);
     if (rc == 0 && !shm_op_known(m.op))
         rc = crp_mp_fail(MALFORMED, &w, "op", "is %u, not a known operation", (unsigned)m.op);
     if (rc == 0)
@@ -848,12 +830,10 @@ int crp_shm_reply_decode(const void *data, size_t len, crp_shm_reply *out)
     crp_shm_reply m;
     memset(&m, 0, sizeof(m));
 
-    int rc = crp_mp_unpack(&w, data, len, SIZE_MAX, &u);
+    int rc = crp_mp_unpack_map(&w, data, len, SIZE_MAX, keys, N_KEYS(keys), v, &u);
     if (rc != 0)
         return rc;
-    rc = crp_mp_map_fields(&w, NULL, &u.data, keys, N_KEYS(keys), v);
-    if (rc == 0)
-        rc = crp_mp_get_i32(&w, "st", v[0], &m.status);
+    rc = crp_mp_get_i32(&w, "st", v[0], &m.status);
     if (rc == 0)
         rc = crp_mp_get_uint(&w, "size", v[1], UINT64_MAX, &m.size);
     if (rc == 0 && (v[2] != NULL || v[3] != NULL)) {

@@ -237,6 +237,19 @@ int crp_mp_unpack(const crp_mp_ctx *c, const void *data, size_t len, size_t max_
     return crp_mp_fail(MALFORMED, c, NULL, "body is not valid msgpack (unpack result %d)", (int)r);
 }
 
+int crp_mp_unpack_map(const crp_mp_ctx *c, const void *data, size_t len, size_t max_len,
+                      const char *const *keys, size_t n_keys, const msgpack_object **vals,
+                      msgpack_unpacked *u)
+{
+    int rc = crp_mp_unpack(c, data, len, max_len, u);
+    if (rc != 0)
+        return rc;
+    rc = crp_mp_map_fields(c, NULL, &u->data, keys, n_keys, vals);
+    if (rc != 0)
+        msgpack_unpacked_destroy(u);
+    return rc;
+}
+
 static bool key_is(const msgpack_object *k, const char *name)
 {
     if (k->via.str.size == 0 || k->via.str.ptr[0] != name[0])

@@ -117,6 +117,15 @@ int crp_mp_unpack(const crp_mp_ctx *c, const void *data, size_t len, size_t max_
                   msgpack_unpacked *u);
 
 /**
+ * crp_mp_unpack, then crp_mp_map_fields of the body (a map): the decoders'
+ * common first step. On success the caller destroys u; on failure there is
+ * nothing to destroy.
+ */
+int crp_mp_unpack_map(const crp_mp_ctx *c, const void *data, size_t len, size_t max_len,
+                      const char *const *keys, size_t n_keys, const msgpack_object **vals,
+                      msgpack_unpacked *u);
+
+/**
  * o (the value of field f, or with f NULL the body or an array entry) must be
  * a map with string keys; vals[i] is set to the value of keys[i], or NULL when
  * absent. Known keys may appear once; others are ignored.

@@ -1364,15 +1364,42 @@ static int read_op(const crp_mp_ctx *c, const msgpack_object *body, int *index)
     return 0;
 }
 
+/* Both decoders' first step: unpack the body and find its op (*index into
+ * OPS); errors name the op from then on. On failure nothing is left to
+ * destroy; on success the caller destroys u. */
+static int open_body(dec *d, const char *what, const void *data, size_t len, msgpack_unpacked *u,
+                     int *index)
+{
+    dec_init(d, what, len);
+    int rc = crp_mp_unpack(&d->c, data, len, CRP_MAX_BODY, u);
+    if (rc != 0)
+        return rc;
+    rc = read_op(&d->c, &u->data, index);
+    if (rc != 0) {
+        msgpack_unpacked_destroy(u);
+        return rc;
+    }
+    rpc_ctx_init(&d->c, what, OPS[*index].op);
+    return 0;
+}
+
+/* Both encoders' first step: the op's index into OPS, or -1 with the
+ * encoder failed (an unknown opcode; crp_mp_enc_finish reports it). */
+static int enc_begin(crp_mp_enc *e, crp_buf *out, const char *what, int op)
+{
+    int i = crp_rpc_op_index(op);
+    rpc_enc_init(e, out, what, i >= 0 ? op : 0);
+    if (i < 0)
+        crp_mp_enc_invalid(e, "op", "is an unknown opcode (%u)", (unsigned)op);
+    return i;
+}
+
 int crp_rpc_req_encode(const crp_rpc_req *m, crp_buf *out)
 {
     crp_mp_enc e;
-    int i = crp_rpc_op_index(m->op);
-    rpc_enc_init(&e, out, "request", i >= 0 ? m->op : 0);
-    if (i < 0) {
-        crp_mp_enc_invalid(&e, "op", "is an unknown opcode (%u)", (unsigned)m->op);
+    int i = enc_begin(&e, out, "request", m->op);
+    if (i < 0)
         return crp_mp_enc_finish(&e);
-    }
     const req_shape *s = &REQ_SHAPES[OPS[i].req];
     bool tenant = m->tenant != NULL && m->tenant[0] != '\0';
     size_t omitted = 0;
@@ -1394,14 +1421,9 @@ int crp_rpc_req_decode(const void *data, size_t len, crp_rpc_req *out)
     dec d;
     int i = -1;
 
-    dec_init(&d, "request", len);
-    int rc = crp_mp_unpack(&d.c, data, len, CRP_MAX_BODY, &u);
+    int rc = open_body(&d, "request", data, len, &u, &i);
     if (rc != 0)
         return rc;
-    rc = read_op(&d.c, &u.data, &i);
-    if (rc != 0)
-        goto destroy_unpacked;
-    rpc_ctx_init(&d.c, "request", OPS[i].op);
     const req_shape *s = &REQ_SHAPES[OPS[i].req];
     memset(&m, 0, sizeof(m));
     m.op = OPS[i].op;
@@ -1435,12 +1457,9 @@ void crp_rpc_req_clear(crp_rpc_req *m)
 int crp_rpc_resp_encode(const crp_rpc_resp *m, crp_buf *out)
 {
     crp_mp_enc e;
-    int i = crp_rpc_op_index(m->op);
-    rpc_enc_init(&e, out, "reply", i >= 0 ? m->op : 0);
-    if (i < 0) {
-        crp_mp_enc_invalid(&e, "op", "is an unknown opcode (%u)", (unsigned)m->op);
+    int i = enc_begin(&e, out, "reply", m->op);
+    if (i < 0)
         return crp_mp_enc_finish(&e);
-    }
     if (m->status > 0) {
         crp_mp_enc_invalid(&e, "st", "is a positive status (%d)", (int)m->status);
         return crp_mp_enc_finish(&e);
@@ -1481,14 +1500,9 @@ int crp_rpc_resp_decode(const void *data, size_t len, crp_rpc_resp *out)
     dec d;
     int i = -1;
 
-    dec_init(&d, "reply", len);
-    int rc = crp_mp_unpack(&d.c, data, len, CRP_MAX_BODY, &u);
+    int rc = open_body(&d, "reply", data, len, &u, &i);
     if (rc != 0)
         return rc;
-    rc = read_op(&d.c, &u.data, &i);
-    if (rc != 0)
-        goto destroy_unpacked;
-    rpc_ctx_init(&d.c, "reply", OPS[i].op);
     const resp_shape *s = &RESP_SHAPES[OPS[i].resp];
     memset(&m, 0, sizeof(m));
     m.op = OPS[i].op;

@@ -66,6 +66,10 @@ int cb_parse_seconds(const char *text, double *out);
 int cb_parse_u64(const char *text, uint64_t *out);
 
 /* Exact compact size: "4K", "1M", "1536K", "1000". Returns buf. */
+/* A flag's value that is not what it must be: "crescent-bench BENCH: FLAG 'VALUE' is
+ * not WANT" on stderr. Returns -1 (a parse failure). */
+int cb_bad_value(const char *bench, const char *flag, const char *value, const char *want);
+
 const char *cb_format_size(uint64_t v, char *buf, size_t len);
 /* Rounded human size with binary units: "1.23 GiB". Returns buf. */
 const char *cb_format_bytes(uint64_t v, char *buf, size_t len);

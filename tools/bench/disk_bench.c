@@ -79,12 +79,6 @@ static void usage(FILE *to)
             "Exit status: 0 ok, 1 an operation or verification failed, 2 bad usage.\n");
 }
 
-static int bad(const char *flag, const char *v, const char *want)
-{
-    fprintf(stderr, CB_PROG " disk: %s '%s': expected %s\n", flag, v, want);
-    return -1;
-}
-
 static int parse_sizes(const char *text, db_opts *o)
 {
     size_t n = 0;
@@ -108,7 +102,7 @@ static int apply_value(void *ctx, const char *name, const char *v)
     } else if (strcmp(name, "--bytes") == 0 || strcmp(name, "--small-bytes") == 0) {
         uint64_t b;
         if (cb_parse_size(v, &b) < 0 || b < CB_MIB)
-            return bad(name, v, "a size of at least 1M");
+            return cb_bad_value("disk", name, v, "a size of at least 1M");
         *(name[2] == 'b' ? &o->bytes : &o->small_bytes) = b;
     } else if (strcmp(name, "--batch") == 0 || strcmp(name, "--threads") == 0 ||
                strcmp(name, "--latency") == 0) {
@@ -117,11 +111,11 @@ static int apply_value(void *ctx, const char *name, const char *v)
         if (strcmp(name, "--threads") == 0)
             hi = 64;
         if (cb_parse_u32(v, lo, hi, &u) < 0)
-            return bad(name, v, "a whole number in range");
+            return cb_bad_value("disk", name, v, "a whole number in range");
         *(name[2] == 'b' ? &o->batch : name[2] == 't' ? &o->threads : &o->latency) = u;
     } else if (strcmp(name, "--rounds") == 0) {
         if (cb_parse_u32(v, 1, 64, &u) < 0)
-            return bad(name, v, "a whole number from 1 to 64");
+            return cb_bad_value("disk", name, v, "a whole number from 1 to 64");
         o->rounds = u;
     } else if (strcmp(name, "--io") == 0) {
         if (strcmp(v, "auto") == 0)
@@ -131,7 +125,7 @@ static int apply_value(void *ctx, const char *name, const char *v)
         else if (strcmp(v, "buffered") == 0)
             o->io = CRF_IO_BUFFERED;
         else
-            return bad(name, v, "auto, direct or buffered");
+            return cb_bad_value("disk", name, v, "auto, direct or buffered");
     } else if (strcmp(name, "--sync") == 0) {
         if (strcmp(v, "none") == 0)
             o->sync = CRF_SYNC_NONE;
@@ -140,7 +134,7 @@ static int apply_value(void *ctx, const char *name, const char *v)
         else if (strcmp(v, "put") == 0)
             o->sync = CRF_SYNC_PUT;
         else
-            return bad(name, v, "none, seal or put");
+            return cb_bad_value("disk", name, v, "none, seal or put");
     }
     return 0;
 }

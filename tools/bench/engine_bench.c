@@ -196,12 +196,6 @@ static void usage(FILE *to)
 
 /* ---- option parsing ----------------------------------------------------- */
 
-static int bad_value(const char *flag, const char *value, const char *want)
-{
-    fprintf(stderr, CB_PROG " engine: %s '%s' is not %s\n", flag, value, want);
-    return -1;
-}
-
 static int parse_blocks(const char *text, eb_opts *o)
 {
     size_t n = 0;
@@ -217,7 +211,7 @@ static int apply_value(eb_opts *o, const char *flag, const char *v)
     if (strcmp(flag, "--role") == 0) {
         if (strcmp(v, "initiator") != 0 && strcmp(v, "target") != 0 && strcmp(v, "sink") != 0 &&
             strcmp(v, "echo") != 0)
-            return bad_value(flag, v, "initiator or target");
+            return cb_bad_value("engine", flag, v, "initiator or target");
         o->role = v;
     } else if (strcmp(flag, "--op") == 0) {
         if (strcmp(v, "read") == 0)
@@ -227,7 +221,7 @@ static int apply_value(eb_opts *o, const char *flag, const char *v)
         else if (strcmp(v, "both") == 0)
             o->ops = OPS_READ | OPS_WRITE;
         else
-            return bad_value(flag, v, "read, write or both");
+            return cb_bad_value("engine", flag, v, "read, write or both");
     } else if (strcmp(flag, "--block-sizes") == 0) {
         return parse_blocks(v, o);
     } else if (strcmp(flag, "--location") == 0 || strcmp(flag, "--remote-location") == 0) {
@@ -236,10 +230,10 @@ static int apply_value(eb_opts *o, const char *flag, const char *v)
             char *end;
             long d = strtol(v + 5, &end, 10);
             if (v[5] == '\0' || *end != '\0' || d < 0 || d > 63)
-                return bad_value(flag, v, "cpu or cuda:N");
+                return cb_bad_value("engine", flag, v, "cpu or cuda:N");
             dev = (int)d;
         } else if (strcmp(v, "cpu") != 0) {
-            return bad_value(flag, v, "cpu or cuda:N");
+            return cb_bad_value("engine", flag, v, "cpu or cuda:N");
         }
         if (strcmp(flag, "--location") == 0) {
             o->location = v;
@@ -250,45 +244,45 @@ static int apply_value(eb_opts *o, const char *flag, const char *v)
         }
     } else if (strcmp(flag, "--batch") == 0) {
         if (cb_parse_u32(v, 1, 65536, &o->batch) < 0)
-            return bad_value(flag, v, "a number from 1 to 65536");
+            return cb_bad_value("engine", flag, v, "a number from 1 to 65536");
     } else if (strcmp(flag, "--threads") == 0) {
         if (cb_parse_u32(v, 1, 256, &o->threads) < 0)
-            return bad_value(flag, v, "a number from 1 to 256");
+            return cb_bad_value("engine", flag, v, "a number from 1 to 256");
     } else if (strcmp(flag, "--lanes") == 0) {
         if (cb_parse_u32(v, 1, 1024, &o->lanes) < 0)
-            return bad_value(flag, v, "a number from 1 to 1024");
+            return cb_bad_value("engine", flag, v, "a number from 1 to 1024");
     } else if (strcmp(flag, "--workers") == 0) {
         if (cb_parse_u32(v, 1, 1024, &o->workers) < 0)
-            return bad_value(flag, v, "a number from 1 to 1024");
+            return cb_bad_value("engine", flag, v, "a number from 1 to 1024");
     } else if (strcmp(flag, "--slice-size") == 0) {
         if (cb_parse_size(v, &o->slice_size) < 0 || o->slice_size == 0)
-            return bad_value(flag, v, "a positive size (K/M/G binary)");
+            return cb_bad_value("engine", flag, v, "a positive size (K/M/G binary)");
     } else if (strcmp(flag, "--protocol") == 0) {
         if (strcmp(v, "tcp") != 0 && strcmp(v, "shm") != 0 && strcmp(v, "auto") != 0 &&
             strcmp(v, "ucx") != 0)
-            return bad_value(flag, v, "tcp, shm, ucx or auto");
+            return cb_bad_value("engine", flag, v, "tcp, shm, ucx or auto");
         o->protocol = v;
     } else if (strcmp(flag, "--duration") == 0) {
         if (cb_parse_seconds(v, &o->duration) < 0)
-            return bad_value(flag, v, "a positive number of seconds (at most 86400)");
+            return cb_bad_value("engine", flag, v, "a positive number of seconds (at most 86400)");
         o->duration_set = true;
     } else if (strcmp(flag, "--total") == 0) {
         if (cb_parse_size(v, &o->total) < 0 || o->total == 0)
-            return bad_value(flag, v, "a positive size (K/M/G binary)");
+            return cb_bad_value("engine", flag, v, "a positive size (K/M/G binary)");
     } else if (strcmp(flag, "--buffer-size") == 0) {
         if (cb_parse_size(v, &o->buffer_size) < 0 || o->buffer_size == 0)
-            return bad_value(flag, v, "a positive size (K/M/G binary)");
+            return cb_bad_value("engine", flag, v, "a positive size (K/M/G binary)");
     } else if (strcmp(flag, "--target") == 0) {
         if (v[0] == '\0')
-            return bad_value(flag, v, "a segment name (host:port)");
+            return cb_bad_value("engine", flag, v, "a segment name (host:port)");
         o->target = v;
     } else if (strcmp(flag, "--target-addr") == 0) {
         if (cb_parse_u64(v, &o->target_addr) < 0 || o->target_addr == 0)
-            return bad_value(flag, v, "an address (0x... or decimal)");
+            return cb_bad_value("engine", flag, v, "an address (0x... or decimal)");
         o->target_addr_set = true;
     } else if (strcmp(flag, "--target-len") == 0) {
         if (cb_parse_size(v, &o->target_len) < 0 || o->target_len == 0)
-            return bad_value(flag, v, "a positive size (K/M/G binary)");
+            return cb_bad_value("engine", flag, v, "a positive size (K/M/G binary)");
         o->target_len_set = true;
     }
     return 0;

@@ -968,12 +968,6 @@ static void usage(FILE *to)
         "Exit status: 0 ok, 1 a request failed or the master misbehaved, 2 bad usage.\n");
 }
 
-static int bad_value(const char *flag, const char *value, const char *want)
-{
-    fprintf(stderr, CB_PROG " master: %s '%s' is not %s\n", flag, value, want);
-    return CB_EXIT_USAGE;
-}
-
 static int parse_ops(const char *text, unsigned *out)
 {
     *out = 0;
@@ -998,17 +992,18 @@ static int apply_value(void *ctx, const char *name, const char *v)
     mb_opts *o = ctx;
     if (strcmp(name, "--client") == 0) {
         if (strcmp(v, "lib") != 0 && strcmp(v, "raw") != 0)
-            return -bad_value(name, v, "lib or raw");
+            return cb_bad_value("master", name, v, "lib or raw");
         o->client = v;
     } else if (strcmp(name, "--duration") == 0) {
         if (cb_parse_seconds(v, &o->duration) < 0)
-            return -bad_value(name, v, "a positive number of seconds");
+            return cb_bad_value("master", name, v, "a positive number of seconds");
     } else if (strcmp(name, "--ops") == 0) {
         if (parse_ops(v, &o->ops) < 0)
-            return -bad_value(name, v, "a list of exist,put,get,batch_exist,batch_put,batch_get");
+            return cb_bad_value("master", name, v,
+                                "a list of exist,put,get,batch_exist,batch_put,batch_get");
     } else if (strcmp(name, "--value-size") == 0) {
         if (cb_parse_size(v, &o->value_size) < 0 || o->value_size > CB_GIB)
-            return -bad_value(name, v, "a size up to 1G");
+            return cb_bad_value("master", name, v, "a size up to 1G");
     }
     return 0;
 }

@@ -675,12 +675,6 @@ static void usage(FILE *to)
         "Exit status: 0 ok, 1 an operation or verification failed, 2 bad usage.\n");
 }
 
-static int bad_value(const char *flag, const char *value, const char *want)
-{
-    fprintf(stderr, CB_PROG " store: %s '%s' is not %s\n", flag, value, want);
-    return -1;
-}
-
 static int parse_sizes(const char *text, sb_opts *o)
 {
     size_t n = 0;
@@ -702,11 +696,13 @@ static int parse_threads(const char *text, sb_opts *o)
         size_t n = strcspn(p, ",");
         uint32_t v;
         if (n == 0 || n >= sizeof(item) || o->n_threads == 8)
-            return bad_value("--threads", text, "a list of up to 8 numbers from 1 to 256");
+            return cb_bad_value("store", "--threads", text,
+                                "a list of up to 8 numbers from 1 to 256");
         memcpy(item, p, n);
         item[n] = '\0';
         if (cb_parse_u32(item, 1, MAX_THREADS, &v) < 0)
-            return bad_value("--threads", text, "a list of up to 8 numbers from 1 to 256");
+            return cb_bad_value("store", "--threads", text,
+                                "a list of up to 8 numbers from 1 to 256");
         o->thread_list[o->n_threads++] = v;
         if (v > o->threads)
             o->threads = v;
@@ -732,7 +728,7 @@ static int parse_pair(const char *flag, const char *text, const char *a, const c
         else {
             char want[64];
             snprintf(want, sizeof(want), "a list of %s and %s", a, b);
-            return bad_value(flag, text, want);
+            return cb_bad_value("store", flag, text, want);
         }
         p += n;
         if (*p == '\0')
@@ -746,50 +742,50 @@ static int apply_value(sb_opts *o, const char *flag, const char *v)
     if (strcmp(flag, "--role") == 0) {
         if (strcmp(v, "orchestrator") != 0 && strcmp(v, "client") != 0 && strcmp(v, "sink") != 0 &&
             strcmp(v, "echo") != 0)
-            return bad_value(flag, v, "orchestrator or client");
+            return cb_bad_value("store", flag, v, "orchestrator or client");
         o->role = v;
     } else if (strcmp(flag, "--value-sizes") == 0) {
         return parse_sizes(v, o);
     } else if (strcmp(flag, "--batch") == 0) {
         if (cb_parse_u32(v, 1, 1024, &o->batch) < 0)
-            return bad_value(flag, v, "a number from 1 to 1024");
+            return cb_bad_value("store", flag, v, "a number from 1 to 1024");
     } else if (strcmp(flag, "--threads") == 0) {
         return parse_threads(v, o);
     } else if (strcmp(flag, "--clients") == 0) {
         if (cb_parse_u32(v, 2, MAX_CLIENTS, &o->clients) < 0)
-            return bad_value(flag, v, "a number from 2 to 64");
+            return cb_bad_value("store", flag, v, "a number from 2 to 64");
     } else if (strcmp(flag, "--drivers") == 0) {
         if (cb_parse_u32(v, 1, MAX_CLIENTS, &o->drivers) < 0)
-            return bad_value(flag, v, "a number from 1 to 64");
+            return cb_bad_value("store", flag, v, "a number from 1 to 64");
     } else if (strcmp(flag, "--duration") == 0) {
         if (cb_parse_seconds(v, &o->duration) < 0)
-            return bad_value(flag, v, "a positive number of seconds (at most 86400)");
+            return cb_bad_value("store", flag, v, "a positive number of seconds (at most 86400)");
     } else if (strcmp(flag, "--modes") == 0) {
         return parse_pair(flag, v, "zcopy", "copy", &o->zcopy, &o->copy);
     } else if (strcmp(flag, "--shapes") == 0) {
         return parse_pair(flag, v, "single", "batch", &o->single, &o->batched);
     } else if (strcmp(flag, "--segment-size") == 0) {
         if (cb_parse_size(v, &o->segment_size) < 0 || o->segment_size < CB_MIB)
-            return bad_value(flag, v, "a size of at least 1M (K/M/G binary)");
+            return cb_bad_value("store", flag, v, "a size of at least 1M (K/M/G binary)");
     } else if (strcmp(flag, "--buffer-size") == 0) {
         if (cb_parse_size(v, &o->buffer_size) < 0 || o->buffer_size < 64 * CB_KIB)
-            return bad_value(flag, v, "a size of at least 64K (K/M/G binary)");
+            return cb_bad_value("store", flag, v, "a size of at least 64K (K/M/G binary)");
     } else if (strcmp(flag, "--region-size") == 0) {
         if (cb_parse_size(v, &o->region_size) < 0 || o->region_size == 0)
-            return bad_value(flag, v, "a positive size");
+            return cb_bad_value("store", flag, v, "a positive size");
     } else if (strcmp(flag, "--target-size") == 0) {
         if (cb_parse_size(v, &o->target_size) < 0 || o->target_size == 0)
-            return bad_value(flag, v, "a positive size");
+            return cb_bad_value("store", flag, v, "a positive size");
     } else if (strcmp(flag, "--lease-ms") == 0) {
         if (cb_parse_u32(v, 10, 600000, &o->lease_ms) < 0)
-            return bad_value(flag, v, "a number of milliseconds from 10 to 600000");
+            return cb_bad_value("store", flag, v, "a number of milliseconds from 10 to 600000");
     } else if (strcmp(flag, "--protocol") == 0) {
         if (strcmp(v, "tcp") != 0 && strcmp(v, "shm") != 0 && strcmp(v, "auto") != 0)
-            return bad_value(flag, v, "tcp, shm or auto");
+            return cb_bad_value("store", flag, v, "tcp, shm or auto");
         o->protocol = v;
     } else if (strcmp(flag, "--master") == 0) {
         if (v[0] == '\0' || strchr(v, ':') == NULL)
-            return bad_value(flag, v, "HOST:PORT");
+            return cb_bad_value("store", flag, v, "HOST:PORT");
         o->master_addr = v;
     } else if (strcmp(flag, "--master-bin") == 0) {
         o->master_bin = v;

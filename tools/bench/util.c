@@ -247,3 +247,9 @@ int cb_parse_size_list(const char *prog, const char *flag, const char *text, uin
     *n = count;
     return 0;
 }
+
+int cb_bad_value(const char *bench, const char *flag, const char *value, const char *want)
+{
+    fprintf(stderr, CB_PROG " %s: %s '%s' is not %s\n", bench, flag, value, want);
+    return -1;
+}
