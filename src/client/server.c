@@ -48,6 +48,7 @@
 #include "base/net.h"
 #include "client/daemon.h"
 #include "proto/frame.h"
+#include "store/internal.h"
 
 static void conn_close(crs_conn *c);
 
@@ -212,7 +213,9 @@ static void run_frame(crs_conn *c, const crp_header *h, const uint8_t *body)
         crp_thin_req_clear(&req);
         return; /* one-way */
     } else {
+        crc_release_defer(true); /* gets' lease releases go out after the reply */
         crs_handle(d, c, &req, &resp, &sc);
+        crc_release_defer(false);
     }
     if (resp.status < 0)
         atomic_fetch_add(&d->ctr.failures[req.op % 64], 1);
@@ -251,6 +254,7 @@ static int process_input(crs_conn *c)
         off += need;
         if (c->out.len > 0)
             flush_out(c);
+        crc_release_flush(); /* the reply is out: now the reads it made */
     }
     if (off > 0) {
         memmove(c->in, c->in + off, c->in_len - off);
