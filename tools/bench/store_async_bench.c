@@ -152,13 +152,21 @@ static double run_slice(ab_ctx *c, int kind, double secs)
     return dt > 0 ? (double)calls / dt : 0;
 }
 
-static void range(const double *v, unsigned n, double *lo, double *hi)
+static int cmp_double(const void *a, const void *b)
 {
-    *lo = *hi = v[0];
-    for (unsigned i = 1; i < n; i++) {
-        *lo = v[i] < *lo ? v[i] : *lo;
-        *hi = v[i] > *hi ? v[i] : *hi;
-    }
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Smallest, median and largest of v[0..n) (n <= 64). */
+static void range(const double *v, unsigned n, double *lo, double *med, double *hi)
+{
+    double t[64];
+    memcpy(t, v, n * sizeof(*t));
+    qsort(t, n, sizeof(*t), cmp_double);
+    *lo = t[0];
+    *hi = t[n - 1];
+    *med = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
 }
 
 int sb_async_run(const char *master_addr, const char *protocol, uint64_t value_size, unsigned keys,
@@ -216,7 +224,7 @@ int sb_async_run(const char *master_addr, const char *protocol, uint64_t value_s
                    r, rate[r][0], rate[r][1], rate[r][1] / rate[r][0], rate[r][2], rate[r][3],
                    rate[r][3] / rate[r][2]);
     }
-    double v[SL_COUNT][64], ratio_e[64], ratio_g[64], lo, hi;
+    double v[SL_COUNT][64], ratio_e[64], ratio_g[64], lo, med, hi;
     unsigned nr = rounds < 64 ? rounds : 64;
     for (unsigned r = 0; r < nr; r++) {
         for (int k = 0; k < SL_COUNT; k++)
@@ -226,13 +234,13 @@ int sb_async_run(const char *master_addr, const char *protocol, uint64_t value_s
     }
     if (!json) {
         for (int k = 0; k < SL_COUNT; k++) {
-            range(v[k], nr, &lo, &hi);
-            printf("  %-15s %9.0f .. %9.0f calls/s\n", slice_names[k], lo, hi);
+            range(v[k], nr, &lo, &med, &hi);
+            printf("  %-15s %9.0f .. %9.0f calls/s (median %.0f)\n", slice_names[k], lo, hi, med);
         }
-        range(ratio_e, nr, &lo, &hi);
-        printf("  exist async/sync x%.2f .. x%.2f; ", lo, hi);
-        range(ratio_g, nr, &lo, &hi);
-        printf("get_into async/sync x%.2f .. x%.2f\n", lo, hi);
+        range(ratio_e, nr, &lo, &med, &hi);
+        printf("  exist async/sync x%.2f .. x%.2f (median x%.2f); ", lo, hi, med);
+        range(ratio_g, nr, &lo, &med, &hi);
+        printf("get_into async/sync x%.2f .. x%.2f (median x%.2f)\n", lo, hi, med);
     }
     if (c.errors > 0 || c.bad > 0) {
         fprintf(stderr,
