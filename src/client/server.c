@@ -538,6 +538,12 @@ int crs_daemon_start(crs_daemon *d, const crs_config *cfg)
             goto err_stop;
         }
     }
+    /* CRESCENT_BUSY_POLL_US (off by default): the loops spin that long after an event before
+     * they sleep again. The store's engine refused a bad value at setup. */
+    uint64_t spin_ns = 0;
+    if (crc_busy_poll_ns(&spin_ns) == 0 && spin_ns > 0)
+        for (unsigned i = 0; i < d->n_loops; i++)
+            crb_loop_set_busy_poll(&d->loops[i], spin_ns);
     rc = crb_acceptor_start(&d->acceptor, &d->loops[0], lfd, d->cfg.max_clients * 16u, on_accept, d,
                             "crescent-client socket");
     if (rc < 0) {

@@ -164,6 +164,10 @@ int crc_batch_get_to(cr_store *s, const char *const *keys, size_t n, const crc_v
 void crc_release_defer(bool on);
 void crc_release_flush(void);
 
+/* busy_poll.c: CRESCENT_BUSY_POLL_US in ns (0: unset, the default);
+ * CR_INVALID_PARAMS naming a bad value. */
+int crc_busy_poll_ns(uint64_t *out);
+
 /* Run t engine transfers as one batch (one at a time if the engine refuses
  * the batch); failed[k] says whether transfer k did not complete. */
 void crc_run_batch(cr_store *s, cr_transfer_request *reqs, size_t t, bool *failed);
