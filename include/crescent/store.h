@@ -505,8 +505,8 @@ CR_API int cr_store_unregister_buffer(cr_store *s, void *buf);
  * submit only queues the call (no master round trip, no wait) and returns;
  * the queue's driver threads (a few per queue, never one per call) take
  * every call queued at that moment and run them together: single exists
- * become one BATCH_EXIST, single gets one batch_get_into (one replica-list
- * call, one engine batch), single puts with the same cfg one batch_put_from,
+ * become one BATCH_EXIST, single gets one batch_get_into or batch_get (one
+ * replica-list call, one engine batch), single puts with the same cfg one batch_put_from,
  * single removes one BATCH_REMOVE. So a thread with 64 calls in flight pays
  * about one master round trip per driver pass, not 64. A batch submit runs
  * as the matching cr_store_batch_* call. Each call ends with exactly one
@@ -515,7 +515,7 @@ CR_API int cr_store_unregister_buffer(cr_store *s, void *buf);
  * it).
  *
  * Outcome per call (cr_store_completion.result), with the synchronous
- * call's meaning: exist 1 / 0 / negative; get_into the size or negative
+ * call's meaning: exist 1 / 0 / negative; get_into and get the size or negative
  * (CR_OBJECT_NOT_FOUND, CR_BUFFER_OVERFLOW, CR_TRANSFER_FAIL, ...);
  * put_from and remove 0 or negative; a batch submit 0 or the whole call's
  * failure, with per-key outcomes in the caller's results array. A call
@@ -531,8 +531,9 @@ CR_API int cr_store_unregister_buffer(cr_store *s, void *buf);
  * Ownership: keys, buffers, results arrays and the cfg passed to a submit
  * are borrowed until that call's completion has been returned by
  * cr_store_cq_poll / cr_store_cq_wait (or cr_store_cq_destroy returned):
- * the driver reads and writes them until then. Zero-copy buffers must lie
- * in registered memory, as for the synchronous calls.
+ * the driver reads and writes them until then. A copying get's value
+ * belongs to whoever reaps its completion (destroy frees those not reaped). Zero-copy buffers must
+ * lie in registered memory, as for the synchronous calls.
  *
  * Threading: any thread may submit, poll, wait and cancel at once. Works
  * for embedded and thin stores alike.
@@ -565,6 +566,7 @@ typedef enum cr_store_async_op {
     CR_ASYNC_BATCH_REMOVE = 6,
     CR_ASYNC_BATCH_GET_INTO = 7,
     CR_ASYNC_BATCH_PUT_FROM = 8,
+    CR_ASYNC_GET = 9,
 } cr_store_async_op;
 
 /** One finished call. */
@@ -572,6 +574,9 @@ typedef struct cr_store_completion {
     uint64_t user_data; /**< the submit's user_data */
     int64_t result;     /**< the call's outcome (see above) */
     int op;             /**< cr_store_async_op */
+    /** CR_ASYNC_GET with result >= 0: the value, a malloc'd copy the reaper owns (free() it;
+     *  never NULL then). NULL otherwise. */
+    void *value;
 } cr_store_completion;
 
 /**
@@ -631,6 +636,9 @@ CR_API int cr_store_submit_exist(cr_store_cq *q, const char *key, uint64_t user_
 CR_API int cr_store_submit_remove(cr_store_cq *q, const char *key, bool force, uint64_t user_data);
 CR_API int cr_store_submit_get_into(cr_store_cq *q, const char *key, void *buf, size_t cap,
                                     uint64_t user_data);
+/** Copying get: the completion's value is a malloc'd copy (cr_store_get). Single copying gets
+ *  queued together run as one cr_store_batch_get. */
+CR_API int cr_store_submit_get(cr_store_cq *q, const char *key, uint64_t user_data);
 CR_API int cr_store_submit_put_from(cr_store_cq *q, const char *key, const void *buf, size_t len,
                                     const cr_replicate_config *cfg, uint64_t user_data);
 CR_API int cr_store_submit_batch_exist(cr_store_cq *q, const char *const *keys, size_t n,

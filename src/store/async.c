@@ -44,6 +44,7 @@ typedef struct cq_call {
     int op; /* cr_store_async_op */
     uint64_t user_data;
     int64_t result;
+    void *value; /* CR_ASYNC_GET: the malloc'd copy, until reaped */
     /* single calls */
     const char *key;
     void *buf;
@@ -151,6 +152,7 @@ static bool coalesces(const cq_call *g, const cq_call *c)
     switch (g->op) {
     case CR_ASYNC_EXIST:
     case CR_ASYNC_GET_INTO:
+    case CR_ASYNC_GET:
         return true;
     case CR_ASYNC_REMOVE:
         return g->force == c->force;
@@ -197,6 +199,9 @@ static void run_single(cr_store *s, cq_call *c)
     case CR_ASYNC_PUT_FROM:
         c->result = cr_store_put_from(s, c->key, c->buf, c->len, c->cfg);
         break;
+    case CR_ASYNC_GET:
+        c->result = cr_store_get(s, c->key, &c->value);
+        break;
     default:
         run_batch_call(s, c);
         break;
@@ -211,7 +216,7 @@ static void run_single(cr_store *s, cq_call *c)
 static void run_group(cr_store *s, cq_call **g, size_t n)
 {
     const char **keys = malloc(n * sizeof(*keys));
-    void **bufs = malloc(n * sizeof(*bufs));
+    void **bufs = calloc(n, sizeof(*bufs));
     size_t *lens = malloc(n * sizeof(*lens));
     int64_t *res = malloc(n * sizeof(*res));
     int *ires = malloc(n * sizeof(*ires));
@@ -239,6 +244,19 @@ static void run_group(cr_store *s, cq_call **g, size_t n)
     case CR_ASYNC_GET_INTO:
         rc = cr_store_batch_get_into(s, keys, bufs, lens, n, res);
         wide = true;
+        break;
+    case CR_ASYNC_GET:
+        for (size_t i = 0; i < n; i++)
+            bufs[i] = NULL;
+        rc = cr_store_batch_get(s, keys, n, bufs, res);
+        wide = true;
+        for (size_t i = 0; i < n; i++) {
+            if (rc < 0 || res[i] < 0) {
+                free(bufs[i]); /* NULL unless the key was read */
+                bufs[i] = NULL;
+            }
+            g[i]->value = bufs[i];
+        }
         break;
     default: /* CR_ASYNC_PUT_FROM */
         rc = cr_store_batch_put_from(s, keys, bufs, lens, n, g[0]->cfg, ires);
@@ -390,8 +408,10 @@ void cr_store_cq_destroy(cr_store_cq *q)
     pthread_mutex_unlock(&q->lock);
     for (size_t i = 0; i < q->n_started; i++)
         pthread_join(q->drivers[i], NULL);
-    while ((c = list_pop(&q->completed)) != NULL)
+    while ((c = list_pop(&q->completed)) != NULL) {
+        free(c->value); /* a copying get's value nobody reaped */
         free(c);
+    }
     close(q->efd);
     pthread_cond_destroy(&q->work);
     pthread_cond_destroy(&q->done);
@@ -422,8 +442,8 @@ static size_t take_locked(cr_store_cq *q, cr_store_completion *out, size_t cap)
     size_t k = 0;
     while (k < cap && q->completed.n > 0) {
         cq_call *c = list_pop(&q->completed);
-        out[k++] =
-            (cr_store_completion){.user_data = c->user_data, .result = c->result, .op = c->op};
+        out[k++] = (cr_store_completion){
+            .user_data = c->user_data, .result = c->result, .op = c->op, .value = c->value};
         free(c);
         q->in_flight--;
     }
@@ -513,6 +533,7 @@ static int submit(cr_store_cq *q, const cq_call *proto)
         return crb_error(CR_ERR_NO_MEMORY, "submit");
     *c = *proto;
     c->result = 0;
+    c->value = NULL;
     pthread_mutex_lock(&q->lock);
     int rc = 0;
     if (q->stopping)
@@ -566,6 +587,14 @@ int cr_store_submit_get_into(cr_store_cq *q, const char *key, void *buf, size_t 
         q,
         &(cq_call){
             .op = CR_ASYNC_GET_INTO, .user_data = user_data, .key = key, .buf = buf, .len = cap});
+}
+
+int cr_store_submit_get(cr_store_cq *q, const char *key, uint64_t user_data)
+{
+    CHECK_Q(q, "submit_get");
+    if (key == NULL)
+        return crb_error(CR_INVALID_PARAMS, "submit_get: NULL key");
+    return submit(q, &(cq_call){.op = CR_ASYNC_GET, .user_data = user_data, .key = key});
 }
 
 int cr_store_submit_put_from(cr_store_cq *q, const char *key, const void *buf, size_t len,

@@ -5,14 +5,15 @@
  * process without a segment, so every value lives in the holder's process.
  *
  *   sixty_four_in_flight  one thread keeps 64 put_from, then 64 get_into and
- *       64 exist (half of them misses) in flight; every byte read is checked,
+ *       64 exist (half of them misses), then 64 copying gets in flight; every
+ *       byte read is checked,
  *       the eventfd is readable exactly while completions wait, each batch
  *       submit form runs once, 64 removes leave nothing.
  *   bad_arguments  NULL queue/key/arrays, bad config fields, a full queue
  *       (CR_ERR_BUSY) each get their code and no completion.
  *   cancel_and_destroy_in_flight  with the one driver held in a pass (the master
  *       stopped), exactly the 32 pending calls canceled complete with
- *       CR_ERR_CANCELED and the other 32 read their value; destroying a queue with 128 calls in
+ *       CR_ERR_CANCELED and the other 32 read their value; destroying a queue with 192 calls in
  *       flight returns and leaks nothing (ASan), and the store still works.
  *   dead_holder_then_dead_master  with the holder killed every get fails with
  *       a named code within its transfer deadline; with the master killed
@@ -172,6 +173,23 @@ static void sixty_four_in_flight(void **state)
         }
     }
 
+    /* 64 copying gets: each completion owns a malloc'd copy. */
+    for (int i = 0; i < N; i++)
+        assert_int_equal(cr_store_submit_get(q, keys[i], (uint64_t)i), 0);
+    reap(q, N, got);
+    for (int k = 0; k < N; k++) {
+        uint64_t u = got[k].user_data;
+        assert_int_equal(got[k].op, CR_ASYNC_GET);
+        assert_int_equal(got[k].result, (int64_t)val_len((int)u));
+        assert_non_null(got[k].value);
+        assert_int_equal(sp_check(got[k].value, val_len((int)u), 5000 + u), -1);
+        free(got[k].value);
+    }
+    assert_int_equal(cr_store_submit_get(q, "async-never-put", 7), 0);
+    reap(q, 1, got);
+    assert_int_equal(got[0].result, CR_OBJECT_NOT_FOUND);
+    assert_null(got[0].value);
+
     /* The batch forms, one each, in flight together. */
     const char *bk[N];
     void *bb[N];
@@ -310,13 +328,15 @@ static void cancel_and_destroy_in_flight(void **state)
         }
     }
     assert_int_equal(n_canceled, N / 2);
-    /* Destroy with 128 calls in flight (some running, most queued). */
+    /* Destroy with 192 calls in flight (some running, most queued). */
     for (int i = 0; i < N; i++) {
         assert_int_equal(cr_store_submit_get_into(q, "cancel-key", buf + 4096 + (size_t)i * 4096,
                                                   4096, (uint64_t)i),
                          0);
         assert_int_equal(cr_store_submit_exist(q, "cancel-key", (uint64_t)i), 0);
+        assert_int_equal(cr_store_submit_get(q, "cancel-key", (uint64_t)i), 0);
     }
+    sh_sleep_ms(20); /* some complete, unreaped: destroy frees their copies */
     cr_store_cq_destroy(q);
     /* The store is unharmed; closing it with a new queue's calls in flight is safe too. */
     assert_int_equal(cr_store_exist(s, "cancel-key"), 1);
