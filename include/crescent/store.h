@@ -497,6 +497,162 @@ CR_API void cr_store_free_names(char **names, size_t n);
 CR_API int cr_store_register_buffer(cr_store *s, void *buf, size_t len);
 CR_API int cr_store_unregister_buffer(cr_store *s, void *buf);
 
+/* --- asynchronous calls: a completion queue ----------------------------------- */
+
+/**
+ * Submit store calls and collect their outcomes later, many in flight from
+ * one thread (docs/store-async.md). A cr_store_cq belongs to one store; a
+ * submit only queues the call (no master round trip, no wait) and returns;
+ * the queue's driver threads (a few per queue, never one per call) take
+ * every call queued at that moment and run them together: single exists
+ * become one BATCH_EXIST, single gets one batch_get_into or batch_get (one
+ * replica-list call, one engine batch), single puts with the same cfg one batch_put_from,
+ * single removes one BATCH_REMOVE. So a thread with 64 calls in flight pays
+ * about one master round trip per driver pass, not 64. A batch submit runs
+ * as the matching cr_store_batch_* call. Each call ends with exactly one
+ * cr_store_completion, in completion order (calls in flight at once have no
+ * order among them: wait for a put's completion before a get that must see
+ * it).
+ *
+ * Outcome per call (cr_store_completion.result), with the synchronous
+ * call's meaning: exist 1 / 0 / negative; get_into and get the size or negative
+ * (CR_OBJECT_NOT_FOUND, CR_BUFFER_OVERFLOW, CR_TRANSFER_FAIL, ...);
+ * put_from and remove 0 or negative; a batch submit 0 or the whole call's
+ * failure, with per-key outcomes in the caller's results array. A call
+ * whose master call failed as a whole gets that code (CR_RPC_FAIL,
+ * CR_RPC_TIMEOUT, ...); a dead holder fails a get with the transfer's code.
+ * Every call ends within the store's deadlines (rpc_timeout_ms for each
+ * master call, transfer_timeout_ms for each transfer) after a driver took
+ * it. CR_ERR_CANCELED: canceled (cr_store_cq_cancel) or the queue was
+ * destroyed before a driver took it. CR_UNAVAILABLE_IN_CURRENT_STATUS: the
+ * store was closed first. Error messages of asynchronous calls are not
+ * recorded for the polling thread (cr_last_error_message).
+ *
+ * Ownership: keys, buffers, results arrays and the cfg passed to a submit
+ * are borrowed until that call's completion has been returned by
+ * cr_store_cq_poll / cr_store_cq_wait (or cr_store_cq_destroy returned):
+ * the driver reads and writes them until then. A copying get's value
+ * belongs to whoever reaps its completion (destroy frees those not reaped). Zero-copy buffers must
+ * lie in registered memory, as for the synchronous calls.
+ *
+ * Threading: any thread may submit, poll, wait and cancel at once. Works
+ * for embedded and thin stores alike.
+ */
+typedef struct cr_store_cq cr_store_cq;
+
+/** Completion queue settings; initialise with cr_store_cq_config_init. */
+typedef struct cr_store_cq_config {
+    uint32_t struct_size;
+    /** Calls submitted and not yet reaped, at most (a submit beyond it is
+     *  CR_ERR_BUSY); default 4096, at most 1 << 20. */
+    uint32_t max_in_flight;
+    /** Driver threads (passes in flight at once); default 2, 1..16. */
+    uint32_t drivers;
+    /** Single calls one driver pass coalesces into one batch, at most;
+     *  default 256, 1..1024. */
+    uint32_t max_coalesce;
+} cr_store_cq_config;
+
+/** Fill defaults. Never fails. */
+CR_API void cr_store_cq_config_init(cr_store_cq_config *cfg);
+
+/** What a call was (cr_store_completion.op). */
+typedef enum cr_store_async_op {
+    CR_ASYNC_EXIST = 1,
+    CR_ASYNC_REMOVE = 2,
+    CR_ASYNC_GET_INTO = 3,
+    CR_ASYNC_PUT_FROM = 4,
+    CR_ASYNC_BATCH_EXIST = 5,
+    CR_ASYNC_BATCH_REMOVE = 6,
+    CR_ASYNC_BATCH_GET_INTO = 7,
+    CR_ASYNC_BATCH_PUT_FROM = 8,
+    CR_ASYNC_GET = 9,
+} cr_store_async_op;
+
+/** One finished call. */
+typedef struct cr_store_completion {
+    uint64_t user_data; /**< the submit's user_data */
+    int64_t result;     /**< the call's outcome (see above) */
+    int op;             /**< cr_store_async_op */
+    /** CR_ASYNC_GET with result >= 0: the value, a malloc'd copy the reaper owns (free() it;
+     *  never NULL then). NULL otherwise. */
+    void *value;
+} cr_store_completion;
+
+/**
+ * A completion queue on store s (borrowed: destroy the queue before
+ * cr_store_destroy; cr_store_close may come first, later calls then end
+ * with CR_UNAVAILABLE_IN_CURRENT_STATUS). cfg NULL: defaults. Starts its
+ * driver threads. Errors: CR_INVALID_PARAMS (the field named),
+ * CR_ERR_NO_MEMORY, CR_ERR_SYSTEM (eventfd, threads).
+ */
+CR_API int cr_store_cq_create(cr_store *s, const cr_store_cq_config *cfg, cr_store_cq **out);
+
+/**
+ * Cancel the calls no driver has taken (CR_ERR_CANCELED), wait for those a
+ * driver runs (each bounded by the store's deadlines), drop every
+ * completion not reaped, close the fd and free. After it returns nothing
+ * borrowed by any submit is touched again. No other thread may use q
+ * during or after it. NULL is a no-op.
+ */
+CR_API void cr_store_cq_destroy(cr_store_cq *q);
+
+/**
+ * An eventfd that is readable exactly while completions wait to be reaped
+ * (level-triggered: poll/epoll it for POLLIN, then cr_store_cq_poll; never
+ * read or close it yourself). Valid until cr_store_cq_destroy.
+ */
+CR_API int cr_store_cq_fd(cr_store_cq *q);
+
+/** Up to cap completions that are ready now, oldest first; never waits.
+ *  Returns the count (0: none), or CR_INVALID_PARAMS. */
+CR_API int cr_store_cq_poll(cr_store_cq *q, cr_store_completion *out, size_t cap);
+
+/**
+ * Wait until at least min_count completions are ready (or fewer, if fewer
+ * calls are in flight) or timeout_ms passed (< 0: no limit), then take up
+ * to cap of them. Returns the count taken (0 when the deadline passed with
+ * none ready or nothing is in flight), or CR_INVALID_PARAMS.
+ */
+CR_API int cr_store_cq_wait(cr_store_cq *q, cr_store_completion *out, size_t cap, size_t min_count,
+                            int timeout_ms);
+
+/** Calls submitted whose completion has not been reaped yet. */
+CR_API size_t cr_store_cq_in_flight(cr_store_cq *q);
+
+/** Cancel the calls with this user_data that no driver has taken yet
+ *  (each completes with CR_ERR_CANCELED). Returns how many; a call a driver
+ *  already runs finishes normally. */
+CR_API int cr_store_cq_cancel(cr_store_cq *q, uint64_t user_data);
+
+/**
+ * Submits: 0 once queued (the outcome comes as a completion), or, with no
+ * completion to follow, CR_INVALID_PARAMS (NULL q, arrays or key),
+ * CR_ERR_BUSY (max_in_flight reached: reap first), CR_ERR_NO_MEMORY,
+ * CR_ERR_CANCELED (the queue is being destroyed). Arguments mean what they
+ * mean for the synchronous call of the same name.
+ */
+CR_API int cr_store_submit_exist(cr_store_cq *q, const char *key, uint64_t user_data);
+CR_API int cr_store_submit_remove(cr_store_cq *q, const char *key, bool force, uint64_t user_data);
+CR_API int cr_store_submit_get_into(cr_store_cq *q, const char *key, void *buf, size_t cap,
+                                    uint64_t user_data);
+/** Copying get: the completion's value is a malloc'd copy (cr_store_get). Single copying gets
+ *  queued together run as one cr_store_batch_get. */
+CR_API int cr_store_submit_get(cr_store_cq *q, const char *key, uint64_t user_data);
+CR_API int cr_store_submit_put_from(cr_store_cq *q, const char *key, const void *buf, size_t len,
+                                    const cr_replicate_config *cfg, uint64_t user_data);
+CR_API int cr_store_submit_batch_exist(cr_store_cq *q, const char *const *keys, size_t n,
+                                       int *results, uint64_t user_data);
+CR_API int cr_store_submit_batch_remove(cr_store_cq *q, const char *const *keys, size_t n,
+                                        bool force, int *results, uint64_t user_data);
+CR_API int cr_store_submit_batch_get_into(cr_store_cq *q, const char *const *keys,
+                                          void *const *bufs, const size_t *caps, size_t n,
+                                          int64_t *results, uint64_t user_data);
+CR_API int cr_store_submit_batch_put_from(cr_store_cq *q, const char *const *keys,
+                                          void *const *bufs, const size_t *sizes, size_t n,
+                                          const cr_replicate_config *cfg, int *results,
+                                          uint64_t user_data);
+
 /* --- thin mode: a thin client of crescent-client (docs/standalone-client.md) -- */
 
 /**

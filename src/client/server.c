@@ -48,6 +48,7 @@
 #include "base/net.h"
 #include "client/daemon.h"
 #include "proto/frame.h"
+#include "store/internal.h"
 
 static void conn_close(crs_conn *c);
 
@@ -212,7 +213,9 @@ static void run_frame(crs_conn *c, const crp_header *h, const uint8_t *body)
         crp_thin_req_clear(&req);
         return; /* one-way */
     } else {
+        crc_release_defer(true); /* gets' lease releases go out after the reply */
         crs_handle(d, c, &req, &resp, &sc);
+        crc_release_defer(false);
     }
     if (resp.status < 0)
         atomic_fetch_add(&d->ctr.failures[req.op % 64], 1);
@@ -251,6 +254,7 @@ static int process_input(crs_conn *c)
         off += need;
         if (c->out.len > 0)
             flush_out(c);
+        crc_release_flush(); /* the reply is out: now the reads it made */
     }
     if (off > 0) {
         memmove(c->in, c->in + off, c->in_len - off);
@@ -534,6 +538,12 @@ int crs_daemon_start(crs_daemon *d, const crs_config *cfg)
             goto err_stop;
         }
     }
+    /* CRESCENT_BUSY_POLL_US (off by default): the loops spin that long after an event before
+     * they sleep again. The store's engine refused a bad value at setup. */
+    uint64_t spin_ns = 0;
+    if (crc_busy_poll_ns(&spin_ns) == 0 && spin_ns > 0)
+        for (unsigned i = 0; i < d->n_loops; i++)
+            crb_loop_set_busy_poll(&d->loops[i], spin_ns);
     rc = crb_acceptor_start(&d->acceptor, &d->loops[0], lfd, d->cfg.max_clients * 16u, on_accept, d,
                             "crescent-client socket");
     if (rc < 0) {

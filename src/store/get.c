@@ -12,7 +12,9 @@
  * not, the client gives its reads back (RELEASE_LEASES with the tokens the
  * master handed out, one frame, no reply awaited): the master then frees a
  * version that an upsert or a forced remove replaced at once instead of a
- * lease TTL later. Masters without the capability get nothing.
+ * lease TTL later. Masters without the capability get nothing. A thread
+ * may defer its releases (crc_release_defer; crescent-client does, to answer
+ * its thin client first and give the reads back right after).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,90 @@ typedef struct dest_parts {
     size_t own_size; /* the size sizes points to for a value placed by a crc_value_dest */
 } dest_parts;
 
+/*
+ * Deferred releases (crc_release_defer): the reads this thread's gets gave
+ * back while deferring, kept for crc_release_flush. Keys are copies.
+ */
+typedef struct deferred_releases {
+    cr_store *s;
+    bool on;
+    char **keys;
+    uint64_t *tokens;
+    size_t n, cap;
+} deferred_releases;
+static _Thread_local deferred_releases deferred;
+
+static void send_releases(cr_store *s, char **keys, uint64_t *tokens, size_t m);
+
+void crc_release_defer(bool on)
+{
+    deferred.on = on;
+}
+
+void crc_release_flush(void)
+{
+    deferred_releases *d = &deferred;
+    if (d->n > 0 && d->s != NULL) {
+        crc_guard g = {NULL};
+        if (crc_enter(d->s, &g) == 0 && crc_check_open(d->s) == 0)
+            send_releases(d->s, d->keys, d->tokens, d->n);
+        crc_guard_release(&g);
+    }
+    for (size_t i = 0; i < d->n; i++)
+        free(d->keys[i]);
+    d->n = 0;
+    if (d->cap > 64) { /* do not keep a large batch's arrays for ever */
+        free(d->keys);
+        free(d->tokens);
+        d->keys = NULL;
+        d->tokens = NULL;
+        d->cap = 0;
+    }
+    if (!d->on && d->cap > 0) {
+        free(d->keys);
+        free(d->tokens);
+        d->keys = NULL;
+        d->tokens = NULL;
+        d->cap = 0;
+    }
+}
+
+/* Keep m releases for crc_release_flush; false (nothing kept) if out of memory. */
+static bool defer_releases(cr_store *s, char **keys, uint64_t *tokens, size_t m)
+{
+    deferred_releases *d = &deferred;
+    if (d->s != s && d->n > 0)
+        crc_release_flush(); /* another store's: send them now */
+    d->s = s;
+    if (d->n + m > d->cap) {
+        size_t cap = d->cap ? d->cap : 16;
+        while (cap < d->n + m)
+            cap *= 2;
+        char **nk = realloc(d->keys, cap * sizeof(*nk));
+        if (nk == NULL)
+            return false;
+        d->keys = nk;
+        uint64_t *nt = realloc(d->tokens, cap * sizeof(*nt));
+        if (nt == NULL)
+            return false;
+        d->tokens = nt;
+        d->cap = cap;
+    }
+    size_t at = d->n;
+    for (size_t i = 0; i < m; i++) {
+        char *k = strdup(keys[i]);
+        if (k == NULL) {
+            for (size_t j = at; j < d->n; j++)
+                free(d->keys[j]);
+            d->n = at;
+            return false;
+        }
+        d->keys[d->n] = k;
+        d->tokens[d->n++] = tokens[i];
+    }
+    return true;
+}
+
 /* Give back the reads of keys[i] granted with tokens[i] (0 = none). */
 static void release_reads(cr_store *s, char **keys, uint64_t *tokens, size_t n)
 {
@@ -44,6 +130,13 @@ static void release_reads(cr_store *s, char **keys, uint64_t *tokens, size_t n)
     }
     if (m == 0 || !(crc_master_caps(s->master) & CRP_RPC_CAP_LEASE_RELEASE))
         return;
+    if (deferred.on && defer_releases(s, keys, tokens, m))
+        return;
+    send_releases(s, keys, tokens, m);
+}
+
+static void send_releases(cr_store *s, char **keys, uint64_t *tokens, size_t m)
+{
     crp_rpc_req req = {.op = CRP_RPC_RELEASE_LEASES};
     req.u.leases = (crp_rpc_leases_req){m, keys, tokens};
     if (crc_master_send(s->master, &req, (int)s->rpc_timeout_ms) < 0)

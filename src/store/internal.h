@@ -152,6 +152,22 @@ int64_t crc_get_to(cr_store *s, const char *key, const crc_value_dest *vd, void 
 int crc_batch_get_to(cr_store *s, const char *const *keys, size_t n, const crc_value_dest *vd,
                      void **values_out, int64_t *results);
 
+/*
+ * get.c: lease releases after the caller's reply. While crc_release_defer(true)
+ * holds on a thread, the gets it runs keep the RELEASE_LEASES notice they
+ * would send (off the call's critical path); crc_release_flush sends what
+ * was kept, one frame (for the last store that kept any), and frees it.
+ * crescent-client defers around each thin request and flushes once its
+ * reply is on the socket. Until the flush those reads stay leased (as a
+ * master without releases keeps them until their TTL).
+ */
+void crc_release_defer(bool on);
+void crc_release_flush(void);
+
+/* busy_poll.c: CRESCENT_BUSY_POLL_US in ns (0: unset, the default);
+ * CR_INVALID_PARAMS naming a bad value. */
+int crc_busy_poll_ns(uint64_t *out);
+
 /* Run t engine transfers as one batch (one at a time if the engine refuses
  * the batch); failed[k] says whether transfer k did not complete. */
 void crc_run_batch(cr_store *s, cr_transfer_request *reqs, size_t t, bool *failed);

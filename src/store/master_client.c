@@ -23,6 +23,7 @@
  * in flight (a restart) costs a reconnect, not a failed call.
  */
 #include "store/master_client.h"
+#include "store/internal.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -75,7 +76,8 @@ struct crc_master {
     uint64_t caps;
     char tenant[CRP_RPC_MAX_TENANT + 1]; /* "" = default (not sent) */
     char *secret;                        /* CRESCENT_MASTER_SECRET at connect; NULL: none */
-    crc_leader *leader; /* "etcd://" address: the HA leader's locator (store/leader.h) */
+    crc_leader *leader;    /* "etcd://" address: the HA leader's locator (store/leader.h) */
+    uint64_t busy_poll_ns; /* CRESCENT_BUSY_POLL_US: a reader spins this long before sleeping */
 };
 
 int crc_master_set_tenant(crc_master *m, const char *tenant)
@@ -174,6 +176,7 @@ static void close_dead_locked(crc_master *m)
  */
 static int read_until(crc_master *m, int fd, pending *p, uint64_t deadline)
 {
+    uint64_t spin_until = m->busy_poll_ns ? crb_now_ns() + m->busy_poll_ns : 0;
     for (;;) {
         pthread_mutex_lock(&m->lock);
         bool done = p->done;
@@ -183,7 +186,7 @@ static int read_until(crc_master *m, int fd, pending *p, uint64_t deadline)
             return 0;
         uint64_t left_ms = (deadline - now + 999999) / 1000000;
         struct pollfd pf = {.fd = fd, .events = POLLIN};
-        int n = poll(&pf, 1, left_ms > 200 ? 200 : (int)left_ms);
+        int n = poll(&pf, 1, now < spin_until ? 0 : left_ms > 200 ? 200 : (int)left_ms);
         if (n == 0 || (n < 0 && errno == EINTR))
             continue;
         int rc = n < 0 ? crb_error(CR_ERR_CONNECTION, "poll: %s", strerror(errno))
@@ -392,6 +395,10 @@ int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_
                          address ? address : "(null)");
     }
     m->client_id = client_id;
+    /* A bad value was refused already where the store's engine (or thin
+     * client) was set up; here it only means no spinning. */
+    if (crc_busy_poll_ns(&m->busy_poll_ns) < 0)
+        m->busy_poll_ns = 0;
     const char *secret = getenv("CRESCENT_MASTER_SECRET");
     if (secret != NULL && secret[0] != '\0' && (m->secret = strdup(secret)) == NULL) {
         free(m);

@@ -81,6 +81,7 @@ typedef struct crc_thin {
     bool has_secret;
     char tenant[CRP_THIN_MAX_TENANT + 1];
     uint32_t call_timeout_ms, max_conns;
+    uint64_t busy_poll_ns; /* CRESCENT_BUSY_POLL_US: spin this long for a reply before sleeping */
 
     /* pool + local buffer: one memfd */
     int pool_fd;

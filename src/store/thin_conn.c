@@ -151,6 +151,8 @@ static int send_all(crc_thin *t, int fd, const uint8_t *buf, size_t len, const i
 static int read_reply(crc_thin *t, crc_thin_conn *c, uint64_t id, crp_thin_resp *resp,
                       uint64_t deadline_ns)
 {
+    /* CRESCENT_BUSY_POLL_US: non-blocking reads until then, before sleeping in recv. */
+    uint64_t spin_until = t->busy_poll_ns ? crb_now_ns() + t->busy_poll_ns : 0;
     for (;;) {
         if (c->in_len >= CRP_HEADER_SIZE) {
             crp_header h;
@@ -181,12 +183,13 @@ static int read_reply(crc_thin *t, crc_thin_conn *c, uint64_t id, crp_thin_resp 
         if (crb_now_ns() >= deadline_ns)
             return crb_error(CR_ERR_TIMEOUT, "crescent-client at %s did not answer in %u ms",
                              t->address, t->call_timeout_ms);
-        ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        bool spin = spin_until != 0 && crb_now_ns() < spin_until;
+        ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, spin ? MSG_DONTWAIT : 0);
         if (n > 0) {
             c->in_len += (size_t)n;
             continue;
         }
-        if (n < 0 && errno == EINTR)
+        if (n < 0 && (errno == EINTR || (spin && (errno == EAGAIN || errno == EWOULDBLOCK))))
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return crb_error(CR_ERR_TIMEOUT, "crescent-client at %s did not answer in %u ms",

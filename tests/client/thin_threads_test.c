@@ -6,7 +6,9 @@
  * itself), every byte checked, then each reads the others' keys. The thin
  * client opens one connection per concurrently calling thread, up to its
  * limit (max_connections 4 here, so threads also wait for one); the test
- * checks the count and that no call failed. Run under ThreadSanitizer too.
+ * checks the count and that no call failed. Then one thread keeps 64 calls
+ * in flight through a completion queue (cr_store_cq) on the same thin store.
+ * Run under ThreadSanitizer too.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -148,6 +150,56 @@ static void *reader(void *arg)
     return NULL;
 }
 
+/* The completion queue on a thin store: 32 put_froms from the pool, then 32 get_intos and 32
+ * exists in flight from this one thread, every byte checked. */
+static void async_on_thin(void)
+{
+    enum { N = 32, SZ = 4096 };
+    uint8_t *pool = NULL;
+    assert_int_equal(cr_store_pool_alloc(store, 2 * N * SZ, (void **)&pool), 0);
+    cr_store_cq *q = NULL;
+    assert_int_equal(cr_store_cq_create(store, NULL, &q), 0);
+    char keys[N][32];
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "thin-async-%d", i);
+        fill(pool + (size_t)i * SZ, SZ, 900u + (unsigned)i);
+        assert_int_equal(
+            cr_store_submit_put_from(q, keys[i], pool + (size_t)i * SZ, SZ, NULL, (uint64_t)i), 0);
+    }
+    cr_store_completion got[2 * N];
+    size_t have = 0;
+    while (have < N) {
+        int k = cr_store_cq_wait(q, got + have, N - have, N - have, 30000);
+        assert_true(k > 0);
+        have += (size_t)k;
+    }
+    for (int k = 0; k < N; k++)
+        assert_int_equal(got[k].result, 0);
+    uint8_t *dst = pool + (size_t)N * SZ;
+    memset(dst, 0, (size_t)N * SZ);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(
+            cr_store_submit_get_into(q, keys[i], dst + (size_t)i * SZ, SZ, (uint64_t)i), 0);
+        assert_int_equal(cr_store_submit_exist(q, keys[i], (uint64_t)(N + i)), 0);
+    }
+    for (have = 0; have < 2 * N;) {
+        int k = cr_store_cq_wait(q, got + have, 2 * N - have, 2 * N - have, 30000);
+        assert_true(k > 0);
+        have += (size_t)k;
+    }
+    for (int k = 0; k < 2 * N; k++) {
+        uint64_t u = got[k].user_data;
+        if (u < N) {
+            assert_int_equal(got[k].result, SZ);
+            assert_true(same(dst + u * SZ, SZ, 900u + (unsigned)u));
+        } else {
+            assert_int_equal(got[k].result, 1);
+        }
+    }
+    cr_store_cq_destroy(q);
+    assert_int_equal(cr_store_pool_free(store, pool), 0);
+}
+
 static void test_threads(void **state)
 {
     (void)state;
@@ -172,6 +224,7 @@ static void test_threads(void **state)
     for (int i = 0; i < THREADS; i++)
         pthread_join(t[i], NULL);
     assert_int_equal(atomic_load(&failures), 0);
+    async_on_thin();
     cr_store_thin_stats st;
     assert_int_equal(cr_store_thin_stats_get(store, &st), 0);
     assert_true(st.connections >= 1 && st.connections <= 4);

@@ -67,6 +67,7 @@
 #include "tool_util.h"
 #include "bench.h"
 #include "crescent/store.h"
+#include "store_async.h"
 
 #define MAX_SIZES      16
 #define MAX_CLIENTS    64
@@ -94,6 +95,8 @@ typedef struct sb_opts {
     bool fresh;    /* no warm-up pass: puts land on never-touched segment pages */
     bool physical; /* --baseline: socket stream, memcpy and ping-pong in this run */
     bool vs_mooncake;
+    bool async; /* --async: one thread's calls/s, sync vs completion queue */
+    uint32_t async_depth, async_rounds;
     bool zcopy, copy, single, batched;
     uint64_t segment_size, buffer_size, region_size, target_size;
     uint32_t lease_ms;
@@ -659,6 +662,18 @@ static void usage(FILE *to)
         "                         freshly mounted holder) instead of committed ones\n"
         "  --vs-mooncake          end with issue 12's table: these figures next to Mooncake's\n"
         "                         recorded ones (and the --baseline floor)\n"
+        "  --async                instead of the cases: one thread's exist and get_into calls/s\n"
+        "                         (first --value-sizes size), synchronous vs the completion\n"
+        "                         queue (cr_store_cq), --async-rounds alternating slices of\n"
+        "                         --duration each\n"
+        "  --async-depth N        calls in flight in the async slices (default 64)\n"
+        "  --async-rounds N       rounds of the four slices (default 5)\n"
+        "  --async                instead of the cases: one thread's exist and get_into calls/s\n"
+        "                         (first --value-sizes size), synchronous vs the completion\n"
+        "                         queue (cr_store_cq), --async-rounds alternating slices of\n"
+        "                         --duration each\n"
+        "  --async-depth N        calls in flight in the async slices (default 64)\n"
+        "  --async-rounds N       rounds of the four slices (default 5)\n"
         "  --verify               fill every value with a per-key pattern and check every byte\n"
         "                         of every get (inside the timed loop: not a speed run)\n"
         "  --json                 JSON lines on stdout instead of the table\n"
@@ -776,6 +791,12 @@ static int apply_value(sb_opts *o, const char *flag, const char *v)
     } else if (strcmp(flag, "--target-size") == 0) {
         if (cb_parse_size(v, &o->target_size) < 0 || o->target_size == 0)
             return cb_bad_value("store", flag, v, "a positive size");
+    } else if (strcmp(flag, "--async-depth") == 0) {
+        if (cb_parse_u32(v, 1, 4096, &o->async_depth) < 0)
+            return cb_bad_value("store", flag, v, "a number from 1 to 4096");
+    } else if (strcmp(flag, "--async-rounds") == 0) {
+        if (cb_parse_u32(v, 1, 64, &o->async_rounds) < 0)
+            return cb_bad_value("store", flag, v, "a number from 1 to 64");
     } else if (strcmp(flag, "--lease-ms") == 0) {
         if (cb_parse_u32(v, 10, 600000, &o->lease_ms) < 0)
             return cb_bad_value("store", flag, v, "a number of milliseconds from 10 to 600000");
@@ -811,10 +832,10 @@ static int apply_flag(void *ctx, const char *flag, const char *v)
 static int parse_opts(int argc, char **argv, sb_opts *o)
 {
     static const char *const value_flags[] = {
-        "--role",        "--value-sizes", "--batch",       "--threads", "--clients",
-        "--drivers",     "--duration",    "--modes",       "--shapes",  "--segment-size",
-        "--protocol",    "--buffer-size", "--region-size", "--master",  "--master-bin",
-        "--target-size", "--lease-ms",
+        "--role",        "--value-sizes", "--batch",       "--threads",      "--clients",
+        "--drivers",     "--duration",    "--modes",       "--shapes",       "--segment-size",
+        "--protocol",    "--buffer-size", "--region-size", "--master",       "--master-bin",
+        "--target-size", "--lease-ms",    "--async-depth", "--async-rounds",
     };
     static const uint64_t default_sizes[] = {4 * CB_KIB, 64 * CB_KIB, CB_MIB};
     memset(o, 0, sizeof(*o));
@@ -834,7 +855,9 @@ static int parse_opts(int argc, char **argv, sb_opts *o)
     o->buffer_size = 16 * CB_MIB;
     o->protocol = "auto";
     o->lease_ms = 500;
-    ct_option table[sizeof(value_flags) / sizeof(value_flags[0]) + 7] = {
+    o->async_depth = 64;
+    o->async_rounds = 5;
+    ct_option table[sizeof(value_flags) / sizeof(value_flags[0]) + 8] = {
         CT_SWITCH("--verify", &o->verify),
         CT_SWITCH("--json", &o->json),
         CT_SWITCH("--quiet", &o->quiet),
@@ -842,8 +865,9 @@ static int parse_opts(int argc, char **argv, sb_opts *o)
         CT_SWITCH("--fresh", &o->fresh),
         CT_SWITCH("--baseline", &o->physical),
         CT_SWITCH("--vs-mooncake", &o->vs_mooncake),
+        CT_SWITCH("--async", &o->async),
     };
-    size_t n = 7;
+    size_t n = 8;
     for (size_t f = 0; f < sizeof(value_flags) / sizeof(value_flags[0]); f++)
         table[n++] = (ct_option)CT_APPLY(value_flags[f]);
     int pr = ct_parse_options(argc, argv, table, n, apply_flag, o, CB_PROG " store");
@@ -1475,6 +1499,12 @@ static int orchestrator_main(const sb_opts *o)
                "the engine's shm path, same size/direction/shape\n",
                o->batch);
         fflush(stdout);
+    }
+    if (o->async) {
+        if (sb_async_run(r->master.addr, o->protocol, o->sizes[0], 1024, o->async_depth,
+                         o->async_rounds, o->duration, o->verify, o->json) == 0)
+            rc = CB_EXIT_OK;
+        goto out;
     }
     if (warm_up(r) < 0 || run_all(r) < 0)
         goto out;

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -193,6 +194,55 @@ static const char *sibling(char *buf, size_t len, const char *dir, const char *n
 }
 
 /* --- one case ----------------------------------------------------------------- */
+
+/*
+ * The floor of one hop to the daemon: a 64-byte request / 64-byte reply
+ * ping-pong over a Unix socket pair with a forked echo child, for secs.
+ * Called while this process has no other threads (before setup, after
+ * destroy). 0 with the p50 / p99 in us, or -1.
+ */
+static int uds_pingpong(double secs, double *p50, double *p99)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(sv[0]);
+        close(sv[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(sv[0]);
+        char b[64];
+        for (;;) {
+            ssize_t n = recv(sv[1], b, sizeof(b), MSG_WAITALL);
+            if (n != (ssize_t)sizeof(b) || send(sv[1], b, sizeof(b), MSG_NOSIGNAL) != n)
+                _exit(0);
+        }
+    }
+    close(sv[1]);
+    cb_hist *h = calloc(1, sizeof(*h));
+    int rc = h != NULL ? 0 : -1;
+    char b[64] = {0};
+    uint64_t end = cb_now_ns() + (uint64_t)(secs * 1e9);
+    while (rc == 0 && cb_now_ns() < end) {
+        uint64_t t0 = cb_now_ns();
+        if (send(sv[0], b, sizeof(b), MSG_NOSIGNAL) != (ssize_t)sizeof(b) ||
+            recv(sv[0], b, sizeof(b), MSG_WAITALL) != (ssize_t)sizeof(b))
+            rc = -1;
+        else
+            cb_hist_add(h, cb_now_ns() - t0, 1);
+    }
+    close(sv[0]);
+    waitpid(pid, NULL, 0);
+    if (rc == 0) {
+        *p50 = (double)cb_hist_quantile(h, 0.5) / 1e3;
+        *p99 = (double)cb_hist_quantile(h, 0.99) / 1e3;
+    }
+    free(h);
+    return rc;
+}
 
 static void key_of(char *out, const tb_side *sd, uint64_t size, uint64_t i)
 {
@@ -412,6 +462,9 @@ int cb_thin_main(int argc, char **argv)
         rc = CB_EXIT_FAIL;
         goto out_stop;
     }
+    double uds_p50[2] = {0}, uds_p99[2] = {0};
+    if (uds_pingpong(0.5, &uds_p50[0], &uds_p99[0]) < 0)
+        fprintf(stderr, CB_PROG " thin: unix socket ping-pong baseline failed\n");
     uint64_t maxsz = 0;
     for (size_t i = 0; i < o.n_sizes; i++)
         maxsz = o.sizes[i] > maxsz ? o.sizes[i] : maxsz;
@@ -491,6 +544,10 @@ out_free:
 out_close:
     cr_store_destroy(thin);
     cr_store_destroy(emb);
+    if (rc == CB_EXIT_OK && uds_pingpong(0.5, &uds_p50[1], &uds_p99[1]) == 0)
+        printf("# floor of the hop: unix socket ping-pong (64 B each way) p50 %.1f / %.1f us, "
+               "p99 %.1f / %.1f us (before / after the cases)\n",
+               uds_p50[0], uds_p50[1], uds_p99[0], uds_p99[1]);
 out_stop:
     if (stop(&dp) != 0 && rc == CB_EXIT_OK) {
         fprintf(stderr, CB_PROG " thin: crescent-client did not exit cleanly\n");
