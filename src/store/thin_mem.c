@@ -298,6 +298,50 @@ int crc_thin_translate(crc_thin *t, const void *p, uint64_t len, crp_thin_ext *e
     return rc;
 }
 
+/* Is fd open read-write on the file (ino, dev)? */
+static bool is_file_rw(int fd, unsigned long long ino, dev_t dev)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_ino != ino || st.st_dev != dev)
+        return false;
+    int acc = fcntl(fd, F_GETFL);
+    return acc >= 0 && (acc & O_ACCMODE) == O_RDWR;
+}
+
+/* The file mapped at [start, end) through /proc/self/map_files, if this
+ * process may open it: a descriptor (ours), or -1. */
+static int open_map_file(uintptr_t start, uintptr_t end, unsigned long long ino, dev_t dev)
+{
+    char path[96];
+    snprintf(path, sizeof(path), "/proc/self/map_files/%" PRIxPTR "-%" PRIxPTR, start, end);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd >= 0 && !is_file_rw(fd, ino, dev)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* A duplicate (ours to close) of one of the process's descriptors open
+ * read-write on (ino, dev), or -1. Another thread may close a descriptor
+ * and open another file under its number while this scans, so the
+ * duplicate itself is checked: it can never name the wrong file. */
+static int dup_own_descriptor(unsigned long long ino, dev_t dev)
+{
+    long max_fd = sysconf(_SC_OPEN_MAX);
+    for (int fd = 0; fd < max_fd && fd < 65536; fd++) {
+        if (!is_file_rw(fd, ino, dev))
+            continue;
+        int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (d < 0)
+            continue;
+        if (is_file_rw(d, ino, dev))
+            return d;
+        close(d); /* fd was reused meanwhile: keep looking */
+    }
+    return -1;
+}
+
 /* Find the shared file mapping holding [p, p + len): a descriptor of the
  * file (ours to close) and p's offset in it. 0, or -1 when there is none. */
 static int find_shared(const void *p, uint64_t len, int *fd_out, uint64_t *off_out)
@@ -338,21 +382,16 @@ static int find_shared(const void *p, uint64_t len, int *fd_out, uint64_t *off_o
             if (fd >= 0)
                 close(fd);
         }
-        /* The file has no path (a memfd) or lost it: one of our descriptors? */
-        long max_fd = sysconf(_SC_OPEN_MAX);
-        for (int fd = 0; fd < max_fd && fd < 65536; fd++) {
-            if (fstat(fd, &st) != 0 || st.st_ino != ino || st.st_dev != dev)
-                continue;
-            int acc = fcntl(fd, F_GETFL);
-            if (acc < 0 || (acc & O_ACCMODE) != O_RDWR)
-                continue;
-            int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-            if (d >= 0) {
-                *fd_out = d;
-                *off_out = file_off;
-                found = 0;
-            }
-            break;
+        /* The file has no path (a memfd) or lost it: the mapping itself
+         * (map_files needs CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN), else
+         * one of our descriptors. */
+        int fd = open_map_file(start, end, ino, dev);
+        if (fd < 0)
+            fd = dup_own_descriptor(ino, dev);
+        if (fd >= 0) {
+            *fd_out = fd;
+            *off_out = file_off;
+            found = 0;
         }
         break;
     }
