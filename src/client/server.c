@@ -30,9 +30,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +44,7 @@
 #include "base/log.h"
 #include "base/net.h"
 #include "client/daemon.h"
+#include "proto/mac.h"
 #include "proto/frame.h"
 #include "store/internal.h"
 
@@ -111,13 +109,10 @@ static void queue_reply(crs_conn *c, uint64_t id, crp_thin_resp *resp)
 
 static bool mac_ok(const crs_daemon *d, const crs_conn *c, const uint8_t *mac)
 {
-    uint8_t msg[sizeof(CRP_THIN_MAC_LABEL) - 1 + CRP_THIN_NONCE_SIZE];
-    memcpy(msg, CRP_THIN_MAC_LABEL, sizeof(CRP_THIN_MAC_LABEL) - 1);
-    memcpy(msg + sizeof(CRP_THIN_MAC_LABEL) - 1, c->nonce, CRP_THIN_NONCE_SIZE);
-    uint8_t want[CRP_THIN_MAC_SIZE];
-    unsigned int len = sizeof(want);
-    HMAC(EVP_sha256(), d->cfg.secret, (int)strlen(d->cfg.secret), msg, sizeof(msg), want, &len);
-    return CRYPTO_memcmp(want, mac, sizeof(want)) == 0;
+    uint8_t want[CRP_PROOF_SIZE];
+    crp_proof(d->cfg.secret, strlen(d->cfg.secret), CRP_THIN_MAC_LABEL, c->nonce,
+              CRP_THIN_NONCE_SIZE, NULL, 0, want);
+    return crp_proof_equal(want, mac);
 }
 
 /* HELLO: 0 with the reply filled, or a status (the connection then closes). */

@@ -7,24 +7,16 @@
  * "server" | client nonce | server nonce) in HELLO_ACK. Fresh nonces on both
  * sides make a recorded exchange useless for a later connection.
  */
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "engine/internal.h"
+#include "proto/mac.h"
 
 void cre_auth_mac(const cr_engine *e, const char *label, const uint8_t a[CRP_NONCE_SIZE],
                   const uint8_t b[CRP_NONCE_SIZE], uint8_t mac[CRP_MAC_SIZE])
 {
-    uint8_t msg[16 + 2 * CRP_NONCE_SIZE];
-    size_t ll = strlen(label);
-    memcpy(msg, label, ll);
-    memcpy(msg + ll, a, CRP_NONCE_SIZE);
-    memcpy(msg + ll + CRP_NONCE_SIZE, b, CRP_NONCE_SIZE);
-    unsigned int len = CRP_MAC_SIZE;
-    HMAC(EVP_sha256(), e->secret, (int)e->secret_len, msg, ll + 2 * CRP_NONCE_SIZE, mac, &len);
+    crp_proof(e->secret, e->secret_len, label, a, CRP_NONCE_SIZE, b, CRP_NONCE_SIZE, mac);
 }
 
 bool cre_auth_check(const cr_engine *e, const char *label, const uint8_t a[CRP_NONCE_SIZE],
@@ -32,7 +24,7 @@ bool cre_auth_check(const cr_engine *e, const char *label, const uint8_t a[CRP_N
 {
     uint8_t want[CRP_MAC_SIZE];
     cre_auth_mac(e, label, a, b, want);
-    return CRYPTO_memcmp(want, mac, CRP_MAC_SIZE) == 0;
+    return crp_proof_equal(want, mac);
 }
 
 int cre_hello_build(cr_engine *e, uint8_t role, const uint8_t server_nonce[CRP_NONCE_SIZE],

@@ -12,16 +12,13 @@
 
 #include <string.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/net.h"
 #include "crescent/status.h"
 #include "master/rpc_limits.h"
+#include "proto/mac.h"
 
 #define AUTH_LOG_INTERVAL_MS 10000
 
@@ -41,15 +38,7 @@ void crk_auth_mac(const char *secret, size_t secret_len, const char *label,
                   const uint8_t a[CRP_NONCE_SIZE], const uint8_t b[CRP_NONCE_SIZE],
                   uint8_t mac[CRP_MAC_SIZE])
 {
-    uint8_t msg[32 + 2 * CRP_NONCE_SIZE];
-    size_t ll = strlen(label);
-    if (ll > 32)
-        ll = 32;
-    memcpy(msg, label, ll);
-    memcpy(msg + ll, a, CRP_NONCE_SIZE);
-    memcpy(msg + ll + CRP_NONCE_SIZE, b, CRP_NONCE_SIZE);
-    unsigned int len = CRP_MAC_SIZE;
-    HMAC(EVP_sha256(), secret, (int)secret_len, msg, ll + 2 * CRP_NONCE_SIZE, mac, &len);
+    crp_proof(secret, secret_len, label, a, CRP_NONCE_SIZE, b, CRP_NONCE_SIZE, mac);
 }
 
 static void hello_fields(const crk_server_info *info, crp_rpc_resp *resp)
@@ -77,7 +66,7 @@ int crk_auth_check(const crk_server_info *info, crk_peer *peer, const crp_rpc_re
         crk_auth_mac(info->secret, info->secret_len, CRK_AUTH_CLIENT_LABEL, peer->nonce,
                      h->client_nonce, want);
         peer->challenged = false; /* one answer per challenge */
-        if (CRYPTO_memcmp(want, h->mac, CRP_MAC_SIZE) == 0) {
+        if (crp_proof_equal(want, h->mac)) {
             peer->authenticated = true;
             return 0;
         }

@@ -36,14 +36,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/net.h"
+#include "proto/mac.h"
 #include "proto/frame.h"
 #include "proto/frame_reader.h"
 #include "store/leader.h"
@@ -262,13 +259,7 @@ static int decode_reply(const crp_header *h, const uint8_t *body, int op, crp_rp
 static void auth_mac(const char *secret, const char *label, const uint8_t a[CRP_NONCE_SIZE],
                      const uint8_t b[CRP_NONCE_SIZE], uint8_t mac[CRP_MAC_SIZE])
 {
-    uint8_t msg[32 + 2 * CRP_NONCE_SIZE];
-    size_t ll = strlen(label);
-    memcpy(msg, label, ll);
-    memcpy(msg + ll, a, CRP_NONCE_SIZE);
-    memcpy(msg + ll + CRP_NONCE_SIZE, b, CRP_NONCE_SIZE);
-    unsigned int len = CRP_MAC_SIZE;
-    HMAC(EVP_sha256(), secret, (int)strlen(secret), msg, ll + 2 * CRP_NONCE_SIZE, mac, &len);
+    crp_proof(secret, strlen(secret), label, a, CRP_NONCE_SIZE, b, CRP_NONCE_SIZE, mac);
 }
 
 /* One SERVICE_READY request and its reply (*resp, to clear) on fd. */
@@ -329,7 +320,7 @@ static int connect_locked(crc_master *m, int timeout_ms)
         if (rc == 0 && resp.status == 0) {
             uint8_t want[CRP_MAC_SIZE];
             auth_mac(m->secret, AUTH_SERVER_LABEL, hello.u.hello.client_nonce, server_nonce, want);
-            if (!resp.u.hello.has_mac || CRYPTO_memcmp(want, resp.u.hello.mac, CRP_MAC_SIZE) != 0)
+            if (!resp.u.hello.has_mac || !crp_proof_equal(want, resp.u.hello.mac))
                 resp.status = crb_error(CR_ERR_MASTER_AUTH_FAILED,
                                         "master %s:%u did not prove the shared secret", m->host,
                                         (unsigned)m->port);

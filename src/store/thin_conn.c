@@ -24,8 +24,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +34,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "proto/mac.h"
 #include "store/thin.h"
 
 #define HANDSHAKE_MS   10000
@@ -237,11 +236,8 @@ int crc_thin_conn_call(crc_thin *t, crc_thin_conn *c, const crp_thin_req *req, c
 static void hello_mac(const crc_thin *t, const uint8_t nonce[CRP_THIN_NONCE_SIZE],
                       uint8_t out[CRP_THIN_MAC_SIZE])
 {
-    uint8_t msg[sizeof(CRP_THIN_MAC_LABEL) - 1 + CRP_THIN_NONCE_SIZE];
-    memcpy(msg, CRP_THIN_MAC_LABEL, sizeof(CRP_THIN_MAC_LABEL) - 1);
-    memcpy(msg + sizeof(CRP_THIN_MAC_LABEL) - 1, nonce, CRP_THIN_NONCE_SIZE);
-    unsigned int len = CRP_THIN_MAC_SIZE;
-    HMAC(EVP_sha256(), t->secret, (int)strlen(t->secret), msg, sizeof(msg), out, &len);
+    crp_proof(t->secret, strlen(t->secret), CRP_THIN_MAC_LABEL, nonce, CRP_THIN_NONCE_SIZE, NULL, 0,
+              out);
 }
 
 /* The daemon's socket must be ours or root's. */
