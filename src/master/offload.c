@@ -27,6 +27,7 @@
 #include "master/internal.h"
 #include "master/mem.h"
 #include "master/prom.h"
+#include "master/regex.h"
 #include "master/tenants.h"
 #include "proto/offload.h"
 #include "proto/rpc.h"
@@ -505,6 +506,126 @@ uint64_t crk_off_remove_all(crk_service *s, const char *ns, size_t nl)
     }
     pthread_mutex_unlock(&off->mu);
     return n;
+}
+
+int crk_off_query(crk_service *s, const char *key, size_t len, uint64_t now, crk_key_info *out)
+{
+    struct crk_offload *off = s->off;
+    if (off == NULL)
+        return crb_error(CR_OBJECT_NOT_FOUND, "query_key '%s': no such object", key);
+    int rc = 0;
+    pthread_mutex_lock(&off->mu);
+    entry *e = *find_slot(off, key, len, crk_key_hash(s, key, len));
+    if (e == NULL || e->state != ENTRY_DISK) {
+        rc = crb_error(CR_OBJECT_NOT_FOUND, "query_key '%s': no such object", key);
+        goto unlock;
+    }
+    holder *h = find_holder(off, e->holder);
+    memset(out, 0, sizeof(*out));
+    out->value_size = e->size;
+    out->complete = true;
+    out->on_disk = true;
+    out->disk_holder_live = holder_live(s, h, now);
+    out->replicas.value_size = e->size;
+    out->replicas.n = 1;
+    crk_replica_desc *d = &out->replicas.r[0];
+    snprintf(d->segment, sizeof(d->segment), "%s", h != NULL ? h->segment : "");
+    d->size = e->size; /* address 0, epoch 0: the holder's disk, not a segment */
+unlock:
+    pthread_mutex_unlock(&off->mu);
+    return rc;
+}
+
+/* A disk-only key of a regex scan: hash, length, bytes at `off` in the buffer. */
+typedef struct scan_key {
+    uint64_t hash;
+    size_t len, off;
+} scan_key;
+
+int crk_off_remove_matching(crk_service *s, const char *ns, size_t nl, crk_regex *re,
+                            uint64_t *count)
+{
+    struct crk_offload *off = s->off;
+    if (off == NULL)
+        return 0;
+    /* Copy the keys under the lock, match them without it (a pattern's cost never delays a
+     * heartbeat or a get), then remove each matched key that is still disk-only. */
+    scan_key *keys = NULL;
+    char *bytes = NULL;
+    size_t n = 0, cap = 0, blen = 0, bcap = 0;
+    int rc = 0;
+    pthread_mutex_lock(&off->mu);
+    for (size_t i = 0; i < off->nbuckets && rc == 0; i++) {
+        for (entry *e = off->buckets[i]; e != NULL && rc == 0; e = e->next) {
+            bool in = ns == NULL || (nl == 0 ? e->key[0] != CRK_TENANT_MARK
+                                             : e->key_len >= nl && memcmp(e->key, ns, nl) == 0);
+            if (!in || e->state != ENTRY_DISK)
+                continue;
+            if (n == cap) {
+                size_t nc = cap ? cap * 2 : 256;
+                scan_key *k = crk_realloc(keys, nc * sizeof(*k));
+                if (k == NULL) {
+                    rc = CR_ERR_NO_MEMORY;
+                    break;
+                }
+                keys = k;
+                cap = nc;
+            }
+            if (blen + e->key_len > bcap) {
+                size_t nc = bcap ? bcap * 2 : 16384;
+                while (nc < blen + e->key_len)
+                    nc *= 2;
+                char *b = crk_realloc(bytes, nc);
+                if (b == NULL) {
+                    rc = CR_ERR_NO_MEMORY;
+                    break;
+                }
+                bytes = b;
+                bcap = nc;
+            }
+            memcpy(bytes + blen, e->key, e->key_len);
+            keys[n++] = (scan_key){e->hash, e->key_len, blen};
+            blen += e->key_len;
+        }
+    }
+    pthread_mutex_unlock(&off->mu);
+    if (rc != 0) {
+        rc = crb_error(rc, "remove_by_regex: copying the disk tier's keys");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *key = bytes + keys[i].off;
+        /* the key as its tenant knows it: without the namespace prefix */
+        int m = crk_regex_match(re, key + nl, keys[i].len - nl);
+        if (m < 0) {
+            rc = crb_error(m, "remove_by_regex stopped after removing %llu keys: %s",
+                           (unsigned long long)*count, cr_last_error_message());
+            goto out;
+        }
+        if (m != 1)
+            continue;
+        /* Only a key absent from the object table: one in memory was judged (removable or
+         * not) by the shard scan, which dropped its disk copy with it. */
+        crk_shard *sh = crk_shard_for(s, keys[i].hash);
+        pthread_mutex_lock(&sh->mu);
+        crk_object *o =
+            sh->slots[crk_shard_probe(sh, key, keys[i].len, (uint32_t)keys[i].hash)].obj;
+        if (o == NULL) {
+            pthread_mutex_lock(&off->mu);
+            entry **p = find_slot(off, key, keys[i].len, keys[i].hash);
+            if (*p != NULL && (*p)->state == ENTRY_DISK) {
+                queue_remove(off, (*p)->holder, (*p)->key, (*p)->key_len, (*p)->version);
+                unlink_entry(off, p);
+                (*count)++;
+            }
+            pthread_mutex_unlock(&off->mu);
+        }
+        pthread_mutex_unlock(&sh->mu);
+    }
+out:
+    crk_free(keys);
+    crk_free(bytes);
+    return rc;
 }
 
 /* --- heartbeats --------------------------------------------------------------------- */

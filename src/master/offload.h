@@ -102,6 +102,20 @@ int crk_off_remove(crk_service *s, const char *key, size_t len);
  *  returns how many. */
 uint64_t crk_off_remove_all(crk_service *s, const char *ns, size_t nl);
 
+/** query_key of a key absent from the object table: 0 with *out filled for its disk copy
+ *  (complete, on_disk, one replica: the holder's segment name, address 0, epoch 0), or
+ *  CR_OBJECT_NOT_FOUND. No lease, nothing staged. */
+int crk_off_query(crk_service *s, const char *key, size_t len, uint64_t now,
+                  struct crk_key_info *out);
+
+struct crk_regex;
+/** remove_by_regex's pass over the disk-only keys of namespace ns (as crk_off_remove_all):
+ *  each key (without the ns prefix) that re matches and that is absent from the object
+ *  table loses its disk copy (the holder is told). Adds the removed keys to *count.
+ *  0, CR_ERR_NO_MEMORY, or the regex's error. Takes shard locks: call with none held. */
+int crk_off_remove_matching(crk_service *s, const char *ns, size_t nl, struct crk_regex *re,
+                            uint64_t *count);
+
 /**
  * One OFFLOAD_HEARTBEAT of `client`: apply the results and reports in
  * body[0..len) and encode the reply (tasks) into *reply. 0, or

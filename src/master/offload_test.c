@@ -99,8 +99,14 @@ static void test_offload_then_stage(void **state)
     beat(&f, &res, 1, &t);
     crp_off_clear(&t);
     assert_int_equal(crk_exist(f.s, "k0", f.now), 1);
+    /* query_key sees the disk copy: complete, on the holder's disk, no lease, no stage */
     crk_key_info ki;
-    assert_int_equal(crk_query_key(f.s, "k0", f.now, &ki), CR_OBJECT_NOT_FOUND);
+    assert_int_equal(crk_query_key(f.s, "k0", f.now, &ki), 0);
+    assert_true(ki.on_disk && ki.disk_holder_live && ki.complete && ki.value_size == VAL);
+    assert_int_equal(ki.replicas.n, 1);
+    assert_string_equal(ki.replicas.r[0].segment, "holder:1");
+    assert_true(ki.replicas.r[0].address == 0 && ki.replicas.r[0].mount_epoch == 0);
+    assert_int_equal(crk_query_key(f.s, "no-such-key", f.now, &ki), CR_OBJECT_NOT_FOUND);
     /* a get stages it */
     assert_int_equal(crk_get_replica_list(f.s, "k0", f.now, &l), CR_ERR_OFFLOAD_STAGING);
     beat(&f, NULL, 0, &t);
@@ -198,6 +204,62 @@ static void test_remove_and_upsert(void **state)
     crp_off_clear(&t);
     free(res[0].key);
     free(res[1].key);
+    crk_service_destroy(f.s);
+}
+
+/* remove_by_regex reaches keys only on disk (and only the matching ones); a removed one is
+ * gone for query_key, exist and get, and its holder is told to drop that version. */
+static void test_remove_by_regex_on_disk(void **state)
+{
+    (void)state;
+    fixture f = setup_fx(true);
+    crp_off_msg t;
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    fill(&f, 20);
+    beat(&f, NULL, 0, &t);
+    crp_off_item res[8];
+    size_t n = 0;
+    for (size_t i = 0; i < t.n_items && n < 8; i++)
+        if (t.items[i].kind == CRP_OFF_OFFLOAD)
+            res[n++] = (crp_off_item){
+                CRP_OFF_OFFLOAD, 0, strdup(t.items[i].key), t.items[i].version, 0, VAL, 0};
+    assert_true(n >= 2);
+    crp_off_clear(&t);
+    f.now += 20000;
+    beat(&f, res, n, &t);
+    crp_off_clear(&t);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(crk_exist(f.s, res[i].key, f.now), 1);
+    /* a pattern naming only res[0] (anchored: "k1" must not take "k10".."k19") */
+    char pat[64];
+    snprintf(pat, sizeof(pat), "^%s$", res[0].key);
+    uint64_t removed = 0;
+    assert_int_equal(crk_remove_by_regex(f.s, pat, false, f.now, &removed), 0);
+    assert_int_equal(removed, 1);
+    crk_key_info ki;
+    assert_int_equal(crk_query_key(f.s, res[0].key, f.now, &ki), CR_OBJECT_NOT_FOUND);
+    assert_int_equal(crk_exist(f.s, res[0].key, f.now), 0);
+    crk_replica_list l;
+    assert_int_equal(crk_get_replica_list(f.s, res[0].key, f.now, &l), CR_OBJECT_NOT_FOUND);
+    for (size_t i = 1; i < n; i++) {
+        assert_int_equal(crk_query_key(f.s, res[i].key, f.now, &ki), 0);
+        assert_true(ki.on_disk);
+    }
+    beat(&f, NULL, 0, &t);
+    const crp_off_item *rm = find_task(&t, CRP_OFF_REMOVE, res[0].key);
+    assert_non_null(rm);
+    assert_true(rm->version == res[0].version);
+    crp_off_clear(&t);
+    /* a pattern matching every key: the disk-only ones and the memory ones go */
+    assert_int_equal(crk_remove_by_regex(f.s, "^k", true, f.now, &removed), 0);
+    assert_true(removed >= n - 1);
+    for (size_t i = 1; i < n; i++) {
+        assert_int_equal(crk_exist(f.s, res[i].key, f.now), 0);
+        assert_int_equal(crk_query_key(f.s, res[i].key, f.now, &ki), CR_OBJECT_NOT_FOUND);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(res[i].key);
     crk_service_destroy(f.s);
 }
 
@@ -312,6 +374,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_offload_then_stage),
         cmocka_unit_test(test_remove_and_upsert),
+        cmocka_unit_test(test_remove_by_regex_on_disk),
         cmocka_unit_test(test_stale_and_failed_results),
         cmocka_unit_test(test_foreign_announce_and_refusals),
         cmocka_unit_test(test_write_behind),

@@ -164,6 +164,9 @@ typedef struct crk_key_info {
     uint64_t lease_until_ms; /* 0 if never leased */
     uint64_t soft_pin_until_ms;
     crk_replica_list replicas; /* complete replicas (in-flight ones if not complete) */
+    bool on_disk;              /* only on a holder's disk (docs/disk-tier.md): replicas.r[0] names
+                                  the holder's segment, address 0, epoch 0 */
+    bool disk_holder_live;     /* on_disk: its holder is heard from (a get can stage it) */
 } crk_key_info;
 
 /** Operator view of a segment. */

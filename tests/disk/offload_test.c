@@ -12,7 +12,9 @@
  *   promotion      --promotion_on_hit --promotion_admission_threshold=1: a
  *                  disk hit promotes the value back into memory; bytes right.
  *   remove_upsert  remove of a disk-only key: gone (get, exist); upsert of a
- *                  disk-only key: the new bytes, never the old disk copy.
+ *                  disk-only key: the new bytes, never the old disk copy; size,
+ *                  replicas and the admin /query_key see a disk-only key;
+ *                  remove_by_regex removes one (and only the matching one).
  *   kill_restart   kill -9 of the holder while it is offloading, restart on
  *                  the same directory: no value is ever served wrong; values
  *                  completed on disk before the kill are readable again.
@@ -158,10 +160,20 @@ static void put_many(sh_client *c, const char *pfx, int n, unsigned seed)
     }
 }
 
-/* Is key on the holder's disk only (exists, but no memory replica)? */
+/* Is key on the holder's disk only (exists, and its one replica is the disk copy)? */
 static bool disk_only(sh_client *c, const char *key)
 {
-    return sh_rc(c, "exist %s", key) == 1 && sh_rc(c, "replicas %s", key) == CR_OBJECT_NOT_FOUND;
+    if (sh_rc(c, "exist %s", key) != 1)
+        return false;
+    const char *r = sh_cmd(c, "replicas %s", key);
+    return strtoll(r, NULL, 10) == 1 && strstr(r, "/disk") != NULL;
+}
+
+/* Does key have a replica in memory? */
+static bool in_memory(sh_client *c, const char *key)
+{
+    const char *r = sh_cmd(c, "replicas %s", key);
+    return strtoll(r, NULL, 10) >= 1 && strstr(r, "/disk") == NULL;
 }
 
 static int first_disk_only(sh_client *c, const char *pfx, int n, int from)
@@ -206,15 +218,15 @@ static void promotion(void **state)
         sh_sleep_ms(20);
     if (promos < np)
         fail_msg("%lld of %d hit values promoted: %s", promos, np, h.line);
-    int in_memory = 0;
+    int n_in_memory = 0;
     for (int j = 0; j < np; j++) {
         snprintf(key, sizeof(key), "pr-%d", promoted_keys[j]);
-        in_memory += sh_rc(&c, "replicas %s", key) >= 1;
+        n_in_memory += in_memory(&c, key);
         const char *r = sh_cmd(&c, "get %s %u", key, 500u + (unsigned)promoted_keys[j]);
         if (!read_ok(r, MIB))
             fail_msg("get of promoted %s: %s", key, r);
     }
-    if (in_memory == 0)
+    if (n_in_memory == 0)
         fail_msg("no promoted value has a memory replica");
     for (int i = 0; i < N; i++) { /* and nothing else was disturbed */
         snprintf(key, sizeof(key), "pr-%d", i);
@@ -275,6 +287,37 @@ static void remove_upsert(void **state)
     /* the removed key stays removed through all of it */
     snprintf(key, sizeof(key), "ru-%d", a);
     assert_int_equal(sh_rc(&c, "get %s", key), CR_OBJECT_NOT_FOUND);
+    /* query_key of a disk-only key: the store's size and replicas, the admin /query_key */
+    int d = first_disk_only(&c, "ru-", N, 0);
+    if (d == b) /* (upserted to MIB / 2) */
+        d = first_disk_only(&c, "ru-", N, b + 1);
+    snprintf(key, sizeof(key), "ru-%d", d);
+    assert_int_equal(sh_rc(&c, "size %s", key), MIB);
+    const char *reps = sh_cmd(&c, "replicas %s", key);
+    char want[400];
+    snprintf(want, sizeof(want), " %s/1/%d/disk", h.name, MIB);
+    if (strstr(reps, want) == NULL)
+        fail_msg("replicas of disk-only %s: %s (want %s)", key, reps, want);
+    char body[4096], path[128];
+    snprintf(path, sizeof(path), "/query_key?key=%s", key);
+    assert_int_equal(sh_http_get(m.metrics_port, path, body, sizeof(body)), 200);
+    if (strstr(body, "\"on_disk\":true") == NULL || strstr(body, "\"object_size\"") == NULL)
+        fail_msg("/query_key of disk-only %s: %s", key, body);
+    /* remove_by_regex reaches disk-only keys: exactly the one named */
+    snprintf(path, sizeof(path), "^ru-%d$", d);
+    assert_int_equal(sh_rc(&c, "remove_regex %s", path), 1);
+    assert_int_equal(sh_rc(&c, "exist %s", key), 0);
+    assert_int_equal(sh_rc(&c, "size %s", key), CR_OBJECT_NOT_FOUND);
+    assert_int_equal(sh_rc(&c, "get %s", key), CR_OBJECT_NOT_FOUND);
+    assert_int_equal(sh_rc(&h, "get %s", key), CR_OBJECT_NOT_FOUND);
+    snprintf(path, sizeof(path), "/query_key?key=%s", key);
+    assert_int_equal(sh_http_get(m.metrics_port, path, body, sizeof(body)), 404);
+    int e = first_disk_only(&c, "ru-", N, 0); /* the others stay */
+    if (e == b)
+        e = first_disk_only(&c, "ru-", N, b + 1);
+    snprintf(key, sizeof(key), "ru-%d", e);
+    if (!read_ok(sh_cmd(&c, "get %s %u", key, 700u + (unsigned)e), MIB))
+        fail_msg("get of %s after removing ru-%d by regex: %s", key, d, c.line);
     /* remove_all reaches the disk copies too */
     assert_true(sh_rc(&c, "remove_all force") > 0);
     snprintf(key, sizeof(key), "ru-%d", b);

@@ -675,7 +675,8 @@ static void cmd_replicas(void)
         report_error("replicas", rc);
     printf("%d", rc);
     for (int i = 0; i < rc && (size_t)i < cap; i++)
-        printf(" %s/%d/%" PRIu64, info[i].segment, info[i].complete ? 1 : 0, info[i].size);
+        printf(" %s/%d/%" PRIu64 "%s", info[i].segment, info[i].complete ? 1 : 0, info[i].size,
+               info[i].on_disk ? "/disk" : "");
     printf("\n");
 }
 
