@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "master/internal.h"
 #include "master/offload.h"
 #include "master/test_util.h"
 #include "proto/offload.h"
@@ -36,6 +37,16 @@ static fixture setup_fx(bool on_evict)
     c.client_ttl_ms = 10000;
     c.enable_offload = true;
     c.offload_on_evict = on_evict;
+    fixture f = {tu_service(&c, 1000), tu_client(1), 1000};
+    tu_mount(f.s, f.holder, "holder:1", BASE, SEG, f.now);
+    return f;
+}
+
+static fixture setup_with(crk_config c)
+{
+    c.client_ttl_ms = 10000;
+    c.enable_offload = true;
+    c.offload_on_evict = true;
     fixture f = {tu_service(&c, 1000), tu_client(1), 1000};
     tu_mount(f.s, f.holder, "holder:1", BASE, SEG, f.now);
     return f;
@@ -263,6 +274,160 @@ static void test_remove_by_regex_on_disk(void **state)
     crk_service_destroy(f.s);
 }
 
+static size_t count_tasks(const crp_off_msg *m, uint8_t kind)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_items; i++)
+        n += m->items[i].kind == kind;
+    return n;
+}
+
+/* --offloading_queue_limit: at most that many offloads wait for a holder; an eviction
+ * beyond it keeps the object in memory (Mooncake's default, without --offload_force_evict)
+ * and the next round queues more once the holder has taken the first ones. */
+static void test_offloading_queue_limit(void **state)
+{
+    (void)state;
+    crk_config c = tu_config();
+    c.offloading_queue_limit = 3;
+    fixture f = setup_with(c);
+    crp_off_msg t;
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    fill(&f, 14);
+    uint64_t keys = 0;
+    crk_evict_round(f.s, 8 * VAL, f.now, &keys); /* 8 victims: 3 taken, 5 kept */
+    crk_off_stats st;
+    crk_off_get_stats(f.s, &st);
+    assert_true(st.evictions_kept >= 5);
+    assert_int_equal(st.evictions_forced, 0);
+    int present = 0;
+    for (int i = 0; i < 14; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "k%d", i);
+        present += crk_exist(f.s, key, f.now) == 1;
+    }
+    assert_int_equal(present, 14); /* nothing dropped */
+    beat(&f, NULL, 0, &t);
+    assert_int_equal(count_tasks(&t, CRP_OFF_OFFLOAD), 3);
+    char first[3][32];
+    for (size_t i = 0, j = 0; i < t.n_items; i++)
+        if (t.items[i].kind == CRP_OFF_OFFLOAD)
+            snprintf(first[j++], sizeof(first[0]), "%s", t.items[i].key);
+    crp_off_clear(&t);
+    /* the holder took them: the next round queues 3 more, other keys */
+    crk_evict_round(f.s, 8 * VAL, f.now, &keys);
+    beat(&f, NULL, 0, &t);
+    assert_int_equal(count_tasks(&t, CRP_OFF_OFFLOAD), 3);
+    for (size_t i = 0; i < t.n_items; i++)
+        for (int j = 0; j < 3; j++)
+            assert_string_not_equal(t.items[i].key, first[j]);
+    crp_off_clear(&t);
+    crk_service_destroy(f.s);
+}
+
+/* --offload_force_evict with --offload_cap_ratio: a round queues at most limit * ratio
+ * offloads and drops the rest of its victims. */
+static void test_force_evict_cap(void **state)
+{
+    (void)state;
+    crk_config c = tu_config();
+    c.offload_force_evict = true;
+    c.offloading_queue_limit = 4;
+    c.offload_cap_ratio = 0.5;
+    fixture f = setup_with(c);
+    crp_off_msg t;
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    fill(&f, 14);
+    uint64_t keys = 0;
+    crk_evict_round(f.s, 8 * VAL, f.now, &keys);
+    crk_off_stats st;
+    crk_off_get_stats(f.s, &st);
+    assert_int_equal(st.evictions_forced, 6);
+    assert_int_equal(st.evictions_kept, 0);
+    int present = 0;
+    for (int i = 0; i < 14; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "k%d", i);
+        present += crk_exist(f.s, key, f.now) == 1;
+    }
+    assert_int_equal(present, 14 - 6);
+    beat(&f, NULL, 0, &t);
+    assert_int_equal(count_tasks(&t, CRP_OFF_OFFLOAD), 2);
+    crp_off_clear(&t);
+    crk_service_destroy(f.s);
+}
+
+/* --promotion_queue_limit and --promotion_max_per_heartbeat. */
+static void test_promotion_limits(void **state)
+{
+    (void)state;
+    crk_config c = tu_config();
+    c.promotion_on_hit = true;
+    c.promotion_admission_threshold = 1;
+    c.promotion_queue_limit = 2;
+    c.promotion_max_per_heartbeat = 1;
+    fixture f = setup_with(c);
+    crp_off_msg t;
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    fill(&f, 14);
+    uint64_t keys = 0;
+    crk_evict_round(f.s, 3 * VAL, f.now, &keys);
+    beat(&f, NULL, 0, &t);
+    crp_off_item res[3];
+    size_t n = 0;
+    for (size_t i = 0; i < t.n_items && n < 3; i++)
+        if (t.items[i].kind == CRP_OFF_OFFLOAD)
+            res[n++] = (crp_off_item){
+                CRP_OFF_OFFLOAD, 0, strdup(t.items[i].key), t.items[i].version, 0, VAL, 0};
+    assert_int_equal(n, 3);
+    crp_off_clear(&t);
+    beat(&f, res, 3, &t);
+    crp_off_clear(&t);
+    crk_replica_list l;
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(crk_get_replica_list(f.s, res[i].key, f.now, &l), CR_ERR_OFFLOAD_STAGING);
+    crk_off_stats st;
+    crk_off_get_stats(f.s, &st);
+    assert_int_equal(st.promotions_in_flight, 2); /* the third waits for room */
+    /* one promotion per reply; `more` says the rest wait */
+    size_t promos = 0;
+    const char *promoted = NULL;
+    for (int round = 0; round < 4; round++) {
+        beat(&f, NULL, 0, &t);
+        size_t k = count_tasks(&t, CRP_OFF_PROMOTE);
+        assert_true(k <= 1);
+        if (k == 1 && promoted == NULL) {
+            for (size_t i = 0; i < 3; i++)
+                if (find_task(&t, CRP_OFF_PROMOTE, res[i].key) != NULL)
+                    promoted = res[i].key;
+        }
+        promos += k;
+        crp_off_clear(&t);
+    }
+    assert_int_equal(promos, 2);
+    assert_non_null(promoted);
+    /* one finishes: the third key's next hit queues its promotion */
+    crp_off_item done = {CRP_OFF_PROMOTE, 0, (char *)promoted, 0, 0, VAL, 0};
+    for (size_t i = 0; i < 3; i++)
+        if (strcmp(res[i].key, promoted) == 0)
+            done.version = res[i].version;
+    beat(&f, &done, 1, &t);
+    crp_off_clear(&t);
+    crk_off_get_stats(f.s, &st);
+    assert_int_equal(st.promotions_in_flight, 1);
+    f.now += 3000;
+    for (size_t i = 0; i < 3; i++)
+        (void)crk_get_replica_list(f.s, res[i].key, f.now, &l);
+    crk_off_get_stats(f.s, &st);
+    assert_int_equal(st.promotions_in_flight, 2);
+    for (size_t i = 0; i < 3; i++)
+        free(res[i].key);
+    crk_service_destroy(f.s);
+}
+
 static void test_stale_and_failed_results(void **state)
 {
     (void)state;
@@ -375,6 +540,9 @@ int main(void)
         cmocka_unit_test(test_offload_then_stage),
         cmocka_unit_test(test_remove_and_upsert),
         cmocka_unit_test(test_remove_by_regex_on_disk),
+        cmocka_unit_test(test_offloading_queue_limit),
+        cmocka_unit_test(test_force_evict_cap),
+        cmocka_unit_test(test_promotion_limits),
         cmocka_unit_test(test_stale_and_failed_results),
         cmocka_unit_test(test_foreign_announce_and_refusals),
         cmocka_unit_test(test_write_behind),
