@@ -12,7 +12,8 @@
  * promotions (a plain put of the value, which the master allows only to the
  * holder). It polls again at once while the master says more tasks wait,
  * else it sleeps until a writer has results to report or the poll interval
- * has passed.
+ * has passed (BURST_POLL_MS instead for BURST_MS after a heartbeat that
+ * brought tasks: disk hits come in bursts, and each waits for a poll).
  *
  * The writers (WRITERS threads) take offloads from the queue in chunks of
  * about WRITE_CHUNK bytes and write each chunk with one crf_put_batch
@@ -49,6 +50,8 @@
 #define DEFAULT_POLL_MS   10
 #define DEFAULT_STAGE     (64ull << 20)
 #define DEFAULT_STAGE_TTL 5000
+#define BURST_MS          100 /* after a heartbeat that brought tasks, poll every */
+#define BURST_POLL_MS     1   /* BURST_POLL_MS for this long (reads come in bursts) */
 #define WRITERS           2
 #define WRITE_CHUNK       (4ull << 20) /* bytes per crf_put_batch of a writer */
 #define WRITE_CHUNK_ITEMS 256          /* and at most this many values */
@@ -97,6 +100,7 @@ struct crc_offload {
     size_t n_ann, ann_pos;
 
     _Atomic uint64_t offloads, offload_failures, stage_reads, promotions, evicted;
+    uint64_t last_tasks_ms; /* when a heartbeat last brought tasks (disk thread) */
 };
 
 /* --- helpers ------------------------------------------------------------------------ */
@@ -585,6 +589,8 @@ static int heartbeat(crc_offload *o)
     crp_rpc_resp_clear(&resp);
     if (rc < 0)
         return rc;
+    if (tasks.n_items > 0)
+        o->last_tasks_ms = crb_now_ms();
     run_tasks(o, &tasks, crb_now_ms());
     bool again = tasks.more || tasks.n_items > 0 || o->ann_pos < o->n_ann;
     crp_off_clear(&tasks);
@@ -626,7 +632,10 @@ static void *disk_main(void *arg)
         if (rc == 1)
             continue;
         /* (results waiting do not make a failing master answer sooner) */
-        nap(o, rc < 0 ? 200 : o->poll_ms, rc == 0);
+        uint32_t ms = o->poll_ms;
+        if (crb_now_ms() - o->last_tasks_ms < BURST_MS && ms > BURST_POLL_MS)
+            ms = BURST_POLL_MS; /* the next disk hit of a burst is staged sooner */
+        nap(o, rc < 0 ? 200 : ms, rc == 0);
     }
     return NULL;
 }
