@@ -326,6 +326,9 @@ typedef struct cr_replica_info {
     uint64_t address;                       /**< start of the replica in that segment */
     uint64_t size;                          /**< value size in bytes */
     bool complete; /**< readable; false while the object's first put is in flight */
+    bool on_disk;  /**< the copy on its holder's SSD tier (docs/disk-tier.md) of a key that is
+                        in no memory segment: segment names the holder, address is 0 (a get
+                        stages it; it cannot be read at an address) */
 } cr_replica_info;
 
 /**
@@ -336,6 +339,7 @@ typedef struct cr_replica_info {
  * Errors: CR_OBJECT_NOT_FOUND (a miss), CR_INVALID_KEY, CR_INVALID_PARAMS
  * (out NULL with cap > 0), CR_RPC_FAIL / CR_RPC_TIMEOUT, and the master's
  * codes. The answer is a snapshot: replicas may be added or dropped at once.
+ * A key only on a holder's SSD tier has one entry with on_disk set.
  */
 CR_API int cr_store_get_replicas(cr_store *s, const char *key, cr_replica_info *out, size_t cap);
 

@@ -262,6 +262,7 @@ typedef struct crf_stats {
     uint64_t submits;    /* io_uring_submit calls that submitted something */
     uint64_t sqes;       /* requests submitted */
     uint64_t fdatasyncs;
+    uint64_t direct_write_bytes; /* value bytes written straight from callers' memory */
     /* recovery, from crf_open */
     uint64_t recovered_records;         /* PUT and TOMB records found valid */
     uint64_t recovered_torn_bytes;      /* bytes of unsealed buckets that held no valid record */

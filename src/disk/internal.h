@@ -168,6 +168,7 @@ typedef struct crf_req {
 /* ---- the writer (I/O thread) ---------------------------------------------- */
 
 #define CRF_MAX_WRITES 16
+#define CRF_DIRECT_MIN (64u << 10) /* smallest value written straight from caller memory */
 
 typedef struct crf_wop {
     crf_iop iop;
@@ -184,6 +185,10 @@ typedef struct crf_writer {
     uint64_t submitted;     /* bytes below this were handed to writes */
     uint64_t completed;     /* bytes below this have landed (contiguously) */
     uint64_t partial_block; /* block offset of an in-flight write that ended mid-block, or ~0 */
+    /* the pending direct segment (io.c, "Zero copy"): file range [direct_off, direct_off +
+     * direct_len) written from direct_src; direct_len 0 when none */
+    const uint8_t *direct_src;
+    uint64_t direct_off, direct_len;
     crf_wop wops[CRF_MAX_WRITES];
     unsigned w_head, w_count; /* FIFO of in-flight writes, in offset order */
     /* the footer of the active bucket, grown as records are placed */
@@ -256,6 +261,7 @@ struct crf_store {
     _Atomic uint64_t n_puts, n_put_bytes, n_removes, n_gets, n_get_hits, n_get_bytes;
     _Atomic uint64_t n_checksum_failures, n_evicted_buckets, n_evicted_keys;
     _Atomic uint64_t n_compactions, n_compacted_records, n_submits, n_sqes, n_fdatasyncs;
+    _Atomic uint64_t n_direct_write_bytes;
     uint64_t rec_records, rec_torn_bytes, rec_scanned, rec_dropped;
 };
 

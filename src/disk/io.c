@@ -24,6 +24,16 @@
  * the index strictly in placement order, so sequence numbers and index
  * updates agree.
  *
+ * Zero copy. With O_DIRECT, a block-aligned value (CRF_DIRECT_MIN bytes or
+ * more, at a block-aligned file offset, from block-aligned caller memory) is
+ * not copied into the ring: its whole blocks are written straight from the
+ * caller's memory (which stays untouched until the put returns), as one
+ * "direct segment" between the ring bytes before it (the record header
+ * block, complete and block-aligned at its end) and after it (the value's
+ * last partial block, if any, and the next records). Its file range still
+ * counts in the ring's window (tail - completed), so ring bytes never wrap
+ * onto bytes not yet landed. One direct segment is pending at a time.
+ *
  * Sealing a bucket appends the FOOTER record (every record of the bucket)
  * and the trailer as the bucket's last bytes, waits for them to land (and
  * fdatasync under CRF_SYNC_SEAL / PUT), then clears `writable`; the next
@@ -280,6 +290,7 @@ static int create_bucket(crf_store *s, char *msg, size_t msg_len)
     }
     w->b = b;
     w->reserved = w->tail = w->submitted = w->completed = CRF_FIRST_RECORD;
+    w->direct_len = 0;
     w->partial_block = NO_BLOCK;
     w->footer_len = 0;
     w->footer_count = 0;
@@ -743,6 +754,13 @@ static int place_head(crf_store *s)
 
 /* ---- copying into the ring and writing ------------------------------------------ */
 
+/* Is r's value written straight from its memory (the ring takes the bytes around it)? */
+static bool direct_value(const crf_store *s, const crf_rec *r)
+{
+    return s->direct && r->value != NULL && r->value_len >= CRF_DIRECT_MIN &&
+           (r->rec_off + r->value_rel) % CRF_BLOCK == 0 && (uintptr_t)r->value % CRF_BLOCK == 0;
+}
+
 static void copy_step(crf_store *s)
 {
     crf_writer *w = &s->w;
@@ -758,12 +776,25 @@ static void copy_step(crf_store *s)
             continue;
         }
         uint64_t held = w->tail - crf_round_down(w->completed, CRF_BLOCK);
+        bool direct = direct_value(s, r);
+        if (direct && r->copied == r->value_rel && w->tail == r->rec_off + r->value_rel) {
+            if (w->direct_len != 0)
+                return; /* one direct segment at a time: after this one is submitted */
+            w->direct_src = r->value;
+            w->direct_off = w->tail;
+            w->direct_len = crf_round_down(r->value_len, CRF_BLOCK);
+            w->tail += w->direct_len;
+            r->copied += w->direct_len;
+            continue; /* the rest of the record (the value's tail, padding) into the ring */
+        }
+        if (held >= w->ring_size - CRF_BLOCK)
+            return; /* (a direct segment can take the window past the ring's size) */
         uint64_t room = w->ring_size - CRF_BLOCK - held;
-        if (room == 0)
-            return;
         uint64_t skip = r->copied, want = total - r->copied;
         if (want > room)
             want = room;
+        if (direct && r->copied < r->value_rel && want > r->value_rel - r->copied)
+            want = r->value_rel - r->copied; /* up to the value: it goes straight from memory */
         r->copied += want;
         for (int i = 0; i < r->n_pieces && want > 0; i++) {
             const crf_piece *p = &r->pieces[i];
@@ -800,20 +831,47 @@ static void write_step(crf_store *s)
         return;
     bool flush_all = s->copy_cur == NULL;
     while (w->w_count < CRF_MAX_WRITES && w->tail > w->submitted) {
+        if (w->direct_len != 0 && w->submitted >= w->direct_off) {
+            /* the direct segment: straight from the caller's memory */
+            uint64_t done = w->submitted - w->direct_off;
+            uint64_t len = w->direct_len - done < w->chunk ? w->direct_len - done : w->chunk;
+            unsigned slot = (w->w_head + w->w_count) % CRF_MAX_WRITES;
+            crf_wop *op = &w->wops[slot];
+            memset(op, 0, sizeof(*op));
+            op->iop.kind = CRF_IOP_WRITE;
+            op->iop.fd = w->b->fd;
+            op->iop.buf = (uint8_t *)(uintptr_t)w->direct_src + done;
+            op->iop.off = w->submitted;
+            op->iop.len = op->iop.need = len;
+            op->iop.owner = w->b;
+            op->end = w->submitted + len;
+            if (!submit_iop(s, &op->iop))
+                return;
+            w->w_count++;
+            w->submitted = op->end;
+            atomic_fetch_add_explicit(&s->n_direct_write_bytes, len, memory_order_relaxed);
+            if (done + len == w->direct_len)
+                w->direct_len = 0; /* all of it submitted: the next one may start */
+            continue;
+        }
+        /* ring bytes: those before a pending direct segment are complete (they end at its
+         * block-aligned start), so they go out whole */
+        uint64_t limit = w->direct_len != 0 ? w->direct_off : w->tail;
+        bool final = flush_all || w->direct_len != 0;
         uint64_t start = crf_round_down(w->submitted, CRF_BLOCK);
         if (w->partial_block != NO_BLOCK && start == w->partial_block)
             return;
-        uint64_t full_end = crf_round_down(w->tail, CRF_BLOCK);
+        uint64_t full_end = crf_round_down(limit, CRF_BLOCK);
         uint64_t len;
         bool partial = false;
         if (full_end > start && full_end - start >= w->chunk) {
             len = w->chunk;
-        } else if (flush_all) {
-            len = crf_round_up(w->tail, CRF_BLOCK) - start;
+        } else if (final) {
+            len = crf_round_up(limit, CRF_BLOCK) - start;
             if (len > w->chunk)
                 len = w->chunk;
             else
-                partial = (w->tail % CRF_BLOCK) != 0;
+                partial = (limit % CRF_BLOCK) != 0;
         } else {
             return; /* more is coming: wait for a full chunk */
         }
@@ -835,7 +893,7 @@ static void write_step(crf_store *s)
         op->iop.off = start;
         op->iop.len = op->iop.need = len;
         op->iop.owner = w->b;
-        op->end = partial ? w->tail : start + len;
+        op->end = partial ? limit : start + len;
         if (!submit_iop(s, &op->iop))
             return;
         w->w_count++;
@@ -1387,7 +1445,7 @@ static bool idle(const crf_store *s)
 
 typedef struct io_state {
     const void *p[7];
-    uint64_t v[4];
+    uint64_t v[5];
     int i[2];
 } io_state;
 
@@ -1405,6 +1463,7 @@ static void snapshot(const crf_store *s, io_state *st)
     st->v[1] = s->w.submitted;
     st->v[2] = s->w.completed;
     st->v[3] = s->sqes_pending;
+    st->v[4] = s->w.direct_len;
     st->i[0] = s->w.seal_state;
     st->i[1] = s->w.broken;
 }

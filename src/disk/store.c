@@ -910,6 +910,7 @@ void crf_get_stats(crf_store *s, crf_stats *out)
     out->compactions = LOAD(n_compactions);
     out->compacted_records = LOAD(n_compacted_records);
     out->submits = LOAD(n_submits);
+    out->direct_write_bytes = LOAD(n_direct_write_bytes);
     out->sqes = LOAD(n_sqes);
     out->fdatasyncs = LOAD(n_fdatasyncs);
 #undef LOAD

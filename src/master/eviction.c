@@ -100,11 +100,15 @@ static uint64_t evict_pass(crk_service *s, uint64_t target, uint64_t freed, uint
             if (!o || (!first && o->last_access > next_at))
                 break;
             hs[best].visits--;
-            freed += crk_rep_bytes(s, o->size) * o->nrep;
-            (*keys)++;
             /* With a disk tier the holder writes it out first (offload.h): its memory is
              * freed when the record has landed. */
-            if (s->off == NULL || !crk_off_evict_locked(s, sh, o, now))
+            crk_off_evict_action act =
+                s->off != NULL ? crk_off_evict_locked(s, sh, o, now) : CRK_OFF_EVICT_ERASE;
+            if (act == CRK_OFF_EVICT_KEEP)
+                continue; /* the tier's queue is full: it stays (moved to the tail) */
+            freed += crk_rep_bytes(s, o->size) * o->nrep;
+            (*keys)++;
+            if (act == CRK_OFF_EVICT_ERASE)
                 crk_erase_object_locked(s, sh, o, now); /* unleased: space freed now */
         }
         refresh_locked(sh, &hs[best], now, take_soft);

@@ -271,6 +271,19 @@ static void test_every_flag(void **state)
            "--promotion_admission_threshold=3");
     assert_true(o.svc.enable_offload && o.svc.offload_on_evict && o.svc.promotion_on_hit);
     assert_int_equal(o.svc.promotion_admission_threshold, 3);
+    /* Mooncake's queue and cap knobs (defaults: Mooncake's) */
+    assert_false(o.svc.offload_force_evict);
+    assert_true(o.svc.offloading_queue_limit == 50000 && o.svc.offload_cap_ratio == 0.5);
+    assert_true(o.svc.promotion_queue_limit == 50000 && o.svc.promotion_max_per_heartbeat == 1);
+    o = OK("--enable_offload=true", "--offload_on_evict=true", "--offload_force_evict=true",
+           "--offloading_queue_limit=1000", "--offload_cap_ratio=0.25", "--promotion_queue_limit=7",
+           "--promotion_max_per_heartbeat=4");
+    assert_true(o.svc.offload_force_evict && o.svc.offloading_queue_limit == 1000);
+    assert_true(o.svc.offload_cap_ratio == 0.25 && o.svc.promotion_queue_limit == 7);
+    assert_int_equal(o.svc.promotion_max_per_heartbeat, 4);
+    BAD("--offloading_queue_limit=0", "--offloading_queue_limit=0");
+    BAD("--offloading_queue_limit=100000001", "--offloading_queue_limit=100000001");
+    BAD("--offload_cap_ratio=1.5", "--offload_cap_ratio=1.5");
     BAD("offload_on_evict needs enable_offload", "--offload_on_evict=true");
     BAD("--promotion_admission_threshold=256", "--promotion_admission_threshold=256");
     BAD("--memory_allocator=cachelib", "--memory_allocator=cachelib");

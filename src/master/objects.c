@@ -1029,6 +1029,8 @@ static int remove_scan(crk_service *s, const char *ns, const char *pattern, bool
     scan_buf b = {0};
     for (size_t i = 0; i < CRK_NUM_SHARDS && rc == 0; i++)
         rc = remove_matching_in(s, &s->shards[i], ns, nl, re, force, now_ms, &b, &n);
+    if (rc == 0 && s->off != NULL) /* and the keys only on a holder's disk */
+        rc = crk_off_remove_matching(s, ns, nl, re, &n);
     crk_free(b.keys);
     crk_free(b.bytes);
     crk_regex_free(re);
@@ -1255,9 +1257,12 @@ int crk_query_key(crk_service *s, const char *key, uint64_t now_ms, crk_key_info
     key_ref k;
     crk_object *o;
     int rc = lock_object(s, "query_key", key, NULL, &k, &o, NULL);
+    if (rc == CR_OBJECT_NOT_FOUND && s->off != NULL)
+        return crk_off_query(s, key, k.len, now_ms, out); /* a disk-only key? */
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;
+    out->on_disk = out->disk_holder_live = false;
     out->value_size = o->size;
     out->complete = (o->flags & CRK_OBJ_COMPLETE) != 0;
     out->write_in_flight = o->write != NULL;

@@ -27,6 +27,7 @@
 #include "master/internal.h"
 #include "master/mem.h"
 #include "master/prom.h"
+#include "master/regex.h"
 #include "master/tenants.h"
 #include "proto/offload.h"
 #include "proto/rpc.h"
@@ -71,7 +72,9 @@ typedef struct holder {
     uint64_t last_seen;
     uint64_t stats[CRP_OFF_NSTATS];
     task *tasks;
-    size_t head, n, cap; /* ring */
+    size_t head, n, cap;      /* ring */
+    uint64_t offloads_queued; /* OFFLOAD tasks in the ring (<= offload_limit) */
+    uint64_t offload_limit;   /* --offloading_queue_limit */
 } holder;
 
 struct crk_offload {
@@ -83,6 +86,9 @@ struct crk_offload {
     _Atomic uint64_t leaving; /* sum of the entries' `leaving` */
     uint64_t writes, reads, staged_hits, promotions, failures, refused;
     crk_service *svc; /* HA: its ha_disk hook hears of every disk copy made or dropped */
+    uint64_t promotions_in_flight; /* entries with promote_queued (<= promotion_queue_limit) */
+    uint64_t cap_round, cap_used;  /* offloads queued by eviction round cap_round */
+    uint64_t kept, forced;         /* evictions the tier could not take: kept / dropped */
 };
 
 /* HA (master/ha_repl.c): the standbys learn of e's disk copy (mu held). */
@@ -167,6 +173,8 @@ static void unlink_entry(struct crk_offload *o, entry **p)
         o->n_disk--;
         note_disk(o, e, false);
     }
+    if (e->promote_queued)
+        o->promotions_in_flight--;
     crk_free(e);
 }
 
@@ -200,6 +208,8 @@ static bool push_task(holder *h, uint8_t kind, const char *key, size_t len, uint
 {
     if (h->n >= MAILBOX_LIMIT)
         return false;
+    if (kind == CRP_OFF_OFFLOAD && h->offloads_queued >= h->offload_limit)
+        return false; /* --offloading_queue_limit */
     if (h->n == h->cap) {
         size_t ncap = h->cap ? h->cap * 2 : 64;
         task *t = crk_calloc(ncap, sizeof(*t));
@@ -219,6 +229,8 @@ static bool push_task(holder *h, uint8_t kind, const char *key, size_t len, uint
     k[len] = '\0';
     h->tasks[(h->head + h->n) % h->cap] = (task){kind, version, addr, size, k};
     h->n++;
+    if (kind == CRP_OFF_OFFLOAD)
+        h->offloads_queued++;
     return true;
 }
 
@@ -295,12 +307,25 @@ void crk_off_destroy(crk_service *s)
 
 /* --- hooks of the object table -------------------------------------------------------- */
 
-bool crk_off_evict_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t now)
+/* The tier cannot take o now (the round's cap, or the holder's queue is full): Mooncake's
+ * --offload_force_evict drops it, else it stays in memory for a later round. */
+static crk_off_evict_action cannot_take(crk_service *s, struct crk_offload *off)
+{
+    if (s->cfg.offload_force_evict) {
+        off->forced++;
+        return CRK_OFF_EVICT_ERASE;
+    }
+    off->kept++;
+    return CRK_OFF_EVICT_KEEP;
+}
+
+crk_off_evict_action crk_off_evict_locked(crk_service *s, crk_shard *sh, crk_object *o,
+                                          uint64_t now)
 {
     struct crk_offload *off = s->off;
     if (off == NULL)
-        return false;
-    (void)sh;
+        return CRK_OFF_EVICT_ERASE;
+    crk_off_evict_action act = CRK_OFF_EVICT_ERASE;
     bool taken = false;
     uint64_t h = crk_key_hash(s, o->key, o->key_len);
     pthread_mutex_lock(&off->mu);
@@ -321,6 +346,18 @@ bool crk_off_evict_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t
     holder *hd = holder_of(s, off, o, &rep, now);
     if (hd == NULL)
         goto out;
+    /* --offload_force_evict: at most offloading_queue_limit * offload_cap_ratio offloads per
+     * eviction round (rounds are serialised; evict_rounds counts the finished ones) */
+    uint64_t round = atomic_load(&s->evict_rounds);
+    if (off->cap_round != round) {
+        off->cap_round = round;
+        off->cap_used = 0;
+    }
+    if (s->cfg.offload_force_evict &&
+        (double)off->cap_used >= (double)s->cfg.offloading_queue_limit * s->cfg.offload_cap_ratio) {
+        act = cannot_take(s, off);
+        goto out;
+    }
     e = new_entry(off, o->key, o->key_len, h);
     if (e == NULL)
         goto out;
@@ -332,17 +369,22 @@ bool crk_off_evict_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t
     if (!push_task(hd, CRP_OFF_OFFLOAD, o->key, o->key_len, e->version,
                    rep->seg->base + rep->offset, o->size)) {
         unlink_entry(off, find_slot(off, o->key, o->key_len, h));
+        act = cannot_take(s, off); /* the holder's queue is full */
         goto out;
     }
+    off->cap_used++;
     mark_leaving(s, off, e, o);
     taken = true;
 out:
     if (taken) {
         o->flags |= CRK_OBJ_OFFLOADING;
         crk_lru_unlink(sh, o);
+        act = CRK_OFF_EVICT_TAKEN;
+    } else if (act == CRK_OFF_EVICT_KEEP) {
+        crk_lru_move_to_tail(sh, o); /* looked at again in a later round, not this one */
     }
     pthread_mutex_unlock(&off->mu);
-    return taken;
+    return act;
 }
 
 void crk_off_put_end_locked(crk_service *s, crk_object *o, bool promotion, uint64_t now)
@@ -443,8 +485,10 @@ int crk_off_get(crk_service *s, const char *key, size_t len, uint64_t now, crk_r
     e->hits++;
     if (s->cfg.promotion_on_hit && !e->promote_queued &&
         e->hits >= s->cfg.promotion_admission_threshold &&
+        off->promotions_in_flight < s->cfg.promotion_queue_limit &&
         push_task(h, CRP_OFF_PROMOTE, e->key, e->key_len, e->version, 0, e->size)) {
         e->promote_queued = true;
+        off->promotions_in_flight++;
         off->reads++;
     }
     if (e->stage_asked_at == 0 || crk_elapsed(now, e->stage_asked_at) >= STAGE_RETRY_MS) {
@@ -519,6 +563,126 @@ uint64_t crk_off_remove_all(crk_service *s, const char *ns, size_t nl)
     return n;
 }
 
+int crk_off_query(crk_service *s, const char *key, size_t len, uint64_t now, crk_key_info *out)
+{
+    struct crk_offload *off = s->off;
+    if (off == NULL)
+        return crb_error(CR_OBJECT_NOT_FOUND, "query_key '%s': no such object", key);
+    int rc = 0;
+    pthread_mutex_lock(&off->mu);
+    entry *e = *find_slot(off, key, len, crk_key_hash(s, key, len));
+    if (e == NULL || e->state != ENTRY_DISK) {
+        rc = crb_error(CR_OBJECT_NOT_FOUND, "query_key '%s': no such object", key);
+        goto unlock;
+    }
+    holder *h = find_holder(off, e->holder);
+    memset(out, 0, sizeof(*out));
+    out->value_size = e->size;
+    out->complete = true;
+    out->on_disk = true;
+    out->disk_holder_live = holder_live(s, h, now);
+    out->replicas.value_size = e->size;
+    out->replicas.n = 1;
+    crk_replica_desc *d = &out->replicas.r[0];
+    snprintf(d->segment, sizeof(d->segment), "%s", h != NULL ? h->segment : "");
+    d->size = e->size; /* address 0, epoch 0: the holder's disk, not a segment */
+unlock:
+    pthread_mutex_unlock(&off->mu);
+    return rc;
+}
+
+/* A disk-only key of a regex scan: hash, length, bytes at `off` in the buffer. */
+typedef struct scan_key {
+    uint64_t hash;
+    size_t len, off;
+} scan_key;
+
+int crk_off_remove_matching(crk_service *s, const char *ns, size_t nl, crk_regex *re,
+                            uint64_t *count)
+{
+    struct crk_offload *off = s->off;
+    if (off == NULL)
+        return 0;
+    /* Copy the keys under the lock, match them without it (a pattern's cost never delays a
+     * heartbeat or a get), then remove each matched key that is still disk-only. */
+    scan_key *keys = NULL;
+    char *bytes = NULL;
+    size_t n = 0, cap = 0, blen = 0, bcap = 0;
+    int rc = 0;
+    pthread_mutex_lock(&off->mu);
+    for (size_t i = 0; i < off->nbuckets && rc == 0; i++) {
+        for (entry *e = off->buckets[i]; e != NULL && rc == 0; e = e->next) {
+            bool in = ns == NULL || (nl == 0 ? e->key[0] != CRK_TENANT_MARK
+                                             : e->key_len >= nl && memcmp(e->key, ns, nl) == 0);
+            if (!in || e->state != ENTRY_DISK)
+                continue;
+            if (n == cap) {
+                size_t nc = cap ? cap * 2 : 256;
+                scan_key *k = crk_realloc(keys, nc * sizeof(*k));
+                if (k == NULL) {
+                    rc = CR_ERR_NO_MEMORY;
+                    break;
+                }
+                keys = k;
+                cap = nc;
+            }
+            if (blen + e->key_len > bcap) {
+                size_t nc = bcap ? bcap * 2 : 16384;
+                while (nc < blen + e->key_len)
+                    nc *= 2;
+                char *b = crk_realloc(bytes, nc);
+                if (b == NULL) {
+                    rc = CR_ERR_NO_MEMORY;
+                    break;
+                }
+                bytes = b;
+                bcap = nc;
+            }
+            memcpy(bytes + blen, e->key, e->key_len);
+            keys[n++] = (scan_key){e->hash, e->key_len, blen};
+            blen += e->key_len;
+        }
+    }
+    pthread_mutex_unlock(&off->mu);
+    if (rc != 0) {
+        rc = crb_error(rc, "remove_by_regex: copying the disk tier's keys");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *key = bytes + keys[i].off;
+        /* the key as its tenant knows it: without the namespace prefix */
+        int m = crk_regex_match(re, key + nl, keys[i].len - nl);
+        if (m < 0) {
+            rc = crb_error(m, "remove_by_regex stopped after removing %llu keys: %s",
+                           (unsigned long long)*count, cr_last_error_message());
+            goto out;
+        }
+        if (m != 1)
+            continue;
+        /* Only a key absent from the object table: one in memory was judged (removable or
+         * not) by the shard scan, which dropped its disk copy with it. */
+        crk_shard *sh = crk_shard_for(s, keys[i].hash);
+        pthread_mutex_lock(&sh->mu);
+        crk_object *o =
+            sh->slots[crk_shard_probe(sh, key, keys[i].len, (uint32_t)keys[i].hash)].obj;
+        if (o == NULL) {
+            pthread_mutex_lock(&off->mu);
+            entry **p = find_slot(off, key, keys[i].len, keys[i].hash);
+            if (*p != NULL && (*p)->state == ENTRY_DISK) {
+                queue_remove(off, (*p)->holder, (*p)->key, (*p)->key_len, (*p)->version);
+                unlink_entry(off, p);
+                (*count)++;
+            }
+            pthread_mutex_unlock(&off->mu);
+        }
+        pthread_mutex_unlock(&sh->mu);
+    }
+out:
+    crk_free(keys);
+    crk_free(bytes);
+    return rc;
+}
+
 /* --- heartbeats --------------------------------------------------------------------- */
 
 static holder *touch_holder(crk_service *s, struct crk_offload *off, crk_client_id id,
@@ -534,6 +698,7 @@ static holder *touch_holder(crk_service *s, struct crk_offload *off, crk_client_
                 for (size_t i = 0; i < old->n; i++)
                     crk_free(old->tasks[(old->head + i) % old->cap].key);
                 old->n = old->head = 0;
+                old->offloads_queued = 0;
                 old->segment[0] = '\0';
                 old->last_seen = 0;
                 memset(old->stats, 0, sizeof(old->stats));
@@ -543,11 +708,11 @@ static holder *touch_holder(crk_service *s, struct crk_offload *off, crk_client_
         if (h == NULL)
             return NULL;
         h->id = id;
+        h->offload_limit = s->cfg.offloading_queue_limit;
         h->next = off->holders;
         off->holders = h;
         crb_log(CRB_LOG_INFO, "master: disk tier of %s joined", m->segment);
     }
-    (void)s;
     snprintf(h->segment, sizeof(h->segment), "%s", m->segment);
     h->last_seen = now;
     for (size_t i = 0; i < CRP_OFF_NSTATS && i < m->n_stats; i++)
@@ -626,6 +791,8 @@ static void announce(crk_service *s, struct crk_offload *off, holder *hd, const 
         if (ok) {
             e->holder = hd->id;
             e->staged_addr = e->staged_until = e->stage_asked_at = 0;
+            if (e->promote_queued)
+                off->promotions_in_flight--;
             e->promote_queued = false;
             note_disk(off, e, true);
         }
@@ -684,8 +851,10 @@ static void other_report(crk_service *s, struct crk_offload *off, holder *hd,
             e->promote_tries++; /* after the offloads queued before it have freed memory */
             break;
         }
-        if (current)
+        if (current && e->promote_queued) {
             e->promote_queued = false;
+            off->promotions_in_flight--;
+        }
         if (it->status == 0)
             off->promotions++;
         break;
@@ -734,8 +903,18 @@ int crk_off_heartbeat(crk_service *s, crk_client_id client, const void *body, si
     crp_off_msg out = {.segment = ""};
     pthread_mutex_lock(&off->mu);
     size_t n = 0, key_bytes = 0;
-    while (n < hd->n && n < REPLY_MAX_ITEMS && key_bytes < REPLY_MAX_KEYBYTES)
-        key_bytes += strlen(hd->tasks[(hd->head + n++) % hd->cap].key) + 64;
+    uint32_t promos = 0, max_promos = s->cfg.promotion_max_per_heartbeat;
+    if (max_promos == 0)
+        max_promos = 1;
+    while (n < hd->n && n < REPLY_MAX_ITEMS && key_bytes < REPLY_MAX_KEYBYTES) {
+        const task *t = &hd->tasks[(hd->head + n) % hd->cap];
+        /* --promotion_max_per_heartbeat: the next promotion (and what follows it) waits for
+         * the next heartbeat, which comes at once (`more`) */
+        if (t->kind == CRP_OFF_PROMOTE && promos++ == max_promos)
+            break;
+        key_bytes += strlen(t->key) + 64;
+        n++;
+    }
     crp_off_item *items = n ? crk_calloc(n, sizeof(*items)) : NULL;
     if (n > 0 && items == NULL) {
         pthread_mutex_unlock(&off->mu);
@@ -751,6 +930,8 @@ int crk_off_heartbeat(crk_service *s, crk_client_id client, const void *body, si
         taken[i] = hd->tasks[hd->head];
         hd->head = (hd->head + 1) % hd->cap;
         hd->n--;
+        if (taken[i].kind == CRP_OFF_OFFLOAD)
+            hd->offloads_queued--;
         items[i] = (crp_off_item){taken[i].kind, 0, taken[i].key, taken[i].version, taken[i].addr,
                                   taken[i].size, 0};
     }
@@ -789,6 +970,9 @@ void crk_off_get_stats(crk_service *s, crk_off_stats *out)
     out->promotions = off->promotions;
     out->offload_failures = off->failures;
     out->refused = off->refused;
+    out->evictions_kept = off->kept;
+    out->evictions_forced = off->forced;
+    out->promotions_in_flight = off->promotions_in_flight;
     pthread_mutex_unlock(&off->mu);
 }
 
@@ -821,6 +1005,15 @@ void crk_off_prom(crk_service *s, crk_text *t)
     crk_prom_counter(t, "master_offload_refused_total",
                      "Results and re-announces refused (removed or overwritten meanwhile)",
                      st.refused);
+    crk_prom_counter(t, "master_offload_evictions_kept_total",
+                     "Evictions the disk tier could not take (queue full) that kept the object",
+                     st.evictions_kept);
+    crk_prom_counter(t, "master_offload_evictions_forced_total",
+                     "Evictions past --offload_cap_ratio or a full queue that dropped the object "
+                     "(--offload_force_evict)",
+                     st.evictions_forced);
+    crk_prom_gauge(t, "master_promotions_in_flight", "Promotions queued or running",
+                   (double)st.promotions_in_flight);
 }
 
 void crk_off_release(crk_service *s, const char *key, uint64_t token)

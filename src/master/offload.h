@@ -57,19 +57,28 @@ typedef struct crk_off_stats {
     uint64_t compactions;      /* holders' compactions (their last heartbeat) */
     uint64_t offload_failures; /* offloads the holders reported failed */
     uint64_t refused;          /* results / announces refused (stale version) */
+    uint64_t evictions_kept;   /* evictions the tier could not take that kept the object */
+    uint64_t evictions_forced; /* ... that dropped it (--offload_force_evict) */
+    uint64_t promotions_in_flight;
 } crk_off_stats;
 
 /** Set up s->off when cfg.enable_offload (else s->off stays NULL): 0 or CR_ERR_NO_MEMORY. */
 int crk_off_create(crk_service *s);
 void crk_off_destroy(crk_service *s);
 
-/**
- * Eviction of o (its shard sh locked): true if the disk tier takes it (an
- * offload task was queued, o is marked CRK_OBJ_OFFLOADING and left out of
- * the LRU: the caller must not erase it); false to erase it now (it has an
- * up-to-date disk copy already, or no holder with a disk tier).
- */
-bool crk_off_evict_locked(crk_service *s, struct crk_shard *sh, crk_object *o, uint64_t now);
+/** What an eviction of an object does with the disk tier. */
+typedef enum crk_off_evict_action {
+    CRK_OFF_EVICT_ERASE = 0, /* erase it now: an up-to-date disk copy exists, no holder has a
+                                tier, or --offload_force_evict drops what the tier cannot take */
+    CRK_OFF_EVICT_TAKEN,     /* an offload task was queued: o is marked CRK_OBJ_OFFLOADING
+                                and out of the LRU; the caller must not erase it */
+    CRK_OFF_EVICT_KEEP,      /* the holder's queue is full (--offloading_queue_limit): o
+                                stays in memory (moved to its LRU's tail); not freed */
+} crk_off_evict_action;
+
+/** Eviction of o (its shard sh locked), in an eviction round (s->evict_lock held). */
+crk_off_evict_action crk_off_evict_locked(crk_service *s, struct crk_shard *sh, crk_object *o,
+                                          uint64_t now);
 
 /** o (flagged CRK_OBJ_OFFLOADING, its shard locked) is being erased (removed, its segment
  *  gone, ...): a pending offload of it no longer frees memory and is dropped. */
@@ -101,6 +110,20 @@ int crk_off_remove(crk_service *s, const char *key, size_t len);
 /** Drop every disk copy in the namespace (ns NULL: all; nl 0: the default tenant's):
  *  returns how many. */
 uint64_t crk_off_remove_all(crk_service *s, const char *ns, size_t nl);
+
+/** query_key of a key absent from the object table: 0 with *out filled for its disk copy
+ *  (complete, on_disk, one replica: the holder's segment name, address 0, epoch 0), or
+ *  CR_OBJECT_NOT_FOUND. No lease, nothing staged. */
+int crk_off_query(crk_service *s, const char *key, size_t len, uint64_t now,
+                  struct crk_key_info *out);
+
+struct crk_regex;
+/** remove_by_regex's pass over the disk-only keys of namespace ns (as crk_off_remove_all):
+ *  each key (without the ns prefix) that re matches and that is absent from the object
+ *  table loses its disk copy (the holder is told). Adds the removed keys to *count.
+ *  0, CR_ERR_NO_MEMORY, or the regex's error. Takes shard locks: call with none held. */
+int crk_off_remove_matching(crk_service *s, const char *ns, size_t nl, struct crk_regex *re,
+                            uint64_t *count);
 
 /**
  * One OFFLOAD_HEARTBEAT of `client`: apply the results and reports in

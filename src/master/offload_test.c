@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "master/internal.h"
 #include "master/offload.h"
 #include "master/test_util.h"
 #include "proto/offload.h"
@@ -36,6 +37,16 @@ static fixture setup_fx(bool on_evict)
     c.client_ttl_ms = 10000;
     c.enable_offload = true;
     c.offload_on_evict = on_evict;
+    fixture f = {tu_service(&c, 1000), tu_client(1), 1000};
+    tu_mount(f.s, f.holder, "holder:1", BASE, SEG, f.now);
+    return f;
+}
+
+static fixture setup_with(crk_config c)
+{
+    c.client_ttl_ms = 10000;
+    c.enable_offload = true;
+    c.offload_on_evict = true;
     fixture f = {tu_service(&c, 1000), tu_client(1), 1000};
     tu_mount(f.s, f.holder, "holder:1", BASE, SEG, f.now);
     return f;
@@ -99,8 +110,14 @@ static void test_offload_then_stage(void **state)
     beat(&f, &res, 1, &t);
     crp_off_clear(&t);
     assert_int_equal(crk_exist(f.s, "k0", f.now), 1);
+    /* query_key sees the disk copy: complete, on the holder's disk, no lease, no stage */
     crk_key_info ki;
-    assert_int_equal(crk_query_key(f.s, "k0", f.now, &ki), CR_OBJECT_NOT_FOUND);
+    assert_int_equal(crk_query_key(f.s, "k0", f.now, &ki), 0);
+    assert_true(ki.on_disk && ki.disk_holder_live && ki.complete && ki.value_size == VAL);
+    assert_int_equal(ki.replicas.n, 1);
+    assert_string_equal(ki.replicas.r[0].segment, "holder:1");
+    assert_true(ki.replicas.r[0].address == 0 && ki.replicas.r[0].mount_epoch == 0);
+    assert_int_equal(crk_query_key(f.s, "no-such-key", f.now, &ki), CR_OBJECT_NOT_FOUND);
     /* a get stages it */
     assert_int_equal(crk_get_replica_list(f.s, "k0", f.now, &l), CR_ERR_OFFLOAD_STAGING);
     beat(&f, NULL, 0, &t);
@@ -198,6 +215,216 @@ static void test_remove_and_upsert(void **state)
     crp_off_clear(&t);
     free(res[0].key);
     free(res[1].key);
+    crk_service_destroy(f.s);
+}
+
+/* remove_by_regex reaches keys only on disk (and only the matching ones); a removed one is
+ * gone for query_key, exist and get, and its holder is told to drop that version. */
+static void test_remove_by_regex_on_disk(void **state)
+{
+    (void)state;
+    fixture f = setup_fx(true);
+    crp_off_msg t;
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    fill(&f, 20);
+    beat(&f, NULL, 0, &t);
+    crp_off_item res[8];
+    size_t n = 0;
+    for (size_t i = 0; i < t.n_items && n < 8; i++)
+        if (t.items[i].kind == CRP_OFF_OFFLOAD)
+            res[n++] = (crp_off_item){
+                CRP_OFF_OFFLOAD, 0, strdup(t.items[i].key), t.items[i].version, 0, VAL, 0};
+    assert_true(n >= 2);
+    crp_off_clear(&t);
+    f.now += 20000;
+    beat(&f, res, n, &t);
+    crp_off_clear(&t);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(crk_exist(f.s, res[i].key, f.now), 1);
+    /* a pattern naming only res[0] (anchored: "k1" must not take "k10".."k19") */
+    char pat[64];
+    snprintf(pat, sizeof(pat), "^%s$", res[0].key);
+    uint64_t removed = 0;
+    assert_int_equal(crk_remove_by_regex(f.s, pat, false, f.now, &removed), 0);
+    assert_int_equal(removed, 1);
+    crk_key_info ki;
+    assert_int_equal(crk_query_key(f.s, res[0].key, f.now, &ki), CR_OBJECT_NOT_FOUND);
+    assert_int_equal(crk_exist(f.s, res[0].key, f.now), 0);
+    crk_replica_list l;
+    assert_int_equal(crk_get_replica_list(f.s, res[0].key, f.now, &l), CR_OBJECT_NOT_FOUND);
+    for (size_t i = 1; i < n; i++) {
+        assert_int_equal(crk_query_key(f.s, res[i].key, f.now, &ki), 0);
+        assert_true(ki.on_disk);
+    }
+    beat(&f, NULL, 0, &t);
+    const crp_off_item *rm = find_task(&t, CRP_OFF_REMOVE, res[0].key);
+    assert_non_null(rm);
+    assert_true(rm->version == res[0].version);
+    crp_off_clear(&t);
+    /* a pattern matching every key: the disk-only ones and the memory ones go */
+    assert_int_equal(crk_remove_by_regex(f.s, "^k", true, f.now, &removed), 0);
+    assert_true(removed >= n - 1);
+    for (size_t i = 1; i < n; i++) {
+        assert_int_equal(crk_exist(f.s, res[i].key, f.now), 0);
+        assert_int_equal(crk_query_key(f.s, res[i].key, f.now, &ki), CR_OBJECT_NOT_FOUND);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(res[i].key);
+    crk_service_destroy(f.s);
+}
+
+static size_t count_tasks(const crp_off_msg *m, uint8_t kind)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_items; i++)
+        n += m->items[i].kind == kind;
+    return n;
+}
+
+/* --offloading_queue_limit: at most that many offloads wait for a holder; an eviction
+ * beyond it keeps the object in memory (Mooncake's default, without --offload_force_evict)
+ * and the next round queues more once the holder has taken the first ones. */
+static void test_offloading_queue_limit(void **state)
+{
+    (void)state;
+    crk_config c = tu_config();
+    c.offloading_queue_limit = 3;
+    fixture f = setup_with(c);
+    crp_off_msg t;
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    fill(&f, 14);
+    uint64_t keys = 0;
+    crk_evict_round(f.s, 8 * VAL, f.now, &keys); /* 8 victims: 3 taken, 5 kept */
+    crk_off_stats st;
+    crk_off_get_stats(f.s, &st);
+    assert_true(st.evictions_kept >= 5);
+    assert_int_equal(st.evictions_forced, 0);
+    int present = 0;
+    for (int i = 0; i < 14; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "k%d", i);
+        present += crk_exist(f.s, key, f.now) == 1;
+    }
+    assert_int_equal(present, 14); /* nothing dropped */
+    beat(&f, NULL, 0, &t);
+    assert_int_equal(count_tasks(&t, CRP_OFF_OFFLOAD), 3);
+    char first[3][32];
+    for (size_t i = 0, j = 0; i < t.n_items; i++)
+        if (t.items[i].kind == CRP_OFF_OFFLOAD)
+            snprintf(first[j++], sizeof(first[0]), "%s", t.items[i].key);
+    crp_off_clear(&t);
+    /* the holder took them: the next round queues 3 more, other keys */
+    crk_evict_round(f.s, 8 * VAL, f.now, &keys);
+    beat(&f, NULL, 0, &t);
+    assert_int_equal(count_tasks(&t, CRP_OFF_OFFLOAD), 3);
+    for (size_t i = 0; i < t.n_items; i++)
+        for (int j = 0; j < 3; j++)
+            assert_string_not_equal(t.items[i].key, first[j]);
+    crp_off_clear(&t);
+    crk_service_destroy(f.s);
+}
+
+/* --offload_force_evict with --offload_cap_ratio: a round queues at most limit * ratio
+ * offloads and drops the rest of its victims. */
+static void test_force_evict_cap(void **state)
+{
+    (void)state;
+    crk_config c = tu_config();
+    c.offload_force_evict = true;
+    c.offloading_queue_limit = 4;
+    c.offload_cap_ratio = 0.5;
+    fixture f = setup_with(c);
+    crp_off_msg t;
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    fill(&f, 14);
+    uint64_t keys = 0;
+    crk_evict_round(f.s, 8 * VAL, f.now, &keys);
+    crk_off_stats st;
+    crk_off_get_stats(f.s, &st);
+    assert_int_equal(st.evictions_forced, 6);
+    assert_int_equal(st.evictions_kept, 0);
+    int present = 0;
+    for (int i = 0; i < 14; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "k%d", i);
+        present += crk_exist(f.s, key, f.now) == 1;
+    }
+    assert_int_equal(present, 14 - 6);
+    beat(&f, NULL, 0, &t);
+    assert_int_equal(count_tasks(&t, CRP_OFF_OFFLOAD), 2);
+    crp_off_clear(&t);
+    crk_service_destroy(f.s);
+}
+
+/* --promotion_queue_limit and --promotion_max_per_heartbeat. */
+static void test_promotion_limits(void **state)
+{
+    (void)state;
+    crk_config c = tu_config();
+    c.promotion_on_hit = true;
+    c.promotion_admission_threshold = 1;
+    c.promotion_queue_limit = 2;
+    c.promotion_max_per_heartbeat = 1;
+    fixture f = setup_with(c);
+    crp_off_msg t;
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    fill(&f, 14);
+    uint64_t keys = 0;
+    crk_evict_round(f.s, 3 * VAL, f.now, &keys);
+    beat(&f, NULL, 0, &t);
+    crp_off_item res[3];
+    size_t n = 0;
+    for (size_t i = 0; i < t.n_items && n < 3; i++)
+        if (t.items[i].kind == CRP_OFF_OFFLOAD)
+            res[n++] = (crp_off_item){
+                CRP_OFF_OFFLOAD, 0, strdup(t.items[i].key), t.items[i].version, 0, VAL, 0};
+    assert_int_equal(n, 3);
+    crp_off_clear(&t);
+    beat(&f, res, 3, &t);
+    crp_off_clear(&t);
+    crk_replica_list l;
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(crk_get_replica_list(f.s, res[i].key, f.now, &l), CR_ERR_OFFLOAD_STAGING);
+    crk_off_stats st;
+    crk_off_get_stats(f.s, &st);
+    assert_int_equal(st.promotions_in_flight, 2); /* the third waits for room */
+    /* one promotion per reply; `more` says the rest wait */
+    size_t promos = 0;
+    const char *promoted = NULL;
+    for (int round = 0; round < 4; round++) {
+        beat(&f, NULL, 0, &t);
+        size_t k = count_tasks(&t, CRP_OFF_PROMOTE);
+        assert_true(k <= 1);
+        if (k == 1 && promoted == NULL) {
+            for (size_t i = 0; i < 3; i++)
+                if (find_task(&t, CRP_OFF_PROMOTE, res[i].key) != NULL)
+                    promoted = res[i].key;
+        }
+        promos += k;
+        crp_off_clear(&t);
+    }
+    assert_int_equal(promos, 2);
+    assert_non_null(promoted);
+    /* one finishes: the third key's next hit queues its promotion */
+    crp_off_item done = {CRP_OFF_PROMOTE, 0, (char *)promoted, 0, 0, VAL, 0};
+    for (size_t i = 0; i < 3; i++)
+        if (strcmp(res[i].key, promoted) == 0)
+            done.version = res[i].version;
+    beat(&f, &done, 1, &t);
+    crp_off_clear(&t);
+    crk_off_get_stats(f.s, &st);
+    assert_int_equal(st.promotions_in_flight, 1);
+    f.now += 3000;
+    for (size_t i = 0; i < 3; i++)
+        (void)crk_get_replica_list(f.s, res[i].key, f.now, &l);
+    crk_off_get_stats(f.s, &st);
+    assert_int_equal(st.promotions_in_flight, 2);
+    for (size_t i = 0; i < 3; i++)
+        free(res[i].key);
     crk_service_destroy(f.s);
 }
 
@@ -312,6 +539,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_offload_then_stage),
         cmocka_unit_test(test_remove_and_upsert),
+        cmocka_unit_test(test_remove_by_regex_on_disk),
+        cmocka_unit_test(test_offloading_queue_limit),
+        cmocka_unit_test(test_force_evict_cap),
+        cmocka_unit_test(test_promotion_limits),
         cmocka_unit_test(test_stale_and_failed_results),
         cmocka_unit_test(test_foreign_announce_and_refusals),
         cmocka_unit_test(test_write_behind),

@@ -36,6 +36,11 @@ void crk_config_default(crk_config *cfg)
     cfg->epoch_base = 0;
     cfg->allocation_strategy = CRK_ALLOC_RANDOM;
     cfg->promotion_admission_threshold = 2;
+    cfg->offload_force_evict = false;
+    cfg->offloading_queue_limit = 50000;
+    cfg->offload_cap_ratio = 0.5;
+    cfg->promotion_queue_limit = 50000;
+    cfg->promotion_max_per_heartbeat = 1;
 }
 
 int crk_config_validate(const crk_config *c)
@@ -75,6 +80,12 @@ int crk_config_validate(const crk_config *c)
     if (c->promotion_admission_threshold == 0 || c->promotion_admission_threshold > 255)
         return crb_error(CR_INVALID_PARAMS, "promotion_admission_threshold %u is not in 1..255",
                          (unsigned)c->promotion_admission_threshold);
+    if (c->offloading_queue_limit == 0 || c->offloading_queue_limit > 100000000ull)
+        return crb_error(CR_INVALID_PARAMS, "offloading_queue_limit %llu is not in 1..100000000",
+                         (unsigned long long)c->offloading_queue_limit);
+    if (!(c->offload_cap_ratio >= 0.0 && c->offload_cap_ratio <= 1.0))
+        return crb_error(CR_INVALID_PARAMS, "offload_cap_ratio %g is outside [0, 1]",
+                         c->offload_cap_ratio);
     return 0;
 }
 

@@ -103,6 +103,15 @@ typedef struct crk_config {
     bool offload_on_evict;                  /* false: write behind at put_end instead */
     bool promotion_on_hit;                  /* false: disk hits are served from disk */
     uint32_t promotion_admission_threshold; /* 2: disk hits before a promotion (<= 255) */
+    bool offload_force_evict;               /* false: an eviction the tier cannot take now
+                                               (cap or queue full) keeps the object; true:
+                                               drops it */
+    uint64_t offloading_queue_limit;        /* 50000: offload tasks waiting per holder
+                                               (1..1e8) */
+    double offload_cap_ratio;               /* 0.5: offloads one eviction round may queue, as
+                                               a fraction of offloading_queue_limit */
+    uint32_t promotion_queue_limit;         /* 50000: promotions in flight, all holders */
+    uint32_t promotion_max_per_heartbeat;   /* 1: promotions per heartbeat reply (0 = 1) */
 } crk_config;
 
 /** Fill *cfg with the defaults above (Mooncake's). */
@@ -164,6 +173,9 @@ typedef struct crk_key_info {
     uint64_t lease_until_ms; /* 0 if never leased */
     uint64_t soft_pin_until_ms;
     crk_replica_list replicas; /* complete replicas (in-flight ones if not complete) */
+    bool on_disk;              /* only on a holder's disk (docs/disk-tier.md): replicas.r[0] names
+                                  the holder's segment, address 0, epoch 0 */
+    bool disk_holder_live;     /* on_disk: its holder is heard from (a get can stage it) */
 } crk_key_info;
 
 /** Operator view of a segment. */

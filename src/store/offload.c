@@ -2,17 +2,27 @@
  * offload.c - a store client's disk tier (see offload.h).
  *
  * The disk thread's round: (1) free staging slots whose TTL passed; (2) send
- * one OFFLOAD_HEARTBEAT carrying the disk counters, the results of the last
- * round's tasks, up to ANNOUNCE_CHUNK re-announced keys (after a restart)
- * and the keys the disk tier evicted; (3) run the tasks of the reply:
- * offloads as one crf_put_batch straight from this client's segment memory
- * (the master keeps that memory allocated until the result arrives), stages
- * with crf_get into the staging area (registered remote-accessible with the
+ * one OFFLOAD_HEARTBEAT carrying the disk counters, the results of the
+ * tasks done since the last one, up to ANNOUNCE_CHUNK re-announced keys
+ * (after a restart) and the keys the disk tier evicted; (3) run the tasks of
+ * the reply: offloads go to the writer threads' queue, stages with
+ * crf_get_batch into the staging area (registered remote-accessible with the
  * engine, so readers pull the bytes through the engine; page-aligned, so the
  * reads are O_DIRECT), removals (only the version the master names), and
  * promotions (a plain put of the value, which the master allows only to the
- * holder). It polls again at once while there are results to send or the
- * master says more tasks wait, else after the poll interval.
+ * holder). It polls again at once while the master says more tasks wait,
+ * else it sleeps until a writer has results to report or the poll interval
+ * has passed (BURST_POLL_MS instead for BURST_MS after a heartbeat that
+ * brought tasks: disk hits come in bursts, and each waits for a poll).
+ *
+ * The writers (WRITERS threads) take offloads from the queue in chunks of
+ * about WRITE_CHUNK bytes and write each chunk with one crf_put_batch
+ * straight from this client's segment memory (the master keeps that memory
+ * allocated until the result arrives), then wake the disk thread to report
+ * it. So the master frees memory chunk by chunk while the rest of a batch is
+ * still being written, the writers' puts refill it meanwhile, and with two
+ * chunks in flight the disk never waits for a chunk's results to travel
+ * (measured: docs/PERFORMANCE.md, "SSD tier through the store").
  *
  * Each record's metadata is the master's version (8 bytes, little-endian):
  * a re-announce names it, and a removal or stage of another version is not
@@ -40,6 +50,11 @@
 #define DEFAULT_POLL_MS   10
 #define DEFAULT_STAGE     (64ull << 20)
 #define DEFAULT_STAGE_TTL 5000
+#define BURST_MS          100 /* after a heartbeat that brought tasks, poll every */
+#define BURST_POLL_MS     1   /* BURST_POLL_MS for this long (reads come in bursts) */
+#define WRITERS           2
+#define WRITE_CHUNK       (4ull << 20) /* bytes per crf_put_batch of a writer */
+#define WRITE_CHUNK_ITEMS 256          /* and at most this many values */
 
 typedef struct owned_item {
     crp_off_item it; /* it.key malloc'd */
@@ -66,15 +81,26 @@ struct crc_offload {
     bool running;
     atomic_bool stop;
 
-    /* results and reports to send (disk thread; `evicted` also from on_evict under mu) */
+    /* results and reports to send (disk thread; writers and on_evict under mu); `wake`
+     * (with mu) tells the disk thread that results wait */
     pthread_mutex_t mu;
+    pthread_cond_t wake;
     owned_item *out;
     size_t n_out, cap_out;
+
+    /* offloads waiting for a writer: a FIFO ring under wq_mu, `wq_cv` wakes the writers */
+    pthread_mutex_t wq_mu;
+    pthread_cond_t wq_cv;
+    owned_item *wq;
+    size_t wq_head, wq_n, wq_cap;
+    pthread_t writers[WRITERS];
+    size_t n_writers;
     /* recovered keys still to announce */
     owned_item *ann;
     size_t n_ann, ann_pos;
 
     _Atomic uint64_t offloads, offload_failures, stage_reads, promotions, evicted;
+    uint64_t last_tasks_ms; /* when a heartbeat last brought tasks (disk thread) */
 };
 
 /* --- helpers ------------------------------------------------------------------------ */
@@ -135,6 +161,7 @@ static void push_out(crc_offload *o, uint8_t kind, int32_t st, const char *key, 
 {
     pthread_mutex_lock(&o->mu);
     push_out_locked(o, kind, st, key, version, addr, size, ttl);
+    pthread_cond_signal(&o->wake);
     pthread_mutex_unlock(&o->mu);
 }
 
@@ -303,6 +330,7 @@ static void run_promote(crc_offload *o, const crp_off_item *t)
 
 static void run_offloads(crc_offload *o, const crp_off_item *tasks, const size_t *idx, size_t n)
 {
+    /* (tasks[idx[j]], j < n; a writer passes idx NULL: tasks[0..n)) */
     if (n == 0)
         return;
     crf_put_item *items = calloc(n, sizeof(*items));
@@ -310,13 +338,13 @@ static void run_offloads(crc_offload *o, const crp_off_item *tasks, const size_t
     int *res = calloc(n, sizeof(*res));
     if (items == NULL || meta == NULL || res == NULL) {
         for (size_t j = 0; j < n; j++)
-            push_out(o, CRP_OFF_OFFLOAD, CR_ERR_NO_MEMORY, tasks[idx[j]].key, tasks[idx[j]].version,
-                     0, 0, 0);
+            push_out(o, CRP_OFF_OFFLOAD, CR_ERR_NO_MEMORY, tasks[idx ? idx[j] : j].key,
+                     tasks[idx ? idx[j] : j].version, 0, 0, 0);
         goto out;
     }
     uint64_t base = (uint64_t)(uintptr_t)o->s->segment, end = base + o->s->segment_size;
     for (size_t j = 0; j < n; j++) {
-        const crp_off_item *t = &tasks[idx[j]];
+        const crp_off_item *t = &tasks[idx ? idx[j] : j];
         put_le64(meta[j], t->version);
         bool inside = t->addr >= base && t->size <= end - t->addr && t->addr <= end;
         items[j] = (crf_put_item){t->key,
@@ -342,14 +370,80 @@ static void run_offloads(crc_offload *o, const crp_off_item *tasks, const size_t
             atomic_fetch_add(&o->offloads, 1);
         else
             atomic_fetch_add(&o->offload_failures, 1);
-        push_out(o, CRP_OFF_OFFLOAD, st, tasks[idx[j]].key, tasks[idx[j]].version, 0,
-                 tasks[idx[j]].size, 0);
+        const crp_off_item *t = &tasks[idx ? idx[j] : j];
+        push_out(o, CRP_OFF_OFFLOAD, st, t->key, t->version, 0, t->size, 0);
     }
     free(res2);
 out:
     free(items);
     free(meta);
     free(res);
+}
+
+/* Hand n offloads (tasks[idx[0..n)]) to the writers. One that cannot be queued (no
+ * memory) is answered as failed: the master then drops or keeps the object as for a
+ * failed write. */
+static void queue_offloads(crc_offload *o, const crp_off_item *tasks, const size_t *idx, size_t n)
+{
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&o->wq_mu);
+    for (size_t j = 0; j < n; j++) {
+        const crp_off_item *t = &tasks[idx[j]];
+        if (o->wq_n == o->wq_cap) {
+            size_t ncap = o->wq_cap ? o->wq_cap * 2 : 256;
+            owned_item *q = malloc(ncap * sizeof(*q));
+            if (q != NULL) {
+                for (size_t i = 0; i < o->wq_n; i++)
+                    q[i] = o->wq[(o->wq_head + i) % o->wq_cap];
+                free(o->wq);
+                o->wq = q;
+                o->wq_cap = ncap;
+                o->wq_head = 0;
+            }
+        }
+        char *k = o->wq_n < o->wq_cap ? strdup(t->key) : NULL;
+        if (k == NULL) {
+            push_out(o, CRP_OFF_OFFLOAD, CR_ERR_NO_MEMORY, t->key, t->version, 0, t->size, 0);
+            atomic_fetch_add(&o->offload_failures, 1);
+            continue;
+        }
+        crp_off_item it = *t;
+        it.key = k;
+        o->wq[(o->wq_head + o->wq_n++) % o->wq_cap].it = it;
+    }
+    pthread_cond_broadcast(&o->wq_cv);
+    pthread_mutex_unlock(&o->wq_mu);
+}
+
+/* A writer: chunks of queued offloads, each one crf_put_batch, results reported at once. */
+static void *writer_main(void *arg)
+{
+    crc_offload *o = arg;
+    crp_off_item *chunk = calloc(WRITE_CHUNK_ITEMS, sizeof(*chunk));
+    pthread_mutex_lock(&o->wq_mu);
+    while (!atomic_load(&o->stop)) {
+        if (o->wq_n == 0 || chunk == NULL) {
+            pthread_cond_wait(&o->wq_cv, &o->wq_mu);
+            continue;
+        }
+        size_t n = 0;
+        uint64_t bytes = 0;
+        while (o->wq_n > 0 && n < WRITE_CHUNK_ITEMS && (n == 0 || bytes < WRITE_CHUNK)) {
+            chunk[n] = o->wq[o->wq_head].it;
+            bytes += chunk[n++].size;
+            o->wq_head = (o->wq_head + 1) % o->wq_cap;
+            o->wq_n--;
+        }
+        pthread_mutex_unlock(&o->wq_mu);
+        run_offloads(o, chunk, NULL, n);
+        for (size_t i = 0; i < n; i++)
+            free(chunk[i].key);
+        pthread_mutex_lock(&o->wq_mu);
+    }
+    pthread_mutex_unlock(&o->wq_mu);
+    free(chunk);
+    return NULL;
 }
 
 static void run_tasks(crc_offload *o, const crp_off_msg *m, uint64_t now)
@@ -379,10 +473,10 @@ static void run_tasks(crc_offload *o, const crp_off_msg *m, uint64_t now)
             break;
         }
     }
-    /* Readers wait for stages; writers for the memory offloads free. Promotions last:
-     * they need the memory the offloads release. */
+    /* Offloads to the writers first (the disk starts on them at once); readers wait for
+     * stages. Promotions last: they need the memory the offloads release. */
+    queue_offloads(o, m->items, offload_idx, n_off);
     run_stages(o, m->items, stage_idx, n_stage, now);
-    run_offloads(o, m->items, offload_idx, n_off);
     for (size_t i = 0; i < m->n_items; i++)
         if (m->items[i].kind == CRP_OFF_PROMOTE)
             run_promote(o, &m->items[i]);
@@ -495,6 +589,8 @@ static int heartbeat(crc_offload *o)
     crp_rpc_resp_clear(&resp);
     if (rc < 0)
         return rc;
+    if (tasks.n_items > 0)
+        o->last_tasks_ms = crb_now_ms();
     run_tasks(o, &tasks, crb_now_ms());
     bool again = tasks.more || tasks.n_items > 0 || o->ann_pos < o->n_ann;
     crp_off_clear(&tasks);
@@ -504,10 +600,22 @@ static int heartbeat(crc_offload *o)
     return again ? 1 : 0;
 }
 
-static void nap(uint32_t ms)
+/* Sleep up to ms, or (on_results) until a writer has results to report; or stop. */
+static void nap(crc_offload *o, uint32_t ms, bool on_results)
 {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&o->mu);
+    while ((!on_results || o->n_out == 0) && !atomic_load(&o->stop))
+        if (pthread_cond_timedwait(&o->wake, &o->mu, &ts) != 0)
+            break;
+    pthread_mutex_unlock(&o->mu);
 }
 
 static void *disk_main(void *arg)
@@ -523,12 +631,24 @@ static void *disk_main(void *arg)
         last_rc = rc < 0 ? rc : 0;
         if (rc == 1)
             continue;
-        nap(rc < 0 ? 200 : o->poll_ms);
+        /* (results waiting do not make a failing master answer sooner) */
+        uint32_t ms = o->poll_ms;
+        if (crb_now_ms() - o->last_tasks_ms < BURST_MS && ms > BURST_POLL_MS)
+            ms = BURST_POLL_MS; /* the next disk hit of a burst is staged sooner */
+        nap(o, rc < 0 ? 200 : ms, rc == 0);
     }
     return NULL;
 }
 
 /* --- lifecycle ---------------------------------------------------------------------------- */
+
+static void destroy_sync(crc_offload *o)
+{
+    pthread_mutex_destroy(&o->mu);
+    pthread_cond_destroy(&o->wake);
+    pthread_mutex_destroy(&o->wq_mu);
+    pthread_cond_destroy(&o->wq_cv);
+}
 
 int crc_off_start(cr_store *s, const char *path, crc_offload **out)
 {
@@ -546,6 +666,13 @@ int crc_off_start(cr_store *s, const char *path, crc_offload **out)
         return crb_error(CR_ERR_NO_MEMORY, "disk tier");
     o->s = s;
     pthread_mutex_init(&o->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&o->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&o->wq_mu, NULL);
+    pthread_cond_init(&o->wq_cv, NULL);
     o->poll_ms = (uint32_t)env_u64("CRESCENT_OFFLOAD_POLL_MS", DEFAULT_POLL_MS);
     if (o->poll_ms == 0 || o->poll_ms > 10000)
         o->poll_ms = DEFAULT_POLL_MS;
@@ -583,6 +710,12 @@ int crc_off_start(cr_store *s, const char *path, crc_offload **out)
         goto err_stop;
     if (!(crc_master_caps(o->conn) & CRP_RPC_CAP_OFFLOAD))
         crb_log(CRB_LOG_WARN, "store %s: the master does not offer the disk tier", s->segment_name);
+    for (; o->n_writers < WRITERS; o->n_writers++) {
+        if (pthread_create(&o->writers[o->n_writers], NULL, writer_main, o) != 0) {
+            rc = crb_error(CR_ERR_SYSTEM, "starting the disk tier's writer threads");
+            goto err_stop;
+        }
+    }
     if (pthread_create(&o->thread, NULL, disk_main, o) != 0) {
         rc = crb_error(CR_ERR_SYSTEM, "starting the disk thread");
         goto err_stop;
@@ -604,7 +737,7 @@ err_stop : {
     return crb_error(rc, "disk tier at %s: %s", path, detail);
 }
 err_free:
-    pthread_mutex_destroy(&o->mu);
+    destroy_sync(o);
     free(o);
     return rc;
 }
@@ -614,8 +747,19 @@ void crc_off_stop(cr_store *s, crc_offload *o)
     if (o == NULL)
         return;
     atomic_store(&o->stop, true);
+    pthread_mutex_lock(&o->mu);
+    pthread_cond_broadcast(&o->wake);
+    pthread_mutex_unlock(&o->mu);
+    pthread_mutex_lock(&o->wq_mu);
+    pthread_cond_broadcast(&o->wq_cv);
+    pthread_mutex_unlock(&o->wq_mu);
     if (o->running)
         pthread_join(o->thread, NULL);
+    for (size_t i = 0; i < o->n_writers; i++)
+        pthread_join(o->writers[i], NULL);
+    for (size_t i = 0; i < o->wq_n; i++) /* offloads never written: the master times them out */
+        free(o->wq[(o->wq_head + i) % o->wq_cap].it.key);
+    free(o->wq);
     crc_master_close(o->conn);
     if (o->stage_registered)
         cr_engine_unregister(s->engine, o->stage);
@@ -629,7 +773,7 @@ void crc_off_stop(cr_store *s, crc_offload *o)
         free(o->ann[i].it.key);
     free(o->ann);
     free(o->slots);
-    pthread_mutex_destroy(&o->mu);
+    destroy_sync(o);
     free(o);
 }
 

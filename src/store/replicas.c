@@ -62,6 +62,7 @@ int cr_store_get_replicas(cr_store *s, const char *key, cr_replica_info *out, si
         o->address = r->addr;
         o->size = r->size;
         o->complete = r->status == CRP_RPC_REPLICA_COMPLETE;
+        o->on_disk = r->epoch == 0 && r->addr == 0; /* no mount has epoch 0 */
     }
     rc = ki->n_replicas > (size_t)INT32_MAX ? INT32_MAX : (int)ki->n_replicas;
 clear_resp:

@@ -12,12 +12,19 @@
  *   promotion      --promotion_on_hit --promotion_admission_threshold=1: a
  *                  disk hit promotes the value back into memory; bytes right.
  *   remove_upsert  remove of a disk-only key: gone (get, exist); upsert of a
- *                  disk-only key: the new bytes, never the old disk copy.
+ *                  disk-only key: the new bytes, never the old disk copy; size,
+ *                  replicas and the admin /query_key see a disk-only key;
+ *                  remove_by_regex removes one (and only the matching one).
  *   kill_restart   kill -9 of the holder while it is offloading, restart on
  *                  the same directory: no value is ever served wrong; values
  *                  completed on disk before the kill are readable again.
  *   write_behind   --enable_offload alone: puts are written behind; evicted values
  *                  whose copy landed read back from disk.
+ *   compaction_gets  4 MiB buckets, two of every three disk-only values removed:
+ *                  the holder compacts its mostly-dead buckets while two reader
+ *                  processes keep getting the survivors (right bytes, always)
+ *                  and the removed keys (not found, always); afterwards every
+ *                  survivor is still readable and the disk holds only them.
  *   disk_full      a 24 MiB disk tier (MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE)
  *                  under 160 MiB of values: the disk LRU drops old ones; every
  *                  get answers right bytes or not-found, promptly.
@@ -62,6 +69,7 @@ static int teardown(void **state)
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
     unsetenv("MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE");
+    unsetenv("MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES");
     return 0;
 }
 
@@ -158,10 +166,20 @@ static void put_many(sh_client *c, const char *pfx, int n, unsigned seed)
     }
 }
 
-/* Is key on the holder's disk only (exists, but no memory replica)? */
+/* Is key on the holder's disk only (exists, and its one replica is the disk copy)? */
 static bool disk_only(sh_client *c, const char *key)
 {
-    return sh_rc(c, "exist %s", key) == 1 && sh_rc(c, "replicas %s", key) == CR_OBJECT_NOT_FOUND;
+    if (sh_rc(c, "exist %s", key) != 1)
+        return false;
+    const char *r = sh_cmd(c, "replicas %s", key);
+    return strtoll(r, NULL, 10) == 1 && strstr(r, "/disk") != NULL;
+}
+
+/* Does key have a replica in memory? */
+static bool in_memory(sh_client *c, const char *key)
+{
+    const char *r = sh_cmd(c, "replicas %s", key);
+    return strtoll(r, NULL, 10) >= 1 && strstr(r, "/disk") == NULL;
 }
 
 static int first_disk_only(sh_client *c, const char *pfx, int n, int from)
@@ -206,15 +224,15 @@ static void promotion(void **state)
         sh_sleep_ms(20);
     if (promos < np)
         fail_msg("%lld of %d hit values promoted: %s", promos, np, h.line);
-    int in_memory = 0;
+    int n_in_memory = 0;
     for (int j = 0; j < np; j++) {
         snprintf(key, sizeof(key), "pr-%d", promoted_keys[j]);
-        in_memory += sh_rc(&c, "replicas %s", key) >= 1;
+        n_in_memory += in_memory(&c, key);
         const char *r = sh_cmd(&c, "get %s %u", key, 500u + (unsigned)promoted_keys[j]);
         if (!read_ok(r, MIB))
             fail_msg("get of promoted %s: %s", key, r);
     }
-    if (in_memory == 0)
+    if (n_in_memory == 0)
         fail_msg("no promoted value has a memory replica");
     for (int i = 0; i < N; i++) { /* and nothing else was disturbed */
         snprintf(key, sizeof(key), "pr-%d", i);
@@ -275,6 +293,37 @@ static void remove_upsert(void **state)
     /* the removed key stays removed through all of it */
     snprintf(key, sizeof(key), "ru-%d", a);
     assert_int_equal(sh_rc(&c, "get %s", key), CR_OBJECT_NOT_FOUND);
+    /* query_key of a disk-only key: the store's size and replicas, the admin /query_key */
+    int d = first_disk_only(&c, "ru-", N, 0);
+    if (d == b) /* (upserted to MIB / 2) */
+        d = first_disk_only(&c, "ru-", N, b + 1);
+    snprintf(key, sizeof(key), "ru-%d", d);
+    assert_int_equal(sh_rc(&c, "size %s", key), MIB);
+    const char *reps = sh_cmd(&c, "replicas %s", key);
+    char want[400];
+    snprintf(want, sizeof(want), " %s/1/%d/disk", h.name, MIB);
+    if (strstr(reps, want) == NULL)
+        fail_msg("replicas of disk-only %s: %s (want %s)", key, reps, want);
+    char body[4096], path[128];
+    snprintf(path, sizeof(path), "/query_key?key=%s", key);
+    assert_int_equal(sh_http_get(m.metrics_port, path, body, sizeof(body)), 200);
+    if (strstr(body, "\"on_disk\":true") == NULL || strstr(body, "\"object_size\"") == NULL)
+        fail_msg("/query_key of disk-only %s: %s", key, body);
+    /* remove_by_regex reaches disk-only keys: exactly the one named */
+    snprintf(path, sizeof(path), "^ru-%d$", d);
+    assert_int_equal(sh_rc(&c, "remove_regex %s", path), 1);
+    assert_int_equal(sh_rc(&c, "exist %s", key), 0);
+    assert_int_equal(sh_rc(&c, "size %s", key), CR_OBJECT_NOT_FOUND);
+    assert_int_equal(sh_rc(&c, "get %s", key), CR_OBJECT_NOT_FOUND);
+    assert_int_equal(sh_rc(&h, "get %s", key), CR_OBJECT_NOT_FOUND);
+    snprintf(path, sizeof(path), "/query_key?key=%s", key);
+    assert_int_equal(sh_http_get(m.metrics_port, path, body, sizeof(body)), 404);
+    int e = first_disk_only(&c, "ru-", N, 0); /* the others stay */
+    if (e == b)
+        e = first_disk_only(&c, "ru-", N, b + 1);
+    snprintf(key, sizeof(key), "ru-%d", e);
+    if (!read_ok(sh_cmd(&c, "get %s %u", key, 700u + (unsigned)e), MIB))
+        fail_msg("get of %s after removing ru-%d by regex: %s", key, d, c.line);
     /* remove_all reaches the disk copies too */
     assert_true(sh_rc(&c, "remove_all force") > 0);
     snprintf(key, sizeof(key), "ru-%d", b);
@@ -336,6 +385,74 @@ static void kill_restart(void **state)
     assert_int_equal(sh_client_stop(&c), 0);
     assert_int_equal(sh_client_stop(&h2), 0);
     assert_int_equal(sh_master_stop(&m), 0);
+}
+
+static void compaction_gets(void **state)
+{
+    (void)state;
+    setenv("MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES", "4194304", 1); /* 3 values a bucket */
+    sh_master m;
+    sh_client h, c, c2;
+    const char *const margs[] = {"--enable_offload=true", "--offload_on_evict=true",
+                                 "--default_kv_lease_ttl=300", NULL};
+    start_all(&m, &h, &c, margs);
+    unsetenv("MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES");
+    const char *const cargs[] = {"--segment", "0", "--region", "0", NULL};
+    assert_int_equal(sh_client_start(&c2, m.addr, cargs), 0);
+    enum { N = 120 };
+    put_many(&c, "cg-", N, 3000);
+    int live[N], dead[N], n_live = 0, n_dead = 0, n_disk = 0;
+    char key[64];
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "cg-%d", i);
+        if (!disk_only(&c, key))
+            continue;
+        if (n_disk++ % 3 == 0) {
+            live[n_live++] = i;
+        } else {
+            assert_int_equal(sh_rc(&c, "remove %s", key), 0);
+            dead[n_dead++] = i;
+        }
+    }
+    if (n_live < 10)
+        fail_msg("only %d of %d values were on disk", n_disk, N);
+    /* The holder drops the removed records (its next heartbeats) and compacts the buckets
+     * they leave mostly dead, while both readers keep reading. */
+    uint64_t until = sh_now_ms() + 20000;
+    long long compactions = 0;
+    int rounds = 0;
+    for (; sh_now_ms() < until && (compactions < 2 || rounds < 3); rounds++) {
+        for (int j = 0; j < n_live; j++) {
+            int a = live[j], b = dead[j % n_dead];
+            assert_int_equal(sh_send(&c, "get cg-%d %u", a, 3000u + (unsigned)a), 0);
+            assert_int_equal(sh_send(&c2, "get cg-%d %u", b, 3000u + (unsigned)b), 0);
+            const char *r = sh_recv(&c, 10000);
+            if (!read_ok(r, MIB))
+                fail_msg("get cg-%d during compaction: %s", a, r);
+            r = sh_recv(&c2, 10000);
+            if (strtoll(r, NULL, 10) != CR_OBJECT_NOT_FOUND)
+                fail_msg("get of removed cg-%d during compaction: %s", b, r);
+        }
+        compactions = sh_field(sh_cmd(&h, "offstats"), "compactions");
+    }
+    if (compactions < 1)
+        fail_msg("no compaction after removing %d of %d disk values: %s", n_dead, n_disk, h.line);
+    fprintf(stderr, "compaction_gets: %d rounds of %d gets each from 2 readers, %lld compactions\n",
+            rounds, 2 * n_live, compactions);
+    /* afterwards: every survivor readable by both, the removed ones gone, disk holds only
+     * the survivors */
+    for (int j = 0; j < n_live; j++) {
+        const char *r = sh_cmd(&c2, "get cg-%d %u", live[j], 3000u + (unsigned)live[j]);
+        if (!read_ok(r, MIB))
+            fail_msg("get cg-%d after compaction: %s", live[j], r);
+    }
+    for (int j = 0; j < n_dead; j++)
+        assert_int_equal(sh_rc(&c, "get cg-%d", dead[j]), CR_OBJECT_NOT_FOUND);
+    long long keys = sh_field(sh_cmd(&h, "offstats"), "keys");
+    if (keys < n_live || keys > n_live + (N - n_disk))
+        fail_msg("the holder's disk has %lld keys, %d survivors: %s", keys, n_live, h.line);
+    assert_int_equal(sh_client_stop(&c2), 0);
+    stop_all(&m, &h, &c);
 }
 
 static void disk_full(void **state)
@@ -420,6 +537,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(promotion, setup, teardown),
         cmocka_unit_test_setup_teardown(remove_upsert, setup, teardown),
         cmocka_unit_test_setup_teardown(kill_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(compaction_gets, setup, teardown),
         cmocka_unit_test_setup_teardown(disk_full, setup, teardown),
         cmocka_unit_test_setup_teardown(write_behind, setup, teardown),
     };

@@ -52,7 +52,8 @@
  *   stats                            0 local=<b> shm=<b> cma=<b> tcp=<b>
  *   regcount                         <engine registrations>
  *   offstats                         0 keys=<n> bytes=<b> offloads=<n> failed=<n> staged=<n>
- *                                    promoted=<n> evicted=<n> rpc_reads=<n> (disk tier)
+ *                                    promoted=<n> evicted=<n> rpc_reads=<n> compactions=<n>
+ *                                    (disk tier)
  *   psess_start KEY SIZE | psess_end KEY | psess_revoke KEY
  *                                    <rc>  a put session (ranged API) in this process's table
  *   thinstats                        0 calls=<n> zc=<b> copied=<b> slow=<calls>/<b>
@@ -675,7 +676,8 @@ static void cmd_replicas(void)
         report_error("replicas", rc);
     printf("%d", rc);
     for (int i = 0; i < rc && (size_t)i < cap; i++)
-        printf(" %s/%d/%" PRIu64, info[i].segment, info[i].complete ? 1 : 0, info[i].size);
+        printf(" %s/%d/%" PRIu64 "%s", info[i].segment, info[i].complete ? 1 : 0, info[i].size,
+               info[i].on_disk ? "/disk" : "");
     printf("\n");
 }
 
@@ -857,9 +859,9 @@ int main(int argc, char **argv)
             rc = cr_store_offload_stats_get(store, &os);
             printf("%d keys=%" PRIu64 " bytes=%" PRIu64 " offloads=%" PRIu64 " failed=%" PRIu64
                    " staged=%" PRIu64 " promoted=%" PRIu64 " evicted=%" PRIu64 " rpc_reads=%" PRIu64
-                   "\n",
+                   " compactions=%" PRIu64 "\n",
                    rc, os.disk_keys, os.disk_bytes, os.offloads, os.offload_failures,
-                   os.stage_reads, os.promotions, os.disk_evictions, os.rpc_reads);
+                   os.stage_reads, os.promotions, os.disk_evictions, os.rpc_reads, os.compactions);
         } else if (strcmp(cmd, "regcount") == 0) {
             cr_engine *e = cr_store_engine(store);
             printf("%zu\n", e ? cr_engine_registration_count(e) : (size_t)0);

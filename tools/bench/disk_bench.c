@@ -511,8 +511,9 @@ static int run_size(const db_opts *o, const char *root, uint64_t size)
                "%.2f GB/s (get %.2fx)\n",
                gb / big_w, big_w / put_s, gb / big_r, big_r / get_s);
     printf("  store: %s; %" PRIu64 " buckets, %" PRIu64 " submits for %" PRIu64 " SQEs, %" PRIu64
-           " fdatasyncs\n",
-           st.direct_io ? "O_DIRECT" : "buffered", st.buckets, st.submits, st.sqes, st.fdatasyncs);
+           " fdatasyncs, %" PRIu64 " MiB written straight from the callers' memory\n",
+           st.direct_io ? "O_DIRECT" : "buffered", st.buckets, st.submits, st.sqes, st.fdatasyncs,
+           st.direct_write_bytes >> 20);
     if (o->latency > 0)
         latency(s, path, size, count, o->latency);
     crf_close(s);

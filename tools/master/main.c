@@ -431,7 +431,20 @@ static json_t *descriptor(const crk_replica_desc *d)
     return j;
 }
 
-/* The memory replicas of a readable key, as Mooncake's descriptors. */
+/* Mooncake's LocalDiskDescriptor of a key only on its holder's SSD tier: {"object_size",
+ * "transport_endpoint"} (the holder's segment name). */
+static json_t *disk_descriptor(const crk_replica_desc *d)
+{
+    json_t *j = json_pack("{s:I}", "object_size", (json_int_t)d->size);
+    if (j != NULL &&
+        json_object_set_new(j, "transport_endpoint", crk_admin_json_text(d->segment)) != 0) {
+        json_decref(j);
+        j = NULL;
+    }
+    return j;
+}
+
+/* The replicas of a readable key (memory, or the disk copy), as Mooncake's descriptors. */
 static int key_descriptors(master *m, const char *key, crk_key_info *ki, json_t **out)
 {
     int rc = crk_query_key(m->svc, key, crb_now_ms(), ki);
@@ -441,7 +454,8 @@ static int key_descriptors(master *m, const char *key, crk_key_info *ki, json_t 
         return rc;
     json_t *list = json_array();
     for (uint32_t i = 0; list != NULL && i < ki->replicas.n; i++)
-        if (json_array_append_new(list, descriptor(&ki->replicas.r[i])) != 0) {
+        if (json_array_append_new(list, ki->on_disk ? disk_descriptor(&ki->replicas.r[i])
+                                                    : descriptor(&ki->replicas.r[i])) != 0) {
             json_decref(list);
             list = NULL;
         }
@@ -466,9 +480,9 @@ static int query_key(void *ctx, const char *key, crk_admin_reply *r)
         return rc == CR_REPLICA_IS_NOT_READY ? CR_OBJECT_NOT_FOUND : rc;
     }
     json_t *reps = json_array();
-    r->json = json_pack("{s:b, s:o, s:I, s:b, s:b, s:o*}", "success", 1, "data", data, "size",
+    r->json = json_pack("{s:b, s:o, s:I, s:b, s:b, s:b, s:o*}", "success", 1, "data", data, "size",
                         (json_int_t)ki.value_size, "complete", ki.complete, "hard_pinned",
-                        ki.hard_pinned, "replicas", reps);
+                        ki.hard_pinned, "on_disk", ki.on_disk, "replicas", reps);
     if (r->json == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "/query_key");
     rc = set_text(r->json, "key", key);
