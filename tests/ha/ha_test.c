@@ -569,8 +569,11 @@ static void disk_failover(void **state)
     int n_only = 0;
     for (int i = 0; i < N; i++) {
         snprintf(key, sizeof(key), "disk%d", i);
-        only[i] = sh_rc(&reader, "exist %s", key) == 1 &&
-                  sh_rc(&reader, "replicas %s", key) == CR_OBJECT_NOT_FOUND;
+        if (sh_rc(&reader, "exist %s", key) != 1)
+            fail_msg("%s is gone before the failover", key);
+        /* one replica, and it is the holder's disk copy ("seg/1/size/disk") */
+        const char *r = sh_cmd(&reader, "replicas %s", key);
+        only[i] = strtoll(r, NULL, 10) == 1 && strstr(r, "/disk") != NULL;
         n_only += only[i];
     }
     double on_disk = sh_metric(&masters[leader], "master_disk_objects");
