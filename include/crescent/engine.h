@@ -129,7 +129,7 @@ CR_API void cr_engine_destroy(cr_engine *engine);
 
 /**
  * Copy the segment name ("host:rpc_port" in P2P mode, else the hostname) into
- * buf (NUL-terminated). Errors: CR_ERR_INVALID_ARGUMENT if it does not fit.
+ * buf (NUL-terminated). Errors: CR_INVALID_PARAMS if it does not fit.
  */
 CR_API int cr_engine_segment_name(const cr_engine *engine, char *buf, size_t len);
 
@@ -167,7 +167,7 @@ typedef struct cr_buffer_spec {
  * if remote_accessible, a target of peers' transfers. Pointers anywhere inside
  * a registered buffer are valid in transfers. The memory stays the caller's;
  * it must stay valid until cr_engine_unregister returns.
- * Errors: CR_ERR_ZERO_LENGTH, CR_ERR_INVALID_ARGUMENT (NULL addr, bad
+ * Errors: CR_ERR_ZERO_LENGTH, CR_INVALID_PARAMS (NULL addr, bad
  * location string), CR_ERR_RANGE_OVERFLOW, CR_ERR_ADDRESS_OVERLAPPED (message
  * names the existing range), CR_ERR_NO_MEMORY, CR_ERR_METADATA.
  */
@@ -210,13 +210,13 @@ CR_API size_t cr_engine_registration_count(cr_engine *engine);
  * a range inside it is registered with an engine, peers on the same host map
  * it once and copy directly (the shm transport) instead of using sockets.
  * On success *out is the zero-filled memory, owned by the caller until
- * cr_free_shared. Thread-safe. Errors: CR_ERR_INVALID_ARGUMENT (size 0),
+ * cr_free_shared. Thread-safe. Errors: CR_INVALID_PARAMS (size 0),
  * CR_ERR_NO_MEMORY, CR_ERR_SYSTEM (memfd/mmap failure, message says which).
  */
 CR_API int cr_alloc_shared(size_t size, void **out);
 
 /**
- * Free memory from cr_alloc_shared. Refused with CR_ERR_INVALID_ARGUMENT
+ * Free memory from cr_alloc_shared. Refused with CR_INVALID_PARAMS
  * while any engine still has a range
  * of it registered (unregister first), or if ptr did not come from
  * cr_alloc_shared. NULL is a no-op returning 0.
@@ -236,7 +236,7 @@ typedef uint64_t cr_segment_handle;
  * transfers): fetch and cache its descriptor. Opening the same name twice
  * returns the same handle. The descriptor is refreshed when a remote range is
  * not found in it or the peer has restarted.
- * Errors: CR_ERR_INVALID_ARGUMENT, CR_ERR_DNS, CR_ERR_PEER_UNREACHABLE,
+ * Errors: CR_INVALID_PARAMS, CR_ERR_DNS, CR_ERR_PEER_UNREACHABLE,
  * CR_ERR_TIMEOUT, CR_ERR_AUTH_FAILED, CR_ERR_VERSION_MISMATCH,
  * CR_ERR_METADATA_NOT_FOUND.
  */
@@ -426,7 +426,7 @@ typedef struct cr_engine_stats {
 /**
  * Fill *out with the counters above (the per-path fields are read from the
  * generic counters of the transports with those names; 0 when not
- * installed). Any thread. Errors: CR_ERR_INVALID_ARGUMENT.
+ * installed). Any thread. Errors: CR_INVALID_PARAMS.
  */
 CR_API int cr_engine_get_stats(cr_engine *engine, cr_engine_stats *out);
 
@@ -445,7 +445,7 @@ typedef struct cr_engine_counter {
  * "mappings", ...), then the engine's ("tasks_completed", ...). Copies up
  * to `cap` entries into out (may be NULL when cap is 0) and writes the
  * total number to *total, so a caller can size the array. Any thread.
- * Errors: CR_ERR_INVALID_ARGUMENT.
+ * Errors: CR_INVALID_PARAMS.
  */
 CR_API int cr_engine_counters(cr_engine *engine, cr_engine_counter *out, size_t cap, size_t *total);
 

@@ -4,8 +4,10 @@
  * Every crescent C function returns 0 (or a non-negative value) on success and
  * a negative cr_status on failure. The store's codes are numerically equal to
  * Mooncake's ErrorCode values so that Python bindings can pass them through
- * unchanged. Transfer-engine codes live in their own range, -3000..-3199,
- * which Mooncake does not use.
+ * unchanged, and every layer uses them where they fit (a bad argument is
+ * INVALID_PARAMS in the engine too). crescent's own codes live in their own
+ * range, -3001..-3199 (CR_STATUS_OWN_FIRST and below), which Mooncake does
+ * not use.
  *
  * Threading: every function here is pure and may be called from any thread.
  */
@@ -67,8 +69,8 @@ extern "C" {
     X(UNAVAILABLE_IN_CURRENT_STATUS, -1010, "unavailable in current status")                       \
     X(UNAVAILABLE_IN_CURRENT_MODE, -1011, "unavailable in current mode")                           \
     X(NOT_SUPPORTED, -1012, "not supported")                                                       \
-    /* --- transfer engine codes: -3000..-3199 --- */                                              \
-    X(ERR_INVALID_ARGUMENT, -3000, "invalid argument")                                             \
+    /* --- crescent's own codes, -3001..-3199 (-3000 is retired: bad arguments in every layer      \
+     * are INVALID_PARAMS); the transfer engine first --- */                                       \
     X(ERR_INVALID_CONFIG, -3001, "invalid configuration value")                                    \
     X(ERR_NO_MEMORY, -3002, "out of memory")                                                       \
     X(ERR_ADDRESS_NOT_REGISTERED, -3003, "address range is not registered")                        \
@@ -141,6 +143,9 @@ typedef enum cr_status {
     CR_STATUS_TABLE(CR_STATUS_ENUM_)
 #undef CR_STATUS_ENUM_
 } cr_status;
+
+/** Codes at or below this one are crescent's own; above it (down to -1), Mooncake's. */
+#define CR_STATUS_OWN_FIRST (-3000)
 
 /**
  * The symbolic name of a status ("ERR_TIMEOUT", "OBJECT_NOT_FOUND"), or

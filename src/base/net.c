@@ -24,17 +24,17 @@
 int crb_parse_hostport(const char *text, char host[CRB_HOST_MAX], uint16_t *port)
 {
     if (text == NULL || text[0] == '\0')
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "empty host name");
+        return crb_error(CR_INVALID_PARAMS, "empty host name");
     const char *host_start = text, *host_end, *port_text = NULL;
     if (text[0] == '[') {
         host_start = text + 1;
         host_end = strchr(host_start, ']');
         if (host_end == NULL)
-            return crb_error(CR_ERR_INVALID_ARGUMENT, "unterminated '[' in host '%s'", text);
+            return crb_error(CR_INVALID_PARAMS, "unterminated '[' in host '%s'", text);
         if (host_end[1] == ':')
             port_text = host_end + 2;
         else if (host_end[1] != '\0')
-            return crb_error(CR_ERR_INVALID_ARGUMENT, "junk after ']' in host '%s'", text);
+            return crb_error(CR_INVALID_PARAMS, "junk after ']' in host '%s'", text);
     } else {
         const char *colon = strrchr(text, ':');
         if (colon != NULL && strchr(text, ':') != colon)
@@ -45,7 +45,7 @@ int crb_parse_hostport(const char *text, char host[CRB_HOST_MAX], uint16_t *port
     }
     size_t hlen = (size_t)(host_end - host_start);
     if (hlen == 0 || hlen >= CRB_HOST_MAX)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "bad host part in '%s'", text);
+        return crb_error(CR_INVALID_PARAMS, "bad host part in '%s'", text);
     unsigned long p = 0;
     if (port_text != NULL) {
         char *end = NULL;
@@ -53,7 +53,7 @@ int crb_parse_hostport(const char *text, char host[CRB_HOST_MAX], uint16_t *port
         p = strtoul(port_text, &end, 10);
         if (port_text[0] == '\0' || *end != '\0' || errno != 0 || p > 65535 ||
             port_text[0] == '-' || port_text[0] == '+')
-            return crb_error(CR_ERR_INVALID_ARGUMENT, "bad port '%s' in '%s'", port_text, text);
+            return crb_error(CR_INVALID_PARAMS, "bad port '%s' in '%s'", port_text, text);
     }
     memcpy(host, host_start, hlen);
     host[hlen] = '\0';

@@ -17,7 +17,7 @@
 
 /**
  * Split "host", "host:port" or "[v6]:port" into host and port. A missing port
- * yields *port = 0. Errors: CR_ERR_INVALID_ARGUMENT naming the text.
+ * yields *port = 0. Errors: CR_INVALID_PARAMS naming the text.
  */
 int crb_parse_hostport(const char *text, char host[CRB_HOST_MAX], uint16_t *port);
 

@@ -77,10 +77,9 @@ int crx_te_status(int status)
 
 int crx_store_error(int status)
 {
-    if (status >= 0 || status > CR_ERR_INVALID_ARGUMENT)
+    if (status >= 0 || status > CR_STATUS_OWN_FIRST)
         return status; /* success, or already a Mooncake store code */
     switch (status) {
-    case CR_ERR_INVALID_ARGUMENT:
     case CR_ERR_INVALID_CONFIG:
     case CR_ERR_ADDRESS_NOT_REGISTERED:
     case CR_ERR_ADDRESS_OVERLAPPED:

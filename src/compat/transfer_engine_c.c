@@ -442,7 +442,7 @@ static int convert_requests(crx_engine *x, const struct transfer_request *entrie
             crx_log("submitTransfer: request %zu has opcode %d (neither OPCODE_READ nor "
                     "OPCODE_WRITE)",
                     i, e->opcode);
-            return CR_ERR_INVALID_ARGUMENT;
+            return CR_INVALID_PARAMS;
         }
         cr_segment_handle h;
         int rc = segment_handle(x, e->target_id, &h);
@@ -459,7 +459,7 @@ CRX_EXPORT int submitTransfer(transfer_engine_t engine, batch_id_t batch_id,
 {
     crx_engine *x = as_engine(engine);
     if (x == NULL || (entries == NULL && count > 0))
-        return crx_te_status(CR_ERR_INVALID_ARGUMENT);
+        return crx_te_status(CR_INVALID_PARAMS);
     cr_transfer_request *reqs = calloc(count ? count : 1, sizeof(*reqs));
     if (reqs == NULL)
         return crx_te_status(CR_ERR_NO_MEMORY);
@@ -480,7 +480,7 @@ CRX_EXPORT int submitTransferWithNotify(transfer_engine_t engine, batch_id_t bat
     crx_engine *x = as_engine(engine);
     if (x == NULL || entries == NULL || count == 0 || notify_msg.name == NULL ||
         notify_msg.msg == NULL)
-        return crx_te_status(CR_ERR_INVALID_ARGUMENT); /* Mooncake: entries must not be empty */
+        return crx_te_status(CR_INVALID_PARAMS); /* Mooncake: entries must not be empty */
     crx_notify n = {batch_id, entries[0].target_id, strdup(notify_msg.name),
                     strdup(notify_msg.msg)};
     if (n.name == NULL || n.msg == NULL) {
@@ -515,7 +515,7 @@ static int send_notify(crx_engine *x, int32_t target, const char *name, const ch
     if (crx_notify_frame(name, msg, CR_NOTIFY_MAX_MESSAGE, &payload, &len) < 0) {
         crx_log("notification '%s': name and message must fit %d bytes", name,
                 CR_NOTIFY_MAX_MESSAGE);
-        return CR_ERR_INVALID_ARGUMENT;
+        return CR_INVALID_PARAMS;
     }
     rc = cr_engine_notify(x->engine, h, payload, len);
     free(payload);
@@ -558,7 +558,7 @@ CRX_EXPORT int getTransferStatus(transfer_engine_t engine, batch_id_t batch_id, 
 {
     crx_engine *x = as_engine(engine);
     if (x == NULL || status == NULL)
-        return crx_te_status(CR_ERR_INVALID_ARGUMENT);
+        return crx_te_status(CR_INVALID_PARAMS);
     cr_task_status st;
     int rc = cr_batch_task_status(x->engine, batch_id, task_id, &st);
     if (rc < 0)
@@ -574,7 +574,7 @@ CRX_EXPORT int freeBatchID(transfer_engine_t engine, batch_id_t batch_id)
 {
     crx_engine *x = as_engine(engine);
     if (x == NULL)
-        return crx_te_status(CR_ERR_INVALID_ARGUMENT);
+        return crx_te_status(CR_INVALID_PARAMS);
     flush_notify(x, batch_id);
     int rc = cr_batch_free(x->engine, batch_id);
     pthread_mutex_lock(&x->mu);

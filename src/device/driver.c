@@ -241,8 +241,8 @@ void crv_driver_close(crv_driver *d)
 static int primary_of(crv_driver *d, int device, CUcontext *out)
 {
     if (device < 0 || device >= d->n_devices)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "cuda:%d does not exist (%d device(s) visible)",
-                         device, d->n_devices);
+        return crb_error(CR_INVALID_PARAMS, "cuda:%d does not exist (%d device(s) visible)", device,
+                         d->n_devices);
     pthread_mutex_lock(&d->ctx_lock);
     int rc = 0;
     if (d->primary[device] == NULL)

@@ -146,7 +146,7 @@ const char *crv_error_name(const crv_driver *d, CUresult rc);
 /**
  * Make device `device`'s primary context current on this thread (retained
  * on first use). For threads the engine owns (workers), which have no
- * context of their own to keep. Errors: CR_ERR_INVALID_ARGUMENT (no such
+ * context of their own to keep. Errors: CR_INVALID_PARAMS (no such
  * device), CR_ERR_CUDA.
  */
 int crv_bind(crv_driver *d, int device);

@@ -261,7 +261,7 @@ static void contexts_are_explicit(void **state)
     /* workers bind; unknown devices are refused */
     assert_int_equal(crv_bind(d, 0), 0);
     assert_ptr_equal(cur_ctx, (CUcontext)&ctx_dummy[0]);
-    assert_int_equal(crv_bind(d, 7), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crv_bind(d, 7), CR_INVALID_PARAMS);
     uint8_t uuid[16] = {0x41};
     assert_int_equal(crv_device_by_uuid(d, uuid), 1);
     uuid[0] = 0x7f;

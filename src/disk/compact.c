@@ -196,9 +196,9 @@ static int compact_one(crf_store *s, crf_bucket *victim, live_rec *lr, size_t n)
 int crf_compact(crf_store *s, uint32_t max_buckets, bool force)
 {
     if (s == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crf_compact: NULL store");
+        return crb_error(CR_INVALID_PARAMS, "crf_compact: NULL store");
     if (crf_on_io_thread(s))
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crf_compact: called from the disk I/O thread");
+        return crb_error(CR_INVALID_PARAMS, "crf_compact: called from the disk I/O thread");
     int done = 0, rc = 0;
     pthread_mutex_lock(&s->compact_mu);
     while ((uint32_t)done < max_buckets) {

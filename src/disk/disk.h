@@ -35,7 +35,7 @@
  * out of bounce buffers, run on the calling thread. A background thread
  * compacts buckets (config.background_compaction). No call may be made from
  * inside the on_evict callback (it runs on the I/O thread: such a call fails
- * with CR_ERR_INVALID_ARGUMENT instead of deadlocking).
+ * with CR_INVALID_PARAMS instead of deadlocking).
  *
  * Errors: 0 / non-negative on success, a negative cr_status otherwise, with
  * cr_last_error_message() naming what failed. Outputs are written only on

@@ -407,7 +407,7 @@ static void free_store(crf_store *s)
 int crf_open(const crf_config *cfg, crf_store **out)
 {
     if (cfg == NULL || out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crf_open: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "crf_open: NULL argument");
     int rc = validate_config(cfg);
     if (rc != 0)
         return rc;
@@ -485,9 +485,9 @@ static int check_key(const void *key, size_t key_len)
 static int check_caller(const crf_store *s, const char *what)
 {
     if (s == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "%s: NULL store", what);
+        return crb_error(CR_INVALID_PARAMS, "%s: NULL store", what);
     if (crf_on_io_thread(s))
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "%s: called from the disk I/O thread", what);
+        return crb_error(CR_INVALID_PARAMS, "%s: called from the disk I/O thread", what);
     return 0;
 }
 
@@ -517,7 +517,7 @@ int crf_put_batch(crf_store *s, const crf_put_item *items, size_t n, int *result
     if (n == 0)
         return 0;
     if (items == NULL || results == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crf_put_batch: NULL items or results");
+        return crb_error(CR_INVALID_PARAMS, "crf_put_batch: NULL items or results");
     crf_rec *recs = calloc(n, sizeof(*recs));
     if (recs == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "crf_put_batch: %zu records", n);
@@ -695,7 +695,7 @@ int crf_get_batch(crf_store *s, const crf_get_item *items, size_t n, int64_t *re
     if (n == 0)
         return 0;
     if (items == NULL || results == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crf_get_batch: NULL items or results");
+        return crb_error(CR_INVALID_PARAMS, "crf_get_batch: NULL items or results");
     get_plan one_plan;
     crf_read one_read;
     get_plan *plans = n == 1 ? &one_plan : calloc(n, sizeof(*plans));
@@ -845,7 +845,7 @@ int crf_stat(crf_store *s, const void *key, size_t key_len, crf_key_info *out)
 {
     static _Thread_local uint8_t key_copy[CRF_MAX_KEY];
     if (s == NULL || out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crf_stat: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "crf_stat: NULL argument");
     int rc = check_key(key, key_len);
     if (rc != 0)
         return rc;
@@ -876,7 +876,7 @@ static int visit_one(void *arg, crf_entry *e)
 int crf_for_each(crf_store *s, crf_visit_fn fn, void *arg)
 {
     if (s == NULL || fn == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crf_for_each: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "crf_for_each: NULL argument");
     visit_ctx v = {fn, arg, {0}};
     pthread_mutex_lock(&s->mu);
     int rc = crf_index_each(&s->index, visit_one, &v);

@@ -102,9 +102,9 @@ int cr_batch_create(cr_engine *e, size_t capacity, cr_batch_id *out)
 {
     CRE_CALL(e, "cr_batch_create");
     if (e == NULL || out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_create: NULL engine or out");
+        return crb_error(CR_INVALID_PARAMS, "cr_batch_create: NULL engine or out");
     if (capacity == 0 || capacity > MAX_BATCH_CAPACITY)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "batch capacity %zu is outside [1, %u]", capacity,
+        return crb_error(CR_INVALID_PARAMS, "batch capacity %zu is outside [1, %u]", capacity,
                          MAX_BATCH_CAPACITY);
     cre_batch *b = calloc(1, sizeof(*b));
     if (b == NULL)
@@ -282,8 +282,8 @@ static void plan_release(planned *pl, bool keep_local)
 static int plan_one(cr_engine *e, size_t idx, const cr_transfer_request *req, planned *pl)
 {
     if (req->opcode != CR_OP_READ && req->opcode != CR_OP_WRITE)
-        return crb_error(CR_ERR_INVALID_ARGUMENT,
-                         "request %zu: opcode %d is neither READ nor WRITE", idx, req->opcode);
+        return crb_error(CR_INVALID_PARAMS, "request %zu: opcode %d is neither READ nor WRITE", idx,
+                         req->opcode);
     if (req->length == 0)
         return crb_error(CR_ERR_ZERO_LENGTH, "request %zu has length 0", idx);
     if (req->remote_addr + req->length < req->remote_addr)
@@ -338,8 +338,7 @@ int cr_batch_submit(cr_engine *e, cr_batch_id id, const cr_transfer_request *req
 {
     CRE_CALL(e, "cr_batch_submit");
     if (n > 0 && reqs == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_submit: %zu requests but NULL array",
-                         n);
+        return crb_error(CR_INVALID_PARAMS, "cr_batch_submit: %zu requests but NULL array", n);
     cre_batch *b;
     int rc = batch_get(e, id, &b);
     if (rc < 0)
@@ -427,7 +426,7 @@ int cr_batch_task_status(cr_engine *e, cr_batch_id id, size_t index, cr_task_sta
 {
     CRE_CALL(e, "cr_batch_task_status");
     if (e == NULL || out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_batch_task_status: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "cr_batch_task_status: NULL argument");
     cre_batch *b;
     int rc = batch_get(e, id, &b);
     if (rc < 0)
@@ -437,8 +436,8 @@ int cr_batch_task_status(cr_engine *e, cr_batch_id id, size_t index, cr_task_sta
         size_t count = b->count;
         pthread_mutex_unlock(&b->lock);
         batch_put(b);
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "task index %zu but the batch holds %zu tasks",
-                         index, count);
+        return crb_error(CR_INVALID_PARAMS, "task index %zu but the batch holds %zu tasks", index,
+                         count);
     }
     cre_task *t = &b->tasks[index];
     cr_task_status st = {.state = atomic_load(&t->state),
@@ -546,7 +545,7 @@ int cr_engine_transfer_sync_batch(cr_engine *e, int opcode, cr_segment_handle se
     if (n == 0)
         return 0;
     if (local_addrs == NULL || remote_addrs == NULL || lengths == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "transfer_sync_batch: NULL array");
+        return crb_error(CR_INVALID_PARAMS, "transfer_sync_batch: NULL array");
     cr_transfer_request *reqs = calloc(n, sizeof(*reqs));
     if (reqs == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "transfer_sync_batch of %zu", n);

@@ -48,7 +48,7 @@ static int copy_str(char *dst, size_t cap, const char *src, const char *field)
 int cre_config_apply(cr_engine *e, const cr_engine_config *cfg)
 {
     if (cfg == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "config is NULL");
+        return crb_error(CR_INVALID_PARAMS, "config is NULL");
     if (cfg->struct_size < offsetof(cr_engine_config, shared_secret) + sizeof(char *) ||
         cfg->struct_size > 4096)
         return crb_error(CR_ERR_INVALID_CONFIG,

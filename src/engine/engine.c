@@ -100,7 +100,7 @@ static void buffer_release(void *ctx, cre_buffer *b)
 int cr_engine_create(const cr_engine_config *cfg, cr_engine **out)
 {
     if (out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_engine_create: out is NULL");
+        return crb_error(CR_INVALID_PARAMS, "cr_engine_create: out is NULL");
     cr_engine *e = calloc(1, sizeof(*e));
     if (e == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "engine");
@@ -220,11 +220,11 @@ void cr_engine_destroy(cr_engine *e)
 int cr_engine_segment_name(const cr_engine *e, char *buf, size_t len)
 {
     if (e == NULL || buf == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "segment_name: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "segment_name: NULL argument");
     size_t n = strlen(e->segment_name);
     if (n + 1 > len)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "segment name needs %zu bytes, buffer has %zu",
-                         n + 1, len);
+        return crb_error(CR_INVALID_PARAMS, "segment name needs %zu bytes, buffer has %zu", n + 1,
+                         len);
     memcpy(buf, e->segment_name, n + 1);
     return 0;
 }
@@ -254,15 +254,14 @@ static int parse_location(const char *loc, int *kind, int *device, bool *detect)
         *kind = CR_MEM_CUDA;
         num = loc + 5;
     } else {
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "location '%s' is not one of cpu:N, cuda:N, *",
-                         loc);
+        return crb_error(CR_INVALID_PARAMS, "location '%s' is not one of cpu:N, cuda:N, *", loc);
     }
     long dev = -1;
     if (num != NULL) {
         char *end;
         dev = strtol(num, &end, 10);
         if (num[0] == '\0' || *end != '\0' || dev < 0 || dev > 65535)
-            return crb_error(CR_ERR_INVALID_ARGUMENT, "location '%s' has a bad device index", loc);
+            return crb_error(CR_INVALID_PARAMS, "location '%s' has a bad device index", loc);
     }
     if (*kind == CR_MEM_HOST)
         dev = -1;
@@ -276,7 +275,7 @@ int cr_engine_register_batch(cr_engine *e, const cr_buffer_spec *bufs, size_t n)
     if (n == 0)
         return 0;
     if (bufs == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "register_batch: %zu buffers but NULL array", n);
+        return crb_error(CR_INVALID_PARAMS, "register_batch: %zu buffers but NULL array", n);
     cre_buffer_spec *specs = calloc(n, sizeof(*specs));
     if (specs == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "register_batch of %zu", n);
@@ -314,7 +313,7 @@ int cr_engine_unregister_batch(cr_engine *e, void *const *addrs, size_t n)
 {
     CRE_CALL(e, "cr_engine_unregister_batch");
     if (n > 0 && addrs == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "unregister_batch: NULL array");
+        return crb_error(CR_INVALID_PARAMS, "unregister_batch: NULL array");
     int first = 0;
     for (size_t i = 0; i < n; i++) {
         int rc = cre_registry_remove(&e->registry, (uint64_t)(uintptr_t)addrs[i]);
@@ -371,9 +370,9 @@ int cr_engine_notify(cr_engine *e, cr_segment_handle h, const void *msg, size_t 
 {
     CRE_CALL(e, "cr_engine_notify");
     if (e == NULL || (msg == NULL && len > 0))
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "notify: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "notify: NULL argument");
     if (len > CR_NOTIFY_MAX_MESSAGE)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "notification of %zu bytes exceeds %d", len,
+        return crb_error(CR_INVALID_PARAMS, "notification of %zu bytes exceeds %d", len,
                          CR_NOTIFY_MAX_MESSAGE);
     cre_peer *p;
     int rc = cre_segment_lookup(e, h, &p);
@@ -398,7 +397,7 @@ int cr_engine_take_notifications(cr_engine *e, cr_notification **out, size_t *co
 {
     CRE_CALL(e, "cr_engine_take_notifications");
     if (e == NULL || out == NULL || count == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "take_notifications: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "take_notifications: NULL argument");
     pthread_mutex_lock(&e->notify_lock);
     *out = e->notifications;
     *count = e->n_notifications;
@@ -423,12 +422,12 @@ int cr_engine_probe(cr_engine *e, const char *name, int timeout_ms)
 {
     CRE_CALL(e, "cr_engine_probe");
     if (e == NULL || name == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "probe: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "probe: NULL argument");
     char host[CRB_HOST_MAX];
     uint16_t port;
     int rc = crb_parse_hostport(name, host, &port);
     if (rc < 0 || port == 0)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "probe: '%s' is not host:port", name);
+        return crb_error(CR_INVALID_PARAMS, "probe: '%s' is not host:port", name);
     crp_header rh;
     crp_buf reply = {0};
     rc = cre_control_call(e, host, port, CRP_PROBE, NULL,
@@ -475,7 +474,7 @@ int cr_engine_counters(cr_engine *e, cr_engine_counter *out, size_t cap, size_t 
 {
     CRE_CALL(e, "cr_engine_counters");
     if (e == NULL || total == NULL || (cap > 0 && out == NULL))
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "engine_counters: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "engine_counters: NULL argument");
     *total = collect_counters(e, out, cap);
     return 0;
 }
@@ -492,7 +491,7 @@ int cr_engine_get_stats(cr_engine *e, cr_engine_stats *out)
 {
     CRE_CALL(e, "cr_engine_get_stats");
     if (e == NULL || out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "get_stats: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "get_stats: NULL argument");
     cr_engine_counter c[128];
     size_t n = collect_counters(e, c, 128);
     if (n > 128)

@@ -336,7 +336,7 @@ void cre_task_slice_done(cre_task *t, int status, uint64_t bytes);
 int cre_notify_push(cr_engine *e, const char *from, const uint8_t *msg, size_t len);
 
 /* lifecycle.c: every public call brackets itself with these (CRE_CALL).
- * cre_call_enter: 0, CR_ERR_INVALID_ARGUMENT (e NULL), CR_ERR_SHUTDOWN. */
+ * cre_call_enter: 0, CR_INVALID_PARAMS (e NULL), CR_ERR_SHUTDOWN. */
 int cre_call_enter(cr_engine *e, const char *what);
 void cre_call_leave(cr_engine *e);
 typedef struct cre_call_guard {

@@ -19,7 +19,7 @@
 int cre_call_enter(cr_engine *e, const char *what)
 {
     if (e == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "%s: NULL engine", what);
+        return crb_error(CR_INVALID_PARAMS, "%s: NULL engine", what);
     atomic_fetch_add(&e->calls_in_flight_atomic, 1);
     if (!atomic_load(&e->shutting_down))
         return 0;

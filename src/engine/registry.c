@@ -116,7 +116,7 @@ static int buffer_make(cre_registry *r, const cre_buffer_spec *s, size_t i, cre_
         return crb_error(CR_ERR_ZERO_LENGTH, "buffer %zu at 0x%llx has length 0", i,
                          (unsigned long long)s->addr);
     if (s->addr == 0)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "buffer %zu has a NULL address", i);
+        return crb_error(CR_INVALID_PARAMS, "buffer %zu has a NULL address", i);
     if (s->addr + s->length < s->addr)
         return crb_error(CR_ERR_RANGE_OVERFLOW, "buffer %zu: 0x%llx + %llu overflows", i,
                          (unsigned long long)s->addr, (unsigned long long)s->length);
@@ -174,7 +174,7 @@ int cre_registry_add(cre_registry *r, const cre_buffer_spec *specs, size_t n)
     }
     pthread_rwlock_wrlock(&r->lock);
     if (r->count + n > CRP_MAX_BUFFERS) {
-        rc = crb_error(CR_ERR_INVALID_ARGUMENT,
+        rc = crb_error(CR_INVALID_PARAMS,
                        "%zu registered + %zu new buffers exceed the limit of %d per engine "
                        "(register fewer, larger regions)",
                        r->count, n, CRP_MAX_BUFFERS);

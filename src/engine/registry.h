@@ -94,7 +94,7 @@ int cre_registry_init(cre_registry *r, const cre_registry_hooks *hooks);
 void cre_registry_fini(cre_registry *r);
 
 /** Insert all specs or none. Errors: CR_ERR_ZERO_LENGTH,
- *  CR_ERR_INVALID_ARGUMENT (NULL address, too many buffers),
+ *  CR_INVALID_PARAMS (NULL address, too many buffers),
  *  CR_ERR_RANGE_OVERFLOW, CR_ERR_ADDRESS_OVERLAPPED (with each other or an
  *  existing buffer; the message names both ranges), CR_ERR_DESCRIPTOR_FULL
  *  (our descriptor could not carry them), a prepare hook's error.

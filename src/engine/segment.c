@@ -147,7 +147,7 @@ static int resolve_name(cr_engine *e, const char *name, char host[CRB_HOST_MAX],
     if (e->metadata->peer_to_peer) {
         int rc = crb_parse_hostport(name, host, port);
         if (rc < 0 || *port == 0)
-            return crb_error(CR_ERR_INVALID_ARGUMENT,
+            return crb_error(CR_INVALID_PARAMS,
                              "segment name '%s' is not host:port (required in P2PHANDSHAKE mode)",
                              name);
         return 0;
@@ -258,14 +258,13 @@ int cr_engine_open_segment(cr_engine *e, const char *name, cr_segment_handle *ou
 {
     CRE_CALL(e, "cr_engine_open_segment");
     if (e == NULL || out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "open_segment: NULL engine or out");
+        return crb_error(CR_INVALID_PARAMS, "open_segment: NULL engine or out");
     if (name == NULL || name[0] == '\0')
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "open_segment: empty segment name");
+        return crb_error(CR_INVALID_PARAMS, "open_segment: empty segment name");
     while (*name == '/')
         name++;
     if (strlen(name) >= CRB_HOST_MAX)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "segment name of %zu bytes is too long",
-                         strlen(name));
+        return crb_error(CR_INVALID_PARAMS, "segment name of %zu bytes is too long", strlen(name));
     cre_peer *p = NULL;
     int rc = peer_get(e, name, &p);
     if (rc < 0)
@@ -324,7 +323,7 @@ int cr_engine_segment_buffers(cr_engine *e, cr_segment_handle h, cr_buffer_info 
 {
     CRE_CALL(e, "cr_engine_segment_buffers");
     if (e == NULL || total == NULL || (cap > 0 && out == NULL))
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "segment_buffers: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "segment_buffers: NULL argument");
     cre_peer *p = NULL;
     int rc = cre_segment_lookup(e, h, &p);
     if (rc < 0)

@@ -77,11 +77,11 @@ static void *map_aligned(int fd, uint64_t size)
 int cr_alloc_shared(size_t size, void **out)
 {
     if (out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_alloc_shared: out is NULL");
+        return crb_error(CR_INVALID_PARAMS, "cr_alloc_shared: out is NULL");
     if (size == 0)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_alloc_shared: size is 0");
+        return crb_error(CR_INVALID_PARAMS, "cr_alloc_shared: size is 0");
     if (size > (1ull << 46))
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_alloc_shared: %zu bytes is absurd", size);
+        return crb_error(CR_INVALID_PARAMS, "cr_alloc_shared: %zu bytes is absurd", size);
     uint64_t rounded = (size + SHARED_ALIGN - 1) & ~(SHARED_ALIGN - 1);
     int fd = memfd_create("crescent-shared", MFD_CLOEXEC);
     if (fd < 0)
@@ -134,7 +134,7 @@ int cr_free_shared(void *ptr)
         if (table[i].pins > 0) {
             int pins = table[i].pins;
             pthread_mutex_unlock(&table_lock);
-            return crb_error(CR_ERR_INVALID_ARGUMENT,
+            return crb_error(CR_INVALID_PARAMS,
                              "cr_free_shared(%p): %d registered buffer(s) still inside it; "
                              "unregister them first",
                              ptr, pins);
@@ -152,7 +152,7 @@ int cr_free_shared(void *ptr)
         return 0;
     }
     pthread_mutex_unlock(&table_lock);
-    return crb_error(CR_ERR_INVALID_ARGUMENT, "cr_free_shared(%p): not from cr_alloc_shared", ptr);
+    return crb_error(CR_INVALID_PARAMS, "cr_free_shared(%p): not from cr_alloc_shared", ptr);
 }
 
 bool cre_shared_pin(uint64_t addr, uint64_t len, uint64_t *id, uint64_t *offset)

@@ -82,7 +82,6 @@ static unsigned int http_status_of(int rc)
         return MHD_HTTP_NOT_FOUND;
     case CR_INVALID_KEY:
     case CR_INVALID_PARAMS:
-    case CR_ERR_INVALID_ARGUMENT:
         return MHD_HTTP_BAD_REQUEST;
     case CR_UNAVAILABLE_IN_CURRENT_STATUS:
     case CR_ERR_SHUTDOWN:
@@ -304,7 +303,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (rt == NULL || (!health && plain_of(&s->cb, rt) == NULL && arg_of(&s->cb, rt) == NULL))
         return send_error(conn, MHD_HTTP_NOT_FOUND, CR_ERR_NOT_FOUND, "no such path");
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
-        return send_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED, CR_ERR_INVALID_ARGUMENT,
+        return send_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED, CR_INVALID_PARAMS,
                           "only GET and HEAD are allowed");
 
     if (health && s->cb.health == NULL)
@@ -334,7 +333,7 @@ int crk_admin_http_start(const char *host, uint16_t port, const crk_admin_callba
                          crk_admin_http **out)
 {
     if (host == NULL || cb == NULL || out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crk_admin_http_start: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "crk_admin_http_start: NULL argument");
     crk_admin_http *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "admin http %s:%u: out of memory", host, (unsigned)port);

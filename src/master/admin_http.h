@@ -23,7 +23,7 @@
  * callbacks struct and a context. A callback appends its body to the
  * reply and returns 0 for 200, or a negative cr_status, mapped to:
  *   CR_OBJECT_NOT_FOUND, CR_SEGMENT_NOT_FOUND, CR_ERR_NOT_FOUND    404
- *   CR_INVALID_KEY, CR_INVALID_PARAMS, CR_ERR_INVALID_ARGUMENT      400
+ *   CR_INVALID_KEY, CR_INVALID_PARAMS                              400
  *   CR_UNAVAILABLE_IN_CURRENT_STATUS, CR_ERR_SHUTDOWN              503
  *   anything else                                                  500
  * whatever it appended is then discarded and the body is
@@ -99,7 +99,7 @@ typedef struct crk_admin_http crk_admin_http;
 /**
  * Serve on host:port (numeric address or name; port 0 picks a free port,
  * see crk_admin_http_port). The callbacks struct is copied. Errors:
- * CR_ERR_INVALID_ARGUMENT, CR_ERR_DNS, CR_ERR_BIND (message names
+ * CR_INVALID_PARAMS, CR_ERR_DNS, CR_ERR_BIND (message names
  * host:port and why), CR_ERR_NO_MEMORY, CR_ERR_SYSTEM.
  */
 int crk_admin_http_start(const char *host, uint16_t port, const crk_admin_callbacks *cb,

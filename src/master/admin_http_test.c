@@ -363,7 +363,7 @@ static void test_callback_failures(void **state)
         {CR_UNAVAILABLE_IN_CURRENT_STATUS, 503},
         {CR_ERR_SHUTDOWN, 503},
         {CR_INVALID_PARAMS, 400},
-        {CR_ERR_INVALID_ARGUMENT, 400},
+        {CR_INVALID_PARAMS, 400},
         {CR_SEGMENT_NOT_FOUND, 404},
         {CR_ERR_NOT_FOUND, 404},
         {CR_INTERNAL_ERROR, 500},
@@ -424,9 +424,9 @@ static void test_start_errors(void **state)
     snprintf(want, sizeof(want), "127.0.0.1:%u", (unsigned)busy);
     assert_non_null(strstr(cr_last_error_message(), want));
     assert_int_equal(crk_admin_http_start("no-such-host.invalid", 0, &cb, &s), CR_ERR_DNS);
-    assert_int_equal(crk_admin_http_start(NULL, 0, &cb, &s), CR_ERR_INVALID_ARGUMENT);
-    assert_int_equal(crk_admin_http_start("127.0.0.1", 0, NULL, &s), CR_ERR_INVALID_ARGUMENT);
-    assert_int_equal(crk_admin_http_start("127.0.0.1", 0, &cb, NULL), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crk_admin_http_start(NULL, 0, &cb, &s), CR_INVALID_PARAMS);
+    assert_int_equal(crk_admin_http_start("127.0.0.1", 0, NULL, &s), CR_INVALID_PARAMS);
+    assert_int_equal(crk_admin_http_start("127.0.0.1", 0, &cb, NULL), CR_INVALID_PARAMS);
     /* IPv6 loopback, where available. */
     if (crk_admin_http_start("::1", 0, &cb, &s) == 0) {
         char url[64];

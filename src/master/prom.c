@@ -99,7 +99,7 @@ static int text_vappendf(crk_text *t, const char *fmt, va_list ap)
     va_end(copy);
     if (n < 0) {
         if (t->status == 0)
-            t->status = crb_error(CR_ERR_INVALID_ARGUMENT, "text buffer: bad format '%s'", fmt);
+            t->status = crb_error(CR_INVALID_PARAMS, "text buffer: bad format '%s'", fmt);
         return t->status;
     }
     int rc = text_reserve(t, (size_t)n);
@@ -141,7 +141,7 @@ static bool valid_name(const char *s, bool colon_ok)
 static int invalid(crk_text *t, const char *what, const char *name)
 {
     if (t->status == 0)
-        t->status = crb_error(CR_ERR_INVALID_ARGUMENT, "prometheus: invalid %s '%s'", what,
+        t->status = crb_error(CR_INVALID_PARAMS, "prometheus: invalid %s '%s'", what,
                               name != NULL ? name : "(null)");
     return t->status;
 }
@@ -351,11 +351,11 @@ const size_t crk_prom_latency_bounds_us_count =
 int crk_prom_hist_init(crk_prom_hist *h, const uint64_t *bounds, size_t n)
 {
     if (h == NULL || bounds == NULL || n == 0 || n > CRK_PROM_HIST_MAX_BOUNDS)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "histogram: %zu bounds (want 1..%d)", n,
+        return crb_error(CR_INVALID_PARAMS, "histogram: %zu bounds (want 1..%d)", n,
                          CRK_PROM_HIST_MAX_BOUNDS);
     for (size_t i = 1; i < n; i++)
         if (bounds[i] <= bounds[i - 1])
-            return crb_error(CR_ERR_INVALID_ARGUMENT,
+            return crb_error(CR_INVALID_PARAMS,
                              "histogram: bounds must increase (bound %zu is %llu after %llu)", i,
                              (unsigned long long)bounds[i], (unsigned long long)bounds[i - 1]);
     h->n_bounds = n;

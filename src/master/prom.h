@@ -19,7 +19,7 @@
  *
  * Metric names must match [a-zA-Z_:][a-zA-Z0-9_:]*, label names
  * [a-zA-Z_][a-zA-Z0-9_]* without a leading "__", and a histogram's own
- * labels must not include "le"; a violation is CR_ERR_INVALID_ARGUMENT.
+ * labels must not include "le"; a violation is CR_INVALID_PARAMS.
  * Numbers are written in the shortest form that reads back exactly; NaN
  * and infinities as NaN, +Inf, -Inf.
  *
@@ -116,7 +116,7 @@ extern const size_t crk_prom_latency_bounds_us_count;
 
 /**
  * Set up h with n (1..CRK_PROM_HIST_MAX_BOUNDS) strictly increasing bounds
- * in the unit of later observations. CR_ERR_INVALID_ARGUMENT otherwise.
+ * in the unit of later observations. CR_INVALID_PARAMS otherwise.
  * Not thread-safe against concurrent use of h.
  */
 int crk_prom_hist_init(crk_prom_hist *h, const uint64_t *bounds, size_t n);

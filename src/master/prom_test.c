@@ -171,13 +171,13 @@ static void test_histogram(void **state)
 /* An invalid call fails, records why, leaves no partial line, and sticks. */
 static void expect_invalid(crk_text *t, int rc, const char *mention)
 {
-    assert_int_equal(rc, CR_ERR_INVALID_ARGUMENT);
-    assert_int_equal(t->status, CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(rc, CR_INVALID_PARAMS);
+    assert_int_equal(t->status, CR_INVALID_PARAMS);
     if (strstr(cr_last_error_message(), mention) == NULL)
         fail_msg("error \"%s\" lacks \"%s\"", cr_last_error_message(), mention);
     assert_string_equal(t->data, "ok 1\n");
-    assert_int_equal(crk_text_puts(t, "more"), CR_ERR_INVALID_ARGUMENT);
-    assert_int_equal(crk_prom_gauge(t, "fine", NULL, 1), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crk_text_puts(t, "more"), CR_INVALID_PARAMS);
+    assert_int_equal(crk_prom_gauge(t, "fine", NULL, 1), CR_INVALID_PARAMS);
     assert_string_equal(t->data, "ok 1\n");
     crk_text_reset(t);
     assert_int_equal(crk_prom_sample(t, "ok", NULL, 0, 1), 0);
@@ -240,7 +240,7 @@ static void test_hist_buckets(void **state)
                     "lat_seconds_sum 4294.969518\n"
                     "lat_seconds_count 8\n");
     crk_text_reset(&t);
-    assert_int_equal(crk_prom_hist_write(&t, "x", NULL, 0, &h, 0), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crk_prom_hist_write(&t, "x", NULL, 0, &h, 0), CR_INVALID_PARAMS);
     crk_text_free(&t);
 
     /* The default latency bounds are valid and render as seconds. */
@@ -254,10 +254,10 @@ static void test_hist_buckets(void **state)
     crk_text_free(&t);
 
     const uint64_t decreasing[] = {5, 5};
-    assert_int_equal(crk_prom_hist_init(&h, decreasing, 2), CR_ERR_INVALID_ARGUMENT);
-    assert_int_equal(crk_prom_hist_init(&h, bounds, 0), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crk_prom_hist_init(&h, decreasing, 2), CR_INVALID_PARAMS);
+    assert_int_equal(crk_prom_hist_init(&h, bounds, 0), CR_INVALID_PARAMS);
     assert_int_equal(crk_prom_hist_init(&h, bounds, CRK_PROM_HIST_MAX_BOUNDS + 1),
-                     CR_ERR_INVALID_ARGUMENT);
+                     CR_INVALID_PARAMS);
 }
 
 #define HAMMER_THREADS 4

@@ -332,7 +332,7 @@ int crd_http_server_start_with(const char *host, uint16_t port, const crd_http_s
                                crd_http_server **out)
 {
     if (host == NULL || out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crd_http_server_start: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "crd_http_server_start: NULL argument");
     crd_http_server_config c;
     if (cfg != NULL)
         c = *cfg;
@@ -340,7 +340,7 @@ int crd_http_server_start_with(const char *host, uint16_t port, const crd_http_s
         crd_http_server_config_default(&c);
     if (c.max_total_bytes == 0 || c.max_value_bytes == 0 || c.max_keys == 0 ||
         c.max_connections == 0 || c.request_timeout_ms == 0 || c.threads == 0)
-        return crb_error(CR_ERR_INVALID_ARGUMENT,
+        return crb_error(CR_INVALID_PARAMS,
                          "metadata server: quotas, limits and threads must be > 0");
     crd_http_server *s = calloc(1, sizeof(*s));
     if (s == NULL)

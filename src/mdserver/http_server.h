@@ -53,7 +53,7 @@ void crd_http_server_config_default(crd_http_server_config *cfg);
 /**
  * Start serving on host:port (a numeric address or a name; port 0 lets the
  * kernel pick, see crd_http_server_port) with cfg (NULL: defaults). Binds
- * only to that address. Errors: CR_ERR_INVALID_ARGUMENT (also a zero
+ * only to that address. Errors: CR_INVALID_PARAMS (also a zero
  * quota or limit), CR_ERR_DNS, CR_ERR_BIND (message names host:port and
  * the reason), CR_ERR_NO_MEMORY.
  */

@@ -90,7 +90,7 @@ static int unsupported(const char *conn, const char *why)
 int crm_backend_open(const char *conn, int timeout_ms, crm_backend **out)
 {
     if (out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_backend_open: out is NULL");
+        return crb_error(CR_INVALID_PARAMS, "crm_backend_open: out is NULL");
     *out = NULL;
     if (conn == NULL)
         return crb_error(CR_ERR_INVALID_CONFIG,

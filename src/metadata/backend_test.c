@@ -216,7 +216,7 @@ static void test_redis_env(void **state)
 
 static void test_null_out(void **state)
 {
-    assert_int_equal(crm_backend_open("P2PHANDSHAKE", 0, NULL), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crm_backend_open("P2PHANDSHAKE", 0, NULL), CR_INVALID_PARAMS);
 }
 
 int main(void)

@@ -25,7 +25,7 @@
  * CR_ERR_METADATA_MALFORMED (a reply that is not what the gateway sends),
  * CR_ERR_LEASE_LOST, CR_ERR_ETCD_COMPACTED, CR_ETCD_CTX_CANCELLED (a watch
  * stopped by its caller), CR_ERR_TIMEOUT (a watch's duration ran out),
- * CR_ERR_INVALID_ARGUMENT / CR_ERR_INVALID_CONFIG, CR_ERR_NO_MEMORY.
+ * CR_INVALID_PARAMS / CR_ERR_INVALID_CONFIG, CR_ERR_NO_MEMORY.
  *
  * Ownership: results (crm_etcd_kv, crm_etcd_range, crm_etcd_txn_result,
  * crm_etcd_cas) own malloc'd memory released with their _clear function;
@@ -261,7 +261,7 @@ typedef void (*crm_etcd_lease_lost_fn)(void *arg, crm_etcd_lease *lease, int sta
  * every TTL/3, retrying failed keepalives quickly until the lease's local
  * expiry. on_lost may be NULL (poll crm_etcd_lease_check). On success *out
  * owns the lease (crm_etcd_lease_release). Errors: as for any call, and
- * CR_ERR_INVALID_ARGUMENT for ttl_s outside 1..86400.
+ * CR_INVALID_PARAMS for ttl_s outside 1..86400.
  */
 int crm_etcd_lease_grant(crm_etcd *c, int ttl_s, crm_etcd_lease_lost_fn on_lost, void *arg,
                          crm_etcd_lease **out);

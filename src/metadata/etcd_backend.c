@@ -244,7 +244,7 @@ static const crm_backend_ops etcd_ops = {
 int crm_etcd_backend_create(const char *endpoints, int timeout_ms, int ttl_s, crm_backend **out)
 {
     if (endpoints == NULL || out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_etcd_backend_create: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "crm_etcd_backend_create: NULL argument");
     if (ttl_s < 1 || ttl_s > 3600)
         return crb_error(CR_ERR_INVALID_CONFIG, "etcd metadata TTL %d s is outside 1..3600", ttl_s);
     etcd_backend *eb = calloc(1, sizeof(*eb));

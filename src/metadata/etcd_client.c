@@ -90,7 +90,7 @@ int crm_etcd_parse_endpoints(const char *text, crm_etcd_endpoints *out)
 int crm_etcd_open(const crm_etcd_config *cfg, crm_etcd **out)
 {
     if (cfg == NULL || out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_etcd_open: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "crm_etcd_open: NULL argument");
     if (cfg->request_timeout_ms < 0 || cfg->connect_timeout_ms < 0)
         return crb_error(CR_ERR_INVALID_CONFIG, "etcd timeouts must not be negative (%d, %d ms)",
                          cfg->request_timeout_ms, cfg->connect_timeout_ms);
@@ -371,7 +371,7 @@ static uint64_t deadline(const crm_etcd *c)
 static int check_key(const char *fn, const char *key, bool prefix)
 {
     if (key == NULL || (key[0] == '\0' && !prefix))
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "%s: the key is %s", fn,
+        return crb_error(CR_INVALID_PARAMS, "%s: the key is %s", fn,
                          key == NULL ? "NULL" : "empty");
     return 0;
 }
@@ -383,7 +383,7 @@ int crm_etcd_read_range(crm_etcd *c, const char *key, bool prefix, int64_t limit
     if (rc < 0)
         return rc;
     if (c == NULL || out == NULL || limit < 0)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_etcd_read_range: bad argument");
+        return crb_error(CR_INVALID_PARAMS, "crm_etcd_read_range: bad argument");
     char what[300];
     snprintf(what, sizeof(what), "range '%.200s'%s", key, prefix ? " (prefix)" : "");
     etcd_reply reply = {0};
@@ -399,7 +399,7 @@ int crm_etcd_read_range(crm_etcd *c, const char *key, bool prefix, int64_t limit
 int crm_etcd_get(crm_etcd *c, const char *key, crm_etcd_kv *out, int64_t *revision)
 {
     if (out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_etcd_get: out is NULL");
+        return crb_error(CR_INVALID_PARAMS, "crm_etcd_get: out is NULL");
     crm_etcd_range r;
     int rc = crm_etcd_read_range(c, key, false, 0, &r);
     if (rc < 0)
@@ -428,7 +428,7 @@ int crm_etcd_put(crm_etcd *c, const char *key, const void *value, size_t len, in
     if (rc < 0)
         return rc;
     if (c == NULL || (value == NULL && len > 0))
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_etcd_put: bad argument");
+        return crb_error(CR_INVALID_PARAMS, "crm_etcd_put: bad argument");
     char what[300];
     snprintf(what, sizeof(what), "put '%.200s'", key);
     etcd_reply reply = {0};
@@ -450,7 +450,7 @@ int crm_etcd_delete(crm_etcd *c, const char *key, bool prefix, int64_t *deleted)
     if (rc < 0)
         return rc;
     if (c == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_etcd_delete: NULL client");
+        return crb_error(CR_INVALID_PARAMS, "crm_etcd_delete: NULL client");
     char what[300];
     snprintf(what, sizeof(what), "delete '%.200s'%s", key, prefix ? " (prefix)" : "");
     etcd_reply reply = {0};
@@ -472,18 +472,17 @@ int crm_etcd_delete(crm_etcd *c, const char *key, bool prefix, int64_t *deleted)
 static int check_ops(const char *branch, const crm_etcd_op *ops, size_t n)
 {
     if (n > MAX_TXN_OPS || (n > 0 && ops == NULL))
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "etcd txn: %zu %s ops (at most %d)", n, branch,
+        return crb_error(CR_INVALID_PARAMS, "etcd txn: %zu %s ops (at most %d)", n, branch,
                          MAX_TXN_OPS);
     for (size_t i = 0; i < n; i++) {
         if ((unsigned)ops[i].type > CRM_ETCD_OP_DELETE)
-            return crb_error(CR_ERR_INVALID_ARGUMENT, "etcd txn: %s op %zu has type %d", branch, i,
+            return crb_error(CR_INVALID_PARAMS, "etcd txn: %s op %zu has type %d", branch, i,
                              (int)ops[i].type);
         int rc = check_key("etcd txn op", ops[i].key, ops[i].prefix);
         if (rc < 0)
             return rc;
         if (ops[i].type == CRM_ETCD_OP_PUT && ops[i].value == NULL && ops[i].value_len > 0)
-            return crb_error(CR_ERR_INVALID_ARGUMENT, "etcd txn: %s put %zu has no value", branch,
-                             i);
+            return crb_error(CR_INVALID_PARAMS, "etcd txn: %s put %zu has no value", branch, i);
     }
     return 0;
 }
@@ -493,14 +492,14 @@ int crm_etcd_txn(crm_etcd *c, const crm_etcd_compare *cmp, size_t n_cmp, const c
                  crm_etcd_txn_result *out)
 {
     if (c == NULL || out == NULL || n_cmp > MAX_TXN_OPS || (n_cmp > 0 && cmp == NULL))
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_etcd_txn: bad argument");
+        return crb_error(CR_INVALID_PARAMS, "crm_etcd_txn: bad argument");
     for (size_t i = 0; i < n_cmp; i++) {
         int rc = check_key("etcd txn compare", cmp[i].key, false);
         if (rc < 0)
             return rc;
         if ((unsigned)cmp[i].target > CRM_ETCD_CMP_LEASE ||
             (unsigned)cmp[i].result > CRM_ETCD_NOT_EQUAL)
-            return crb_error(CR_ERR_INVALID_ARGUMENT, "etcd txn: compare %zu is not valid", i);
+            return crb_error(CR_INVALID_PARAMS, "etcd txn: compare %zu is not valid", i);
     }
     int rc = check_ops("success", success, n_success);
     if (rc == 0)
@@ -548,7 +547,7 @@ void crm_etcd_cas_clear(crm_etcd_cas *r)
 static int cas(crm_etcd *c, const crm_etcd_compare *cmp, const crm_etcd_op *op, crm_etcd_cas *out)
 {
     if (out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "etcd compare-and-swap: out is NULL");
+        return crb_error(CR_INVALID_PARAMS, "etcd compare-and-swap: out is NULL");
     crm_etcd_op read = {.type = CRM_ETCD_OP_RANGE, .key = cmp->key};
     crm_etcd_txn_result t;
     int rc = crm_etcd_txn(c, cmp, 1, op, 1, &read, 1, &t);

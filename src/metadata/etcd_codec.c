@@ -28,7 +28,7 @@ static const char b64_alphabet[] =
 int crm_b64_encode(const void *data, size_t len, char **out, size_t *out_len)
 {
     if (len > (SIZE_MAX - 1) / 4 * 3 - 3)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "base64: %zu bytes is too long", len);
+        return crb_error(CR_INVALID_PARAMS, "base64: %zu bytes is too long", len);
     size_t n = (len + 2) / 3 * 4;
     char *s = malloc(n + 1);
     if (s == NULL)

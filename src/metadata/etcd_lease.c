@@ -135,9 +135,9 @@ int crm_etcd_lease_grant(crm_etcd *c, int ttl_s, crm_etcd_lease_lost_fn on_lost,
                          crm_etcd_lease **out)
 {
     if (c == NULL || out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_etcd_lease_grant: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "crm_etcd_lease_grant: NULL argument");
     if (ttl_s < 1 || ttl_s > MAX_TTL_S)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "etcd lease TTL %d s is outside 1..%d", ttl_s,
+        return crb_error(CR_INVALID_PARAMS, "etcd lease TTL %d s is outside 1..%d", ttl_s,
                          MAX_TTL_S);
     crm_etcd_lease *l = calloc(1, sizeof(*l));
     if (l == NULL)
@@ -219,7 +219,7 @@ int crm_etcd_lease_ttl(const crm_etcd_lease *l)
 int crm_etcd_lease_check(const crm_etcd_lease *l, uint64_t *valid_until_ms)
 {
     if (l == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_etcd_lease_check: NULL lease");
+        return crb_error(CR_INVALID_PARAMS, "crm_etcd_lease_check: NULL lease");
     crm_etcd_lease *m = (crm_etcd_lease *)l;
     pthread_mutex_lock(&m->lock);
     int status = m->status;
@@ -237,7 +237,7 @@ int crm_etcd_lease_check(const crm_etcd_lease *l, uint64_t *valid_until_ms)
 int crm_etcd_revoke_lease_id(crm_etcd *c, int64_t id)
 {
     if (c == NULL || id == 0)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_etcd_revoke_lease_id: bad argument");
+        return crb_error(CR_INVALID_PARAMS, "crm_etcd_revoke_lease_id: bad argument");
     char what[64];
     snprintf(what, sizeof(what), "revoke of lease %" PRId64, id);
     etcd_reply reply = {0};

@@ -238,7 +238,7 @@ int crm_etcd_watch(crm_etcd *c, const char *key, bool prefix, int64_t *revision,
 {
     if (c == NULL || key == NULL || (key[0] == '\0' && !prefix) || revision == NULL || fn == NULL ||
         duration_ms < 0 || *revision < 0)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_etcd_watch: bad argument");
+        return crb_error(CR_INVALID_PARAMS, "crm_etcd_watch: bad argument");
     uint64_t end_ms = duration_ms > 0 ? crb_now_ms() + (uint64_t)duration_ms : 0;
     char reasons[600] = "";
     size_t first = atomic_load(&c->preferred);

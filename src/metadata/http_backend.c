@@ -53,7 +53,7 @@ static int http_request(http_backend *hb, const char *method, const char *key, c
                         size_t len, crm_curl_body *resp, long *status)
 {
     if (key == NULL || key[0] == '\0')
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "metadata %s %.200s: the key is empty", method,
+        return crb_error(CR_INVALID_PARAMS, "metadata %s %.200s: the key is empty", method,
                          hb->url);
     CURL *h = crm_curl_pool_acquire(&hb->pool);
     if (h == NULL)
@@ -269,7 +269,7 @@ static const char *url_problem(const char *url)
 int crm_http_backend_create(const char *url, int timeout_ms, crm_backend **out)
 {
     if (url == NULL || out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_http_backend_create: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "crm_http_backend_create: NULL argument");
     const char *problem = url_problem(url);
     if (problem != NULL)
         return crb_error(CR_ERR_INVALID_CONFIG,

@@ -204,7 +204,7 @@ static int command(redis_backend *rb, const char *cmd, const char *key, int argc
 static int check_key(const char *key)
 {
     if (key == NULL || key[0] == '\0')
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "redis metadata: the key is empty");
+        return crb_error(CR_INVALID_PARAMS, "redis metadata: the key is empty");
     return 0;
 }
 
@@ -413,7 +413,7 @@ static int read_env(redis_backend *rb)
 int crm_redis_backend_create(const char *hostport, int timeout_ms, int ttl_s, crm_backend **out)
 {
     if (hostport == NULL || out == NULL)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "crm_redis_backend_create: NULL argument");
+        return crb_error(CR_INVALID_PARAMS, "crm_redis_backend_create: NULL argument");
     if (ttl_s < 1 || ttl_s > 3600)
         return crb_error(CR_ERR_INVALID_CONFIG, "redis metadata TTL %d s is outside 1..3600",
                          ttl_s);

@@ -8,7 +8,7 @@
  * message type.
  *
  * Encoders append to a crp_buf (growable byte buffer) and return 0,
- * CR_ERR_NO_MEMORY, or CR_ERR_INVALID_ARGUMENT for a value the decoder
+ * CR_ERR_NO_MEMORY, or CR_INVALID_PARAMS for a value the decoder
  * would reject (so a sender fails locally rather than at the peer). Decoders take (data, len), fill
  * a caller-provided struct and return 0, or a negative status with nothing allocated. Decoded
  * strings and arrays are heap copies owned by the struct; free them with the matching *_clear

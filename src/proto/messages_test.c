@@ -472,65 +472,65 @@ static void test_encoders_reject_what_decoders_would(void **state)
 
     char *long_name = repeat('n', CRP_MAX_NAME + 1);
     crp_hello h = {.name = long_name};
-    assert_int_equal(crp_hello_encode(&h, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_hello_encode(&h, &b), CR_INVALID_PARAMS);
     assert_true(b.len == before);
     h.name = NULL;
-    assert_int_equal(crp_hello_encode(&h, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_hello_encode(&h, &b), CR_INVALID_PARAMS);
     crp_hello_ack ha = {.name = long_name};
-    assert_int_equal(crp_hello_ack_encode(&ha, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_hello_ack_encode(&ha, &b), CR_INVALID_PARAMS);
 
     crp_buffer_desc bufs[4] = {
         {.addr = 0x1000, .length = 4096, .kind = 0, .device = -1},
         {.addr = 0x9000, .length = 0, .kind = 0, .device = -1},
     };
     crp_descriptor d = {.name = "seg", .host_id = "host", .n_buffers = 2, .buffers = bufs};
-    assert_int_equal(crp_descriptor_encode(&d, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_descriptor_encode(&d, &b), CR_INVALID_PARAMS);
     expect_error_mentions("buffer 1 has length 0");
     bufs[1].addr = UINT64_MAX;
     bufs[1].length = 1;
-    assert_int_equal(crp_descriptor_encode(&d, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_descriptor_encode(&d, &b), CR_INVALID_PARAMS);
     bufs[1].addr = 0;
     uint8_t *over_blob = calloc(1, CRP_MAX_BLOB + 1);
     crp_blob blob = {.transport = "shm", .data = over_blob, .len = CRP_MAX_BLOB + 1};
     bufs[1].blobs = &blob;
     bufs[1].n_blobs = 1;
-    assert_int_equal(crp_descriptor_encode(&d, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_descriptor_encode(&d, &b), CR_INVALID_PARAMS);
     blob.len = 0;
-    assert_int_equal(crp_descriptor_encode(&d, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_descriptor_encode(&d, &b), CR_INVALID_PARAMS);
     blob.len = 1;
     bufs[1].n_blobs = CRP_MAX_BLOBS + 1;
-    assert_int_equal(crp_descriptor_encode(&d, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_descriptor_encode(&d, &b), CR_INVALID_PARAMS);
     free(over_blob);
     bufs[1].blobs = NULL;
     bufs[1].n_blobs = 0;
     d.n_buffers = CRP_MAX_BUFFERS + 1;
-    assert_int_equal(crp_descriptor_encode(&d, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_descriptor_encode(&d, &b), CR_INVALID_PARAMS);
     d.n_buffers = 2;
     d.buffers = NULL;
-    assert_int_equal(crp_descriptor_encode(&d, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_descriptor_encode(&d, &b), CR_INVALID_PARAMS);
     d.buffers = bufs;
     crp_endpoint eps[CRP_MAX_ENDPOINTS + 1];
     for (size_t i = 0; i <= CRP_MAX_ENDPOINTS; i++)
         eps[i] = (crp_endpoint){"tcp", "10.0.0.1:1", 0};
     d.endpoints = eps;
     d.n_endpoints = CRP_MAX_ENDPOINTS + 1;
-    assert_int_equal(crp_descriptor_encode(&d, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_descriptor_encode(&d, &b), CR_INVALID_PARAMS);
     d.n_endpoints = 1;
     eps[0].address = NULL;
-    assert_int_equal(crp_descriptor_encode(&d, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_descriptor_encode(&d, &b), CR_INVALID_PARAMS);
     eps[0].address = "10.0.0.1:1";
     d.host_id = NULL;
-    assert_int_equal(crp_descriptor_encode(&d, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_descriptor_encode(&d, &b), CR_INVALID_PARAMS);
     d.host_id = "host";
     assert_int_equal(crp_descriptor_encode(&d, &b), 0); /* now valid */
     b.len = before;
 
     uint8_t *big = calloc(1, CRP_MAX_NOTIFY + 1);
     crp_notify n = {.from = "a", .message = big, .length = CRP_MAX_NOTIFY + 1};
-    assert_int_equal(crp_notify_encode(&n, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_notify_encode(&n, &b), CR_INVALID_PARAMS);
     n.message = NULL;
     n.length = 3;
-    assert_int_equal(crp_notify_encode(&n, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_notify_encode(&n, &b), CR_INVALID_PARAMS);
     free(big);
 
     /* nothing was left behind by any failed encoder */

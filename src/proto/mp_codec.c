@@ -103,7 +103,7 @@ int crp_mp_enc_write(void *enc, const char *p, size_t n)
         return -1;
     size_t body = e->out->len - e->start;
     if (n > e->max_body - body) {
-        e->status = crp_mp_fail(CR_ERR_INVALID_ARGUMENT, &e->c, NULL,
+        e->status = crp_mp_fail(CR_INVALID_PARAMS, &e->c, NULL,
                                 "body would exceed %zu bytes (split the batch)", e->max_body);
         return -1;
     }
@@ -147,7 +147,7 @@ void crp_mp_enc_invalid(crp_mp_enc *e, const char *field, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(detail, sizeof(detail), fmt, ap);
     va_end(ap);
-    e->status = crp_mp_fail(CR_ERR_INVALID_ARGUMENT, &e->c, field, "%s (encoding)", detail);
+    e->status = crp_mp_fail(CR_INVALID_PARAMS, &e->c, field, "%s (encoding)", detail);
 }
 
 /* Every key is a short literal, written as one fixstr in a single write. */

@@ -74,7 +74,7 @@ typedef struct crp_off_msg {
     void *block; /* decoder-owned storage */
 } crp_off_msg;
 
-/** Append m's encoding to out: 0, CR_ERR_NO_MEMORY, CR_ERR_INVALID_ARGUMENT
+/** Append m's encoding to out: 0, CR_ERR_NO_MEMORY, CR_INVALID_PARAMS
  *  (a bound exceeded, an unknown kind, a NULL key, over CRP_RPC_MAX_BLOB). */
 int crp_off_encode(const crp_off_msg *m, crp_buf *out);
 /** Decode data[0..len): CR_ERR_MALFORMED_FRAME naming the field, or CR_ERR_NO_MEMORY. */

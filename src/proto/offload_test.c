@@ -91,17 +91,17 @@ static void test_encoder_refuses(void **state)
     crp_off_msg m = sample(items);
     crp_buf b = {0};
     items[1].kind = 9;
-    assert_int_equal(crp_off_encode(&m, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_off_encode(&m, &b), CR_INVALID_PARAMS);
     assert_int_equal(b.len, 0);
     items[1].kind = CRP_OFF_STAGE;
     items[2].key = NULL;
-    assert_int_equal(crp_off_encode(&m, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_off_encode(&m, &b), CR_INVALID_PARAMS);
     items[2].key = "k";
     items[2].status = 3;
-    assert_int_equal(crp_off_encode(&m, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_off_encode(&m, &b), CR_INVALID_PARAMS);
     items[2].status = 0;
     m.n_stats = CRP_OFF_MAX_STATS + 1;
-    assert_int_equal(crp_off_encode(&m, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crp_off_encode(&m, &b), CR_INVALID_PARAMS);
     assert_int_equal(b.len, 0);
     crp_buf_free(&b);
 }

@@ -95,7 +95,7 @@
  * API. One tagged union per direction: crp_rpc_req / crp_rpc_resp hold the
  * op and, in `u`, the member named by the op's shape in CRP_RPC_OP_TABLE.
  * Encoders append to a crp_buf and return 0, CR_ERR_NO_MEMORY, or
- * CR_ERR_INVALID_ARGUMENT for anything the decoder would refuse (unknown op,
+ * CR_INVALID_PARAMS for anything the decoder would refuse (unknown op,
  * NULL string, bound exceeded, body over CRP_MAX_BODY), leaving the buffer as
  * it was. Decoders fill the caller's struct only on success; every string
  * and array of a decoded message lives in one block owned by the message

@@ -1368,7 +1368,7 @@ static void test_mutations(void **state)
 /* ------------------------------------------------------------------------ */
 
 /*
- * Encoding must fail with CR_ERR_INVALID_ARGUMENT and leave the buffer as it
+ * Encoding must fail with CR_INVALID_PARAMS and leave the buffer as it
  * was: it already holds another message, which must survive byte for byte.
  */
 static void expect_encode_invalid(dir d, const void *m, const char *mention)
@@ -1381,9 +1381,9 @@ static void expect_encode_invalid(dir d, const void *m, const char *mention)
     assert_true(len <= sizeof(copy));
     memcpy(copy, b.data, len);
     int rc = encode_dir(d, m, &b);
-    if (rc != CR_ERR_INVALID_ARGUMENT)
+    if (rc != CR_INVALID_PARAMS)
         fprintf(stderr, "encode returned %d (%s)\n", rc, cr_last_error_message());
-    assert_int_equal(rc, CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(rc, CR_INVALID_PARAMS);
     assert_int_equal(b.len, len);
     assert_memory_equal(b.data, copy, len);
     if (mention != NULL)

@@ -53,7 +53,7 @@
  *   TENANT    "tn": str
  *
  * API. Encoders append a body to a crp_buf and return 0, CR_ERR_NO_MEMORY,
- * or CR_ERR_INVALID_ARGUMENT for anything the decoder would refuse (unknown
+ * or CR_INVALID_PARAMS for anything the decoder would refuse (unknown
  * op, missing required field, a field the op does not use, bounds, body
  * over CRP_MAX_BODY), leaving the buffer as it was. Decoders fill the
  * caller's struct only on success: CR_ERR_MALFORMED_FRAME, or

@@ -36,12 +36,12 @@ bool crc_leader_is_etcd(const char *address)
 int crc_leader_open(const char *address, crc_leader **out)
 {
     if (!crc_leader_is_etcd(address))
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "master address '%s' is not etcd://h:p",
+        return crb_error(CR_INVALID_PARAMS, "master address '%s' is not etcd://h:p",
                          address ? address : "(null)");
     const char *eps = address + strlen(PREFIX);
     crm_etcd_endpoints parsed;
     if (crm_etcd_parse_endpoints(eps, &parsed) < 0)
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "master address '%s': %s", address,
+        return crb_error(CR_INVALID_PARAMS, "master address '%s': %s", address,
                          cr_last_error_message());
     crc_leader *l = calloc(1, sizeof(*l));
     if (l == NULL)
@@ -58,8 +58,8 @@ int crc_leader_open(const char *address, crc_leader **out)
     if (rc < 0) {
         pthread_mutex_destroy(&l->mu);
         free(l);
-        return crb_error(rc == CR_ERR_NO_MEMORY ? rc : CR_ERR_INVALID_ARGUMENT,
-                         "master address '%s': %s", address, cr_last_error_message());
+        return crb_error(rc == CR_ERR_NO_MEMORY ? rc : CR_INVALID_PARAMS, "master address '%s': %s",
+                         address, cr_last_error_message());
     }
     *out = l;
     return 0;

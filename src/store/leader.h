@@ -23,7 +23,7 @@ bool crc_leader_is_etcd(const char *address);
 
 /**
  * Parse "etcd://h:p[,h:p...]" and set up the etcd client (connects to
- * nothing yet). Errors: CR_ERR_INVALID_ARGUMENT naming the address,
+ * nothing yet). Errors: CR_INVALID_PARAMS naming the address,
  * CR_ERR_NO_MEMORY.
  */
 int crc_leader_open(const char *address, crc_leader **out);

@@ -382,7 +382,7 @@ int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_
     }
     if (rc < 0 || m->port == 0) {
         free(m);
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "master address '%s' is not host:port",
+        return crb_error(CR_INVALID_PARAMS, "master address '%s' is not host:port",
                          address ? address : "(null)");
     }
     m->client_id = client_id;

@@ -33,7 +33,7 @@ typedef struct crc_master crc_master;
  * refused, and crc_master_call retries a call that met no leader (refused or
  * lost connection, ERR_NOT_LEADER) within its timeout. client_id is sent
  * in SERVICE_READY. On success *out owns the connection.
- * Errors: CR_ERR_INVALID_ARGUMENT (bad address), CR_RPC_FAIL (cannot reach
+ * Errors: CR_INVALID_PARAMS (bad address), CR_RPC_FAIL (cannot reach
  * it), CR_RPC_TIMEOUT, CR_INVALID_VERSION, CR_ERR_MASTER_AUTH_REQUIRED,
  * CR_ERR_MASTER_AUTH_FAILED.
  */

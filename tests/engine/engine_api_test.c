@@ -67,7 +67,7 @@ static void bad_config_is_named(void **state)
     assert_int_equal(create_with("slice_size", NULL, 1), CR_ERR_INVALID_CONFIG);
     assert_int_equal(create_with("worker_threads", NULL, 100000), CR_ERR_INVALID_CONFIG);
     assert_int_equal(create_with("struct_size", NULL, 3), CR_ERR_INVALID_CONFIG);
-    assert_int_equal(cr_engine_create(NULL, NULL), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cr_engine_create(NULL, NULL), CR_INVALID_PARAMS);
     /* A good one reports its port and name. */
     cr_engine_config cfg;
     cr_engine_config_init(&cfg);
@@ -78,7 +78,7 @@ static void bad_config_is_named(void **state)
     assert_int_equal(cr_engine_segment_name(e, name, sizeof(name)), 0);
     snprintf(want, sizeof(want), "127.0.0.1:%u", cr_engine_rpc_port(e));
     assert_string_equal(name, want);
-    assert_int_equal(cr_engine_segment_name(e, name, 3), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cr_engine_segment_name(e, name, 3), CR_INVALID_PARAMS);
     cr_engine_destroy(e);
 }
 
@@ -91,10 +91,10 @@ static void registration_errors(void **state)
     assert_int_equal(cr_engine_create(&cfg, &e), 0);
     static uint8_t mem[1 << 16];
     assert_int_equal(cr_engine_register(e, mem, 0, "cpu:0", true), CR_ERR_ZERO_LENGTH);
-    assert_int_equal(cr_engine_register(e, NULL, 10, "cpu:0", true), CR_ERR_INVALID_ARGUMENT);
-    assert_int_equal(cr_engine_register(e, mem, 100, "npu:0", true), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cr_engine_register(e, NULL, 10, "cpu:0", true), CR_INVALID_PARAMS);
+    assert_int_equal(cr_engine_register(e, mem, 100, "npu:0", true), CR_INVALID_PARAMS);
     assert_non_null(strstr(cr_last_error_message(), "npu:0"));
-    assert_int_equal(cr_engine_register(e, mem, 100, "cuda:x", true), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cr_engine_register(e, mem, 100, "cuda:x", true), CR_INVALID_PARAMS);
     assert_int_equal(cr_engine_register(e, mem, 4096, "cpu:0", true), 0);
     assert_int_equal(cr_engine_register(e, mem + 4000, 4096, "*", true), CR_ERR_ADDRESS_OVERLAPPED);
     assert_int_equal(cr_engine_register(e, mem, 4096, "cpu:0", true), CR_ERR_ADDRESS_OVERLAPPED);
@@ -111,7 +111,7 @@ static void registration_errors(void **state)
     assert_int_equal(cr_engine_registration_count(e), 1);
     assert_int_equal(cr_engine_unregister(e, mem), 0);
     cr_batch_id b;
-    assert_int_equal(cr_batch_create(e, 0, &b), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cr_batch_create(e, 0, &b), CR_INVALID_PARAMS);
     assert_int_equal(cr_engine_close_segment(e, 42), CR_ERR_INVALID_HANDLE);
     cr_engine_destroy(e);
 }

@@ -185,9 +185,9 @@ static void dead_and_silent_peers_fail_within_deadline(void **state)
     assert_int_equal(cr_engine_probe(e, name, 300), CR_ERR_TIMEOUT);
     close(s);
     /* Garbage names. */
-    assert_int_equal(cr_engine_open_segment(e, "no-port-here", &seg), CR_ERR_INVALID_ARGUMENT);
-    assert_int_equal(cr_engine_open_segment(e, "", &seg), CR_ERR_INVALID_ARGUMENT);
-    assert_int_equal(cr_engine_open_segment(e, "host:70000", &seg), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cr_engine_open_segment(e, "no-port-here", &seg), CR_INVALID_PARAMS);
+    assert_int_equal(cr_engine_open_segment(e, "", &seg), CR_INVALID_PARAMS);
+    assert_int_equal(cr_engine_open_segment(e, "host:70000", &seg), CR_INVALID_PARAMS);
     cr_engine_destroy(e);
 }
 

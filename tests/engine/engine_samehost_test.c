@@ -592,16 +592,16 @@ static void shared_allocation_api(void **state)
 {
     (void)state;
     void *p = NULL;
-    assert_int_equal(cr_alloc_shared(0, &p), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cr_alloc_shared(0, &p), CR_INVALID_PARAMS);
     assert_int_equal(cr_alloc_shared(3200ull << 20, &p), 0); /* reserved, not committed */
     assert_int_equal((uintptr_t)p % (2 << 20), 0);
     cr_engine *e = make_engine("auto");
     assert_int_equal(cr_engine_register(e, (uint8_t *)p + 4096, 1 << 20, "*", true), 0);
-    assert_int_equal(cr_free_shared(p), CR_ERR_INVALID_ARGUMENT); /* still registered */
+    assert_int_equal(cr_free_shared(p), CR_INVALID_PARAMS); /* still registered */
     assert_int_equal(cr_engine_unregister(e, (uint8_t *)p + 4096), 0);
     assert_int_equal(cr_free_shared(p), 0);
     int x;
-    assert_int_equal(cr_free_shared(&x), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cr_free_shared(&x), CR_INVALID_PARAMS);
     assert_int_equal(cr_free_shared(NULL), 0);
     cr_engine_destroy(e);
 }

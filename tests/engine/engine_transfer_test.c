@@ -230,7 +230,7 @@ static void memory_kinds_seed_002(void **state)
     assert_non_null(strstr(msg, addr));
     /* Nothing of the refused submit started. */
     cr_task_status st;
-    assert_int_equal(cr_batch_task_status(f->engine, b, 0, &st), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cr_batch_task_status(f->engine, b, 0, &st), CR_INVALID_PARAMS);
     cr_batch_free(f->engine, b);
     /* A local device buffer is refused too. */
     static uint8_t fake_dev[8192];
@@ -288,8 +288,7 @@ static void notify_and_probe(void **state)
     assert_int_equal(cr_engine_probe(f->engine, f->peer.name, 2000), 0);
     char big[CR_NOTIFY_MAX_MESSAGE + 1];
     memset(big, 'x', sizeof(big));
-    assert_int_equal(cr_engine_notify(f->engine, f->seg, big, sizeof(big)),
-                     CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cr_engine_notify(f->engine, f->seg, big, sizeof(big)), CR_INVALID_PARAMS);
 }
 
 static void local_segment_uses_memcpy_with_auto(void **state)

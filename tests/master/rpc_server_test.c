@@ -225,7 +225,7 @@ static void dead_master_fails_calls_without_hanging(void **state)
     /* connecting to a port where nothing listens is a clean error */
     assert_int_equal(crc_master_connect("127.0.0.1:1", (crp_rpc_uuid){1, 1}, 500, &m), CR_RPC_FAIL);
     assert_int_equal(crc_master_connect("no-port", (crp_rpc_uuid){1, 1}, 500, &m),
-                     CR_ERR_INVALID_ARGUMENT);
+                     CR_INVALID_PARAMS);
 }
 
 static void prefer_same_node_places_on_own_segment(void **state)

@@ -97,7 +97,7 @@ static void round_trip(crm_backend *b)
     assert_int_equal(b->ops->del(b, "mooncake/ram/seg0"), 0);
     check_missing(b, "mooncake/ram/seg0");
     assert_int_equal(b->ops->del(b, "mooncake/rpc_meta/seg0"), 0);
-    assert_int_equal(b->ops->put(b, "", "x", 1), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(b->ops->put(b, "", "x", 1), CR_INVALID_PARAMS);
 }
 
 static void etcd_round_trip(void **state)

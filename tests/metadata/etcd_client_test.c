@@ -99,7 +99,7 @@ static void kv_round_trip(void **state)
     assert_int_equal(deleted, 0);
     assert_int_equal(crm_etcd_get(c, "t/kw", &kv, NULL), 0);
     crm_etcd_kv_clear(&kv);
-    assert_int_equal(crm_etcd_put(c, "", "x", 1, 0, NULL), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crm_etcd_put(c, "", "x", 1, 0, NULL), CR_INVALID_PARAMS);
     /* A lease etcd does not know is etcd's error, named. */
     assert_int_equal(crm_etcd_put(c, "t/kv/c", "x", 1, 12345, NULL), CR_ETCD_OPERATION_ERROR);
     assert_non_null(strstr(cr_last_error_message(), "lease not found"));
@@ -242,7 +242,7 @@ static void leases(void **state)
     assert_int_equal(atomic_load(&g.status), CR_ERR_LEASE_LOST);
     assert_int_equal(crm_etcd_lease_check(l, NULL), CR_ERR_LEASE_LOST);
     assert_int_equal(crm_etcd_lease_release(l, true), 0); /* nothing to revoke */
-    assert_int_equal(crm_etcd_lease_grant(c, 0, NULL, NULL, &l), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crm_etcd_lease_grant(c, 0, NULL, NULL, &l), CR_INVALID_PARAMS);
     crm_etcd_close(c);
 }
 

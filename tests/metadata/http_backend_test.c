@@ -202,7 +202,7 @@ static void test_round_trip(void **state)
     assert_int_equal(crd_http_server_key_count(f->server), 2 + nkeys);
 
     /* the client refuses empty keys itself */
-    assert_int_equal(b->ops->put(b, "", "x", 1), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(b->ops->put(b, "", "x", 1), CR_INVALID_PARAMS);
 }
 
 static void test_large_value(void **state)
@@ -448,7 +448,7 @@ static void test_start_errors(void **state)
     crd_http_server_stop(s);
 
     assert_int_equal(crd_http_server_start("no-such-host.invalid", 0, &s), CR_ERR_DNS);
-    assert_int_equal(crd_http_server_start(NULL, 0, &s), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(crd_http_server_start(NULL, 0, &s), CR_INVALID_PARAMS);
     crd_http_server_stop(NULL);
 }
 

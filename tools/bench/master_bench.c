@@ -665,7 +665,7 @@ static int conn_open(mb_conn *c)
     char host[CRB_HOST_MAX];
     uint16_t port;
     if (crb_parse_hostport(c->addr, host, &port) < 0)
-        return CR_ERR_INVALID_ARGUMENT;
+        return CR_INVALID_PARAMS;
     c->fd = crb_connect(host, port, MB_START_MS);
     if (c->fd < 0)
         return c->fd;

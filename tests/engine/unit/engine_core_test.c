@@ -146,10 +146,10 @@ static void empty_submit(void **state)
     assert_int_equal(cr_batch_submit(f->a, id, NULL, 0), 0);
     assert_int_equal(cr_batch_wait(f->a, id, 0), 0);
     cr_task_status st;
-    assert_int_equal(cr_batch_task_status(f->a, id, 0, &st), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cr_batch_task_status(f->a, id, 0, &st), CR_INVALID_PARAMS);
     assert_int_equal(atomic_load(&fake_ctl.fake_submits), 0);
     /* n > 0 with a NULL array is refused */
-    assert_int_equal(cr_batch_submit(f->a, id, NULL, 1), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cr_batch_submit(f->a, id, NULL, 1), CR_INVALID_PARAMS);
     assert_int_equal(cr_batch_free(f->a, id), 0);
 }
 
@@ -159,8 +159,8 @@ static void capacity(void **state)
 {
     fixture *f = *state;
     cr_batch_id id;
-    assert_int_equal(cr_batch_create(f->a, 0, &id), CR_ERR_INVALID_ARGUMENT);
-    assert_int_equal(cr_batch_create(f->a, (size_t)1 << 40, &id), CR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cr_batch_create(f->a, 0, &id), CR_INVALID_PARAMS);
+    assert_int_equal(cr_batch_create(f->a, (size_t)1 << 40, &id), CR_INVALID_PARAMS);
     assert_int_equal(cr_batch_create(f->a, 2, &id), 0);
     cr_transfer_request r[3] = {read_req(f, 0, 4096), read_req(f, 4096, 4096),
                                 read_req(f, 8192, 4096)};

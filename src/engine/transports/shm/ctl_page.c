@@ -69,7 +69,7 @@ int cre_ctl_acquire(cre_ctl_page *c, uint32_t *slot, uint64_t *gen)
     pthread_mutex_lock(&c->lock);
     if (c->n_free == 0) {
         pthread_mutex_unlock(&c->lock);
-        return crb_error(CR_ERR_INVALID_ARGUMENT, "all %d control slots are in use", CRE_CTL_SLOTS);
+        return crb_error(CR_INVALID_PARAMS, "all %d control slots are in use", CRE_CTL_SLOTS);
     }
     uint32_t s = c->free_slots[--c->n_free];
     pthread_mutex_unlock(&c->lock);
