@@ -29,6 +29,7 @@
 #include "crescent/status.h"
 #include "master_proc.h"
 #include "metadata/etcd.h"
+#include "options.h"
 #include "servers.h"
 #include "store/master_client.h"
 #include "tool_util.h"
@@ -37,9 +38,9 @@
 #define MAX_RUNS   100
 
 typedef struct hb_opts {
-    int runs, rounds;
+    uint32_t runs, rounds;
     const char *duration, *ops, *master_bin, *etcd_bin;
-    int lease_ttl;
+    uint32_t lease_ttl;
 } hb_opts;
 
 typedef struct hb_cluster {
@@ -169,12 +170,12 @@ static int failover_runs(hb_cluster *c, const hb_opts *o)
     uint64_t took[MAX_RUNS];
     int done = 0;
     char key[64];
-    for (int run = 0; rc == 0 && run < o->runs; run++) {
+    for (uint32_t run = 0; rc == 0 && run < o->runs; run++) {
         if (wait_in_sync(c, HA_MASTERS - 1, addr, sizeof(addr), 20000) < 0) {
             rc = -1;
             break;
         }
-        snprintf(key, sizeof(key), "before-%d", run);
+        snprintf(key, sizeof(key), "before-%" PRIu32, run);
         if ((rc = put_once(m, cid, key, 5000)) < 0)
             break;
         int victim = -1;
@@ -189,7 +190,7 @@ static int failover_runs(hb_cluster *c, const hb_opts *o)
         ct_master_kill(&c->m[victim]);
         uint64_t t0 = crb_now_ms();
         for (int i = 0;; i++) {
-            snprintf(key, sizeof(key), "after-%d-%d", run, i);
+            snprintf(key, sizeof(key), "after-%" PRIu32 "-%d", run, i);
             if (put_once(m, cid, key, 5000) == 0)
                 break;
             if (crb_now_ms() - t0 > 30000) {
@@ -212,8 +213,9 @@ static int failover_runs(hb_cluster *c, const hb_opts *o)
     crc_master_close(m);
     if (done > 0) {
         qsort(took, (size_t)done, sizeof(took[0]), cmp_u64);
-        printf("failover: %d runs, p50 %" PRIu64 " ms, max %" PRIu64 " ms (lease TTL %d s)\n", done,
-               took[done / 2], took[done - 1], o->lease_ttl);
+        printf("failover: %d runs, p50 %" PRIu64 " ms, max %" PRIu64 " ms (lease TTL %" PRIu32
+               " s)\n",
+               done, took[done / 2], took[done - 1], o->lease_ttl);
     }
     return rc < 0 ? -1 : 0;
 }
@@ -229,31 +231,19 @@ int cb_ha_main(int argc, char **argv)
 {
     static char bin[PATH_MAX], self[PATH_MAX];
     hb_opts o = {5, 2, "1", "exist,put,get,batch_put", NULL, CT_ETCD_BIN, 5};
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        if (strcmp(argv[i], "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (ct_flag_value(argc, argv, &i, "--runs", &v) > 0)
-            o.runs = atoi(v);
-        else if (ct_flag_value(argc, argv, &i, "--rounds", &v) > 0)
-            o.rounds = atoi(v);
-        else if (ct_flag_value(argc, argv, &i, "--duration", &v) > 0)
-            o.duration = v;
-        else if (ct_flag_value(argc, argv, &i, "--ops", &v) > 0)
-            o.ops = v;
-        else if (ct_flag_value(argc, argv, &i, "--lease-ttl", &v) > 0)
-            o.lease_ttl = atoi(v);
-        else if (ct_flag_value(argc, argv, &i, "--master-bin", &v) > 0)
-            o.master_bin = v;
-        else if (ct_flag_value(argc, argv, &i, "--etcd-bin", &v) > 0)
-            o.etcd_bin = v;
-        else {
-            usage(stderr);
-            return 2;
-        }
+    const ct_option opts[] = {
+        CT_U32("--runs", &o.runs, 1, MAX_RUNS),       CT_U32("--rounds", &o.rounds, 1, 1000),
+        CT_STRING("--duration", &o.duration),         CT_STRING("--ops", &o.ops),
+        CT_U32("--lease-ttl", &o.lease_ttl, 2, 3600), CT_STRING("--master-bin", &o.master_bin),
+        CT_STRING("--etcd-bin", &o.etcd_bin),
+    };
+    int pr = ct_parse_options(argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL, NULL,
+                              CB_PROG " ha");
+    if (pr == CT_OPTS_HELP) {
+        usage(stdout);
+        return 0;
     }
-    if (o.runs < 1 || o.runs > MAX_RUNS || o.rounds < 1 || o.lease_ttl < 2) {
+    if (pr < 0) {
         usage(stderr);
         return 2;
     }
@@ -273,7 +263,7 @@ int cb_ha_main(int argc, char **argv)
     if (ct_etcd_start(&c.etcd, o.etcd_bin) != 0)
         return 1;
     snprintf(c.etcd_flag, sizeof(c.etcd_flag), "--etcd_endpoints=%s", c.etcd.endpoint);
-    snprintf(c.ttl_flag, sizeof(c.ttl_flag), "--ha_lease_ttl_sec=%d", o.lease_ttl);
+    snprintf(c.ttl_flag, sizeof(c.ttl_flag), "--ha_lease_ttl_sec=%" PRIu32, o.lease_ttl);
     crm_etcd_config ec = {.endpoints = c.etcd.endpoint};
     int rc = crm_etcd_open(&ec, &c.etcd_client);
     for (int i = 0; rc == 0 && i < HA_MASTERS; i++)
@@ -284,7 +274,7 @@ int cb_ha_main(int argc, char **argv)
 
     /* Throughput: plain master vs HA leader, alternated in this run. */
     json_t *plain = json_object(), *ha = json_object();
-    for (int r = 0; rc == 0 && r < o.rounds; r++) {
+    for (uint32_t r = 0; rc == 0 && r < o.rounds; r++) {
         rc = run_master_bench(self, &o, "--master-bin", o.master_bin, plain);
         if (rc == 0)
             rc = wait_in_sync(&c, HA_MASTERS - 1, addr, sizeof(addr), 20000);
@@ -292,7 +282,8 @@ int cb_ha_main(int argc, char **argv)
             rc = run_master_bench(self, &o, "--master", addr, ha);
     }
     if (rc == 0) {
-        printf("throughput (best of %d rounds, %s s each; 3 HA masters and the bench share this "
+        printf("throughput (best of %" PRIu32
+               " rounds, %s s each; 3 HA masters and the bench share this "
                "machine)\n%-12s %12s %12s %8s\n",
                o.rounds, o.duration, "op", "plain ops/s", "HA ops/s", "HA/plain");
         const char *op;

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "options.h"
 #include "crescent/status.h"
 #include "crescent/store.h"
 #include "master_proc.h"
@@ -74,6 +75,21 @@ static void usage(FILE *to)
                 "  --verify         check every byte read\n");
 }
 
+/* The size flags (ct_parse_options' APPLY kind). */
+static int apply_flag(void *ctx, const char *f, const char *v)
+{
+    ob_opts *o = ctx;
+    if (strcmp(f, "--value-sizes") == 0)
+        return cb_parse_size_list(CB_PROG " offload", f, v, 64 * CB_MIB, o->sizes, MAX_SIZES,
+                                  &o->n_sizes) < 0
+                   ? -1
+                   : 0;
+    uint64_t *dst = strcmp(f, "--bytes") == 0 ? &o->bytes : &o->small_bytes;
+    if (cb_parse_size(v, dst) < 0)
+        return cb_bad_value("offload", f, v, "a size (K/M/G binary)");
+    return 0;
+}
+
 static int parse(int argc, char **argv, ob_opts *o)
 {
     *o = (ob_opts){.bytes = 256 * CB_MIB,
@@ -86,45 +102,27 @@ static int parse(int argc, char **argv, ob_opts *o)
     o->sizes[0] = 4 * CB_KIB;
     o->sizes[1] = CB_MIB;
     o->dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
-            usage(stdout);
-            exit(CB_EXIT_OK);
-        } else if (strcmp(f, "--verify") == 0) {
-            o->verify = true;
-            continue;
-        } else if (v == NULL) {
-            bad = 1;
-        } else if (strcmp(f, "--master-bin") == 0) {
-            o->master_bin = v;
-        } else if (strcmp(f, "--dir") == 0) {
-            o->dir = v;
-        } else if (strcmp(f, "--value-sizes") == 0) {
-            bad = cb_parse_size_list(CB_PROG " offload", f, v, 64 * CB_MIB, o->sizes, MAX_SIZES,
-                                     &o->n_sizes) < 0;
-        } else if (strcmp(f, "--bytes") == 0) {
-            bad = cb_parse_size(v, &o->bytes) < 0;
-        } else if (strcmp(f, "--small-bytes") == 0) {
-            bad = cb_parse_size(v, &o->small_bytes) < 0;
-        } else if (strcmp(f, "--batch") == 0) {
-            bad = cb_parse_u32(v, 1, 1024, &o->batch) < 0;
-        } else if (strcmp(f, "--latency") == 0) {
-            bad = cb_parse_u32(v, 0, 1000000, &o->latency) < 0;
-        } else if (strcmp(f, "--threads") == 0) {
-            bad = cb_parse_u32(v, 1, 64, &o->threads) < 0;
-        } else if (strcmp(f, "--poll-ms") == 0) {
-            bad = cb_parse_u32(v, 1, 1000, &o->poll_ms) < 0;
-        } else {
-            bad = 1;
-        }
-        if (bad) {
-            fprintf(stderr, CB_PROG " offload: bad or unknown flag %s %s\n", f, v ? v : "");
-            usage(stderr);
-            return -1;
-        }
-        i++;
+    const ct_option opts[] = {
+        CT_SWITCH("--verify", &o->verify),
+        CT_STRING("--master-bin", &o->master_bin),
+        CT_STRING("--dir", &o->dir),
+        CT_APPLY("--value-sizes"),
+        CT_APPLY("--bytes"),
+        CT_APPLY("--small-bytes"),
+        CT_U32("--batch", &o->batch, 1, 1024),
+        CT_U32("--latency", &o->latency, 0, 1000000),
+        CT_U32("--threads", &o->threads, 1, 64),
+        CT_U32("--poll-ms", &o->poll_ms, 1, 1000),
+    };
+    int pr = ct_parse_options(argc, argv, opts, sizeof(opts) / sizeof(opts[0]), apply_flag, o,
+                              CB_PROG " offload");
+    if (pr == CT_OPTS_HELP) {
+        usage(stdout);
+        exit(CB_EXIT_OK);
+    }
+    if (pr < 0) {
+        usage(stderr);
+        return -1;
     }
     return 0;
 }

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "options.h"
 #include "crescent/store.h"
 #include "tool_util.h"
 
@@ -67,6 +68,47 @@ typedef struct tb_side {
     int errors, first_error;
 } tb_side;
 
+static void thin_usage(FILE *to)
+{
+    fprintf(to, "usage: " CB_PROG " thin [--value-sizes 4K,1M] [--batch 32] [--duration 2] "
+                "[--slices 6]\n"
+                "       [--mode zcopy|copy|both] [--shape single|batch|both] "
+                "[--segment-size 1G]\n"
+                "       [--master-bin PATH] [--client-bin PATH] [--verify]\n");
+}
+
+/* The flags with values that need more than a string or a bounded number. */
+static int apply_flag(void *ctx, const char *flag, const char *v)
+{
+    tb_opts *o = ctx;
+    if (strcmp(flag, "--value-sizes") == 0) {
+        o->n_sizes = 0;
+        char buf[256];
+        snprintf(buf, sizeof(buf), "%s", v);
+        for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && o->n_sizes < MAX_SIZES;
+             t = strtok_r(NULL, ",", &save))
+            if (cb_parse_size(t, &o->sizes[o->n_sizes++]) < 0 || o->sizes[o->n_sizes - 1] == 0)
+                return cb_bad_value("thin", flag, t, "a list of positive sizes (K/M/G binary)");
+    } else if (strcmp(flag, "--duration") == 0) {
+        if (cb_parse_seconds(v, &o->duration) < 0)
+            return cb_bad_value("thin", flag, v, "seconds, more than 0");
+    } else if (strcmp(flag, "--segment-size") == 0) {
+        if (cb_parse_size(v, &o->segment) < 0 || o->segment == 0)
+            return cb_bad_value("thin", flag, v, "a positive size (K/M/G binary)");
+    } else if (strcmp(flag, "--mode") == 0) {
+        o->zcopy = strcmp(v, "zcopy") == 0 || strcmp(v, "both") == 0;
+        o->copy = strcmp(v, "copy") == 0 || strcmp(v, "both") == 0;
+        if (!o->zcopy && !o->copy)
+            return cb_bad_value("thin", flag, v, "zcopy, copy or both");
+    } else if (strcmp(flag, "--shape") == 0) {
+        o->single = strcmp(v, "single") == 0 || strcmp(v, "both") == 0;
+        o->batched = strcmp(v, "batch") == 0 || strcmp(v, "both") == 0;
+        if (!o->single && !o->batched)
+            return cb_bad_value("thin", flag, v, "single, batch or both");
+    }
+    return 0;
+}
+
 static int parse_opts(int argc, char **argv, tb_opts *o)
 {
     memset(o, 0, sizeof(*o));
@@ -78,61 +120,25 @@ static int parse_opts(int argc, char **argv, tb_opts *o)
     o->duration = 2.0;
     o->segment = CB_GIB;
     o->zcopy = o->copy = o->single = o->batched = true;
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int r;
-        if ((r = ct_flag_value(argc, argv, &i, "--value-sizes", &v)) == 1) {
-            o->n_sizes = 0;
-            char buf[256];
-            snprintf(buf, sizeof(buf), "%s", v);
-            for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && o->n_sizes < MAX_SIZES;
-                 t = strtok_r(NULL, ",", &save))
-                if (cb_parse_size(t, &o->sizes[o->n_sizes++]) < 0 || o->sizes[o->n_sizes - 1] == 0)
-                    return fprintf(stderr, CB_PROG " thin: bad size '%s'\n", t), -1;
-        } else if ((r = ct_flag_value(argc, argv, &i, "--batch", &v)) == 1) {
-            if (cb_parse_u32(v, 1, MAX_BATCH, &o->batch) < 0)
-                return -1;
-        } else if ((r = ct_flag_value(argc, argv, &i, "--slices", &v)) == 1) {
-            if (cb_parse_u32(v, 2, 1000, &o->slices) < 0)
-                return -1;
-        } else if ((r = ct_flag_value(argc, argv, &i, "--duration", &v)) == 1) {
-            if (cb_parse_seconds(v, &o->duration) < 0)
-                return -1;
-        } else if ((r = ct_flag_value(argc, argv, &i, "--segment-size", &v)) == 1) {
-            if (cb_parse_size(v, &o->segment) < 0)
-                return -1;
-        } else if ((r = ct_flag_value(argc, argv, &i, "--master-bin", &v)) == 1) {
-            o->master_bin = v;
-        } else if ((r = ct_flag_value(argc, argv, &i, "--client-bin", &v)) == 1) {
-            o->client_bin = v;
-        } else if ((r = ct_flag_value(argc, argv, &i, "--mode", &v)) == 1) {
-            o->zcopy = strcmp(v, "zcopy") == 0 || strcmp(v, "both") == 0;
-            o->copy = strcmp(v, "copy") == 0 || strcmp(v, "both") == 0;
-            if (!o->zcopy && !o->copy)
-                return fprintf(stderr, CB_PROG " thin: --mode zcopy|copy|both\n"), -1;
-        } else if ((r = ct_flag_value(argc, argv, &i, "--shape", &v)) == 1) {
-            o->single = strcmp(v, "single") == 0 || strcmp(v, "both") == 0;
-            o->batched = strcmp(v, "batch") == 0 || strcmp(v, "both") == 0;
-            if (!o->single && !o->batched)
-                return fprintf(stderr, CB_PROG " thin: --shape single|batch|both\n"), -1;
-        } else if (strcmp(argv[i], "--verify") == 0) {
-            o->verify = true;
-        } else if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: " CB_PROG " thin [--value-sizes 4K,1M] [--batch 32] [--duration 2] "
-                   "[--slices 6]\n"
-                   "       [--mode zcopy|copy|both] [--shape single|batch|both] "
-                   "[--segment-size 1G]\n"
-                   "       [--master-bin PATH] [--client-bin PATH] [--verify]\n");
-            exit(0);
-        } else {
-            if (r < 0)
-                fprintf(stderr, CB_PROG " thin: %s needs a value\n", argv[i]);
-            else
-                fprintf(stderr, CB_PROG " thin: unknown flag %s\n", argv[i]);
-            return -1;
-        }
+    const ct_option opts[] = {
+        CT_APPLY("--value-sizes"),
+        CT_U32("--batch", &o->batch, 1, MAX_BATCH),
+        CT_U32("--slices", &o->slices, 2, 1000),
+        CT_APPLY("--duration"),
+        CT_APPLY("--segment-size"),
+        CT_STRING("--master-bin", &o->master_bin),
+        CT_STRING("--client-bin", &o->client_bin),
+        CT_APPLY("--mode"),
+        CT_APPLY("--shape"),
+        CT_SWITCH("--verify", &o->verify),
+    };
+    int pr = ct_parse_options(argc, argv, opts, sizeof(opts) / sizeof(opts[0]), apply_flag, o,
+                              CB_PROG " thin");
+    if (pr == CT_OPTS_HELP) {
+        thin_usage(stdout);
+        exit(0);
     }
-    return 0;
+    return pr < 0 ? -1 : 0;
 }
 
 /* --- processes -------------------------------------------------------------- */
