@@ -12,8 +12,10 @@
  * promotions (a plain put of the value, which the master allows only to the
  * holder). It polls again at once while the master says more tasks wait,
  * else it sleeps until a writer has results to report or the poll interval
- * has passed (BURST_POLL_MS instead for BURST_MS after a heartbeat that
- * brought tasks: disk hits come in bursts, and each waits for a poll).
+ * has passed (BURST_POLL_US instead for BURST_MS after a heartbeat that
+ * brought tasks, STAGE_POLL_US after one that brought stages: disk hits come
+ * in bursts, and each waits for a poll; a reader asks the master again every
+ * 250 us meanwhile, store/client.c).
  *
  * The writers (WRITERS threads) take offloads from the queue in chunks of
  * about WRITE_CHUNK bytes and write each chunk with one crf_put_batch
@@ -50,8 +52,9 @@
 #define DEFAULT_POLL_MS   10
 #define DEFAULT_STAGE     (64ull << 20)
 #define DEFAULT_STAGE_TTL 5000
-#define BURST_MS          100 /* after a heartbeat that brought tasks, poll every */
-#define BURST_POLL_MS     1   /* BURST_POLL_MS for this long (reads come in bursts) */
+#define BURST_MS          100  /* after a heartbeat that brought tasks, poll every */
+#define BURST_POLL_US     1000 /* BURST_POLL_US for this long, STAGE_POLL_US after one */
+#define STAGE_POLL_US     250  /* that brought stages (disk hits come in bursts) */
 #define WRITERS           2
 #define WRITE_CHUNK       (4ull << 20) /* bytes per crf_put_batch of a writer */
 #define WRITE_CHUNK_ITEMS 256          /* and at most this many values */
@@ -101,6 +104,7 @@ struct crc_offload {
 
     _Atomic uint64_t offloads, offload_failures, stage_reads, promotions, evicted;
     uint64_t last_tasks_ms; /* when a heartbeat last brought tasks (disk thread) */
+    uint64_t last_stage_ms; /* and stages */
 };
 
 /* --- helpers ------------------------------------------------------------------------ */
@@ -591,6 +595,9 @@ static int heartbeat(crc_offload *o)
         return rc;
     if (tasks.n_items > 0)
         o->last_tasks_ms = crb_now_ms();
+    for (size_t i = 0; i < tasks.n_items; i++)
+        if (tasks.items[i].kind == CRP_OFF_STAGE)
+            o->last_stage_ms = o->last_tasks_ms;
     run_tasks(o, &tasks, crb_now_ms());
     bool again = tasks.more || tasks.n_items > 0 || o->ann_pos < o->n_ann;
     crp_off_clear(&tasks);
@@ -600,13 +607,13 @@ static int heartbeat(crc_offload *o)
     return again ? 1 : 0;
 }
 
-/* Sleep up to ms, or (on_results) until a writer has results to report; or stop. */
-static void nap(crc_offload *o, uint32_t ms, bool on_results)
+/* Sleep up to us, or (on_results) until a writer has results to report; or stop. */
+static void nap(crc_offload *o, uint64_t us, bool on_results)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    ts.tv_sec += (time_t)(us / 1000000);
+    ts.tv_nsec += (long)(us % 1000000) * 1000L;
     if (ts.tv_nsec >= 1000000000L) {
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
@@ -632,10 +639,12 @@ static void *disk_main(void *arg)
         if (rc == 1)
             continue;
         /* (results waiting do not make a failing master answer sooner) */
-        uint32_t ms = o->poll_ms;
-        if (crb_now_ms() - o->last_tasks_ms < BURST_MS && ms > BURST_POLL_MS)
-            ms = BURST_POLL_MS; /* the next disk hit of a burst is staged sooner */
-        nap(o, rc < 0 ? 200 : ms, rc == 0);
+        uint64_t us = (uint64_t)o->poll_ms * 1000, now = crb_now_ms();
+        if (now - o->last_tasks_ms < BURST_MS && us > BURST_POLL_US)
+            us = BURST_POLL_US; /* the next task of a burst is picked up sooner */
+        if (now - o->last_stage_ms < BURST_MS && us > STAGE_POLL_US)
+            us = STAGE_POLL_US; /* and the next disk hit sooner still */
+        nap(o, rc < 0 ? 200000 : us, rc == 0);
     }
     return NULL;
 }
