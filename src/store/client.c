@@ -99,17 +99,29 @@ int crc_check_key(const char *key)
     return 0;
 }
 
-/* Does a get reply ask us to wait for a holder staging a disk-only value? */
+/* A reader's wait for a staged copy (crc_call): every STAGE_POLL_US for STAGE_FAST_MS,
+ * then doubling up to STAGE_SLOW_US. */
+#define STAGE_POLL_US 250
+#define STAGE_FAST_MS 50
+#define STAGE_SLOW_US 4000
+
+/* Does a get reply ask us to wait for a holder staging a disk-only value? A batch reply
+ * does when some key is being staged and none is ready to read: one with a key ready goes
+ * back to the caller, which reads what is ready (releasing those staged copies) and asks
+ * again for the rest (store/get.c, batch_get_values). */
 static bool staging(const crp_rpc_resp *r)
 {
     if (r->op == CRP_RPC_GET_REPLICA_LIST)
         return r->status == CR_ERR_OFFLOAD_STAGING;
     if (r->op != CRP_RPC_BATCH_GET_REPLICA_LIST || r->status != 0)
         return false;
-    for (size_t i = 0; i < r->u.batch_get.n; i++)
-        if (r->u.batch_get.results[i].status == CR_ERR_OFFLOAD_STAGING)
-            return true;
-    return false;
+    bool any = false;
+    for (size_t i = 0; i < r->u.batch_get.n; i++) {
+        if (r->u.batch_get.results[i].status == 0)
+            return false;
+        any = any || r->u.batch_get.results[i].status == CR_ERR_OFFLOAD_STAGING;
+    }
+    return any;
 }
 
 /* Count the disk-served replicas of a get reply (a staged copy has segment epoch 0). */
@@ -133,16 +145,22 @@ int crc_call(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp)
     if (req->op != CRP_RPC_GET_REPLICA_LIST && req->op != CRP_RPC_BATCH_GET_REPLICA_LIST)
         return rc;
     /* A disk-only value is being staged by its holder (docs/disk-tier.md): ask again until
-     * it is, within the RPC deadline. (A batch is asked again whole; the other keys' reads
-     * of the earlier replies end with their lease TTL.) */
+     * it is, within the RPC deadline. (A batch is asked again whole while none of its keys
+     * is ready; the other keys' reads of the earlier replies end with their lease TTL.) A
+     * stage takes a disk read (~2 ms
+     * for 1 MiB here) plus the holder's two heartbeats, so the wait is asked about every
+     * STAGE_POLL_US while it is young (the staged copy is taken within that of its
+     * arrival, where a doubling back-off to 4 ms left it waiting ~1 ms at p50), and with
+     * the doubling back-off after STAGE_FAST_MS (a holder with a long queue). */
     uint64_t first = crb_now_ms(), last = first;
     uint64_t deadline = first + s->rpc_timeout_ms;
-    uint32_t wait_us = 200;
+    uint32_t wait_us = STAGE_POLL_US;
     while (rc == 0 && staging(resp) && crb_now_ms() < deadline) {
         crp_rpc_resp_clear(resp);
         struct timespec ts = {0, (long)wait_us * 1000};
         nanosleep(&ts, NULL);
-        wait_us = wait_us < 4000 ? wait_us * 2 : 4000;
+        if (crb_now_ms() - first >= STAGE_FAST_MS)
+            wait_us = wait_us < STAGE_SLOW_US / 2 ? wait_us * 2 : STAGE_SLOW_US;
         last = crb_now_ms();
         rc = crc_master_call(s->master, req, resp, (int)s->rpc_timeout_ms);
     }

@@ -532,29 +532,44 @@ out_free:
  * Every batch get: dests[i] is key i's registered destination (unused for
  * copying gets, values_out != NULL). results[i] is 0 on entry, or a failure
  * found by the caller. Keys go to the master in rounds of at most
- * CRC_BATCH_KEYS keys (batch_get_round). Returns 0, or the failure of the
- * first round that failed as a whole (its keys get that code as their
- * result).
+ * CRC_BATCH_KEYS keys (batch_get_round). A round reads the keys that are
+ * ready as soon as one is (crc_call); keys whose disk copy is still being
+ * staged by its holder (CR_ERR_OFFLOAD_STAGING) go to the master again in
+ * later rounds, until the RPC timeout from the start: so a batch reads its
+ * staged values while the holder is still reading the rest, and releases
+ * their staging space at once (four readers of 32 MiB batches each holding
+ * half-staged batches would otherwise fill a 64 MiB staging area and wait
+ * for one another). Returns 0, or the failure of the first round that
+ * failed as a whole (its keys get that code as their result).
  */
 static int batch_get_values(cr_store *s, const char *const *keys, const dest_parts *dests, size_t n,
                             void **values_out, int64_t *results, const crc_value_dest *vd)
 {
     int first = 0;
     size_t *idx = calloc(CRC_BATCH_KEYS, sizeof(*idx));
-    if (idx == NULL)
+    bool *todo = calloc(n, sizeof(*todo)); /* still to ask the master for */
+    if (idx == NULL || todo == NULL) {
+        free(idx);
+        free(todo);
         return crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n);
-    for (size_t i = 0; i < n; i++)
+    }
+    for (size_t i = 0; i < n; i++) {
         if (results[i] == 0)
             results[i] = crc_check_key(keys[i]);
+        todo[i] = results[i] == 0;
+    }
+    uint64_t deadline = crb_now_ms() + s->rpc_timeout_ms;
+again:
     for (size_t i = 0; i < n;) {
         size_t m = 0, key_bytes = 0;
         for (; i < n && m < CRC_BATCH_KEYS; i++) {
-            if (results[i] < 0)
+            if (!todo[i])
                 continue;
             size_t kl = strlen(keys[i]);
             if (m > 0 && key_bytes + kl > CRC_BATCH_KEY_BYTES)
                 break;
             key_bytes += kl;
+            todo[i] = false;
             idx[m++] = i;
         }
         int rc = m > 0 ? batch_get_round(s, keys, dests, idx, m, values_out, results, vd) : 0;
@@ -564,6 +579,18 @@ static int batch_get_values(cr_store *s, const char *const *keys, const dest_par
             first = first < 0 ? first : rc;
         }
     }
+    if (crb_now_ms() < deadline) { /* keys still being staged: ask for them again */
+        bool staging = false;
+        for (size_t i = 0; i < n; i++) {
+            if (results[i] == CR_ERR_OFFLOAD_STAGING) {
+                results[i] = 0;
+                todo[i] = staging = true;
+            }
+        }
+        if (staging)
+            goto again;
+    }
+    free(todo);
     free(idx);
     return first;
 }

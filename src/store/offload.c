@@ -12,8 +12,16 @@
  * promotions (a plain put of the value, which the master allows only to the
  * holder). It polls again at once while the master says more tasks wait,
  * else it sleeps until a writer has results to report or the poll interval
- * has passed (BURST_POLL_MS instead for BURST_MS after a heartbeat that
- * brought tasks: disk hits come in bursts, and each waits for a poll).
+ * has passed (BURST_POLL_US instead for BURST_MS after a heartbeat that
+ * brought tasks, STAGE_POLL_US after one that brought stages: disk hits come
+ * in bursts, and each waits for a poll; a reader asks the master again every
+ * 250 us meanwhile, store/client.c).
+ *
+ * Stages go to the same worker threads, ahead of offloads: a worker takes up
+ * to STAGE_CHUNK bytes of queued stages, reads them with one crf_get_batch
+ * (the reads in parallel) and reports them at once, so readers take the first
+ * staged values while the rest are still being read, and the heartbeat that
+ * carries them does not wait for a whole batch (nor delay the next tasks).
  *
  * The writers (WRITERS threads) take offloads from the queue in chunks of
  * about WRITE_CHUNK bytes and write each chunk with one crf_put_batch
@@ -50,11 +58,14 @@
 #define DEFAULT_POLL_MS   10
 #define DEFAULT_STAGE     (64ull << 20)
 #define DEFAULT_STAGE_TTL 5000
-#define BURST_MS          100 /* after a heartbeat that brought tasks, poll every */
-#define BURST_POLL_MS     1   /* BURST_POLL_MS for this long (reads come in bursts) */
+#define BURST_MS          100  /* after a heartbeat that brought tasks, poll every */
+#define BURST_POLL_US     1000 /* BURST_POLL_US for this long, STAGE_POLL_US after one */
+#define STAGE_POLL_US     250  /* that brought stages (disk hits come in bursts) */
 #define WRITERS           2
 #define WRITE_CHUNK       (4ull << 20) /* bytes per crf_put_batch of a writer */
 #define WRITE_CHUNK_ITEMS 256          /* and at most this many values */
+#define STAGE_CHUNK       (8ull << 20) /* bytes per crf_get_batch of a stage */
+#define STAGE_CHUNK_ITEMS 64           /* and at most this many values */
 
 typedef struct owned_item {
     crp_off_item it; /* it.key malloc'd */
@@ -72,6 +83,9 @@ struct crc_offload {
     uint8_t *stage;
     uint64_t stage_size, stage_ttl_ms;
     bool stage_registered;
+    /* staging slots: allocated by the workers, freed by the disk thread (expiry, UNSTAGE)
+     * and the workers (failed reads), under stage_mu */
+    pthread_mutex_t stage_mu;
     crb_oa *stage_oa;
     stage_slot *slots;
     size_t n_slots, cap_slots;
@@ -88,11 +102,14 @@ struct crc_offload {
     owned_item *out;
     size_t n_out, cap_out;
 
-    /* offloads waiting for a writer: a FIFO ring under wq_mu, `wq_cv` wakes the writers */
+    /* offloads (wq) and stages (sq) waiting for a worker: FIFO rings under wq_mu, `wq_cv`
+     * wakes the workers; stages are taken first */
     pthread_mutex_t wq_mu;
     pthread_cond_t wq_cv;
     owned_item *wq;
     size_t wq_head, wq_n, wq_cap;
+    owned_item *sq;
+    size_t sq_head, sq_n, sq_cap;
     pthread_t writers[WRITERS];
     size_t n_writers;
     /* recovered keys still to announce */
@@ -101,6 +118,7 @@ struct crc_offload {
 
     _Atomic uint64_t offloads, offload_failures, stage_reads, promotions, evicted;
     uint64_t last_tasks_ms; /* when a heartbeat last brought tasks (disk thread) */
+    uint64_t last_stage_ms; /* and stages */
 };
 
 /* --- helpers ------------------------------------------------------------------------ */
@@ -205,6 +223,7 @@ static int collect_recovered(void *arg, const crf_key_info *info)
 
 static void expire_slots(crc_offload *o, uint64_t now)
 {
+    pthread_mutex_lock(&o->stage_mu);
     for (size_t i = 0; i < o->n_slots;) {
         if (o->slots[i].expire_ms > now) {
             i++;
@@ -213,31 +232,42 @@ static void expire_slots(crc_offload *o, uint64_t now)
         crb_oa_free(o->stage_oa, o->slots[i].a.node);
         o->slots[i] = o->slots[--o->n_slots];
     }
+    pthread_mutex_unlock(&o->stage_mu);
 }
 
 /* The readers of the staged copy at addr are done. */
 static void unstage(crc_offload *o, uint64_t addr)
 {
+    pthread_mutex_lock(&o->stage_mu);
     for (size_t i = 0; i < o->n_slots; i++) {
         if ((uint64_t)(uintptr_t)(o->stage + o->slots[i].a.offset) == addr) {
             crb_oa_free(o->stage_oa, o->slots[i].a.node);
             o->slots[i] = o->slots[--o->n_slots];
-            return;
+            break;
         }
     }
+    pthread_mutex_unlock(&o->stage_mu);
 }
 
-static int stage_alloc(crc_offload *o, uint64_t size, crb_oa_allocation *a)
+/* A staging slot of size bytes, kept until expire_ms (or its UNSTAGE). */
+static int stage_alloc(crc_offload *o, uint64_t size, uint64_t expire_ms, crb_oa_allocation *a)
 {
+    int rc = 0;
+    pthread_mutex_lock(&o->stage_mu);
     if (o->n_slots == o->cap_slots) {
         size_t ncap = o->cap_slots ? o->cap_slots * 2 : 64;
         stage_slot *n = realloc(o->slots, ncap * sizeof(*n));
         if (n == NULL)
-            return CR_ERR_NO_MEMORY;
-        o->slots = n;
-        o->cap_slots = ncap;
+            rc = CR_ERR_NO_MEMORY;
+        else
+            o->slots = n, o->cap_slots = ncap;
     }
-    return crb_oa_alloc(o->stage_oa, size ? size : 1, a);
+    if (rc == 0)
+        rc = crb_oa_alloc(o->stage_oa, size ? size : 1, a);
+    if (rc == 0)
+        o->slots[o->n_slots++] = (stage_slot){*a, expire_ms};
+    pthread_mutex_unlock(&o->stage_mu);
+    return rc;
 }
 
 /* --- tasks ---------------------------------------------------------------------------- */
@@ -252,9 +282,9 @@ static bool version_matches(crc_offload *o, const char *key, uint64_t version, u
     return version == 0 || get_le64(info.meta, info.meta_len) == version;
 }
 
-/* Stage n values (tasks[idx[0..n)]) with one crf_get_batch: the reads run in parallel. */
-static void run_stages(crc_offload *o, const crp_off_item *tasks, const size_t *idx, size_t n,
-                       uint64_t now)
+/* Stage n values (tasks[0..n), a worker's chunk) with one crf_get_batch: the reads run in
+ * parallel. */
+static void run_stages(crc_offload *o, const crp_off_item *tasks, size_t n, uint64_t now)
 {
     if (n == 0)
         return;
@@ -265,26 +295,25 @@ static void run_stages(crc_offload *o, const crp_off_item *tasks, const size_t *
     uint64_t *sizes = calloc(n, sizeof(*sizes));
     if (gets == NULL || al == NULL || res == NULL || which == NULL || sizes == NULL) {
         for (size_t j = 0; j < n; j++)
-            push_out(o, CRP_OFF_STAGE, CR_ERR_NO_MEMORY, tasks[idx[j]].key, tasks[idx[j]].version,
-                     0, 0, 0);
+            push_out(o, CRP_OFF_STAGE, CR_ERR_NO_MEMORY, tasks[j].key, tasks[j].version, 0, 0, 0);
         goto out;
     }
     size_t m = 0;
     for (size_t j = 0; j < n; j++) {
-        const crp_off_item *t = &tasks[idx[j]];
+        const crp_off_item *t = &tasks[j];
         uint64_t size = 0;
         if (!version_matches(o, t->key, t->version, &size)) {
             push_out(o, CRP_OFF_STAGE, CR_OBJECT_NOT_FOUND, t->key, t->version, 0, 0, 0);
             continue;
         }
-        if (stage_alloc(o, size, &al[m]) < 0) { /* full: asked again; slots free on release */
+        if (stage_alloc(o, size, now + o->stage_ttl_ms, &al[m]) < 0) {
+            /* full: asked again; slots free on release */
             push_out(o, CRP_OFF_STAGE, CR_NO_AVAILABLE_HANDLE, t->key, t->version, 0, 0, 0);
             continue;
         }
-        o->slots[o->n_slots++] = (stage_slot){al[m], now + o->stage_ttl_ms};
         gets[m] = (crf_get_item){t->key, strlen(t->key), o->stage + al[m].offset, al[m].size};
         sizes[m] = size;
-        which[m++] = idx[j];
+        which[m++] = j;
     }
     int rc = m ? crf_get_batch(o->disk, gets, m, res) : 0;
     for (size_t j = 0; j < m; j++) {
@@ -380,63 +409,91 @@ out:
     free(res);
 }
 
-/* Hand n offloads (tasks[idx[0..n)]) to the writers. One that cannot be queued (no
- * memory) is answered as failed: the master then drops or keeps the object as for a
- * failed write. */
-static void queue_offloads(crc_offload *o, const crp_off_item *tasks, const size_t *idx, size_t n)
+/* Append a copy of t to a worker ring (wq_mu held); false: no memory. */
+static bool ring_push(owned_item **ring, size_t *head, size_t *n, size_t *cap,
+                      const crp_off_item *t)
+{
+    if (*n == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 256;
+        owned_item *q = malloc(ncap * sizeof(*q));
+        if (q == NULL)
+            return false;
+        for (size_t i = 0; i < *n; i++)
+            q[i] = (*ring)[(*head + i) % *cap];
+        free(*ring);
+        *ring = q;
+        *cap = ncap;
+        *head = 0;
+    }
+    char *k = strdup(t->key);
+    if (k == NULL)
+        return false;
+    crp_off_item it = *t;
+    it.key = k;
+    (*ring)[(*head + (*n)++) % *cap].it = it;
+    return true;
+}
+
+/* Take up to max_items queued items of up to about max_bytes (at least one) from a worker
+ * ring into chunk (wq_mu held); returns how many. */
+static size_t ring_take(owned_item *ring, size_t *head, size_t *n, size_t cap, crp_off_item *chunk,
+                        size_t max_items, uint64_t max_bytes)
+{
+    size_t k = 0;
+    uint64_t bytes = 0;
+    while (*n > 0 && k < max_items && (k == 0 || bytes < max_bytes)) {
+        chunk[k] = ring[*head].it;
+        bytes += chunk[k++].size;
+        *head = (*head + 1) % cap;
+        (*n)--;
+    }
+    return k;
+}
+
+/* Hand n offloads and stages (tasks[idx[0..n)]) to the workers. One that cannot be queued
+ * (no memory) is answered as failed: the master then drops or keeps the object as for a
+ * failed write, or asks for the stage again. */
+static void queue_tasks(crc_offload *o, const crp_off_item *tasks, const size_t *idx, size_t n)
 {
     if (n == 0)
         return;
     pthread_mutex_lock(&o->wq_mu);
     for (size_t j = 0; j < n; j++) {
         const crp_off_item *t = &tasks[idx[j]];
-        if (o->wq_n == o->wq_cap) {
-            size_t ncap = o->wq_cap ? o->wq_cap * 2 : 256;
-            owned_item *q = malloc(ncap * sizeof(*q));
-            if (q != NULL) {
-                for (size_t i = 0; i < o->wq_n; i++)
-                    q[i] = o->wq[(o->wq_head + i) % o->wq_cap];
-                free(o->wq);
-                o->wq = q;
-                o->wq_cap = ncap;
-                o->wq_head = 0;
-            }
-        }
-        char *k = o->wq_n < o->wq_cap ? strdup(t->key) : NULL;
-        if (k == NULL) {
-            push_out(o, CRP_OFF_OFFLOAD, CR_ERR_NO_MEMORY, t->key, t->version, 0, t->size, 0);
-            atomic_fetch_add(&o->offload_failures, 1);
+        bool stage = t->kind == CRP_OFF_STAGE;
+        if (stage ? ring_push(&o->sq, &o->sq_head, &o->sq_n, &o->sq_cap, t)
+                  : ring_push(&o->wq, &o->wq_head, &o->wq_n, &o->wq_cap, t))
             continue;
-        }
-        crp_off_item it = *t;
-        it.key = k;
-        o->wq[(o->wq_head + o->wq_n++) % o->wq_cap].it = it;
+        push_out(o, t->kind, CR_ERR_NO_MEMORY, t->key, t->version, 0, stage ? 0 : t->size, 0);
+        if (!stage)
+            atomic_fetch_add(&o->offload_failures, 1);
     }
     pthread_cond_broadcast(&o->wq_cv);
     pthread_mutex_unlock(&o->wq_mu);
 }
 
-/* A writer: chunks of queued offloads, each one crf_put_batch, results reported at once. */
+/* A worker: chunks of queued stages (first: a reader waits), each one crf_get_batch, and
+ * of queued offloads, each one crf_put_batch; results reported at once. */
 static void *writer_main(void *arg)
 {
     crc_offload *o = arg;
     crp_off_item *chunk = calloc(WRITE_CHUNK_ITEMS, sizeof(*chunk));
     pthread_mutex_lock(&o->wq_mu);
     while (!atomic_load(&o->stop)) {
-        if (o->wq_n == 0 || chunk == NULL) {
+        if ((o->wq_n == 0 && o->sq_n == 0) || chunk == NULL) {
             pthread_cond_wait(&o->wq_cv, &o->wq_mu);
             continue;
         }
-        size_t n = 0;
-        uint64_t bytes = 0;
-        while (o->wq_n > 0 && n < WRITE_CHUNK_ITEMS && (n == 0 || bytes < WRITE_CHUNK)) {
-            chunk[n] = o->wq[o->wq_head].it;
-            bytes += chunk[n++].size;
-            o->wq_head = (o->wq_head + 1) % o->wq_cap;
-            o->wq_n--;
-        }
+        bool stage = o->sq_n > 0;
+        size_t n = stage ? ring_take(o->sq, &o->sq_head, &o->sq_n, o->sq_cap, chunk,
+                                     STAGE_CHUNK_ITEMS, STAGE_CHUNK)
+                         : ring_take(o->wq, &o->wq_head, &o->wq_n, o->wq_cap, chunk,
+                                     WRITE_CHUNK_ITEMS, WRITE_CHUNK);
         pthread_mutex_unlock(&o->wq_mu);
-        run_offloads(o, chunk, NULL, n);
+        if (stage)
+            run_stages(o, chunk, n, crb_now_ms());
+        else
+            run_offloads(o, chunk, NULL, n);
         for (size_t i = 0; i < n; i++)
             free(chunk[i].key);
         pthread_mutex_lock(&o->wq_mu);
@@ -446,21 +503,17 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-static void run_tasks(crc_offload *o, const crp_off_msg *m, uint64_t now)
+static void run_tasks(crc_offload *o, const crp_off_msg *m)
 {
     size_t *offload_idx = calloc(m->n_items ? m->n_items : 1, sizeof(*offload_idx));
-    size_t *stage_idx = calloc(m->n_items ? m->n_items : 1, sizeof(*stage_idx));
-    size_t n_off = 0, n_stage = 0;
+    size_t n_off = 0;
     for (size_t i = 0; i < m->n_items; i++) {
         const crp_off_item *t = &m->items[i];
         switch (t->kind) {
         case CRP_OFF_OFFLOAD:
+        case CRP_OFF_STAGE:
             if (offload_idx != NULL)
                 offload_idx[n_off++] = i;
-            break;
-        case CRP_OFF_STAGE:
-            if (stage_idx != NULL)
-                stage_idx[n_stage++] = i;
             break;
         case CRP_OFF_REMOVE:
             if (version_matches(o, t->key, t->version, NULL))
@@ -473,15 +526,13 @@ static void run_tasks(crc_offload *o, const crp_off_msg *m, uint64_t now)
             break;
         }
     }
-    /* Offloads to the writers first (the disk starts on them at once); readers wait for
-     * stages. Promotions last: they need the memory the offloads release. */
-    queue_offloads(o, m->items, offload_idx, n_off);
-    run_stages(o, m->items, stage_idx, n_stage, now);
+    /* Offloads and stages to the workers (the disk starts on them at once). Promotions
+     * last: they need the memory the offloads release. */
+    queue_tasks(o, m->items, offload_idx, n_off);
     for (size_t i = 0; i < m->n_items; i++)
         if (m->items[i].kind == CRP_OFF_PROMOTE)
             run_promote(o, &m->items[i]);
     free(offload_idx);
-    free(stage_idx);
 }
 
 /* --- the disk thread ----------------------------------------------------------------------- */
@@ -591,7 +642,10 @@ static int heartbeat(crc_offload *o)
         return rc;
     if (tasks.n_items > 0)
         o->last_tasks_ms = crb_now_ms();
-    run_tasks(o, &tasks, crb_now_ms());
+    for (size_t i = 0; i < tasks.n_items; i++)
+        if (tasks.items[i].kind == CRP_OFF_STAGE)
+            o->last_stage_ms = o->last_tasks_ms;
+    run_tasks(o, &tasks);
     bool again = tasks.more || tasks.n_items > 0 || o->ann_pos < o->n_ann;
     crp_off_clear(&tasks);
     pthread_mutex_lock(&o->mu);
@@ -600,13 +654,13 @@ static int heartbeat(crc_offload *o)
     return again ? 1 : 0;
 }
 
-/* Sleep up to ms, or (on_results) until a writer has results to report; or stop. */
-static void nap(crc_offload *o, uint32_t ms, bool on_results)
+/* Sleep up to us, or (on_results) until a writer has results to report; or stop. */
+static void nap(crc_offload *o, uint64_t us, bool on_results)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    ts.tv_sec += (time_t)(us / 1000000);
+    ts.tv_nsec += (long)(us % 1000000) * 1000L;
     if (ts.tv_nsec >= 1000000000L) {
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
@@ -632,10 +686,12 @@ static void *disk_main(void *arg)
         if (rc == 1)
             continue;
         /* (results waiting do not make a failing master answer sooner) */
-        uint32_t ms = o->poll_ms;
-        if (crb_now_ms() - o->last_tasks_ms < BURST_MS && ms > BURST_POLL_MS)
-            ms = BURST_POLL_MS; /* the next disk hit of a burst is staged sooner */
-        nap(o, rc < 0 ? 200 : ms, rc == 0);
+        uint64_t us = (uint64_t)o->poll_ms * 1000, now = crb_now_ms();
+        if (now - o->last_tasks_ms < BURST_MS && us > BURST_POLL_US)
+            us = BURST_POLL_US; /* the next task of a burst is picked up sooner */
+        if (now - o->last_stage_ms < BURST_MS && us > STAGE_POLL_US)
+            us = STAGE_POLL_US; /* and the next disk hit sooner still */
+        nap(o, rc < 0 ? 200000 : us, rc == 0);
     }
     return NULL;
 }
@@ -648,6 +704,7 @@ static void destroy_sync(crc_offload *o)
     pthread_cond_destroy(&o->wake);
     pthread_mutex_destroy(&o->wq_mu);
     pthread_cond_destroy(&o->wq_cv);
+    pthread_mutex_destroy(&o->stage_mu);
 }
 
 int crc_off_start(cr_store *s, const char *path, crc_offload **out)
@@ -673,6 +730,7 @@ int crc_off_start(cr_store *s, const char *path, crc_offload **out)
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&o->wq_mu, NULL);
     pthread_cond_init(&o->wq_cv, NULL);
+    pthread_mutex_init(&o->stage_mu, NULL);
     o->poll_ms = (uint32_t)env_u64("CRESCENT_OFFLOAD_POLL_MS", DEFAULT_POLL_MS);
     if (o->poll_ms == 0 || o->poll_ms > 10000)
         o->poll_ms = DEFAULT_POLL_MS;
@@ -760,6 +818,9 @@ void crc_off_stop(cr_store *s, crc_offload *o)
     for (size_t i = 0; i < o->wq_n; i++) /* offloads never written: the master times them out */
         free(o->wq[(o->wq_head + i) % o->wq_cap].it.key);
     free(o->wq);
+    for (size_t i = 0; i < o->sq_n; i++) /* stages never read: likewise */
+        free(o->sq[(o->sq_head + i) % o->sq_cap].it.key);
+    free(o->sq);
     crc_master_close(o->conn);
     if (o->stage_registered)
         cr_engine_unregister(s->engine, o->stage);

@@ -25,6 +25,10 @@
  *                  processes keep getting the survivors (right bytes, always)
  *                  and the removed keys (not found, always); afterwards every
  *                  survivor is still readable and the disk holds only them.
+ *   batch_staging  a holder with a 16 MiB staging area, a batch get of 32
+ *                  disk-only 1 MiB values: every value right, within bounds (the
+ *                  reader reads what is staged and asks again for the rest, so
+ *                  the holder's staging space comes back while the batch runs).
  *   disk_full      a 24 MiB disk tier (MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE)
  *                  under 160 MiB of values: the disk LRU drops old ones; every
  *                  get answers right bytes or not-found, promptly.
@@ -70,6 +74,7 @@ static int teardown(void **state)
         fprintf(stderr, "could not remove %s\n", dir);
     unsetenv("MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE");
     unsetenv("MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES");
+    unsetenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES");
     return 0;
 }
 
@@ -455,6 +460,40 @@ static void compaction_gets(void **state)
     stop_all(&m, &h, &c);
 }
 
+static void batch_staging(void **state)
+{
+    (void)state;
+    setenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", "16777216", 1); /* 16 MiB */
+    sh_master m;
+    sh_client h, c;
+    const char *const margs[] = {"--enable_offload=true", "--offload_on_evict=true", NULL};
+    start_all(&m, &h, &c, margs);
+    unsetenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES");
+    enum { N = 112, B = 32 };
+    put_many(&c, "bs-", N, 7000);
+    char key[64];
+    for (int i = 0; i < B; i++) {
+        snprintf(key, sizeof(key), "bs-%d", i);
+        if (!disk_only(&c, key))
+            fail_msg("%s is not disk-only after %d MiB into a 64 MiB segment", key, N);
+    }
+    long long staged0 = sh_field(sh_cmd(&h, "offstats"), "staged");
+    uint64_t t0 = sh_now_ms();
+    const char *r = sh_cmd(&c, "batch_get bs- %d %d 7000", B, MIB);
+    uint64_t took = sh_now_ms() - t0;
+    char want[64];
+    snprintf(want, sizeof(want), "0 ok=%d miss=0 err=0 bad=0", B);
+    if (strncmp(r, want, strlen(want)) != 0)
+        fail_msg("batch get of %d disk-only values, 16 MiB of staging: %s (%llu ms)", B, r,
+                 (unsigned long long)took);
+    if (took > 20000)
+        fail_msg("batch get of %d disk-only values took %llu ms", B, (unsigned long long)took);
+    long long staged = sh_field(sh_cmd(&h, "offstats"), "staged") - staged0;
+    if (staged < B)
+        fail_msg("only %lld of %d values staged", staged, B);
+    stop_all(&m, &h, &c);
+}
+
 static void disk_full(void **state)
 {
     (void)state;
@@ -538,6 +577,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(remove_upsert, setup, teardown),
         cmocka_unit_test_setup_teardown(kill_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(compaction_gets, setup, teardown),
+        cmocka_unit_test_setup_teardown(batch_staging, setup, teardown),
         cmocka_unit_test_setup_teardown(disk_full, setup, teardown),
         cmocka_unit_test_setup_teardown(write_behind, setup, teardown),
     };
