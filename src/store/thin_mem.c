@@ -18,12 +18,11 @@
  * or one of our descriptors is that file: memfds of cr_alloc_shared,
  * /dev/shm files of other libraries) is passed to the daemon, which maps
  * the same pages: zero-copy. Anything else (malloc, anonymous or private
- * mappings) is a slow-path region: its
- * bytes are copied through the pool on every call and counted. Why not
- * process_vm_readv/writev for those: it needs ptrace rights over this
- * process (Yama's ptrace_scope, containers), it costs the same one copy
- * into memory the daemon can hand to its engine, and the copy here needs
- * no privilege at all.
+ * mappings) is a slow-path region: its bytes are copied through the pool
+ * on every call and counted. Why not process_vm_readv/writev for those:
+ * it needs ptrace rights over this process (Yama's ptrace_scope,
+ * containers), it costs the same one copy into memory the daemon can hand
+ * to its engine, and the copy here needs no privilege at all.
  */
 #include <errno.h>
 #include <fcntl.h>
