@@ -110,6 +110,13 @@ static entry **find_slot(struct crk_offload *o, const char *key, size_t len, uin
     return p;
 }
 
+/* The disk-only entry of key (mu held), or NULL when there is none. */
+static entry *disk_entry(crk_service *s, const char *key, size_t len)
+{
+    entry *e = *find_slot(s->off, key, len, crk_key_hash(s, key, len));
+    return e != NULL && e->state == ENTRY_DISK ? e : NULL;
+}
+
 static void grow(struct crk_offload *o)
 {
     if (o->n_entries < o->nbuckets)
@@ -438,8 +445,8 @@ bool crk_off_put_allowed(crk_service *s, const char *key, size_t len, crk_client
     if (off == NULL)
         return true;
     pthread_mutex_lock(&off->mu);
-    entry *e = *find_slot(off, key, len, crk_key_hash(s, key, len));
-    bool ok = e == NULL || e->state != ENTRY_DISK || crk_id_eq(e->holder, client);
+    entry *e = disk_entry(s, key, len);
+    bool ok = e == NULL || crk_id_eq(e->holder, client);
     pthread_mutex_unlock(&off->mu);
     return ok;
 }
@@ -451,8 +458,8 @@ int crk_off_get(crk_service *s, const char *key, size_t len, uint64_t now, crk_r
         return crb_error(CR_OBJECT_NOT_FOUND, "get_replica_list '%s': no such object", key);
     int rc;
     pthread_mutex_lock(&off->mu);
-    entry *e = *find_slot(off, key, len, crk_key_hash(s, key, len));
-    if (e == NULL || e->state != ENTRY_DISK) {
+    entry *e = disk_entry(s, key, len);
+    if (e == NULL) {
         rc = crb_error(CR_OBJECT_NOT_FOUND, "get_replica_list '%s': no such object", key);
         goto unlock;
     }
@@ -511,8 +518,7 @@ int crk_off_exist(crk_service *s, const char *key, size_t len)
     if (off == NULL)
         return 0;
     pthread_mutex_lock(&off->mu);
-    entry *e = *find_slot(off, key, len, crk_key_hash(s, key, len));
-    int found = e != NULL && e->state == ENTRY_DISK;
+    int found = disk_entry(s, key, len) != NULL;
     pthread_mutex_unlock(&off->mu);
     return found;
 }
@@ -570,8 +576,8 @@ int crk_off_query(crk_service *s, const char *key, size_t len, uint64_t now, crk
         return crb_error(CR_OBJECT_NOT_FOUND, "query_key '%s': no such object", key);
     int rc = 0;
     pthread_mutex_lock(&off->mu);
-    entry *e = *find_slot(off, key, len, crk_key_hash(s, key, len));
-    if (e == NULL || e->state != ENTRY_DISK) {
+    entry *e = disk_entry(s, key, len);
+    if (e == NULL) {
         rc = crb_error(CR_OBJECT_NOT_FOUND, "query_key '%s': no such object", key);
         goto unlock;
     }
@@ -1025,9 +1031,9 @@ void crk_off_release(crk_service *s, const char *key, uint64_t token)
     if (len == 0 || len > CRK_MAX_KEY_LEN)
         return;
     pthread_mutex_lock(&off->mu);
-    entry *e = *find_slot(off, key, len, crk_key_hash(s, key, len));
-    if (e != NULL && e->state == ENTRY_DISK && e->stage_token == token && e->staged_addr != 0 &&
-        e->stage_readers > 0 && e->stage_readers != UINT16_MAX && --e->stage_readers == 0) {
+    entry *e = disk_entry(s, key, len);
+    if (e != NULL && e->stage_token == token && e->staged_addr != 0 && e->stage_readers > 0 &&
+        e->stage_readers != UINT16_MAX && --e->stage_readers == 0) {
         /* The last reader is done: the holder may reuse the staging space at once. */
         holder *h = find_holder(off, e->holder);
         if (h != NULL &&
