@@ -145,22 +145,7 @@ void tt_child_kill(tt_child *c)
 
 int tt_stop_process(pid_t pid)
 {
-    if (kill(pid, SIGSTOP) != 0)
-        return -1;
-    char path[64], stat[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    for (int i = 0; i < 1000; i++) {
-        FILE *f = fopen(path, "r");
-        size_t n = f != NULL ? fread(stat, 1, sizeof(stat) - 1, f) : 0;
-        if (f != NULL)
-            fclose(f);
-        stat[n] = '\0';
-        const char *p = strrchr(stat, ')'); /* the state follows the command's ')' */
-        if (p != NULL && p[1] == ' ' && (p[2] == 'T' || p[2] == 't'))
-            return 0;
-        usleep(2000);
-    }
-    return -1;
+    return ct_stop_process(pid);
 }
 
 /* --- plain sockets --------------------------------------------------------- */

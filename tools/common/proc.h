@@ -100,6 +100,10 @@ void ct_proc_init(ct_proc *p);
 void ct_proc_kill(ct_proc *p);
 /* Kill and reap every child started by ct_proc_spawn still running. */
 void ct_proc_kill_all(void);
+/* SIGSTOP pid and wait (up to 2 s) until /proc says it is stopped: the
+ * signal takes effect asynchronously, after kill() returns. 0, or -1 if
+ * it did not stop in time. */
+int ct_stop_process(pid_t pid);
 
 /*
  * Run argv to completion within timeout_ms with stdout and stderr captured

@@ -289,8 +289,12 @@ void ct_server_kill(ct_server *s)
 
 void ct_server_pause(ct_server *s, bool paused)
 {
-    if (s->proc.pid > 0)
-        kill(s->proc.pid, paused ? SIGSTOP : SIGCONT);
+    if (s->proc.pid <= 0)
+        return;
+    if (paused)
+        (void)ct_stop_process(s->proc.pid); /* stopped for sure when this returns */
+    else
+        kill(s->proc.pid, SIGCONT);
 }
 
 void ct_server_stop(ct_server *s)

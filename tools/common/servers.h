@@ -57,7 +57,7 @@ int ct_server_restart(ct_server *s);
 /** SIGKILL and reap; the data directory stays (ct_server_restart). */
 void ct_server_kill(ct_server *s);
 
-/** SIGSTOP / SIGCONT. */
+/** SIGSTOP (returning once the server is stopped, up to 2 s) / SIGCONT. */
 void ct_server_pause(ct_server *s, bool paused);
 
 /** SIGTERM (then SIGKILL after 5 s), reap, remove the data directory. */
