@@ -422,6 +422,23 @@ uint16_t ct_free_port(const char *host)
     return port;
 }
 
+void ct_dump_stacks(pid_t pid)
+{
+    char pid_arg[24];
+    snprintf(pid_arg, sizeof(pid_arg), "%d", (int)pid);
+    const char *gdb = "/usr/bin/gdb";
+    if (access(gdb, X_OK) != 0) {
+        fprintf(stderr, "--- no %s: pid %d's stacks not shown ---\n", gdb, (int)pid);
+        return;
+    }
+    const char *argv[] = {gdb, "-batch", "-nx", "-p", pid_arg, "-ex", "thread apply all bt", NULL};
+    fprintf(stderr, "--- stacks of pid %d (gdb) ---\n", (int)pid);
+    if (ct_run(argv, NULL, 0, NULL, 0, 30000) != 0)
+        fprintf(stderr, "--- gdb could not show pid %d's stacks ---\n", (int)pid);
+    else
+        fprintf(stderr, "--- end of pid %d's stacks ---\n", (int)pid);
+}
+
 int ct_stop_process(pid_t pid)
 {
     if (kill(pid, SIGSTOP) != 0)

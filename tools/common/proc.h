@@ -104,6 +104,13 @@ void ct_proc_kill_all(void);
  * signal takes effect asynchronously, after kill() returns. 0, or -1 if
  * it did not stop in time. */
 int ct_stop_process(pid_t pid);
+/*
+ * For a process that did not do what a test waited for (exit, answer): write
+ * every thread's stack to stderr with `gdb -p` (bounded to 30 s), so a rare
+ * hang seen once in CI can be diagnosed from its log. Nothing when gdb is
+ * missing or cannot attach (ptrace refused). The process keeps running.
+ */
+void ct_dump_stacks(pid_t pid);
 
 /*
  * Run argv to completion within timeout_ms with stdout and stderr captured
