@@ -23,6 +23,7 @@ PACKAGES=(
   libpcre2-dev          # crescent-master remove_by_regex: PCRE2 with match/depth/heap limits
   clang libclang-rt-14-dev  # sanitizers and libFuzzer
   clang-format          # scripts/check-format.sh (CTest format_check)
+  gdb                   # tests: ct_dump_stacks shows a hung daemon's threads in the test log
   iproute2              # tests/faults: ip netns / ip link for the namespace test beds (skip without)
   python3-dev           # python/: the crescent._crescent extension (/usr/bin/python3)
   python3-pytest        # python/tests: the Python conformance suite
