@@ -23,11 +23,12 @@
  * staged values while the rest are still being read, and the heartbeat that
  * carries them does not wait for a whole batch (nor delay the next tasks).
  * A stage that finds the staging area full waits in the holder ("parked")
- * until a reader's release (UNSTAGE) or an expiry frees space, at most
- * PARK_MAX_MS, instead of being answered "no space": that answer sent the
- * reader's next retry through the master to queue the same stage again, a
- * round trip per retry that found the area still full (measured: the
- * batch_staging test asked the holder 72 times for 32 values; now 32).
+ * until a reader's release (UNSTAGE) or an expiry frees space, for at most
+ * PARK_MAX_MS (then it is answered "no space" and the master asks again).
+ * Answering "no space" at once sent each reader retry through the master to
+ * queue the same stage again, a round trip per retry that found the area
+ * still full (the batch_staging test asked the holder 72 times for 32
+ * values; now 32).
  *
  * The writers (WRITERS threads) take offloads from the queue in chunks of
  * about WRITE_CHUNK bytes and write each chunk with one crf_put_batch
@@ -72,7 +73,9 @@
 #define WRITE_CHUNK_ITEMS 256          /* and at most this many values */
 #define STAGE_CHUNK       (8ull << 20) /* bytes per crf_get_batch of a stage */
 #define STAGE_CHUNK_ITEMS 64           /* and at most this many values */
-#define PARK_MAX_MS       2000         /* a stage waits this long for staging space at most */
+/* A stage waits this long for staging space at most: well under the master's 2 s re-ask, so
+ * a parked stage is not read twice (the master would UNSTAGE the first copy at once). */
+#define PARK_MAX_MS 1000
 
 typedef struct owned_item {
     crp_off_item it; /* it.key malloc'd */
@@ -323,7 +326,7 @@ static void wake_parked(crc_offload *o)
  * queued stage's ttl_ms (unused in a STAGE task) holds when it was first parked. */
 static bool park(crc_offload *o, const crp_off_item *t, uint64_t size, uint64_t now)
 {
-    if (size > o->stage_size || (t->ttl_ms != 0 && now - t->ttl_ms >= PARK_MAX_MS))
+    if (size > o->stage_size || (t->ttl_ms != 0 && t->ttl_ms + PARK_MAX_MS <= now))
         return false;
     crp_off_item c = *t;
     if (c.ttl_ms == 0)
@@ -333,6 +336,19 @@ static bool park(crc_offload *o, const crp_off_item *t, uint64_t size, uint64_t 
     pthread_cond_broadcast(&o->wq_cv); /* (space may have freed before it was parked) */
     pthread_mutex_unlock(&o->wq_mu);
     return ok;
+}
+
+/* The disk thread, each round: a stage parked for PARK_MAX_MS goes back to a worker (which
+ * answers it) even when no space freed meanwhile. */
+static void wake_stale_parked(crc_offload *o, uint64_t now)
+{
+    bool stale = false;
+    pthread_mutex_lock(&o->wq_mu);
+    for (size_t i = 0; i < o->pk_n && !stale; i++)
+        stale = o->pk[(o->pk_head + i) % o->pk_cap].it.ttl_ms + PARK_MAX_MS <= now;
+    pthread_mutex_unlock(&o->wq_mu);
+    if (stale)
+        wake_parked(o);
 }
 
 /* Stage n values (tasks[0..n), a worker's chunk) with one crf_get_batch: the reads run in
@@ -739,6 +755,7 @@ static void *disk_main(void *arg)
     int last_rc = 0;
     while (!atomic_load(&o->stop)) {
         expire_slots(o, crb_now_ms());
+        wake_stale_parked(o, crb_now_ms());
         int rc = heartbeat(o);
         if (rc < 0 && rc != last_rc)
             crb_log(CRB_LOG_WARN, "store %s: disk tier: %s", o->s->segment_name,
