@@ -139,6 +139,17 @@ static void count_disk_reads(cr_store *s, const crp_rpc_resp *r)
         atomic_fetch_add(&s->disk_reads, n);
 }
 
+/* A batch get's deadline (0: none) for its rounds' waits on stages, set by the batch for
+ * its calling thread (crc_stage_deadline, store/get.c): a later round, asking again for
+ * the keys still being staged, waits no longer than what is left of it, so the batch ends
+ * within one RPC timeout of its start, not within two. */
+static _Thread_local uint64_t stage_deadline_ms;
+
+void crc_stage_deadline(uint64_t deadline_ms)
+{
+    stage_deadline_ms = deadline_ms;
+}
+
 int crc_call(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp)
 {
     int rc = crc_master_call(s->master, req, resp, (int)s->rpc_timeout_ms);
@@ -154,6 +165,8 @@ int crc_call(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp)
      * the doubling back-off after STAGE_FAST_MS (a holder with a long queue). */
     uint64_t first = crb_now_ms(), last = first;
     uint64_t deadline = first + s->rpc_timeout_ms;
+    if (stage_deadline_ms != 0 && stage_deadline_ms < deadline)
+        deadline = stage_deadline_ms;
     uint32_t wait_us = STAGE_POLL_US;
     while (rc == 0 && staging(resp) && crb_now_ms() < deadline) {
         crp_rpc_resp_clear(resp);

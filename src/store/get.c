@@ -559,6 +559,7 @@ static int batch_get_values(cr_store *s, const char *const *keys, const dest_par
         todo[i] = results[i] == 0;
     }
     uint64_t deadline = crb_now_ms() + s->rpc_timeout_ms;
+    crc_stage_deadline(deadline);
 again:
     for (size_t i = 0; i < n;) {
         size_t m = 0, key_bytes = 0;
@@ -590,6 +591,7 @@ again:
         if (staging)
             goto again;
     }
+    crc_stage_deadline(0);
     free(todo);
     free(idx);
     return first;

@@ -109,6 +109,9 @@ int crc_check_open(cr_store *s);
 int crc_check_key(const char *key);
 int crc_segment_handle(cr_store *s, const char *name, cr_segment_handle *out);
 int crc_call(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp);
+/* The calling thread's crc_call calls wait for stages until deadline_ms at most (0: one
+ * RPC timeout each, the default); set around a batch get's rounds. */
+void crc_stage_deadline(uint64_t deadline_ms);
 void crc_config_to_wire(const cr_replicate_config *cfg, crp_rpc_replica_config *out);
 
 /* staging.c: take up to `want` bytes (at least `min`) of the local buffer */

@@ -22,6 +22,13 @@
  * (the reads in parallel) and reports them at once, so readers take the first
  * staged values while the rest are still being read, and the heartbeat that
  * carries them does not wait for a whole batch (nor delay the next tasks).
+ * A stage that finds the staging area full waits in the holder ("parked")
+ * until a reader's release (UNSTAGE) or an expiry frees space, for at most
+ * PARK_MAX_MS (then it is answered "no space" and the master asks again).
+ * Answering "no space" at once sent each reader retry through the master to
+ * queue the same stage again, a round trip per retry that found the area
+ * still full (the batch_staging test asked the holder 72 times for 32
+ * values; now 32).
  *
  * The writers (WRITERS threads) take offloads from the queue in chunks of
  * about WRITE_CHUNK bytes and write each chunk with one crf_put_batch
@@ -66,6 +73,9 @@
 #define WRITE_CHUNK_ITEMS 256          /* and at most this many values */
 #define STAGE_CHUNK       (8ull << 20) /* bytes per crf_get_batch of a stage */
 #define STAGE_CHUNK_ITEMS 64           /* and at most this many values */
+/* A stage waits this long for staging space at most: well under the master's 2 s re-ask, so
+ * a parked stage is not read twice (the master would UNSTAGE the first copy at once). */
+#define PARK_MAX_MS 1000
 
 typedef struct owned_item {
     crp_off_item it; /* it.key malloc'd */
@@ -110,6 +120,11 @@ struct crc_offload {
     size_t wq_head, wq_n, wq_cap;
     owned_item *sq;
     size_t sq_head, sq_n, sq_cap;
+    /* stages that found the staging area full, waiting (FIFO ring, wq_mu) for a slot to
+     * free: `slots_freed` (set by whoever frees one) sends them back to a worker */
+    owned_item *pk;
+    size_t pk_head, pk_n, pk_cap;
+    atomic_bool slots_freed;
     pthread_t writers[WRITERS];
     size_t n_writers;
     /* recovered keys still to announce */
@@ -221,8 +236,11 @@ static int collect_recovered(void *arg, const crf_key_info *info)
 
 /* --- staging -------------------------------------------------------------------------- */
 
+static void wake_parked(crc_offload *o);
+
 static void expire_slots(crc_offload *o, uint64_t now)
 {
+    bool freed = false;
     pthread_mutex_lock(&o->stage_mu);
     for (size_t i = 0; i < o->n_slots;) {
         if (o->slots[i].expire_ms > now) {
@@ -231,22 +249,29 @@ static void expire_slots(crc_offload *o, uint64_t now)
         }
         crb_oa_free(o->stage_oa, o->slots[i].a.node);
         o->slots[i] = o->slots[--o->n_slots];
+        freed = true;
     }
     pthread_mutex_unlock(&o->stage_mu);
+    if (freed)
+        wake_parked(o);
 }
 
 /* The readers of the staged copy at addr are done. */
 static void unstage(crc_offload *o, uint64_t addr)
 {
+    bool freed = false;
     pthread_mutex_lock(&o->stage_mu);
     for (size_t i = 0; i < o->n_slots; i++) {
         if ((uint64_t)(uintptr_t)(o->stage + o->slots[i].a.offset) == addr) {
             crb_oa_free(o->stage_oa, o->slots[i].a.node);
             o->slots[i] = o->slots[--o->n_slots];
+            freed = true;
             break;
         }
     }
     pthread_mutex_unlock(&o->stage_mu);
+    if (freed)
+        wake_parked(o);
 }
 
 /* A staging slot of size bytes, kept until expire_ms (or its UNSTAGE). */
@@ -282,6 +307,50 @@ static bool version_matches(crc_offload *o, const char *key, uint64_t version, u
     return version == 0 || get_le64(info.meta, info.meta_len) == version;
 }
 
+static bool ring_push(owned_item **ring, size_t *head, size_t *n, size_t *cap,
+                      const crp_off_item *t);
+
+/* Someone freed staging space: the parked stages go back to a worker. */
+static void wake_parked(crc_offload *o)
+{
+    atomic_store(&o->slots_freed, true);
+    pthread_mutex_lock(&o->wq_mu);
+    if (o->pk_n > 0)
+        pthread_cond_broadcast(&o->wq_cv);
+    pthread_mutex_unlock(&o->wq_mu);
+}
+
+/* Keep stage t (a value of size bytes that found no staging space at now) until space
+ * frees; false: not parked (it can never fit, it waited PARK_MAX_MS already, or no
+ * memory), the caller answers it as failed and the master asks again. In the holder, a
+ * queued stage's ttl_ms (unused in a STAGE task) holds when it was first parked. */
+static bool park(crc_offload *o, const crp_off_item *t, uint64_t size, uint64_t now)
+{
+    if (size > o->stage_size || (t->ttl_ms != 0 && t->ttl_ms + PARK_MAX_MS <= now))
+        return false;
+    crp_off_item c = *t;
+    if (c.ttl_ms == 0)
+        c.ttl_ms = now ? now : 1;
+    pthread_mutex_lock(&o->wq_mu);
+    bool ok = ring_push(&o->pk, &o->pk_head, &o->pk_n, &o->pk_cap, &c);
+    pthread_cond_broadcast(&o->wq_cv); /* (space may have freed before it was parked) */
+    pthread_mutex_unlock(&o->wq_mu);
+    return ok;
+}
+
+/* The disk thread, each round: a stage parked for PARK_MAX_MS goes back to a worker (which
+ * answers it) even when no space freed meanwhile. */
+static void wake_stale_parked(crc_offload *o, uint64_t now)
+{
+    bool stale = false;
+    pthread_mutex_lock(&o->wq_mu);
+    for (size_t i = 0; i < o->pk_n && !stale; i++)
+        stale = o->pk[(o->pk_head + i) % o->pk_cap].it.ttl_ms + PARK_MAX_MS <= now;
+    pthread_mutex_unlock(&o->wq_mu);
+    if (stale)
+        wake_parked(o);
+}
+
 /* Stage n values (tasks[0..n), a worker's chunk) with one crf_get_batch: the reads run in
  * parallel. */
 static void run_stages(crc_offload *o, const crp_off_item *tasks, size_t n, uint64_t now)
@@ -307,8 +376,10 @@ static void run_stages(crc_offload *o, const crp_off_item *tasks, size_t n, uint
             continue;
         }
         if (stage_alloc(o, size, now + o->stage_ttl_ms, &al[m]) < 0) {
-            /* full: asked again; slots free on release */
-            push_out(o, CRP_OFF_STAGE, CR_NO_AVAILABLE_HANDLE, t->key, t->version, 0, 0, 0);
+            /* full: wait here for a slot to free (readers' releases, expiry), not in a
+             * round trip through the reader and the master */
+            if (!park(o, t, size, now))
+                push_out(o, CRP_OFF_STAGE, CR_NO_AVAILABLE_HANDLE, t->key, t->version, 0, 0, 0);
             continue;
         }
         gets[m] = (crf_get_item){t->key, strlen(t->key), o->stage + al[m].offset, al[m].size};
@@ -480,15 +551,21 @@ static void *writer_main(void *arg)
     crp_off_item *chunk = calloc(WRITE_CHUNK_ITEMS, sizeof(*chunk));
     pthread_mutex_lock(&o->wq_mu);
     while (!atomic_load(&o->stop)) {
-        if ((o->wq_n == 0 && o->sq_n == 0) || chunk == NULL) {
+        /* parked stages once space freed (they are older), then new stages, then offloads */
+        bool parked = o->pk_n > 0 && atomic_load(&o->slots_freed);
+        if ((o->wq_n == 0 && o->sq_n == 0 && !parked) || chunk == NULL) {
             pthread_cond_wait(&o->wq_cv, &o->wq_mu);
             continue;
         }
-        bool stage = o->sq_n > 0;
-        size_t n = stage ? ring_take(o->sq, &o->sq_head, &o->sq_n, o->sq_cap, chunk,
-                                     STAGE_CHUNK_ITEMS, STAGE_CHUNK)
-                         : ring_take(o->wq, &o->wq_head, &o->wq_n, o->wq_cap, chunk,
-                                     WRITE_CHUNK_ITEMS, WRITE_CHUNK);
+        if (parked)
+            atomic_store(&o->slots_freed, false); /* (a later free sets it again) */
+        bool stage = parked || o->sq_n > 0;
+        size_t n = parked  ? ring_take(o->pk, &o->pk_head, &o->pk_n, o->pk_cap, chunk,
+                                       STAGE_CHUNK_ITEMS, STAGE_CHUNK)
+                   : stage ? ring_take(o->sq, &o->sq_head, &o->sq_n, o->sq_cap, chunk,
+                                       STAGE_CHUNK_ITEMS, STAGE_CHUNK)
+                           : ring_take(o->wq, &o->wq_head, &o->wq_n, o->wq_cap, chunk,
+                                       WRITE_CHUNK_ITEMS, WRITE_CHUNK);
         pthread_mutex_unlock(&o->wq_mu);
         if (stage)
             run_stages(o, chunk, n, crb_now_ms());
@@ -678,6 +755,7 @@ static void *disk_main(void *arg)
     int last_rc = 0;
     while (!atomic_load(&o->stop)) {
         expire_slots(o, crb_now_ms());
+        wake_stale_parked(o, crb_now_ms());
         int rc = heartbeat(o);
         if (rc < 0 && rc != last_rc)
             crb_log(CRB_LOG_WARN, "store %s: disk tier: %s", o->s->segment_name,
@@ -821,6 +899,9 @@ void crc_off_stop(cr_store *s, crc_offload *o)
     for (size_t i = 0; i < o->sq_n; i++) /* stages never read: likewise */
         free(o->sq[(o->sq_head + i) % o->sq_cap].it.key);
     free(o->sq);
+    for (size_t i = 0; i < o->pk_n; i++) /* parked stages: likewise */
+        free(o->pk[(o->pk_head + i) % o->pk_cap].it.key);
+    free(o->pk);
     crc_master_close(o->conn);
     if (o->stage_registered)
         cr_engine_unregister(s->engine, o->stage);

@@ -37,7 +37,9 @@
  * CR_NO_AVAILABLE_HANDLE (the memory is released once the holder has written
  * the evicted values); the writer retries it, as a cache client would.
  */
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -478,6 +480,7 @@ static void batch_staging(void **state)
             fail_msg("%s is not disk-only after %d MiB into a 64 MiB segment", key, N);
     }
     long long staged0 = sh_field(sh_cmd(&h, "offstats"), "staged");
+    double asked0 = sh_metric(&m, "master_disk_reads_total");
     uint64_t t0 = sh_now_ms();
     const char *r = sh_cmd(&c, "batch_get bs- %d %d 7000", B, MIB);
     uint64_t took = sh_now_ms() - t0;
@@ -491,6 +494,68 @@ static void batch_staging(void **state)
     long long staged = sh_field(sh_cmd(&h, "offstats"), "staged") - staged0;
     if (staged < B)
         fail_msg("only %lld of %d values staged", staged, B);
+    /* The values that found the staging area full waited in the holder for the reader's
+     * releases: each was asked of the holder once, not again after a reader's retry found
+     * it refused (the master asks again on its own after 2 s: not counted against it). */
+    double asked = sh_metric(&m, "master_disk_reads_total") - asked0;
+    if (took < 1500 && asked > B + B / 4)
+        fail_msg("%d disk-only values were asked of the holder %.0f times (%llu ms)", B, asked,
+                 (unsigned long long)took);
+    stop_all(&m, &h, &c);
+}
+
+/* Resumes a stopped holder after a delay (batch_deadline). */
+typedef struct resume_job {
+    pid_t pid;
+    unsigned after_ms;
+} resume_job;
+
+static void *resume_main(void *arg)
+{
+    resume_job *j = arg;
+    sh_sleep_ms(j->after_ms);
+    kill(j->pid, SIGCONT);
+    return NULL;
+}
+
+/* A batch get waiting for stages ends within one RPC timeout of its start. Key 0 is staged
+ * late (the holder is stopped until 0.7 of the timeout), key 1 never (2 MiB, larger than
+ * the holder's 1 MiB staging area): the first round returns with key 0 ready at ~0.7 T and
+ * a second asks again for key 1. That round used to wait a whole RPC timeout of its own
+ * (the batch took ~1.7 T); it now waits for what is left of the batch's. */
+static void batch_deadline(void **state)
+{
+    (void)state;
+    enum { T = 2000 };
+    setenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", "1048576", 1);
+    sh_master m;
+    sh_client h, c;
+    const char *const margs[] = {"--enable_offload=true", "--offload_on_evict=true", NULL};
+    assert_int_equal(sh_master_start(&m, margs), 0);
+    const char *const hargs[] = {"--segment", "64M", "--ssd", dir, "--region", "0", NULL};
+    assert_int_equal(sh_client_start(&h, m.addr, hargs), 0);
+    unsetenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES");
+    const char *const cargs[] = {"--segment", "0", "--region", "0", "--rpc-timeout", "2000", NULL};
+    assert_int_equal(sh_client_start(&c, m.addr, cargs), 0);
+    assert_int_equal(put_retry(&c, "put", "bd-0", MIB / 2, 8100), 0);
+    assert_int_equal(put_retry(&c, "put", "bd-1", 2 * MIB, 8101), 0);
+    put_many(&c, "bdf-", 80, 8200);
+    if (!disk_only(&c, "bd-0") || !disk_only(&c, "bd-1"))
+        fail_msg("bd-0 / bd-1 not disk-only after 80 MiB into a 64 MiB segment");
+    assert_int_equal(ct_stop_process(h.child.proc.pid), 0);
+    resume_job job = {h.child.proc.pid, T * 7 / 10};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, resume_main, &job), 0);
+    uint64_t t0 = sh_now_ms();
+    const char *r = sh_cmd(&c, "batch_get bd- 2 %d 8100", MIB / 2);
+    uint64_t took = sh_now_ms() - t0;
+    pthread_join(th, NULL);
+    if (strncmp(r, "0 ok=1 ", 7) != 0)
+        fail_msg("batch get of a late-staged and a never-staged key: %s (%llu ms)", r,
+                 (unsigned long long)took);
+    if (took > T + 500)
+        fail_msg("batch get with an RPC timeout of %d ms took %llu ms", T,
+                 (unsigned long long)took);
     stop_all(&m, &h, &c);
 }
 
@@ -578,6 +643,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(kill_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(compaction_gets, setup, teardown),
         cmocka_unit_test_setup_teardown(batch_staging, setup, teardown),
+        cmocka_unit_test_setup_teardown(batch_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(disk_full, setup, teardown),
         cmocka_unit_test_setup_teardown(write_behind, setup, teardown),
     };
