@@ -838,9 +838,17 @@ static void other_report(crk_service *s, struct crk_offload *off, holder *hd,
             break;
         e->stage_asked_at = 0;
         if (it->status == 0 && it->addr != 0 && it->ttl_ms > STAGE_MARGIN_MS) {
-            if (e->staged_addr != 0 && e->staged_addr != it->addr) /* a second copy */
+            if (e->staged_addr != 0 && e->staged_addr != it->addr) { /* a second copy */
+                if (e->stage_readers > 0 && e->staged_until > now) {
+                    /* Readers hold leases on the first copy: freeing it could hand its
+                     * memory to another value under them. Keep it; free the new one. */
+                    (void)push_task(hd, CRP_OFF_UNSTAGE, e->key, e->key_len, e->version, it->addr,
+                                    0);
+                    break;
+                }
                 (void)push_task(hd, CRP_OFF_UNSTAGE, e->key, e->key_len, e->version, e->staged_addr,
                                 0);
+            }
             e->staged_addr = it->addr;
             e->staged_until = now + it->ttl_ms - STAGE_MARGIN_MS / 2;
             e->stage_token = (1ull << 63) | ++off->next_token;

@@ -154,6 +154,66 @@ static void test_offload_then_stage(void **state)
     crk_service_destroy(f.s);
 }
 
+/* A second staged copy of a key while readers hold the first: the first stays
+ * (it is still being read) and the holder is told to free the second. With no
+ * readers the second replaces the first, which is freed. */
+static void test_second_stage_keeps_read_copy(void **state)
+{
+    (void)state;
+    fixture f = setup_fx(true);
+    crp_off_msg t;
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    fill(&f, 20);
+    beat(&f, NULL, 0, &t);
+    const crp_off_item *k0 = find_task(&t, CRP_OFF_OFFLOAD, "k0");
+    assert_non_null(k0);
+    uint64_t v0 = k0->version;
+    crp_off_item res = {CRP_OFF_OFFLOAD, 0, "k0", v0, 0, VAL, 0};
+    crp_off_clear(&t);
+    f.now += 20000;
+    beat(&f, &res, 1, &t);
+    crp_off_clear(&t);
+    crk_replica_list l;
+    assert_int_equal(crk_get_replica_list(f.s, "k0", f.now, &l), CR_ERR_OFFLOAD_STAGING);
+    crp_off_item first = {CRP_OFF_STAGE, 0, "k0", v0, 0x7000000, VAL, 5000};
+    beat(&f, &first, 1, &t);
+    crp_off_clear(&t);
+    assert_int_equal(crk_get_replica_list(f.s, "k0", f.now, &l), 0); /* a reader */
+    assert_true(l.r[0].address == 0x7000000);
+    uint64_t reader_token = l.lease_token;
+    /* a re-asked stage completes too, elsewhere in the staging area */
+    crp_off_item second = {CRP_OFF_STAGE, 0, "k0", v0, 0x7100000, VAL, 5000};
+    beat(&f, &second, 1, &t); /* the reply carries the holder's next tasks */
+    const crp_off_item *un = find_task(&t, CRP_OFF_UNSTAGE, "k0");
+    assert_non_null(un);
+    assert_true(un->addr == 0x7100000); /* the unread copy, never the one being read */
+    crp_off_clear(&t);
+    assert_int_equal(crk_get_replica_list(f.s, "k0", f.now, &l), 0);
+    assert_true(l.r[0].address == 0x7000000);
+    /* both readers release: the first copy is freed */
+    const char *keys[] = {"k0", "k0"};
+    uint64_t tok[] = {reader_token, l.lease_token};
+    crk_release_leases(f.s, keys, tok, 2, f.now);
+    beat(&f, NULL, 0, &t);
+    un = find_task(&t, CRP_OFF_UNSTAGE, "k0");
+    assert_non_null(un);
+    assert_true(un->addr == 0x7000000);
+    crp_off_clear(&t);
+    /* no readers: a second copy replaces the first, which is freed */
+    assert_int_equal(crk_get_replica_list(f.s, "k0", f.now, &l), CR_ERR_OFFLOAD_STAGING);
+    beat(&f, &first, 1, &t);
+    crp_off_clear(&t);
+    beat(&f, &second, 1, &t);
+    un = find_task(&t, CRP_OFF_UNSTAGE, "k0");
+    assert_non_null(un);
+    assert_true(un->addr == 0x7000000);
+    crp_off_clear(&t);
+    assert_int_equal(crk_get_replica_list(f.s, "k0", f.now, &l), 0);
+    assert_true(l.r[0].address == 0x7100000);
+    crk_service_destroy(f.s);
+}
+
 static void test_remove_and_upsert(void **state)
 {
     (void)state;
@@ -538,6 +598,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_offload_then_stage),
+        cmocka_unit_test(test_second_stage_keeps_read_copy),
         cmocka_unit_test(test_remove_and_upsert),
         cmocka_unit_test(test_remove_by_regex_on_disk),
         cmocka_unit_test(test_offloading_queue_limit),
