@@ -19,7 +19,11 @@
  * generation), so a reply with an unknown, stale or forged id is dropped.
  * Served requests have deadlines and are canceled when they pass them or
  * when their buffer is being unregistered, so a peer that stops reading
- * cannot hold an unregistration forever.
+ * cannot hold an unregistration forever -- where UCX can cancel them: UCX
+ * 1.13's ucp_request_cancel cancels tag receives only, so there a served
+ * request (a READ reply's send, a WRITE payload's receive) ends only when
+ * UCX completes it: the initiator answers, its endpoint fails (peer-failure
+ * handling: tcp) or the worker is destroyed.
  *
  * Rendezvous payloads (UCP_AM_RECV_ATTR_FLAG_RNDV) that a callback does not
  * take are dropped by returning UCS_OK without calling ucp_am_recv_data_nbx:

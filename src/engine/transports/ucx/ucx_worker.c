@@ -263,6 +263,11 @@ static void ep_close(ucx_ep *ep)
                                .cb.send = close_cb,
                                .user_data = ep,
                                .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    /* On an endpoint without peer-failure handling (shared memory) UCX 1.13
+     * refuses FORCE (UCS_ERR_INVALID_PARAM) and the UCP endpoint stays until
+     * the worker is destroyed; its ops are abandoned (ep_fail). A flush
+     * close instead would still be pending at ucp_worker_destroy when the
+     * peer is gone, and UCX asserts there (tried: engine_api_test_ucx_sm). */
     void *req = ucp_ep_close_nbx(ep->ep, &prm);
     if (UCS_PTR_IS_PTR(req))
         ep->close_req = req;
