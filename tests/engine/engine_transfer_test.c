@@ -193,6 +193,21 @@ static void bad_ranges_get_their_own_errors(void **state)
         printf("note: one-sided RMA over UCX's software paths: the target cannot refuse a "
                "stale range (docs/ARCHITECTURE.md, ucx); that check is skipped\n");
     }
+    /* The same with 1 MiB, above every rendezvous threshold: over ucx the
+     * target refuses a WRITE whose payload UCX offers it by rendezvous (it
+     * must drop that payload so that UCX answers the sender once). Repeated,
+     * so a sender request completed twice would be reused and caught. */
+    uint64_t gone_big = peer_reg(&f->peer, "cpu:0", 1 << 20, 0);
+    assert_true(gone_big != 0);
+    assert_int_equal(submit_one(f, CR_OP_WRITE, f->local, gone_big, 1 << 20), 0);
+    assert_string_equal(peer_cmd(&f->peer, "unreg %llu", (unsigned long long)gone_big), "OK");
+    if (test_target_checks_ranges(f->engine)) {
+        for (int i = 0; i < 8; i++) {
+            assert_int_equal(submit_one(f, CR_OP_WRITE, f->local, gone_big, 1 << 20),
+                             CR_ERR_ADDRESS_NOT_REGISTERED);
+            assert_int_equal(submit_one(f, CR_OP_READ, f->local, remote, 65536), 0);
+        }
+    }
     /* ...and the target keeps serving everything else. */
     assert_int_equal(submit_one(f, CR_OP_READ, f->local, remote, 65536), 0);
     verify_pattern(f->local, 65536, remote);

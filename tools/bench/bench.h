@@ -180,6 +180,10 @@ typedef struct cb_ucx_result {
  * with the environment's UCX_TLS. 0, or -1 with err set. */
 int cb_baseline_ucx_perftest(const char *test, uint64_t size, unsigned iters, cb_ucx_result *out,
                              char *err, size_t err_len);
+/* The same with at most `outstanding` operations in flight (-O; 0: perftest's default). */
+int cb_baseline_ucx_perftest_window(const char *test, uint64_t size, unsigned iters,
+                                    unsigned outstanding, cb_ucx_result *out, char *err,
+                                    size_t err_len);
 /* The "--role sink" child: accept one connection, count bytes, acknowledge. */
 int cb_sink_main(void);
 

@@ -92,6 +92,19 @@ typedef struct eb_ctx {
     bool have_baseline;
     bool have_ucx;
     cb_ucx_result ucx_get, ucx_put, ucx_get_4k; /* ucx_perftest, same UCX_TLS */
+    /* Latency baselines that wait for each operation: ucp_get -O 1 (one-sided,
+     * one at a time) and ucp_am_lat (a ping-pong through the target's AM
+     * handler, as crescent's checked active messages go; perftest prints
+     * half the round trip). ucp_get 4K above keeps many gets in flight, so
+     * its "latency" is the time per get of a pipelined stream. */
+    cb_ucx_result ucx_get_4k_o1, ucx_am_lat_4k;
+    bool have_ucx_lat;
+    /* The same tests on plain heap memory (UCX_ALLOC_PRIO=heap), the kind
+     * of memory crescent is handed to register: perftest's own buffers are
+     * allocated by UCX (ucp_mem_map ALLOCATE; over sm as posix shared
+     * memory the peer maps and memcpys), crescent's are the caller's. */
+    cb_ucx_result heap_get, heap_put, heap_get_4k_o1;
+    bool have_ucx_heap;
     cb_measure sock, mem;
     cb_pingpong pp; /* 4 KiB plain-socket ping-pong (--baseline) */
     bool printed_header;
@@ -167,8 +180,10 @@ static void usage(FILE *to)
             "                         where the target's buffer lives (default: cpu)\n"
             "  --buffer-size BYTES    target (and local) buffer size; default is the larger of\n"
             "                         64M and largest block x batch x threads\n"
-            "  --ucx-perftest         also run ucx_perftest (ucp_get, ucp_put_bw 1M; ucp_get 4K)\n"
-            "                         with the same UCX_TLS and compare (for --protocol ucx)\n"
+            "  --ucx-perftest         also run ucx_perftest (ucp_get, ucp_put_bw 1M; ucp_get 4K;\n"
+            "                         one at a time: ucp_get -O 1 4K, ucp_am_lat 4K; and on heap\n"
+            "                         memory, UCX_ALLOC_PRIO=heap) with the same UCX_TLS and\n"
+            "                         compare (for --protocol ucx)\n"
             "  --baseline             also measure, in the same run, a plain single-stream TCP\n"
             "                         socket copy to a child process (blocking 1 MiB send/recv)\n"
             "                         and single-threaded memcpy of 1 MiB blocks over 64 MiB,\n"
@@ -969,10 +984,26 @@ static void print_result(eb_ctx *ctx, int op, uint64_t block, const eb_result *r
                    "latency\n",
                    (double)r->p50_ns / 1e3, ctx->ucx_get_4k.latency_us,
                    ratio((double)r->p50_ns / 1e3, ctx->ucx_get_4k.latency_us));
+        if (block <= 4096 && op == CR_OP_READ && ctx->have_ucx_lat)
+            printf("      vs ucx_perftest one at a time: ucp_get -O 1 4K %.1f us = %.2fx; "
+                   "ucp_am_lat 4K round trip %.1f us = %.2fx\n",
+                   ctx->ucx_get_4k_o1.latency_us,
+                   ratio((double)r->p50_ns / 1e3, ctx->ucx_get_4k_o1.latency_us),
+                   2 * ctx->ucx_am_lat_4k.latency_us,
+                   ratio((double)r->p50_ns / 1e3, 2 * ctx->ucx_am_lat_4k.latency_us));
         else if (block >= (1u << 20))
             printf("      vs ucx_perftest %s 1M: %.3f vs %.3f GB/s = %.2fx its bandwidth\n",
                    op == CR_OP_READ ? "ucp_get" : "ucp_put_bw", gbps, u->gbps,
                    ratio(gbps, u->gbps));
+        const cb_ucx_result *h = op == CR_OP_READ ? &ctx->heap_get : &ctx->heap_put;
+        if (ctx->have_ucx_heap && block >= (1u << 20))
+            printf("      vs ucx_perftest %s 1M on heap memory: %.3f vs %.3f GB/s = %.2fx\n",
+                   op == CR_OP_READ ? "ucp_get" : "ucp_put_bw", gbps, h->gbps,
+                   ratio(gbps, h->gbps));
+        if (ctx->have_ucx_heap && block <= 4096 && op == CR_OP_READ)
+            printf("      vs ucx_perftest ucp_get -O 1 4K on heap memory: %.1f us = %.2fx\n",
+                   ctx->heap_get_4k_o1.latency_us,
+                   ratio((double)r->p50_ns / 1e3, ctx->heap_get_4k_o1.latency_us));
     }
     fflush(stdout);
 }
@@ -1140,6 +1171,39 @@ static void run_ucx_perftest(eb_ctx *ctx)
     printf("baseline ucx_perftest (UCX_TLS=%s, 127.0.0.1): ucp_get 1M %.3f GB/s, ucp_put_bw 1M "
            "%.3f GB/s, ucp_get 4K %.1f us typical\n",
            tls, ctx->ucx_get.gbps, ctx->ucx_put.gbps, ctx->ucx_get_4k.latency_us);
+    if (cb_baseline_ucx_perftest_window("ucp_get", 4096, 3000, 1, &ctx->ucx_get_4k_o1, err,
+                                        sizeof(err)) == 0 &&
+        cb_baseline_ucx_perftest("ucp_am_lat", 4096, 3000, &ctx->ucx_am_lat_4k, err, sizeof(err)) ==
+            0) {
+        ctx->have_ucx_lat = true;
+        printf("baseline ucx_perftest, one at a time: ucp_get -O 1 4K %.1f us, ucp_am_lat 4K "
+               "%.1f us one way (%.1f us round trip)\n",
+               ctx->ucx_get_4k_o1.latency_us, ctx->ucx_am_lat_4k.latency_us,
+               2 * ctx->ucx_am_lat_4k.latency_us);
+    } else {
+        printf("baseline ucx_perftest one at a time unavailable: %s\n", err);
+    }
+    const char *prio = getenv("UCX_ALLOC_PRIO");
+    char *saved = prio ? strdup(prio) : NULL;
+    setenv("UCX_ALLOC_PRIO", "heap", 1); /* inherited by the perftest children */
+    if (cb_baseline_ucx_perftest("ucp_get", 1u << 20, 100, &ctx->heap_get, err, sizeof(err)) == 0 &&
+        cb_baseline_ucx_perftest("ucp_put_bw", 1u << 20, 100, &ctx->heap_put, err, sizeof(err)) ==
+            0 &&
+        cb_baseline_ucx_perftest_window("ucp_get", 4096, 300, 1, &ctx->heap_get_4k_o1, err,
+                                        sizeof(err)) == 0) {
+        ctx->have_ucx_heap = true;
+        printf("baseline ucx_perftest on heap memory (UCX_ALLOC_PRIO=heap, like the memory "
+               "crescent registers): ucp_get 1M %.3f GB/s, ucp_put_bw 1M %.3f GB/s, ucp_get -O 1 "
+               "4K %.1f us\n",
+               ctx->heap_get.gbps, ctx->heap_put.gbps, ctx->heap_get_4k_o1.latency_us);
+    } else {
+        printf("baseline ucx_perftest on heap memory unavailable: %s\n", err);
+    }
+    if (saved != NULL)
+        setenv("UCX_ALLOC_PRIO", saved, 1);
+    else
+        unsetenv("UCX_ALLOC_PRIO");
+    free(saved);
     fflush(stdout);
 }
 

@@ -62,19 +62,54 @@ static void stop(pid_t pid)
 int cb_baseline_ucx_perftest(const char *test, uint64_t size, unsigned iters, cb_ucx_result *out,
                              char *err, size_t err_len)
 {
+    return cb_baseline_ucx_perftest_window(test, size, iters, 0, out, err, err_len);
+}
+
+int cb_baseline_ucx_perftest_window(const char *test, uint64_t size, unsigned iters,
+                                    unsigned outstanding, cb_ucx_result *out, char *err,
+                                    size_t err_len)
+{
     int port = free_port();
     if (port < 0) {
         snprintf(err, err_len, "no free port");
         return -1;
     }
-    char sz[32], n[32], w[32], p[16];
+    char sz[32], n[32], w[32], p[16], o[16];
+    snprintf(o, sizeof(o), "%u", outstanding);
     snprintf(sz, sizeof(sz), "%llu", (unsigned long long)size);
     snprintf(n, sizeof(n), "%u", iters);
     snprintf(w, sizeof(w), "%u", iters / 10 + 1);
     snprintf(p, sizeof(p), "%d", port);
-    char *srv[] = {"ucx_perftest", "-t", (char *)test, "-s", sz, "-n", n, "-w", w, "-p", p, NULL};
-    char *cli[] = {"ucx_perftest", "127.0.0.1", "-t", (char *)test, "-s", sz, "-n", n, "-w", w,
-                   "-p",           p,           NULL};
+    /* -O only when asked: the last two slots stay NULL otherwise. */
+    char *srv[] = {"ucx_perftest",
+                   "-t",
+                   (char *)test,
+                   "-s",
+                   sz,
+                   "-n",
+                   n,
+                   "-w",
+                   w,
+                   "-p",
+                   p,
+                   outstanding ? "-O" : NULL,
+                   o,
+                   NULL};
+    char *cli[] = {"ucx_perftest",
+                   "127.0.0.1",
+                   "-t",
+                   (char *)test,
+                   "-s",
+                   sz,
+                   "-n",
+                   n,
+                   "-w",
+                   w,
+                   "-p",
+                   p,
+                   outstanding ? "-O" : NULL,
+                   o,
+                   NULL};
     pid_t server = spawn(srv, -1);
     if (server < 0) {
         snprintf(err, err_len, "fork: %s", strerror(errno));

@@ -121,6 +121,7 @@ struct ucx_wstate {
     size_t n_live, cap_live;
     ucx_ep **dead; /* endpoints closing, freed when their ops are done */
     size_t n_dead, cap_dead;
+    uint64_t spin_until; /* busy-poll: no arming and sleeping before this */
 };
 
 /* A UCP worker's event fd in the engine worker's loop. */

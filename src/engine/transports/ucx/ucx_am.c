@@ -19,7 +19,25 @@
  * generation), so a reply with an unknown, stale or forged id is dropped.
  * Served requests have deadlines and are canceled when they pass them or
  * when their buffer is being unregistered, so a peer that stops reading
- * cannot hold an unregistration forever.
+ * cannot hold an unregistration forever -- where UCX can cancel them: UCX
+ * 1.13's ucp_request_cancel cancels tag receives only, so there a served
+ * request (a READ reply's send, a WRITE payload's receive) ends only when
+ * UCX completes it: the initiator answers, its endpoint fails (peer-failure
+ * handling: tcp) or the worker is destroyed.
+ *
+ * Rendezvous payloads (UCP_AM_RECV_ATTR_FLAG_RNDV) that a callback does not
+ * take are dropped by returning UCS_OK without calling ucp_am_recv_data_nbx:
+ * UCX then sends the sender its ATS and frees the descriptor. Never
+ * ucp_am_data_release one inside the callback: in UCX 1.13
+ * (ucp_am_rndv_process_rts) that sends an ATS and frees the descriptor, and
+ * UCX, seeing neither a receive nor UCS_INPROGRESS, sends a second ATS and
+ * frees the descriptor again. The sender then completes one request twice:
+ * over shared memory (no peer-failure handling, so request ids are raw
+ * pointers) that is the assertion "req->id == id" in ucp_rndv_ats_handler,
+ * or the wrong request once the memory is reused. ucp_am_data_release is
+ * only for a descriptor a callback kept by returning UCS_INPROGRESS, which
+ * this file never does. (Regression test: engine_transfer_test's
+ * bad_ranges_get_their_own_errors, a 1 MiB WRITE the target refuses.)
  *
  * Everything here runs on the owning engine worker's thread (UCP progress).
  */
@@ -189,8 +207,8 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
             op->flushed = true;
             cre_ucx_op_maybe_done(op);
         }
-        if (rndv)
-            ucp_am_data_release(ws->uw[op != NULL ? op->rail : 0], data);
+        /* UCS_OK without a receive: UCX drops a rendezvous payload and
+         * answers its sender itself (the file comment: "Rendezvous payloads"). */
         return UCS_OK;
     }
     op->am_status = rep.status;
@@ -401,9 +419,7 @@ static ucs_status_t on_request(void *arg, const void *header, size_t header_leng
     cre_buffer *b = NULL;
     if (st == 0)
         st = validate(e, &req, &b);
-    if (st < 0) {
-        if (rndv)
-            ucp_am_data_release(ws->uw[ra->rail], data);
+    if (st < 0) { /* a rendezvous payload is dropped by returning UCS_OK (file comment) */
         if (reply_ep != NULL)
             send_reply(ws, reply_ep, req.id, st, NULL, 0, NULL);
         return UCS_OK;
@@ -430,9 +446,8 @@ static ucs_status_t on_request(void *arg, const void *header, size_t header_leng
         return UCS_OK;
     }
     ucx_serving *s = serving_new(ws, ra->rail, b, reply_ep, req.id);
-    if (s == NULL) {
+    if (s == NULL) { /* the payload is dropped by returning UCS_OK */
         cre_buffer_release(b);
-        ucp_am_data_release(ws->uw[ra->rail], data);
         send_reply(ws, reply_ep, req.id, CR_ERR_NO_MEMORY, NULL, 0, NULL);
         return UCS_OK;
     }

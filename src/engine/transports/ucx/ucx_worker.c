@@ -46,16 +46,48 @@ typedef struct flush_batch {
  * back to its deadlines. */
 #define PROGRESS_ROUNDS 256
 
-static void progress(ucx_wstate *ws)
+static unsigned progress(ucx_wstate *ws)
 {
+    unsigned events = 0;
     for (size_t r = 0; r < ws->ue->n_rails; r++)
-        for (int i = 0; i < PROGRESS_ROUNDS && ucp_worker_progress(ws->uw[r]) != 0; i++)
-            ;
+        for (int i = 0; i < PROGRESS_ROUNDS; i++) {
+            unsigned n = ucp_worker_progress(ws->uw[r]);
+            if (n == 0)
+                break;
+            events += n;
+        }
+    return events;
+}
+
+/* Opt-in busy-poll (CRESCENT_BUSY_POLL_US, the engine's busy_poll_ns): for
+ * that long after the last sign of work (UCP reported events, or ops or
+ * served requests are in flight) the worker does not arm and sleep; it asks
+ * its loop for another pass at once (crb_loop_again), which runs the tick
+ * and progresses UCP again. Without it every hop of a small request (our
+ * worker, the peer's worker, the reply, the caller) is a wake-up through an
+ * fd. True: keep spinning, do not arm. */
+static bool keep_spinning(ucx_wstate *ws, unsigned events)
+{
+    uint64_t busy = ws->ue->tp->engine->busy_poll_ns;
+    if (busy == 0)
+        return false;
+    uint64_t now = crb_now_ns();
+    bool working = events > 0 || ws->serving != NULL;
+    for (size_t i = 0; i < ws->n_live && !working; i++)
+        working = ws->live[i]->n_ops > 0;
+    if (working)
+        ws->spin_until = now + busy;
+    if (now >= ws->spin_until)
+        return false;
+    crb_loop_again(&ws->worker->loop);
+    return true;
 }
 
 /* Progress, then arm every worker's event fd (BUSY: events came in). */
 static void progress_and_arm(ucx_wstate *ws)
 {
+    if (keep_spinning(ws, progress(ws)))
+        return;
     for (size_t r = 0; r < ws->ue->n_rails; r++) {
         bool armed = false;
         for (int i = 0; i < 8 && !armed; i++) {
@@ -231,6 +263,11 @@ static void ep_close(ucx_ep *ep)
                                .cb.send = close_cb,
                                .user_data = ep,
                                .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    /* On an endpoint without peer-failure handling (shared memory) UCX 1.13
+     * refuses FORCE (UCS_ERR_INVALID_PARAM) and the UCP endpoint stays until
+     * the worker is destroyed; its ops are abandoned (ep_fail). A flush
+     * close instead would still be pending at ucp_worker_destroy when the
+     * peer is gone, and UCX asserts there (tried: engine_api_test_ucx_sm). */
     void *req = ucp_ep_close_nbx(ep->ep, &prm);
     if (UCS_PTR_IS_PTR(req))
         ep->close_req = req;
