@@ -286,9 +286,11 @@ def engine_protocol(protocol: Optional[str]) -> Tuple[Optional[str], str]:
     "tcp" stays tcp (sockets only, also between processes of one host), as
     does anything when MC_FORCE_TCP is set. "rdma" (and "" / "auto") become
     crescent's "auto": the fastest path crescent has for each pair of buffers
-    (memcpy, shared memory or process_vm_* on one host, tcp between hosts);
-    crescent has no RDMA transport. "shm" is crescent's same-host-only mode.
-    Hardware-specific transports are refused.
+    (memcpy, shared memory or process_vm_* on one host, UCX where it reports
+    an RDMA-capable device, tcp otherwise). "shm" is crescent's same-host-only
+    mode. "ucx" is crescent's UCX transport (not a Mooncake name): UCX's own
+    transports as UCX_TLS selects them; a build without UCX refuses it at
+    initialize. Other hardware-specific transports are refused.
     """
     p = (protocol or "").strip().lower()
     if env_flag("MC_FORCE_TCP"):
@@ -297,31 +299,35 @@ def engine_protocol(protocol: Optional[str]) -> Tuple[Optional[str], str]:
         return "tcp", ""
     if p in ("", "auto", "rdma"):
         return "auto", ""
-    if p == "shm":
-        return "shm", ""
+    if p in ("shm", "ucx"):
+        return p, ""
     if p in _UNSUPPORTED_PROTOCOLS:
         return None, f"protocol '{protocol}' is not available in crescent (use tcp or rdma)"
     return None, f"unknown protocol '{protocol}'"
 
 
+_METADATA_SCHEMES = ("http://", "https://", "etcd://", "redis://")
+
+
 def metadata_server(value: Optional[str]) -> Tuple[Optional[str], str]:
     """Map a Mooncake metadata-server string onto crescent's: (value or None, why-not).
 
-    "P2PHANDSHAKE" and http(s):// URLs are supported. "" uses MC_METADATA_SERVER
-    (default P2PHANDSHAKE). etcd://, redis:// and bare "host:port" (etcd in
-    Mooncake) are not: crescent has only P2P handshakes and HTTP metadata.
+    "" uses MC_METADATA_SERVER (default P2PHANDSHAKE). "P2PHANDSHAKE" (any
+    case), http(s)://, etcd://h:p[,h:p...], redis://h:p and a bare
+    "h:p[,h:p...]" (etcd, Mooncake's default scheme) go to the C library,
+    which checks the form and connects (initialize then fails with -1 and a
+    logged reason when the server cannot be reached). Another scheme is
+    refused here, naming the supported ones.
     """
     v = (value or "").strip()
     if not v:
         v = os.environ.get("MC_METADATA_SERVER", "").strip() or "P2PHANDSHAKE"
     if v.upper() == "P2PHANDSHAKE":
         return "P2PHANDSHAKE", ""
-    if v.startswith("http://") or v.startswith("https://"):
+    if v.startswith(_METADATA_SCHEMES) or "://" not in v:
         return v, ""
-    if v.startswith("etcd://") or v.startswith("redis://"):
-        return None, f"metadata server '{v}': crescent supports P2PHANDSHAKE and http:// only"
-    return None, (f"metadata server '{v}' would be etcd in Mooncake; crescent supports "
-                  "P2PHANDSHAKE and http://host:port/metadata only")
+    return None, (f"metadata server '{v}': unknown scheme; crescent supports P2PHANDSHAKE, "
+                  "http://, etcd://h:p[,h:p], h:p (etcd) and redis://h:p")
 
 
 # --- registrations ---------------------------------------------------------------

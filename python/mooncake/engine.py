@@ -10,9 +10,13 @@ Differences, all on top of crescent's public C API:
 
 * protocol: "tcp" means sockets only; "rdma" (and "") mean crescent's
   fastest path for each buffer pair (shared memory / process_vm_* on one
-  host, tcp between hosts); MC_FORCE_TCP=1 forces tcp; hardware-specific
-  transports (efa, ascend, nvlink, ...) fail initialize with -1.
-* metadata: "P2PHANDSHAKE" and http(s):// URLs; etcd / redis fail with -1.
+  host, UCX with an RDMA device, tcp otherwise); "ucx" (crescent's name,
+  not Mooncake's) is the UCX transport as UCX_TLS configures it;
+  MC_FORCE_TCP=1 forces tcp; hardware-specific transports (efa, ascend,
+  nvlink, ...) fail initialize with -1.
+* metadata: "P2PHANDSHAKE", http:// URLs, etcd://h:p[,h:p], bare h:p
+  (etcd, as in Mooncake) and redis://h:p; descriptors in etcd and redis live
+  under a lease/TTL the engine keeps alive.
 * registering the same or overlapping memory twice is allowed (as in
   Mooncake), see mooncake._util.Registrations.
 * managed buffers come from crescent's shareable memory (same-host peers copy

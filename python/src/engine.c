@@ -716,13 +716,52 @@ static PyObject *engine_probe(Engine *self, PyObject *args, PyObject *kw)
     return pcr_none_or_raise(rc);
 }
 
+/* Every transport's generic counters as "<transport>_<name>" ("ucx_bytes",
+ * "tcp_requests", ...), beside the fixed fields; -1 with an exception set. */
+static int add_transport_counters(cr_engine *engine, PyObject *d)
+{
+    size_t total = 0;
+    int rc = cr_engine_counters(engine, NULL, 0, &total);
+    if (rc < 0) {
+        pcr_raise(rc);
+        return -1;
+    }
+    if (total == 0)
+        return 0;
+    cr_engine_counter *c = PyMem_Calloc(total, sizeof(*c));
+    if (c == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t n = 0;
+    rc = cr_engine_counters(engine, c, total, &n);
+    if (rc < 0) {
+        PyMem_Free(c);
+        pcr_raise(rc);
+        return -1;
+    }
+    int ret = 0;
+    for (size_t i = 0; i < n && i < total && ret == 0; i++) {
+        if (strcmp(c[i].transport, "engine") == 0)
+            continue; /* the engine's own are the fixed fields */
+        char key[96];
+        snprintf(key, sizeof(key), "%s_%s", c[i].transport, c[i].name);
+        PyObject *v = PyLong_FromUnsignedLongLong((unsigned long long)c[i].value);
+        if (v == NULL || PyDict_SetItemString(d, key, v) < 0)
+            ret = -1;
+        Py_XDECREF(v);
+    }
+    PyMem_Free(c);
+    return ret;
+}
+
 PyObject *pcr_engine_stats_dict(cr_engine *engine)
 {
     cr_engine_stats st;
     int rc = cr_engine_get_stats(engine, &st);
     if (rc < 0)
         return pcr_raise(rc);
-    return Py_BuildValue(
+    PyObject *d = Py_BuildValue(
         "{sKsKsKsKsKsKsKsKsKsKsK}", "tasks_completed", (unsigned long long)st.tasks_completed,
         "tasks_failed", (unsigned long long)st.tasks_failed, "bytes_local",
         (unsigned long long)st.bytes_local, "bytes_shm", (unsigned long long)st.bytes_shm,
@@ -732,6 +771,11 @@ PyObject *pcr_engine_stats_dict(cr_engine *engine)
         (unsigned long long)st.descriptor_fetches, "shm_mappings",
         (unsigned long long)st.shm_mappings, "transport_fallbacks",
         (unsigned long long)st.transport_fallbacks);
+    if (d == NULL || add_transport_counters(engine, d) < 0) {
+        Py_XDECREF(d);
+        return NULL;
+    }
+    return d;
 }
 
 static PyObject *engine_stats(Engine *self, PyObject *unused)

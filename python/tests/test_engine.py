@@ -3,6 +3,7 @@ raw buffer reads/writes, async submit and status, notifications, HTTP
 metadata (the calls of Mooncake's own transfer-engine tests)."""
 
 import json
+import socket
 import time
 
 import numpy as np
@@ -139,13 +140,23 @@ def test_http_metadata(child, metadata_url):
     te.close()
 
 
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_refused_configurations():
     te = TransferEngine()
     assert te.get_rpc_port() == -1
     assert te.transfer_sync_write("127.0.0.1:1", 1, 1, 1) == -1
     assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "efa", "") == -1
-    assert te.initialize("127.0.0.1", "etcd://127.0.0.1:2379", "tcp", "") == -1
-    assert te.initialize("127.0.0.1", "127.0.0.1:2379", "tcp", "") == -1
+    assert te.initialize("127.0.0.1", "zk://127.0.0.1:2181", "tcp", "") == -1  # unknown scheme
+    port = _closed_port()  # etcd and redis forms are accepted; nothing answers there
+    assert te.initialize("127.0.0.1", f"etcd://127.0.0.1:{port}", "tcp", "") == -1
+    assert te.initialize("127.0.0.1", f"127.0.0.1:{port}", "tcp", "") == -1
+    assert te.initialize("127.0.0.1", f"redis://127.0.0.1:{port}", "tcp", "") == -1
+    assert te.initialize("127.0.0.1", "127.0.0.1:not-a-port", "tcp", "") == -1
     assert te.initialize("127.0.0.1:12345:npu_0", "P2PHANDSHAKE", "tcp", "") == 0
     assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == -1  # twice
     with pytest.raises(RuntimeError):
@@ -170,3 +181,22 @@ def test_registration_semantics():
     assert te.unregister_memory(base) < 0  # nothing left
     assert te._e.registration_count() == 0
     te.close()
+
+
+def test_ucx_protocol_moves_bytes_through_ucx(monkeypatch):
+    """protocol="ucx" (crescent's name) is honoured: with UCX restricted to
+    its tcp transport the bytes are counted by the ucx transport, not tcp."""
+    monkeypatch.setenv("UCX_TLS", "tcp")
+    a, b = TransferEngine(), TransferEngine()
+    if a.initialize("127.0.0.1", "P2PHANDSHAKE", "ucx", "") != 0:
+        pytest.skip("this build has no ucx transport")
+    assert b.initialize("127.0.0.1", "P2PHANDSHAKE", "ucx", "") == 0
+    src, dst = a.allocate_managed_buffer(MiB), b.allocate_managed_buffer(MiB)
+    data = np.random.default_rng(7).integers(0, 256, 64 * 1024, dtype=np.uint8).tobytes()
+    assert a.write_bytes_to_buffer(src, data, len(data)) == 0
+    assert b.transfer_sync_read(a.get_local_segment_name(), dst, src, len(data)) == 0
+    assert b.read_bytes_from_buffer(dst, len(data)) == data
+    st = b._e.stats()
+    assert st["ucx_bytes"] >= len(data) and st["bytes_tcp"] == 0, st
+    a.close()
+    b.close()

@@ -103,3 +103,101 @@ def test_store_follows_the_leader(etcd):
         for m in masters:
             if m.proc.poll() is None:
                 assert m.stop() == 0
+
+
+# --- engine descriptors in etcd and redis (Mooncake's metadata_server forms) ---------
+
+ENGINE_TARGET = r"""
+from mooncake.engine import TransferEngine
+te = TransferEngine()
+assert te.initialize(ARGS[0], ARGS[1], "tcp", "") == 0
+addr = te.allocate_managed_buffer(1 << 20)
+msg = b"descriptor-via-" + ARGS[2].encode()
+assert te.write_bytes_to_buffer(addr, msg, len(msg)) == 0
+print(json.dumps({"session": te.get_local_segment_name(), "addr": addr}), flush=True)
+sys.stdin.readline()
+te.close()
+"""
+
+
+def _etcd_keys(endpoint: str, prefix: str) -> list:
+    """Keys under prefix, through etcd's v3 JSON gateway."""
+    import base64
+    import json
+    enc = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    body = json.dumps({"key": enc(prefix.encode()), "range_end": enc(end.encode()),
+                       "keys_only": True}).encode()
+    reply = json.loads(urllib.request.urlopen(f"http://{endpoint}/v3/kv/range", body,
+                                              timeout=5).read())
+    return [base64.b64decode(kv["key"]).decode() for kv in reply.get("kvs", [])]
+
+
+def _read_from_target(child, meta: str, tag: str) -> list:
+    """A target engine on `meta` publishes its buffer; this process reads it by
+    session name alone (the descriptor comes from the metadata server)."""
+    import json
+    from mooncake.engine import TransferEngine
+    # with a metadata server the segment name is local_hostname, so each
+    # engine names its own port (as Mooncake users do)
+    target = child(ENGINE_TARGET, args=[f"127.0.0.1:{_free_port()}", meta, tag])
+    info = json.loads(target.readline())
+    te = TransferEngine()
+    assert te.initialize(f"127.0.0.1:{_free_port()}", meta, "tcp", "") == 0
+    buf = te.allocate_managed_buffer(4096)
+    want = ("descriptor-via-" + tag).encode()
+    assert te.transfer_sync_read(info["session"], buf, info["addr"], len(want)) == 0
+    assert te.read_bytes_from_buffer(buf, len(want)) == want
+    te.close()
+    return [target, info["session"]]
+
+
+@pytest.mark.parametrize("form", ["etcd://{}", "{}"])
+def test_engine_metadata_in_etcd(etcd, child, form):
+    target, session = _read_from_target(child, form.format(etcd), "etcd")
+    keys = _etcd_keys(etcd, "mooncake/")
+    assert any(session in k for k in keys), keys
+    target.send("quit")
+    assert target.proc.wait(timeout=30) == 0
+    # a closed engine removes its descriptor
+    deadline = time.time() + 10
+    while any(session in k for k in _etcd_keys(etcd, "mooncake/")):
+        assert time.time() < deadline, "descriptor left in etcd after close"
+        time.sleep(0.1)
+
+
+REDIS = "/usr/bin/redis-server"
+
+
+def test_engine_metadata_in_redis(child):
+    if not os.access(REDIS, os.X_OK):
+        pytest.skip("redis-server is not installed")
+    data = tempfile.mkdtemp(prefix="crescent-redis-")
+    port = _free_port()
+    proc = subprocess.Popen([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", data],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 15
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+                    c.sendall(b"PING\r\n")
+                    if c.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            assert time.time() < deadline, "redis-server did not start"
+            time.sleep(0.1)
+        target, session = _read_from_target(child, f"redis://127.0.0.1:{port}", "redis")
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            c.sendall(b"KEYS *\r\n")
+            time.sleep(0.2)
+            listing = c.recv(65536).decode(errors="replace")
+        assert session in listing, listing
+        target.send("quit")
+        assert target.proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(data, ignore_errors=True)

@@ -204,8 +204,7 @@ def test_setup_from_dict_and_config_file(master, tmp_path, monkeypatch):
 
 def test_setup_refusals(master):
     s = MooncakeDistributedStore()
-    assert s.setup("127.0.0.1", "etcd://127.0.0.1:2379", MiB, MiB, "tcp", "", master) == -600
-    assert s.setup("127.0.0.1", "127.0.0.1:2379", MiB, MiB, "tcp", "", master) == -600
+    assert s.setup("127.0.0.1", "zk://127.0.0.1:2181", MiB, MiB, "tcp", "", master) == -600
     assert s.setup("127.0.0.1", "P2PHANDSHAKE", MiB, MiB, "efa", "", master) == -600
     assert s.setup("127.0.0.1", "P2PHANDSHAKE", 512, MiB, "tcp", "", master) == -600
     # SSD offload without ssd_offload_path or MOONCAKE_OFFLOAD_FILE_STORAGE_PATH

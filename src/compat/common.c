@@ -248,8 +248,8 @@ int crx_protocol(const char *mooncake, const char **out)
         *out = "auto"; /* crescent's fastest path per buffer pair; it has no RDMA */
         return 0;
     }
-    if (strcasecmp(p, "shm") == 0) {
-        *out = "shm";
+    if (strcasecmp(p, "shm") == 0 || strcasecmp(p, "ucx") == 0) {
+        *out = strcasecmp(p, "shm") == 0 ? "shm" : "ucx"; /* "ucx": crescent's name */
         return 0;
     }
     for (size_t i = 0; hardware[i] != NULL; i++)
@@ -268,12 +268,20 @@ int crx_metadata(const char *mooncake, const char **out)
         *out = "P2PHANDSHAKE";
         return 0;
     }
-    if (strncmp(m, "http://", 7) == 0 || strncmp(m, "https://", 8) == 0) {
+    /* The library checks these forms and connects: http(s)://, etcd://h:p[,h:p],
+     * redis://h:p, and a bare "h:p[,h:p]" (etcd, Mooncake's default scheme). */
+    static const char *const schemes[] = {"http://", "https://", "etcd://", "redis://", NULL};
+    for (size_t i = 0; schemes[i] != NULL; i++)
+        if (strncmp(m, schemes[i], strlen(schemes[i])) == 0) {
+            *out = m;
+            return 0;
+        }
+    if (strstr(m, "://") == NULL) {
         *out = m;
         return 0;
     }
-    crx_log("metadata server '%s': crescent supports P2PHANDSHAKE and "
-            "http://host:port/metadata only (no etcd or redis yet)",
+    crx_log("metadata server '%s': unknown scheme; crescent supports P2PHANDSHAKE, "
+            "http://, etcd://h:p[,h:p], h:p (etcd) and redis://h:p",
             m);
     return -1;
 }
