@@ -78,6 +78,7 @@ typedef struct rpc_conn {
     bool holding;
     size_t hold_off;
     uint64_t hold_seq;
+    uint64_t hold_ns; /* when it began holding (crk_ha_note_held) */
 } rpc_conn;
 
 /* A request handed to the scan worker, and then its encoded reply frame. */
@@ -393,8 +394,10 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
     }
     uint64_t seq = c->peer.durable_seq;
     if (seq != 0 && (c->holding || crk_ha_committed(srv->info->ha) < seq)) {
-        if (!c->holding) /* held until its change is on the standbys (master/ha.h) */
+        if (!c->holding) { /* held until its change is on the standbys (master/ha.h) */
             c->hold_off = before;
+            c->hold_ns = crb_now_ns();
+        }
         c->holding = true;
         if (seq > c->hold_seq)
             c->hold_seq = seq;
@@ -549,6 +552,7 @@ static void release_held(rpc_thread *t)
             if (c->holding && c->hold_seq <= commit) {
                 c->holding = false;
                 c->hold_seq = 0;
+                crk_ha_note_held(info->ha, crb_now_ns() - c->hold_ns);
                 batch[n++] = c;
             }
         }
