@@ -804,6 +804,7 @@ static void push_to(crk_ha_log *l, sender *sd)
 static void *sender_main(void *arg)
 {
     sender *sd = arg;
+    pthread_setname_np(pthread_self(), "crk-ha-send"); /* (not the I/O thread's name) */
     crk_ha *ha = sd->ha;
     crk_ha_log *l = ha->log;
     int rc = sd->resumed ? 0 : send_snapshot(ha, sd);
@@ -847,6 +848,7 @@ static void *sender_main(void *arg)
 static void *acker_main(void *arg)
 {
     sender *sd = arg;
+    pthread_setname_np(pthread_self(), "crk-ha-ack");
     crk_ha *ha = sd->ha;
     crk_ha_log *l = ha->log;
     /* Acks are bare headers; take every one the socket holds and act on
@@ -937,6 +939,7 @@ static void *acker_main(void *arg)
  * index moves on without them only once no election can pick them). */
 static void *monitor_main(void *arg)
 {
+    pthread_setname_np(pthread_self(), "crk-ha-monitor");
     crk_ha *ha = arg;
     crk_ha_log *l = ha->log;
     uint64_t warned = 0;

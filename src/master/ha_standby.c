@@ -282,6 +282,7 @@ static void stream(crk_ha *ha, crk_ha_standby *sb, int fd, const char *target, u
 
 static void *standby_main(void *arg)
 {
+    pthread_setname_np(pthread_self(), "crk-ha-standby");
     crk_ha *ha = arg;
     crk_ha_standby *sb = ha->standby;
     while (!atomic_load(&ha->stop)) {
