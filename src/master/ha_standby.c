@@ -3,8 +3,10 @@
  *
  * One thread follows the leader: it connects to the leader's RPC port,
  * sends CRP_REPL_SUBSCRIBE ("term address"), applies every CRP_REPL_DATA
- * frame to its catalog (ha_catalog.h) and acknowledges each sequenced frame
- * with CRP_REPL_ACK (request_id = last sequence number applied). The
+ * frame to its catalog (ha_catalog.h) and acknowledges what it received
+ * with CRP_REPL_ACK (request_id = the last sequence number of the frames
+ * read at once; sent on receipt, before they are applied in the same hold
+ * of sb->mu, so a promotion never sees an acknowledged frame unapplied). The
  * subscription starts with a snapshot (RESET ... SNAP_END end_seq); the
  * standby holds the leader's state once it applied everything up to
  * end_seq, and it is in the leader's in-sync set once the leader published
