@@ -66,6 +66,14 @@ typedef struct crk_ha_status {
     uint64_t fenced_writes;  /* writes in flight at a promotion, fenced */
     uint64_t resumes;        /* leader: subscriptions that resumed from the log */
     uint64_t snapshots;      /* leader: subscriptions that got a full snapshot */
+    /* Where replication's cost goes (counters since start; docs/ha.md). */
+    uint64_t frames;       /* leader: stream frames sent; standby: frames applied */
+    uint64_t entries;      /* leader: entries in them (all standbys); standby: applied */
+    uint64_t acks;         /* leader: ack reads that moved a standby; standby: acks sent */
+    uint64_t commits;      /* leader: times the commit index moved (RPC threads woken) */
+    uint64_t held_replies; /* leader: connections' replies held for the standbys */
+    uint64_t held_ns;      /* leader: total time they were held */
+    uint64_t apply_ns;     /* standby: time spent applying frames */
 } crk_ha_status;
 
 /**
@@ -122,6 +130,10 @@ const char *crk_ha_role_name(int role);
 uint64_t crk_ha_committed(crk_ha *ha);
 uint64_t crk_ha_log_head(crk_ha *ha);
 void crk_ha_set_notify(crk_ha *ha, void (*fn)(void *), void *ctx);
+
+/** The RPC server held a connection's replies for `ns` until their changes
+ *  were committed (counted in crk_ha_status). Any thread. */
+void crk_ha_note_held(crk_ha *ha, uint64_t ns);
 
 /**
  * Blocking form, for callers that cannot hold a reply (the scan worker):

@@ -6,13 +6,17 @@
  * so a probe for an absent key touches only the slot array; linear probing,
  * at most half full, deletion shifts the run back), a small array of
  * segments by epoch, and the graveyard (pruned of expired entries as it
- * grows).
+ * grows). A large slot array is mapped with transparent huge pages where
+ * the kernel offers them (MADV_HUGEPAGE): a standby touches one random
+ * slot per entry, and with 4 KiB pages most of those were TLB misses.
  */
 #include "master/ha_catalog.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "base/error.h"
 
@@ -51,10 +55,42 @@ static uint64_t fnv(const char *p, size_t n)
     return h;
 }
 
+#define HUGE_BYTES ((size_t)2 << 20)
+
+/* n zeroed slots: calloc below HUGE_BYTES, else an anonymous mapping
+ * aligned to HUGE_BYTES and advised to use huge pages. NULL without memory. */
+static cat_slot *slots_alloc(size_t n)
+{
+    size_t bytes = n * sizeof(cat_slot);
+    if (bytes < HUGE_BYTES)
+        return calloc(n, sizeof(cat_slot));
+    size_t span = bytes + HUGE_BYTES;
+    uint8_t *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    uintptr_t at = ((uintptr_t)m + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1);
+    if (at > (uintptr_t)m)
+        munmap(m, at - (uintptr_t)m);
+    size_t tail = (size_t)((uintptr_t)m + span - (at + bytes));
+    if (tail > 0)
+        munmap((uint8_t *)at + bytes, tail);
+    (void)madvise((void *)at, bytes, MADV_HUGEPAGE); /* a hint: fine where refused */
+    return (cat_slot *)at;
+}
+
+static void slots_free(cat_slot *s, size_t n)
+{
+    size_t bytes = n * sizeof(cat_slot);
+    if (bytes < HUGE_BYTES)
+        free(s);
+    else if (s != NULL)
+        munmap(s, bytes);
+}
+
 int crk_ha_catalog_create(crk_ha_catalog **out)
 {
     crk_ha_catalog *c = calloc(1, sizeof(*c));
-    if (c == NULL || (c->slots = calloc(1024, sizeof(*c->slots))) == NULL) {
+    if (c == NULL || (c->slots = slots_alloc(1024)) == NULL) {
         free(c);
         return crb_error(CR_ERR_NO_MEMORY, "ha catalog");
     }
@@ -81,7 +117,7 @@ void crk_ha_catalog_destroy(crk_ha_catalog *c)
     if (c == NULL)
         return;
     crk_ha_catalog_clear(c);
-    free(c->slots);
+    slots_free(c->slots, c->nslots);
     free(c->segs);
     free(c->graves);
     free(c);
@@ -115,6 +151,39 @@ static size_t probe(const crk_ha_catalog *c, uint64_t h, int kind, const char *k
     return i;
 }
 
+/* The kind and key of a raw KEY or DISK entry: false for other bytes. */
+static bool raw_key(const uint8_t *raw, size_t n, int *kind, const char **key, size_t *len)
+{
+    if (n < 3 || (raw[0] != CRK_HA_KEY && raw[0] != CRK_HA_DISK))
+        return false;
+    *kind = raw[0];
+    *len = (size_t)raw[1] | (size_t)raw[2] << 8;
+    *key = (const char *)raw + 3;
+    return *len <= n - 3;
+}
+
+void crk_ha_catalog_prefetch_slot(const crk_ha_catalog *c, const uint8_t *raw, size_t raw_len)
+{
+    int kind;
+    const char *key;
+    size_t len;
+    if (raw_key(raw, raw_len, &kind, &key, &len))
+        __builtin_prefetch(&c->slots[record_hash(kind, key, len) & (c->nslots - 1)]);
+}
+
+void crk_ha_catalog_prefetch_record(const crk_ha_catalog *c, const uint8_t *raw, size_t raw_len)
+{
+    int kind;
+    const char *key;
+    size_t len;
+    if (!raw_key(raw, raw_len, &kind, &key, &len))
+        return;
+    uint64_t h = record_hash(kind, key, len);
+    const cat_slot *s = &c->slots[h & (c->nslots - 1)];
+    if (s->k != NULL && s->hash == h)
+        __builtin_prefetch(s->k);
+}
+
 /* Empty slot i, shifting the rest of its run back (no tombstones). */
 static void slot_clear(crk_ha_catalog *c, size_t i)
 {
@@ -137,7 +206,7 @@ static void slot_clear(crk_ha_catalog *c, size_t i)
 static void grow(crk_ha_catalog *c)
 {
     size_t ns = c->nslots * 2;
-    cat_slot *n = calloc(ns, sizeof(*n));
+    cat_slot *n = slots_alloc(ns);
     if (n == NULL)
         return; /* fuller and slower, still correct while a slot is free */
     for (size_t i = 0; i < c->nslots; i++) {
@@ -148,7 +217,7 @@ static void grow(crk_ha_catalog *c)
             j = (j + 1) & (ns - 1);
         n[j] = c->slots[i];
     }
-    free(c->slots);
+    slots_free(c->slots, c->nslots);
     c->slots = n;
     c->nslots = ns;
 }

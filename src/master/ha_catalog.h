@@ -39,6 +39,15 @@ int crk_ha_catalog_apply(crk_ha_catalog *c, const crk_ha_entry *e, const uint8_t
                          size_t raw_len, uint64_t seq, uint64_t now, uint64_t read_hold_ms,
                          uint64_t write_hold_ms);
 
+/**
+ * Memory-latency hints for a batch of entries (the standby applies a frame
+ * of many): stage 1 prefetches the slot a KEY or DISK entry's record lives
+ * in, stage 2 (a few entries later, the slot now in cache) the record
+ * itself. Change nothing; any bytes are accepted (malformed ones ignored).
+ */
+void crk_ha_catalog_prefetch_slot(const crk_ha_catalog *c, const uint8_t *raw, size_t raw_len);
+void crk_ha_catalog_prefetch_record(const crk_ha_catalog *c, const uint8_t *raw, size_t raw_len);
+
 /** Every segment (MOUNT entries), every live key (KEY entries with their
  *  seq), the graveyard; fn returns non-zero to stop. */
 void crk_ha_catalog_each_segment(crk_ha_catalog *c, int (*fn)(void *, const crk_ha_entry *),

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -179,7 +180,7 @@ int crk_ha_entry_decode(const uint8_t *p, size_t n, crk_ha_entry *out)
 {
     reader r = {p, n, 0, false};
     crk_ha_entry e;
-    memset(&e, 0, sizeof(e));
+    memset(&e, 0, offsetof(crk_ha_entry, rep)); /* the replicas: only those in use */
     e.kind = (int)get_n(&r, 1);
     const char *what = "kind";
     switch (e.kind) {
@@ -245,7 +246,9 @@ int crk_ha_entry_decode(const uint8_t *p, size_t n, crk_ha_entry *out)
     if (r.bad || r.off != n)
         return crb_error(CR_ERR_MALFORMED_FRAME, "ha entry (kind %d, %zu bytes): bad %s%s", e.kind,
                          n, what, !r.bad ? " (trailing bytes)" : "");
-    *out = e;
+    memcpy(out, &e, offsetof(crk_ha_entry, rep));
+    memcpy(out->rep, e.rep, e.nrep * sizeof(e.rep[0]));
+    memcpy(out->wrep, e.wrep, e.wnrep * sizeof(e.wrep[0]));
     return 0;
 }
 

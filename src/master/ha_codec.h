@@ -71,14 +71,16 @@ typedef struct crk_ha_entry {
     uint8_t flags;
     uint64_t soft_left_ms;
     uint32_t nrep;
-    crk_ha_rep rep[CRK_HA_MAX_REPS];
     uint64_t wsize;
     uint32_t wnrep;
-    crk_ha_rep wrep[CRK_HA_MAX_REPS];
     /* DISK (also key, key_len, flags, size; owner_hi/lo: the holder) */
     uint64_t disk_version;
     /* SNAP_END */
     uint64_t end_seq;
+    /* KEY: the replicas last, so that decoding writes only the nrep and
+     * wnrep in use (the rest are unspecified after crk_ha_entry_decode) */
+    crk_ha_rep rep[CRK_HA_MAX_REPS];
+    crk_ha_rep wrep[CRK_HA_MAX_REPS];
 } crk_ha_entry;
 
 /** A growable byte buffer (zero-initialise; free with crk_ha_buf_free). */
@@ -93,7 +95,8 @@ void crk_ha_buf_free(crk_ha_buf *b);
  *  CR_INVALID_PARAMS (a field over its limit); b is unchanged on failure. */
 int crk_ha_entry_encode(const crk_ha_entry *e, crk_ha_buf *b);
 
-/** Decode one entry of exactly n bytes. 0 or CR_ERR_MALFORMED_FRAME. */
+/** Decode one entry of exactly n bytes. 0 or CR_ERR_MALFORMED_FRAME.
+ *  Writes every field of *out but rep[nrep..] and wrep[wnrep..]. */
 int crk_ha_entry_decode(const uint8_t *p, size_t n, crk_ha_entry *out);
 
 /** A frame body's header: first_seq and count. 0 or CR_ERR_MALFORMED_FRAME. */

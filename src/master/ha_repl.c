@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +102,8 @@ struct crk_ha_log {
     _Atomic uint32_t counted; /* standbys counted in it (0: everything is committed) */
     void (*notify)(void *);   /* the RPC server: release held replies */
     void *notify_ctx;
+    /* counters (crk_ha_status) */
+    _Atomic uint64_t frames_sent, entries_sent, ack_reads, commit_moves, held_replies, held_ns;
     pthread_t monitor;
     bool monitor_running;
     atomic_bool monitor_stop;
@@ -124,6 +127,7 @@ static void recompute_locked(crk_ha_log *l)
     if (!moved)
         return; /* e.g. the faster standby's ack: nothing new is committed */
     pthread_cond_broadcast(&l->acked);
+    atomic_fetch_add_explicit(&l->commit_moves, 1, memory_order_relaxed);
     if (l->notify != NULL)
         l->notify(l->notify_ctx);
 }
@@ -133,6 +137,12 @@ static void recompute_locked(crk_ha_log *l)
 static uint64_t log_end(const crk_ha_log *l)
 {
     return l->base_off + l->buf.len;
+}
+
+/* Is there something to send to sd now (log_mu held)? */
+static bool sendable_locked(const crk_ha_log *l, const sender *sd)
+{
+    return sd->streaming && !sd->dead && l->leading && sd->pos != log_end(l);
 }
 
 /* Drop the bytes every sender has sent, except the last LOG_RETAIN (a
@@ -243,7 +253,7 @@ fail:
 static void key_image(crk_service *s, crk_object *o, const char *key, size_t len, crk_ha_entry *e,
                       uint64_t now)
 {
-    memset(e, 0, sizeof(*e));
+    memset(e, 0, offsetof(crk_ha_entry, rep)); /* the encoder reads rep[0..nrep) only */
     e->kind = CRK_HA_KEY;
     e->key = key;
     e->key_len = len;
@@ -397,7 +407,7 @@ static void kick(crk_ha *ha)
     size_t n = 0;
     pthread_mutex_lock(&l->mu);
     for (sender *s = l->senders; s != NULL && n < MAX_STANDBYS; s = s->next) {
-        if (s->streaming && !s->dead && s->pos != log_end(l)) {
+        if (sendable_locked(l, s)) {
             s->users++;
             use[n++] = s;
         }
@@ -676,7 +686,7 @@ static int send_snapshot(crk_ha *ha, sender *sd)
  * nothing to send or no memory (then sd is dead). */
 static bool next_frame_locked(crk_ha_log *l, sender *sd)
 {
-    if (!sd->streaming || sd->dead || !l->leading || sd->pos == log_end(l))
+    if (!sendable_locked(l, sd))
         return false;
     size_t from = (size_t)(sd->pos - l->base_off), at = from;
     uint32_t count = 0;
@@ -715,6 +725,8 @@ static bool next_frame_locked(crk_ha_log *l, sender *sd)
     memcpy(body + 12, l->buf.data + from, bytes);
     sd->pos += bytes;
     sd->pos_seq += count;
+    atomic_fetch_add_explicit(&l->frames_sent, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&l->entries_sent, count, memory_order_relaxed);
     sd->out_off = 0;
     sd->out_len = total;
     trim_locked(l);
@@ -778,7 +790,7 @@ static void push_to(crk_ha_log *l, sender *sd)
         bool done = drain_wlocked(l, sd, false);
         pthread_mutex_unlock(&sd->wmu);
         pthread_mutex_lock(&l->mu);
-        bool again = done && l->leading && sd->streaming && !sd->dead && sd->pos != log_end(l);
+        bool again = done && sendable_locked(l, sd);
         if (!done) {
             sd->rest = true;
             pthread_cond_broadcast(&l->more); /* the sender finishes that frame */
@@ -792,6 +804,7 @@ static void push_to(crk_ha_log *l, sender *sd)
 static void *sender_main(void *arg)
 {
     sender *sd = arg;
+    pthread_setname_np(pthread_self(), "crk-ha-send"); /* (not the I/O thread's name) */
     crk_ha *ha = sd->ha;
     crk_ha_log *l = ha->log;
     int rc = sd->resumed ? 0 : send_snapshot(ha, sd);
@@ -809,7 +822,7 @@ static void *sender_main(void *arg)
     pthread_mutex_lock(&l->mu);
     sd->streaming = rc == 0;
     while (rc == 0 && !sd->dead && l->leading) {
-        if (sd->pos == log_end(l) && !sd->rest) {
+        if (!sendable_locked(l, sd) && !sd->rest) {
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
             ts.tv_nsec += 100000000;
@@ -835,24 +848,33 @@ static void *sender_main(void *arg)
 static void *acker_main(void *arg)
 {
     sender *sd = arg;
+    pthread_setname_np(pthread_self(), "crk-ha-ack");
     crk_ha *ha = sd->ha;
     crk_ha_log *l = ha->log;
     /* Acks are bare headers; take every one the socket holds and act on
      * the highest (one recompute and one wake-up for a burst). */
     uint8_t in[64 * CRP_HEADER_SIZE];
     size_t have = 0;
+    bool drained = false; /* the last read took all the socket held: wait first */
     for (;;) {
-        ssize_t got = recv(sd->fd, in + have, sizeof(in) - have, MSG_DONTWAIT);
-        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        if (drained) {
             /* (the socket is non-blocking: it came from the RPC server;
              * a shutdown by the sender or the monitor ends the wait) */
             struct pollfd p = {.fd = sd->fd, .events = POLLIN};
-            if (poll(&p, 1, 1000) < 0 && errno != EINTR)
+            int r = poll(&p, 1, 1000);
+            if (r < 0 && errno != EINTR)
                 break;
+            if (r <= 0)
+                continue;
+        }
+        ssize_t got = recv(sd->fd, in + have, sizeof(in) - have, MSG_DONTWAIT);
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            drained = true;
             continue;
         }
         if (got <= 0)
             break;
+        drained = (size_t)got < sizeof(in) - have;
         have += (size_t)got;
         size_t at = 0;
         uint64_t top = 0;
@@ -878,6 +900,7 @@ static void *acker_main(void *arg)
         if (h.request_id > sd->acked) {
             sd->acked = h.request_id;
             sd->last_ack_ms = crb_now_ms();
+            atomic_fetch_add_explicit(&l->ack_reads, 1, memory_order_relaxed);
         }
         if (sd->snap_done && !sd->synced && !sd->dead && sd->acked >= sd->snap_end) {
             /* Counted first (writes wait for it from now on), then
@@ -916,6 +939,7 @@ static void *acker_main(void *arg)
  * index moves on without them only once no election can pick them). */
 static void *monitor_main(void *arg)
 {
+    pthread_setname_np(pthread_self(), "crk-ha-monitor");
     crk_ha *ha = arg;
     crk_ha_log *l = ha->log;
     uint64_t warned = 0;
@@ -1167,6 +1191,18 @@ void crk_ha_log_status(crk_ha *ha, crk_ha_status *st)
     st->snapshots = l->snapshots;
     st->in_sync = atomic_load(&l->counted);
     pthread_mutex_unlock(&l->mu);
+    st->frames = atomic_load(&l->frames_sent);
+    st->entries = atomic_load(&l->entries_sent);
+    st->acks = atomic_load(&l->ack_reads);
+    st->commits = atomic_load(&l->commit_moves);
+    st->held_replies = atomic_load(&l->held_replies);
+    st->held_ns = atomic_load(&l->held_ns);
+}
+
+void crk_ha_note_held(crk_ha *ha, uint64_t ns)
+{
+    atomic_fetch_add_explicit(&ha->log->held_replies, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ha->log->held_ns, ns, memory_order_relaxed);
 }
 
 uint64_t crk_ha_committed(crk_ha *ha)

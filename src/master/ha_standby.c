@@ -3,8 +3,10 @@
  *
  * One thread follows the leader: it connects to the leader's RPC port,
  * sends CRP_REPL_SUBSCRIBE ("term address"), applies every CRP_REPL_DATA
- * frame to its catalog (ha_catalog.h) and acknowledges each sequenced frame
- * with CRP_REPL_ACK (request_id = last sequence number applied). The
+ * frame to its catalog (ha_catalog.h) and acknowledges what it received
+ * with CRP_REPL_ACK (request_id = the last sequence number of the frames
+ * read at once; sent on receipt, before they are applied in the same hold
+ * of sb->mu, so a promotion never sees an acknowledged frame unapplied). The
  * subscription starts with a snapshot (RESET ... SNAP_END end_seq); the
  * standby holds the leader's state once it applied everything up to
  * end_seq, and it is in the leader's in-sync set once the leader published
@@ -58,6 +60,8 @@ struct crk_ha_standby {
     _Atomic bool connected; /* streaming from the leader now */
     _Atomic uint64_t last_frame_ms;
     _Atomic uint64_t applied_pub;
+    /* counters (crk_ha_status) */
+    _Atomic uint64_t frames, entries, acks, apply_ns;
 };
 
 /* Connect to addr; -1 with *refused set when the kernel said ECONNREFUSED. */
@@ -117,10 +121,29 @@ static int64_t apply_frame(crk_ha *ha, crk_ha_standby *sb, const uint8_t *body, 
     uint64_t read_hold = s->cfg.default_kv_lease_ttl_ms + 1000;
     uint64_t write_hold = s->cfg.put_start_release_timeout_ms;
     size_t off = 12;
+    /* Two cursors run ahead, prefetching each entry's catalog slot (16
+     * entries ahead) and then its record (8 ahead): a frame of many
+     * entries waits for memory once, not once or twice per entry. */
+    size_t slot_off = 12, rec_off = 12;
+    uint32_t slot_at = 0, rec_at = 0;
     for (uint32_t i = 0; i < count; i++) {
         const uint8_t *raw;
         size_t n;
         crk_ha_entry e;
+        for (; slot_at < count && slot_at < i + 16; slot_at++) {
+            if (crk_ha_frame_entry(body, len, &slot_off, &raw, &n) < 0) {
+                slot_at = count;
+                break;
+            }
+            crk_ha_catalog_prefetch_slot(sb->cat, raw, n);
+        }
+        for (; rec_at < count && rec_at < i + 8; rec_at++) {
+            if (crk_ha_frame_entry(body, len, &rec_off, &raw, &n) < 0) {
+                rec_at = count;
+                break;
+            }
+            crk_ha_catalog_prefetch_record(sb->cat, raw, n);
+        }
         rc = crk_ha_frame_entry(body, len, &off, &raw, &n);
         if (rc == 0)
             rc = crk_ha_entry_decode(raw, n, &e);
@@ -163,6 +186,7 @@ static void stream(crk_ha *ha, crk_ha_standby *sb, int fd, const char *target, u
     if (buf == NULL)
         return;
     size_t have = 0;
+    bool drained = false; /* the last read took all the socket held: wait first */
     for (;;) {
         if (atomic_load(&ha->stop) || atomic_load(&ha->role) != CRK_HA_STANDBY)
             break;
@@ -171,41 +195,82 @@ static void stream(crk_ha *ha, crk_ha_standby *sb, int fd, const char *target, u
         pthread_mutex_unlock(&sb->mu);
         if (moved)
             break;
-        ssize_t got = recv(fd, buf + have, cap - have, MSG_DONTWAIT);
-        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        if (drained) {
             struct pollfd p = {.fd = fd, .events = POLLIN};
             int r = poll(&p, 1, POLL_MS);
             if (r < 0 && errno != EINTR)
                 break;
+            if (r <= 0)
+                continue;
+        }
+        ssize_t got = recv(fd, buf + have, cap - have, MSG_DONTWAIT);
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            drained = true;
             continue;
         }
         if (got <= 0)
             break; /* the leader closed the stream (or died) */
+        drained = (size_t)got < cap - have;
         have += (size_t)got;
         atomic_store(&sb->last_frame_ms, crb_now_ms());
-        size_t at = 0;
-        int64_t ack = 0;
-        bool bad = false;
+        /* Acknowledged on receipt: the complete frames' headers are
+         * checked and their last sequence number acknowledged first, then
+         * they are applied, all under one hold of sb->mu, so a promotion
+         * (which takes sb->mu) never sees an acknowledged frame unapplied.
+         * The leader's reply waits one standby round trip less the apply
+         * time. A frame that then fails to apply (out of memory, a
+         * malformed entry) leaves the copy unsynced (no fast campaign) and
+         * resubscribes with a snapshot. */
+        size_t end = 0, at = 0;
+        uint64_t ack = 0;
+        bool bad = false, acked = false;
+        uint64_t t0 = crb_now_ns(), nframes = 0, nentries = 0;
         pthread_mutex_lock(&sb->mu);
-        while (have - at >= CRP_HEADER_SIZE) {
+        while (have - end >= CRP_HEADER_SIZE) {
             crp_header h;
-            if (crp_header_decode(buf + at, &h) < 0 || h.type != CRP_REPL_DATA) {
+            uint64_t first = 0;
+            uint32_t count = 0;
+            if (crp_header_decode(buf + end, &h) < 0 || h.type != CRP_REPL_DATA) {
                 bad = true;
                 break;
             }
-            if (have - at < CRP_HEADER_SIZE + (size_t)h.body_len)
+            if (have - end < CRP_HEADER_SIZE + (size_t)h.body_len)
                 break; /* the rest of this frame is still on its way */
-            int64_t r =
-                sb->promoted ? -1 : apply_frame(ha, sb, buf + at + CRP_HEADER_SIZE, h.body_len);
-            if (r < 0) {
+            if (crk_ha_frame_header(buf + end + CRP_HEADER_SIZE, h.body_len, &first, &count) < 0) {
                 bad = true;
                 break;
             }
-            if (r > 0)
-                ack = r;
+            if (first != 0)
+                ack = first + count; /* 1 + the last sequence number (count 0: first - 1) */
+            nframes++;
+            nentries += count;
+            end += CRP_HEADER_SIZE + (size_t)h.body_len;
+        }
+        if (ack > 0 && !sb->promoted) {
+            acked = send_header(fd, CRP_REPL_ACK, ack - 1, NULL, 0) == 0;
+            if (!acked)
+                bad = true; /* applied below all the same; then resubscribe */
+        }
+        while (at < end) {
+            crp_header h;
+            (void)crp_header_decode(buf + at, &h); /* checked above */
+            if (sb->promoted) {
+                bad = true;
+                break;
+            }
+            if (apply_frame(ha, sb, buf + at + CRP_HEADER_SIZE, h.body_len) < 0) {
+                sb->synced_term = 0; /* acknowledged, not applied: not a safe candidate */
+                bad = true;
+                break;
+            }
             at += CRP_HEADER_SIZE + (size_t)h.body_len;
         }
         pthread_mutex_unlock(&sb->mu);
+        atomic_fetch_add_explicit(&sb->frames, nframes, memory_order_relaxed);
+        atomic_fetch_add_explicit(&sb->entries, nentries, memory_order_relaxed);
+        atomic_fetch_add_explicit(&sb->apply_ns, crb_now_ns() - t0, memory_order_relaxed);
+        if (acked)
+            atomic_fetch_add_explicit(&sb->acks, 1, memory_order_relaxed);
         if (bad) {
             crb_log(CRB_LOG_WARN, "ha: replication stream from %s: %s; resubscribing", target,
                     cr_last_error_message());
@@ -213,14 +278,13 @@ static void stream(crk_ha *ha, crk_ha_standby *sb, int fd, const char *target, u
         }
         memmove(buf, buf + at, have - at);
         have -= at;
-        if (ack > 0 && send_header(fd, CRP_REPL_ACK, (uint64_t)ack - 1, NULL, 0) < 0)
-            break;
     }
     free(buf);
 }
 
 static void *standby_main(void *arg)
 {
+    pthread_setname_np(pthread_self(), "crk-ha-standby");
     crk_ha *ha = arg;
     crk_ha_standby *sb = ha->standby;
     while (!atomic_load(&ha->stop)) {
@@ -384,4 +448,8 @@ void crk_ha_standby_status(crk_ha *ha, crk_ha_status *st)
     st->commit_seq = atomic_load(&sb->applied_pub);
     uint64_t now = crb_now_ms(), last = atomic_load(&sb->last_frame_ms);
     st->lag_ms = st->standbys && now > last ? now - last : 0;
+    st->frames = atomic_load(&sb->frames);
+    st->entries = atomic_load(&sb->entries);
+    st->acks = atomic_load(&sb->acks);
+    st->apply_ns = atomic_load(&sb->apply_ns);
 }

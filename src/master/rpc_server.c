@@ -78,6 +78,7 @@ typedef struct rpc_conn {
     bool holding;
     size_t hold_off;
     uint64_t hold_seq;
+    uint64_t hold_ns; /* when it began holding (crk_ha_note_held) */
 } rpc_conn;
 
 /* A request handed to the scan worker, and then its encoded reply frame. */
@@ -103,6 +104,10 @@ typedef struct rpc_thread {
     pthread_mutex_t done_lock;
     scan_job *done;           /* replies back from the scan worker (done_lock) */
     atomic_bool commit_moved; /* HA: the commit index moved since the last look */
+    /* HA: its connections holding replies; a thread with none is not woken
+     * when the commit index moves (counted before the commit is looked at,
+     * so either that look sees the new commit or on_commit sees the count). */
+    _Atomic uint32_t n_holding;
     /* Connections that used their turn (owner thread only). */
     rpc_conn **ready;
     size_t n_ready, cap_ready;
@@ -318,6 +323,8 @@ static void thread_unlist(rpc_thread *t, rpc_conn *c)
 static void conn_free(rpc_conn *c)
 {
     rpc_thread *t = c->thread;
+    if (c->holding)
+        atomic_fetch_sub(&t->n_holding, 1);
     for (size_t i = 0; c->ready && i < t->n_ready; i++)
         if (t->ready[i] == c)
             t->ready[i] = NULL; /* skipped when the list is run */
@@ -392,12 +399,19 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
         rc = queue_frame(c, CRP_RPC_RESP, resp.status, h->request_id, out);
     }
     uint64_t seq = c->peer.durable_seq;
-    if (seq != 0 && (c->holding || crk_ha_committed(srv->info->ha) < seq)) {
-        if (!c->holding) /* held until its change is on the standbys (master/ha.h) */
+    if (seq != 0 && !c->holding) {
+        atomic_fetch_add(&c->thread->n_holding, 1);
+        if (crk_ha_committed(srv->info->ha) < seq) {
+            /* held until its change is on the standbys (master/ha.h) */
             c->hold_off = before;
-        c->holding = true;
-        if (seq > c->hold_seq)
+            c->hold_ns = crb_now_ns();
+            c->holding = true;
             c->hold_seq = seq;
+        } else {
+            atomic_fetch_sub(&c->thread->n_holding, 1);
+        }
+    } else if (seq != 0 && seq > c->hold_seq) {
+        c->hold_seq = seq; /* held behind the one before */
     }
     record_latency(srv, req.op, t0);
     if (out->cap > REPLY_KEEP_BYTES)
@@ -549,6 +563,8 @@ static void release_held(rpc_thread *t)
             if (c->holding && c->hold_seq <= commit) {
                 c->holding = false;
                 c->hold_seq = 0;
+                atomic_fetch_sub(&t->n_holding, 1);
+                crk_ha_note_held(info->ha, crb_now_ns() - c->hold_ns);
                 batch[n++] = c;
             }
         }
@@ -565,11 +581,14 @@ static void release_held(rpc_thread *t)
     }
 }
 
-/* HA commit index moved (called from HA threads): wake every I/O thread. */
+/* HA commit index moved (called from HA threads): wake the I/O threads that
+ * hold replies. */
 static void on_commit(void *arg)
 {
     crk_rpc_server *srv = arg;
     for (unsigned i = 0; i < srv->n_started; i++) {
+        if (atomic_load(&srv->threads[i].n_holding) == 0)
+            continue; /* nothing of it waits for the commit */
         atomic_store(&srv->threads[i].commit_moved, true);
         crb_loop_wake(&srv->threads[i].loop);
     }

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -89,6 +90,117 @@ static int wait_in_sync(hb_cluster *c, int want, char *addr, size_t cap, int tim
     fprintf(stderr, "ha bench: no leader with %d standbys in sync within %d ms (%d)\n", want,
             timeout_ms, isr);
     return -1;
+}
+
+/* --- replication counters (master_ha_* in /metrics) -------------------------- */
+
+enum { M_FRAMES, M_ENTRIES, M_ACKS, M_COMMITS, M_HELD, M_HELD_S, M_APPLY_S, M_ROLE, M_N };
+static const char *const metric_names[M_N] = {
+    "master_ha_frames_total",        "master_ha_entries_total",
+    "master_ha_acks_total",          "master_ha_commits_total",
+    "master_ha_held_replies_total",  "master_ha_held_seconds_total",
+    "master_ha_apply_seconds_total", "master_ha_role"};
+
+/* GET /metrics of m and read the counters above (0 where absent). */
+static int scrape(const ct_master *m, double *v)
+{
+    memset(v, 0, sizeof(double) * M_N);
+    int fd = crb_connect(m->host, m->metrics_port, 2000);
+    if (fd < 0)
+        return -1;
+    static char text[1 << 17];
+    const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    size_t have = 0;
+    if (write(fd, req, sizeof(req) - 1) != (ssize_t)(sizeof(req) - 1)) {
+        close(fd);
+        return -1;
+    }
+    for (ssize_t n;
+         have + 1 < sizeof(text) && (n = read(fd, text + have, sizeof(text) - 1 - have)) > 0;)
+        have += (size_t)n;
+    close(fd);
+    text[have] = '\0';
+    for (int i = 0; i < M_N; i++) {
+        size_t len = strlen(metric_names[i]);
+        for (const char *p = strstr(text, metric_names[i]); p != NULL;
+             p = strstr(p + len, metric_names[i])) {
+            if ((p == text || p[-1] == '\n') && p[len] == ' ') {
+                v[i] = strtod(p + len + 1, NULL);
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
+static void scrape_all(hb_cluster *c, double v[HA_MASTERS][M_N])
+{
+    for (int i = 0; i < HA_MASTERS; i++)
+        if (!ct_master_running(&c->m[i]) || scrape(&c->m[i], v[i]) < 0)
+            memset(v[i], 0, sizeof(v[i]));
+}
+
+/* What replication did during one HA round (counter differences). */
+static void print_repl(double before[HA_MASTERS][M_N], double after[HA_MASTERS][M_N], double secs)
+{
+    double frames = 0, entries = 0, acks = 0, commits = 0, held = 0, held_s = 0;
+    double sb_frames = 0, sb_entries = 0, sb_acks = 0, sb_apply = 0;
+    for (int i = 0; i < HA_MASTERS; i++) {
+        double d[M_N];
+        for (int k = 0; k < M_N; k++)
+            d[k] = after[i][k] - before[i][k];
+        if (after[i][M_ROLE] == 2) {
+            frames = d[M_FRAMES], entries = d[M_ENTRIES], acks = d[M_ACKS];
+            commits = d[M_COMMITS], held = d[M_HELD], held_s = d[M_HELD_S];
+        } else {
+            sb_frames += d[M_FRAMES], sb_entries += d[M_ENTRIES], sb_acks += d[M_ACKS];
+            sb_apply += d[M_APPLY_S];
+        }
+    }
+    printf("  replication: leader %.0f frames/s (all standbys), %.1f entries/frame, %.0f acks/s, "
+           "%.0f commits/s, %.0f held replies/s, %.0f us held on average; standbys %.0f "
+           "frames/s, %.1f entries/frame, %.0f acks/s, %.1f us applying a frame\n",
+           frames / secs, frames > 0 ? entries / frames : 0, acks / secs, commits / secs,
+           held / secs, held > 0 ? held_s * 1e6 / held : 0, sb_frames / secs,
+           sb_frames > 0 ? sb_entries / sb_frames : 0, sb_acks / secs,
+           sb_frames > 0 ? sb_apply * 1e6 / sb_frames : 0);
+}
+
+/* CPU seconds (user + system) used so far by pid, or by this process's
+ * reaped children (pid 0: the bench child and the plain master it ran). */
+static double cpu_seconds(pid_t pid)
+{
+    if (pid == 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_CHILDREN, &ru);
+        return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+               (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    }
+    char path[64], line[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(line, 1, sizeof(line) - 1, f);
+    fclose(f);
+    line[n] = '\0';
+    const char *p = strrchr(line, ')'); /* fields after "(comm)": state is field 3 */
+    unsigned long long ut = 0, st = 0;
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return 0;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* CPU seconds of every HA master (cpu[i]) and their sum. */
+static double masters_cpu(const hb_cluster *c, double cpu[HA_MASTERS])
+{
+    double t = 0;
+    for (int i = 0; i < HA_MASTERS; i++) {
+        cpu[i] = ct_master_running(&c->m[i]) ? cpu_seconds(c->m[i].p.pid) : 0;
+        t += cpu[i];
+    }
+    return t;
 }
 
 /* Run "crescent-bench master ... --json" as a child; fill ops/s per op name. */
@@ -275,11 +387,44 @@ int cb_ha_main(int argc, char **argv)
     /* Throughput: plain master vs HA leader, alternated in this run. */
     json_t *plain = json_object(), *ha = json_object();
     for (uint32_t r = 0; rc == 0 && r < o.rounds; r++) {
-        rc = run_master_bench(self, &o, "--master-bin", o.master_bin, plain);
+        /* The plain master: the HA masters' flags but --enable_ha. */
+        ct_master pm;
+        const char *pargs[] = {"--client_ttl=600", NULL};
+        ct_master_opts pmo = {.bin = o.master_bin, .args = pargs, .log_path = "/dev/null"};
+        if (ct_master_start(&pm, &pmo) < 0) {
+            rc = -1;
+            break;
+        }
+        double cpu0 = cpu_seconds(0), pm0 = cpu_seconds(pm.p.pid);
+        uint64_t p0 = crb_now_ms();
+        rc = run_master_bench(self, &o, "--master", pm.addr, plain);
+        if (rc == 0)
+            printf("plain round %" PRIu32 ": bench used %.2f CPU s, the plain master %.2f, in "
+                   "%.2f s\n",
+                   r + 1, cpu_seconds(0) - cpu0, cpu_seconds(pm.p.pid) - pm0,
+                   (double)(crb_now_ms() - p0) / 1000.0);
+        ct_master_stop(&pm, 10000);
         if (rc == 0)
             rc = wait_in_sync(&c, HA_MASTERS - 1, addr, sizeof(addr), 20000);
+        double before[HA_MASTERS][M_N], after[HA_MASTERS][M_N];
+        scrape_all(&c, before);
+        uint64_t t0 = crb_now_ms();
+        double each0[HA_MASTERS], each1[HA_MASTERS];
+        double bench0 = cpu_seconds(0), ha0 = masters_cpu(&c, each0);
         if (rc == 0)
             rc = run_master_bench(self, &o, "--master", addr, ha);
+        double bench1 = cpu_seconds(0), ha1 = masters_cpu(&c, each1);
+        scrape_all(&c, after);
+        if (rc == 0) {
+            double lead = 0;
+            for (int i = 0; i < HA_MASTERS; i++)
+                if (after[i][M_ROLE] == 2)
+                    lead = each1[i] - each0[i];
+            printf("HA round %" PRIu32 ": bench used %.2f CPU s, the 3 HA masters %.2f (the "
+                   "leader %.2f), in %.2f s\n",
+                   r + 1, bench1 - bench0, ha1 - ha0, lead, (double)(crb_now_ms() - t0) / 1000.0);
+            print_repl(before, after, (double)(crb_now_ms() - t0) / 1000.0);
+        }
     }
     if (rc == 0) {
         printf("throughput (best of %" PRIu32

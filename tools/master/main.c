@@ -304,6 +304,24 @@ static void render_ha_metrics(master *m, crk_text *t)
                      "Standby subscriptions that resumed from the log", hs.resumes);
     crk_prom_counter(t, "master_ha_standby_snapshots_total",
                      "Standby subscriptions that got a full snapshot", hs.snapshots);
+    crk_prom_counter(t, "master_ha_frames_total",
+                     "Leader: stream frames sent (all standbys); standby: frames applied",
+                     hs.frames);
+    crk_prom_counter(t, "master_ha_entries_total",
+                     "Leader: entries in the frames sent; standby: entries applied", hs.entries);
+    crk_prom_counter(t, "master_ha_acks_total",
+                     "Leader: ack reads that moved a standby; standby: acks sent", hs.acks);
+    crk_prom_counter(t, "master_ha_commits_total", "Leader: times the commit index moved",
+                     hs.commits);
+    crk_prom_counter(t, "master_ha_held_replies_total",
+                     "Leader: times a connection's replies were held for the standbys",
+                     hs.held_replies);
+    crk_prom_family(t, "master_ha_held_seconds_total", CRK_PROM_COUNTER,
+                    "Leader: time replies were held for the standbys, summed");
+    crk_prom_sample(t, "master_ha_held_seconds_total", NULL, 0, (double)hs.held_ns / 1e9);
+    crk_prom_family(t, "master_ha_apply_seconds_total", CRK_PROM_COUNTER,
+                    "Standby: time spent applying the stream, summed");
+    crk_prom_sample(t, "master_ha_apply_seconds_total", NULL, 0, (double)hs.apply_ns / 1e9);
 }
 
 /* Set key `field` of obj to the client bytes s, plus field_hex when s is not UTF-8. */
