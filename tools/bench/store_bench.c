@@ -99,6 +99,7 @@ typedef struct sb_opts {
     uint32_t async_depth, async_rounds;
     bool zcopy, copy, single, batched;
     uint64_t segment_size, buffer_size, region_size, target_size;
+    uint64_t working_set; /* bytes a put round may fill before it starts over (0: 80 %) */
     uint32_t lease_ms;
     const char *protocol;
     const char *master_bin, *master_addr;
@@ -644,6 +645,9 @@ static void usage(FILE *to)
         "                         segment (default 1)\n"
         "  --duration SECONDS     per case (default 1); a put case that fills 80%% of the\n"
         "                         peer's segment removes its keys and starts over\n"
+        "  --working-set BYTES    a put case starts over once its keys hold this much (default\n"
+        "                         and at most 80%% of the segment): with --fresh, puts after\n"
+        "                         the first round rewrite the space the last round freed\n"
         "  --modes LIST           zcopy,copy (default both): put_from/get_into on registered\n"
         "                         memory, or put/get staged through the local buffer\n"
         "  --shapes LIST          single,batch (default both)\n"
@@ -662,12 +666,6 @@ static void usage(FILE *to)
         "                         freshly mounted holder) instead of committed ones\n"
         "  --vs-mooncake          end with issue 12's table: these figures next to Mooncake's\n"
         "                         recorded ones (and the --baseline floor)\n"
-        "  --async                instead of the cases: one thread's exist and get_into calls/s\n"
-        "                         (first --value-sizes size), synchronous vs the completion\n"
-        "                         queue (cr_store_cq), --async-rounds alternating slices of\n"
-        "                         --duration each\n"
-        "  --async-depth N        calls in flight in the async slices (default 64)\n"
-        "  --async-rounds N       rounds of the four slices (default 5)\n"
         "  --async                instead of the cases: one thread's exist and get_into calls/s\n"
         "                         (first --value-sizes size), synchronous vs the completion\n"
         "                         queue (cr_store_cq), --async-rounds alternating slices of\n"
@@ -785,6 +783,9 @@ static int apply_value(sb_opts *o, const char *flag, const char *v)
     } else if (strcmp(flag, "--buffer-size") == 0) {
         if (cb_parse_size(v, &o->buffer_size) < 0 || o->buffer_size < 64 * CB_KIB)
             return cb_bad_value("store", flag, v, "a size of at least 64K (K/M/G binary)");
+    } else if (strcmp(flag, "--working-set") == 0) {
+        if (cb_parse_size(v, &o->working_set) < 0 || o->working_set == 0)
+            return cb_bad_value("store", flag, v, "a positive size (K/M/G binary)");
     } else if (strcmp(flag, "--region-size") == 0) {
         if (cb_parse_size(v, &o->region_size) < 0 || o->region_size == 0)
             return cb_bad_value("store", flag, v, "a positive size");
@@ -835,7 +836,7 @@ static int parse_opts(int argc, char **argv, sb_opts *o)
         "--role",        "--value-sizes", "--batch",       "--threads",      "--clients",
         "--drivers",     "--duration",    "--modes",       "--shapes",       "--segment-size",
         "--protocol",    "--buffer-size", "--region-size", "--master",       "--master-bin",
-        "--target-size", "--lease-ms",    "--async-depth", "--async-rounds",
+        "--target-size", "--lease-ms",    "--async-depth", "--async-rounds", "--working-set",
     };
     static const uint64_t default_sizes[] = {4 * CB_KIB, 64 * CB_KIB, CB_MIB};
     memset(o, 0, sizeof(*o));
@@ -1207,7 +1208,10 @@ static int run_case(sb_run *r, const sb_case *c)
     uint64_t size = c->size ? c->size : o->sizes[c->size_idx];
     double duration = c->duration > 0 ? c->duration : o->duration;
     uint64_t aligned = (size + 63) / 64 * 64;
-    uint64_t budget = o->segment_size / 100 * BUDGET_PERCENT / aligned / r->threads;
+    uint64_t room = o->segment_size / 100 * BUDGET_PERCENT;
+    if (o->working_set > 0 && o->working_set < room && !c->silent)
+        room = o->working_set;
+    uint64_t budget = room / aligned / r->threads;
     if (budget == 0)
         budget = 1;
     char sz[32], label[96];
