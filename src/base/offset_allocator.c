@@ -30,6 +30,7 @@
 #define NUM_BINS         (TOP_BINS * LEAF_BINS)
 #define EXACT_FIT_PROBES 8
 #define INITIAL_NODES    64
+#define WARM_PROBES      64 /* nodes of one bin tried to stay below the frontier */
 
 typedef struct oa_node {
     uint64_t off; /* units */
@@ -41,7 +42,8 @@ typedef struct oa_node {
 struct crb_oa {
     uint64_t capacity_units;
     uint64_t used_units;
-    unsigned shift; /* log2(alignment) */
+    uint64_t touched_units; /* highest end of any allocation so far */
+    unsigned shift;         /* log2(alignment) */
     uint32_t allocations;
     uint32_t free_blocks;
     const crb_alloc_ops *heap; /* where nodes and this header come from */
@@ -245,6 +247,35 @@ static uint32_t scan_bin(const crb_oa *oa, uint32_t bin, uint64_t units, uint32_
     return NIL;
 }
 
+/*
+ * Candidate n (a free block of >= units) would reach past the touched
+ * frontier. Only the last block holds never-allocated space (everything above
+ * the frontier is one coalesced free block), so any other block that fits is
+ * entirely below it: look for one among the first nodes of n's bin, at the
+ * head of the next non-empty bin above it (every block there fits, since
+ * bin(n) >= bin_round_down(units)), and among the first WARM_PROBES nodes of
+ * the request's rounded-down bin. O(1); NIL when there is none.
+ */
+static uint32_t warm_alternative(const crb_oa *oa, uint32_t n, uint64_t units)
+{
+    uint32_t bin = bin_round_down(oa->nodes[n].len);
+    uint32_t m = oa->bin_head[bin];
+    for (uint32_t i = 0; m != NIL && i < EXACT_FIT_PROBES; i++, m = oa->nodes[m].bin_next)
+        if (m != n && oa->nodes[m].len >= units)
+            return m;
+    if (bin + 1 < NUM_BINS) {
+        uint32_t above = find_bin_at_least(oa, bin + 1);
+        if (above != NIL)
+            return oa->bin_head[above];
+    }
+    /* Blocks filed below the request's rounded-up bin may still fit it; the
+     * first EXACT_FIT_PROBES of them were tried already. */
+    uint32_t down = bin_round_down(units);
+    if (down == bin_round_up(units) || down == bin)
+        return NIL;
+    return scan_bin(oa, down, units, EXACT_FIT_PROBES, WARM_PROBES);
+}
+
 int crb_oa_alloc(crb_oa *oa, uint64_t size, crb_oa_allocation *out)
 {
     if (size == 0)
@@ -280,6 +311,11 @@ int crb_oa_alloc(crb_oa *oa, uint64_t size, crb_oa_allocation *out)
         return crb_error(CR_NO_AVAILABLE_HANDLE,
                          "offset allocator: no free block of %llu bytes (fragmented)",
                          (unsigned long long)size);
+    if (oa->nodes[n].off + units > oa->touched_units) {
+        uint32_t warm = warm_alternative(oa, n, units);
+        if (warm != NIL)
+            n = warm;
+    }
 
     bin_remove(oa, n);
     oa_node *node = &oa->nodes[n];
@@ -302,6 +338,8 @@ int crb_oa_alloc(crb_oa *oa, uint64_t size, crb_oa_allocation *out)
     node->bin_next = NIL;
     oa->used_units += units;
     oa->allocations++;
+    if (node->off + units > oa->touched_units)
+        oa->touched_units = node->off + units;
     out->offset = node->off << oa->shift;
     out->size = units << oa->shift;
     out->node = n;
@@ -358,6 +396,11 @@ uint64_t crb_oa_used(const crb_oa *oa)
 uint64_t crb_oa_capacity(const crb_oa *oa)
 {
     return oa->capacity_units << oa->shift;
+}
+
+uint64_t crb_oa_touched(const crb_oa *oa)
+{
+    return oa->touched_units << oa->shift;
 }
 
 void crb_oa_get_stats(const crb_oa *oa, crb_oa_stats *st)

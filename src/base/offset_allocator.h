@@ -22,6 +22,16 @@
  *     1/8 of each non-representable size.) If both fail, the rounded-down bin
  *     is scanned completely, so an allocation fails only when no single free
  *     block is large enough.
+ *   - Warm space first: the allocator remembers the highest end of any
+ *     allocation so far (the touched frontier). When the block chosen above
+ *     would reach past it, another free block that fits is taken instead if
+ *     one is found in O(1) (a few nodes of the same bin, the head of the next
+ *     non-empty bin). Space below the frontier was handed out before, so a
+ *     store segment's pages there are committed and warm; above it they are
+ *     lazily mapped and cost a page fault and a zeroing on first write (on
+ *     a VM also the host's backing). Put/remove churn thus rewrites the
+ *     same pages, and a lazily committed segment commits only as much as
+ *     was live at its peak.
  *   - Every block (free or used) is a node in an address-ordered neighbour
  *     list; free merges a block with free neighbours at once (coalescing).
  *   - Node storage is an array that starts small and doubles on demand
@@ -92,6 +102,12 @@ uint64_t crb_oa_used(const crb_oa *oa);
 
 /** Managed capacity in bytes. O(1). */
 uint64_t crb_oa_capacity(const crb_oa *oa);
+
+/**
+ * The touched frontier in bytes: the highest end of any allocation made so
+ * far (0 for a new allocator). Never decreases. O(1).
+ */
+uint64_t crb_oa_touched(const crb_oa *oa);
 
 /**
  * Fill *st. O(1) except largest_free, which scans the highest non-empty bin.

@@ -3,7 +3,8 @@
  * exhaustion, fragmentation, coalescing in random order, uniform-size KV
  * blocks at ~100 % utilization (also after churn), random alloc/free checked
  * against a bitmap reference model, huge 64-bit sizes, lazy node growth and
- * invalid handles.
+ * invalid handles, and warm space first: freed ranges below the touched
+ * frontier are handed out before never-allocated space.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -395,6 +396,98 @@ static void test_node_growth(void **state)
     crb_oa_destroy(oa);
 }
 
+#define MIB (1ull << 20)
+
+/* Free space that was handed out before is reused before the never-touched
+ * tail, even when the tail is the better (smaller) fit. */
+static void test_warm_before_untouched(void **state)
+{
+    (void)state;
+    crb_oa *oa = NULL;
+    assert_int_equal(crb_oa_create(16 * MIB, 64, NULL, &oa), 0);
+    assert_int_equal(crb_oa_touched(oa), 0);
+    crb_oa_allocation a[16];
+    for (int i = 0; i < 12; i++) {
+        assert_int_equal(crb_oa_alloc(oa, MIB, &a[i]), 0);
+        assert_int_equal(a[i].offset, (uint64_t)i * MIB); /* a fresh allocator fills in order */
+    }
+    assert_int_equal(crb_oa_touched(oa), 12 * MIB);
+    /* A 6 MiB warm hole at the front; the untouched tail is 4 MiB (a
+     * smaller bin, which a plain good-fit search would take). */
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(crb_oa_free(oa, a[i].node), 0);
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(crb_oa_alloc(oa, MIB, &a[i]), 0);
+        assert_true(a[i].offset + a[i].size <= 6 * MIB);
+    }
+    assert_int_equal(crb_oa_touched(oa), 12 * MIB);
+    /* No warm space left: now the tail, front first. */
+    assert_int_equal(crb_oa_alloc(oa, MIB, &a[12]), 0);
+    assert_int_equal(a[12].offset, 12 * MIB);
+    assert_int_equal(crb_oa_touched(oa), 13 * MIB);
+    crb_oa_destroy(oa);
+}
+
+/* The most recently freed block of a size is reused first; a freed block that
+ * merged into the tail's front is reused before the untouched rest of it. */
+static void test_warm_reuse_order(void **state)
+{
+    (void)state;
+    crb_oa *oa = NULL;
+    assert_int_equal(crb_oa_create(64 * MIB, 4096, NULL, &oa), 0);
+    crb_oa_allocation a[8];
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(crb_oa_alloc(oa, 3 * MIB, &a[i]), 0);
+    assert_int_equal(crb_oa_free(oa, a[1].node), 0);
+    assert_int_equal(crb_oa_free(oa, a[5].node), 0);
+    crb_oa_allocation b;
+    assert_int_equal(crb_oa_alloc(oa, 3 * MIB, &b), 0);
+    assert_int_equal(b.offset, a[5].offset);
+    assert_int_equal(crb_oa_alloc(oa, 3 * MIB, &b), 0);
+    assert_int_equal(b.offset, a[1].offset);
+    /* The last block merges into the free tail: its space comes back first. */
+    assert_int_equal(crb_oa_free(oa, a[7].node), 0);
+    assert_int_equal(crb_oa_alloc(oa, MIB, &b), 0);
+    assert_int_equal(b.offset, a[7].offset);
+    assert_int_equal(crb_oa_touched(oa), 24 * MIB);
+    /* A smaller warm hole that cannot hold the request does not stop the
+     * allocation: the tail serves it. */
+    assert_int_equal(crb_oa_free(oa, a[3].node), 0);
+    crb_oa_allocation big;
+    assert_int_equal(crb_oa_alloc(oa, 8 * MIB, &big), 0);
+    assert_true(big.offset >= 22 * MIB);
+    crb_oa_destroy(oa);
+}
+
+/* Steady put/remove churn of mixed sizes over a small working set never
+ * pushes the frontier much beyond the live peak. */
+static void test_churn_stays_warm(void **state)
+{
+    (void)state;
+    crb_oa *oa = NULL;
+    assert_int_equal(crb_oa_create(1024 * MIB, 64, NULL, &oa), 0);
+    enum { LIVE = 64 };
+    crb_oa_allocation live[LIVE];
+    uint64_t peak = 0, used = 0;
+    for (int i = 0; i < LIVE; i++) {
+        assert_int_equal(crb_oa_alloc(oa, MIB + (rnd() % 4) * 64 * 1024, &live[i]), 0);
+        used += live[i].size;
+    }
+    peak = used;
+    for (int round = 0; round < 20000; round++) {
+        size_t k = (size_t)(rnd() % LIVE);
+        used -= live[k].size;
+        assert_int_equal(crb_oa_free(oa, live[k].node), 0);
+        assert_int_equal(crb_oa_alloc(oa, MIB + (rnd() % 4) * 64 * 1024, &live[k]), 0);
+        used += live[k].size;
+        if (used > peak)
+            peak = used;
+    }
+    /* Fragmentation allows some slack over the peak, not the whole segment. */
+    assert_true(crb_oa_touched(oa) < 2 * peak);
+    crb_oa_destroy(oa);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -407,6 +500,9 @@ int main(void)
         cmocka_unit_test(test_reference_model),
         cmocka_unit_test(test_huge_sizes),
         cmocka_unit_test(test_node_growth),
+        cmocka_unit_test(test_warm_before_untouched),
+        cmocka_unit_test(test_warm_reuse_order),
+        cmocka_unit_test(test_churn_stays_warm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

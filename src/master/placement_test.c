@@ -2,7 +2,8 @@
  * placement_test.c - replica placement: replicas on distinct segments,
  * preferred segments first (in order, unknown or full ones skipped), best
  * effort with partial allocation counted, load spread by sampled free ratio,
- * mount epochs in descriptors, values larger than every segment refused early.
+ * mount epochs in descriptors, values larger than every segment refused early,
+ * and freed space reused before never-written space.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -243,6 +244,36 @@ static void test_local_first(void **state)
     crk_service_destroy(s);
 }
 
+/* A removed object's space (written before: committed pages in the holder)
+ * takes the next put before the never-written rest of the segment, even when
+ * the freed hole is larger than that rest. */
+static void test_freed_space_first(void **state)
+{
+    (void)state;
+    crk_service *s = tu_service(NULL, 0);
+    const uint64_t base = 0x10000000ull;
+    tu_mount(s, tu_client(1), "s0", base, 16 * MIB, 0);
+    crk_replicate_config cfg = tu_cfg(1);
+    char key[32];
+    for (int i = 0; i < 12; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        assert_int_equal(tu_put(s, tu_client(1), key, MIB, &cfg, 1), 0);
+    }
+    for (int i = 0; i < 6; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        assert_int_equal(crk_remove(s, key, false, 2), 0);
+    }
+    for (int i = 0; i < 6; i++) {
+        snprintf(key, sizeof(key), "n%d", i);
+        crk_replica_list l;
+        assert_int_equal(crk_put_start(s, tu_client(1), key, MIB, &cfg, 3, &l), 0);
+        assert_int_equal(l.n, 1);
+        assert_true(l.r[0].address >= base && l.r[0].address + MIB <= base + 6 * MIB);
+        assert_int_equal(crk_put_end(s, tu_client(1), key, 3), 0);
+    }
+    crk_service_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -250,6 +281,7 @@ int main(void)
         cmocka_unit_test(test_distinct_segments),    cmocka_unit_test(test_best_effort),
         cmocka_unit_test(test_preferred_segments),   cmocka_unit_test(test_spread_by_free_ratio),
         cmocka_unit_test(test_epochs_and_addresses), cmocka_unit_test(test_larger_than_any_segment),
+        cmocka_unit_test(test_freed_space_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -99,6 +99,7 @@ typedef struct sb_opts {
     uint32_t async_depth, async_rounds;
     bool zcopy, copy, single, batched;
     uint64_t segment_size, buffer_size, region_size, target_size;
+    uint64_t working_set; /* bytes a put round may fill before it starts over (0: 80 %) */
     uint32_t lease_ms;
     const char *protocol;
     const char *master_bin, *master_addr;
@@ -116,6 +117,7 @@ typedef struct sb_client {
     uint64_t region_size, target_size;
     char name[256];
     uint64_t written[MAX_THREADS]; /* keys the last put case wrote, per thread */
+    uint64_t wbase[MAX_THREADS];   /* index of the first of them */
     unsigned written_gid;
 } sb_client;
 
@@ -124,6 +126,7 @@ typedef struct sb_job {
     int kind, op;
     bool zcopy, verify;
     bool warm;             /* warm-up put: one round up to the budget, no recycling */
+    bool keep_last;        /* --working-set: a full round removes the one before it */
     uint64_t size, budget; /* budget: keys per thread (put) */
     uint32_t batch, threads;
     double duration;
@@ -207,7 +210,7 @@ static void store_call(sb_worker *w, size_t n, uint64_t first)
     uint8_t *slice = c->region + (uint64_t)w->idx * j->batch * j->size;
     uint64_t index[1024];
     for (size_t k = 0; k < n; k++) {
-        index[k] = j->op == OP_PUT ? first + k : (first + k) % written;
+        index[k] = j->op == OP_PUT ? first + k : c->wbase[w->idx] + (first + k) % written;
         key_name(w->keys_buf[k], j, w->idx, index[k]);
         w->key_ptrs[k] = w->keys_buf[k];
         w->bufs[k] = slice + k * j->size;
@@ -313,9 +316,12 @@ static void shm_call(sb_worker *w, size_t n)
  * removes them (no reader holds a lease on them, so the space is free at
  * once) and starts over with the same key names. The removal is inside the
  * case's wall time but not in the latency histogram; with the default 1 GiB
- * segment it is one batch call per ~800 MiB written.
+ * segment it is one batch call per ~800 MiB written. With --working-set
+ * (keep_last) the keys alternate between two halves of the index space: a
+ * full round removes the round before it, [first, first + count), and the
+ * next round rewrites those names, so the last round stays readable.
  */
-static int recycle(sb_worker *w, uint64_t count)
+static int recycle(sb_worker *w, uint64_t first_key, uint64_t count)
 {
     sb_job *j = w->j;
     char(*names)[KEY_LEN] = calloc(1024, KEY_LEN);
@@ -325,7 +331,7 @@ static int recycle(sb_worker *w, uint64_t count)
     for (uint64_t first = 0; rc == 0 && first < count; first += 1024) {
         size_t n = count - first < 1024 ? (size_t)(count - first) : 1024;
         for (size_t k = 0; k < n; k++) {
-            key_name(names[k], j, w->idx, first + k);
+            key_name(names[k], j, w->idx, first_key + first + k);
             ptrs[k] = names[k];
         }
         rc = cr_store_batch_remove(j->c->s, ptrs, n, false, res);
@@ -345,17 +351,24 @@ static void *worker_main(void *arg)
 {
     sb_worker *w = arg;
     sb_job *j = w->j;
-    uint64_t next = 0;
+    uint64_t next = 0, base = 0;
     if (j->kind == KIND_STORE && j->op == OP_GET && j->c->written[w->idx] == 0) {
         job_error(j, CR_OBJECT_NOT_FOUND, "get case without keys (did the put case fail?)");
         goto out;
     }
-    while (cb_now_ns() < j->deadline_ns && atomic_load(&j->errors) == 0) {
+    /* At least one call, so that a thread started late on a loaded machine still leaves
+     * keys for the get case. */
+    for (bool first = true; (first || cb_now_ns() < j->deadline_ns) && atomic_load(&j->errors) == 0;
+         first = false) {
         size_t n = j->batch;
         if (j->kind == KIND_STORE && j->op == OP_PUT) {
             if (next >= j->budget) {
-                if (j->warm || recycle(w, next) < 0)
+                uint64_t other = base == 0 ? j->budget : 0;
+                if (j->warm ||
+                    recycle(w, j->keep_last ? other : base, j->keep_last ? j->budget : next) < 0)
                     break;
+                if (j->keep_last)
+                    base = other;
                 next = 0;
             }
             if (n > j->budget - next)
@@ -365,7 +378,7 @@ static void *worker_main(void *arg)
         if (j->kind == KIND_SHM) {
             shm_call(w, n);
         } else if (j->op == OP_PUT) {
-            store_call(w, n, next);
+            store_call(w, n, base + next);
             next += n;
         } else {
             store_call(w, n, w->cursor);
@@ -373,8 +386,10 @@ static void *worker_main(void *arg)
         }
         atomic_fetch_add(&j->bytes_done, w->bytes - before);
     }
-    if (j->kind == KIND_STORE && j->op == OP_PUT)
+    if (j->kind == KIND_STORE && j->op == OP_PUT) {
         j->c->written[w->idx] = next;
+        j->c->wbase[w->idx] = base;
+    }
 out:
     w->end_ns = cb_now_ns();
     atomic_fetch_sub(&j->running, 1);
@@ -420,12 +435,14 @@ static void client_run(sb_client *c, const char *line)
     j->c = c;
     j->kind = strcmp(kind, "shm") == 0 ? KIND_SHM : KIND_STORE;
     j->warm = strcmp(op, "warm") == 0;
-    j->op = strcmp(op, "put") == 0 || j->warm ? OP_PUT : OP_GET;
+    j->keep_last = strcmp(op, "put2") == 0;
+    j->op = strcmp(op, "put") == 0 || j->warm || j->keep_last ? OP_PUT : OP_GET;
     j->zcopy = strcmp(mode, "zcopy") == 0;
     j->verify = verify != 0;
     pthread_mutex_init(&j->err_lock, NULL);
     if (j->kind == KIND_STORE && j->op == OP_PUT) {
         memset(c->written, 0, sizeof(c->written));
+        memset(c->wbase, 0, sizeof(c->wbase));
         c->written_gid = j->gid;
     }
     int rc = 0;
@@ -644,6 +661,10 @@ static void usage(FILE *to)
         "                         segment (default 1)\n"
         "  --duration SECONDS     per case (default 1); a put case that fills 80%% of the\n"
         "                         peer's segment removes its keys and starts over\n"
+        "  --working-set BYTES    a put case's rounds hold this much (at most 40%% of the\n"
+        "                         segment), and a full round removes the round before it: a\n"
+        "                         steady put/remove state, where (with --fresh) puts after\n"
+        "                         the first two rounds land in space freed before\n"
         "  --modes LIST           zcopy,copy (default both): put_from/get_into on registered\n"
         "                         memory, or put/get staged through the local buffer\n"
         "  --shapes LIST          single,batch (default both)\n"
@@ -662,12 +683,6 @@ static void usage(FILE *to)
         "                         freshly mounted holder) instead of committed ones\n"
         "  --vs-mooncake          end with issue 12's table: these figures next to Mooncake's\n"
         "                         recorded ones (and the --baseline floor)\n"
-        "  --async                instead of the cases: one thread's exist and get_into calls/s\n"
-        "                         (first --value-sizes size), synchronous vs the completion\n"
-        "                         queue (cr_store_cq), --async-rounds alternating slices of\n"
-        "                         --duration each\n"
-        "  --async-depth N        calls in flight in the async slices (default 64)\n"
-        "  --async-rounds N       rounds of the four slices (default 5)\n"
         "  --async                instead of the cases: one thread's exist and get_into calls/s\n"
         "                         (first --value-sizes size), synchronous vs the completion\n"
         "                         queue (cr_store_cq), --async-rounds alternating slices of\n"
@@ -785,6 +800,9 @@ static int apply_value(sb_opts *o, const char *flag, const char *v)
     } else if (strcmp(flag, "--buffer-size") == 0) {
         if (cb_parse_size(v, &o->buffer_size) < 0 || o->buffer_size < 64 * CB_KIB)
             return cb_bad_value("store", flag, v, "a size of at least 64K (K/M/G binary)");
+    } else if (strcmp(flag, "--working-set") == 0) {
+        if (cb_parse_size(v, &o->working_set) < 0 || o->working_set == 0)
+            return cb_bad_value("store", flag, v, "a positive size (K/M/G binary)");
     } else if (strcmp(flag, "--region-size") == 0) {
         if (cb_parse_size(v, &o->region_size) < 0 || o->region_size == 0)
             return cb_bad_value("store", flag, v, "a positive size");
@@ -835,7 +853,7 @@ static int parse_opts(int argc, char **argv, sb_opts *o)
         "--role",        "--value-sizes", "--batch",       "--threads",      "--clients",
         "--drivers",     "--duration",    "--modes",       "--shapes",       "--segment-size",
         "--protocol",    "--buffer-size", "--region-size", "--master",       "--master-bin",
-        "--target-size", "--lease-ms",    "--async-depth", "--async-rounds",
+        "--target-size", "--lease-ms",    "--async-depth", "--async-rounds", "--working-set",
     };
     static const uint64_t default_sizes[] = {4 * CB_KIB, 64 * CB_KIB, CB_MIB};
     memset(o, 0, sizeof(*o));
@@ -903,6 +921,14 @@ static int parse_opts(int argc, char **argv, sb_opts *o)
     o->target_size = o->segment_size < BASELINE_AREA ? o->segment_size : BASELINE_AREA;
     if (o->target_size < o->region_size)
         o->target_size = o->region_size;
+    if (o->working_set > 0 && o->working_set > o->segment_size / 100 * (BUDGET_PERCENT / 2)) {
+        fprintf(stderr, CB_PROG " store: --working-set is more than 40%% of --segment-size\n");
+        return -1;
+    }
+    if (o->working_set > 0 && o->working_set < max_size(o) * o->batch * o->threads) {
+        fprintf(stderr, CB_PROG " store: --working-set is less than one batch per thread\n");
+        return -1;
+    }
     if (max_size(o) * 10 > o->segment_size * 8) {
         fprintf(stderr, CB_PROG " store: --segment-size must hold the largest value with room to "
                                 "spare (80%% of it is used)\n");
@@ -1207,7 +1233,11 @@ static int run_case(sb_run *r, const sb_case *c)
     uint64_t size = c->size ? c->size : o->sizes[c->size_idx];
     double duration = c->duration > 0 ? c->duration : o->duration;
     uint64_t aligned = (size + 63) / 64 * 64;
-    uint64_t budget = o->segment_size / 100 * BUDGET_PERCENT / aligned / r->threads;
+    uint64_t room = o->segment_size / 100 * BUDGET_PERCENT;
+    bool keep_last = o->working_set > 0 && !c->silent && c->kind == KIND_STORE;
+    if (keep_last)
+        room = o->working_set;
+    uint64_t budget = room / aligned / r->threads;
     if (budget == 0)
         budget = 1;
     char sz[32], label[96];
@@ -1219,13 +1249,14 @@ static int run_case(sb_run *r, const sb_case *c)
     for (unsigned d = 0; d < o->drivers; d++) {
         const sb_peer *peer = &r->peers[(d + 1) % o->clients];
         char line[1024];
-        snprintf(
-            line, sizeof(line),
-            "run %s %s %s %" PRIu64 " %u %u %.6f %u %u %u %" PRIu64 " %s %" PRIx64 " %" PRIu64 "\n",
-            c->kind == KIND_SHM ? "shm" : "store",
-            c->silent ? "warm" : (c->op == OP_PUT ? "put" : "get"), c->zcopy ? "zcopy" : "copy",
-            size, c->batch, r->threads, duration, o->verify && !c->silent ? 1u : 0u, r->gid, d,
-            budget, peer->name, peer->target, peer->len);
+        snprintf(line, sizeof(line),
+                 "run %s %s %s %" PRIu64 " %u %u %.6f %u %u %u %" PRIu64 " %s %" PRIx64 " %" PRIu64
+                 "\n",
+                 c->kind == KIND_SHM ? "shm" : "store",
+                 c->silent ? "warm" : (c->op == OP_PUT ? (keep_last ? "put2" : "put") : "get"),
+                 c->zcopy ? "zcopy" : "copy", size, c->batch, r->threads, duration,
+                 o->verify && !c->silent ? 1u : 0u, r->gid, d, budget, peer->name, peer->target,
+                 peer->len);
         if (send_line(&r->peers[d].child, line) < 0) {
             fprintf(stderr, CB_PROG " store: client %u is gone\n", d);
             return -1;
