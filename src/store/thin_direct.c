@@ -59,7 +59,12 @@
 void crc_thin_direct_init(crc_thin *t)
 {
     pthread_mutex_init(&t->direct_mu, NULL);
-    pthread_rwlock_init(&t->direct_lock, NULL);
+    /* Writers first: a new session's setup must not wait behind a stream of gets. */
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&t->direct_lock, &ra);
+    pthread_rwlockattr_destroy(&ra);
     const char *e = getenv("CRESCENT_THIN_DIRECT");
     t->direct_off = e != NULL && (strcmp(e, "0") == 0 || strcmp(e, "false") == 0 ||
                                   strcmp(e, "off") == 0 || strcmp(e, "no") == 0);
