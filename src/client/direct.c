@@ -108,7 +108,6 @@ bool crs_direct_answer(crs_conn *c, uint64_t id)
 {
     crs_daemon *d = c->d;
     crp_thin_resp resp = {.op = CRP_THIN_SEGMENT};
-    atomic_fetch_add(&d->ctr.calls[CRP_THIN_SEGMENT % 64], 1);
     if (d->seg_fd < 0 || c->sess == NULL || c->uid != d->uid || c->out.len != 0) {
         resp.status = crb_error(CR_UNAVAILABLE_IN_CURRENT_MODE,
                                 d->seg_fd < 0     ? "this crescent-client has no shareable segment"
