@@ -153,11 +153,15 @@ static int direct_setup(crc_thin *t, crc_thin_conn *c)
     /* Our own master connection (kept across sessions while the address stays). */
     bool new_master = t->master == NULL || strcmp(t->master_addr, resp.names[1]) != 0;
     if (new_master) {
+        char tenant[sizeof(t->daemon_tenant)];
+        pthread_mutex_lock(&t->lock); /* a reconnect writes it */
+        snprintf(tenant, sizeof(tenant), "%s", t->daemon_tenant);
+        pthread_mutex_unlock(&t->lock);
         crp_rpc_uuid id;
         crb_random_bytes(&id, sizeof(id));
         rc = crc_master_connect(resp.names[1], id, (int)t->rpc_timeout_ms, &m);
-        if (rc == 0 && strcmp(t->daemon_tenant, "default") != 0)
-            rc = crc_master_set_tenant(m, t->daemon_tenant);
+        if (rc == 0 && strcmp(tenant, "default") != 0)
+            rc = crc_master_set_tenant(m, tenant);
         if (rc < 0) {
             snprintf(why, sizeof(why), "master %s: %s", resp.names[1], cr_last_error_message());
             goto out_refused;
