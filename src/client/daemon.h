@@ -105,6 +105,10 @@ typedef struct crs_daemon {
     char segment[CR_STORE_MAX_SEGMENT + 1];
     char socket_name[128]; /* for messages: "@crescent-client-50052" */
     uid_t uid;
+    /* The segment for thin clients' direct reads (SEGMENT, direct.c): a
+     * read-only descriptor of its memfd (-1: none), where it lies here. */
+    int seg_fd;
+    uint64_t seg_base, seg_size;
 
     crb_loop loops[CRS_MAX_LOOPS];
     unsigned n_loops;
@@ -235,6 +239,21 @@ int crs_table_destroy(crs_daemon *d, crs_session *s, uint32_t id);
 int crs_map_client_file(crs_daemon *d, int fd, uid_t uid, uint64_t offset, uint64_t len,
                         uint8_t **map, uint64_t *map_len, uint8_t **base);
 void crs_unmap_client(crs_daemon *d, uint8_t *map, uint64_t len);
+
+/* --- direct.c: the segment for direct reads ------------------------------------ */
+
+/* Open d->seg_fd (a read-only descriptor of the embedded store's segment);
+ * no segment or no descriptor leaves it -1 (SEGMENT is then refused). */
+void crs_direct_open(crs_daemon *d);
+void crs_direct_close(crs_daemon *d);
+/* Answer SEGMENT (request id) on c: the segment's name, base, size
+ * and the master address, with the descriptor riding on the reply's first
+ * byte; refused (CR_UNAVAILABLE_IN_CURRENT_MODE) for a client of another
+ * uid, without a segment, or with replies still queued. Returns false if
+ * the connection must close. */
+bool crs_direct_answer(crs_conn *c, uint64_t id);
+/* server.c: append a reply frame for request id to c's output (sent after the request). */
+void crs_conn_reply(crs_conn *c, uint64_t id, crp_thin_resp *resp);
 
 /* --- handlers.c -------------------------------------------------------------- */
 

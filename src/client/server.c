@@ -105,6 +105,11 @@ static void queue_reply(crs_conn *c, uint64_t id, crp_thin_resp *resp)
     crp_header_encode(&h, c->out.data + start);
 }
 
+void crs_conn_reply(crs_conn *c, uint64_t id, crp_thin_resp *resp)
+{
+    queue_reply(c, id, resp); /* process_input flushes it */
+}
+
 /* --- handshake --------------------------------------------------------------- */
 
 static bool mac_ok(const crs_daemon *d, const crs_conn *c, const uint8_t *mac)
@@ -202,6 +207,11 @@ static void run_frame(crs_conn *c, const crp_header *h, const uint8_t *body)
     } else if (req.op == CRP_THIN_HELLO) {
         resp.status = crb_error(CR_INVALID_PARAMS, "HELLO twice on one connection");
         resp.message = (char *)cr_last_error_message();
+    } else if (req.op == CRP_THIN_SEGMENT) {
+        if (!crs_direct_answer(c, h->request_id))
+            c->closing = true;
+        crp_thin_req_clear(&req);
+        return; /* answered (with the descriptor) */
     } else if (req.op == CRP_THIN_RELEASE) {
         for (size_t i = 0; i < req.n_vals; i++)
             crs_lb_free(d, c->sess, req.vals[i]);
@@ -493,6 +503,7 @@ bound:
 int crs_daemon_start(crs_daemon *d, const crs_config *cfg)
 {
     memset(d, 0, sizeof(*d));
+    d->seg_fd = -1;
     d->cfg = *cfg;
     d->uid = getuid();
     pthread_mutex_init(&d->lock, NULL);
@@ -518,6 +529,7 @@ int crs_daemon_start(crs_daemon *d, const crs_config *cfg)
     if ((rc = cr_store_setup(&sc, &d->store)) < 0)
         goto err_stop;
     cr_store_hostname(d->store, d->segment, sizeof(d->segment));
+    crs_direct_open(d);
     int lfd = -1;
     if ((rc = bind_socket(d, &lfd)) < 0)
         goto err_stop;
@@ -595,6 +607,7 @@ void crs_daemon_stop(crs_daemon *d)
         cr_store_destroy(d->store); /* unmount, then close */
         d->store = NULL;
     }
+    crs_direct_close(d);
     free(d->sessions);
     d->sessions = NULL;
     d->n_sessions = d->cap_sessions = 0;

@@ -139,6 +139,7 @@
       CRP_THIN_F_ATTACH | CRP_THIN_F_MAC | CRP_THIN_F_TENANT | CRP_THIN_F_NFD,                     \
       CRP_THIN_R_SESSION | CRP_THIN_R_TENANT)                                                      \
     X(HEALTH, 3, "health", 0, 0, 0)                                                                \
+    X(SEGMENT, 4, "segment", 0, 0, CRP_THIN_R_VALS | CRP_THIN_R_NAMES)                             \
     X(PUT, 10, "put", CRP_THIN_F_KEYS | CRP_THIN_F_EXT | CRP_THIN_F_FLAGS, CRP_THIN_F_CFG,         \
       CRP_THIN_R_RESULTS)                                                                          \
     X(GET, 11, "get", CRP_THIN_F_KEYS | CRP_THIN_F_EXT | CRP_THIN_F_FLAGS, 0, CRP_THIN_R_RESULTS)  \

@@ -19,14 +19,18 @@
  *
  * Files: thin_conn.c (session, connections, calls), thin_mem.c (pool,
  * regions, translation of pointers to extents), thin_ops.c (the store
- * operations), thin_sessions.c (Mooncake's ranged session API).
+ * operations), thin_sessions.c (Mooncake's ranged session API),
+ * thin_direct.c (gets read straight from the daemon's segment).
  *
  * Threading: every function may be called from any thread at once. Locks:
  * `lock` (session state and the idle connections), `pool_lock` (the pool's
  * allocator), `reg_lock` (the region table, a rwlock), `copy_lock` (a
  * rwlock: readers copy values out of the local buffer, a reconnect takes
- * it to write before a new session can place values there). Order:
- * lock -> reg_lock; pool_lock and copy_lock are taken alone.
+ * it to write before a new session can place values there), `direct_mu`
+ * and `direct_lock` (thin_direct.c: setting up / using the daemon's segment
+ * mapping). Order: lock -> reg_lock; direct_mu -> direct_lock; a direct get
+ * holds direct_lock (read) but no other lock across its master call;
+ * pool_lock and copy_lock are taken alone.
  */
 #ifndef CRESCENT_STORE_THIN_H
 #define CRESCENT_STORE_THIN_H
@@ -58,6 +62,7 @@ typedef struct crc_thin_conn {
     uint8_t *in;      /* replies: bytes [0, in_len) received, not yet consumed */
     size_t in_len, in_cap;
     crp_buf out;
+    int rx_fd; /* a descriptor that came with a reply (SEGMENT), -1 if none */
 } crc_thin_conn;
 
 enum { CRC_REGION_POOL = 0, CRC_REGION_SHARED = 1, CRC_REGION_SLOW = 2 };
@@ -113,7 +118,22 @@ typedef struct crc_thin {
     crc_thin_region *regs;
     size_t n_regs, cap_regs;
 
+    /* direct reads (thin_direct.c): the daemon's segment mapped read-only
+     * and a master connection of our own */
+    pthread_mutex_t direct_mu;    /* setting them up */
+    pthread_rwlock_t direct_lock; /* readers: reads from seg_map; writer: replacing it */
+    bool direct_off;              /* CRESCENT_THIN_DIRECT=0 */
+    uint64_t direct_gen;          /* the session generation seg_map belongs to (0: none) */
+    bool direct_on;               /* for direct_gen: usable */
+    uint8_t *seg_map;
+    uint64_t seg_base, seg_size; /* where it lies in the daemon */
+    char seg_name[CR_STORE_MAX_SEGMENT + 1];
+    char master_addr[1024];
+    struct crc_master *master;
+    uint32_t rpc_timeout_ms;
+
     atomic_bool closed;
+    _Atomic uint64_t direct_keys, direct_fallbacks;
     _Atomic uint64_t calls, zero_copy_bytes, copied_bytes, slow_calls, slow_bytes, transient_calls,
         reconnects, lost;
 } crc_thin;
@@ -184,6 +204,26 @@ int crc_thin_conn_call(crc_thin *t, crc_thin_conn *c, const crp_thin_req *req, c
 int crc_thin_conn_send(crc_thin *t, crc_thin_conn *c, const crp_thin_req *req);
 /* Is rc a failure after which a connection cannot be used again? */
 bool crc_thin_breaks_conn(int rc);
+
+/* thin_direct.c: reads straight from the daemon's segment ---------------- */
+
+void crc_thin_direct_init(crc_thin *t);
+void crc_thin_direct_fini(crc_thin *t);
+/*
+ * Try the n keys (each checked) directly: one replica-list call to the
+ * master on our own connection, and for each key whose replica lies in the
+ * daemon's segment a copy out of our mapping of it, under the read lease
+ * (CR_LEASE_EXPIRED if it ran out, as an embedded get), then the lease
+ * release. Zero-copy form: bufs/sizes/counts per key (the parts must be
+ * memory the daemon path would accept too); copying form: bufs == NULL and
+ * values_out[i] gets a malloc'd value. done[i] tells which keys got their
+ * final results[i] (and values_out[i]); the others go through the daemon
+ * (replica elsewhere, a master error other than not-found, a lost daemon,
+ * direct reads refused or off). Never fails as a whole.
+ */
+void crc_thin_direct_get(crc_thin *t, const char *const *keys, size_t n, void *const *const *bufs,
+                         const size_t *const *sizes, const size_t *counts, void **values_out,
+                         int64_t *results, bool *done);
 
 /* thin_ops.c: the dispatch targets of cr_store_* in thin mode ------------- */
 

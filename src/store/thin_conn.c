@@ -95,6 +95,8 @@ static void conn_free(crc_thin_conn *c)
         return;
     if (c->fd >= 0)
         close(c->fd);
+    if (c->rx_fd >= 0)
+        close(c->rx_fd);
     free(c->in);
     crp_buf_free(&c->out);
     free(c);
@@ -142,6 +144,38 @@ static int send_all(crc_thin *t, int fd, const uint8_t *buf, size_t len, const i
 }
 
 /*
+ * recv into c->in; a descriptor that rides on the bytes (only SEGMENT's
+ * reply carries one) is kept in c->rx_fd, any further one closed.
+ */
+static ssize_t recv_reply(crc_thin_conn *c, bool spin)
+{
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int) * CRP_THIN_MAX_FDS)];
+    } ctl;
+    struct iovec iov = {c->in + c->in_len, c->in_cap - c->in_len};
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b)};
+    ssize_t n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC | (spin ? MSG_DONTWAIT : 0));
+    if (n < 0 || msg.msg_controllen == 0)
+        return n;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm != NULL; cm = CMSG_NXTHDR(&msg, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+            if (c->rx_fd < 0)
+                c->rx_fd = fd;
+            else
+                close(fd);
+        }
+    }
+    return n;
+}
+
+/*
  * Read the reply to request id: one blocking recv usually brings it whole
  * (the socket's SO_RCVTIMEO is the call timeout), so a call costs one
  * sendmsg and one recv here. Frames are cut with the project's header
@@ -183,7 +217,7 @@ static int read_reply(crc_thin *t, crc_thin_conn *c, uint64_t id, crp_thin_resp 
             return crb_error(CR_ERR_TIMEOUT, "crescent-client at %s did not answer in %u ms",
                              t->address, t->call_timeout_ms);
         bool spin = spin_until != 0 && crb_now_ns() < spin_until;
-        ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, spin ? MSG_DONTWAIT : 0);
+        ssize_t n = recv_reply(c, spin);
         if (n > 0) {
             c->in_len += (size_t)n;
             continue;
@@ -265,6 +299,7 @@ static int open_conn(crc_thin *t, bool attach, uint64_t session,
     if (c == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "thin connection");
     c->gen = gen;
+    c->rx_fd = -1;
     c->in_cap = 16u << 10;
     c->in = malloc(c->in_cap);
     int rc;

@@ -584,6 +584,27 @@ static int get_batch_new(crc_thin *t, bool single, int64_t *results, size_t n, s
     return 0;
 }
 
+/*
+ * Direct reads of a batch (thin_direct.c) when every key is valid and the
+ * batch fits one master call: which keys got their results (and values),
+ * malloc'd, or NULL for none.
+ */
+static bool *direct_batch(crc_thin *t, const char *const *keys, size_t n, void *const *const *bufs,
+                          const size_t *const *sizes, const size_t *counts, void **values_out,
+                          int64_t *results)
+{
+    if (t->direct_off || n == 0 || n > CRC_BATCH_KEYS)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (crc_check_key(keys[i]) < 0)
+            return NULL;
+    bool *done = calloc(n, sizeof(*done));
+    if (done == NULL)
+        return NULL;
+    crc_thin_direct_get(t, keys, n, bufs, sizes, counts, values_out, results, done);
+    return done;
+}
+
 int64_t crc_thin_get_into(cr_store *s, const char *key, void *const *bufs, const size_t *sizes,
                           size_t n)
 {
@@ -591,6 +612,14 @@ int64_t crc_thin_get_into(cr_store *s, const char *key, void *const *bufs, const
     if (rc < 0)
         return rc;
     int64_t result = 0;
+    if (crc_check_key(key) == 0) {
+        bool done = false;
+        void *const *bl[1] = {bufs};
+        const size_t *sl[1] = {sizes};
+        crc_thin_direct_get(s->thin, &key, 1, bl, sl, &n, NULL, &result, &done);
+        if (done)
+            return result;
+    }
     get_batch *b;
     rc = get_batch_new(s->thin, true, &result, 1, n, &b);
     if (rc < 0)
@@ -612,18 +641,23 @@ int crc_thin_batch_get_into(cr_store *s, const char *const *keys, void *const *c
         return 0;
     if (keys == NULL || bufs == NULL || sizes == NULL || counts == NULL || results == NULL)
         return crb_error(CR_INVALID_PARAMS, "batch get: NULL array");
+    bool *done = direct_batch(s->thin, keys, n, bufs, sizes, counts, NULL, results);
     size_t total = 0;
     for (size_t i = 0; i < n; i++)
-        total += counts[i];
+        total += done != NULL && done[i] ? 0 : counts[i];
     get_batch *b;
     rc = get_batch_new(s->thin, false, results, n, total, &b);
-    if (rc < 0)
+    if (rc < 0) {
+        free(done);
         return rc;
+    }
     for (size_t i = 0; i < n; i++)
-        get_add(b, i, keys[i], bufs[i], sizes[i], counts[i]);
+        if (done == NULL || !done[i])
+            get_add(b, i, keys[i], bufs[i], sizes[i], counts[i]);
     get_flush(b);
     rc = b->first_failure;
     free(b);
+    free(done);
     return rc;
 }
 
@@ -753,6 +787,15 @@ int64_t crc_thin_get(cr_store *s, const char *key, void **value_out)
     if (rc < 0)
         return rc;
     crc_thin *t = s->thin;
+    int64_t direct = 0;
+    bool done = false;
+    void *dv = NULL;
+    crc_thin_direct_get(t, &key, 1, NULL, NULL, NULL, &dv, &direct, &done);
+    if (done) {
+        if (direct >= 0)
+            *value_out = dv;
+        return direct;
+    }
     for (int round = 0; round < 4; round++) {
         void *v = NULL;
         int64_t r = 0;
@@ -790,18 +833,21 @@ int crc_thin_batch_get(cr_store *s, const char *const *keys, size_t n, void **va
     void **vals = calloc(CRC_THIN_BATCH_KEYS, sizeof(*vals));
     int64_t *res = calloc(CRC_THIN_BATCH_KEYS, sizeof(*res));
     uint64_t *szs = calloc(CRC_THIN_BATCH_KEYS, sizeof(*szs));
+    bool *done = NULL;
     if (sizes == NULL || ks == NULL || idx == NULL || vals == NULL || res == NULL || szs == NULL) {
         rc = crb_error(CR_ERR_NO_MEMORY, "batch get of %zu keys", n);
         goto out_free;
     }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         values_out[i] = NULL;
-        results[i] = crc_check_key(keys[i]);
-    }
+    done = direct_batch(t, keys, n, NULL, NULL, NULL, values_out, results);
+    for (size_t i = 0; i < n; i++)
+        if (done == NULL || !done[i])
+            results[i] = crc_check_key(keys[i]);
     for (size_t i = 0; i < n;) {
         size_t m = 0, kb = 0;
         for (; i < n && m < CRC_THIN_BATCH_KEYS; i++) {
-            if (results[i] < 0)
+            if (results[i] < 0 || (done != NULL && done[i]))
                 continue;
             size_t kl = strlen(keys[i]);
             if (m > 0 && kb + kl > CRC_THIN_KEY_BYTES)
@@ -822,7 +868,7 @@ int crc_thin_batch_get(cr_store *s, const char *const *keys, size_t n, void **va
     }
     /* Values the local buffer could not take with the others: one by one. */
     for (size_t i = 0; i < n; i++) {
-        if (results[i] != CR_BUFFER_OVERFLOW || sizes[i] == 0)
+        if ((done != NULL && done[i]) || results[i] != CR_BUFFER_OVERFLOW || sizes[i] == 0)
             continue;
         void *v = NULL;
         int64_t r = sizes[i] > t->lb_size ? get_copy_transient(t, keys[i], sizes[i], &v)
@@ -832,6 +878,7 @@ int crc_thin_batch_get(cr_store *s, const char *const *keys, size_t n, void **va
     }
     rc = 0;
 out_free:
+    free(done);
     free(szs);
     free(res);
     free(vals);
@@ -1167,6 +1214,7 @@ int cr_store_setup_thin(const cr_store_thin_config *cfg, cr_store **out)
     pthread_cond_init(&t->conn_freed, NULL);
     pthread_rwlock_init(&t->copy_lock, NULL);
     pthread_rwlock_init(&t->reg_lock, NULL);
+    crc_thin_direct_init(t);
     t->call_timeout_ms = c.call_timeout_ms ? c.call_timeout_ms : 120000;
     t->max_conns = c.max_connections ? c.max_connections : 16;
     int rc = crc_thin_parse_address(c.server_address, &t->addr, &t->addr_len, t->address,
@@ -1221,6 +1269,7 @@ void crc_thin_destroy(cr_store *s)
     atomic_store(&t->closed, true);
     crc_thin_disconnect(t);
     crc_thin_regions_free(t);
+    crc_thin_direct_fini(t);
     crc_thin_pool_destroy(t);
     pthread_mutex_destroy(&t->pool_lock);
     pthread_cond_destroy(&t->pool_freed);
