@@ -74,7 +74,9 @@ static void kill_mid_batch_then_restart(void **state)
     peer_kill(&peer);
     int rc = cr_batch_wait(e, b, (int)deadline_ms + 2000);
     uint64_t waited = now_ms() - killed_at;
-    assert_true(rc < 0);
+    /* Same-host copies finish inside submit, before the kill: all complete. */
+    bool in_submit = test_copies_in_submit();
+    assert_true(in_submit ? rc == 0 : rc < 0);
     assert_true(rc != CR_ERR_TIMEOUT); /* the wait itself did not run out */
     assert_true(waited <= deadline_ms + 500);
     size_t completed = 0, failed = 0;
@@ -90,7 +92,7 @@ static void kill_mid_batch_then_restart(void **state)
     }
     print_message("kill -9: %zu completed, %zu failed, all finished %llu ms after the kill\n",
                   completed, failed, (unsigned long long)waited);
-    assert_true(failed > 0);
+    assert_true(in_submit ? failed == 0 : failed > 0);
     assert_int_equal(cr_batch_free(e, b), 0);
 
     /* The initiator stays usable: a second peer works. */

@@ -103,7 +103,7 @@ static void read_and_write_every_size(void **state)
     }
     cr_engine_stats st;
     assert_int_equal(cr_engine_get_stats(f->engine, &st), 0);
-    assert_true(test_bytes_via(f->engine, test_protocol()) > 16 << 20);
+    assert_true(test_bytes_via_protocol(f->engine) > 16 << 20);
 }
 
 static void batch_of_many_requests(void **state)

@@ -99,6 +99,18 @@ uint64_t test_bytes_via(cr_engine *e, const char *transport)
     return test_counter(e, transport, "bytes");
 }
 
+uint64_t test_bytes_via_protocol(cr_engine *e)
+{
+    if (strcmp(test_protocol(), "shm") == 0)
+        return test_bytes_via(e, "shm") + test_bytes_via(e, "cma");
+    return test_bytes_via(e, test_protocol());
+}
+
+bool test_copies_in_submit(void)
+{
+    return strcmp(test_protocol(), "shm") == 0;
+}
+
 bool test_target_checks_ranges(cr_engine *e)
 {
     return !(test_counter(e, "ucx", "software_rma") == 1 &&

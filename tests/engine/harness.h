@@ -42,6 +42,14 @@ const char *test_protocol(void);
 void test_require_protocol(void);
 /* Bytes an engine moved through the transport named `transport`. */
 uint64_t test_bytes_via(cr_engine *e, const char *transport);
+/* Bytes moved by the paths test_protocol() selects: "shm" is a mode served by
+ * the shm transport (shareable memory) and cma (any other memory). */
+uint64_t test_bytes_via_protocol(cr_engine *e);
+/* Does every transfer of test_protocol() finish inside cr_batch_submit (the
+ * same-host copies run on the submitting thread)? Then nothing is ever in
+ * flight, and the cases about in-flight transfers (a stopped or killed peer,
+ * cancel before send, unregister waiting) do not apply: they skip. */
+bool test_copies_in_submit(void);
 /* A counter of cr_engine_counters (0 when absent). */
 uint64_t test_counter(cr_engine *e, const char *transport, const char *name);
 /* Does the target check every request against its registry? False only for
