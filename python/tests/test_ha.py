@@ -33,7 +33,9 @@ def _free_port() -> int:
 def etcd():
     if not os.access(ETCD, os.X_OK):
         pytest.skip("etcd-server is not installed")
-    data = tempfile.mkdtemp(prefix="crescent-etcd-")
+    # on tmpfs where there is one: etcd's fsyncs must not stall its leases
+    data = tempfile.mkdtemp(prefix="crescent-etcd-",
+                            dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
     client, peer = _free_port(), _free_port()
     proc = subprocess.Popen([ETCD, "--data-dir", data, "--name", "pytest",
                              "--listen-client-urls", f"http://127.0.0.1:{client}",

@@ -77,8 +77,12 @@ static void start_etcd(void)
     enter(H_ETCD);
     const char *ip = bed.addr[H_ETCD];
     uint16_t port = ct_free_port(ip), peer_port = ct_free_port(ip);
-    snprintf(etcd_dir, sizeof(etcd_dir), "/tmp/crescent-ha-part-XXXXXX");
-    assert_non_null(mkdtemp(etcd_dir));
+    /* on tmpfs where there is one: etcd's fsyncs must not stall its leases */
+    snprintf(etcd_dir, sizeof(etcd_dir), "/dev/shm/crescent-ha-part-XXXXXX");
+    if (mkdtemp(etcd_dir) == NULL) {
+        snprintf(etcd_dir, sizeof(etcd_dir), "/tmp/crescent-ha-part-XXXXXX");
+        assert_non_null(mkdtemp(etcd_dir));
+    }
     char client[96], peer[96], cluster[128], data[200], log[200];
     snprintf(client, sizeof(client), "http://%s:%u", ip, (unsigned)port);
     snprintf(peer, sizeof(peer), "http://%s:%u", ip, (unsigned)peer_port);
