@@ -93,6 +93,10 @@ typedef struct crs_conn crs_conn;
 
 typedef struct crs_counters {
     _Atomic uint64_t calls[64], failures[64]; /* by op (op % 64) */
+    /* Time spent serving by op (op % 64), from the decoded request to the
+     * queued reply: what a call costs inside the daemon, the rest of a thin
+     * client's latency being the hop (wake-ups, socket, framing). */
+    _Atomic uint64_t busy_ns[64];
     _Atomic uint64_t connections_accepted, connections_refused, auth_failures;
     _Atomic uint64_t sessions_opened, sessions_closed, protocol_errors;
     _Atomic uint64_t zero_copy_bytes, transient_bytes, copied_out_bytes;

@@ -12,12 +12,14 @@
  * read-only descriptor of the segment's memfd (SCM_RIGHTS on the reply's
  * first byte).
  *
- * Only clients of this daemon's uid get it (they could read this process's
- * memory through /proc anyway); with --allow_any_user another uid's client
- * would otherwise see every tenant's bytes in the segment, so it is
- * refused and reads through the daemon as before. The descriptor is opened
- * read-only (O_RDONLY on /proc/self/fd/N: a new open file description), so
- * the client can map it PROT_READ only and can never write the segment.
+ * Only clients of this daemon's uid get it (the engine's shm service, when
+ * it runs, hands such peers a writable descriptor of the segment already); with
+ * --allow_any_user another uid's client would otherwise see every tenant's
+ * bytes in the segment, so it is refused and reads through the daemon as
+ * before. The descriptor is opened read-only (O_RDONLY on /proc/self/fd/N:
+ * a new open file description), which guards against accidental writes
+ * only: a process of the memfd's uid can reopen it O_RDWR through its own
+ * /proc/self/fd/N. The barrier is the uid check.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -113,6 +113,15 @@ char *crs_metrics_text(crs_daemon *d)
             add(&t, "crescent_client_call_failures_total{op=\"%s\"} %llu\n", ops[i].name,
                 (unsigned long long)v);
     }
+    add(&t, "# HELP crescent_client_call_seconds_total time spent serving thin-client "
+            "requests by op (decoded request to queued reply)\n"
+            "# TYPE crescent_client_call_seconds_total counter\n");
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+        uint64_t v = atomic_load(&d->ctr.busy_ns[ops[i].op % 64]);
+        if (v > 0)
+            add(&t, "crescent_client_call_seconds_total{op=\"%s\"} %.9f\n", ops[i].name,
+                (double)v / 1e9);
+    }
     cr_engine *e = cr_store_engine(d->store);
     size_t total = 0;
     if (e != NULL && cr_engine_counters(e, NULL, 0, &total) == 0 && total > 0) {

@@ -40,6 +40,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/net.h"
@@ -194,6 +195,7 @@ static void run_frame(crs_conn *c, const crp_header *h, const uint8_t *body)
     }
     resp.op = req.op;
     atomic_fetch_add(&d->ctr.calls[req.op % 64], 1);
+    uint64_t t0 = crb_now_ns();
     if (c->sess == NULL) {
         rc = handle_hello(c, &req, &resp);
         if (rc < 0) {
@@ -225,6 +227,7 @@ static void run_frame(crs_conn *c, const crp_header *h, const uint8_t *body)
     if (resp.status < 0)
         atomic_fetch_add(&d->ctr.failures[req.op % 64], 1);
     queue_reply(c, h->request_id, &resp);
+    atomic_fetch_add(&d->ctr.busy_ns[req.op % 64], crb_now_ns() - t0);
     crs_scratch_free(&sc);
     crp_thin_req_clear(&req);
 }
@@ -580,8 +583,37 @@ err_stop : {
 }
 }
 
+/* One INFO line: calls served by op, with the mean time each took here. */
+static void log_service_times(crs_daemon *d)
+{
+    static const struct {
+        int op;
+        const char *name;
+    } ops[] = {
+#define OP_NAME_(name, value, str, rq, opt, rs) {value, str},
+        CRP_THIN_OP_TABLE(OP_NAME_)
+#undef OP_NAME_
+    };
+    char line[1024];
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]) && len < sizeof(line); i++) {
+        uint64_t n = atomic_load(&d->ctr.calls[ops[i].op % 64]);
+        if (n == 0)
+            continue;
+        double us = (double)atomic_load(&d->ctr.busy_ns[ops[i].op % 64]) / 1e3 / (double)n;
+        int w = snprintf(line + len, sizeof(line) - len, " %s %llu (%.1f us)", ops[i].name,
+                         (unsigned long long)n, us);
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
+    if (len > 0)
+        crb_log(CRB_LOG_INFO, "crescent-client: calls served, mean time here:%s", line);
+}
+
 void crs_daemon_stop(crs_daemon *d)
 {
+    log_service_times(d);
     if (d->http_running)
         crs_http_stop(d);
     /* Stop serving: the loops end, then nothing runs on the connections. */
