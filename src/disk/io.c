@@ -32,7 +32,18 @@
  * block, complete and block-aligned at its end) and after it (the value's
  * last partial block, if any, and the next records). Its file range still
  * counts in the ring's window (tail - completed), so ring bytes never wrap
- * onto bytes not yet landed. One direct segment is pending at a time.
+ * onto bytes not yet landed. One direct segment is pending at a time. The
+ * ring bytes that end where it starts go out with its first chunk in one
+ * vectored write (IORING_OP_WRITEV: one write per 1 MiB record, not two).
+ *
+ * Preallocation. With O_DIRECT, appends that extend the file are serialised
+ * by the filesystem (ext4: the inode lock) and allocate as they go; writes
+ * inside the file's size into allocated extents are not. So the active
+ * bucket is fallocate'd ahead of its write tail, up to prealloc_bytes, never
+ * past what the bucket can still take nor the capacity left, and cut back
+ * with ftruncate at seal (after the trailer landed: the trailer ends the
+ * file again). A crash leaves zeros after the last record; recovery skips
+ * zero blocks (recover.c).
  *
  * Sealing a bucket appends the FOOTER record (every record of the bucket)
  * and the trailer as the bucket's last bytes, waits for them to land (and
