@@ -350,7 +350,7 @@ static void prealloc_step(crf_store *s)
     crf_writer *w = &s->w;
     uint64_t step = s->cfg.prealloc_bytes;
     if (step == 0 || !s->direct || s->prealloc_refused || w->b == NULL || w->broken != 0 ||
-        w->prealloc_stop || w->rec_cost_max == 0)
+        w->prealloc_stop || w->rec_cost_max == 0 || w->seal_state != SEAL_NONE)
         return;
     uint64_t need = crf_round_up(w->tail, CRF_BLOCK);
     if (need + step / 2 <= w->prealloc_end)
