@@ -350,7 +350,7 @@ static void prealloc_step(crf_store *s)
     crf_writer *w = &s->w;
     uint64_t step = s->cfg.prealloc_bytes;
     if (step == 0 || !s->direct || s->prealloc_refused || w->b == NULL || w->broken != 0 ||
-        w->prealloc_stop || w->rec_cost_max == 0 || w->seal_state != SEAL_NONE)
+        w->prealloc_stop || w->rec_cost_max == 0)
         return;
     uint64_t need = crf_round_up(w->tail, CRF_BLOCK);
     if (need + step / 2 <= w->prealloc_end)
@@ -364,6 +364,8 @@ static void prealloc_step(crf_store *s)
         end = by_keys;
     if (end > by_size)
         end = by_size;
+    if (w->seal_state != SEAL_NONE && end > w->reserved)
+        end = w->reserved; /* sealing: the file's final length is known */
     pthread_mutex_lock(&s->mu);
     uint64_t room =
         s->cfg.capacity_bytes > s->used_bytes ? s->cfg.capacity_bytes - s->used_bytes : 0;
