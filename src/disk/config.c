@@ -26,6 +26,7 @@ void crf_config_init(crf_config *cfg)
     cfg->background_compaction = true;
     cfg->queue_depth = 64;
     cfg->write_buffer_bytes = 8ull << 20;
+    cfg->prealloc_bytes = 256ull << 20;
 }
 
 /* Decimal bytes with an optional binary suffix (K, M, G, T; "KB"/"KiB" too). */
@@ -158,6 +159,11 @@ int crf_config_from_env(crf_config *cfg)
         if ((rc = parse_ratio("CRESCENT_OFFLOAD_COMPACTION_DEAD_RATIO", v,
                               &c.compaction_dead_ratio)) != 0)
             return rc;
+    }
+    if ((v = getenv("CRESCENT_OFFLOAD_PREALLOC")) != NULL) {
+        if ((rc = parse_bytes("CRESCENT_OFFLOAD_PREALLOC", v, &n)) != 0)
+            return rc;
+        c.prealloc_bytes = n;
     }
     *cfg = c;
     return 0;

@@ -127,6 +127,10 @@ typedef struct crf_config {
     bool background_compaction;   /* compact from a background thread; default true */
     uint32_t queue_depth;         /* io_uring submission queue entries; default 64 */
     uint64_t write_buffer_bytes;  /* aligned staging ring for appends; default 8 MiB */
+    uint64_t prealloc_bytes;      /* the active bucket file is fallocate'd up to this far ahead
+                                     of its write position (never past its size limit, nor past
+                                     the capacity left), and trimmed when sealed; default
+                                     256 MiB; 0 = never [CRESCENT_OFFLOAD_PREALLOC] */
     crf_evict_fn on_evict;        /* optional */
     void *on_evict_arg;
 } crf_config;
@@ -263,9 +267,15 @@ typedef struct crf_stats {
     uint64_t sqes;       /* requests submitted */
     uint64_t fdatasyncs;
     uint64_t direct_write_bytes; /* value bytes written straight from callers' memory */
+    uint64_t coalesced_writes;   /* writes that carried a record's header and its direct value
+                                    (one vectored write instead of two) */
+    uint64_t fallocates;         /* fallocate calls that preallocated bucket space */
+    uint64_t prealloc_trims;     /* bucket files cut back to their data after preallocation */
     /* recovery, from crf_open */
     uint64_t recovered_records;         /* PUT and TOMB records found valid */
-    uint64_t recovered_torn_bytes;      /* bytes of unsealed buckets that held no valid record */
+    uint64_t recovered_torn_bytes;      /* bytes of unsealed buckets that held no valid record
+                                           (zero blocks after the last record, such as
+                                           preallocated space, are not counted) */
     uint64_t recovered_scanned_buckets; /* unsealed buckets read record by record */
     uint64_t recovered_dropped_buckets; /* files without a valid bucket header, removed */
     bool direct_io;

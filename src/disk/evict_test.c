@@ -3,7 +3,8 @@
  * evicted (policy none, a value larger than the capacity, the key limit),
  * LRU and FIFO eviction order with the on_evict callback, no resurrection
  * of an older value after its newer record was evicted (also across a
- * reopen), and the filesystem's own limit (RLIMIT_FSIZE: EFBIG) reported as
+ * reopen), preallocated bucket space kept inside the capacity, and the
+ * filesystem's own limit (RLIMIT_FSIZE: EFBIG) reported as
  * CR_ERR_DISK_FULL without a hang.
  */
 #include <setjmp.h>
@@ -12,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cmocka.h>
@@ -178,6 +180,53 @@ static void test_evicted_overwrite_stays_gone(void **state)
     assert_int_equal(tu_probe(f->st.s, 0, 1, VAL), 1);
 }
 
+/* Bytes of the directory's bucket files, as the filesystem has them (st_size). */
+static uint64_t bucket_file_bytes(const char *dir)
+{
+    char names[64][64];
+    int n = tu_buckets(dir, names, 64);
+    assert_true(n >= 0 && n <= 64);
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        char path[4200];
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        struct stat sb;
+        assert_int_equal(stat(path, &sb), 0);
+        total += (uint64_t)sb.st_size;
+    }
+    return total;
+}
+
+/*
+ * Preallocated space counts against the capacity: while puts evict bucket
+ * after bucket, the files never hold more than the capacity (plus one
+ * record's tombstones), though the active bucket is fallocate'd ahead.
+ */
+static void test_prealloc_within_capacity(void **state)
+{
+    fixture *f = *state;
+    /* 4.6 buckets of three records (the bucket limit becomes a quarter of this): a new
+     * bucket's preallocation would reach past the capacity if it were not counted */
+    f->st.cfg.capacity_bytes = (3u << 20) + (600u << 10);
+    tu_store_open(&f->st);
+    uint64_t cap = f->st.cfg.capacity_bytes, most = 0;
+    for (uint64_t i = 0; i < 40; i++) {
+        assert_int_equal(tu_put(f->st.s, i, 1, VAL, NULL, 0), 0);
+        uint64_t bytes = bucket_file_bytes(f->st.dir);
+        if (bytes > most)
+            most = bytes;
+        assert_true(bytes <= cap + (64u << 10));
+    }
+    crf_stats st;
+    crf_get_stats(f->st.s, &st);
+    assert_true(st.evicted_buckets >= 6);
+    if (st.direct_io)
+        assert_true(st.fallocates >= 6);
+    assert_true(most >= cap - (1u << 20)); /* it did fill up */
+    for (uint64_t i = 36; i < 40; i++)
+        assert_int_equal(tu_probe(f->st.s, i, 1, VAL), 1);
+}
+
 static void test_key_limit(void **state)
 {
     fixture *f = *state;
@@ -257,6 +306,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fifo_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_evicted_overwrite_stays_gone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prealloc_within_capacity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_size_limit, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

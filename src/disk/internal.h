@@ -27,6 +27,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "base/error.h"
 #include "disk/bounce.h"
@@ -127,6 +128,10 @@ typedef struct crf_iop {
     uint64_t need; /* reads: at least this many must arrive (the rest may be past EOF) */
     uint64_t got;  /* bytes transferred so far */
     int err;       /* -errno, 0 */
+    /* writes only: n_iov > 0 makes it one vectored write of iov[0..n_iov) (buf unused);
+     * cur_iov is what the kernel is given (the part not transferred yet) */
+    int n_iov;
+    struct iovec iov[2], cur_iov[2];
     void *owner;
     struct crf_iop *next; /* queue of reads waiting for a submission slot */
 } crf_iop;
@@ -185,6 +190,12 @@ typedef struct crf_writer {
     uint64_t submitted;     /* bytes below this were handed to writes */
     uint64_t completed;     /* bytes below this have landed (contiguously) */
     uint64_t partial_block; /* block offset of an in-flight write that ended mid-block, or ~0 */
+    uint64_t prealloc_end;  /* the active bucket's file is fallocate'd below this (io.c,
+                               "Preallocation"); CRF_FIRST_RECORD when nothing is */
+    uint64_t rec_cost_max;  /* the largest file bytes one record of the bucket took, with its
+                               footer entry: what the keys left may need at most */
+    bool preallocated;      /* fallocate was called on the active bucket: trim it at seal */
+    bool prealloc_stop;     /* fallocate failed for the active bucket: no more tries on it */
     /* the pending direct segment (io.c, "Zero copy"): file range [direct_off, direct_off +
      * direct_len) written from direct_src; direct_len 0 when none */
     const uint8_t *direct_src;
@@ -208,6 +219,7 @@ struct crf_store {
     int dir_fd;
     int lock_fd;
     bool direct;
+    bool prealloc_refused; /* (I/O thread) fallocate is not supported here: stop asking */
     char io_reason[160];
 
     pthread_mutex_t mu;
@@ -261,7 +273,7 @@ struct crf_store {
     _Atomic uint64_t n_puts, n_put_bytes, n_removes, n_gets, n_get_hits, n_get_bytes;
     _Atomic uint64_t n_checksum_failures, n_evicted_buckets, n_evicted_keys;
     _Atomic uint64_t n_compactions, n_compacted_records, n_submits, n_sqes, n_fdatasyncs;
-    _Atomic uint64_t n_direct_write_bytes;
+    _Atomic uint64_t n_direct_write_bytes, n_coalesced_writes, n_fallocates, n_prealloc_trims;
     uint64_t rec_records, rec_torn_bytes, rec_scanned, rec_dropped;
 };
 

@@ -32,7 +32,18 @@
  * block, complete and block-aligned at its end) and after it (the value's
  * last partial block, if any, and the next records). Its file range still
  * counts in the ring's window (tail - completed), so ring bytes never wrap
- * onto bytes not yet landed. One direct segment is pending at a time.
+ * onto bytes not yet landed. One direct segment is pending at a time. The
+ * ring bytes that end where it starts go out with its first chunk in one
+ * vectored write (IORING_OP_WRITEV: one write per 1 MiB record, not two).
+ *
+ * Preallocation. With O_DIRECT, appends that extend the file are serialised
+ * by the filesystem (ext4: the inode lock) and allocate as they go; writes
+ * inside the file's size into allocated extents are not. So the active
+ * bucket is fallocate'd ahead of its write tail, up to prealloc_bytes, never
+ * past what the bucket can still take nor the capacity left, and cut back
+ * with ftruncate at seal (after the trailer landed: the trailer ends the
+ * file again). A crash leaves zeros after the last record; recovery skips
+ * zero blocks (recover.c).
  *
  * Sealing a bucket appends the FOOTER record (every record of the bucket)
  * and the trailer as the bucket's last bytes, waits for them to land (and
@@ -55,6 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -132,10 +144,27 @@ static bool submit_iop(crf_store *s, crf_iop *op)
         return false;
     uint64_t left = op->len - op->got;
     unsigned n = left > MAX_SQE_BYTES ? MAX_SQE_BYTES : (unsigned)left;
-    if (op->kind == CRF_IOP_READ)
+    if (op->kind == CRF_IOP_READ) {
         io_uring_prep_read(sqe, op->fd, op->buf + op->got, n, op->off + op->got);
-    else
+    } else if (op->n_iov > 0) {
+        /* a vectored write (at most 2 MiB): what is left of its pieces; cur_iov stays put
+         * in the op until the write completes */
+        uint64_t skip = op->got;
+        unsigned k = 0;
+        for (int i = 0; i < op->n_iov; i++) {
+            if (skip >= op->iov[i].iov_len) {
+                skip -= op->iov[i].iov_len;
+                continue;
+            }
+            op->cur_iov[k].iov_base = (uint8_t *)op->iov[i].iov_base + skip;
+            op->cur_iov[k].iov_len = op->iov[i].iov_len - skip;
+            skip = 0;
+            k++;
+        }
+        io_uring_prep_writev(sqe, op->fd, op->cur_iov, k, op->off + op->got);
+    } else {
         io_uring_prep_write(sqe, op->fd, op->buf + op->got, n, op->off + op->got);
+    }
     io_uring_sqe_set_data(sqe, op);
     op->in_flight = true;
     return true;
@@ -299,7 +328,92 @@ static int create_bucket(crf_store *s, char *msg, size_t msg_len)
     w->data_end = CRF_FIRST_RECORD;
     w->seal_state = SEAL_NONE;
     w->broken = 0;
+    w->prealloc_end = CRF_FIRST_RECORD;
+    w->rec_cost_max = 0;
+    w->preallocated = false;
+    w->prealloc_stop = false;
     return 0;
+}
+
+/* ---- preallocation ------------------------------------------------------------- */
+
+/*
+ * fallocate the active bucket ahead of what is to be written (see the top of
+ * the file): up to prealloc_bytes past the write tail, never past what the
+ * bucket can still take (its size limit, and the keys left times the largest
+ * record so far, with their footer entries) nor past the capacity left.
+ * Called before writes are submitted; a bucket with nothing in flight yet
+ * gets its whole estimate at once.
+ */
+static void prealloc_step(crf_store *s)
+{
+    crf_writer *w = &s->w;
+    uint64_t step = s->cfg.prealloc_bytes;
+    if (step == 0 || !s->direct || s->prealloc_refused || w->b == NULL || w->broken != 0 ||
+        w->prealloc_stop || w->rec_cost_max == 0)
+        return;
+    uint64_t need = crf_round_up(w->tail, CRF_BLOCK);
+    if (need + step / 2 <= w->prealloc_end)
+        return; /* enough ahead */
+    uint64_t keys_left =
+        s->cfg.bucket_keys_limit > w->footer_count ? s->cfg.bucket_keys_limit - w->footer_count : 0;
+    uint64_t by_keys = w->reserved + keys_left * w->rec_cost_max + 2 * CRF_BLOCK;
+    uint64_t by_size = CRF_FIRST_RECORD + s->cfg.bucket_size_limit + 2 * CRF_BLOCK;
+    uint64_t end = need + step;
+    if (end > by_keys)
+        end = by_keys;
+    if (end > by_size)
+        end = by_size;
+    if (w->seal_state != SEAL_NONE && end > w->reserved)
+        end = w->reserved; /* sealing: the file's final length is known */
+    pthread_mutex_lock(&s->mu);
+    uint64_t room =
+        s->cfg.capacity_bytes > s->used_bytes ? s->cfg.capacity_bytes - s->used_bytes : 0;
+    pthread_mutex_unlock(&s->mu);
+    if (end > w->reserved + room)
+        end = w->reserved + room; /* preallocated bytes stay inside the capacity */
+    end = crf_round_down(end, CRF_BLOCK);
+    if (end <= w->prealloc_end || end <= need)
+        return;
+    w->preallocated = true;
+    int rc = fallocate(w->b->fd, 0, (off_t)w->prealloc_end, (off_t)(end - w->prealloc_end));
+    if (rc == 0) {
+        w->prealloc_end = end;
+        atomic_fetch_add_explicit(&s->n_fallocates, 1, memory_order_relaxed);
+        return;
+    }
+    int err = errno;
+    w->prealloc_stop = true;
+    if (err == EOPNOTSUPP || err == ENOSYS || err == EINVAL) {
+        s->prealloc_refused = true;
+        crb_log(CRB_LOG_INFO, "disk: %s: fallocate not supported (%s); buckets grow as written",
+                s->path, strerror(err));
+    } else {
+        crb_log(CRB_LOG_DEBUG, "disk: fallocate of bucket %llu to %llu: %s",
+                (unsigned long long)w->b->id, (unsigned long long)end, strerror(err));
+    }
+}
+
+/*
+ * Cut the active bucket's file back to `end` (its last written byte, rounded
+ * to a block) if preallocation left it longer. A failure only costs space
+ * (recovery reads such a file record by record and cuts it itself).
+ */
+static void trim_prealloc(crf_store *s, uint64_t end)
+{
+    crf_writer *w = &s->w;
+    if (!w->preallocated)
+        return;
+    w->preallocated = false;
+    struct stat st;
+    if (fstat(w->b->fd, &st) != 0 || (uint64_t)st.st_size <= end)
+        return;
+    if (ftruncate(w->b->fd, (off_t)end) != 0) {
+        crb_log(CRB_LOG_WARN, "disk: trimming bucket %llu to %llu bytes: %s",
+                (unsigned long long)w->b->id, (unsigned long long)end, strerror(errno));
+        return;
+    }
+    atomic_fetch_add_explicit(&s->n_prealloc_trims, 1, memory_order_relaxed);
 }
 
 /* Grow the active bucket's accounted bytes to its new reserved end. */
@@ -741,6 +855,9 @@ static int place_head(crf_store *s)
     add_piece(r, NULL, next - r->end);
     r->copied = 0;
     w->data_end = r->end;
+    uint64_t cost = next - rec_off + crf_footer_entry_size(k, m);
+    if (cost > w->rec_cost_max)
+        w->rec_cost_max = cost;
     pthread_mutex_lock(&s->mu);
     w->b->records++;
     crf_bucket_note_seq(w->b, r->seq);
@@ -829,6 +946,8 @@ static void write_step(crf_store *s)
     crf_writer *w = &s->w;
     if (w->b == NULL || w->broken != 0)
         return;
+    if (w->tail > w->submitted)
+        prealloc_step(s);
     bool flush_all = s->copy_cur == NULL;
     while (w->w_count < CRF_MAX_WRITES && w->tail > w->submitted) {
         if (w->direct_len != 0 && w->submitted >= w->direct_off) {
@@ -894,12 +1013,31 @@ static void write_step(crf_store *s)
         op->iop.len = op->iop.need = len;
         op->iop.owner = w->b;
         op->end = partial ? limit : start + len;
+        uint64_t direct_len = 0;
+        if (w->direct_len != 0 && start + len == w->direct_off) {
+            /* the ring bytes end where the direct segment starts (a record's header
+             * block, and whatever shares it): one vectored write carries both */
+            direct_len = w->direct_len < w->chunk ? w->direct_len : w->chunk;
+            op->iop.n_iov = 2;
+            op->iop.iov[0].iov_base = w->ring + pos;
+            op->iop.iov[0].iov_len = len;
+            op->iop.iov[1].iov_base = (uint8_t *)(uintptr_t)w->direct_src;
+            op->iop.iov[1].iov_len = direct_len;
+            op->iop.len = op->iop.need = len + direct_len;
+            op->end = w->direct_off + direct_len;
+        }
         if (!submit_iop(s, &op->iop))
             return;
         w->w_count++;
         w->submitted = op->end;
         if (partial)
             w->partial_block = crf_round_down(w->tail, CRF_BLOCK);
+        if (direct_len != 0) {
+            atomic_fetch_add_explicit(&s->n_direct_write_bytes, direct_len, memory_order_relaxed);
+            atomic_fetch_add_explicit(&s->n_coalesced_writes, 1, memory_order_relaxed);
+            if (direct_len == w->direct_len)
+                w->direct_len = 0; /* all of it submitted: the next one may start */
+        }
     }
 }
 
@@ -923,6 +1061,7 @@ static void abandon_broken(crf_store *s)
     if (w->broken == 0 || w->w_count > 0)
         return;
     crf_bucket *b = w->b;
+    trim_prealloc(s, crf_round_up(w->tail, CRF_BLOCK)); /* keeps every byte it wrote */
     pthread_mutex_lock(&s->mu);
     b->writable = false;
     pthread_mutex_unlock(&s->mu);
@@ -941,6 +1080,7 @@ static void seal_step(crf_store *s)
     if (w->seal_state == SEAL_DRAIN) {
         if (w->completed < w->reserved || w->w_count > 0)
             return;
+        trim_prealloc(s, w->reserved); /* the trailer is the file's last 64 bytes again */
         if (s->cfg.sync == CRF_SYNC_NONE) {
             finish_seal(s);
             return;

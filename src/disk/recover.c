@@ -196,12 +196,30 @@ out_free:
     return rc;
 }
 
-/* Unsealed bucket: every complete, verified record, from the first slot on. */
+static bool all_zero(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        if (v != 0)
+            return false;
+    }
+    return true;
+}
+
+/*
+ * Unsealed bucket: every complete, verified record, from the first slot on.
+ * A whole block of zeros holds no record start (a header begins with its
+ * non-zero magic, and one starting late in a block would have its magic in
+ * that block), so zero blocks -- a write that never landed, the preallocated
+ * tail of a bucket that was being written -- are passed a block at a time.
+ * Zero blocks after the last valid record are the tail, not torn bytes.
+ */
 static int scan_records(crf_store *s, crf_bucket *b, window *win, uint64_t file_len, rec_list *out,
                         uint64_t *valid_end)
 {
     uint8_t key[CRF_MAX_KEY], meta[CRF_MAX_META];
-    uint64_t p = CRF_FIRST_RECORD, end = CRF_FIRST_RECORD, torn = 0;
+    uint64_t p = CRF_FIRST_RECORD, end = CRF_FIRST_RECORD, torn = 0, zeros = 0;
     while (p + CRF_RECORD_HEADER_SIZE <= file_len) {
         uint64_t want = file_len - p < CRF_MAX_RECORD_PREFIX ? file_len - p : CRF_MAX_RECORD_PREFIX;
         int rc = window_fill(win, p, want);
@@ -210,6 +228,12 @@ static int scan_records(crf_store *s, crf_bucket *b, window *win, uint64_t file_
         crf_record_header h;
         const uint8_t *k, *m;
         uint64_t avail = win->end > p ? win->end - p : 0;
+        if (p % CRF_BLOCK == 0 && avail >= CRF_BLOCK &&
+            all_zero(win->buf + (p - win->start), CRF_BLOCK)) {
+            p += CRF_BLOCK;
+            zeros += CRF_BLOCK;
+            continue;
+        }
         if (avail < CRF_RECORD_HEADER_SIZE ||
             crf_record_header_decode(win->buf + (p - win->start), (size_t)avail, p, b->salt,
                                      file_len, &h, &k, &m) != 0) {
@@ -237,6 +261,8 @@ static int scan_records(crf_store *s, crf_bucket *b, window *win, uint64_t file_
             if (rc != 0)
                 return rc;
             end = p + extent;
+            torn += zeros; /* a hole before a valid record */
+            zeros = 0;
         }
         p = next;
     }

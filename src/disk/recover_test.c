@@ -2,9 +2,10 @@
  * recover_test.c - what crf_open makes of damaged directories: a bucket
  * left unsealed by a process that died (exit without crf_close), a torn
  * tail (file cut inside the last record), a hole before complete records
- * (records that landed out of order), flipped bytes in a value or a header
- * of an unsealed bucket, a flipped byte in a sealed bucket (caught at get
- * time), and a file without a valid bucket header.
+ * (records that landed out of order), a bucket preallocated past its last
+ * record (zeros to the end), with and without a torn last record, flipped bytes in a value or a
+ * header of an unsealed bucket, a flipped byte in a sealed bucket (caught at get time), and a file
+ * without a valid bucket header.
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -122,14 +123,26 @@ static void test_unsealed_bucket(void **state)
     assert_int_equal(st.keys, 20);
 }
 
+/* Where the written bytes end: past the last non-zero byte, rounded up to a block (an
+ * unsealed bucket's file may be longer: preallocated zeros). */
+static uint64_t data_end(const char *path)
+{
+    size_t len;
+    uint8_t *buf = read_file(path, &len);
+    size_t end = len;
+    while (end > 0 && buf[end - 1] == 0)
+        end--;
+    free(buf);
+    return (end + 4095) / 4096 * 4096;
+}
+
 static void test_torn_tail(void **state)
 {
     fixture *f = *state;
     child_writes(f, 10, 100000);
     char *path = last_bucket(f);
-    struct stat sb;
-    assert_int_equal(stat(path, &sb), 0);
-    assert_int_equal(truncate(path, sb.st_size - 50000), 0); /* inside record 9's value */
+    uint64_t end = data_end(path);
+    assert_int_equal(truncate(path, (off_t)(end - 50000)), 0); /* inside record 9's value */
     tu_store_open(f);
     for (uint64_t i = 0; i < 9; i++)
         assert_int_equal(tu_probe(f->s, i, 1, 100000), 1);
@@ -170,6 +183,74 @@ static void test_hole_before_complete_records(void **state)
     crf_stats st;
     crf_get_stats(f->s, &st);
     assert_true(st.recovered_torn_bytes >= end - start - 8);
+    free(path);
+}
+
+/*
+ * A process dies while its bucket is preallocated ahead of what it wrote: the
+ * file ends in zeros. Every complete record comes back, nothing else does, the
+ * zeros are not torn bytes, and the bucket is cut back to its data.
+ */
+static void test_preallocated_tail(void **state)
+{
+    fixture *f = *state;
+    child_writes(f, 20, 100000);
+    char *path = last_bucket(f);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    uint64_t end = data_end(path);
+    tu_store_open(f);
+    crf_stats st;
+    crf_get_stats(f->s, &st);
+    if (st.direct_io) /* preallocation is for O_DIRECT buckets */
+        assert_true((uint64_t)sb.st_size >= end + (1u << 20));
+    assert_int_equal(st.recovered_scanned_buckets, 1);
+    assert_int_equal(st.recovered_records, 20);
+    assert_int_equal(st.keys, 20);
+    assert_true(st.recovered_torn_bytes < 4096); /* at most the rest of the last block */
+    for (uint64_t i = 0; i < 20; i++)
+        assert_int_equal(tu_probe(f->s, i, 1, 100000), 1);
+    assert_int_equal(stat(path, &sb), 0);
+    assert_true((uint64_t)sb.st_size <= end + 64 * 1024); /* resealed: footer, trailer */
+    /* The store goes on writing into a new bucket, and both read back after a reopen. */
+    assert_int_equal(tu_put(f->s, 20, 1, 100000, NULL, 0), 0);
+    tu_store_reopen(f);
+    crf_get_stats(f->s, &st);
+    assert_int_equal(st.recovered_scanned_buckets, 0);
+    assert_int_equal(st.keys, 21);
+    for (uint64_t i = 0; i <= 20; i++)
+        assert_int_equal(tu_probe(f->s, i, 1, 100000), 1);
+    free(path);
+}
+
+/*
+ * The same, with the last record torn: its header landed, its value did not
+ * (zeros, as preallocated space reads). It is dropped; those before it stay.
+ */
+static void test_preallocated_torn_record(void **state)
+{
+    fixture *f = *state;
+    child_writes(f, 10, 100000);
+    char *path = last_bucket(f);
+    uint8_t head[16];
+    tu_fill(head, 16, 9, 1);
+    int64_t v9 = find_in_file(path, head, 16);
+    assert_true(v9 > 0);
+    uint64_t end = data_end(path);
+    uint8_t *zeros = calloc(1, end - (uint64_t)v9);
+    write_at(path, (uint64_t)v9, zeros, end - (uint64_t)v9);
+    free(zeros);
+    tu_store_open(f);
+    crf_stats st;
+    crf_get_stats(f->s, &st);
+    assert_int_equal(st.recovered_records, 9);
+    assert_int_equal(st.keys, 9);
+    for (uint64_t i = 0; i < 10; i++)
+        assert_int_equal(tu_probe(f->s, i, 1, 100000), i == 9 ? 0 : 1);
+    tu_store_reopen(f);
+    crf_get_stats(f->s, &st);
+    assert_int_equal(st.keys, 9);
+    assert_int_equal(tu_probe(f->s, 9, 1, 100000), 0);
     free(path);
 }
 
@@ -283,6 +364,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unsealed_bucket, setup, teardown),
         cmocka_unit_test_setup_teardown(test_torn_tail, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hole_before_complete_records, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_preallocated_tail, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_preallocated_torn_record, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flipped_value_unsealed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flipped_header_unsealed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flipped_value_sealed, setup, teardown),

@@ -279,6 +279,10 @@ static int validate_config(const crf_config *c)
     if (c->write_buffer_bytes < 16 * CRF_BLOCK || c->write_buffer_bytes > (1ull << 32))
         return crb_error(CR_ERR_INVALID_CONFIG, "disk: write_buffer_bytes %llu outside [64K, 4G]",
                          (unsigned long long)c->write_buffer_bytes);
+    if (c->prealloc_bytes > CRF_MAX_BUCKET_BYTES)
+        return crb_error(CR_ERR_INVALID_CONFIG, "disk: prealloc_bytes %llu over %llu",
+                         (unsigned long long)c->prealloc_bytes,
+                         (unsigned long long)CRF_MAX_BUCKET_BYTES);
     return 0;
 }
 
@@ -432,6 +436,7 @@ int crf_open(const crf_config *cfg, crf_store **out)
     s->path = strdup(cfg->path);
     s->cfg.path = s->path;
     s->cfg.write_buffer_bytes = crf_round_up(cfg->write_buffer_bytes, CRF_BLOCK);
+    s->cfg.prealloc_bytes = crf_round_up(cfg->prealloc_bytes, CRF_BLOCK);
     if (s->path == NULL) {
         rc = crb_error(CR_ERR_NO_MEMORY, "crf_open: path");
         goto err_free;
@@ -911,6 +916,9 @@ void crf_get_stats(crf_store *s, crf_stats *out)
     out->compacted_records = LOAD(n_compacted_records);
     out->submits = LOAD(n_submits);
     out->direct_write_bytes = LOAD(n_direct_write_bytes);
+    out->coalesced_writes = LOAD(n_coalesced_writes);
+    out->fallocates = LOAD(n_fallocates);
+    out->prealloc_trims = LOAD(n_prealloc_trims);
     out->sqes = LOAD(n_sqes);
     out->fdatasyncs = LOAD(n_fdatasyncs);
 #undef LOAD

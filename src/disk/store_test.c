@@ -3,13 +3,15 @@
  * overwrite across value sizes and destination alignments, batches with
  * per-item results, reopen (sealed and unsealed buckets), no resurrection
  * of removed or overwritten keys, the directory lock, buffered mode, the
- * sync policies, and the environment variables.
+ * sync policies, the environment variables, and preallocated buckets written
+ * with one vectored write per record.
  */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cmocka.h>
@@ -262,6 +264,90 @@ static void test_zero_copy_writes(void **state)
     }
 }
 
+static uint64_t file_size(const char *dir, const char *name)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    return (uint64_t)sb.st_size;
+}
+
+/* Put 10 values of 1 MiB from aligned memory, in batches of 4, 4 and 2. */
+static void put_aligned_mib(crf_store *s, uint64_t version)
+{
+    for (int batch = 0; batch < 3; batch++) {
+        crf_put_item items[4];
+        uint8_t *raw[4];
+        char keys[4][32];
+        int n = batch < 2 ? 4 : 2;
+        for (int i = 0; i < n; i++) {
+            uint64_t id = (uint64_t)(batch * 4 + i);
+            assert_int_equal(posix_memalign((void **)&raw[i], 4096, 1u << 20), 0);
+            tu_fill(raw[i], 1u << 20, id, version);
+            tu_key(keys[i], sizeof(keys[i]), id);
+            items[i] = (crf_put_item){keys[i], strlen(keys[i]), raw[i], 1u << 20, &version, 8};
+        }
+        int results[4];
+        assert_int_equal(crf_put_batch(s, items, (size_t)n, results), 0);
+        for (int i = 0; i < n; i++) {
+            assert_int_equal(results[i], 0);
+            free(raw[i]);
+        }
+    }
+}
+
+/*
+ * io.c, "Preallocation" and "Zero copy": with O_DIRECT, the active bucket is
+ * fallocate'd ahead of its data (the file is longer than what was written),
+ * each record's header block and its value go out in one vectored write, and
+ * a sealed bucket is cut back so that its trailer ends the file (a reopen reads
+ * every bucket through its footer). prealloc_bytes = 0 turns preallocation off.
+ */
+static void test_prealloc_and_coalesced_writes(void **state)
+{
+    fixture *f = *state;
+    for (int pass = 0; pass < 2; pass++) {
+        f->cfg.prealloc_bytes = pass == 0 ? 256u << 20 : 0;
+        tu_store_open(f);
+        put_aligned_mib(f->s, 1 + (uint64_t)pass);
+        crf_stats st;
+        crf_get_stats(f->s, &st);
+        char names[16][64];
+        int n = tu_buckets(f->dir, names, 16);
+        assert_true(n >= 4 && n <= 16); /* three 1 MiB records fit a 4 MiB bucket */
+        uint64_t active = file_size(f->dir, names[n - 1]);
+        if (st.direct_io) {
+            assert_int_equal(st.coalesced_writes, 10);
+            if (pass == 0) {
+                assert_true(st.fallocates >= 4);
+                assert_true(active >= (3u << 20)); /* one record written, room for three */
+                /* sealing cuts the active bucket back: its trailer ends the file */
+                assert_int_equal(crf_seal(f->s), 0);
+                crf_get_stats(f->s, &st);
+                assert_true(st.prealloc_trims >= 1);
+                assert_true(file_size(f->dir, names[n - 1]) < (2u << 20));
+            } else {
+                assert_int_equal(st.fallocates, 0);
+                assert_true(active < (2u << 20));
+            }
+        } else {
+            assert_int_equal(st.coalesced_writes, 0);
+            assert_int_equal(st.fallocates, 0);
+        }
+        tu_store_reopen(f);
+        crf_get_stats(f->s, &st);
+        assert_int_equal(st.recovered_scanned_buckets, 0);
+        n = tu_buckets(f->dir, names, 16);
+        for (int i = 0; i < n && i < 16; i++)
+            assert_int_equal(file_size(f->dir, names[i]) % 4096, 0);
+        for (uint64_t id = 0; id < 10; id++)
+            expect_v(f->s, id, 1 + (uint64_t)pass, 1u << 20, 0);
+        crf_close(f->s);
+        f->s = NULL;
+    }
+}
+
 static void test_lock(void **state)
 {
     fixture *f = *state;
@@ -331,7 +417,9 @@ static void test_env(void **state)
     setenv("MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES", "1073741824", 1);
     setenv("MOONCAKE_OFFLOAD_BUCKET_EVICTION_POLICY", "fifo", 1);
     setenv("CRESCENT_OFFLOAD_SYNC", "put", 1);
+    setenv("CRESCENT_OFFLOAD_PREALLOC", "64M", 1);
     assert_int_equal(crf_config_from_env(&c), 0);
+    assert_int_equal(c.prealloc_bytes, 64u << 20);
     assert_string_equal(c.path, "/nvme/x");
     assert_int_equal(c.bucket_keys_limit, 7);
     assert_int_equal(c.bucket_size_limit, 1 << 20);
@@ -356,6 +444,7 @@ static void test_env(void **state)
     unsetenv("MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE");
     unsetenv("MOONCAKE_OFFLOAD_BUCKET_EVICTION_POLICY");
     unsetenv("CRESCENT_OFFLOAD_SYNC");
+    unsetenv("CRESCENT_OFFLOAD_PREALLOC");
 }
 
 static void test_bad_config(void **state)
@@ -382,6 +471,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_no_resurrection_across_buckets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_zero_copy_writes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prealloc_and_coalesced_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_buffered_mode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sync_policies, setup, teardown),
