@@ -153,8 +153,10 @@ static int ucx_init(cre_tp *tp, bool explicit_choice)
 static void ucx_quiesce(cre_tp *tp)
 {
     ucx_engine *ue = tp->priv;
-    for (uint32_t w = 0; ue->ws != NULL && w < tp->engine->n_workers; w++)
+    for (uint32_t w = 0; ue->ws != NULL && w < tp->engine->n_workers; w++) {
+        cre_ucx_fail_queued(&ue->ws[w]); /* before the registry their tasks refer to goes */
         cre_ucx_am_quiesce(&ue->ws[w]);
+    }
 }
 
 static void ucx_fini(cre_tp *tp)

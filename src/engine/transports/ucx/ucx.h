@@ -199,6 +199,10 @@ void cre_ucx_op_settle(ucx_op *op);
 
 /* ucx_worker.c */
 int cre_ucx_workers_init(ucx_engine *ue);
+/* Fail (CR_ERR_SHUTDOWN) the ops submitted to ws that its worker never
+ * posted: their tasks hold references to registered buffers, so this runs
+ * at quiesce, before the engine frees its registry. Workers stopped. */
+void cre_ucx_fail_queued(ucx_wstate *ws);
 void cre_ucx_workers_fini(ucx_engine *ue);
 void cre_ucx_queue(ucx_engine *ue, ucx_wstate *ws, ucx_op *first, ucx_op *last);
 void cre_ucx_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns);

@@ -782,6 +782,19 @@ void cre_ucx_peer_close(ucx_engine *ue, ucx_peer *up)
     }
 }
 
+void cre_ucx_fail_queued(ucx_wstate *ws)
+{
+    pthread_mutex_lock(&ws->qlock);
+    ucx_op *op = ws->queue_head;
+    ws->queue_head = ws->queue_tail = NULL;
+    pthread_mutex_unlock(&ws->qlock);
+    while (op != NULL) {
+        ucx_op *next = op->next;
+        op_finish(op, CR_ERR_SHUTDOWN);
+        op = next;
+    }
+}
+
 void cre_ucx_workers_fini(ucx_engine *ue)
 {
     cr_engine *e = ue->tp->engine;
@@ -789,12 +802,7 @@ void cre_ucx_workers_fini(ucx_engine *ue)
         return;
     for (uint32_t w = 0; w < e->n_workers; w++) {
         ucx_wstate *ws = &ue->ws[w];
-        ucx_op *op = ws->queue_head;
-        while (op != NULL) {
-            ucx_op *next = op->next;
-            op_finish(op, CR_ERR_SHUTDOWN);
-            op = next;
-        }
+        cre_ucx_fail_queued(ws); /* nothing left after quiesce; kept for a failed init */
         for (int i = 0; i < 10000 && ws->n_dead > 0; i++) {
             progress(ws);
             reap(ws);
