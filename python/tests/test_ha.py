@@ -135,7 +135,7 @@ def _etcd_keys(endpoint: str, prefix: str) -> list:
     return [base64.b64decode(kv["key"]).decode() for kv in reply.get("kvs", [])]
 
 
-def _read_from_target(child, meta: str, tag: str) -> list:
+def _read_from_target(child, meta: str, tag: str) -> tuple:
     """A target engine on `meta` publishes its buffer; this process reads it by
     session name alone (the descriptor comes from the metadata server)."""
     import json
@@ -151,7 +151,7 @@ def _read_from_target(child, meta: str, tag: str) -> list:
     assert te.transfer_sync_read(info["session"], buf, info["addr"], len(want)) == 0
     assert te.read_bytes_from_buffer(buf, len(want)) == want
     te.close()
-    return [target, info["session"]]
+    return target, info["session"]
 
 
 @pytest.mark.parametrize("form", ["etcd://{}", "{}"])

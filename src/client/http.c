@@ -91,35 +91,27 @@ char *crs_metrics_text(crs_daemon *d)
            atomic_load(&d->ctr.revoked_tables));
     add(&t, "# HELP crescent_client_calls_total thin-client requests by op\n"
             "# TYPE crescent_client_calls_total counter\n");
-    static const struct {
-        int op;
-        const char *name;
-    } ops[] = {
-#define OP_NAME_(name, value, str, rq, opt, rs) {value, str},
-        CRP_THIN_OP_TABLE(OP_NAME_)
-#undef OP_NAME_
-    };
-    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
-        uint64_t v = atomic_load(&d->ctr.calls[ops[i].op % 64]);
+    for (int op = 0; op < 64; op++) {
+        uint64_t v = atomic_load(&d->ctr.calls[op]);
         if (v > 0)
-            add(&t, "crescent_client_calls_total{op=\"%s\"} %llu\n", ops[i].name,
+            add(&t, "crescent_client_calls_total{op=\"%s\"} %llu\n", crp_thin_op_name(op),
                 (unsigned long long)v);
     }
     add(&t, "# HELP crescent_client_call_failures_total failed thin-client requests by op\n"
             "# TYPE crescent_client_call_failures_total counter\n");
-    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
-        uint64_t v = atomic_load(&d->ctr.failures[ops[i].op % 64]);
+    for (int op = 0; op < 64; op++) {
+        uint64_t v = atomic_load(&d->ctr.failures[op]);
         if (v > 0)
-            add(&t, "crescent_client_call_failures_total{op=\"%s\"} %llu\n", ops[i].name,
+            add(&t, "crescent_client_call_failures_total{op=\"%s\"} %llu\n", crp_thin_op_name(op),
                 (unsigned long long)v);
     }
     add(&t, "# HELP crescent_client_call_seconds_total time spent serving thin-client "
             "requests by op (decoded request to queued reply)\n"
             "# TYPE crescent_client_call_seconds_total counter\n");
-    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
-        uint64_t v = atomic_load(&d->ctr.busy_ns[ops[i].op % 64]);
+    for (int op = 0; op < 64; op++) {
+        uint64_t v = atomic_load(&d->ctr.busy_ns[op]);
         if (v > 0)
-            add(&t, "crescent_client_call_seconds_total{op=\"%s\"} %.9f\n", ops[i].name,
+            add(&t, "crescent_client_call_seconds_total{op=\"%s\"} %.9f\n", crp_thin_op_name(op),
                 (double)v / 1e9);
     }
     cr_engine *e = cr_store_engine(d->store);

@@ -586,22 +586,14 @@ err_stop : {
 /* One INFO line: calls served by op, with the mean time each took here. */
 static void log_service_times(crs_daemon *d)
 {
-    static const struct {
-        int op;
-        const char *name;
-    } ops[] = {
-#define OP_NAME_(name, value, str, rq, opt, rs) {value, str},
-        CRP_THIN_OP_TABLE(OP_NAME_)
-#undef OP_NAME_
-    };
     char line[1024];
     size_t len = 0;
-    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]) && len < sizeof(line); i++) {
-        uint64_t n = atomic_load(&d->ctr.calls[ops[i].op % 64]);
+    for (int op = 0; op < 64 && len < sizeof(line); op++) {
+        uint64_t n = atomic_load(&d->ctr.calls[op]);
         if (n == 0)
             continue;
-        double us = (double)atomic_load(&d->ctr.busy_ns[ops[i].op % 64]) / 1e3 / (double)n;
-        int w = snprintf(line + len, sizeof(line) - len, " %s %llu (%.1f us)", ops[i].name,
+        double us = (double)atomic_load(&d->ctr.busy_ns[op]) / 1e3 / (double)n;
+        int w = snprintf(line + len, sizeof(line) - len, " %s %llu (%.1f us)", crp_thin_op_name(op),
                          (unsigned long long)n, us);
         if (w < 0)
             break;
