@@ -95,21 +95,11 @@ int cb_baseline_ucx_perftest_window(const char *test, uint64_t size, unsigned it
                    outstanding ? "-O" : NULL,
                    o,
                    NULL};
-    char *cli[] = {"ucx_perftest",
-                   "127.0.0.1",
-                   "-t",
-                   (char *)test,
-                   "-s",
-                   sz,
-                   "-n",
-                   n,
-                   "-w",
-                   w,
-                   "-p",
-                   p,
-                   outstanding ? "-O" : NULL,
-                   o,
-                   NULL};
+    /* The client: the same arguments after the server's address. */
+    enum { N_SRV = sizeof(srv) / sizeof(srv[0]) };
+    char *cli[N_SRV + 1] = {srv[0], "127.0.0.1"};
+    for (size_t i = 1; i < N_SRV; i++)
+        cli[i + 1] = srv[i];
     pid_t server = spawn(srv, -1);
     if (server < 0) {
         snprintf(err, err_len, "fork: %s", strerror(errno));
