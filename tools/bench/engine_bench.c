@@ -53,6 +53,7 @@
 #define MAX_BLOCKS      32
 #define MIN_BUFFER      (64 * CB_MIB)
 #define CHILD_TIMEOUT   30000 /* ms for the target to start / to exit */
+#define MAX_PROTOCOLS   4
 
 enum { OPS_READ = 1, OPS_WRITE = 2 };
 
@@ -64,7 +65,10 @@ typedef struct eb_opts {
     size_t n_blocks;
     uint32_t batch, threads, lanes, workers;
     uint64_t slice_size;
-    const char *protocol;
+    const char *protocol;                 /* the one being measured now */
+    const char *protocols[MAX_PROTOCOLS]; /* --protocol a,b: each in turn, same run */
+    size_t n_protocols;
+    char protocol_list[64];
     double duration;
     bool duration_set;
     uint64_t total;
@@ -76,6 +80,15 @@ typedef struct eb_opts {
     int device, remote_device;              /* -1: host memory */
     bool target_addr_set, target_len_set;
 } eb_opts;
+
+typedef struct eb_result {
+    double seconds;
+    uint64_t bytes, requests;
+    uint64_t p50_ns, p99_ns, p999_ns;
+    /* Engine byte counters over the timed loop: which path moved the data. */
+    uint64_t via_local, via_shm, via_cma, via_tcp, via_ucx, via_cuda, via_staged;
+    char via[32];
+} eb_result;
 
 /* Everything the initiator's cases share. */
 typedef struct eb_ctx {
@@ -108,6 +121,10 @@ typedef struct eb_ctx {
     cb_measure sock, mem;
     cb_pingpong pp; /* 4 KiB plain-socket ping-pong (--baseline) */
     bool printed_header;
+    /* --protocol a,b: every case's result per protocol, compared at the end. */
+    size_t proto_index;
+    bool have_result[MAX_PROTOCOLS][2][MAX_BLOCKS];
+    eb_result results[MAX_PROTOCOLS][2][MAX_BLOCKS];
 } eb_ctx;
 
 /* One (op, block size) case; shared by its threads. */
@@ -138,15 +155,6 @@ typedef struct eb_thread {
     char error[512];
 } eb_thread;
 
-typedef struct eb_result {
-    double seconds;
-    uint64_t bytes, requests;
-    uint64_t p50_ns, p99_ns, p999_ns;
-    /* Engine byte counters over the timed loop: which path moved the data. */
-    uint64_t via_local, via_shm, via_cma, via_tcp, via_ucx, via_cuda, via_staged;
-    char via[32];
-} eb_result;
-
 static void usage(FILE *to)
 {
     fprintf(to,
@@ -169,9 +177,12 @@ static void usage(FILE *to)
             "  --lanes N              engine TCP connections per peer (engine default 4)\n"
             "  --workers N            engine I/O threads, both sides (engine default 2)\n"
             "  --slice-size BYTES     largest unit a request is cut into (engine default 1M)\n"
-            "  --protocol tcp|shm|ucx|auto\n"
+            "  --protocol tcp|shm|ucx|auto[,...]\n"
             "                         engine protocol (default tcp: sockets even on one host;\n"
-            "                         shm/auto also use same-host paths: shared memory, CMA)\n"
+            "                         shm/auto also use same-host paths: shared memory, CMA);\n"
+            "                         a comma list (e.g. tcp,ucx) runs every case over each in\n"
+            "                         turn, in this run, and ends with a table comparing them\n"
+            "                         to the first\n"
             "  --shared               allocate both buffers with cr_alloc_shared (memfd), so the\n"
             "                         shm transport can map them\n"
             "  --location cpu|cuda:N  where the local buffer lives (default cpu); device memory\n"
@@ -273,10 +284,24 @@ static int apply_value(eb_opts *o, const char *flag, const char *v)
         if (cb_parse_size(v, &o->slice_size) < 0 || o->slice_size == 0)
             return cb_bad_value("engine", flag, v, "a positive size (K/M/G binary)");
     } else if (strcmp(flag, "--protocol") == 0) {
-        if (strcmp(v, "tcp") != 0 && strcmp(v, "shm") != 0 && strcmp(v, "auto") != 0 &&
-            strcmp(v, "ucx") != 0)
-            return cb_bad_value("engine", flag, v, "tcp, shm, ucx or auto");
-        o->protocol = v;
+        /* One protocol, or a comma list measured one after the other in
+         * this run (against the same baselines) and compared at the end. */
+        if (strlen(v) >= sizeof(o->protocol_list))
+            return cb_bad_value("engine", flag, v, "tcp, shm, ucx or auto, or a comma list");
+        snprintf(o->protocol_list, sizeof(o->protocol_list), "%s", v);
+        o->n_protocols = 0;
+        for (char *save = NULL, *t = strtok_r(o->protocol_list, ",", &save); t != NULL;
+             t = strtok_r(NULL, ",", &save)) {
+            if (strcmp(t, "tcp") != 0 && strcmp(t, "shm") != 0 && strcmp(t, "auto") != 0 &&
+                strcmp(t, "ucx") != 0)
+                return cb_bad_value("engine", flag, v, "tcp, shm, ucx or auto, or a comma list");
+            if (o->n_protocols == MAX_PROTOCOLS)
+                return cb_bad_value("engine", flag, v, "at most 4 protocols");
+            o->protocols[o->n_protocols++] = t;
+        }
+        if (o->n_protocols == 0)
+            return cb_bad_value("engine", flag, v, "tcp, shm, ucx or auto, or a comma list");
+        o->protocol = o->protocols[0];
     } else if (strcmp(flag, "--duration") == 0) {
         if (cb_parse_seconds(v, &o->duration) < 0)
             return cb_bad_value("engine", flag, v, "a positive number of seconds (at most 86400)");
@@ -358,7 +383,8 @@ static int parse_opts(int argc, char **argv, eb_opts *o)
     o->n_blocks = sizeof(default_blocks) / sizeof(default_blocks[0]);
     o->batch = 16;
     o->threads = 1;
-    o->protocol = "tcp";
+    o->protocol = o->protocols[0] = "tcp";
+    o->n_protocols = 1;
     o->duration = 2.0;
 
     ct_option table[sizeof(value_flags) / sizeof(value_flags[0]) + 6] = {
@@ -385,6 +411,11 @@ static int parse_opts(int argc, char **argv, eb_opts *o)
     }
     if (by_hand && strcmp(o->role, "initiator") != 0) {
         fprintf(stderr, CB_PROG " engine: --target is for --role initiator\n");
+        return -1;
+    }
+    if (o->n_protocols > 1 && (by_hand || strcmp(o->role, "initiator") != 0)) {
+        fprintf(stderr, CB_PROG " engine: a list of protocols needs the spawned target (one "
+                                "protocol with --role or --target)\n");
         return -1;
     }
     if (by_hand && o->buffer_size != 0) {
@@ -903,6 +934,11 @@ static double ratio(double a, double b)
     return b > 0 ? a / b : 0.0;
 }
 
+static double result_gbps(const eb_result *r)
+{
+    return (double)r->bytes / (r->seconds > 0 ? r->seconds : 1e-9) / 1e9;
+}
+
 static void print_baselines(eb_ctx *ctx)
 {
     char b1[32], b2[32];
@@ -1130,6 +1166,8 @@ static int run_cases(eb_ctx *ctx)
                 return -1;
             }
             print_result(ctx, ops[oi], o->blocks[bi], &r);
+            ctx->results[ctx->proto_index][oi][bi] = r;
+            ctx->have_result[ctx->proto_index][oi][bi] = true;
         }
     }
     /* Leave the local buffer holding the pattern again (unverified WRITEs copy it). */
@@ -1207,11 +1245,148 @@ static void run_ucx_perftest(eb_ctx *ctx)
     fflush(stdout);
 }
 
-static int initiator_main(const eb_opts *o)
+/* One protocol's cases: start its target, an engine, run every case, stop.
+ * Returns an exit code. */
+static int run_protocol(eb_ctx *ctx)
 {
+    const eb_opts *o = ctx->o;
     int rc = CB_EXIT_FAIL;
     char err[1024], why[160];
     cb_child child = CB_CHILD_INIT;
+    ctx->engine = NULL;
+    ctx->local = ctx->reference = ctx->expect = NULL;
+    ctx->printed_header = false;
+
+    bool spawned = o->target == NULL;
+    if (spawned) {
+        rc = spawn_target(o, &child, ctx);
+        if (rc != CB_EXIT_OK)
+            return rc;
+        rc = CB_EXIT_FAIL;
+    } else {
+        snprintf(ctx->segment, sizeof(ctx->segment), "%s", o->target);
+        ctx->remote_addr = o->target_addr;
+        ctx->len = o->target_len;
+    }
+
+    ctx->local = alloc_registered(o, ctx->len);
+    if (ctx->local == NULL && no_device) {
+        rc = 77;
+        goto free_buffers;
+    }
+    if (o->verify) {
+        ctx->reference = alloc_buffer(ctx->len);
+        ctx->expect = alloc_buffer(max_block(o));
+    }
+    if (ctx->local == NULL || (o->verify && (ctx->reference == NULL || ctx->expect == NULL))) {
+        fprintf(stderr, CB_PROG " engine: cannot allocate %" PRIu64 " bytes\n", ctx->len);
+        goto free_buffers;
+    }
+    if (o->device < 0)
+        cb_pattern_fill(ctx->local, ctx->remote_addr, ctx->len, TARGET_SEED);
+    if (o->verify)
+        memcpy(ctx->reference, ctx->local, ctx->len);
+
+    int st = make_engine(o, &ctx->engine);
+    if (st < 0) {
+        rc = engine_create_failed("initiator", st);
+        goto free_buffers;
+    }
+    st = cr_engine_register(ctx->engine, ctx->local, ctx->len, NULL, true);
+    if (st < 0) {
+        fprintf(stderr, CB_PROG " engine: cr_engine_register: %s\n", why_failed(st));
+        goto destroy_engine;
+    }
+    st = cr_engine_open_segment(ctx->engine, ctx->segment, &ctx->seg);
+    if (st < 0) {
+        fprintf(stderr, CB_PROG " engine: cr_engine_open_segment(%s): %s\n", ctx->segment,
+                why_failed(st));
+        goto unregister_local;
+    }
+    print_info(ctx, spawned);
+    if (warm_up(ctx, err, sizeof(err)) < 0) {
+        fprintf(stderr, CB_PROG " engine: warm-up: %s\n", err);
+        goto close_segment;
+    }
+    if (run_cases(ctx) < 0)
+        goto close_segment;
+    rc = CB_EXIT_OK;
+
+close_segment:
+    cr_engine_close_segment(ctx->engine, ctx->seg);
+unregister_local:
+    cr_engine_unregister(ctx->engine, ctx->local);
+destroy_engine:
+    cr_engine_destroy(ctx->engine);
+free_buffers:
+    free_registered(o, ctx->local);
+    free(ctx->reference);
+    free(ctx->expect);
+    if (rc != CB_EXIT_OK) {
+        if (rc == 77)
+            fprintf(stderr, CB_PROG " engine: not measured (exit 77)\n");
+        cb_child_kill(&child);
+    } else if (cb_child_stop(&child, CHILD_TIMEOUT, why, sizeof(why)) != 0) {
+        fprintf(stderr, CB_PROG " engine: the target %s\n", why);
+        rc = CB_EXIT_FAIL;
+    }
+    return rc;
+}
+
+/* --protocol a,b: the same cases side by side, each as a ratio to the
+ * first protocol's (all measured in this run). */
+static void print_comparison(const eb_ctx *ctx)
+{
+    const eb_opts *o = ctx->o;
+    static const int ops[] = {CR_OP_READ, CR_OP_WRITE};
+    if (o->json) {
+        for (size_t p = 1; p < o->n_protocols; p++)
+            for (size_t oi = 0; oi < 2; oi++)
+                for (size_t bi = 0; bi < o->n_blocks; bi++) {
+                    const eb_result *a = &ctx->results[0][oi][bi];
+                    const eb_result *b = &ctx->results[p][oi][bi];
+                    if (!ctx->have_result[0][oi][bi] || !ctx->have_result[p][oi][bi])
+                        continue;
+                    printf("{\"type\":\"protocol_ratio\",\"op\":\"%s\",\"block\":%" PRIu64
+                           ",\"protocol\":\"%s\",\"versus\":\"%s\",\"gbps_ratio\":%.4f,"
+                           "\"p50_ratio\":%.4f}\n",
+                           op_name(ops[oi]), o->blocks[bi], o->protocols[p], o->protocols[0],
+                           ratio(result_gbps(b), result_gbps(a)),
+                           ratio((double)b->p50_ns, (double)a->p50_ns));
+                }
+        fflush(stdout);
+        return;
+    }
+    printf("\nprotocols side by side (same run; ratios to %s):\n", o->protocols[0]);
+    printf("%-5s %6s", "op", "block");
+    for (size_t p = 0; p < o->n_protocols; p++)
+        printf(" %9s %9s", o->protocols[p], "p50 us");
+    for (size_t p = 1; p < o->n_protocols; p++)
+        printf("  %s/%s GB/s, p50", o->protocols[p], o->protocols[0]);
+    printf("\n");
+    for (size_t oi = 0; oi < 2; oi++)
+        for (size_t bi = 0; bi < o->n_blocks; bi++) {
+            if (!ctx->have_result[0][oi][bi])
+                continue;
+            char bs[32];
+            printf("%-5s %6s", op_name(ops[oi]), cb_format_size(o->blocks[bi], bs, sizeof(bs)));
+            for (size_t p = 0; p < o->n_protocols; p++) {
+                const eb_result *r = &ctx->results[p][oi][bi];
+                printf(" %9.3f %9.1f", result_gbps(r), (double)r->p50_ns / 1e3);
+            }
+            const eb_result *a = &ctx->results[0][oi][bi];
+            for (size_t p = 1; p < o->n_protocols; p++) {
+                const eb_result *b = &ctx->results[p][oi][bi];
+                printf("  %6.2fx, %5.2fx", ratio(result_gbps(b), result_gbps(a)),
+                       ratio((double)b->p50_ns, (double)a->p50_ns));
+            }
+            printf("\n");
+        }
+    fflush(stdout);
+}
+
+static int initiator_main(const eb_opts *o)
+{
     eb_ctx ctx;
     memset(&ctx, 0, sizeof(ctx));
     ctx.o = o;
@@ -1238,79 +1413,20 @@ static int initiator_main(const eb_opts *o)
             printf("baseline device->device: not measured (%s)\n", cr_last_error_message());
     }
 
-    bool spawned = o->target == NULL;
-    if (spawned) {
-        rc = spawn_target(o, &child, &ctx);
-        if (rc != CB_EXIT_OK)
-            return rc;
-        rc = CB_EXIT_FAIL;
-    } else {
-        snprintf(ctx.segment, sizeof(ctx.segment), "%s", o->target);
-        ctx.remote_addr = o->target_addr;
-        ctx.len = o->target_len;
+    /* Each protocol in turn, against the same baselines. */
+    int rc = CB_EXIT_OK;
+    for (size_t i = 0; i < o->n_protocols && rc == CB_EXIT_OK; i++) {
+        eb_opts one = *o;
+        one.protocol = o->protocols[i];
+        ctx.o = &one;
+        ctx.proto_index = i;
+        if (o->n_protocols > 1 && !o->json)
+            printf("%s== protocol %s ==\n", i > 0 ? "\n" : "", one.protocol);
+        rc = run_protocol(&ctx);
     }
-
-    ctx.local = alloc_registered(o, ctx.len);
-    if (ctx.local == NULL && no_device) {
-        rc = 77;
-        goto free_buffers;
-    }
-    if (o->verify) {
-        ctx.reference = alloc_buffer(ctx.len);
-        ctx.expect = alloc_buffer(max_block(o));
-    }
-    if (ctx.local == NULL || (o->verify && (ctx.reference == NULL || ctx.expect == NULL))) {
-        fprintf(stderr, CB_PROG " engine: cannot allocate %" PRIu64 " bytes\n", ctx.len);
-        goto free_buffers;
-    }
-    if (o->device < 0)
-        cb_pattern_fill(ctx.local, ctx.remote_addr, ctx.len, TARGET_SEED);
-    if (o->verify)
-        memcpy(ctx.reference, ctx.local, ctx.len);
-
-    int st = make_engine(o, &ctx.engine);
-    if (st < 0) {
-        rc = engine_create_failed("initiator", st);
-        goto free_buffers;
-    }
-    st = cr_engine_register(ctx.engine, ctx.local, ctx.len, NULL, true);
-    if (st < 0) {
-        fprintf(stderr, CB_PROG " engine: cr_engine_register: %s\n", why_failed(st));
-        goto destroy_engine;
-    }
-    st = cr_engine_open_segment(ctx.engine, ctx.segment, &ctx.seg);
-    if (st < 0) {
-        fprintf(stderr, CB_PROG " engine: cr_engine_open_segment(%s): %s\n", ctx.segment,
-                why_failed(st));
-        goto unregister_local;
-    }
-    print_info(&ctx, spawned);
-    if (warm_up(&ctx, err, sizeof(err)) < 0) {
-        fprintf(stderr, CB_PROG " engine: warm-up: %s\n", err);
-        goto close_segment;
-    }
-    if (run_cases(&ctx) < 0)
-        goto close_segment;
-    rc = CB_EXIT_OK;
-
-close_segment:
-    cr_engine_close_segment(ctx.engine, ctx.seg);
-unregister_local:
-    cr_engine_unregister(ctx.engine, ctx.local);
-destroy_engine:
-    cr_engine_destroy(ctx.engine);
-free_buffers:
-    free_registered(o, ctx.local);
-    free(ctx.reference);
-    free(ctx.expect);
-    if (rc != CB_EXIT_OK) {
-        if (rc == 77)
-            fprintf(stderr, CB_PROG " engine: not measured (exit 77)\n");
-        cb_child_kill(&child);
-    } else if (cb_child_stop(&child, CHILD_TIMEOUT, why, sizeof(why)) != 0) {
-        fprintf(stderr, CB_PROG " engine: the target %s\n", why);
-        rc = CB_EXIT_FAIL;
-    }
+    ctx.o = o;
+    if (rc == CB_EXIT_OK && o->n_protocols > 1)
+        print_comparison(&ctx);
     return rc;
 }
 
