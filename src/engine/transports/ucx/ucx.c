@@ -86,6 +86,61 @@ static int plan_rails(ucx_engine *ue, const char *list)
     return 0;
 }
 
+/* UCX 1.13 has no peer-failure handling on its shared-memory transports,
+ * so endpoints to a peer reached only through them run without it
+ * (UCP_ERR_HANDLING_MODE_NONE, deadlines bound the transfers). Over posix
+ * and sysv a dead peer's requests then just never finish; over cma (and
+ * knem, xpmem), UCX aborts this process when the peer dies in a transfer
+ * (process_vm_readv ESRCH is fatal without error handling). When UCX_TLS
+ * names no transport with peer-failure handling, this writes into out the
+ * same list with the single-copy transports left out ("sm"/"shm" become
+ * "posix,sysv") and returns 1; 0 when the list can stay as it is.
+ * CRESCENT_UCX_KEEP_CMA=1 keeps them (measuring only: a dead peer then
+ * aborts the process). */
+static int tls_without_single_copy(const char *tls, char *out, size_t cap)
+{
+    static const char *const with_peer_errors[] = {"tcp", "rc", "ud", "dc", "ib", "all"};
+    static const char *const single_copy[] = {"cma", "knem", "xpmem"};
+    if (tls == NULL || tls[0] == '\0' || tls[0] == '^')
+        return 0; /* UCX's default or an exclusion list: network transports stay in */
+    const char *keep = getenv("CRESCENT_UCX_KEEP_CMA");
+    if (keep != NULL && strcmp(keep, "1") == 0)
+        return 0;
+    for (size_t i = 0; i < sizeof(with_peer_errors) / sizeof(with_peer_errors[0]); i++)
+        if (strstr(tls, with_peer_errors[i]) != NULL)
+            return 0;
+    size_t used = 0;
+    bool dropped = false;
+    out[0] = '\0';
+    for (const char *p = tls; *p != '\0';) {
+        size_t n = strcspn(p, ",");
+        char name[32];
+        if (n > 0 && n < sizeof(name)) {
+            memcpy(name, p, n);
+            name[n] = '\0';
+            const char *put = name;
+            bool single = false;
+            for (size_t i = 0; i < sizeof(single_copy) / sizeof(single_copy[0]); i++)
+                single = single || strcmp(name, single_copy[i]) == 0;
+            if (strcmp(name, "sm") == 0 || strcmp(name, "shm") == 0) {
+                put = "posix,sysv";
+                dropped = true;
+            } else if (single) {
+                put = NULL;
+                dropped = true;
+            }
+            size_t len = put != NULL ? strlen(put) : 0;
+            if (put != NULL && used + len + 2 <= cap) {
+                used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? "," : "", put);
+            }
+        }
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    return dropped && used > 0 ? 1 : 0;
+}
+
 static int rail_open(ucx_rail *r)
 {
     ucp_config_t *cfg;
@@ -93,6 +148,23 @@ static int rail_open(ucx_rail *r)
     if (st != UCS_OK)
         return crb_error(CR_ERR_SYSTEM, "ucx: reading UCX's configuration: %s",
                          ucs_status_string(st));
+    char tls[256];
+    const char *user_tls = getenv("UCX_TLS");
+    if (tls_without_single_copy(user_tls, tls, sizeof(tls)) == 1) {
+        static bool warned;
+        char msg[512];
+        snprintf(msg, sizeof(msg),
+                 "ucx: UCX_TLS=%.200s has no transport that detects a dead peer, and UCX aborts "
+                 "the process when a cma peer dies mid-transfer; using %s (set "
+                 "CRESCENT_UCX_KEEP_CMA=1 to keep cma, for measuring only)",
+                 user_tls, tls);
+        ucx_log_warn_once(&warned, msg);
+        if ((st = ucp_config_modify(cfg, "TLS", tls)) != UCS_OK) {
+            ucp_config_release(cfg);
+            return crb_error(CR_ERR_INVALID_CONFIG, "ucx: UCX_TLS '%s': %s", tls,
+                             ucs_status_string(st));
+        }
+    }
     if (r->devices[0] != '\0' &&
         (st = ucp_config_modify(cfg, "NET_DEVICES", r->devices)) != UCS_OK) {
         ucp_config_release(cfg);

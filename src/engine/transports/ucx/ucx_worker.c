@@ -157,19 +157,34 @@ static void op_finish(ucx_op *op, int status)
     free(op);
 }
 
-/* Fail the task of an op UCX will not give back; keep the op for UCX. */
-static void op_abandon(ucx_op *op, int status)
+/* Fail the task of an op UCX will not give back; keep the op for UCX.
+ * Returns 1 if it did (the op was not abandoned before), else 0. */
+static int op_abandon(ucx_op *op, int status)
 {
     if (op->abandoned)
-        return;
+        return 0;
     op->abandoned = true;
-    crb_log(CRB_LOG_WARN,
-            "ucx: UCX did not finish a request to %s after its endpoint was "
-            "closed; failing its task",
-            op->peer->name);
     cre_task_slice_done(op->task, status, 0);
     cre_desc_unref(op->desc);
     op->desc = NULL;
+    return 1;
+}
+
+/* op_abandon for every op still on an endpoint, with one log line. */
+static void ep_abandon_ops(ucx_ep *ep, int status)
+{
+    size_t n = 0;
+    const char *peer = NULL;
+    for (ucx_op *op = ep->ops; op != NULL; op = op->next) {
+        if (op_abandon(op, status) == 1 && peer == NULL)
+            peer = op->peer->name;
+        n += op->abandoned;
+    }
+    if (peer != NULL)
+        crb_log(CRB_LOG_WARN,
+                "ucx: UCX did not finish %zu request(s) to %s on rail %d after their endpoint "
+                "was closed; their tasks fail now",
+                n, peer, ep->rail);
 }
 
 /* RMA: a READ is done when its get is, a WRITE when its put and a flush
@@ -325,8 +340,7 @@ static void ep_fail(ucx_ep *ep, int status)
     }
     free(snap);
     if (ep->no_peer_errors)
-        for (ucx_op *op = ep->ops; op != NULL; op = op->next)
-            op_abandon(op, status);
+        ep_abandon_ops(ep, status);
 }
 
 static void err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
@@ -810,8 +824,7 @@ void cre_ucx_workers_fini(ucx_engine *ue)
         /* What UCX never gave back: fail the tasks now (teardown), free
          * the ops once the UCP workers are gone. */
         for (size_t d = 0; d < ws->n_dead; d++)
-            for (ucx_op *o = ws->dead[d]->ops; o != NULL; o = o->next)
-                op_abandon(o, CR_ERR_SHUTDOWN);
+            ep_abandon_ops(ws->dead[d], CR_ERR_SHUTDOWN);
         for (size_t r = 0; r < ue->n_rails; r++) {
             if (ws->uw[r] == NULL)
                 continue;
