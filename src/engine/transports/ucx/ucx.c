@@ -152,7 +152,7 @@ static int rail_open(ucx_rail *r)
     const char *user_tls = getenv("UCX_TLS");
     if (tls_without_single_copy(user_tls, tls, sizeof(tls)) == 1) {
         static bool warned;
-        char msg[512];
+        char msg[768];
         snprintf(msg, sizeof(msg),
                  "ucx: UCX_TLS=%.200s has no transport that detects a dead peer, and UCX aborts "
                  "the process when a cma peer dies mid-transfer; using %s (set "
