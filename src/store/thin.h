@@ -20,7 +20,8 @@
  * Files: thin_conn.c (session, connections, calls), thin_mem.c (pool,
  * regions, translation of pointers to extents), thin_ops.c (the store
  * operations), thin_sessions.c (Mooncake's ranged session API),
- * thin_direct.c (gets read straight from the daemon's segment).
+ * thin_direct.c (gets read straight from the daemon's segment),
+ * thin_direct_put.c (puts written straight into it).
  *
  * Threading: every function may be called from any thread at once. Locks:
  * `lock` (session state and the idle connections), `pool_lock` (the pool's
@@ -119,8 +120,10 @@ typedef struct crc_thin {
     crc_thin_region *regs;
     size_t n_regs, cap_regs;
 
-    /* direct reads (thin_direct.c): the daemon's segment mapped read-only
-     * and a master connection of our own */
+    /* direct reads and puts (thin_direct.c, thin_direct_put.c): the
+     * daemon's segment mapped (read-write when the daemon handed a writable
+     * descriptor and direct puts are on, else read-only) and a master
+     * connection of our own */
     pthread_mutex_t direct_mu;           /* setting them up */
     pthread_rwlock_t direct_lock;        /* readers: reads from seg_map; writer: replacing it */
     bool direct_off;                     /* CRESCENT_THIN_DIRECT=0 (gets and puts) */

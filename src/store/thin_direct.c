@@ -33,7 +33,9 @@
  * So nothing is read that the master did not lease to us, a removed or
  * overwritten object is never read (the master no longer lists it, or the
  * lease keeps the old bytes until it is released), and the daemon still
- * owns the segment, its mount, its heartbeats and every write.
+ * owns the segment, its mount and its heartbeats. The same mapping is
+ * writable when the daemon hands a writable descriptor too (direct puts,
+ * thin_direct_put.c; off with CRESCENT_THIN_DIRECT_PUT=0).
  *
  * Zero-copy batches of 8 MiB and more still go through the daemon: the hop
  * is a few % of such a call, and with the copies on the daemon's thread
