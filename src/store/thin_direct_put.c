@@ -62,7 +62,7 @@ static bool config_ok(const crc_thin *t, const cr_replicate_config *cfg)
 {
     if (cfg == NULL)
         return true;
-    if (cfg->replica_num > 1)
+    if (cfg->replica_num != 1) /* 0: the daemon path refuses it */
         return false;
     if (cfg->n_preferred == 0)
         return true;
