@@ -21,6 +21,9 @@
  *                   descriptors and shared mappings are flat, and the
  *                   master reuses the revoked space after the writers' bound
  *                   (CRESCENT_THIN_DIRECT_PUT_MS=1500)
+ *   late_copy       a copy that passes the writer's bound (CRESCENT_THIN_DIRECT_PUT_MS
+ *                   = 30: no chunk after 10 ms; a 128 MiB value) is revoked and
+ *                   the put goes through the daemon, bytes verified
  *   off             CRESCENT_THIN_DIRECT_PUT=0: every put goes through the
  *                   daemon, gets stay direct
  */
@@ -276,6 +279,33 @@ static void test_kills(void **state)
     assert_int_equal(sh_master_stop(&m), 0);
 }
 
+/* A copy that outlives the writer's bound is revoked and put through the daemon. */
+static void test_late_copy(void **state)
+{
+    (void)state;
+    sh_master m;
+    th_daemon d;
+    sh_client w, r;
+    assert_int_equal(sh_master_start(&m, NULL), 0);
+    assert_int_equal(th_daemon_start(&d, m.addr, NULL, NULL), 0);
+    /* D = 30 ms, so no chunk may start 10 ms after the PUT_START was sent:
+     * 128 MiB into fresh segment pages takes longer than that. */
+    setenv("CRESCENT_THIN_DIRECT_PUT_MS", "30", 1);
+    assert_int_equal(th_client_start(&w, &d, POOL_CLIENT), 0);
+    unsetenv("CRESCENT_THIN_DIRECT_PUT_MS");
+    assert_int_equal(sh_rc(&w, "put small 4096 1"), 0); /* sets the mapping up */
+    long long calls = calls_of(&w);
+    assert_int_equal(sh_rc(&w, "put big 134217728 3"), 0);
+    assert_int_equal(calls_of(&w), calls + 1); /* revoked, then through the daemon */
+    start_daemon_reader(&r, &d);
+    expect_read(sh_cmd(&r, "get big 3"), 134217728);
+    expect_read(sh_cmd(&r, "get small 1"), 4096);
+    assert_int_equal(sh_client_stop(&r), 0);
+    assert_int_equal(sh_client_stop(&w), 0);
+    assert_int_equal(th_daemon_stop(&d), 0);
+    assert_int_equal(sh_master_stop(&m), 0);
+}
+
 static void test_off(void **state)
 {
     (void)state;
@@ -310,6 +340,7 @@ int main(void)
         cmocka_unit_test_teardown(test_direct_puts, teardown),
         cmocka_unit_test_teardown(test_daemon_path, teardown),
         cmocka_unit_test_teardown(test_kills, teardown),
+        cmocka_unit_test_teardown(test_late_copy, teardown),
         cmocka_unit_test_teardown(test_off, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
