@@ -18,9 +18,10 @@
  *                   written (each is absent or whole) and none is left in
  *                   flight (a new put of every absent key succeeds at once,
  *                   with put_start_discard_timeout 600 s), the daemon's
- *                   descriptors and shared mappings are flat, and the
- *                   master reuses the revoked space after the writers' bound
- *                   (CRESCENT_THIN_DIRECT_PUT_MS=1500)
+ *                   descriptors and shared mappings and the master's
+ *                   descriptors are flat, and the master reuses the revoked
+ *                   space after the writers' bound (CRESCENT_THIN_DIRECT_PUT_MS
+ *                   = 1500)
  *   late_copy       a copy that passes the writer's bound (CRESCENT_THIN_DIRECT_PUT_MS
  *                   = 30: no chunk after 10 ms; a 128 MiB value) is revoked and
  *                   the put goes through the daemon, bytes verified
@@ -219,9 +220,10 @@ static void test_kills(void **state)
     assert_int_equal(sh_client_stop(&c), 0);
     for (int i = 0; i < 200 && th_metric(&d, "crescent_client_thin_clients") != 0; i++)
         sh_sleep_ms(50);
-    long long base_fds = fds_of(dp);
+    pid_t mp = m.cm.p.pid;
+    long long base_fds = fds_of(dp), base_master_fds = fds_of(mp);
     long long base_map = th_shared_mapped(dp);
-    assert_true(base_fds > 0 && base_map > 0);
+    assert_true(base_fds > 0 && base_map > 0 && base_master_fds > 0);
 
     for (int i = 0; i < KILLS; i++) {
         assert_int_equal(th_client_start(&c, &d, POOL_CLIENT), 0);
@@ -263,6 +265,11 @@ static void test_kills(void **state)
         fail_msg("after %d kills the daemon has %lld descriptors (%lld before) and %lld bytes of "
                  "shared mappings (%lld before)",
                  KILLS, fds, base_fds, map, base_map);
+    /* ... and the master none of their connections. */
+    long long master_fds = settle(fds_of, mp, base_master_fds);
+    if (master_fds > base_master_fds)
+        fail_msg("after %d kills the master has %lld descriptors (%lld before)", KILLS, master_fds,
+                 base_master_fds);
     /* The revoked space comes back after the writers' bound. */
     double left = -1;
     for (int i = 0; i < 200; i++) {
