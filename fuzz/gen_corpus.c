@@ -136,6 +136,7 @@ static void rq_leases(crp_rpc_req *m)
 static void rq_put_start(crp_rpc_req *m)
 {
     m->u.put_start = (crp_rpc_put_start_req){rpc_cid, "layer/0/block/1", 4096, rpc_cfg};
+    m->owned_ms = 30000; /* an owned write (docs/WIRE.md) */
 }
 static void rq_owner_key(crp_rpc_req *m)
 {

@@ -161,8 +161,11 @@ def test_sglang_standalone_pattern(daemon_factory):
         s.close()
 
 
-def test_plain_memory_is_the_slow_path(daemon_factory):
+def test_plain_memory_is_the_slow_path(daemon_factory, monkeypatch):
     d = daemon_factory()
+    # Puts through the daemon: a direct put (the default) copies plain memory
+    # straight into the daemon's segment, with no slow path to count.
+    monkeypatch.setenv("CRESCENT_THIN_DIRECT_PUT", "0")
     s = dummy(d.address)
     try:
         a = np.arange(MiB // 8, dtype=np.int64)

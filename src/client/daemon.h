@@ -112,6 +112,7 @@ typedef struct crs_daemon {
     /* The segment for thin clients' direct reads (SEGMENT, direct.c): a
      * read-only descriptor of its memfd (-1: none), where it lies here. */
     int seg_fd;
+    int seg_rw_fd; /* a writable one for same-uid direct puts (-1: none) */
     uint64_t seg_base, seg_size;
 
     crb_loop loops[CRS_MAX_LOOPS];

@@ -20,6 +20,15 @@
  * a new open file description), which guards against accidental writes
  * only: a process of the memfd's uid can reopen it O_RDWR through its own
  * /proc/self/fd/N. The barrier is the uid check.
+ *
+ * Direct puts (src/store/thin_direct_put.c): the same clients also get a
+ * writable descriptor (O_RDWR on /proc/self/fd/N) as the reply's second
+ * descriptor, announced by a third value (1). They gain no right they lack:
+ * a same-uid process can reopen the read-only one O_RDWR itself, and the
+ * engine's shm service hands same-uid peers writable descriptors of every
+ * remote-accessible region. What makes their writes safe is the master's
+ * owned writes (docs/WIRE.md): a thin client that dies mid-put leaves no
+ * write in flight and no visible key. Another uid gets neither descriptor.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -37,7 +46,7 @@
 
 void crs_direct_open(crs_daemon *d)
 {
-    d->seg_fd = -1;
+    d->seg_fd = d->seg_rw_fd = -1;
     cr_store *s = d->store;
     if (s == NULL || s->segment == NULL || s->segment_size == 0)
         return;
@@ -59,6 +68,12 @@ void crs_direct_open(crs_daemon *d)
                 strerror(errno));
         goto out_close;
     }
+    d->seg_rw_fd = open(path, O_RDWR | O_CLOEXEC);
+    if (d->seg_rw_fd < 0)
+        crb_log(CRB_LOG_INFO,
+                "crescent-client: no writable descriptor of the segment (%s): thin clients put "
+                "through the daemon",
+                strerror(errno));
     d->seg_base = (uint64_t)(uintptr_t)s->segment;
     d->seg_size = s->segment_size;
 out_close:
@@ -70,28 +85,30 @@ void crs_direct_close(crs_daemon *d)
 {
     if (d->seg_fd >= 0)
         close(d->seg_fd);
-    d->seg_fd = -1;
+    if (d->seg_rw_fd >= 0)
+        close(d->seg_rw_fd);
+    d->seg_fd = d->seg_rw_fd = -1;
 }
 
-/* Send the encoded frame, the descriptor on its first byte; what the socket
- * does not take now stays in c->out. */
-static bool send_with_fd(crs_conn *c, const crp_buf *frame, int fd)
+/* Send the encoded frame, the n (1 or 2) descriptors on its first byte; what
+ * the socket does not take now stays in c->out. */
+static bool send_with_fds(crs_conn *c, const crp_buf *frame, const int *fds, size_t n_fds)
 {
     union {
         struct cmsghdr h;
-        char b[CMSG_SPACE(sizeof(int))];
+        char b[CMSG_SPACE(2 * sizeof(int))];
     } ctl;
     memset(&ctl, 0, sizeof(ctl));
     struct iovec iov = {frame->data, frame->len};
     struct msghdr msg = {.msg_iov = &iov,
                          .msg_iovlen = 1,
                          .msg_control = ctl.b,
-                         .msg_controllen = CMSG_SPACE(sizeof(int))};
+                         .msg_controllen = CMSG_SPACE(n_fds * sizeof(int))};
     struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
     cm->cmsg_level = SOL_SOCKET;
     cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+    cm->cmsg_len = CMSG_LEN(n_fds * sizeof(int));
+    memcpy(CMSG_DATA(cm), fds, n_fds * sizeof(int));
     ssize_t n;
     do
         n = sendmsg(c->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -121,10 +138,12 @@ bool crs_direct_answer(crs_conn *c, uint64_t id)
         crs_conn_reply(c, id, &resp);
         return true;
     }
-    uint64_t vals[2] = {d->seg_base, d->seg_size};
+    /* vals[2] = 1: the second descriptor is writable (direct puts). */
+    uint64_t vals[3] = {d->seg_base, d->seg_size, d->seg_rw_fd >= 0 ? 1 : 0};
+    int fds[2] = {d->seg_fd, d->seg_rw_fd};
     char *names[2] = {d->segment, d->cfg.master};
     resp.fields = CRP_THIN_R_VALS | CRP_THIN_R_NAMES;
-    resp.n_vals = 2;
+    resp.n_vals = 3;
     resp.vals = vals;
     resp.n_names = 2;
     resp.names = names;
@@ -139,7 +158,7 @@ bool crs_direct_answer(crs_conn *c, uint64_t id)
                         .body_len = (uint32_t)(frame.len - CRP_HEADER_SIZE),
                         .request_id = id};
         crp_header_encode(&h, frame.data);
-        if (send_with_fd(c, &frame, d->seg_fd)) {
+        if (send_with_fds(c, &frame, fds, d->seg_rw_fd >= 0 ? 2 : 1)) {
             crp_buf_free(&frame);
             return !c->closing;
         }

@@ -506,7 +506,7 @@ bound:
 int crs_daemon_start(crs_daemon *d, const crs_config *cfg)
 {
     memset(d, 0, sizeof(*d));
-    d->seg_fd = -1;
+    d->seg_fd = d->seg_rw_fd = -1;
     d->cfg = *cfg;
     d->uid = getuid();
     pthread_mutex_init(&d->lock, NULL);

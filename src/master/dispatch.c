@@ -140,6 +140,24 @@ static crk_replicate_config config_of(crk_service *s, crk_scratch *sc, crk_clien
     return cfg;
 }
 
+/* "ow" of a put start: the write is owned by peer's connection (tagged at
+ * its first such write). In-process callers (no peer) own nothing. */
+static void own_write(crk_service *s, crk_peer *peer, uint64_t owned_ms, crk_replicate_config *cfg)
+{
+    if (owned_ms == 0 || peer == NULL)
+        return;
+    if (peer->conn_tag == 0)
+        peer->conn_tag = crk_conn_tag(s);
+    cfg->owner_conn = peer->conn_tag;
+    cfg->owned_ms = owned_ms;
+}
+
+void crk_peer_closed(crk_service *s, crk_peer *peer, uint64_t now_ms)
+{
+    if (peer != NULL && peer->conn_tag != 0)
+        (void)crk_revoke_conn_writes(s, peer->conn_tag, now_ms);
+}
+
 /* Copy a service replica list into reply replicas (segment names too). */
 static int replicas_of(crk_scratch *s, const crk_replica_list *l, uint8_t status,
                        crp_rpc_replica **out, size_t *n_out)
@@ -595,6 +613,7 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
     case CRP_RPC_UPSERT_START: {
         crk_replicate_config cfg =
             config_of(s, sc, client_of(u->put_start.client_id), &u->put_start.config);
+        own_write(s, peer, req->owned_ms, &cfg);
         crk_replica_list l;
         crk_client_id c = client_of(u->put_start.client_id);
         rc = req->op == CRP_RPC_PUT_START
@@ -609,6 +628,7 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
     case CRP_RPC_BATCH_UPSERT_START: {
         crk_replicate_config cfg =
             config_of(s, sc, client_of(u->batch_put_start.client_id), &u->batch_put_start.config);
+        own_write(s, peer, req->owned_ms, &cfg);
         rc = batch_with_lists(
             s, sc, req->op == CRP_RPC_BATCH_PUT_START ? do_batch_put_start : do_batch_upsert_start,
             client_of(u->batch_put_start.client_id), u->batch_put_start.keys,

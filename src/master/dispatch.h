@@ -67,7 +67,18 @@ typedef struct crk_peer {
      * and the caller holds the reply until crk_ha_committed reaches it. */
     bool defer_durable;
     uint64_t durable_seq;
+    /* Owned writes (docs/WIRE.md): this connection's crk_conn_tag, taken at
+     * its first put start with "ow" (0: it never owned a write). */
+    uint64_t conn_tag;
 } crk_peer;
+
+/**
+ * The connection of `peer` is being freed (the RPC server calls this once
+ * per connection, on its I/O thread, after its last request): the writes it
+ * still owns are revoked (crk_revoke_conn_writes). NULL peer or a peer that
+ * never owned a write: nothing.
+ */
+void crk_peer_closed(crk_service *s, crk_peer *peer, uint64_t now_ms);
 
 /**
  * Execute req against the service at now_ms for the connection `peer`

@@ -100,6 +100,7 @@ typedef struct crk_counters {
     _Atomic uint64_t alloc_evictions, alloc_evicted_bytes, alloc_evicted_keys;
     _Atomic uint64_t alloc_evict_logged_ms;
     _Atomic uint64_t clients_expired;
+    _Atomic uint64_t owned_writes_revoked; /* crk_revoke_conn_writes */
     /* gauges (keys, writes in flight and leases granted are per shard;
      * allocated bytes are the segments' used bytes: see crk_allocated) */
     _Atomic uint64_t capacity, soft_pinned, hard_pinned, discarded;
@@ -125,6 +126,7 @@ struct crk_service {
     _Atomic uint64_t evict_rounds; /* bumped after each round */
 
     _Atomic uint64_t epoch_counter;
+    _Atomic uint64_t conn_tags;        /* crk_conn_tag: the last one handed out */
     _Atomic uint64_t rng;              /* seeds each thread's stream (rng.h) */
     crb_sipkey hash_key;               /* of crk_key_hash, random per service */
     _Atomic bool stopping;             /* crk_service_stop_scans: long scans give up */

@@ -103,6 +103,11 @@ typedef struct crk_write {
     uint8_t upsert; /* rep[] holds the new replicas */
     uint8_t nrep;
     uint8_t promotion; /* the disk tier's holder puts a disk-only key back (master/offload.h) */
+    /* Owned writes (crk_replicate_config.owner_conn): the connection that
+     * owns it (0: none) and when its space may be reused once that
+     * connection closed (start + the writer's declared bound). */
+    uint64_t conn;
+    uint64_t own_until;
     crk_replica rep[];
 } crk_write;
 

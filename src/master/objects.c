@@ -303,17 +303,14 @@ static const crk_replicate_config default_replicate = {.replica_num = 1};
 /* --- put ---------------------------------------------------------------------------------- */
 
 /*
- * Preempt the stale write of `o` (shard locked). Its space is released at
- * write start + put_start_release_timeout. Returns the object if it is still
+ * Drop the write in flight of `o` (shard locked); its space is released at
+ * release_at (now if that has passed). Returns the object if it is still
  * there (an upserted object keeps its old version), NULL if it was erased.
  */
-static crk_object *preempt_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t now)
+static crk_object *drop_write_locked(crk_service *s, crk_shard *sh, crk_object *o,
+                                     uint64_t release_at, uint64_t now)
 {
     crk_write *w = o->write;
-    uint64_t release_at = crk_sat_add(w->start_ms, s->cfg.put_start_release_timeout_ms);
-    crb_log(CRB_LOG_INFO, "master: preempting the put of '%s' started %llu ms ago", o->key,
-            (unsigned long long)crk_elapsed(now, w->start_ms));
-    crk_add(s->c.put_start_discards, 1);
     if (w->upsert) {
         crk_release_or_defer(s, sh, w->rep, w->nrep, w->size, release_at, now, NULL);
         crk_write_drop(sh, w);
@@ -327,6 +324,51 @@ static crk_object *preempt_locked(crk_service *s, crk_shard *sh, crk_object *o, 
     crk_write_drop(sh, w);
     crk_erase_object_locked(s, sh, o, now);
     return NULL;
+}
+
+/* Preempt the stale write of `o` (shard locked): its space is released at
+ * write start + put_start_release_timeout (the slow writer may still write). */
+static crk_object *preempt_locked(crk_service *s, crk_shard *sh, crk_object *o, uint64_t now)
+{
+    crk_write *w = o->write;
+    uint64_t release_at = crk_sat_add(w->start_ms, s->cfg.put_start_release_timeout_ms);
+    crb_log(CRB_LOG_INFO, "master: preempting the put of '%s' started %llu ms ago", o->key,
+            (unsigned long long)crk_elapsed(now, w->start_ms));
+    crk_add(s->c.put_start_discards, 1);
+    return drop_write_locked(s, sh, o, release_at, now);
+}
+
+uint64_t crk_conn_tag(crk_service *s)
+{
+    return atomic_fetch_add_explicit(&s->conn_tags, 1, CRK_RELAXED) + 1;
+}
+
+size_t crk_revoke_conn_writes(crk_service *s, uint64_t conn, uint64_t now_ms)
+{
+    if (conn == 0)
+        return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < CRK_NUM_SHARDS; i++) {
+        crk_shard *sh = &s->shards[i];
+        pthread_mutex_lock(&sh->mu);
+        for (crk_write *w = sh->w_head, *next; w != NULL; w = next) {
+            next = w->next; /* dropping w frees it (and nothing else on the list) */
+            if (w->conn != conn)
+                continue;
+            crb_log(CRB_LOG_DEBUG,
+                    "master: the connection owning the put of '%s' closed; revoked, space "
+                    "reused in %llu ms",
+                    w->obj->key, (unsigned long long)crk_elapsed(w->own_until, now_ms));
+            (void)drop_write_locked(s, sh, w->obj, w->own_until, now_ms);
+            n++;
+        }
+        pthread_mutex_unlock(&sh->mu);
+    }
+    if (n > 0) {
+        crk_add(s->c.owned_writes_revoked, n);
+        crb_log(CRB_LOG_INFO, "master: a connection closed with %zu writes in flight: revoked", n);
+    }
+    return n;
 }
 
 static int alloc_failure(crk_service *s, const char *key, uint64_t size, uint32_t want,
@@ -371,6 +413,15 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
         return rc;
     if (!out)
         return crb_error(CR_INVALID_PARAMS, "put_start '%s': no output list", key);
+    /* An owned write's bound must lie within the release timeout: the writer
+     * relies on it, so it is refused rather than shortened. */
+    if (cfg->owner_conn != 0 &&
+        (cfg->owned_ms == 0 || cfg->owned_ms > s->cfg.put_start_release_timeout_ms))
+        return crb_error(CR_INVALID_PARAMS,
+                         "put_start '%s': an owned write's bound of %llu ms is not in 1..%llu "
+                         "(put_start_release_timeout)",
+                         key, (unsigned long long)cfg->owned_ms,
+                         (unsigned long long)s->cfg.put_start_release_timeout_ms);
 
     /* A disk-only key exists: only its holder may put it (a promotion, offload.h). */
     bool promotion = false;
@@ -445,6 +496,10 @@ static int put_start_impl(crk_service *s, crk_client_id client, const char *key,
         w->soft_action = (uint8_t)cfg->soft_pin_action;
         w->hard_pin = cfg->hard_pin;
         w->promotion = promotion;
+        if (cfg->owner_conn != 0) {
+            w->conn = cfg->owner_conn;
+            w->own_until = crk_sat_add(now, cfg->owned_ms);
+        }
         if (o) {
             w->upsert = 1;
             w->nrep = (uint8_t)k;

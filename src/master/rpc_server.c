@@ -323,6 +323,7 @@ static void thread_unlist(rpc_thread *t, rpc_conn *c)
 static void conn_free(rpc_conn *c)
 {
     rpc_thread *t = c->thread;
+    crk_peer_closed(t->srv->svc, &c->peer, crb_now_ms()); /* its owned writes (dispatch.h) */
     if (c->holding)
         atomic_fetch_sub(&t->n_holding, 1);
     for (size_t i = 0; c->ready && i < t->n_ready; i++)

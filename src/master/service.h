@@ -143,6 +143,14 @@ typedef struct crk_replicate_config {
     uint64_t soft_pin_ttl_ms;
     const char *const *preferred_segments; /* tried first, in order; may be NULL */
     size_t n_preferred;
+    /* Owned writes (docs/WIRE.md "Owned writes"): owner_conn != 0 ties the
+     * write to that connection (a crk_conn_tag); when the connection closes,
+     * crk_revoke_conn_writes revokes it at once and reuses its space at
+     * start + owned_ms (the writer's promise that its writing ends by then;
+     * 1..put_start_release_timeout_ms, else CR_INVALID_PARAMS). owner_conn
+     * 0: owned_ms is ignored, the write behaves as always. */
+    uint64_t owner_conn;
+    uint64_t owned_ms;
 } crk_replicate_config;
 
 /** What a client needs to move the bytes of one replica. */
@@ -246,12 +254,13 @@ typedef struct crk_stats {
     uint64_t evictions_successful; /* rounds that freed something */
     uint64_t evicted_keys;
     uint64_t evicted_bytes;
-    uint64_t alloc_failures;      /* put_start that allocated nothing (-200) */
-    uint64_t partial_allocations; /* put_start that got fewer replicas than asked */
-    uint64_t put_start_discards;  /* in-flight puts preempted */
-    uint64_t put_start_releases;  /* deferred releases done */
-    uint64_t lease_releases;      /* reads released by readers (crk_release_leases) */
-    uint64_t early_releases;      /* deferred releases done because the last reader released */
+    uint64_t alloc_failures;       /* put_start that allocated nothing (-200) */
+    uint64_t partial_allocations;  /* put_start that got fewer replicas than asked */
+    uint64_t put_start_discards;   /* in-flight puts preempted */
+    uint64_t put_start_releases;   /* deferred releases done */
+    uint64_t owned_writes_revoked; /* writes revoked because their connection closed */
+    uint64_t lease_releases;       /* reads released by readers (crk_release_leases) */
+    uint64_t early_releases;       /* deferred releases done because the last reader released */
     uint64_t early_released_bytes;
     uint64_t discard_entries; /* gauge: deferred releases waiting */
     uint64_t leases_granted;
@@ -418,6 +427,24 @@ int crk_put_end(crk_service *s, crk_client_id client, const char *key, uint64_t 
  * CR_ILLEGAL_CLIENT, CR_INVALID_WRITE (no write in flight).
  */
 int crk_put_revoke(crk_service *s, crk_client_id client, const char *key, uint64_t now_ms);
+
+/**
+ * A fresh connection tag for owned writes (never 0, unique within this
+ * service). Any thread.
+ */
+uint64_t crk_conn_tag(crk_service *s);
+
+/**
+ * The connection `conn` (a crk_conn_tag) closed: every write it still owns
+ * is revoked now, so the key is free for another put at once (a first put's
+ * object is erased; an upsert keeps the old version) and no reader ever sees
+ * it, and its space is released at the write's start + owned_ms (now if that
+ * has passed): the writer may still be copying into it (a process whose
+ * other thread closed the socket), but not past the bound it declared.
+ * Scans every shard's list of writes in flight. Returns how many writes it
+ * revoked (counted in crk_stats.owned_writes_revoked). conn 0 does nothing.
+ */
+size_t crk_revoke_conn_writes(crk_service *s, uint64_t conn, uint64_t now_ms);
 
 /* --- reads ---------------------------------------------------------------- */
 

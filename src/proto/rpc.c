@@ -1394,6 +1394,12 @@ static int enc_begin(crp_mp_enc *e, crp_buf *out, const char *what, int op)
     return i;
 }
 
+/* Does a request of this shape carry the optional "ow" (owned writes)? */
+static bool takes_owned(int shape)
+{
+    return shape == RQ_put_start || shape == RQ_batch_put_start;
+}
+
 int crp_rpc_req_encode(const crp_rpc_req *m, crp_buf *out)
 {
     crp_mp_enc e;
@@ -1402,14 +1408,17 @@ int crp_rpc_req_encode(const crp_rpc_req *m, crp_buf *out)
         return crp_mp_enc_finish(&e);
     const req_shape *s = &REQ_SHAPES[OPS[i].req];
     bool tenant = m->tenant != NULL && m->tenant[0] != '\0';
+    bool owned = m->owned_ms != 0 && takes_owned(OPS[i].req);
     size_t omitted = 0;
     if (OPS[i].req == RQ_hello && !m->u.hello.has_mac) /* "cn" and "mac" are optional */
         omitted = 2;
-    msgpack_pack_map(&e.pk, s->n_keys - omitted + (tenant ? 1 : 0));
+    msgpack_pack_map(&e.pk, s->n_keys - omitted + (tenant ? 1 : 0) + (owned ? 1 : 0));
     crp_mp_enc_u64(&e, "op", m->op);
     s->enc(&e, m);
     if (tenant)
         crp_mp_enc_str(&e, "tn", m->tenant, CRP_RPC_MAX_TENANT);
+    if (owned)
+        crp_mp_enc_u64(&e, "ow", m->owned_ms);
     return crp_mp_enc_finish(&e);
 }
 
@@ -1436,6 +1445,13 @@ int crp_rpc_req_decode(const void *data, size_t len, crp_rpc_req *out)
         rc = crp_mp_map_fields(&d.c, NULL, &u.data, tn_key, 1, tn);
         if (rc == 0 && tn[0] != NULL)
             rc = get_str(&d, "tn", tn[0], CRP_RPC_MAX_TENANT, &m.tenant);
+    }
+    if (rc == 0 && takes_owned(OPS[i].req)) { /* the put starts' optional "ow" */
+        static const char *const ow_key[] = {"ow"};
+        const msgpack_object *ow[1];
+        rc = crp_mp_map_fields(&d.c, NULL, &u.data, ow_key, 1, ow);
+        if (rc == 0 && ow[0] != NULL)
+            rc = crp_mp_get_u64(&d.c, "ow", ow[0], &m.owned_ms);
     }
     if (rc != 0) {
         arena_free(d.arena);

@@ -49,9 +49,10 @@
  *   key              "k": str key
  *   keys             "ks": [str key] (<= CRP_RPC_MAX_BATCH)
  *   leases           "ks", "lts": [u64 lease token] (as many as "ks")
- *   put_start        "cid", "k", "sz": u64 value size, "cfg": config
+ *   put_start        "cid", "k", "sz": u64 value size, "cfg": config,
+ *                    "ow": u64 ms (optional: absent = 0, not owned; crp_rpc_req.owned_ms)
  *   owner_key        "cid", "k"
- *   batch_put_start  "cid", "ks", "szs": [u64] (as many as "ks"), "cfg"
+ *   batch_put_start  "cid", "ks", "szs": [u64] (as many as "ks"), "cfg", "ow" (optional)
  *   owner_keys       "cid", "ks"
  *   remove           "k", "f": bool force
  *   regex            "re": str pattern (<= CRP_RPC_MAX_REGEX), "f"
@@ -125,9 +126,12 @@
 #define CRP_RPC_CAP_REPLICA_CLEAR (1ull << 4) /* BATCH_REPLICA_CLEAR */
 #define CRP_RPC_CAP_LEASE_RELEASE (1ull << 5) /* lease tokens in reads, RELEASE_LEASES */
 #define CRP_RPC_CAP_OFFLOAD       (1ull << 6) /* OFFLOAD_HEARTBEAT: the disk tier (proto/offload.h) */
+/* "ow" in put/upsert starts: writes owned by their connection, revoked when it closes */
+#define CRP_RPC_CAP_OWNED_WRITES (1ull << 7)
 #define CRP_RPC_CAPS_DEFINED                                                                       \
     (CRP_RPC_CAP_BATCH | CRP_RPC_CAP_UPSERT | CRP_RPC_CAP_SOFT_PIN | CRP_RPC_CAP_EPOCH |           \
-     CRP_RPC_CAP_REPLICA_CLEAR | CRP_RPC_CAP_LEASE_RELEASE | CRP_RPC_CAP_OFFLOAD)
+     CRP_RPC_CAP_REPLICA_CLEAR | CRP_RPC_CAP_LEASE_RELEASE | CRP_RPC_CAP_OFFLOAD |                 \
+     CRP_RPC_CAP_OWNED_WRITES)
 
 /* Bounds enforced by encoders and decoders. */
 #define CRP_RPC_MAX_KEY       4096       /* bytes per key */
@@ -397,6 +401,16 @@ typedef struct crp_rpc_req {
      * names (master/tenants.h). NULL or "" is the default tenant and is not
      * sent, so default requests are what they always were. */
     char *tenant;
+    /* Optional "ow" of the put_start and batch_put_start shapes (PUT_START,
+     * UPSERT_START and their batch forms; CRP_RPC_CAP_OWNED_WRITES; ignored
+     * by other ops' encoders, refused in their bodies by nothing: unknown
+     * keys are skipped). Nonzero marks the write(s) as owned by the
+     * connection that sends the request, with the writer's promise that its
+     * writing ends by start + owned_ms: when that connection closes, the
+     * master revokes them at once (the keys are free) and reuses their space
+     * at start + owned_ms (docs/WIRE.md, "Owned writes"). 0 (not sent): as
+     * before. */
+    uint64_t owned_ms;
     struct crp_rpc_arena *arena; /* NULL unless decoded */
 } crp_rpc_req;
 

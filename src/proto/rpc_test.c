@@ -257,6 +257,7 @@ static void fill_rq_put_start(crp_rpc_req *m, int v)
     m->u.put_start.key = sample_key(v);
     m->u.put_start.value_size = v == V_MAX ? UINT64_MAX : v == V_MIN ? 0 : 1 << 20;
     m->u.put_start.config = sample_config(v);
+    m->owned_ms = v == V_MAX ? UINT64_MAX : v == V_SMALL ? 30000 : 0;
 }
 
 static void fill_rq_owner_key(crp_rpc_req *m, int v)
@@ -274,6 +275,7 @@ static void fill_rq_batch_put_start(crp_rpc_req *m, int v)
         r->n_keys = BIG_PUT_BATCH;
     r->value_sizes = v == V_MAX ? big_sizes : v == V_SMALL ? sizes_small : NULL;
     r->config = sample_config(v);
+    m->owned_ms = v == V_SMALL ? 30000 : 0; /* V_MAX: the batch fills the frame */
 }
 
 static void fill_rq_owner_keys(crp_rpc_req *m, int v)
@@ -642,6 +644,7 @@ static void eq_rq_put_start(const crp_rpc_req *a, const crp_rpc_req *b)
     eq_str(a->u.put_start.key, b->u.put_start.key);
     assert_true(a->u.put_start.value_size == b->u.put_start.value_size);
     eq_config(&a->u.put_start.config, &b->u.put_start.config);
+    assert_true(a->owned_ms == b->owned_ms);
 }
 
 static void eq_rq_owner_key(const crp_rpc_req *a, const crp_rpc_req *b)
@@ -658,6 +661,7 @@ static void eq_rq_batch_put_start(const crp_rpc_req *a, const crp_rpc_req *b)
     for (size_t i = 0; i < x->n_keys; i++)
         assert_true(x->value_sizes[i] == y->value_sizes[i]);
     eq_config(&x->config, &y->config);
+    assert_true(a->owned_ms == b->owned_ms);
 }
 
 static void eq_rq_owner_keys(const crp_rpc_req *a, const crp_rpc_req *b)
@@ -1283,7 +1287,7 @@ static void pack_mutated(msgpack_packer *pk, const msgpack_object *o, const targ
 
 static bool key_optional(const msgpack_object_kv *kv)
 {
-    static const char *const optional[] = {"msg", "spt", "fence", "lt", "sn", "smac"};
+    static const char *const optional[] = {"msg", "spt", "fence", "lt", "sn", "smac", "ow"};
     for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++) {
         size_t n = strlen(optional[i]);
         if (kv->key.via.str.size == n && memcmp(kv->key.via.str.ptr, optional[i], n) == 0)

@@ -20,7 +20,8 @@
  * Files: thin_conn.c (session, connections, calls), thin_mem.c (pool,
  * regions, translation of pointers to extents), thin_ops.c (the store
  * operations), thin_sessions.c (Mooncake's ranged session API),
- * thin_direct.c (gets read straight from the daemon's segment).
+ * thin_direct.c (gets read straight from the daemon's segment),
+ * thin_direct_put.c (puts written straight into it).
  *
  * Threading: every function may be called from any thread at once. Locks:
  * `lock` (session state and the idle connections), `pool_lock` (the pool's
@@ -62,7 +63,8 @@ typedef struct crc_thin_conn {
     uint8_t *in;      /* replies: bytes [0, in_len) received, not yet consumed */
     size_t in_len, in_cap;
     crp_buf out;
-    int rx_fd; /* a descriptor that came with a reply (SEGMENT), -1 if none */
+    int rx_fd;  /* a descriptor that came with a reply (SEGMENT), -1 if none */
+    int rx_fd2; /* a second one (SEGMENT's writable descriptor), -1 if none */
 } crc_thin_conn;
 
 enum { CRC_REGION_POOL = 0, CRC_REGION_SHARED = 1, CRC_REGION_SLOW = 2 };
@@ -118,22 +120,30 @@ typedef struct crc_thin {
     crc_thin_region *regs;
     size_t n_regs, cap_regs;
 
-    /* direct reads (thin_direct.c): the daemon's segment mapped read-only
-     * and a master connection of our own */
-    pthread_mutex_t direct_mu;    /* setting them up */
-    pthread_rwlock_t direct_lock; /* readers: reads from seg_map; writer: replacing it */
-    bool direct_off;              /* CRESCENT_THIN_DIRECT=0 */
-    uint64_t direct_gen;          /* the session generation seg_map belongs to (0: none) */
-    bool direct_on;               /* for direct_gen: usable */
+    /* direct reads and puts (thin_direct.c, thin_direct_put.c): the
+     * daemon's segment mapped (read-write when the daemon handed a writable
+     * descriptor and direct puts are on, else read-only) and a master
+     * connection of our own */
+    pthread_mutex_t direct_mu;           /* setting them up */
+    pthread_rwlock_t direct_lock;        /* readers: reads from seg_map; writer: replacing it */
+    bool direct_off;                     /* CRESCENT_THIN_DIRECT=0 (gets and puts) */
+    bool direct_put_off;                 /* CRESCENT_THIN_DIRECT_PUT=0 (or direct_off) */
+    uint64_t direct_gen;                 /* the session generation seg_map belongs to (0: none) */
+    bool direct_on;                      /* for direct_gen: usable */
+    bool direct_put_on;                  /* ... and writable, at a master that owns writes */
+    atomic_bool direct_put_refused;      /* the master refused our owned writes: off for good */
+    uint32_t put_owned_ms, put_bound_ms; /* thin_direct_put.c: D and B */
     uint8_t *seg_map;
     uint64_t seg_base, seg_size; /* where it lies in the daemon */
     char seg_name[CR_STORE_MAX_SEGMENT + 1];
     char master_addr[1024];
     struct crc_master *master;
+    crp_rpc_uuid master_id; /* the client id of that connection */
     uint32_t rpc_timeout_ms;
 
     atomic_bool closed;
     _Atomic uint64_t direct_keys, direct_fallbacks;
+    _Atomic uint64_t direct_put_keys, direct_put_fallbacks; /* thin_direct_put.c */
     _Atomic uint64_t calls, zero_copy_bytes, copied_bytes, slow_calls, slow_bytes, transient_calls,
         reconnects, lost;
 } crc_thin;
@@ -224,6 +234,36 @@ void crc_thin_direct_fini(crc_thin *t);
 void crc_thin_direct_get(crc_thin *t, const char *const *keys, size_t n, void *const *const *bufs,
                          const size_t *const *sizes, const size_t *counts, void **values_out,
                          int64_t *results, bool *done);
+
+/*
+ * Take a connection of the current session and set up the direct mapping
+ * for its generation if needed; on success direct_lock is held for reading
+ * (t->direct_on / direct_put_on say what is usable for c->gen, when
+ * t->direct_gen == c->gen) until crc_thin_direct_leave gives c back
+ * (lost: the daemon is gone, the connection with it). Errors: the
+ * connection's (the daemon path reports them).
+ */
+int crc_thin_direct_enter(crc_thin *t, crc_thin_conn **out);
+void crc_thin_direct_leave(crc_thin *t, crc_thin_conn *c, bool lost);
+/* Is the daemon of c's session still there? (No EOF or stray bytes on c.) */
+bool crc_thin_daemon_alive(crc_thin_conn *c);
+
+/* thin_direct_put.c: puts straight into the daemon's segment -------------- */
+
+/*
+ * Try the n keys (already checked, values in parts/sizes/counts) directly:
+ * PUT_START (or UPSERT_START) owned by our master connection, one replica
+ * preferred in the daemon's segment, a copy into our writable mapping of
+ * it, PUT_END. done[i] tells which keys got their final results[i]; the
+ * others (another placement, any master refusal, a lost daemon, a copy past
+ * the stalled-writer bound, direct puts off or refused) were revoked and go
+ * through the daemon. zero_copy: the parts must be memory the daemon path
+ * would take too (else none is done). Never fails as a whole.
+ */
+void crc_thin_direct_put(crc_thin *t, const char *const *keys, size_t n,
+                         const void *const *const *parts, const size_t *const *sizes,
+                         const size_t *counts, bool zero_copy, bool upsert,
+                         const cr_replicate_config *cfg, int *results, bool *done);
 
 /* thin_ops.c: the dispatch targets of cr_store_* in thin mode ------------- */
 

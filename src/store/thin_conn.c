@@ -97,6 +97,8 @@ static void conn_free(crc_thin_conn *c)
         close(c->fd);
     if (c->rx_fd >= 0)
         close(c->rx_fd);
+    if (c->rx_fd2 >= 0)
+        close(c->rx_fd2);
     free(c->in);
     crp_buf_free(&c->out);
     free(c);
@@ -144,8 +146,9 @@ static int send_all(crc_thin *t, int fd, const uint8_t *buf, size_t len, const i
 }
 
 /*
- * recv into c->in; a descriptor that rides on the bytes (only SEGMENT's
- * reply carries one) is kept in c->rx_fd, any further one closed.
+ * recv into c->in; descriptors that ride on the bytes (only SEGMENT's reply
+ * carries them: the read-only one, then perhaps a writable one) are kept in
+ * c->rx_fd and c->rx_fd2, any further one closed.
  */
 static ssize_t recv_reply(crc_thin_conn *c, bool spin)
 {
@@ -168,6 +171,8 @@ static ssize_t recv_reply(crc_thin_conn *c, bool spin)
             memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
             if (c->rx_fd < 0)
                 c->rx_fd = fd;
+            else if (c->rx_fd2 < 0)
+                c->rx_fd2 = fd;
             else
                 close(fd);
         }
@@ -299,7 +304,7 @@ static int open_conn(crc_thin *t, bool attach, uint64_t session,
     if (c == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "thin connection");
     c->gen = gen;
-    c->rx_fd = -1;
+    c->rx_fd = c->rx_fd2 = -1;
     c->in_cap = 16u << 10;
     c->in = malloc(c->in_cap);
     int rc;

@@ -33,7 +33,9 @@
  * So nothing is read that the master did not lease to us, a removed or
  * overwritten object is never read (the master no longer lists it, or the
  * lease keeps the old bytes until it is released), and the daemon still
- * owns the segment, its mount, its heartbeats and every write.
+ * owns the segment, its mount and its heartbeats. The same mapping is
+ * writable when the daemon hands a writable descriptor too (direct puts,
+ * thin_direct_put.c; off with CRESCENT_THIN_DIRECT_PUT=0).
  *
  * Zero-copy batches of 8 MiB and more still go through the daemon: the hop
  * is a few % of such a call, and with the copies on the daemon's thread
@@ -74,7 +76,17 @@ void crc_thin_direct_init(crc_thin *t)
     const char *e = getenv("CRESCENT_THIN_DIRECT");
     t->direct_off = e != NULL && (strcmp(e, "0") == 0 || strcmp(e, "false") == 0 ||
                                   strcmp(e, "off") == 0 || strcmp(e, "no") == 0);
+    e = getenv("CRESCENT_THIN_DIRECT_PUT");
+    t->direct_put_off =
+        t->direct_off || (e != NULL && (strcmp(e, "0") == 0 || strcmp(e, "false") == 0 ||
+                                        strcmp(e, "off") == 0 || strcmp(e, "no") == 0));
     t->rpc_timeout_ms = 5000;
+    /* Direct puts' bound D (thin_direct_put.c): the master may reuse a dead
+     * writer's space at start + D; no copy chunk starts after D / 3. */
+    e = getenv("CRESCENT_THIN_DIRECT_PUT_MS");
+    long ms = e != NULL ? strtol(e, NULL, 10) : 0;
+    t->put_owned_ms = ms >= 30 && ms <= 600000 ? (uint32_t)ms : 30000;
+    t->put_bound_ms = t->put_owned_ms / 3;
 }
 
 void crc_thin_direct_fini(crc_thin *t)
@@ -94,6 +106,7 @@ static void direct_refused(crc_thin *t, uint64_t gen, const char *why)
     pthread_rwlock_wrlock(&t->direct_lock);
     t->direct_gen = gen;
     t->direct_on = false;
+    t->direct_put_on = false;
     pthread_rwlock_unlock(&t->direct_lock);
     crb_log(CRB_LOG_INFO, "thin client of %s: gets go through the daemon: %s", t->address, why);
 }
@@ -122,9 +135,10 @@ static int direct_setup(crc_thin *t, crc_thin_conn *c)
         pthread_mutex_unlock(&t->direct_mu);
         return rc;
     }
-    int fd = c->rx_fd;
-    c->rx_fd = -1;
+    int fd = c->rx_fd, wfd = c->rx_fd2;
+    c->rx_fd = c->rx_fd2 = -1;
     char why[400] = "";
+    bool writable = false;
     uint8_t *map = NULL;
     crc_master *m = NULL;
     if (resp.status < 0) {
@@ -144,20 +158,27 @@ static int direct_setup(crc_thin *t, crc_thin_conn *c)
         snprintf(why, sizeof(why), "the segment's descriptor is smaller than the segment");
         goto out_refused;
     }
-    map = mmap(NULL, resp.vals[1], PROT_READ, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    /* Direct puts (thin_direct_put.c): one writable mapping serves both. */
+    if (!t->direct_put_off && wfd >= 0 && resp.n_vals >= 3 && resp.vals[2] == 1 &&
+        fstat(wfd, &st) == 0 && (uint64_t)st.st_size >= resp.vals[1]) {
+        map = mmap(NULL, resp.vals[1], PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, wfd, 0);
+        writable = map != MAP_FAILED;
+    }
+    if (!writable)
+        map = mmap(NULL, resp.vals[1], PROT_READ, MAP_SHARED | MAP_NORESERVE, fd, 0);
     if (map == MAP_FAILED) {
         map = NULL;
         snprintf(why, sizeof(why), "mapping the segment failed");
         goto out_refused;
     }
     /* Our own master connection (kept across sessions while the address stays). */
+    crp_rpc_uuid id = {0, 0};
     bool new_master = t->master == NULL || strcmp(t->master_addr, resp.names[1]) != 0;
     if (new_master) {
         char tenant[sizeof(t->daemon_tenant)];
         pthread_mutex_lock(&t->lock); /* a reconnect writes it */
         snprintf(tenant, sizeof(tenant), "%s", t->daemon_tenant);
         pthread_mutex_unlock(&t->lock);
-        crp_rpc_uuid id;
         crb_random_bytes(&id, sizeof(id));
         rc = crc_master_connect(resp.names[1], id, (int)t->rpc_timeout_ms, &m);
         if (rc == 0 && strcmp(tenant, "default") != 0)
@@ -174,6 +195,7 @@ static int direct_setup(crc_thin *t, crc_thin_conn *c)
     if (new_master) {
         old = t->master;
         t->master = m;
+        t->master_id = id;
         snprintf(t->master_addr, sizeof(t->master_addr), "%s", resp.names[1]);
     }
     t->seg_map = map;
@@ -182,9 +204,17 @@ static int direct_setup(crc_thin *t, crc_thin_conn *c)
     snprintf(t->seg_name, sizeof(t->seg_name), "%s", resp.names[0]);
     t->direct_gen = c->gen;
     t->direct_on = true;
+    t->direct_put_on = writable && (crc_master_caps(t->master) & CRP_RPC_CAP_OWNED_WRITES) != 0;
+    bool put_on = t->direct_put_on;
     pthread_rwlock_unlock(&t->direct_lock);
     crc_master_close(old);
     close(fd);
+    if (wfd >= 0)
+        close(wfd);
+    if (!put_on && !t->direct_put_off)
+        crb_log(CRB_LOG_INFO, "thin client of %s: puts go through the daemon: %s", t->address,
+                !writable ? "no writable descriptor of its segment"
+                          : "the master does not revoke a closed connection's writes");
     crp_thin_resp_clear(&resp);
     pthread_mutex_unlock(&t->direct_mu);
     crb_log(CRB_LOG_DEBUG, "thin client of %s: gets read segment %s directly", t->address,
@@ -197,10 +227,38 @@ out_refused:
     crc_master_close(m);
     if (fd >= 0)
         close(fd);
+    if (wfd >= 0)
+        close(wfd);
     crp_thin_resp_clear(&resp);
     direct_refused(t, c->gen, why);
     pthread_mutex_unlock(&t->direct_mu);
     return 0;
+}
+
+int crc_thin_direct_enter(crc_thin *t, crc_thin_conn **out)
+{
+    crc_thin_conn *c;
+    int rc = crc_thin_conn_take(t, &c);
+    if (rc < 0)
+        return rc;
+    pthread_rwlock_rdlock(&t->direct_lock);
+    if (t->direct_gen != c->gen) {
+        pthread_rwlock_unlock(&t->direct_lock);
+        rc = direct_setup(t, c);
+        if (rc < 0) {
+            crc_thin_conn_give(t, c, crc_thin_breaks_conn(rc));
+            return rc;
+        }
+        pthread_rwlock_rdlock(&t->direct_lock);
+    }
+    *out = c;
+    return 0;
+}
+
+void crc_thin_direct_leave(crc_thin *t, crc_thin_conn *c, bool lost)
+{
+    pthread_rwlock_unlock(&t->direct_lock);
+    crc_thin_conn_give(t, c, lost);
 }
 
 /* The replica of reps in the daemon's segment, readable through seg_map, or NULL. */
@@ -217,8 +275,7 @@ static const crp_rpc_replica *local_replica(const crc_thin *t, const crp_rpc_rep
     return NULL;
 }
 
-/* Is the daemon of c's session still there? (No EOF or stray bytes on it.) */
-static bool daemon_alive(crc_thin_conn *c)
+bool crc_thin_daemon_alive(crc_thin_conn *c)
 {
     struct pollfd p = {c->fd, POLLIN, 0};
     return poll(&p, 1, 0) == 0 && c->in_len == 0;
@@ -357,7 +414,7 @@ static void direct_round(crc_thin *t, crc_thin_conn *c, const char *const *keys,
                            bufs ? counts[j] : 0, values_out ? &values_out[j] : NULL, &results[j]);
     bool expired = crb_now_ms() >= t0 + ttl;
     release_reads(t, keys, dk, n);
-    *lost = !daemon_alive(c);
+    *lost = !crc_thin_daemon_alive(c);
     for (size_t j = 0; j < n; j++) {
         if (!done[j] || results[j] < 0)
             continue;
@@ -407,23 +464,12 @@ void crc_thin_direct_get(crc_thin *t, const char *const *keys, size_t n, void *c
     if (bufs != NULL && n > 1 && cap >= DIRECT_BATCH_MAX)
         return;
     crc_thin_conn *c;
-    if (crc_thin_conn_take(t, &c) < 0)
+    if (crc_thin_direct_enter(t, &c) < 0)
         return; /* the daemon path says why */
-    pthread_rwlock_rdlock(&t->direct_lock);
-    if (t->direct_gen != c->gen) {
-        pthread_rwlock_unlock(&t->direct_lock);
-        int rc = direct_setup(t, c);
-        if (rc < 0) {
-            crc_thin_conn_give(t, c, crc_thin_breaks_conn(rc));
-            return;
-        }
-        pthread_rwlock_rdlock(&t->direct_lock);
-    }
     bool lost = false;
     if (t->direct_on && t->direct_gen == c->gen)
         direct_round(t, c, keys, n, bufs, sizes, counts, values_out, results, done, &lost);
-    pthread_rwlock_unlock(&t->direct_lock);
-    crc_thin_conn_give(t, c, lost);
+    crc_thin_direct_leave(t, c, lost);
     size_t got = 0;
     for (size_t j = 0; j < n; j++)
         got += done[j];

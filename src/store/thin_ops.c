@@ -317,6 +317,14 @@ int crc_thin_put(cr_store *s, const char *key, const void *const *parts, const s
     if (rc < 0)
         return rc;
     int result = 0;
+    if (crc_check_key(key) == 0 && (n == 0 || (parts != NULL && sizes != NULL))) {
+        bool done = false; /* straight into the daemon's segment (thin_direct_put.c) */
+        const void *const *pl[1] = {parts};
+        const size_t *sl[1] = {sizes};
+        crc_thin_direct_put(s->thin, &key, 1, pl, sl, &n, zero_copy, upsert, cfg, &result, &done);
+        if (done)
+            return result;
+    }
     put_batch *b;
     rc = put_batch_new(s->thin, zero_copy, upsert, true, cfg, &result, 1, n, &b);
     if (rc < 0)
@@ -338,18 +346,34 @@ int crc_thin_batch_put(cr_store *s, const char *const *keys, const void *const *
         return 0;
     if (keys == NULL || parts == NULL || sizes == NULL || counts == NULL || results == NULL)
         return crb_error(CR_INVALID_PARAMS, "batch put: NULL array");
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++)
-        total += counts[i];
+    /* Straight into the daemon's segment (thin_direct_put.c) what can go. */
+    bool *done = n <= CRC_BATCH_KEYS ? calloc(n, sizeof(*done)) : NULL;
+    if (done != NULL)
+        crc_thin_direct_put(s->thin, keys, n, parts, sizes, counts, zero_copy, upsert, cfg, results,
+                            done);
+    size_t total = 0, left = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool d = done != NULL && done[i];
+        total += d ? 0 : counts[i];
+        left += !d;
+    }
+    if (left == 0) {
+        free(done);
+        return 0;
+    }
     put_batch *b;
-    rc = put_batch_new(s->thin, zero_copy, upsert, false, cfg, results, n, total, &b);
-    if (rc < 0)
+    rc = put_batch_new(s->thin, zero_copy, upsert, false, cfg, results, left, total, &b);
+    if (rc < 0) {
+        free(done);
         return rc;
+    }
     for (size_t i = 0; i < n; i++)
-        put_add(b, i, keys[i], parts[i], sizes[i], counts[i]);
+        if (done == NULL || !done[i])
+            put_add(b, i, keys[i], parts[i], sizes[i], counts[i]);
     put_flush(b);
     rc = zero_copy ? b->first_failure : 0;
     free(b);
+    free(done);
     return rc;
 }
 

@@ -40,7 +40,8 @@
  *   quit                          -> 0, then exit 0
  *
  * OPTS: n=REPLICAS (default 1), hp (hard pin), sp (soft pin, master's TTL),
- * sp=MS, pref=SEG1,SEG2.
+ * sp=MS, pref=SEG1,SEG2, ow=MS (put starts: owned by this connection with
+ * that bound, docs/WIRE.md "Owned writes").
  *
  * The process exits when stdin closes. Its parent may SIGKILL it at any
  * time (the liveness test does); PR_SET_PDEATHSIG ends it if the test dies.
@@ -224,13 +225,19 @@ static size_t split_list(char *s, char **out, size_t cap)
     return n;
 }
 
+/* The last put command's ow=MS (0: none). */
+static uint64_t g_owned_ms;
+
 /* Parse put options from tok[0..n) into cfg (pref names stored in prefs). */
 static bool parse_opts(char **tok, int n, crp_rpc_replica_config *cfg, char **prefs)
 {
     *cfg = (crp_rpc_replica_config){.replica_num = 1};
+    g_owned_ms = 0;
     for (int i = 0; i < n; i++) {
         uint64_t v;
-        if (strncmp(tok[i], "n=", 2) == 0 && parse_u64(tok[i] + 2, &v) && v <= UINT32_MAX) {
+        if (strncmp(tok[i], "ow=", 3) == 0 && parse_u64(tok[i] + 3, &v)) {
+            g_owned_ms = v;
+        } else if (strncmp(tok[i], "n=", 2) == 0 && parse_u64(tok[i] + 2, &v) && v <= UINT32_MAX) {
             cfg->replica_num = (uint32_t)v;
         } else if (strcmp(tok[i], "hp") == 0) {
             cfg->hard_pin = true;
@@ -319,6 +326,7 @@ static int put_start(const char *key, uint64_t size, const crp_rpc_replica_confi
 {
     crp_rpc_req req = {.op = CRP_RPC_PUT_START};
     req.u.put_start = (crp_rpc_put_start_req){g_cid, (char *)key, size, *cfg};
+    req.owned_ms = g_owned_ms;
     crp_rpc_resp resp;
     int st = call(&req, &resp);
     if (st == 0) {
@@ -566,6 +574,7 @@ static int cmd_batch_put(char **tok, int n, bool end, out_buf *o)
         sizes[i] = size;
     crp_rpc_req req = {.op = CRP_RPC_BATCH_PUT_START};
     req.u.batch_put_start = (crp_rpc_batch_put_start_req){g_cid, nk, keys, sizes, cfg};
+    req.owned_ms = g_owned_ms;
     crp_rpc_resp resp;
     st = call(&req, &resp);
     if (st == 0 && resp.u.batch_alloc.n != nk)

@@ -561,6 +561,64 @@ static void test_killed_client_expires(void **state)
     stop_all(&m, cs, 2);
 }
 
+/* --- a killed writer's owned writes are revoked at once; space after its bound
+ * --------------------
+ */
+
+static void test_owned_write_killed(void **state)
+{
+    (void)state;
+    const uint64_t bound = 4000; /* the writer's "ow": its space is reused at start + this */
+    mh_master m;
+    mh_client w, b;
+    start_master(&m, NULL); /* put_start_discard_timeout 30 s: a busy key would show */
+    start_client(&w, &m);
+    start_client(&b, &m);
+    xcmd(&b, 0, "heartbeat on");
+    xcmd(&b, 0, "mount segA %llu %llu", SEG_BASE, 64 * MIB);
+    uint64_t t0 = mh_now_ms(); /* precedes the master's start of the writes */
+    xcmd(&w, 0, "put_start k1 %llu ow=%llu", MIB, (unsigned long long)bound);
+    const char *r =
+        xcmd(&w, 0, "batch_put_start k2,k3 %llu ow=%llu", MIB, (unsigned long long)bound);
+    assert_string_equal(fld(r, "r"), "0,0");
+    xcmd(&w, 0, "put_start plain 4096");                           /* not owned */
+    xcmd(&w, 0, "put k0 4096 ow=%llu", (unsigned long long)bound); /* owned, but ended */
+    xcmd(&b, CR_OBJECT_REPLICA_BUSY, "put_start k1 1024");         /* in flight: refused */
+    /* A bound beyond put_start_release_timeout (600 s) is refused. */
+    xcmd(&w, CR_INVALID_PARAMS, "put_start big 1024 ow=600001");
+
+    mh_client_kill(&w);
+    /* The master revokes them as soon as it sees the connection close. */
+    uint64_t t1 = mh_now_ms();
+    int st;
+    while ((st = mh_status(mh_cmd(&b, "put k1 4096"))) == CR_OBJECT_REPLICA_BUSY &&
+           mh_now_ms() - t1 < 3000)
+        mh_sleep_ms(10);
+    print_message("a killed writer's key was free %" PRIu64 " ms after the kill\n",
+                  mh_now_ms() - t1);
+    assert_int_equal(st, 0);
+    assert_int_equal(exists(&b, "k2"), 0); /* never visible */
+    xcmd(&b, CR_OBJECT_NOT_FOUND, "get k3");
+    xcmd(&b, 0, "batch_put k2,k3 4096");
+    assert_int_equal(exists(&b, "k0"), 1); /* an ended write is an object like any other */
+    xcmd(&b, CR_OBJECT_REPLICA_BUSY, "put_start plain 1024"); /* unowned: in flight as before */
+    /* The revoked 3 MiB wait until start + bound, then they are reused. */
+    double discarded = metric(&m, "master_put_start_discarded_staging_size");
+    if (mh_now_ms() - t0 < bound)
+        assert_true(discarded >= 3.0 * MIB);
+    while (mh_now_ms() - t0 < bound + 6000 &&
+           metric(&m, "master_put_start_discarded_staging_size") > 0)
+        mh_sleep_ms(100);
+    print_message("their space was reused %" PRIu64 " ms after the writes started (bound %" PRIu64
+                  " ms)\n",
+                  mh_now_ms() - t0, bound);
+    assert_true(metric(&m, "master_put_start_discarded_staging_size") == 0);
+    assert_true(mh_now_ms() - t0 >= bound);
+
+    mh_client *cs[] = {&b};
+    stop_all(&m, cs, 1);
+}
+
 /* --- master restart -> remount -> the fence holds ------------------------------------------------
  */
 
@@ -1718,6 +1776,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_eviction_respects_pins_and_leases, teardown_kill),
         cmocka_unit_test_teardown(test_stale_put_preempted, teardown_kill),
         cmocka_unit_test_teardown(test_killed_client_expires, teardown_kill),
+        cmocka_unit_test_teardown(test_owned_write_killed, teardown_kill),
         cmocka_unit_test_teardown(test_metadata_cleanup_on_timeout, teardown_kill),
         cmocka_unit_test_teardown(test_restart_remount_fence, teardown_kill),
         cmocka_unit_test_teardown(test_malformed_frames, teardown_kill),
