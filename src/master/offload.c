@@ -457,6 +457,10 @@ static bool early_wanted(crk_service *s, struct crk_offload *off, const holder *
     used = used > leaving ? used - leaving : 0;
     if (cap == 0 || off->early_ratio >= 1.0 || (double)used <= off->early_ratio * (double)cap)
         return false;
+    /* (never more than half the mailbox or of --offloading_queue_limit: an eviction's
+     * offload must always find room) */
+    if (hd->n >= MAILBOX_LIMIT / 2 || hd->offloads_queued >= hd->offload_limit / 2)
+        return false;
     uint64_t depth = EARLY_DEPTH < cap / 4 ? EARLY_DEPTH : cap / 4;
     return hd->early_bytes == 0 || hd->early_bytes + o->size <= depth;
 }

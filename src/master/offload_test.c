@@ -667,6 +667,19 @@ static void test_early_write_behind(void **state)
     assert_int_equal(tu_put(f.s, f.holder, "k16", VAL, &cfg, f.now), 0);
     assert_int_equal(crk_get_replica_list(f.s, "k0", f.now, &l), CR_ERR_OFFLOAD_STAGING);
     crk_service_destroy(f.s);
+
+    /* early copies take at most half of --offloading_queue_limit: evictions find room */
+    crk_config c = tu_config();
+    c.offloading_queue_limit = 4;
+    setenv("CRESCENT_OFFLOAD_EARLY_RATIO", "0", 1);
+    f = setup_with(c);
+    unsetenv("CRESCENT_OFFLOAD_EARLY_RATIO");
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    fill(&f, 6);
+    crk_off_get_stats(f.s, &st);
+    assert_int_equal(st.early_writes, 2);
+    crk_service_destroy(f.s);
 }
 
 static void test_write_behind(void **state)

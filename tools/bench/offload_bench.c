@@ -5,7 +5,8 @@
  *
  *   crescent-bench offload [--master-bin P] [--dir D] [--value-sizes 4K,1M]
  *                          [--bytes 256M] [--small-bytes 48M] [--batch 32]
- *                          [--latency 200] [--poll-ms 2] [--verify]
+ *                          [--latency 200] [--poll-ms 2] [--copying-gets]
+ *                          [--verify]
  *
  * A crescent-master with --enable_offload --offload_on_evict, and in this
  * process two store clients: a holder (segment = a quarter of the bytes,
@@ -13,16 +14,24 @@
  * writer/reader without a segment. Per value size S, with B bytes (--bytes,
  * or --small-bytes below 64 KiB):
  *   baseline write  pwrite of S-byte blocks to one file, O_DIRECT, then fdatasync
- *   baseline read   pread of the same blocks, O_DIRECT
+ *   baseline read   pread of the same blocks, O_DIRECT; both are measured before
+ *                   the tier's phases and again after the disk hits, and the
+ *                   ratios are against the mean of the two (this disk's speed
+ *                   drifts within a run)
  *   offload         the writer puts B/S values (retrying while the segment waits
  *                   for offloads); offload GB/s = bytes the holder wrote to disk
  *                   / time from the first put until the last offload landed (so
- *                   it includes filling the empty segment, when nothing is
- *                   offloaded); "once the segment is full": the bytes offloaded
- *                   after the first offload landed / the time from then on
- *   disk hit        batch gets (--batch keys) of every disk-only value: the
- *                   holder stages them from disk, the reader pulls them through
- *                   the engine; GB/s of the values read
+ *                   it includes filling the empty segment up to the master's
+ *                   early write-behind ratio, when nothing is written); the
+ *                   bytes include the copies of values still in memory (written
+ *                   ahead of their eviction once the memory is half full);
+ *                   "once the segment is full": the bytes offloaded after the
+ *                   first offload landed / the time from then on
+ *   disk hit        batch gets (--batch keys) of every disk-only value (asked of
+ *                   the master with get_replicas): the holder stages them from
+ *                   disk, the reader's engine reads them into a registered buffer
+ *                   (batch_get_into; --copying-gets: batch_get's malloc'd
+ *                   copies); GB/s of the values read
  *   latency         --latency single gets of disk-only values (each staged anew)
  *                   and of memory-resident values: p50 / p99
  * Both clients are in one process (two engines), so the reader's transfer is
