@@ -443,16 +443,17 @@ out:
     return act;
 }
 
-/* Early write-behind (offload_on_evict, off->mu held): o, just put on hd's segment, gets its
- * disk copy written now when the memory is fuller than early_ratio and hd has room for it.
+/* Early write-behind (offload_on_evict, off->mu held; used: crk_allocated, read before
+ * off->mu, which stays a leaf lock): o, just put on hd's segment, gets its disk copy written
+ * now when the memory is fuller than early_ratio and hd has room for it.
  * Once the memory is full every eviction then finds the coldest objects' copies on disk and
  * releases their memory at once, instead of waiting for the holder to write them; and the
  * holder's disk works while the memory fills. The cost: a copy of an object that is removed or
  * overwritten before it is evicted is written for nothing (once per version). */
 static bool early_wanted(crk_service *s, struct crk_offload *off, const holder *hd,
-                         const crk_object *o)
+                         const crk_object *o, uint64_t used)
 {
-    uint64_t cap = crk_get(s->c.capacity), used = crk_allocated(s);
+    uint64_t cap = crk_get(s->c.capacity);
     uint64_t leaving = atomic_load(&off->leaving);
     used = used > leaving ? used - leaving : 0;
     if (cap == 0 || off->early_ratio >= 1.0 || (double)used <= off->early_ratio * (double)cap)
@@ -471,6 +472,7 @@ void crk_off_put_end_locked(crk_service *s, crk_object *o, bool promotion, uint6
     if (off == NULL)
         return;
     uint64_t h = crk_key_hash(s, o->key, o->key_len);
+    uint64_t used = s->cfg.offload_on_evict && off->early_ratio < 1.0 ? crk_allocated(s) : 0;
     pthread_mutex_lock(&off->mu);
     entry **p = find_slot(off, o->key, o->key_len, h);
     entry *e = *p;
@@ -483,7 +485,7 @@ void crk_off_put_end_locked(crk_service *s, crk_object *o, bool promotion, uint6
     }
     const crk_replica *rep = NULL;
     holder *hd = e == NULL ? holder_of(s, off, o, &rep, now) : NULL;
-    bool early = hd != NULL && s->cfg.offload_on_evict && early_wanted(s, off, hd, o);
+    bool early = hd != NULL && s->cfg.offload_on_evict && early_wanted(s, off, hd, o, used);
     if (hd != NULL && (!s->cfg.offload_on_evict || early)) { /* write-behind */
         if ((e = new_entry(off, o->key, o->key_len, h)) != NULL) {
             e->state = ENTRY_PENDING;
