@@ -237,10 +237,10 @@ static void *hit_main(void *arg)
     if (!j->o->copying_gets && !registered) {
         fprintf(stderr, CB_PROG " offload: registering the disk-hit buffer: %s\n",
                 cr_last_error_message());
-        atomic_fetch_add(&j->failed, 1);
-        want = (free(want), NULL);
+        atomic_fetch_add(&j->failed, 1); /* (the run fails; this thread reads nothing) */
     }
-    while (keys && kb && vals && res && caps && want) {
+    bool ready = j->o->copying_gets || registered;
+    while (ready && keys && kb && vals && res && caps && want) {
         uint64_t i = atomic_fetch_add(&j->next, b);
         if (i >= j->n_disk)
             break;
