@@ -42,8 +42,9 @@
  * than EARLY_RATIO of the capacity has its disk copy written at once, up to EARLY_DEPTH bytes
  * (at most a quarter of the capacity) in flight per holder. CRESCENT_OFFLOAD_EARLY_RATIO
  * overrides the ratio (>= 1: never). */
-#define EARLY_RATIO 0.5
-#define EARLY_DEPTH (16ull << 20)
+#define EARLY_RATIO    0.5
+#define EARLY_DEPTH    (16ull << 20)
+#define EARLY_PAUSE_MS 1000 /* no early copies to a holder this long after one failed */
 
 enum { ENTRY_PENDING = 1, ENTRY_DISK = 2 };
 
@@ -79,10 +80,11 @@ typedef struct holder {
     uint64_t last_seen;
     uint64_t stats[CRP_OFF_NSTATS];
     task *tasks;
-    size_t head, n, cap;      /* ring */
-    uint64_t offloads_queued; /* OFFLOAD tasks in the ring (<= offload_limit) */
-    uint64_t offload_limit;   /* --offloading_queue_limit */
-    uint64_t early_bytes;     /* sizes of this holder's PENDING early write-behind entries */
+    size_t head, n, cap;         /* ring */
+    uint64_t offloads_queued;    /* OFFLOAD tasks in the ring (<= offload_limit) */
+    uint64_t offload_limit;      /* --offloading_queue_limit */
+    uint64_t early_bytes;        /* sizes of this holder's PENDING early write-behind entries */
+    uint64_t early_paused_until; /* no early copies before (an early copy failed) */
 } holder;
 
 struct crk_offload {
@@ -451,8 +453,10 @@ out:
  * holder's disk works while the memory fills. The cost: a copy of an object that is removed or
  * overwritten before it is evicted is written for nothing (once per version). */
 static bool early_wanted(crk_service *s, struct crk_offload *off, const holder *hd,
-                         const crk_object *o, uint64_t used)
+                         const crk_object *o, uint64_t used, uint64_t now)
 {
+    if (now < hd->early_paused_until)
+        return false;
     uint64_t cap = crk_get(s->c.capacity);
     uint64_t leaving = atomic_load(&off->leaving);
     used = used > leaving ? used - leaving : 0;
@@ -485,7 +489,7 @@ void crk_off_put_end_locked(crk_service *s, crk_object *o, bool promotion, uint6
     }
     const crk_replica *rep = NULL;
     holder *hd = e == NULL ? holder_of(s, off, o, &rep, now) : NULL;
-    bool early = hd != NULL && s->cfg.offload_on_evict && early_wanted(s, off, hd, o, used);
+    bool early = hd != NULL && s->cfg.offload_on_evict && early_wanted(s, off, hd, o, used, now);
     if (hd != NULL && (!s->cfg.offload_on_evict || early)) { /* write-behind */
         if ((e = new_entry(off, o->key, o->key_len, h)) != NULL) {
             e->state = ENTRY_PENDING;
@@ -839,9 +843,19 @@ static void offload_result(crk_service *s, struct crk_offload *off, holder *hd,
     bool release = e->evict_mode || (o->flags & CRK_OBJ_OFFLOADING);
     if (it->status < 0) {
         off->failures++;
+        /* An early copy that failed (a full disk, mostly) pauses early copies to this holder for
+         * EARLY_PAUSE_MS, and is logged only at debug level: nothing was evicted, and every put
+         * past half the memory would otherwise fail and log again. */
+        bool early_only = e->early && !release;
+        if (e->early)
+            hd->early_paused_until = now + EARLY_PAUSE_MS;
         unlink_entry(off, p);
-        crb_log(CRB_LOG_INFO, "master: offload of '%s' to %s failed (%s)%s", it->key, hd->segment,
-                cr_status_name(it->status), release ? "; evicted" : "");
+        crb_log(early_only ? CRB_LOG_DEBUG : CRB_LOG_INFO,
+                "master: offload of '%s' to %s failed (%s)%s", it->key, hd->segment,
+                cr_status_name(it->status),
+                release      ? "; evicted"
+                : early_only ? " (an early copy; it stays in memory)"
+                             : "");
     } else {
         settle(off, e);
         settle_early(off, e);

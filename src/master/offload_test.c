@@ -680,6 +680,36 @@ static void test_early_write_behind(void **state)
     crk_off_get_stats(f.s, &st);
     assert_int_equal(st.early_writes, 2);
     crk_service_destroy(f.s);
+
+    /* an early copy that failed (a full disk) pauses early copies to that holder for a while;
+     * the object stays in memory */
+    setenv("CRESCENT_OFFLOAD_EARLY_RATIO", "0", 1);
+    f = setup_fx(true);
+    unsetenv("CRESCENT_OFFLOAD_EARLY_RATIO");
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    assert_int_equal(tu_put(f.s, f.holder, "p0", VAL, &cfg, f.now), 0);
+    beat(&f, NULL, 0, &t);
+    const crp_off_item *p0 = find_task(&t, CRP_OFF_OFFLOAD, "p0");
+    assert_non_null(p0);
+    crp_off_item full = {CRP_OFF_OFFLOAD, CR_ERR_DISK_FULL, "p0", p0->version, 0, VAL, 0};
+    crp_off_clear(&t);
+    beat(&f, &full, 1, &t);
+    crp_off_clear(&t);
+    assert_int_equal(crk_exist(f.s, "p0", f.now), 1);
+    assert_int_equal(crk_off_exist(f.s, "p0", 2), 0);
+    assert_int_equal(tu_put(f.s, f.holder, "p1", VAL, &cfg, f.now), 0);
+    beat(&f, NULL, 0, &t);
+    assert_null(find_task(&t, CRP_OFF_OFFLOAD, "p1"));
+    crp_off_clear(&t);
+    f.now += 1500;
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    assert_int_equal(tu_put(f.s, f.holder, "p2", VAL, &cfg, f.now), 0);
+    beat(&f, NULL, 0, &t);
+    assert_non_null(find_task(&t, CRP_OFF_OFFLOAD, "p2"));
+    crp_off_clear(&t);
+    crk_service_destroy(f.s);
 }
 
 static void test_write_behind(void **state)
