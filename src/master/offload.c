@@ -38,6 +38,13 @@
 #define REPLY_MAX_ITEMS    1024  /* tasks per heartbeat reply */
 #define REPLY_MAX_KEYBYTES (256u << 10)
 #define VERSION_SHIFT      40
+/* Early write-behind (offload_on_evict): a put that completes while the memory holds more
+ * than EARLY_RATIO of the capacity has its disk copy written at once, up to EARLY_DEPTH bytes
+ * (at most a quarter of the capacity) in flight per holder. CRESCENT_OFFLOAD_EARLY_RATIO
+ * overrides the ratio (>= 1: never). */
+#define EARLY_RATIO    0.5
+#define EARLY_DEPTH    (16ull << 20)
+#define EARLY_PAUSE_MS 1000 /* no early copies to a holder this long after one failed */
 
 enum { ENTRY_PENDING = 1, ENTRY_DISK = 2 };
 
@@ -53,6 +60,7 @@ typedef struct entry {
     uint16_t stage_readers; /* hand-outs of the staged copy not yet released */
     uint8_t state;
     bool evict_mode; /* PENDING from an eviction: release the memory on success */
+    bool early;      /* PENDING early write-behind: counted in its holder's early_bytes */
     bool promote_queued;
     uint8_t promote_tries; /* promotions that found no memory (offloads free it; retried) */
     size_t key_len;
@@ -72,9 +80,11 @@ typedef struct holder {
     uint64_t last_seen;
     uint64_t stats[CRP_OFF_NSTATS];
     task *tasks;
-    size_t head, n, cap;      /* ring */
-    uint64_t offloads_queued; /* OFFLOAD tasks in the ring (<= offload_limit) */
-    uint64_t offload_limit;   /* --offloading_queue_limit */
+    size_t head, n, cap;         /* ring */
+    uint64_t offloads_queued;    /* OFFLOAD tasks in the ring (<= offload_limit) */
+    uint64_t offload_limit;      /* --offloading_queue_limit */
+    uint64_t early_bytes;        /* sizes of this holder's PENDING early write-behind entries */
+    uint64_t early_paused_until; /* no early copies before (an early copy failed) */
 } holder;
 
 struct crk_offload {
@@ -89,6 +99,8 @@ struct crk_offload {
     uint64_t promotions_in_flight; /* entries with promote_queued (<= promotion_queue_limit) */
     uint64_t cap_round, cap_used;  /* offloads queued by eviction round cap_round */
     uint64_t kept, forced;         /* evictions the tier could not take: kept / dropped */
+    double early_ratio;            /* EARLY_RATIO or CRESCENT_OFFLOAD_EARLY_RATIO */
+    uint64_t early_writes;         /* early write-behind offloads queued */
 };
 
 /* HA (master/ha_repl.c): the standbys learn of e's disk copy (mu held). */
@@ -170,10 +182,24 @@ static void mark_leaving(crk_service *s, struct crk_offload *o, entry *e, const 
     atomic_fetch_add(&o->leaving, e->leaving);
 }
 
+static holder *find_holder(struct crk_offload *o, crk_client_id id);
+
+/* e's early write-behind resolved or was dropped: its holder may take more. */
+static void settle_early(struct crk_offload *o, entry *e)
+{
+    if (!e->early)
+        return;
+    e->early = false;
+    holder *h = find_holder(o, e->holder);
+    if (h != NULL)
+        h->early_bytes = h->early_bytes > e->size ? h->early_bytes - e->size : 0;
+}
+
 static void unlink_entry(struct crk_offload *o, entry **p)
 {
     entry *e = *p;
     settle(o, e);
+    settle_early(o, e);
     *p = e->next;
     o->n_entries--;
     if (e->state == ENTRY_DISK) {
@@ -209,9 +235,11 @@ static void free_holder(holder *h)
     crk_free(h);
 }
 
-/* Queue a task for h: false when the mailbox is full or memory is short. */
-static bool push_task(holder *h, uint8_t kind, const char *key, size_t len, uint64_t version,
-                      uint64_t addr, uint64_t size)
+/* Queue a task for h, at the front of its mailbox when `front` (an eviction's offload: its
+ * memory is wanted, so it goes ahead of early write-behind): false when the mailbox is full
+ * or memory is short. */
+static bool push_task_at(holder *h, bool front, uint8_t kind, const char *key, size_t len,
+                         uint64_t version, uint64_t addr, uint64_t size)
 {
     if (h->n >= MAILBOX_LIMIT)
         return false;
@@ -234,11 +262,22 @@ static bool push_task(holder *h, uint8_t kind, const char *key, size_t len, uint
         return false;
     memcpy(k, key, len);
     k[len] = '\0';
-    h->tasks[(h->head + h->n) % h->cap] = (task){kind, version, addr, size, k};
+    if (front) {
+        h->head = (h->head + h->cap - 1) % h->cap;
+        h->tasks[h->head] = (task){kind, version, addr, size, k};
+    } else {
+        h->tasks[(h->head + h->n) % h->cap] = (task){kind, version, addr, size, k};
+    }
     h->n++;
     if (kind == CRP_OFF_OFFLOAD)
         h->offloads_queued++;
     return true;
+}
+
+static bool push_task(holder *h, uint8_t kind, const char *key, size_t len, uint64_t version,
+                      uint64_t addr, uint64_t size)
+{
+    return push_task_at(h, false, kind, key, len, version, addr, size);
 }
 
 /* Tell the holder to drop its copy (best effort: a full mailbox only leaves a dead record,
@@ -286,6 +325,18 @@ int crk_off_create(crk_service *s)
     (void)crb_random_bytes(&r, sizeof(r));
     o->instance = (uint64_t)((r & 0xffffffu) | 1u);
     o->next_version = (o->instance << VERSION_SHIFT) + 1;
+    o->early_ratio = EARLY_RATIO;
+    const char *er = getenv("CRESCENT_OFFLOAD_EARLY_RATIO");
+    if (er != NULL && *er != '\0') {
+        char *end;
+        double ratio = strtod(er, &end);
+        if (*end == '\0' && ratio >= 0)
+            o->early_ratio = ratio;
+        else
+            crb_log(CRB_LOG_WARN,
+                    "master: CRESCENT_OFFLOAD_EARLY_RATIO '%s' is not a ratio; using %g", er,
+                    o->early_ratio);
+    }
     o->svc = s;
     s->off = o;
     return 0;
@@ -373,8 +424,8 @@ crk_off_evict_action crk_off_evict_locked(crk_service *s, crk_shard *sh, crk_obj
     e->holder = hd->id;
     e->size = o->size;
     e->version = off->next_version++;
-    if (!push_task(hd, CRP_OFF_OFFLOAD, o->key, o->key_len, e->version,
-                   rep->seg->base + rep->offset, o->size)) {
+    if (!push_task_at(hd, true, CRP_OFF_OFFLOAD, o->key, o->key_len, e->version,
+                      rep->seg->base + rep->offset, o->size)) {
         unlink_entry(off, find_slot(off, o->key, o->key_len, h));
         act = cannot_take(s, off); /* the holder's queue is full */
         goto out;
@@ -394,12 +445,38 @@ out:
     return act;
 }
 
+/* Early write-behind (offload_on_evict, off->mu held; used: crk_allocated, read before
+ * off->mu, which stays a leaf lock): o, just put on hd's segment, gets its disk copy written
+ * now when the memory is fuller than early_ratio and hd has room for it.
+ * Once the memory is full every eviction then finds the coldest objects' copies on disk and
+ * releases their memory at once, instead of waiting for the holder to write them; and the
+ * holder's disk works while the memory fills. The cost: a copy of an object that is removed or
+ * overwritten before it is evicted is written for nothing (once per version). */
+static bool early_wanted(crk_service *s, struct crk_offload *off, const holder *hd,
+                         const crk_object *o, uint64_t used, uint64_t now)
+{
+    if (now < hd->early_paused_until)
+        return false;
+    uint64_t cap = crk_get(s->c.capacity);
+    uint64_t leaving = atomic_load(&off->leaving);
+    used = used > leaving ? used - leaving : 0;
+    if (cap == 0 || off->early_ratio >= 1.0 || (double)used <= off->early_ratio * (double)cap)
+        return false;
+    /* (never more than half the mailbox or of --offloading_queue_limit: an eviction's
+     * offload must always find room) */
+    if (hd->n >= MAILBOX_LIMIT / 2 || hd->offloads_queued >= hd->offload_limit / 2)
+        return false;
+    uint64_t depth = EARLY_DEPTH < cap / 4 ? EARLY_DEPTH : cap / 4;
+    return hd->early_bytes == 0 || hd->early_bytes + o->size <= depth;
+}
+
 void crk_off_put_end_locked(crk_service *s, crk_object *o, bool promotion, uint64_t now)
 {
     struct crk_offload *off = s->off;
     if (off == NULL)
         return;
     uint64_t h = crk_key_hash(s, o->key, o->key_len);
+    uint64_t used = s->cfg.offload_on_evict && off->early_ratio < 1.0 ? crk_allocated(s) : 0;
     pthread_mutex_lock(&off->mu);
     entry **p = find_slot(off, o->key, o->key_len, h);
     entry *e = *p;
@@ -410,17 +487,23 @@ void crk_off_put_end_locked(crk_service *s, crk_object *o, bool promotion, uint6
         unlink_entry(off, p);
         e = NULL;
     }
-    if (e == NULL && !s->cfg.offload_on_evict) { /* write-behind */
-        const crk_replica *rep = NULL;
-        holder *hd = holder_of(s, off, o, &rep, now);
-        if (hd != NULL && (e = new_entry(off, o->key, o->key_len, h)) != NULL) {
+    const crk_replica *rep = NULL;
+    holder *hd = e == NULL ? holder_of(s, off, o, &rep, now) : NULL;
+    bool early = hd != NULL && s->cfg.offload_on_evict && early_wanted(s, off, hd, o, used, now);
+    if (hd != NULL && (!s->cfg.offload_on_evict || early)) { /* write-behind */
+        if ((e = new_entry(off, o->key, o->key_len, h)) != NULL) {
             e->state = ENTRY_PENDING;
             e->holder = hd->id;
             e->size = o->size;
             e->version = off->next_version++;
             if (!push_task(hd, CRP_OFF_OFFLOAD, o->key, o->key_len, e->version,
-                           rep->seg->base + rep->offset, o->size))
+                           rep->seg->base + rep->offset, o->size)) {
                 unlink_entry(off, find_slot(off, o->key, o->key_len, h));
+            } else if (early) {
+                e->early = true;
+                hd->early_bytes += o->size;
+                off->early_writes++;
+            }
         }
     }
     pthread_mutex_unlock(&off->mu);
@@ -705,6 +788,7 @@ static holder *touch_holder(crk_service *s, struct crk_offload *off, crk_client_
                     crk_free(old->tasks[(old->head + i) % old->cap].key);
                 old->n = old->head = 0;
                 old->offloads_queued = 0;
+                old->early_bytes = 0;
                 old->segment[0] = '\0';
                 old->last_seen = 0;
                 memset(old->stats, 0, sizeof(old->stats));
@@ -759,11 +843,22 @@ static void offload_result(crk_service *s, struct crk_offload *off, holder *hd,
     bool release = e->evict_mode || (o->flags & CRK_OBJ_OFFLOADING);
     if (it->status < 0) {
         off->failures++;
+        /* An early copy that failed (a full disk, mostly) pauses early copies to this holder for
+         * EARLY_PAUSE_MS, and is logged only at debug level: nothing was evicted, and every put
+         * past half the memory would otherwise fail and log again. */
+        bool early_only = e->early && !release;
+        if (e->early)
+            hd->early_paused_until = now + EARLY_PAUSE_MS;
         unlink_entry(off, p);
-        crb_log(CRB_LOG_INFO, "master: offload of '%s' to %s failed (%s)%s", it->key, hd->segment,
-                cr_status_name(it->status), release ? "; evicted" : "");
+        crb_log(early_only ? CRB_LOG_DEBUG : CRB_LOG_INFO,
+                "master: offload of '%s' to %s failed (%s)%s", it->key, hd->segment,
+                cr_status_name(it->status),
+                release      ? "; evicted"
+                : early_only ? " (an early copy; it stays in memory)"
+                             : "");
     } else {
         settle(off, e);
+        settle_early(off, e);
         e->state = ENTRY_DISK;
         off->n_disk++;
         off->writes++;
@@ -987,6 +1082,7 @@ void crk_off_get_stats(crk_service *s, crk_off_stats *out)
     out->evictions_kept = off->kept;
     out->evictions_forced = off->forced;
     out->promotions_in_flight = off->promotions_in_flight;
+    out->early_writes = off->early_writes;
     pthread_mutex_unlock(&off->mu);
 }
 
@@ -1028,6 +1124,10 @@ void crk_off_prom(crk_service *s, crk_text *t)
                      st.evictions_forced);
     crk_prom_gauge(t, "master_promotions_in_flight", "Promotions queued or running",
                    (double)st.promotions_in_flight);
+    crk_prom_counter(t, "master_offload_early_writes_total",
+                     "Disk copies of objects still in memory written ahead of their eviction "
+                     "(the memory was more than half full)",
+                     st.early_writes);
 }
 
 void crk_off_release(crk_service *s, const char *key, uint64_t token)

@@ -60,6 +60,7 @@ typedef struct crk_off_stats {
     uint64_t evictions_kept;   /* evictions the tier could not take that kept the object */
     uint64_t evictions_forced; /* ... that dropped it (--offload_force_evict) */
     uint64_t promotions_in_flight;
+    uint64_t early_writes; /* early write-behind offloads queued (ahead of eviction) */
 } crk_off_stats;
 
 /** Set up s->off when cfg.enable_offload (else s->off stays NULL): 0 or CR_ERR_NO_MEMORY. */

@@ -568,6 +568,150 @@ static void test_foreign_announce_and_refusals(void **state)
     crk_service_destroy(s);
 }
 
+/* Index of key's task of kind in m, or m->n_items when absent. */
+static size_t task_index(const crp_off_msg *m, uint8_t kind, const char *key)
+{
+    for (size_t i = 0; i < m->n_items; i++)
+        if (m->items[i].kind == kind && strcmp(m->items[i].key, key) == 0)
+            return i;
+    return m->n_items;
+}
+
+/* Early write-behind (offload_on_evict): puts that complete while the memory is more than
+ * half full get their disk copy written at once, at most a quarter of the capacity in flight;
+ * an eviction's own offloads go ahead of them; an evicted object whose copy landed is dropped
+ * at once (no round trip through the holder). */
+static void test_early_write_behind(void **state)
+{
+    (void)state;
+    unsetenv("CRESCENT_OFFLOAD_EARLY_RATIO"); /* the default, 0.5 */
+    fixture f = setup_fx(true);
+    crp_off_msg t;
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    fill(&f, 8); /* k0..k7: exactly half the segment: no copy */
+    beat(&f, NULL, 0, &t);
+    assert_int_equal(count_tasks(&t, CRP_OFF_OFFLOAD), 0);
+    crp_off_clear(&t);
+    crk_replicate_config cfg = tu_cfg(1);
+    char key[32];
+    for (int i = 8; i < 14; i++) { /* k8..k13: past half: copies, 4 in flight at most */
+        snprintf(key, sizeof(key), "k%d", i);
+        f.now += 10;
+        assert_int_equal(tu_put(f.s, f.holder, key, VAL, &cfg, f.now), 0);
+    }
+    beat(&f, NULL, 0, &t);
+    assert_int_equal(count_tasks(&t, CRP_OFF_OFFLOAD), 4);
+    crp_off_item res[4];
+    for (int i = 0; i < 4; i++) {
+        snprintf(key, sizeof(key), "k%d", 8 + i);
+        const crp_off_item *o = find_task(&t, CRP_OFF_OFFLOAD, key);
+        assert_non_null(o);
+        assert_true(o->size == VAL && o->addr >= BASE && o->addr < BASE + SEG);
+        res[i] = (crp_off_item){CRP_OFF_OFFLOAD, 0, strdup(key), o->version, 0, VAL, 0};
+    }
+    crp_off_clear(&t);
+    beat(&f, res, 4, &t); /* the copies landed: the objects stay in memory */
+    assert_int_equal(count_tasks(&t, CRP_OFF_OFFLOAD), 0);
+    crp_off_clear(&t);
+    for (int i = 0; i < 4; i++)
+        free((char *)res[i].key);
+    crk_replica_list l;
+    assert_int_equal(crk_get_replica_list(f.s, "k8", f.now, &l), 0);
+    assert_true(l.r[0].mount_epoch != 0);
+    assert_int_equal(crk_off_exist(f.s, "k8", 2), 1);
+    /* room again: the next put is copied too */
+    f.now += 20000;        /* past the lease of the get above */
+    beat(&f, NULL, 0, &t); /* (the holder stays live) */
+    crp_off_clear(&t);
+    assert_int_equal(tu_put(f.s, f.holder, "k14", VAL, &cfg, f.now), 0);
+    assert_int_equal(tu_put(f.s, f.holder, "k15", VAL, &cfg, f.now), 0);
+    crk_off_stats st;
+    crk_off_get_stats(f.s, &st);
+    assert_int_equal(st.early_writes, 6); /* k8..k11, k14, k15 */
+    /* full: the put evicts k0 and k1 (no copies): their offloads come first */
+    f.now += 10;
+    int rc = tu_put(f.s, f.holder, "k16", VAL, &cfg, f.now);
+    assert_true(rc == 0 || rc == CR_NO_AVAILABLE_HANDLE);
+    beat(&f, NULL, 0, &t);
+    size_t i0 = task_index(&t, CRP_OFF_OFFLOAD, "k0"), i14 = task_index(&t, CRP_OFF_OFFLOAD, "k14");
+    assert_true(i0 < t.n_items && i14 < t.n_items && i0 < i14);
+    crp_off_clear(&t);
+    /* removing a copied key drops its copy: never served from disk */
+    assert_int_equal(crk_remove(f.s, "k9", false, f.now), 0);
+    assert_int_equal(crk_off_exist(f.s, "k9", 2), 0);
+    assert_int_equal(crk_get_replica_list(f.s, "k9", f.now, &l), CR_OBJECT_NOT_FOUND);
+    crk_service_destroy(f.s);
+
+    /* CRESCENT_OFFLOAD_EARLY_RATIO=0: every put is copied; once the memory is full an
+     * eviction of copied objects frees their memory at once, so the put succeeds at once */
+    setenv("CRESCENT_OFFLOAD_EARLY_RATIO", "0", 1);
+    f = setup_fx(true);
+    unsetenv("CRESCENT_OFFLOAD_EARLY_RATIO");
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    for (int i = 0; i < 16; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        f.now += 10;
+        assert_int_equal(tu_put(f.s, f.holder, key, VAL, &cfg, f.now), 0);
+        beat(&f, NULL, 0, &t);
+        const crp_off_item *o = find_task(&t, CRP_OFF_OFFLOAD, key);
+        assert_non_null(o);
+        crp_off_item r1 = {CRP_OFF_OFFLOAD, 0, key, o->version, 0, VAL, 0};
+        crp_off_msg t2;
+        beat(&f, &r1, 1, &t2);
+        crp_off_clear(&t2);
+        crp_off_clear(&t);
+    }
+    f.now += 10;
+    assert_int_equal(tu_put(f.s, f.holder, "k16", VAL, &cfg, f.now), 0);
+    assert_int_equal(crk_get_replica_list(f.s, "k0", f.now, &l), CR_ERR_OFFLOAD_STAGING);
+    crk_service_destroy(f.s);
+
+    /* early copies take at most half of --offloading_queue_limit: evictions find room */
+    crk_config c = tu_config();
+    c.offloading_queue_limit = 4;
+    setenv("CRESCENT_OFFLOAD_EARLY_RATIO", "0", 1);
+    f = setup_with(c);
+    unsetenv("CRESCENT_OFFLOAD_EARLY_RATIO");
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    fill(&f, 6);
+    crk_off_get_stats(f.s, &st);
+    assert_int_equal(st.early_writes, 2);
+    crk_service_destroy(f.s);
+
+    /* an early copy that failed (a full disk) pauses early copies to that holder for a while;
+     * the object stays in memory */
+    setenv("CRESCENT_OFFLOAD_EARLY_RATIO", "0", 1);
+    f = setup_fx(true);
+    unsetenv("CRESCENT_OFFLOAD_EARLY_RATIO");
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    assert_int_equal(tu_put(f.s, f.holder, "p0", VAL, &cfg, f.now), 0);
+    beat(&f, NULL, 0, &t);
+    const crp_off_item *p0 = find_task(&t, CRP_OFF_OFFLOAD, "p0");
+    assert_non_null(p0);
+    crp_off_item full = {CRP_OFF_OFFLOAD, CR_ERR_DISK_FULL, "p0", p0->version, 0, VAL, 0};
+    crp_off_clear(&t);
+    beat(&f, &full, 1, &t);
+    crp_off_clear(&t);
+    assert_int_equal(crk_exist(f.s, "p0", f.now), 1);
+    assert_int_equal(crk_off_exist(f.s, "p0", 2), 0);
+    assert_int_equal(tu_put(f.s, f.holder, "p1", VAL, &cfg, f.now), 0);
+    beat(&f, NULL, 0, &t);
+    assert_null(find_task(&t, CRP_OFF_OFFLOAD, "p1"));
+    crp_off_clear(&t);
+    f.now += 1500;
+    beat(&f, NULL, 0, &t);
+    crp_off_clear(&t);
+    assert_int_equal(tu_put(f.s, f.holder, "p2", VAL, &cfg, f.now), 0);
+    beat(&f, NULL, 0, &t);
+    assert_non_null(find_task(&t, CRP_OFF_OFFLOAD, "p2"));
+    crp_off_clear(&t);
+    crk_service_destroy(f.s);
+}
+
 static void test_write_behind(void **state)
 {
     (void)state;
@@ -596,6 +740,8 @@ static void test_write_behind(void **state)
 
 int main(void)
 {
+    /* The tests before test_early_write_behind check eviction-time offloads alone. */
+    setenv("CRESCENT_OFFLOAD_EARLY_RATIO", "1", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_offload_then_stage),
         cmocka_unit_test(test_second_stage_keeps_read_copy),
@@ -607,6 +753,7 @@ int main(void)
         cmocka_unit_test(test_stale_and_failed_results),
         cmocka_unit_test(test_foreign_announce_and_refusals),
         cmocka_unit_test(test_write_behind),
+        cmocka_unit_test(test_early_write_behind),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -68,7 +68,7 @@
 #define BURST_MS          100  /* after a heartbeat that brought tasks, poll every */
 #define BURST_POLL_US     1000 /* BURST_POLL_US for this long, STAGE_POLL_US after one */
 #define STAGE_POLL_US     250  /* that brought stages (disk hits come in bursts) */
-#define WRITERS           2
+#define WRITERS           3
 #define WRITE_CHUNK       (4ull << 20) /* bytes per crf_put_batch of a writer */
 #define WRITE_CHUNK_ITEMS 256          /* and at most this many values */
 #define STAGE_CHUNK       (8ull << 20) /* bytes per crf_get_batch of a stage */

@@ -5,7 +5,8 @@
  *
  *   crescent-bench offload [--master-bin P] [--dir D] [--value-sizes 4K,1M]
  *                          [--bytes 256M] [--small-bytes 48M] [--batch 32]
- *                          [--latency 200] [--poll-ms 2] [--verify]
+ *                          [--latency 200] [--poll-ms 2] [--copying-gets]
+ *                          [--verify]
  *
  * A crescent-master with --enable_offload --offload_on_evict, and in this
  * process two store clients: a holder (segment = a quarter of the bytes,
@@ -13,16 +14,24 @@
  * writer/reader without a segment. Per value size S, with B bytes (--bytes,
  * or --small-bytes below 64 KiB):
  *   baseline write  pwrite of S-byte blocks to one file, O_DIRECT, then fdatasync
- *   baseline read   pread of the same blocks, O_DIRECT
+ *   baseline read   pread of the same blocks, O_DIRECT; both are measured before
+ *                   the tier's phases and again after the disk hits, and the
+ *                   ratios are against the mean of the two (this disk's speed
+ *                   drifts within a run)
  *   offload         the writer puts B/S values (retrying while the segment waits
  *                   for offloads); offload GB/s = bytes the holder wrote to disk
  *                   / time from the first put until the last offload landed (so
- *                   it includes filling the empty segment, when nothing is
- *                   offloaded); "once the segment is full": the bytes offloaded
- *                   after the first offload landed / the time from then on
- *   disk hit        batch gets (--batch keys) of every disk-only value: the
- *                   holder stages them from disk, the reader pulls them through
- *                   the engine; GB/s of the values read
+ *                   it includes filling the empty segment up to the master's
+ *                   early write-behind ratio, when nothing is written); the
+ *                   bytes include the copies of values still in memory (written
+ *                   ahead of their eviction once the memory is half full);
+ *                   "once the segment is full": the bytes offloaded after the
+ *                   first offload landed / the time from then on
+ *   disk hit        batch gets (--batch keys) of every disk-only value (asked of
+ *                   the master with get_replicas): the holder stages them from
+ *                   disk, the reader's engine reads them into a registered buffer
+ *                   (batch_get_into; --copying-gets: batch_get's malloc'd
+ *                   copies); GB/s of the values read
  *   latency         --latency single gets of disk-only values (each staged anew)
  *                   and of memory-resident values: p50 / p99
  * Both clients are in one process (two engines), so the reader's transfer is
@@ -56,7 +65,7 @@ typedef struct ob_opts {
     size_t n_sizes;
     uint64_t bytes, small_bytes;
     uint32_t batch, latency, poll_ms, threads;
-    bool verify;
+    bool verify, copying_gets;
 } ob_opts;
 
 static void usage(FILE *to)
@@ -72,6 +81,8 @@ static void usage(FILE *to)
                 "  --latency N      single-get latency samples per kind (default 200)\n"
                 "  --poll-ms N      the holder's idle poll interval (default 2)\n"
                 "  --threads N      reader threads of the disk-hit phase (default 4)\n"
+                "  --copying-gets   disk-hit phase with cr_store_batch_get (malloc'd copies)\n"
+                "                   instead of cr_store_batch_get_into registered buffers\n"
                 "  --verify         check every byte read\n");
 }
 
@@ -104,6 +115,7 @@ static int parse(int argc, char **argv, ob_opts *o)
     o->dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     const ct_option opts[] = {
         CT_SWITCH("--verify", &o->verify),
+        CT_SWITCH("--copying-gets", &o->copying_gets),
         CT_STRING("--master-bin", &o->master_bin),
         CT_STRING("--dir", &o->dir),
         CT_APPLY("--value-sizes"),
@@ -200,6 +212,7 @@ typedef struct hit_job {
     const ob_opts *o;
     cr_store *rw;
     const char *sz;
+    const uint64_t *idx; /* the disk-only keys' numbers */
     uint64_t s, n_disk;
     _Atomic uint64_t next, bytes, bad, failed;
 } hit_job;
@@ -212,31 +225,56 @@ static void *hit_main(void *arg)
     char(*kb)[64] = calloc(b, 64);
     void **vals = calloc(b, sizeof(*vals));
     int64_t *res = calloc(b, sizeof(*res));
+    size_t *caps = calloc(b, sizeof(*caps));
     uint8_t *want = malloc(j->s);
-    while (keys && kb && vals && res && want) {
+    /* zero-copy: one registered buffer of b values, read straight into by the engine */
+    uint8_t *area = NULL;
+    bool registered = false;
+    if (!j->o->copying_gets && posix_memalign((void **)&area, 4096, (size_t)b * j->s) == 0) {
+        memset(area, 0, (size_t)b * j->s);
+        registered = cr_store_register_buffer(j->rw, area, (size_t)b * j->s) == 0;
+    }
+    if (!j->o->copying_gets && !registered) {
+        fprintf(stderr, CB_PROG " offload: registering the disk-hit buffer: %s\n",
+                cr_last_error_message());
+        atomic_fetch_add(&j->failed, 1); /* (the run fails; this thread reads nothing) */
+    }
+    bool ready = j->o->copying_gets || registered;
+    while (ready && keys && kb && vals && res && caps && want) {
         uint64_t i = atomic_fetch_add(&j->next, b);
         if (i >= j->n_disk)
             break;
         size_t m = j->n_disk - i < b ? (size_t)(j->n_disk - i) : b;
         for (size_t k = 0; k < m; k++) {
-            snprintf(kb[k], 64, "ob-%s-%" PRIu64, j->sz, i + k);
+            snprintf(kb[k], 64, "ob-%s-%" PRIu64, j->sz, j->idx[i + k]);
             keys[k] = kb[k];
         }
-        if (cr_store_batch_get(j->rw, keys, m, vals, res) < 0) {
+        for (size_t k = 0; registered && k < m; k++) {
+            vals[k] = area + k * j->s;
+            caps[k] = j->s;
+        }
+        int brc = registered ? cr_store_batch_get_into(j->rw, keys, vals, caps, m, res)
+                             : cr_store_batch_get(j->rw, keys, m, vals, res);
+        if (brc < 0) {
             atomic_fetch_add(&j->failed, m);
             continue;
         }
         for (size_t k = 0; k < m; k++) {
             if (res[k] == (int64_t)j->s) {
                 atomic_fetch_add(&j->bytes, j->s);
-                if (j->o->verify && check(vals[k], j->s, i + k, want) < 0)
+                if (j->o->verify && check(vals[k], j->s, j->idx[i + k], want) < 0)
                     atomic_fetch_add(&j->bad, 1);
             } else {
                 atomic_fetch_add(&j->failed, 1);
             }
-            free(vals[k]);
+            if (!registered)
+                free(vals[k]);
         }
     }
+    if (registered)
+        cr_store_unregister_buffer(j->rw, area);
+    free(area);
+    free(caps);
     free(keys);
     free(kb);
     free(vals);
@@ -255,7 +293,7 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
     if (snprintf(ssd, sizeof(ssd), "%s/ssd-%s", root, cb_format_size(s, sz, sizeof(sz))) >=
         (int)sizeof(ssd))
         return -1;
-    double bw = 0, br = 0;
+    double bw = 0, br = 0, bw1 = 0, br1 = 0;
     if (baseline(root, s, n, &bw, &br) < 0)
         return -1;
     cr_store *holder = NULL, *rw = NULL;
@@ -309,9 +347,21 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
         t_first != 0 && last > t_first && offloaded > first_n
             ? (double)((offloaded - first_n) * s) / ((double)(last - t_first) / 1e9) / 1e9
             : 0;
-    uint64_t n_disk = offloaded < n ? offloaded : n; /* the oldest keys went to disk */
+    /* Which keys are on disk only (evicted) and which in memory (some of those have a disk
+     * copy too: the master writes copies ahead of eviction once the memory is half full). */
+    uint64_t *disk_idx = calloc(n, sizeof(*disk_idx)), *mem_idx = calloc(n, sizeof(*mem_idx));
+    uint64_t n_disk = 0, n_mem = 0;
+    for (uint64_t i = 0; disk_idx != NULL && mem_idx != NULL && i < n; i++) {
+        cr_replica_info ri;
+        snprintf(key, sizeof(key), "ob-%s-%" PRIu64, sz, i);
+        int nr = cr_store_get_replicas(rw, key, &ri, 1);
+        if (nr >= 1 && ri.on_disk)
+            disk_idx[n_disk++] = i;
+        else if (nr >= 1)
+            mem_idx[n_mem++] = i;
+    }
     /* disk hits: batch gets of every disk-only value, from several threads */
-    hit_job job = {o, rw, sz, s, n_disk, 0, 0, 0, 0};
+    hit_job job = {o, rw, sz, disk_idx, s, n_disk, 0, 0, 0, 0};
     pthread_t th[64];
     uint32_t nt = o->threads;
     t0 = cb_now_ns();
@@ -321,11 +371,18 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
     for (uint32_t t = 0; t < nt; t++)
         pthread_join(th[t], NULL);
     double hit_gbps = (double)atomic_load(&job.bytes) / secs(t0) / 1e9;
+    /* the baseline again, after the tier's phases: this disk's speed drifts within a run, so
+     * the ratios are against the mean of the two */
+    double bw2 = 0, br2 = 0;
+    if (baseline(root, s, n, &bw2, &br2) == 0) {
+        bw1 = bw, br1 = br;
+        bw = (bw + bw2) / 2, br = (br + br2) / 2;
+    }
     uint64_t bad = atomic_load(&job.bad), failed = atomic_load(&job.failed);
     /* latency: single gets, disk-only vs in memory */
     cb_hist hd = {{0}, 0}, hm = {{0}, 0};
-    for (uint32_t k = 0; rc == 0 && k < o->latency && n_disk > 0 && n_disk < n; k++) {
-        uint64_t i = (uint64_t)k * 7919 % n_disk;
+    for (uint32_t k = 0; rc == 0 && k < o->latency && n_disk > 0 && n_mem > 0; k++) {
+        uint64_t i = disk_idx[(uint64_t)k * 7919 % n_disk];
         snprintf(key, sizeof(key), "ob-%s-%" PRIu64, sz, i);
         void *v = NULL;
         uint64_t a = cb_now_ns();
@@ -334,7 +391,7 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
         if (g != (int64_t)s || (o->verify && check(v, s, i, want) < 0))
             bad += g == (int64_t)s, failed += g != (int64_t)s;
         free(v);
-        i = n - 1 - (uint64_t)k % (n - n_disk);
+        i = mem_idx[n_mem - 1 - (uint64_t)k % n_mem];
         snprintf(key, sizeof(key), "ob-%s-%" PRIu64, sz, i);
         a = cb_now_ns();
         g = cr_store_get(rw, key, &v);
@@ -343,20 +400,25 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
             bad += g == (int64_t)s, failed += g != (int64_t)s;
         free(v);
     }
-    printf("%-5s bytes=%s offloaded=%" PRIu64 "/%" PRIu64 " (put retries %" PRIu64 ")\n"
-           "      baseline O_DIRECT write %.2f GB/s, read %.2f GB/s\n"
+    printf("%-5s bytes=%s offloaded=%" PRIu64 "/%" PRIu64 ", disk-only %" PRIu64
+           " (put retries %" PRIu64 ")\n"
+           "      baseline O_DIRECT write %.2f GB/s, read %.2f GB/s (before %.2f/%.2f, after "
+           "%.2f/%.2f)\n"
            "      offload %.2f GB/s (%.2fx write)  disk hit %.2f GB/s (%.2fx read)\n"
            "      offload once the segment is full %.2f GB/s (%.2fx write)\n"
            "      get latency p50/p99: disk hit %.0f/%.0f us, memory hit %.0f/%.0f us\n"
            "      failed gets %" PRIu64 ", wrong bytes %" PRIu64 "%s\n",
-           sz, cb_format_size(bytes, (char[32]){0}, 32), offloaded, n, retries, bw, br, off_gbps,
-           bw > 0 ? off_gbps / bw : 0, hit_gbps, br > 0 ? hit_gbps / br : 0, stream_gbps,
-           bw > 0 ? stream_gbps / bw : 0, (double)cb_hist_quantile(&hd, 0.5) / 1e3,
-           (double)cb_hist_quantile(&hd, 0.99) / 1e3, (double)cb_hist_quantile(&hm, 0.5) / 1e3,
-           (double)cb_hist_quantile(&hm, 0.99) / 1e3, failed, bad, o->verify ? " (verified)" : "");
+           sz, cb_format_size(bytes, (char[32]){0}, 32), offloaded, n, n_disk, retries, bw, br, bw1,
+           br1, bw2, br2, off_gbps, bw > 0 ? off_gbps / bw : 0, hit_gbps,
+           br > 0 ? hit_gbps / br : 0, stream_gbps, bw > 0 ? stream_gbps / bw : 0,
+           (double)cb_hist_quantile(&hd, 0.5) / 1e3, (double)cb_hist_quantile(&hd, 0.99) / 1e3,
+           (double)cb_hist_quantile(&hm, 0.5) / 1e3, (double)cb_hist_quantile(&hm, 0.99) / 1e3,
+           failed, bad, o->verify ? " (verified)" : "");
     fflush(stdout);
     if (bad > 0 || failed > 0)
         rc = -1;
+    free(disk_idx);
+    free(mem_idx);
 out:
     free(val);
     free(want);
