@@ -25,7 +25,6 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,7 +185,12 @@ static void stream(crk_ha *ha, crk_ha_standby *sb, int fd, const char *target, u
     if (buf == NULL)
         return;
     size_t have = 0;
-    bool drained = false; /* the last read took all the socket held: wait first */
+    /* The last read took all the socket held: the next one blocks (for at
+     * most POLL_MS, SO_RCVTIMEO, then the loop looks at the stop and the
+     * target again): one system call per wake-up, not a poll and a recv. */
+    bool drained = false;
+    struct timeval wait = {.tv_sec = 0, .tv_usec = POLL_MS * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
     for (;;) {
         if (atomic_load(&ha->stop) || atomic_load(&ha->role) != CRK_HA_STANDBY)
             break;
@@ -195,15 +199,7 @@ static void stream(crk_ha *ha, crk_ha_standby *sb, int fd, const char *target, u
         pthread_mutex_unlock(&sb->mu);
         if (moved)
             break;
-        if (drained) {
-            struct pollfd p = {.fd = fd, .events = POLLIN};
-            int r = poll(&p, 1, POLL_MS);
-            if (r < 0 && errno != EINTR)
-                break;
-            if (r <= 0)
-                continue;
-        }
-        ssize_t got = recv(fd, buf + have, cap - have, MSG_DONTWAIT);
+        ssize_t got = recv(fd, buf + have, cap - have, drained ? 0 : MSG_DONTWAIT);
         if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
             drained = true;
             continue;
