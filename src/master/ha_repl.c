@@ -85,11 +85,12 @@ typedef struct sender {
     uint64_t pos_seq;  /* sequence number of the entry before pos */
     uint64_t snap_end; /* in sync once acked reaches it */
     bool snap_done;
-    bool synced;       /* counted in the commit index (and published in the ISR) */
-    bool drop;         /* to leave the ISR: published without it, then uncounted */
-    bool dead;         /* its connection is closed */
-    bool ack_on_loop;  /* ack_io is watched: not freed until on_ack let go */
-    bool join_pending; /* counted in the ISR, not yet published (the monitor does) */
+    bool synced;            /* counted in the commit index (and published in the ISR) */
+    bool drop;              /* to leave the ISR: published without it, then uncounted */
+    bool dead;              /* its connection is closed */
+    bool ack_on_loop;       /* ack_io is watched: not freed until on_ack let go */
+    bool join_pending;      /* counted in the ISR, not yet published (the monitor does) */
+    uint64_t join_retry_ms; /* its ISR write failed: the monitor tries again from then */
     uint64_t acked;
     uint64_t last_ack_ms; /* last ack that moved it, or last time it was caught up */
 } sender;
@@ -942,9 +943,10 @@ void crk_ha_acks_detach(crk_ha *ha)
     pthread_mutex_unlock(&l->mu);
 }
 
-/* Publish the ISR for the standbys on_ack counted in it (join_pending). On
- * failure they are uncounted again and rejoin at a later ack. */
-static void publish_joins(crk_ha *ha)
+/* Publish the ISR for the standbys counted in it (join_pending). On failure
+ * they are uncounted again and rejoin at a later ack, or (an idle stream
+ * sends no acks) when the monitor retries. Monitor thread only. */
+static void publish_joins(crk_ha *ha, uint64_t now, uint64_t *warned)
 {
     crk_ha_log *l = ha->log;
     int rc = publish_isr(ha);
@@ -958,6 +960,7 @@ static void publish_joins(crk_ha *ha)
         if (rc < 0 && s->synced && !s->drop) {
             s->synced = false;
             s->snap_end = l->head; /* try again at a later ack */
+            s->join_retry_ms = now + 200;
         } else if (rc == 0 && !s->dead && n < MAX_STANDBYS) {
             snprintf(joined[n++], sizeof(joined[0]), "%s", s->addr);
         }
@@ -965,9 +968,11 @@ static void publish_joins(crk_ha *ha)
     if (rc < 0)
         recompute_locked(l);
     pthread_mutex_unlock(&l->mu);
-    if (rc < 0)
+    if (rc < 0 && now - *warned > 1000) {
         crb_log(CRB_LOG_WARN, "ha: publishing the ISR for a standby in sync: %s",
                 cr_last_error_message());
+        *warned = now;
+    }
     for (size_t i = 0; i < n; i++)
         crb_log(CRB_LOG_INFO, "ha: standby %s is in sync", joined[i]);
 }
@@ -980,13 +985,21 @@ static void *monitor_main(void *arg)
     pthread_setname_np(pthread_self(), "crk-ha-monitor");
     crk_ha *ha = arg;
     crk_ha_log *l = ha->log;
-    uint64_t warned = 0;
+    uint64_t warned = 0, join_warned = 0;
     while (!atomic_load(&l->monitor_stop)) {
         usleep(10000);
         uint64_t now = crb_now_ms();
-        bool need = false, join = false;
+        bool need = false, join = false, rejoin = false;
         pthread_mutex_lock(&l->mu);
         for (sender *s = l->senders; s != NULL; s = s->next) {
+            if (s->join_retry_ms != 0 && now >= s->join_retry_ms && !s->synced && !s->dead &&
+                s->snap_done && s->acked >= s->snap_end) {
+                s->synced = true; /* counted first, published below */
+                s->join_pending = true;
+                rejoin = true;
+            }
+            if (s->join_pending)
+                s->join_retry_ms = 0;
             join |= s->join_pending;
             if (s->acked >= l->head)
                 s->last_ack_ms = now;
@@ -1005,9 +1018,11 @@ static void *monitor_main(void *arg)
             if (s->synced && s->drop)
                 need = true;
         }
+        if (rejoin)
+            recompute_locked(l);
         pthread_mutex_unlock(&l->mu);
         if (join)
-            publish_joins(ha);
+            publish_joins(ha, now, &join_warned);
         if (!need)
             continue;
         if (publish_isr(ha) < 0) {

@@ -41,6 +41,7 @@
 typedef struct hb_opts {
     uint32_t runs, rounds;
     const char *duration, *ops, *master_bin, *etcd_bin;
+    const char *log_dir; /* the HA masters' logs (ha-<i>.log, appended); NULL: /dev/null */
     uint32_t lease_ttl;
 } hb_opts;
 
@@ -54,7 +55,10 @@ typedef struct hb_cluster {
 static int start_ha_master(hb_cluster *c, int i, const hb_opts *o)
 {
     const char *args[] = {"--enable_ha", c->etcd_flag, c->ttl_flag, "--client_ttl=600", NULL};
-    ct_master_opts mo = {.bin = o->master_bin, .args = args, .log_path = "/dev/null"};
+    char log[PATH_MAX];
+    snprintf(log, sizeof(log), "%s/ha-%d.log", o->log_dir, i);
+    ct_master_opts mo = {
+        .bin = o->master_bin, .args = args, .log_path = o->log_dir ? log : "/dev/null"};
     return ct_master_start(&c->m[i], &mo);
 }
 
@@ -336,18 +340,19 @@ static void usage(FILE *to)
 {
     fprintf(to, "usage: crescent-bench ha [--runs N (5)] [--rounds N (2)] [--duration S (1)]\n"
                 "         [--ops exist,put,get,batch_put] [--lease-ttl S (5)]\n"
-                "         [--master-bin PATH] [--etcd-bin PATH (/usr/bin/etcd)]\n");
+                "         [--master-bin PATH] [--etcd-bin PATH (/usr/bin/etcd)]\n"
+                "         [--log-dir DIR (the HA masters' logs, ha-N.log; default none)]\n");
 }
 
 int cb_ha_main(int argc, char **argv)
 {
     static char bin[PATH_MAX], self[PATH_MAX];
-    hb_opts o = {5, 2, "1", "exist,put,get,batch_put", NULL, CT_ETCD_BIN, 5};
+    hb_opts o = {5, 2, "1", "exist,put,get,batch_put", NULL, CT_ETCD_BIN, NULL, 5};
     const ct_option opts[] = {
         CT_U32("--runs", &o.runs, 1, MAX_RUNS),       CT_U32("--rounds", &o.rounds, 1, 1000),
         CT_STRING("--duration", &o.duration),         CT_STRING("--ops", &o.ops),
         CT_U32("--lease-ttl", &o.lease_ttl, 2, 3600), CT_STRING("--master-bin", &o.master_bin),
-        CT_STRING("--etcd-bin", &o.etcd_bin),
+        CT_STRING("--etcd-bin", &o.etcd_bin),         CT_STRING("--log-dir", &o.log_dir),
     };
     int pr = ct_parse_options(argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL, NULL,
                               CB_PROG " ha");
