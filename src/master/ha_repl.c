@@ -91,6 +91,7 @@ typedef struct sender {
     bool ack_on_loop;       /* ack_io is watched: not freed until on_ack let go */
     bool join_pending;      /* counted in the ISR, not yet published (the monitor does) */
     uint64_t join_retry_ms; /* its ISR write failed: the monitor tries again from then */
+    bool joining;           /* in the monitor's ISR write under way */
     uint64_t acked;
     uint64_t last_ack_ms; /* last ack that moved it, or last time it was caught up */
 } sender;
@@ -949,14 +950,22 @@ void crk_ha_acks_detach(crk_ha *ha)
 static void publish_joins(crk_ha *ha, uint64_t now, uint64_t *warned)
 {
     crk_ha_log *l = ha->log;
+    /* Those pending now are in the value publish_isr reads after this; one
+     * counted meanwhile stays pending for the monitor's next round. */
+    pthread_mutex_lock(&l->mu);
+    for (sender *s = l->senders; s != NULL; s = s->next) {
+        s->joining = s->join_pending;
+        s->join_pending = false;
+    }
+    pthread_mutex_unlock(&l->mu);
     int rc = publish_isr(ha);
     char joined[MAX_STANDBYS][300];
     size_t n = 0;
     pthread_mutex_lock(&l->mu);
     for (sender *s = l->senders; s != NULL; s = s->next) {
-        if (!s->join_pending)
+        if (!s->joining)
             continue;
-        s->join_pending = false;
+        s->joining = false;
         if (rc < 0 && s->synced && !s->drop) {
             s->synced = false;
             s->snap_end = l->head; /* try again at a later ack */
