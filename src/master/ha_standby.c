@@ -123,8 +123,11 @@ static int64_t apply_frame(crk_ha *ha, crk_ha_standby *sb, const uint8_t *body, 
     /* Two cursors run ahead, prefetching each entry's catalog slot (16
      * entries ahead) and then its record (8 ahead): a frame of many
      * entries waits for memory once, not once or twice per entry. */
-    size_t slot_off = 12, rec_off = 12;
+    size_t slot_off = 12;
     uint32_t slot_at = 0, rec_at = 0;
+    /* Each entry's record hash, computed once by the slot cursor and used
+     * by the record cursor and the apply (it runs at most 16 ahead). */
+    uint64_t hashes[16] = {0};
     for (uint32_t i = 0; i < count; i++) {
         const uint8_t *raw;
         size_t n;
@@ -134,15 +137,10 @@ static int64_t apply_frame(crk_ha *ha, crk_ha_standby *sb, const uint8_t *body, 
                 slot_at = count;
                 break;
             }
-            crk_ha_catalog_prefetch_slot(sb->cat, raw, n);
+            hashes[slot_at % 16] = crk_ha_catalog_prefetch_slot(sb->cat, raw, n);
         }
-        for (; rec_at < count && rec_at < i + 8; rec_at++) {
-            if (crk_ha_frame_entry(body, len, &rec_off, &raw, &n) < 0) {
-                rec_at = count;
-                break;
-            }
-            crk_ha_catalog_prefetch_record(sb->cat, raw, n);
-        }
+        for (; rec_at < count && rec_at < i + 8 && rec_at < slot_at; rec_at++)
+            crk_ha_catalog_prefetch_record(sb->cat, hashes[rec_at % 16]);
         rc = crk_ha_frame_entry(body, len, &off, &raw, &n);
         if (rc == 0)
             rc = crk_ha_entry_decode(raw, n, &e);
@@ -154,8 +152,9 @@ static int64_t apply_frame(crk_ha *ha, crk_ha_standby *sb, const uint8_t *body, 
         } else if (e.kind == CRK_HA_SNAP_END) {
             sb->snap_end = e.end_seq;
         }
-        rc = crk_ha_catalog_apply(sb->cat, &e, raw, n, first ? first + i : 0, now, read_hold,
-                                  write_hold);
+        /* (entry i parsed, so the slot cursor, on the same bytes, hashed it) */
+        rc = crk_ha_catalog_apply_hashed(sb->cat, &e, raw, n, hashes[i % 16], first ? first + i : 0,
+                                         now, read_hold, write_hold);
         if (rc < 0)
             return rc;
     }
