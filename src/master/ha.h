@@ -181,8 +181,7 @@ void crk_ha_take_standby(void *ha, int fd, const uint8_t *body, size_t len, crb_
  * The RPC server stopped its loops (crb_loop_stop of every loop, before it
  * frees them): the standbys whose acks they watched are dropped and their
  * sockets taken off the loops, so the replicator can free them. Call from
- * the thread that stopped the loops. NULL-safe on a master without HA is
- * the caller's business (ha must be valid).
+ * the thread that stopped the loops; ha must not be NULL.
  */
 void crk_ha_acks_detach(crk_ha *ha);
 
