@@ -906,12 +906,21 @@ static void on_ack(crb_io *io, uint32_t events)
             break; /* the socket is drained (level-triggered: more comes as an event) */
     }
     pthread_mutex_lock(&l->mu);
+    if (top > sd->pos_seq) {
+        /* It acknowledges what it was never sent: not a standby to count on
+         * (it would join the ISR holding nothing). */
+        crb_log(CRB_LOG_WARN,
+                "ha: standby %s acknowledged %" PRIu64 ", past %" PRIu64 " sent; dropping it",
+                sd->addr, top, sd->pos_seq);
+        closed = true;
+        top = 0;
+    }
     if (top > sd->acked) {
         sd->acked = top;
         sd->last_ack_ms = crb_now_ms();
         atomic_fetch_add_explicit(&l->ack_reads, 1, memory_order_relaxed);
     }
-    if (sd->snap_done && !sd->synced && !sd->dead && sd->acked >= sd->snap_end) {
+    if (!closed && sd->snap_done && !sd->synced && !sd->dead && sd->acked >= sd->snap_end) {
         /* Counted first (writes wait for it from now on), then published
          * (by the monitor): an ISR member in etcd always has every
          * acknowledged write. */
