@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/evloop.h"
 #include "master/service.h"
 
 typedef struct crk_ha crk_ha;
@@ -123,9 +124,10 @@ const char *crk_ha_role_name(int role);
  * sequence number (UINT64_MAX when no standby is counted, or with
  * --ha_sync_replicas=0); crk_ha_log_head the last one logged. The RPC server
  * holds a mutation's reply until crk_ha_committed reaches the head as it was
- * after the mutation, and is told through the notify callback (called from
- * HA threads, with HA locks held: it must only wake the I/O threads) each
- * time the commit index moves.
+ * after the mutation, and is told through the notify callback (called with
+ * HA locks held, from HA threads or from the RPC I/O thread whose loop reads
+ * a standby's acks: it must only flag and wake the I/O threads) each time
+ * the commit index moves.
  */
 uint64_t crk_ha_committed(crk_ha *ha);
 uint64_t crk_ha_log_head(crk_ha *ha);
@@ -169,8 +171,18 @@ bool crk_ha_op_mutates(unsigned op);
 /**
  * A connection whose first frame was CRP_REPL_SUBSCRIBE (body, len): the
  * replicator takes the socket fd (it is the caller's no more) and streams
- * the state to that standby. Called by the RPC server's I/O thread.
+ * the state to that standby; the standby's acks are read on `acks`, the
+ * calling I/O thread's own loop (the handler runs there, so the thread that
+ * sees the commit index move is an RPC thread). Called by that I/O thread.
  */
-void crk_ha_take_standby(void *ha, int fd, const uint8_t *body, size_t len);
+void crk_ha_take_standby(void *ha, int fd, const uint8_t *body, size_t len, crb_loop *acks);
+
+/**
+ * The RPC server stopped its loops (crb_loop_stop of every loop, before it
+ * frees them): the standbys whose acks they watched are dropped and their
+ * sockets taken off the loops, so the replicator can free them. Call from
+ * the thread that stopped the loops; ha must not be NULL.
+ */
+void crk_ha_acks_detach(crk_ha *ha);
 
 #endif

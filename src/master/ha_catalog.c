@@ -162,23 +162,20 @@ static bool raw_key(const uint8_t *raw, size_t n, int *kind, const char **key, s
     return *len <= n - 3;
 }
 
-void crk_ha_catalog_prefetch_slot(const crk_ha_catalog *c, const uint8_t *raw, size_t raw_len)
-{
-    int kind;
-    const char *key;
-    size_t len;
-    if (raw_key(raw, raw_len, &kind, &key, &len))
-        __builtin_prefetch(&c->slots[record_hash(kind, key, len) & (c->nslots - 1)]);
-}
-
-void crk_ha_catalog_prefetch_record(const crk_ha_catalog *c, const uint8_t *raw, size_t raw_len)
+uint64_t crk_ha_catalog_prefetch_slot(const crk_ha_catalog *c, const uint8_t *raw, size_t raw_len)
 {
     int kind;
     const char *key;
     size_t len;
     if (!raw_key(raw, raw_len, &kind, &key, &len))
-        return;
+        return 0;
     uint64_t h = record_hash(kind, key, len);
+    __builtin_prefetch(&c->slots[h & (c->nslots - 1)]);
+    return h;
+}
+
+void crk_ha_catalog_prefetch_record(const crk_ha_catalog *c, uint64_t h)
+{
     const cat_slot *s = &c->slots[h & (c->nslots - 1)];
     if (s->k != NULL && s->hash == h)
         __builtin_prefetch(s->k);
@@ -270,9 +267,9 @@ static int bury_dropped(crk_ha_catalog *c, const crk_ha_entry *old, const crk_ha
 }
 
 static int apply_key(crk_ha_catalog *c, const crk_ha_entry *e, const uint8_t *raw, size_t len,
-                     uint64_t seq, uint64_t now, uint64_t read_hold, uint64_t write_hold)
+                     uint64_t h, uint64_t seq, uint64_t now, uint64_t read_hold,
+                     uint64_t write_hold)
 {
-    uint64_t h = record_hash(CRK_HA_KEY, e->key, e->key_len);
     size_t i = probe(c, h, CRK_HA_KEY, e->key, e->key_len);
     cat_key *old = c->slots[i].k;
     if (old != NULL) {
@@ -309,9 +306,9 @@ static int apply_key(crk_ha_catalog *c, const crk_ha_entry *e, const uint8_t *ra
 }
 
 /* A DISK record: replaced, or dropped when the copy is gone. */
-static int apply_disk(crk_ha_catalog *c, const crk_ha_entry *e, const uint8_t *raw, size_t len)
+static int apply_disk(crk_ha_catalog *c, const crk_ha_entry *e, const uint8_t *raw, size_t len,
+                      uint64_t h)
 {
-    uint64_t h = record_hash(CRK_HA_DISK, e->key, e->key_len);
     size_t i = probe(c, h, CRK_HA_DISK, e->key, e->key_len);
     cat_key *old = c->slots[i].k;
     if (!(e->flags & CRK_HA_F_ON_DISK)) {
@@ -369,6 +366,17 @@ int crk_ha_catalog_apply(crk_ha_catalog *c, const crk_ha_entry *e, const uint8_t
                          size_t raw_len, uint64_t seq, uint64_t now, uint64_t read_hold_ms,
                          uint64_t write_hold_ms)
 {
+    uint64_t h = e->kind == CRK_HA_KEY || e->kind == CRK_HA_DISK
+                     ? record_hash(e->kind, e->key, e->key_len)
+                     : 0;
+    return crk_ha_catalog_apply_hashed(c, e, raw, raw_len, h, seq, now, read_hold_ms,
+                                       write_hold_ms);
+}
+
+int crk_ha_catalog_apply_hashed(crk_ha_catalog *c, const crk_ha_entry *e, const uint8_t *raw,
+                                size_t raw_len, uint64_t h, uint64_t seq, uint64_t now,
+                                uint64_t read_hold_ms, uint64_t write_hold_ms)
+{
     switch (e->kind) {
     case CRK_HA_RESET:
         crk_ha_catalog_clear(c);
@@ -377,9 +385,9 @@ int crk_ha_catalog_apply(crk_ha_catalog *c, const crk_ha_entry *e, const uint8_t
     case CRK_HA_UNMOUNT:
         return apply_segment(c, e, raw, raw_len);
     case CRK_HA_KEY:
-        return apply_key(c, e, raw, raw_len, seq, now, read_hold_ms, write_hold_ms);
+        return apply_key(c, e, raw, raw_len, h, seq, now, read_hold_ms, write_hold_ms);
     case CRK_HA_DISK:
-        return apply_disk(c, e, raw, raw_len);
+        return apply_disk(c, e, raw, raw_len, h);
     default:
         return 0;
     }

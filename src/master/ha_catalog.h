@@ -38,15 +38,24 @@ void crk_ha_catalog_clear(crk_ha_catalog *c);
 int crk_ha_catalog_apply(crk_ha_catalog *c, const crk_ha_entry *e, const uint8_t *raw,
                          size_t raw_len, uint64_t seq, uint64_t now, uint64_t read_hold_ms,
                          uint64_t write_hold_ms);
+/** The same with the record's hash already known: `hash` must be what
+ *  crk_ha_catalog_prefetch_slot returned for these raw bytes (ignored for
+ *  entries other than KEY and DISK). */
+int crk_ha_catalog_apply_hashed(crk_ha_catalog *c, const crk_ha_entry *e, const uint8_t *raw,
+                                size_t raw_len, uint64_t hash, uint64_t seq, uint64_t now,
+                                uint64_t read_hold_ms, uint64_t write_hold_ms);
 
 /**
  * Memory-latency hints for a batch of entries (the standby applies a frame
  * of many): stage 1 prefetches the slot a KEY or DISK entry's record lives
  * in, stage 2 (a few entries later, the slot now in cache) the record
  * itself. Change nothing; any bytes are accepted (malformed ones ignored).
+ * Stage 1 returns the record's hash (0 for bytes that are no KEY or DISK
+ * entry), which stage 2 and crk_ha_catalog_apply_hashed take instead of
+ * hashing the key again.
  */
-void crk_ha_catalog_prefetch_slot(const crk_ha_catalog *c, const uint8_t *raw, size_t raw_len);
-void crk_ha_catalog_prefetch_record(const crk_ha_catalog *c, const uint8_t *raw, size_t raw_len);
+uint64_t crk_ha_catalog_prefetch_slot(const crk_ha_catalog *c, const uint8_t *raw, size_t raw_len);
+void crk_ha_catalog_prefetch_record(const crk_ha_catalog *c, uint64_t hash);
 
 /** Every segment (MOUNT entries), every live key (KEY entries with their
  *  seq), the graveyard; fn returns non-zero to stop. */

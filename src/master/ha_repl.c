@@ -9,12 +9,16 @@
  * only while a standby still has to be sent them (nothing is kept without
  * standbys: a new standby starts from a snapshot).
  *
- * Per standby two threads: the sender (snapshot: RESET, every segment and
+ * Per standby one thread, the sender (snapshot: RESET, every segment and
  * every key, SNAP_END; then the log from where the snapshot began, in
  * frames of at most ~512 KiB: whatever accumulated while the last frame was
- * in flight) and the ack reader. A standby whose ack reached its SNAP_END
- * is in sync: it joins the in-sync set (ISR), which the leader publishes in
- * etcd (a txn guarded by its term) before counting on it.
+ * in flight), and one ack reader that is no thread: the standby's socket is
+ * watched by the event loop of the RPC I/O thread that took the
+ * subscription (on_ack), so the thread that sees the commit index move
+ * releases its own held replies without a wake-up in between. A standby
+ * whose ack reached its SNAP_END is in sync: it is counted in the in-sync
+ * set (ISR) at once, and the monitor publishes the new ISR in etcd (a txn
+ * guarded by its term) right after.
  *
  * Durability point: with --ha_sync_replicas >= 1, a mutation's reply waits
  * until every in-sync standby acknowledged applying everything logged so
@@ -32,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -57,8 +62,13 @@ typedef struct sender {
     crk_ha *ha;
     int fd;
     char addr[300];
-    pthread_t thread, acker;
-    bool started_sender, started_acker;
+    pthread_t thread;
+    bool started_sender;
+    /* Acks: ack_io (on fd) sits on an RPC I/O thread's loop; only that
+     * thread runs on_ack and touches ack_in/ack_have. */
+    crb_io ack_io;
+    uint8_t ack_in[64 * CRP_HEADER_SIZE];
+    size_t ack_have;
     /* Writes to fd once streaming: whoever holds wmu (the sender thread, or
      * the thread that just logged a change: no wake-up of the sender on the
      * way to the standby) builds the next frame and sends it. */
@@ -75,9 +85,13 @@ typedef struct sender {
     uint64_t pos_seq;  /* sequence number of the entry before pos */
     uint64_t snap_end; /* in sync once acked reaches it */
     bool snap_done;
-    bool synced; /* counted in the commit index (and published in the ISR) */
-    bool drop;   /* to leave the ISR: published without it, then uncounted */
-    bool dead;   /* its connection is closed */
+    bool synced;            /* counted in the commit index (and published in the ISR) */
+    bool drop;              /* to leave the ISR: published without it, then uncounted */
+    bool dead;              /* its connection is closed */
+    bool ack_on_loop;       /* ack_io is watched: not freed until on_ack let go */
+    bool join_pending;      /* counted in the ISR, not yet published (the monitor does) */
+    uint64_t join_retry_ms; /* its ISR write failed: the monitor tries again from then */
+    bool joining;           /* in the monitor's ISR write under way */
     uint64_t acked;
     uint64_t last_ack_ms; /* last ack that moved it, or last time it was caught up */
 } sender;
@@ -845,93 +859,140 @@ static void *sender_main(void *arg)
     return NULL;
 }
 
-static void *acker_main(void *arg)
+/*
+ * A standby's acks (its socket readable), on the RPC I/O thread whose loop
+ * watches it. Acks are bare headers; take every one the socket holds and act
+ * on the highest (one recompute for a burst). When the commit index moves,
+ * recompute_locked tells the RPC server, which has this thread release its
+ * own held replies after this pass (no wake-up) and wakes only the other
+ * threads that hold replies. The ISR write a join needs (an etcd round trip)
+ * is left to the monitor: this thread does not wait for etcd.
+ */
+static void on_ack(crb_io *io, uint32_t events)
 {
-    sender *sd = arg;
-    pthread_setname_np(pthread_self(), "crk-ha-ack");
-    crk_ha *ha = sd->ha;
-    crk_ha_log *l = ha->log;
-    /* Acks are bare headers; take every one the socket holds and act on
-     * the highest (one recompute and one wake-up for a burst). */
-    uint8_t in[64 * CRP_HEADER_SIZE];
-    size_t have = 0;
-    bool drained = false; /* the last read took all the socket held: wait first */
+    sender *sd = (sender *)((char *)io - offsetof(sender, ack_io));
+    crk_ha_log *l = sd->ha->log;
+    (void)events; /* a hang-up or error shows as recv's 0 or failure */
+    bool closed = false;
+    uint64_t top = 0;
     for (;;) {
-        if (drained) {
-            /* (the socket is non-blocking: it came from the RPC server;
-             * a shutdown by the sender or the monitor ends the wait) */
-            struct pollfd p = {.fd = sd->fd, .events = POLLIN};
-            int r = poll(&p, 1, 1000);
-            if (r < 0 && errno != EINTR)
-                break;
-            if (r <= 0)
-                continue;
-        }
-        ssize_t got = recv(sd->fd, in + have, sizeof(in) - have, MSG_DONTWAIT);
-        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-            drained = true;
+        size_t room = sizeof(sd->ack_in) - sd->ack_have;
+        ssize_t got = recv(io->fd, sd->ack_in + sd->ack_have, room, MSG_DONTWAIT);
+        if (got < 0 && errno == EINTR)
             continue;
-        }
-        if (got <= 0)
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             break;
-        drained = (size_t)got < sizeof(in) - have;
-        have += (size_t)got;
+        if (got <= 0) {
+            closed = true;
+            break;
+        }
+        sd->ack_have += (size_t)got;
         size_t at = 0;
-        uint64_t top = 0;
-        bool bad = false;
-        for (; have - at >= CRP_HEADER_SIZE; at += CRP_HEADER_SIZE) {
+        for (; sd->ack_have - at >= CRP_HEADER_SIZE; at += CRP_HEADER_SIZE) {
             crp_header h;
-            if (crp_header_decode(in + at, &h) < 0 || h.type != CRP_REPL_ACK || h.body_len != 0) {
-                bad = true;
+            if (crp_header_decode(sd->ack_in + at, &h) < 0 || h.type != CRP_REPL_ACK ||
+                h.body_len != 0) {
+                closed = true;
                 break;
             }
             if (h.request_id > top)
                 top = h.request_id;
         }
-        if (bad)
+        if (closed)
             break;
-        memmove(in, in + at, have - at);
-        have -= at;
-        if (at == 0)
-            continue;
-        crp_header h = {.request_id = top};
-        bool joined = false;
-        pthread_mutex_lock(&l->mu);
-        if (h.request_id > sd->acked) {
-            sd->acked = h.request_id;
-            sd->last_ack_ms = crb_now_ms();
-            atomic_fetch_add_explicit(&l->ack_reads, 1, memory_order_relaxed);
-        }
-        if (sd->snap_done && !sd->synced && !sd->dead && sd->acked >= sd->snap_end) {
-            /* Counted first (writes wait for it from now on), then
-             * published: an ISR member in etcd always has every
-             * acknowledged write. */
-            sd->synced = true;
-            joined = true;
-        }
-        if (sd->synced)
-            recompute_locked(l);
-        pthread_mutex_unlock(&l->mu);
-        if (joined) {
-            if (publish_isr(ha) < 0) {
-                pthread_mutex_lock(&l->mu);
-                sd->synced = false;
-                sd->snap_end = l->head; /* try again at a later ack */
-                recompute_locked(l);
-                pthread_mutex_unlock(&l->mu);
-            } else {
-                crb_log(CRB_LOG_INFO, "ha: standby %s is in sync", sd->addr);
-            }
-        }
+        memmove(sd->ack_in, sd->ack_in + at, sd->ack_have - at);
+        sd->ack_have -= at;
+        if ((size_t)got < room)
+            break; /* the socket is drained (level-triggered: more comes as an event) */
     }
     pthread_mutex_lock(&l->mu);
-    sd->dead = true;
+    if (top > sd->pos_seq) {
+        /* It acknowledges what it was never sent: not a standby to count on
+         * (it would join the ISR holding nothing). */
+        crb_log(CRB_LOG_WARN,
+                "ha: standby %s acknowledged %" PRIu64 ", past %" PRIu64 " sent; dropping it",
+                sd->addr, top, sd->pos_seq);
+        closed = true;
+        top = 0;
+    }
+    if (top > sd->acked) {
+        sd->acked = top;
+        sd->last_ack_ms = crb_now_ms();
+        atomic_fetch_add_explicit(&l->ack_reads, 1, memory_order_relaxed);
+    }
+    if (!closed && sd->snap_done && !sd->synced && !sd->dead && sd->acked >= sd->snap_end) {
+        /* Counted first (writes wait for it from now on), then published
+         * (by the monitor): an ISR member in etcd always has every
+         * acknowledged write. */
+        sd->synced = true;
+        sd->join_pending = true;
+    }
     if (sd->synced)
-        sd->drop = true; /* the monitor takes it out of the ISR */
-    shutdown(sd->fd, SHUT_RDWR);
+        recompute_locked(l);
+    if (closed) {
+        crb_loop_del(io);
+        sd->ack_on_loop = false; /* reap may free sd from now on */
+        kill_sender_locked(l, sd);
+        pthread_cond_broadcast(&l->more);
+    }
+    pthread_mutex_unlock(&l->mu);
+}
+
+void crk_ha_acks_detach(crk_ha *ha)
+{
+    crk_ha_log *l = ha->log;
+    pthread_mutex_lock(&l->mu);
+    for (sender *s = l->senders; s != NULL; s = s->next) {
+        if (!s->ack_on_loop)
+            continue;
+        crb_loop_del(&s->ack_io); /* its loop is stopped: no on_ack runs */
+        s->ack_on_loop = false;
+        kill_sender_locked(l, s);
+    }
     pthread_cond_broadcast(&l->more);
     pthread_mutex_unlock(&l->mu);
-    return NULL;
+}
+
+/* Publish the ISR for the standbys counted in it (join_pending). On failure
+ * they are uncounted again and rejoin at a later ack, or (an idle stream
+ * sends no acks) when the monitor retries. Monitor thread only. */
+static void publish_joins(crk_ha *ha, uint64_t now, uint64_t *warned)
+{
+    crk_ha_log *l = ha->log;
+    /* Those pending now are in the value publish_isr reads after this; one
+     * counted meanwhile stays pending for the monitor's next round. */
+    pthread_mutex_lock(&l->mu);
+    for (sender *s = l->senders; s != NULL; s = s->next) {
+        s->joining = s->join_pending;
+        s->join_pending = false;
+    }
+    pthread_mutex_unlock(&l->mu);
+    int rc = publish_isr(ha);
+    char joined[MAX_STANDBYS][300];
+    size_t n = 0;
+    pthread_mutex_lock(&l->mu);
+    for (sender *s = l->senders; s != NULL; s = s->next) {
+        if (!s->joining)
+            continue;
+        s->joining = false;
+        if (rc < 0 && s->synced && !s->drop) {
+            s->synced = false;
+            s->snap_end = l->head; /* try again at a later ack */
+            s->join_retry_ms = now + 200;
+        } else if (rc == 0 && !s->dead && n < MAX_STANDBYS) {
+            snprintf(joined[n++], sizeof(joined[0]), "%s", s->addr);
+        }
+    }
+    if (rc < 0)
+        recompute_locked(l);
+    pthread_mutex_unlock(&l->mu);
+    if (rc < 0 && now - *warned > 1000) {
+        crb_log(CRB_LOG_WARN, "ha: publishing the ISR for a standby in sync: %s",
+                cr_last_error_message());
+        *warned = now;
+    }
+    for (size_t i = 0; i < n; i++)
+        crb_log(CRB_LOG_INFO, "ha: standby %s is in sync", joined[i]);
 }
 
 /* Drop standbys that stopped acknowledging, and take dropped or dead ones
@@ -942,13 +1003,22 @@ static void *monitor_main(void *arg)
     pthread_setname_np(pthread_self(), "crk-ha-monitor");
     crk_ha *ha = arg;
     crk_ha_log *l = ha->log;
-    uint64_t warned = 0;
+    uint64_t warned = 0, join_warned = 0;
     while (!atomic_load(&l->monitor_stop)) {
         usleep(10000);
         uint64_t now = crb_now_ms();
-        bool need = false;
+        bool need = false, join = false, rejoin = false;
         pthread_mutex_lock(&l->mu);
         for (sender *s = l->senders; s != NULL; s = s->next) {
+            if (s->join_retry_ms != 0 && now >= s->join_retry_ms && !s->synced && !s->dead &&
+                s->snap_done && s->acked >= s->snap_end) {
+                s->synced = true; /* counted first, published below */
+                s->join_pending = true;
+                rejoin = true;
+            }
+            if (s->join_pending)
+                s->join_retry_ms = 0;
+            join |= s->join_pending;
             if (s->acked >= l->head)
                 s->last_ack_ms = now;
             /* (an ack may have moved last_ack_ms past `now` meanwhile) */
@@ -966,7 +1036,11 @@ static void *monitor_main(void *arg)
             if (s->synced && s->drop)
                 need = true;
         }
+        if (rejoin)
+            recompute_locked(l);
         pthread_mutex_unlock(&l->mu);
+        if (join)
+            publish_joins(ha, now, &join_warned);
         if (!need)
             continue;
         if (publish_isr(ha) < 0) {
@@ -995,8 +1069,10 @@ static void reap(crk_ha_log *l, bool all)
         sender **pp = &l->senders, *victim = NULL;
         bool busy = false;
         while (*pp != NULL) {
-            if ((*pp)->users > 0 && ((*pp)->dead || all)) {
-                busy = true; /* a logging thread is leaving it (push_to) */
+            if (((*pp)->users > 0 || (*pp)->ack_on_loop) && ((*pp)->dead || all)) {
+                /* a logging thread is leaving it (push_to), or its ack
+                 * reader has yet to see the shutdown (on_ack) */
+                busy = true;
                 if (all)
                     (*pp)->dead = true;
                 shutdown((*pp)->fd, SHUT_RDWR);
@@ -1020,8 +1096,6 @@ static void reap(crk_ha_log *l, bool all)
             return;
         if (victim->started_sender)
             pthread_join(victim->thread, NULL);
-        if (victim->started_acker)
-            pthread_join(victim->acker, NULL);
         close(victim->fd);
         pthread_mutex_destroy(&victim->wmu);
         free(victim->out);
@@ -1029,7 +1103,7 @@ static void reap(crk_ha_log *l, bool all)
     }
 }
 
-void crk_ha_take_standby(void *arg, int fd, const uint8_t *body, size_t len)
+void crk_ha_take_standby(void *arg, int fd, const uint8_t *body, size_t len, crb_loop *acks)
 {
     crk_ha *ha = arg;
     crk_ha_log *l = ha->log;
@@ -1087,8 +1161,12 @@ void crk_ha_take_standby(void *arg, int fd, const uint8_t *body, size_t len)
     l->senders = sd;
     l->nsenders++;
     sd->started_sender = pthread_create(&sd->thread, NULL, sender_main, sd) == 0;
-    sd->started_acker = sd->started_sender && pthread_create(&sd->acker, NULL, acker_main, sd) == 0;
-    if (!sd->started_acker) {
+    /* (on_ack runs on this very thread, so not before this returns) */
+    sd->ack_io.fd = fd;
+    sd->ack_io.on_event = on_ack;
+    sd->ack_on_loop =
+        sd->started_sender && crb_loop_add(acks, &sd->ack_io, EPOLLIN | EPOLLRDHUP) == 0;
+    if (!sd->ack_on_loop) {
         sd->dead = true;
         shutdown(fd, SHUT_RDWR);
     }

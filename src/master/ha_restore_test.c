@@ -34,6 +34,20 @@ static void apply(crk_ha_catalog *c, const crk_ha_entry *e, uint64_t seq, uint64
     crk_ha_buf_free(&b);
 }
 
+/* apply through the standby's path: the hash from the slot prefetch */
+static void apply_hashed(crk_ha_catalog *c, const crk_ha_entry *e, uint64_t seq, uint64_t now)
+{
+    crk_ha_buf b = {0};
+    assert_int_equal(crk_ha_entry_encode(e, &b), 0);
+    crk_ha_entry d;
+    assert_int_equal(crk_ha_entry_decode(b.data, b.len, &d), 0);
+    uint64_t h = crk_ha_catalog_prefetch_slot(c, b.data, b.len);
+    crk_ha_catalog_prefetch_record(c, h);
+    assert_int_equal(crk_ha_catalog_apply_hashed(c, &d, b.data, b.len, h, seq, now, 1000, 60000),
+                     0);
+    crk_ha_buf_free(&b);
+}
+
 static crk_ha_entry key_entry(const char *key, uint8_t flags, uint64_t size, uint64_t epoch,
                               uint64_t offset)
 {
@@ -305,6 +319,54 @@ static void test_disk_records(void **state)
     crk_ha_catalog_destroy(cat);
 }
 
+/* The standby applies with the hash its slot prefetch computed: records
+ * written one way are found the other (a wrong hash would leave them). */
+static void test_hashed_apply(void **state)
+{
+    (void)state;
+    crk_ha_catalog *c;
+    assert_int_equal(crk_ha_catalog_create(&c), 0);
+    char key[64];
+    enum { N = 3000 }; /* past several doublings of the slot array */
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "hashed-%d", i);
+        crk_ha_entry e = key_entry(key, CRK_HA_F_WRITING, VALUE, 1, (uint64_t)i * VALUE);
+        if (i % 2)
+            apply_hashed(c, &e, (uint64_t)i + 1, 1000);
+        else
+            apply(c, &e, (uint64_t)i + 1, 1000);
+        crk_ha_entry d = {.kind = CRK_HA_DISK,
+                          .key = key,
+                          .key_len = strlen(key),
+                          .flags = CRK_HA_F_ON_DISK,
+                          .owner_lo = 7,
+                          .disk_version = 1,
+                          .size = VALUE};
+        if (i % 3 == 0)
+            apply_hashed(c, &d, 0, 1000);
+    }
+    assert_int_equal(crk_ha_catalog_keys(c), N);
+    assert_int_equal(crk_ha_catalog_disk_keys(c), (N + 2) / 3);
+    for (int i = 0; i < N; i++) { /* gone, through the other path */
+        snprintf(key, sizeof(key), "hashed-%d", i);
+        crk_ha_entry e = key_entry(key, 0, 0, 0, 0);
+        if (i % 2)
+            apply(c, &e, (uint64_t)(N + i) + 1, 2000);
+        else
+            apply_hashed(c, &e, (uint64_t)(N + i) + 1, 2000);
+        crk_ha_entry d = {.kind = CRK_HA_DISK, .key = key, .key_len = strlen(key)};
+        if (i % 3 == 0)
+            apply(c, &d, 0, 2000);
+    }
+    assert_int_equal(crk_ha_catalog_keys(c), 0);
+    assert_int_equal(crk_ha_catalog_disk_keys(c), 0);
+    /* bytes that are no KEY or DISK entry hash to 0 and prefetch nothing */
+    uint8_t junk[3] = {CRK_HA_RESET, 0, 0};
+    assert_int_equal(crk_ha_catalog_prefetch_slot(c, junk, sizeof(junk)), 0);
+    assert_int_equal(crk_ha_catalog_prefetch_slot(c, junk, 1), 0);
+    crk_ha_catalog_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -312,6 +374,7 @@ int main(void)
         cmocka_unit_test(test_restore),
         cmocka_unit_test(test_catalog_table),
         cmocka_unit_test(test_disk_records),
+        cmocka_unit_test(test_hashed_apply),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

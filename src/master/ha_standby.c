@@ -25,7 +25,6 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,8 +123,11 @@ static int64_t apply_frame(crk_ha *ha, crk_ha_standby *sb, const uint8_t *body, 
     /* Two cursors run ahead, prefetching each entry's catalog slot (16
      * entries ahead) and then its record (8 ahead): a frame of many
      * entries waits for memory once, not once or twice per entry. */
-    size_t slot_off = 12, rec_off = 12;
+    size_t slot_off = 12;
     uint32_t slot_at = 0, rec_at = 0;
+    /* Each entry's record hash, computed once by the slot cursor and used
+     * by the record cursor and the apply (it runs at most 16 ahead). */
+    uint64_t hashes[16] = {0};
     for (uint32_t i = 0; i < count; i++) {
         const uint8_t *raw;
         size_t n;
@@ -135,15 +137,10 @@ static int64_t apply_frame(crk_ha *ha, crk_ha_standby *sb, const uint8_t *body, 
                 slot_at = count;
                 break;
             }
-            crk_ha_catalog_prefetch_slot(sb->cat, raw, n);
+            hashes[slot_at % 16] = crk_ha_catalog_prefetch_slot(sb->cat, raw, n);
         }
-        for (; rec_at < count && rec_at < i + 8; rec_at++) {
-            if (crk_ha_frame_entry(body, len, &rec_off, &raw, &n) < 0) {
-                rec_at = count;
-                break;
-            }
-            crk_ha_catalog_prefetch_record(sb->cat, raw, n);
-        }
+        for (; rec_at < count && rec_at < i + 8 && rec_at < slot_at; rec_at++)
+            crk_ha_catalog_prefetch_record(sb->cat, hashes[rec_at % 16]);
         rc = crk_ha_frame_entry(body, len, &off, &raw, &n);
         if (rc == 0)
             rc = crk_ha_entry_decode(raw, n, &e);
@@ -155,8 +152,9 @@ static int64_t apply_frame(crk_ha *ha, crk_ha_standby *sb, const uint8_t *body, 
         } else if (e.kind == CRK_HA_SNAP_END) {
             sb->snap_end = e.end_seq;
         }
-        rc = crk_ha_catalog_apply(sb->cat, &e, raw, n, first ? first + i : 0, now, read_hold,
-                                  write_hold);
+        /* (entry i parsed, so the slot cursor, on the same bytes, hashed it) */
+        rc = crk_ha_catalog_apply_hashed(sb->cat, &e, raw, n, hashes[i % 16], first ? first + i : 0,
+                                         now, read_hold, write_hold);
         if (rc < 0)
             return rc;
     }
@@ -186,7 +184,12 @@ static void stream(crk_ha *ha, crk_ha_standby *sb, int fd, const char *target, u
     if (buf == NULL)
         return;
     size_t have = 0;
-    bool drained = false; /* the last read took all the socket held: wait first */
+    /* The last read took all the socket held: the next one blocks (for at
+     * most POLL_MS, SO_RCVTIMEO, then the loop looks at the stop and the
+     * target again): one system call per wake-up, not a poll and a recv. */
+    bool drained = false;
+    struct timeval wait = {.tv_sec = 0, .tv_usec = POLL_MS * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
     for (;;) {
         if (atomic_load(&ha->stop) || atomic_load(&ha->role) != CRK_HA_STANDBY)
             break;
@@ -195,15 +198,7 @@ static void stream(crk_ha *ha, crk_ha_standby *sb, int fd, const char *target, u
         pthread_mutex_unlock(&sb->mu);
         if (moved)
             break;
-        if (drained) {
-            struct pollfd p = {.fd = fd, .events = POLLIN};
-            int r = poll(&p, 1, POLL_MS);
-            if (r < 0 && errno != EINTR)
-                break;
-            if (r <= 0)
-                continue;
-        }
-        ssize_t got = recv(fd, buf + have, cap - have, MSG_DONTWAIT);
+        ssize_t got = recv(fd, buf + have, cap - have, drained ? 0 : MSG_DONTWAIT);
         if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
             drained = true;
             continue;

@@ -22,7 +22,12 @@
  * worker while their connection is parked; the reply comes back through the
  * thread's done list and a loop wake-up. HA (master/ha.h): a reply whose
  * change is not yet on the standbys is held (with every reply after it)
- * until the commit index reaches it; the HA code's notify wakes the loops.
+ * until the commit index reaches it. The standbys' acks are read on these
+ * loops too (the replicator puts each standby's socket on the loop of the
+ * thread that took its subscription): the HA code's notify (on_commit)
+ * has the thread that saw the commit move release its own held replies
+ * after that pass, without a wake-up, and wakes only the other threads
+ * that hold replies.
  */
 #include "master/rpc_server.h"
 
@@ -361,7 +366,7 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
         /* An HA standby: the replicator takes the socket (master/ha.h). */
         int fd = dup(c->io.fd);
         if (fd >= 0)
-            crk_ha_take_standby(srv->info->ha, fd, body, h->body_len);
+            crk_ha_take_standby(srv->info->ha, fd, body, h->body_len, &c->thread->loop);
         return CR_ERR_CONNECTION;
     }
     if (h->type != CRP_RPC_REQ) {
@@ -582,22 +587,33 @@ static void release_held(rpc_thread *t)
     }
 }
 
-/* HA commit index moved (called from HA threads): wake the I/O threads that
- * hold replies. */
+/* The I/O thread running this code (set as its loop hands it events), so
+ * on_commit knows when it runs on a loop thread: a standby's acks. */
+static _Thread_local rpc_thread *current_thread;
+
+/* HA commit index moved (called from HA threads, or from an I/O thread
+ * reading a standby's acks, HA locks held): the I/O threads that hold
+ * replies release them; the calling one after its pass (no wake-up), the
+ * others woken. */
 static void on_commit(void *arg)
 {
     crk_rpc_server *srv = arg;
     for (unsigned i = 0; i < srv->n_started; i++) {
-        if (atomic_load(&srv->threads[i].n_holding) == 0)
+        rpc_thread *t = &srv->threads[i];
+        if (atomic_load(&t->n_holding) == 0)
             continue; /* nothing of it waits for the commit */
-        atomic_store(&srv->threads[i].commit_moved, true);
-        crb_loop_wake(&srv->threads[i].loop);
+        atomic_store(&t->commit_moved, true);
+        if (t == current_thread)
+            crb_loop_again(&t->loop); /* on_tick runs after this pass, woken */
+        else
+            crb_loop_wake(&t->loop);
     }
 }
 
 static void conn_event(crb_io *io, uint32_t events)
 {
     rpc_conn *c = (rpc_conn *)((char *)io - offsetof(rpc_conn, io));
+    current_thread = c->thread;
     if (c->parked) {
         if ((events & (EPOLLHUP | EPOLLERR)) || conn_flush(c) < 0) {
             /* Gone while its scan runs: stop watching; freed when the job returns. */
@@ -953,6 +969,8 @@ void crk_rpc_server_stop(crk_rpc_server *srv)
     for (unsigned i = 0; i < srv->n_threads; i++)
         if (srv->threads[i].loop_inited)
             crb_loop_stop(&srv->threads[i].loop);
+    if (srv->info->ha != NULL)
+        crk_ha_acks_detach(srv->info->ha); /* the standbys' ack sockets on those loops */
     crb_loop_del(&srv->listen_io);
     for (unsigned i = 0; i < srv->n_threads; i++) {
         rpc_thread *t = &srv->threads[i];

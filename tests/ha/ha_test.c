@@ -37,11 +37,16 @@
  *                    streams the rest from its log, no snapshot (counted in
  *                    /metrics); with the leader and the other standby killed,
  *                    the resumed one leads with every object.
+ *   bad_standby      a fake standby subscribes to the leader and acknowledges a
+ *                    sequence number it was never sent; another sends a frame
+ *                    that is no ack: the leader drops both (their connections
+ *                    closed, never counted in sync) and keeps serving.
  *   standby_restart  a standby is killed and restarted; it catches up from the
  *                    leader (snapshot + stream); keys are removed by regex; the
  *                    other standby and the leader are killed: the restarted one
  *                    leads with every object, and the removed ones stay gone.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdbool.h>
 #include <signal.h>
@@ -51,11 +56,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "base/clock.h"
+#include "base/net.h"
 #include "crescent/status.h"
+#include "proto/frame.h"
 #include "metadata/etcd.h"
 #include "store_harness.h"
 #include "store_pattern.h"
@@ -610,6 +620,90 @@ static void disk_failover(void **state)
         fprintf(stderr, "could not remove %s\n", dir);
 }
 
+/* A fake standby: SUBSCRIBE to the leader (term, an address nobody uses),
+ * then read until the stream's start frame (a sequenced DATA frame of no
+ * entries: the snapshot is done). The socket. */
+static int fake_standby(int leader)
+{
+    int fd = crb_connect("127.0.0.1", masters[leader].port, 2000);
+    assert_true(fd >= 0);
+    char body[64];
+    int n = snprintf(body, sizeof(body), "%.0f 127.0.0.1:1",
+                     sh_metric(&masters[leader], "master_ha_term"));
+    uint8_t frame[CRP_HEADER_SIZE + 64];
+    crp_header h = {.version = CRP_VERSION, .type = CRP_REPL_SUBSCRIBE, .body_len = (uint32_t)n};
+    crp_header_encode(&h, frame);
+    memcpy(frame + CRP_HEADER_SIZE, body, (size_t)n);
+    assert_int_equal(
+        crb_write_full(fd, frame, CRP_HEADER_SIZE + (size_t)n, crb_now_ns() + 2000000000ull), 0);
+    static uint8_t in[CRP_HEADER_SIZE + (1u << 20)];
+    for (;;) {
+        uint64_t deadline = crb_now_ns() + 5000000000ull;
+        assert_int_equal(crb_read_full(fd, in, CRP_HEADER_SIZE, deadline), 0);
+        assert_int_equal(crp_header_decode(in, &h), 0);
+        assert_int_equal(h.type, CRP_REPL_DATA);
+        assert_true(h.body_len >= 12 && h.body_len <= sizeof(in));
+        assert_int_equal(crb_read_full(fd, in, h.body_len, deadline), 0);
+        uint64_t first = 0;
+        uint32_t count = 0;
+        for (int i = 0; i < 8; i++)
+            first |= (uint64_t)in[i] << (8 * i);
+        for (int i = 0; i < 4; i++)
+            count |= (uint32_t)in[8 + i] << (8 * i);
+        if (first != 0 && count == 0)
+            return fd;
+    }
+}
+
+/* Send one bare header and expect the leader to close the connection. */
+static void expect_dropped(int fd, int type, uint64_t request_id)
+{
+    uint8_t hdr[CRP_HEADER_SIZE];
+    crp_header h = {.version = CRP_VERSION, .type = (uint8_t)type, .request_id = request_id};
+    crp_header_encode(&h, hdr);
+    assert_int_equal(crb_write_full(fd, hdr, sizeof(hdr), crb_now_ns() + 2000000000ull), 0);
+    uint8_t sink[4096];
+    uint64_t end = sh_now_ms() + 5000;
+    for (;;) { /* whatever it still streams, then the end */
+        struct timeval tv = {.tv_sec = 0, .tv_usec = 200000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        ssize_t got = recv(fd, sink, sizeof(sink), 0);
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR))
+            break;
+        if (sh_now_ms() > end)
+            fail_msg("the leader kept a standby that sent type %d, id %llu", type,
+                     (unsigned long long)request_id);
+    }
+    close(fd);
+}
+
+static void bad_standby(void **state)
+{
+    (void)state;
+    sh_client holder, user;
+    int leader = start_cluster(&holder, &user);
+    /* An ack past anything sent: before, the leader took it and counted the
+     * fake in the in-sync set (3 in sync, published in etcd). */
+    int fd = fake_standby(leader);
+    assert_int_equal(sh_metric(&masters[leader], "master_ha_standbys"), 3);
+    expect_dropped(fd, CRP_REPL_ACK, 1ull << 40);
+    assert_int_equal(sh_metric(&masters[leader], "master_ha_in_sync_standbys"), 2);
+    /* A frame that is no ack. */
+    fd = fake_standby(leader);
+    expect_dropped(fd, CRP_RPC_REQ, 1);
+    put_objects(&user, "after");
+    check_objects(&holder, "obj");
+    check_objects(&holder, "after");
+    assert_int_equal(sh_metric(&masters[leader], "master_ha_in_sync_standbys"), 2);
+    uint64_t end = sh_now_ms() + 5000;
+    while (sh_metric(&masters[leader], "master_ha_standbys") != 2) {
+        if (sh_now_ms() > end)
+            fail_msg("the leader still streams to a dropped fake standby");
+        sh_sleep_ms(20);
+    }
+    stop_cluster(&holder, &user, -1);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest all[] = {
@@ -621,6 +715,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(standby_partition, setup, teardown),
         cmocka_unit_test_setup_teardown(higher_term, setup, teardown),
         cmocka_unit_test_setup_teardown(standby_resume, setup, teardown),
+        cmocka_unit_test_setup_teardown(bad_standby, setup, teardown),
     };
     if (argc > 1) { /* one test by name (CTest runs each on its own) */
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)

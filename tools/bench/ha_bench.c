@@ -41,6 +41,7 @@
 typedef struct hb_opts {
     uint32_t runs, rounds;
     const char *duration, *ops, *master_bin, *etcd_bin;
+    const char *log_dir; /* the HA masters' logs (ha-<i>.log, appended); NULL: /dev/null */
     uint32_t lease_ttl;
 } hb_opts;
 
@@ -54,7 +55,10 @@ typedef struct hb_cluster {
 static int start_ha_master(hb_cluster *c, int i, const hb_opts *o)
 {
     const char *args[] = {"--enable_ha", c->etcd_flag, c->ttl_flag, "--client_ttl=600", NULL};
-    ct_master_opts mo = {.bin = o->master_bin, .args = args, .log_path = "/dev/null"};
+    char log[PATH_MAX];
+    snprintf(log, sizeof(log), "%s/ha-%d.log", o->log_dir, i);
+    ct_master_opts mo = {
+        .bin = o->master_bin, .args = args, .log_path = o->log_dir ? log : "/dev/null"};
     return ct_master_start(&c->m[i], &mo);
 }
 
@@ -203,9 +207,33 @@ static double masters_cpu(const hb_cluster *c, double cpu[HA_MASTERS])
     return t;
 }
 
-/* Run "crescent-bench master ... --json" as a child; fill ops/s per op name. */
+/* Run "crescent-bench master ... --json" as a child; keep the best ops/s per
+ * op name in `into`, and print this round's ops/s of each op after `label`
+ * (with one op, also the CPU microseconds per op of the bench and the
+ * masters, from the CPU seconds they used in the round: bench_cpu,
+ * master_cpu). */
+static void print_round(const char *label, json_t *round, double secs, double bench_cpu,
+                        double master_cpu)
+{
+    const char *op;
+    json_t *v;
+    double total = 0;
+    int n = 0;
+    printf("  %s ops/s:", label);
+    json_object_foreach(round, op, v)
+    {
+        printf(" %s %.0f", op, json_number_value(v));
+        total += json_number_value(v);
+        n++;
+    }
+    if (n == 1 && total > 0)
+        printf("; CPU per op: bench %.1f us, master%s %.1f us", bench_cpu * 1e6 / (total * secs),
+               label[0] == 'H' ? "s" : "", master_cpu * 1e6 / (total * secs));
+    printf("\n");
+}
+
 static int run_master_bench(const char *self, const hb_opts *o, const char *target_flag,
-                            const char *target, json_t *into)
+                            const char *target, json_t *into, json_t *round)
 {
     const char *argv[] = {self,        "master", target_flag, target,   "--duration",
                           o->duration, "--ops",  o->ops,      "--json", NULL};
@@ -219,6 +247,8 @@ static int run_master_bench(const char *self, const hb_opts *o, const char *targ
         json_t *j = json_loads(line, 0, NULL);
         const char *op = j ? json_string_value(json_object_get(j, "op")) : NULL;
         double v = j ? json_number_value(json_object_get(j, "ops_per_s")) : 0;
+        if (op != NULL && round != NULL)
+            json_object_set_new(round, op, json_real(v));
         if (op != NULL) {
             double best = json_number_value(json_object_get(into, op));
             if (v > best)
@@ -336,18 +366,19 @@ static void usage(FILE *to)
 {
     fprintf(to, "usage: crescent-bench ha [--runs N (5)] [--rounds N (2)] [--duration S (1)]\n"
                 "         [--ops exist,put,get,batch_put] [--lease-ttl S (5)]\n"
-                "         [--master-bin PATH] [--etcd-bin PATH (/usr/bin/etcd)]\n");
+                "         [--master-bin PATH] [--etcd-bin PATH (/usr/bin/etcd)]\n"
+                "         [--log-dir DIR (the HA masters' logs, ha-N.log; default none)]\n");
 }
 
 int cb_ha_main(int argc, char **argv)
 {
     static char bin[PATH_MAX], self[PATH_MAX];
-    hb_opts o = {5, 2, "1", "exist,put,get,batch_put", NULL, CT_ETCD_BIN, 5};
+    hb_opts o = {5, 2, "1", "exist,put,get,batch_put", NULL, CT_ETCD_BIN, NULL, 5};
     const ct_option opts[] = {
         CT_U32("--runs", &o.runs, 1, MAX_RUNS),       CT_U32("--rounds", &o.rounds, 1, 1000),
         CT_STRING("--duration", &o.duration),         CT_STRING("--ops", &o.ops),
         CT_U32("--lease-ttl", &o.lease_ttl, 2, 3600), CT_STRING("--master-bin", &o.master_bin),
-        CT_STRING("--etcd-bin", &o.etcd_bin),
+        CT_STRING("--etcd-bin", &o.etcd_bin),         CT_STRING("--log-dir", &o.log_dir),
     };
     int pr = ct_parse_options(argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL, NULL,
                               CB_PROG " ha");
@@ -397,12 +428,16 @@ int cb_ha_main(int argc, char **argv)
         }
         double cpu0 = cpu_seconds(0), pm0 = cpu_seconds(pm.p.pid);
         uint64_t p0 = crb_now_ms();
-        rc = run_master_bench(self, &o, "--master", pm.addr, plain);
-        if (rc == 0)
+        json_t *pround = json_object(), *hround = json_object();
+        rc = run_master_bench(self, &o, "--master", pm.addr, plain, pround);
+        double secs = strtod(o.duration, NULL);
+        if (rc == 0) {
+            double bc = cpu_seconds(0) - cpu0, mc = cpu_seconds(pm.p.pid) - pm0;
             printf("plain round %" PRIu32 ": bench used %.2f CPU s, the plain master %.2f, in "
                    "%.2f s\n",
-                   r + 1, cpu_seconds(0) - cpu0, cpu_seconds(pm.p.pid) - pm0,
-                   (double)(crb_now_ms() - p0) / 1000.0);
+                   r + 1, bc, mc, (double)(crb_now_ms() - p0) / 1000.0);
+            print_round("plain", pround, secs, bc, mc);
+        }
         ct_master_stop(&pm, 10000);
         if (rc == 0)
             rc = wait_in_sync(&c, HA_MASTERS - 1, addr, sizeof(addr), 20000);
@@ -412,7 +447,7 @@ int cb_ha_main(int argc, char **argv)
         double each0[HA_MASTERS], each1[HA_MASTERS];
         double bench0 = cpu_seconds(0), ha0 = masters_cpu(&c, each0);
         if (rc == 0)
-            rc = run_master_bench(self, &o, "--master", addr, ha);
+            rc = run_master_bench(self, &o, "--master", addr, ha, hround);
         double bench1 = cpu_seconds(0), ha1 = masters_cpu(&c, each1);
         scrape_all(&c, after);
         if (rc == 0) {
@@ -424,7 +459,10 @@ int cb_ha_main(int argc, char **argv)
                    "leader %.2f), in %.2f s\n",
                    r + 1, bench1 - bench0, ha1 - ha0, lead, (double)(crb_now_ms() - t0) / 1000.0);
             print_repl(before, after, (double)(crb_now_ms() - t0) / 1000.0);
+            print_round("HA", hround, secs, bench1 - bench0, ha1 - ha0);
         }
+        json_decref(pround);
+        json_decref(hround);
     }
     if (rc == 0) {
         printf("throughput (best of %" PRIu32
