@@ -344,10 +344,16 @@ static int plan_one(cr_engine *e, size_t idx, const cr_transfer_request *req, pl
     if (rc < 0)
         return crb_error(rc, "request %zu: segment handle 0x%llx is stale or invalid", idx,
                          (unsigned long long)req->segment);
-    rc = cre_registry_acquire(&e->registry, (uint64_t)(uintptr_t)req->local_addr, req->length,
-                              "local", &r->local_buf);
-    if (rc == CR_ERR_ADDRESS_NOT_REGISTERED && op != req->opcode)
-        rc = cre_buffer_transient((uint64_t)(uintptr_t)req->local_addr, req->length, &r->local_buf);
+    if (op == req->opcode) {
+        rc = cre_registry_acquire(&e->registry, (uint64_t)(uintptr_t)req->local_addr, req->length,
+                                  "local", &r->local_buf);
+    } else { /* CR_OP_LOCAL_UNREGISTERED: a range in no buffer is transient */
+        rc = cre_registry_acquire_or_miss(&e->registry, (uint64_t)(uintptr_t)req->local_addr,
+                                          req->length, "local", &r->local_buf);
+        if (rc == CR_ERR_ADDRESS_NOT_REGISTERED)
+            rc = cre_buffer_transient((uint64_t)(uintptr_t)req->local_addr, req->length,
+                                      &r->local_buf);
+    }
     if (rc < 0)
         return crb_error(rc, "request %zu: %s", idx, cr_last_error_message());
     r->local_kind = r->local_buf->kind;

@@ -243,8 +243,23 @@ int cre_registry_remove(cre_registry *r, uint64_t addr)
     return 0;
 }
 
+static int acquire(cre_registry *r, uint64_t addr, uint64_t len, const char *what, cre_buffer **out,
+                   bool quiet_miss);
+
 int cre_registry_acquire(cre_registry *r, uint64_t addr, uint64_t len, const char *what,
                          cre_buffer **out)
+{
+    return acquire(r, addr, len, what, out, false);
+}
+
+int cre_registry_acquire_or_miss(cre_registry *r, uint64_t addr, uint64_t len, const char *what,
+                                 cre_buffer **out)
+{
+    return acquire(r, addr, len, what, out, true);
+}
+
+static int acquire(cre_registry *r, uint64_t addr, uint64_t len, const char *what, cre_buffer **out,
+                   bool quiet_miss)
 {
     if (len == 0)
         return crb_error(CR_ERR_ZERO_LENGTH, "%s range at 0x%llx has length 0", what,
@@ -257,6 +272,8 @@ int cre_registry_acquire(cre_registry *r, uint64_t addr, uint64_t len, const cha
     cre_buffer *b = i > 0 ? r->items[i - 1] : NULL;
     if (b == NULL || addr >= b->addr + b->length) {
         pthread_rwlock_unlock(&r->lock);
+        if (quiet_miss)
+            return CR_ERR_ADDRESS_NOT_REGISTERED;
         return crb_error(CR_ERR_ADDRESS_NOT_REGISTERED,
                          "%s range [0x%llx, +%llu) is not in any registered buffer", what,
                          (unsigned long long)addr, (unsigned long long)len);

@@ -117,6 +117,12 @@ int cre_registry_acquire(cre_registry *r, uint64_t addr, uint64_t len, const cha
                          cre_buffer **out);
 
 /** Release a reference; a transient buffer is freed with its last one. */
+/** cre_registry_acquire that records no error message when the range is in
+ *  no buffer (CR_ERR_ADDRESS_NOT_REGISTERED returned as is): for callers
+ *  that have an answer for that (CR_OP_LOCAL_UNREGISTERED). */
+int cre_registry_acquire_or_miss(cre_registry *r, uint64_t addr, uint64_t len, const char *what,
+                                 cre_buffer **out);
+
 void cre_buffer_release(cre_buffer *b);
 
 /**
