@@ -283,10 +283,31 @@ typedef enum cr_task_state {
     CR_TASK_FAILED = 6,    /**< failed; see error */
 } cr_task_state;
 
+/**
+ * Flag OR'd into cr_transfer_request.opcode: the local range may lie outside
+ * every registered buffer (the copying store calls move a caller's bytes
+ * with it, instead of staging them through a registered buffer).
+ *
+ * A local range inside one registered buffer is served as without the flag.
+ * Any other range is taken as ordinary host memory of this process for the
+ * life of the task: the caller keeps [local_addr, +length) mapped, and does
+ * not touch it while a READ fills it, until the task reaches a final state
+ * (cr_batch_wait returned anything but CR_ERR_TIMEOUT; after a timeout,
+ * cancel and wait again: cancellation alone does not end a task). Such a
+ * request is served only by the transports that move any local memory (tcp
+ * sends and receives, shm and local memcpy, cma process_vm_readv/writev).
+ * When the transport that ranks first for the pair needs registered memory
+ * (ucx), or the remote buffer is device memory, submit refuses the batch
+ * with CR_ERR_NEEDS_REGISTERED (nothing starts): register the memory or
+ * stage it through a registered buffer. The engine counters
+ * "unregistered_requests" and "unregistered_refused" count both outcomes.
+ */
+#define CR_OP_LOCAL_UNREGISTERED 0x100
+
 /** One transfer. READ copies remote → local, WRITE local → remote. */
 typedef struct cr_transfer_request {
-    int opcode;                /**< cr_opcode */
-    void *local_addr;          /**< inside a locally registered buffer */
+    int opcode;                /**< cr_opcode, optionally | CR_OP_LOCAL_UNREGISTERED */
+    void *local_addr;          /**< inside a locally registered buffer (see the flag) */
     cr_segment_handle segment; /**< from cr_engine_open_segment */
     uint64_t remote_addr;      /**< virtual address in the peer's buffer */
     uint64_t length;           /**< > 0 */

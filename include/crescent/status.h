@@ -128,6 +128,9 @@ extern "C" {
       "the thin client's tenant is not the one crescent-client "                                   \
       "serves")                                                                                    \
     X(ERR_REGION_INVALID, -3063, "memory passed to crescent-client cannot be mapped as described") \
+    /* --- copy-once transfers of unregistered local memory: -3080..-3089 --- */                   \
+    X(ERR_NEEDS_REGISTERED, -3080,                                                                 \
+      "the transport for this request moves registered local memory only")                         \
     /* --- master shared secret and Mooncake compatibility: -3160..-3169 --- */                    \
     X(ERR_MASTER_AUTH_REQUIRED, -3160,                                                             \
       "the master requires a shared secret this client does not have")                             \

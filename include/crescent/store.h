@@ -264,6 +264,27 @@ CR_API int cr_store_batch_upsert_from_multi(cr_store *s, const char *const *keys
  * transfer is CR_LEASE_EXPIRED, never stale bytes.
  */
 CR_API int64_t cr_store_get(cr_store *s, const char *key, void **value_out);
+/**
+ * Room for a copying get's value, asked for once its size is known
+ * (cr_store_get_alloc). alloc: `size` bytes of memory this process can
+ * write at *ptr; 0, or a negative status the call then fails with. release:
+ * a value alloc placed that the call will not return. Both are called on
+ * the calling thread, inside the call, with no store lock held.
+ */
+typedef struct cr_value_alloc {
+    int (*alloc)(void *ctx, uint64_t size, void **ptr);
+    void (*release)(void *ctx, void *ptr);
+    void *ctx;
+} cr_value_alloc;
+/**
+ * Copying get into the caller's room (a language binding's bytes object):
+ * as cr_store_get, but the value is read straight into what a->alloc
+ * returned (one copy on the tcp/shm/cma paths; the ucx path and a thin
+ * client copy it once more) and *value_out is that pointer. a is borrowed
+ * for the call.
+ */
+CR_API int64_t cr_store_get_alloc(cr_store *s, const char *key, const cr_value_alloc *a,
+                                  void **value_out);
 /** Zero-copy get into registered memory of `cap` bytes: returns the size,
  *  CR_BUFFER_OVERFLOW (-10) if the value is larger than cap. */
 CR_API int64_t cr_store_get_into(cr_store *s, const char *key, void *buf, size_t cap);

@@ -606,7 +606,40 @@ static PyObject *store_batch_upsert_from_multi(Store *self, PyObject *args, PyOb
 /* Reads                                                                     */
 /* ------------------------------------------------------------------------- */
 
-/* get / get_buffer: the value as bytes or as a BufferHandle (no second copy). */
+/* A get's bytes object, allocated at the value's size once the store knows
+ * it (cr_store_get_alloc), so the value is read straight into it. Called
+ * with the GIL released: each takes it for the allocation alone. */
+typedef struct bytes_room {
+    PyObject *obj;
+} bytes_room;
+
+static int bytes_room_alloc(void *ctx, uint64_t size, void **ptr)
+{
+    bytes_room *r = ctx;
+    if (size > (uint64_t)PY_SSIZE_T_MAX)
+        return CR_ERR_NO_MEMORY;
+    PyGILState_STATE g = PyGILState_Ensure();
+    r->obj = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (r->obj == NULL)
+        PyErr_Clear(); /* the call fails with the status below */
+    PyGILState_Release(g);
+    if (r->obj == NULL)
+        return CR_ERR_NO_MEMORY;
+    *ptr = PyBytes_AS_STRING(r->obj);
+    return 0;
+}
+
+static void bytes_room_release(void *ctx, void *ptr)
+{
+    (void)ptr;
+    bytes_room *r = ctx;
+    PyGILState_STATE g = PyGILState_Ensure();
+    Py_CLEAR(r->obj);
+    PyGILState_Release(g);
+}
+
+/* get / get_buffer: the value as bytes (read straight into the bytes object)
+ * or as a BufferHandle (the malloc'd copy itself): one copy either way. */
 static PyObject *get_common(Store *self, PyObject *args, PyObject *kw, const char *name,
                             bool as_handle)
 {
@@ -623,16 +656,19 @@ static PyObject *get_common(Store *self, PyObject *args, PyObject *kw, const cha
     if (pcr_key(&cx, key, &k) == 0) {
         void *v = NULL;
         int64_t rc;
+        bytes_room room = {NULL};
+        cr_value_alloc alloc = {bytes_room_alloc, bytes_room_release, &room};
         Py_BEGIN_ALLOW_THREADS
-        rc = cr_store_get(self->store, k, &v);
+        rc = as_handle ? cr_store_get(self->store, k, &v)
+                       : cr_store_get_alloc(self->store, k, &alloc, &v);
         Py_END_ALLOW_THREADS
         if (rc < 0) {
+            Py_CLEAR(room.obj); /* an allocator that was not released (cannot happen) */
             pcr_raise(rc);
         } else if (as_handle) {
             result = pcr_buffer_handle_new(v, (size_t)rc);
         } else {
-            result = PyBytes_FromStringAndSize(v, (Py_ssize_t)rc);
-            free(v);
+            result = room.obj;
         }
     }
     return pcr_call_finish(&cx, &self->base, result);

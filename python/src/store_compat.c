@@ -232,11 +232,39 @@ PyObject *pcr_store_list_segments(PyObject *obj, PyObject *unused)
     return result;
 }
 
+/* The engine counters of the copy-once path (staging.c): copying calls whose
+ * transfers named the caller's memory, and the engine's refusals of that
+ * (the calls then staged). */
+static int add_copy_counters(cr_engine *e, PyObject *d)
+{
+    cr_engine_counter c[128];
+    size_t total = 0;
+    int rc = cr_engine_counters(e, c, 128, &total);
+    if (rc < 0) {
+        pcr_raise(rc);
+        return -1;
+    }
+    for (size_t i = 0; i < total && i < 128; i++) {
+        if (strcmp(c[i].transport, "engine") != 0 || strncmp(c[i].name, "unregistered_", 13) != 0)
+            continue;
+        PyObject *v = PyLong_FromUnsignedLongLong(c[i].value);
+        if (v == NULL || PyDict_SetItemString(d, c[i].name, v) < 0) {
+            Py_XDECREF(v);
+            return -1;
+        }
+        Py_DECREF(v);
+    }
+    return 0;
+}
+
 PyObject *pcr_store_engine_stats(PyObject *obj, PyObject *unused)
 {
     Store *self = (Store *)obj;
     ENTER(self);
-    PyObject *d = pcr_engine_stats_dict(cr_store_engine(self->store));
+    cr_engine *e = cr_store_engine(self->store);
+    PyObject *d = pcr_engine_stats_dict(e);
+    if (d != NULL && add_copy_counters(e, d) < 0)
+        Py_CLEAR(d);
     LEAVE(self);
     return d;
 }

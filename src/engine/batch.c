@@ -237,8 +237,57 @@ static bool process_transport_installed(const cr_engine *e)
     return false;
 }
 
+/* Is the route's local end unregistered memory (CR_OP_LOCAL_UNREGISTERED)? */
+static bool route_transient(const cre_route *r)
+{
+    return r->local_buf != NULL && r->local_buf->owner == NULL;
+}
+
+/*
+ * A transient local end: the first transport in rank order that serves the
+ * pair takes it if it moves any local memory. A host-memory transport that
+ * needs registration (ucx) met first refuses the request rather than let a
+ * slower one behind it take the pair silently; transports owning device
+ * memory kinds do not serve host pairs and are passed over.
+ */
+static int choose_transient(cr_engine *e, size_t idx, const cr_transfer_request *req, planned *pl)
+{
+    const cre_route *r = &pl->route;
+    const char *why = NULL;
+    if (!cre_kind_is_host(r->remote_kind))
+        why = "the remote buffer is device memory";
+    for (size_t i = 0; i < e->n_tps && why == NULL; i++) {
+        cre_tp *tp = &e->tps[i];
+        if (tp->kind_only || (!tp->ops->any_local && tp->ops->kinds != 0))
+            continue;
+        if (!tp->ops->any_local) {
+            why = tp->ops->name;
+            break;
+        }
+        if (tp->ops->can_serve(tp, r)) {
+            pl->tp = tp;
+            return 0;
+        }
+    }
+    atomic_fetch_add(&e->stats.unregistered_refused, 1);
+    if (why == NULL)
+        return crb_error(CR_ERR_TRANSPORT_UNSUPPORTED,
+                         "request %zu: no installed transport can move unregistered local "
+                         "memory at 0x%llx to segment %s",
+                         idx, (unsigned long long)(uintptr_t)req->local_addr, r->peer->name);
+    return crb_error(CR_ERR_NEEDS_REGISTERED,
+                     "request %zu: local memory at 0x%llx is not registered, and %s%s "
+                     "(segment %s)",
+                     idx, (unsigned long long)(uintptr_t)req->local_addr, why,
+                     cre_kind_is_host(r->remote_kind) ? ", the transport for the pair, needs it"
+                                                      : "",
+                     r->peer->name);
+}
+
 static int choose_transport(cr_engine *e, size_t idx, const cr_transfer_request *req, planned *pl)
 {
+    if (route_transient(&pl->route))
+        return choose_transient(e, idx, req, pl);
     for (size_t i = 0; i < e->n_tps; i++) {
         if (!e->tps[i].kind_only && e->tps[i].ops->can_serve(&e->tps[i], &pl->route)) {
             pl->tp = &e->tps[i];
@@ -281,7 +330,8 @@ static void plan_release(planned *pl, bool keep_local)
 
 static int plan_one(cr_engine *e, size_t idx, const cr_transfer_request *req, planned *pl)
 {
-    if (req->opcode != CR_OP_READ && req->opcode != CR_OP_WRITE)
+    int op = req->opcode & ~CR_OP_LOCAL_UNREGISTERED;
+    if (op != CR_OP_READ && op != CR_OP_WRITE)
         return crb_error(CR_INVALID_PARAMS, "request %zu: opcode %d is neither READ nor WRITE", idx,
                          req->opcode);
     if (req->length == 0)
@@ -294,8 +344,16 @@ static int plan_one(cr_engine *e, size_t idx, const cr_transfer_request *req, pl
     if (rc < 0)
         return crb_error(rc, "request %zu: segment handle 0x%llx is stale or invalid", idx,
                          (unsigned long long)req->segment);
-    rc = cre_registry_acquire(&e->registry, (uint64_t)(uintptr_t)req->local_addr, req->length,
-                              "local", &r->local_buf);
+    if (op == req->opcode) {
+        rc = cre_registry_acquire(&e->registry, (uint64_t)(uintptr_t)req->local_addr, req->length,
+                                  "local", &r->local_buf);
+    } else { /* CR_OP_LOCAL_UNREGISTERED: a range in no buffer is transient */
+        rc = cre_registry_acquire_or_miss(&e->registry, (uint64_t)(uintptr_t)req->local_addr,
+                                          req->length, "local", &r->local_buf);
+        if (rc == CR_ERR_ADDRESS_NOT_REGISTERED)
+            rc = cre_buffer_transient((uint64_t)(uintptr_t)req->local_addr, req->length,
+                                      &r->local_buf);
+    }
     if (rc < 0)
         return crb_error(rc, "request %zu: %s", idx, cr_last_error_message());
     r->local_kind = r->local_buf->kind;
@@ -308,6 +366,8 @@ static int plan_one(cr_engine *e, size_t idx, const cr_transfer_request *req, pl
         rc = choose_transport(e, idx, req, pl);
     if (rc < 0)
         plan_release(pl, false);
+    else if (route_transient(r))
+        atomic_fetch_add(&e->stats.unregistered_requests, 1);
     return rc;
 }
 
@@ -319,7 +379,8 @@ static int start_task(cr_engine *e, planned *pl, cre_task *t)
 {
     for (size_t i = (size_t)pl->tp->index; i < e->n_tps; i++) {
         cre_tp *tp = &e->tps[i];
-        if (tp != pl->tp && (tp->kind_only || !tp->ops->can_serve(tp, &pl->route)))
+        if (tp != pl->tp && (tp->kind_only || !tp->ops->can_serve(tp, &pl->route) ||
+                             (route_transient(&pl->route) && !tp->ops->any_local)))
             continue;
         t->tp = tp;
         int rc = tp->ops->submit(tp, &pl->route, t);
@@ -374,7 +435,7 @@ int cr_batch_submit(cr_engine *e, cr_batch_id id, const cr_transfer_request *req
     for (size_t i = 0; i < n; i++) {
         cre_task *t = &b->tasks[first + i];
         t->batch = b;
-        t->opcode = reqs[i].opcode;
+        t->opcode = reqs[i].opcode & ~CR_OP_LOCAL_UNREGISTERED;
         t->local = reqs[i].local_addr;
         t->remote_addr = reqs[i].remote_addr;
         t->length = reqs[i].length;

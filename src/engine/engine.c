@@ -464,6 +464,8 @@ static size_t collect_counters(cr_engine *e, cr_engine_counter *out, size_t cap)
     PUT("engine", "transport_fallbacks", atomic_load(&e->stats.transport_fallbacks));
     PUT("engine", "served_timeouts", atomic_load(&e->stats.served_timeouts));
     PUT("engine", "preauth_timeouts", atomic_load(&e->stats.conns_refused_preauth));
+    PUT("engine", "unregistered_requests", atomic_load(&e->stats.unregistered_requests));
+    PUT("engine", "unregistered_refused", atomic_load(&e->stats.unregistered_refused));
     PUT("engine", "connections_refused",
         e->acceptor_started ? crb_acceptor_refused(&e->acceptor) : 0);
 #undef PUT

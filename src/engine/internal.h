@@ -238,7 +238,8 @@ struct cr_engine {
 
     struct {
         atomic_ullong tasks_completed, tasks_failed, bytes_served, descriptor_fetches,
-            transport_fallbacks, served_timeouts, conns_refused_preauth;
+            transport_fallbacks, served_timeouts, conns_refused_preauth, unregistered_requests,
+            unregistered_refused; /* CR_OP_LOCAL_UNREGISTERED */
     } stats;
 };
 

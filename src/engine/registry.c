@@ -243,8 +243,23 @@ int cre_registry_remove(cre_registry *r, uint64_t addr)
     return 0;
 }
 
+static int acquire(cre_registry *r, uint64_t addr, uint64_t len, const char *what, cre_buffer **out,
+                   bool quiet_miss);
+
 int cre_registry_acquire(cre_registry *r, uint64_t addr, uint64_t len, const char *what,
                          cre_buffer **out)
+{
+    return acquire(r, addr, len, what, out, false);
+}
+
+int cre_registry_acquire_or_miss(cre_registry *r, uint64_t addr, uint64_t len, const char *what,
+                                 cre_buffer **out)
+{
+    return acquire(r, addr, len, what, out, true);
+}
+
+static int acquire(cre_registry *r, uint64_t addr, uint64_t len, const char *what, cre_buffer **out,
+                   bool quiet_miss)
 {
     if (len == 0)
         return crb_error(CR_ERR_ZERO_LENGTH, "%s range at 0x%llx has length 0", what,
@@ -257,6 +272,8 @@ int cre_registry_acquire(cre_registry *r, uint64_t addr, uint64_t len, const cha
     cre_buffer *b = i > 0 ? r->items[i - 1] : NULL;
     if (b == NULL || addr >= b->addr + b->length) {
         pthread_rwlock_unlock(&r->lock);
+        if (quiet_miss)
+            return CR_ERR_ADDRESS_NOT_REGISTERED;
         return crb_error(CR_ERR_ADDRESS_NOT_REGISTERED,
                          "%s range [0x%llx, +%llu) is not in any registered buffer", what,
                          (unsigned long long)addr, (unsigned long long)len);
@@ -286,11 +303,36 @@ void cre_buffer_release(cre_buffer *b)
      * when unregistration starts between the read and the decrement. */
     cre_registry *r = b->owner;
     unsigned old = atomic_fetch_sub(&b->refs, 1);
+    if (r == NULL) { /* transient: nobody waits for it */
+        if (old == 1u)
+            free(b);
+        return;
+    }
     if (old == (CRE_BUFFER_DYING | 1u)) {
         pthread_mutex_lock(&r->drain_lock);
         pthread_cond_broadcast(&r->drained);
         pthread_mutex_unlock(&r->drain_lock);
     }
+}
+
+int cre_buffer_transient(uint64_t addr, uint64_t len, cre_buffer **out)
+{
+    if (len == 0)
+        return crb_error(CR_ERR_ZERO_LENGTH, "local range at 0x%llx has length 0",
+                         (unsigned long long)addr);
+    if (addr + len < addr)
+        return crb_error(CR_ERR_RANGE_OVERFLOW, "local range 0x%llx + %llu overflows",
+                         (unsigned long long)addr, (unsigned long long)len);
+    cre_buffer *b = calloc(1, sizeof(*b));
+    if (b == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "transient buffer");
+    b->addr = addr;
+    b->length = len;
+    b->kind = CR_MEM_HOST;
+    b->device = -1;
+    atomic_init(&b->refs, 1);
+    *out = b;
+    return 0;
 }
 
 size_t cre_registry_count(cre_registry *r)

@@ -44,7 +44,7 @@ typedef struct cre_buffer {
      * has begun: one word, so a release learns atomically whether the
      * unregistering thread may be waiting for it (registry.c). */
     atomic_uint refs;
-    struct cre_registry *owner;
+    struct cre_registry *owner; /* NULL: transient (cre_buffer_transient) */
 } cre_buffer;
 
 /* High bit of cre_buffer.refs: unregistration has begun. */
@@ -116,7 +116,25 @@ int cre_registry_remove(cre_registry *r, uint64_t addr);
 int cre_registry_acquire(cre_registry *r, uint64_t addr, uint64_t len, const char *what,
                          cre_buffer **out);
 
+/** Release a reference; a transient buffer is freed with its last one. */
+/** cre_registry_acquire that records no error message when the range is in
+ *  no buffer (CR_ERR_ADDRESS_NOT_REGISTERED returned as is): for callers
+ *  that have an answer for that (CR_OP_LOCAL_UNREGISTERED). */
+int cre_registry_acquire_or_miss(cre_registry *r, uint64_t addr, uint64_t len, const char *what,
+                                 cre_buffer **out);
+
 void cre_buffer_release(cre_buffer *b);
+
+/**
+ * A transient buffer for [addr, addr+len) of unregistered host memory
+ * (CR_OP_LOCAL_UNREGISTERED): kind host, device -1, not remote-accessible,
+ * no transport state, in no registry, one reference held by the caller;
+ * freed by the cre_buffer_release that drops the last one. Nothing waits
+ * for it (no unregistration barrier: the memory is the caller's to keep
+ * valid). Errors: CR_ERR_ZERO_LENGTH, CR_ERR_RANGE_OVERFLOW,
+ * CR_ERR_NO_MEMORY.
+ */
+int cre_buffer_transient(uint64_t addr, uint64_t len, cre_buffer **out);
 
 /** Has unregistration of b begun? (A holder should let go soon.) */
 static inline bool cre_buffer_dying(cre_buffer *b)

@@ -176,6 +176,13 @@ typedef struct cre_transport_ops {
     void (*quiesce)(cre_tp *tp);
 
     bool (*can_serve)(cre_tp *tp, const cre_route *r);
+    /* Moves local memory that is not registered (CR_OP_LOCAL_UNREGISTERED):
+     * the route's local_buf is then a transient buffer (host kind, no
+     * tp_state, in no registry) and the transport touches only t->local.
+     * Transports that need what reg attached (ucx's memory handles) leave
+     * it false; batch.c then refuses such requests instead of letting a
+     * slower path take them. */
+    bool any_local;
     int (*submit)(cre_tp *tp, const cre_route *r, cre_task *t);
     /* Optional: every task of one cr_batch_submit call for peer p has been
      * submitted (called once per run of consecutive tasks with the same

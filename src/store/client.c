@@ -316,6 +316,8 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
     s->heartbeat_interval_ms = cfg->heartbeat_interval_ms ? cfg->heartbeat_interval_ms : 1000;
     int rc = copy_field(s->master_address, sizeof(s->master_address), cfg->master_address,
                         "127.0.0.1:50051", "master_address");
+    if (rc == 0)
+        rc = crc_copy_mode(&s->copy_staged);
     if (rc < 0)
         goto err_destroy;
 

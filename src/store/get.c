@@ -8,6 +8,11 @@
  * transfer finished, the master may already have reused the memory, so the
  * call reports CR_LEASE_EXPIRED instead of returning the bytes.
  *
+ * A copying get reads straight into the value it returns (the malloc'd
+ * copy, or the room a crc_value_dest gave): one copy, off the wire or out
+ * of the holder's shared memory; only where the engine needs registered
+ * memory does it read through the staging buffer and copy out (staging.c).
+ *
  * Once the transfers of a get (or of a batch round) are over, successful or
  * not, the client gives its reads back (RELEASE_LEASES with the tokens the
  * master handed out, one frame, no reply awaited): the master then frees a
@@ -192,6 +197,12 @@ static int read_from(cr_store *s, const crp_rpc_replica *rep, const dest_parts *
         return 0;
     }
     uint8_t *out = d->bufs[0];
+    if (crc_direct_ok(s)) { /* straight into the value: one copy */
+        int rc = crc_transfer_direct(s, CR_OP_READ, rep, 1, 0, out, size);
+        if (rc != CR_ERR_NEEDS_REGISTERED)
+            return rc;
+        crc_direct_refused(s);
+    }
     for (uint64_t done = 0; done < size;) {
         crb_oa_allocation a;
         uint8_t *stage;
@@ -308,6 +319,54 @@ int64_t crc_get_to(cr_store *s, const char *key, const crc_value_dest *vd, void 
     return rc;
 }
 
+/* cr_value_alloc seen as a crc_value_dest (unregistered memory). */
+static int user_alloc(void *ctx, size_t index, uint64_t size, void **ptr, bool *registered)
+{
+    (void)index;
+    const cr_value_alloc *a = ctx;
+    void *p = NULL;
+    int rc = a->alloc(a->ctx, size, &p);
+    if (rc >= 0 && p == NULL && size > 0)
+        rc = crb_error(CR_INVALID_PARAMS, "the value allocator gave NULL for %llu bytes",
+                       (unsigned long long)size);
+    if (rc < 0)
+        return rc;
+    *ptr = p;
+    *registered = false;
+    return 0;
+}
+
+static void user_release(void *ctx, void *ptr)
+{
+    const cr_value_alloc *a = ctx;
+    a->release(a->ctx, ptr);
+}
+
+int64_t cr_store_get_alloc(cr_store *s, const char *key, const cr_value_alloc *a, void **value_out)
+{
+    CRC_ENTER(s);
+    if (value_out == NULL || a == NULL || a->alloc == NULL || a->release == NULL)
+        return crb_error(CR_INVALID_PARAMS, "get_alloc: NULL value_out or allocator");
+    if (cr_store_is_thin(s)) { /* the daemon's copy, copied into the caller's room */
+        void *v = NULL;
+        int64_t rc = crc_thin_get(s, key, &v);
+        if (rc < 0)
+            return rc;
+        void *p = NULL;
+        bool reg;
+        int arc = user_alloc((void *)a, 0, (uint64_t)rc, &p, &reg);
+        if (arc == 0 && rc > 0)
+            memcpy(p, v, (size_t)rc);
+        free(v);
+        if (arc < 0)
+            return arc;
+        *value_out = p;
+        return rc;
+    }
+    crc_value_dest vd = {user_alloc, user_release, (void *)a};
+    return crc_get_to(s, key, &vd, value_out);
+}
+
 int64_t cr_store_get_into(cr_store *s, const char *key, void *buf, size_t cap)
 {
     CRC_ENTER(s);
@@ -337,7 +396,8 @@ int64_t cr_store_get_into_multi(cr_store *s, const char *key, void *const *bufs,
  * reading each value from its best replica, then, one key at a time, every
  * replica of the keys whose read failed (failover, as get_value) and, for
  * copying gets, the values that did not fit the free staging space (read in
- * chunks). Copying gets (values_out != NULL) read into staging and copy out;
+ * chunks). Copying gets (values_out != NULL) read straight into the values
+ * they return (crc_direct_ok) or else into staging and copy out;
  * values_out[idx[j]] is set only for keys that succeed. Sets results[idx[j]]
  * to the size or a failure, CR_LEASE_EXPIRED if the lease ran out before the
  * round finished. Returns 0, or the failure of the master call as a whole
@@ -390,6 +450,7 @@ static int batch_get_round(cr_store *s, const char *const *keys, const dest_part
         goto out_resp;
     }
     size_t t = 0;
+    bool direct_copy = values_out != NULL && crc_direct_ok(s); /* read into the values */
     for (size_t j = 0; j < m; j++) {
         crp_rpc_key_result *kr = &resp.u.batch_get.results[j];
         const dest_parts *d = values_out != NULL ? NULL : &dests[idx[j]];
@@ -424,8 +485,9 @@ static int batch_get_round(cr_store *s, const char *const *keys, const dest_part
             retry[j] = 1; /* the other replicas may still be reachable */
             continue;
         }
-        if (values_out != NULL && direct[j]) {
-            reqs[t] = (cr_transfer_request){CR_OP_READ, vals[j], h, kr->replicas[0].addr, size};
+        if (values_out != NULL && (direct[j] || direct_copy)) {
+            int op = direct[j] ? CR_OP_READ : CR_OP_READ | CR_OP_LOCAL_UNREGISTERED;
+            reqs[t] = (cr_transfer_request){op, vals[j], h, kr->replicas[0].addr, size};
             task_pos[t++] = j;
             continue;
         }
@@ -450,7 +512,10 @@ static int batch_get_round(cr_store *s, const char *const *keys, const dest_part
             off += len;
         }
     }
-    crc_run_batch(s, reqs, t, failed);
+    if (direct_copy)
+        crc_run_batch_direct(s, reqs, t, failed);
+    else
+        crc_run_batch(s, reqs, t, failed);
     for (size_t k = 0; k < t; k++)
         if (failed[k])
             retry[task_pos[k]] = 1;

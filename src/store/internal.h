@@ -62,6 +62,13 @@ struct cr_store {
     crc_seg_cache_entry *segs;
     size_t n_segs, cap_segs;
 
+    /* Copying calls move the caller's bytes straight through the engine
+     * (CR_OP_LOCAL_UNREGISTERED) unless the engine refused that within the
+     * last second (staging.c: crc_direct_ok). */
+    _Atomic uint64_t direct_retry_ms; /* 0: never refused */
+    atomic_bool direct_logged;
+    bool copy_staged; /* CRESCENT_STORE_COPY=staged: always stage (crc_copy_mode) */
+
     struct crc_offload *off;     /* the disk tier (store/offload.h), or NULL */
     _Atomic uint64_t disk_reads; /* gets served from a holder's disk (rpc_reads) */
 };
@@ -174,5 +181,31 @@ int crc_busy_poll_ns(uint64_t *out);
 /* Run t engine transfers as one batch (one at a time if the engine refuses
  * the batch); failed[k] says whether transfer k did not complete. */
 void crc_run_batch(cr_store *s, cr_transfer_request *reqs, size_t t, bool *failed);
+
+/*
+ * Copy once (staging.c). A copying call names the caller's own memory in
+ * its transfers (opcode | CR_OP_LOCAL_UNREGISTERED) instead of gathering
+ * into or scattering from the staging buffer, while crc_direct_ok says so.
+ * When the engine answers CR_ERR_NEEDS_REGISTERED (its path for a replica
+ * needs registered memory: ucx), crc_direct_refused logs it once and turns
+ * direct transfers off for a second (the engine's "unregistered_refused"
+ * counter shows each refusal), and the call stages as before.
+ */
+bool crc_direct_ok(cr_store *s);
+/* CRESCENT_STORE_COPY: "direct" (default, or unset) or "staged" (every
+ * copying call through the staging buffer, as before copy-once: for
+ * comparisons); CR_INVALID_PARAMS names another value. */
+int crc_copy_mode(bool *staged);
+void crc_direct_refused(cr_store *s);
+/* crc_transfer of unregistered local memory: CR_ERR_NEEDS_REGISTERED (and
+ * nothing moved) when the engine refuses it. Returns only once no task
+ * touches local any more, also after a timeout. */
+int crc_transfer_direct(cr_store *s, int opcode, const crp_rpc_replica *reps, size_t n_reps,
+                        uint64_t offset, void *local, uint64_t len);
+/* crc_run_batch where some requests (opcode | CR_OP_LOCAL_UNREGISTERED)
+ * name unregistered memory: if the engine refuses those, the others run as
+ * one batch and those move through the staging buffer one at a time
+ * (crc_direct_refused). Returns once no task touches any local memory. */
+void crc_run_batch_direct(cr_store *s, cr_transfer_request *reqs, size_t t, bool *failed);
 
 #endif

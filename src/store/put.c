@@ -4,11 +4,12 @@
  * put: PUT_START (the master allocates replicas on distinct segments) →
  * write every replica through the engine → PUT_END, or PUT_REVOKE on any
  * failure so the object never becomes visible half-written. Copying puts
- * gather the value into the local buffer chunk by chunk (a value larger
- * than the free staging space is moved in several rounds instead of
- * failing); zero-copy puts write straight from the caller's registered
- * memory. A key that already exists complete is left alone and the put
- * succeeds (Mooncake's behaviour); upsert replaces it.
+ * write straight from the caller's bytes where the engine moves
+ * unregistered memory (one copy: staging.c), else gather the value into
+ * the local buffer chunk by chunk (a value larger than the free staging
+ * space is moved in several rounds instead of failing); zero-copy puts
+ * write straight from the caller's registered memory. A key that already exists complete is left
+ * alone and the put succeeds (Mooncake's behaviour); upsert replaces it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +65,16 @@ static int write_replicas(cr_store *s, const crp_rpc_replica *reps, size_t n_rep
             off += v->sizes[i];
         }
         return 0;
+    }
+    if (crc_direct_ok(s)) { /* straight from the caller's parts: one copy */
+        int rc = 0;
+        uint64_t off = 0;
+        for (size_t i = 0; i < v->n && rc == 0; off += v->sizes[i], i++)
+            rc = crc_transfer_direct(s, CR_OP_WRITE, reps, n_reps, off, (void *)v->parts[i],
+                                     v->sizes[i]);
+        if (rc != CR_ERR_NEEDS_REGISTERED)
+            return rc;
+        crc_direct_refused(s);
     }
     /* Copying: gather chunks into staging and write each chunk. */
     uint64_t done = 0;
@@ -247,7 +258,9 @@ static int batch_finish(cr_store *s, bool upsert, bool ok, char **ks, size_t m, 
 
 /*
  * One master round of a batch put: keys[idx[j]] for j < m, each checked, no
- * key twice, every value in registered memory (the caller's or staging).
+ * key twice, every value in registered memory (the caller's or staging) or
+ * in the caller's unregistered memory, written straight from there
+ * (crc_run_batch_direct stages it if the engine refuses).
  * One BATCH_PUT_START, one engine batch writing every part of every value
  * to every replica, then one BATCH_PUT_END for the keys that were written
  * and one BATCH_PUT_REVOKE for the allocated keys that were not. Sets
@@ -335,13 +348,14 @@ static int batch_put_round(cr_store *s, const char *const *keys, const value_par
             for (size_t k = 0; k < v->n; off += v->sizes[k], k++) {
                 if (v->sizes[k] == 0)
                     continue;
-                reqs[t] = (cr_transfer_request){CR_OP_WRITE, (void *)v->parts[k], h,
+                int op = v->registered ? CR_OP_WRITE : CR_OP_WRITE | CR_OP_LOCAL_UNREGISTERED;
+                reqs[t] = (cr_transfer_request){op, (void *)v->parts[k], h,
                                                 kr->replicas[r].addr + off, v->sizes[k]};
                 task_pos[t++] = j;
             }
         }
     }
-    crc_run_batch(s, reqs, t, failed);
+    crc_run_batch_direct(s, reqs, t, failed);
     for (size_t k = 0; k < t; k++)
         if (failed[k] && res[task_pos[k]] == 0)
             res[task_pos[k]] = CR_TRANSFER_FAIL;
@@ -414,7 +428,8 @@ static int mark_repeats(const char *const *keys, const int *results, size_t n, u
 
 /*
  * Every batch put: vals[i] is key i's value as parts, registered (written
- * directly) or not (copying: staged whole in the local buffer when it fits
+ * directly) or not (copying: written straight from the caller's bytes
+ * while crc_direct_ok, else staged whole in the local buffer when it fits
  * there now). results[i] is 0 on entry, or a failure found by the caller.
  * Keys go to the master in rounds of at most CRC_BATCH_KEYS keys
  * (batch_put_round); a copying value that does not fit the free staging
@@ -429,13 +444,14 @@ static int batch_put_values(cr_store *s, const char *const *keys, const value_pa
     int rc = 0, first = 0;
     uint8_t *later = calloc(n, 1);
     uint8_t *alone = calloc(CRC_BATCH_KEYS, 1);
+    uint8_t *held = calloc(CRC_BATCH_KEYS, 1); /* stage[j] holds staging space */
     size_t *idx = calloc(CRC_BATCH_KEYS, sizeof(*idx));
     value_parts *staged = calloc(n, sizeof(*staged));
     const void **stage_ptr = calloc(CRC_BATCH_KEYS, sizeof(*stage_ptr));
     size_t *stage_size = calloc(CRC_BATCH_KEYS, sizeof(*stage_size));
     crb_oa_allocation *stage = calloc(CRC_BATCH_KEYS, sizeof(*stage));
-    if (later == NULL || alone == NULL || idx == NULL || staged == NULL || stage_ptr == NULL ||
-        stage_size == NULL || stage == NULL) {
+    if (later == NULL || alone == NULL || held == NULL || idx == NULL || staged == NULL ||
+        stage_ptr == NULL || stage_size == NULL || stage == NULL) {
         rc = crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n);
         goto out_free;
     }
@@ -448,6 +464,7 @@ static int batch_put_values(cr_store *s, const char *const *keys, const value_pa
     for (size_t i = 0; i < n;) {
         /* One round: the next keys, up to the key-count and key-bytes bounds. */
         size_t m = 0, key_bytes = 0;
+        bool direct = crc_direct_ok(s); /* copying values go as they are */
         for (; i < n && m < CRC_BATCH_KEYS; i++) {
             if (results[i] < 0 || later[i])
                 continue;
@@ -456,8 +473,9 @@ static int batch_put_values(cr_store *s, const char *const *keys, const value_pa
                 break;
             key_bytes += kl;
             alone[m] = 0;
+            held[m] = 0;
             staged[i] = vals[i];
-            if (!vals[i].registered && vals[i].total > 0) {
+            if (!vals[i].registered && vals[i].total > 0 && !direct) {
                 uint8_t *p;
                 if (crc_staging_try_alloc(s, vals[i].total, &stage[m], &p) == 0) {
                     for (size_t k = 0, off = 0; k < vals[i].n; off += vals[i].sizes[k], k++)
@@ -467,6 +485,7 @@ static int batch_put_values(cr_store *s, const char *const *keys, const value_pa
                     stage_size[m] = (size_t)vals[i].total;
                     staged[i] =
                         (value_parts){&stage_ptr[m], &stage_size[m], 1, true, vals[i].total};
+                    held[m] = 1;
                 } else {
                     alone[m] = 1;
                 }
@@ -479,7 +498,7 @@ static int batch_put_values(cr_store *s, const char *const *keys, const value_pa
         if (bidx == NULL) {
             rc = crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n);
             for (size_t j = 0; j < m; j++)
-                if (!vals[idx[j]].registered && vals[idx[j]].total > 0 && !alone[j])
+                if (held[j])
                     crc_staging_free(s, &stage[j]);
             goto out_free;
         }
@@ -494,7 +513,7 @@ static int batch_put_values(cr_store *s, const char *const *keys, const value_pa
         }
         free(bidx);
         for (size_t j = 0; j < m; j++)
-            if (!vals[idx[j]].registered && vals[idx[j]].total > 0 && !alone[j])
+            if (held[j])
                 crc_staging_free(s, &stage[j]);
         /* What did not fit the staging buffer now: one key at a time, in chunks. */
         for (size_t j = 0; j < m; j++)
@@ -511,6 +530,7 @@ out_free:
     free(stage_ptr);
     free(staged);
     free(idx);
+    free(held);
     free(alone);
     free(later);
     return rc;

@@ -31,5 +31,6 @@ const cre_transport_ops cre_transport_local = {
     .rank = 0,
     .reach = CRE_REACH_PROCESS,
     .can_serve = local_can_serve,
+    .any_local = true,
     .submit = local_submit,
 };

@@ -146,6 +146,7 @@ const cre_transport_ops cre_transport_cma = {
     .init = cma_init,
     .endpoint = cma_endpoint,
     .can_serve = cma_can_serve,
+    .any_local = true,
     .submit = cma_submit,
     .needs = "shm",
 };

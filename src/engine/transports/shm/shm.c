@@ -270,6 +270,7 @@ const cre_transport_ops cre_transport_shm = {
     .desc_free = shm_desc_free,
     .peer_reset = shm_peer_reset,
     .can_serve = shm_can_serve,
+    .any_local = true,
     .submit = shm_submit,
     .tick = cre_shm_service_tick,
     .counters = shm_counters,

@@ -169,6 +169,7 @@ const cre_transport_ops cre_transport_tcp = {
     .peer_fini = tcp_peer_fini,
     .desc_parse = tcp_desc_parse,
     .can_serve = tcp_can_serve,
+    .any_local = true,
     .submit = cre_tcp_submit,
     .submit_flush = cre_tcp_submit_flush,
     .tick = cre_tcp_lanes_tick,
