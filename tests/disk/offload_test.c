@@ -384,6 +384,17 @@ static void kill_restart(void **state)
     if (ok < before / 2)
         fail_msg("%d values readable after the restart; %lld were on disk before the kill", ok,
                  before);
+    /* The killed holder's segment stays mounted until its client TTL (2 s)
+     * lapses, and the master may place new values in its free space (the
+     * early copies freed some); wait until the master has dropped it. */
+    char segs[4096];
+    uint64_t gone_by = sh_now_ms() + 15000;
+    while (sh_http_get(m.metrics_port, "/get_all_segments", segs, sizeof(segs)) == 200 &&
+           strstr(segs, h.name) != NULL && sh_now_ms() < gone_by)
+        sh_sleep_ms(100);
+    if (strstr(segs, h.name) != NULL)
+        fail_msg("the killed holder's segment %s is still mounted (restarted: %s): %s", h.name,
+                 h2.name, segs);
     /* the restarted holder serves new puts and offloads as before */
     put_many(&c, "kr2-", 80, 7000);
     for (int i = 0; i < 80; i++) {
