@@ -83,15 +83,20 @@ PyObject *pcr_store_thin_stats(PyObject *obj, PyObject *unused)
     if (rc < 0)
         return pcr_raise(rc);
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsK}", "calls", (unsigned long long)st.calls, "zero_copy_bytes",
-        (unsigned long long)st.zero_copy_bytes, "copied_bytes", (unsigned long long)st.copied_bytes,
-        "slow_path_calls", (unsigned long long)st.slow_path_calls, "slow_path_bytes",
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}", "calls", (unsigned long long)st.calls,
+        "zero_copy_bytes", (unsigned long long)st.zero_copy_bytes, "copied_bytes",
+        (unsigned long long)st.copied_bytes, "slow_path_calls",
+        (unsigned long long)st.slow_path_calls, "slow_path_bytes",
         (unsigned long long)st.slow_path_bytes, "transient_calls",
         (unsigned long long)st.transient_calls, "reconnects", (unsigned long long)st.reconnects,
         "daemon_lost", (unsigned long long)st.daemon_lost, "shared_regions",
         (unsigned long long)st.shared_regions, "slow_path_regions",
         (unsigned long long)st.slow_path_regions, "connections", (unsigned long long)st.connections,
-        "pool_used", (unsigned long long)st.pool_used);
+        "pool_used", (unsigned long long)st.pool_used, "direct_get_keys",
+        (unsigned long long)st.direct_get_keys, "direct_get_fallbacks",
+        (unsigned long long)st.direct_get_fallbacks, "direct_put_keys",
+        (unsigned long long)st.direct_put_keys, "direct_put_fallbacks",
+        (unsigned long long)st.direct_put_fallbacks);
 }
 
 PyObject *pcr_store_get_is_thin(PyObject *obj, void *unused)

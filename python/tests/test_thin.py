@@ -112,6 +112,8 @@ def test_setup_dummy_round_trip(daemon_factory):
         assert ctypes.string_at(p + MiB, MiB) == bytes(range(256)) * 4096
         st = s._s.thin_stats()
         assert st["zero_copy_bytes"] >= 2 * MiB and st["slow_path_bytes"] == 0
+        # same uid: the put and the get above went straight to the daemon's segment
+        assert st["direct_put_keys"] >= 1 and st["direct_get_keys"] >= 1
         # batch forms
         keys = [f"t/b{i}" for i in range(20)]
         vals = [os.urandom(1000 + i * 997) for i in range(20)]

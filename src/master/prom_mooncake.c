@@ -92,6 +92,9 @@ int crk_prom_mooncake(crk_text *t, const crk_stats *st, const crk_value_sizes *v
                      st->put_start_discards);
     crk_prom_counter(t, "master_put_start_release_cnt",
                      "Space of discarded or replaced values released", st->put_start_releases);
+    crk_prom_counter(t, "master_owned_writes_revoked_total",
+                     "Writes owned by a connection revoked because that connection closed",
+                     st->owned_writes_revoked);
     crk_prom_gauge(t, "master_put_start_discarded_staging_size",
                    "Bytes of discarded or replaced values waiting to be released",
                    (double)st->discarded_bytes);

@@ -1323,6 +1323,10 @@ int cr_store_thin_stats_get(cr_store *s, cr_store_thin_stats *out)
         .transient_calls = atomic_load(&t->transient_calls),
         .reconnects = atomic_load(&t->reconnects),
         .daemon_lost = atomic_load(&t->lost),
+        .direct_get_keys = atomic_load(&t->direct_keys),
+        .direct_get_fallbacks = atomic_load(&t->direct_fallbacks),
+        .direct_put_keys = atomic_load(&t->direct_put_keys),
+        .direct_put_fallbacks = atomic_load(&t->direct_put_fallbacks),
     };
     pthread_rwlock_rdlock(&t->reg_lock);
     for (size_t i = 0; i < t->n_regs; i++) {

@@ -111,6 +111,9 @@ static void test_direct_puts(void **state)
     assert_int_equal(sh_rc(&w, "upsert_from zc2 20000 901"), 0);
     assert_int_equal(sh_rc(&w, "put cp3 4096 999"), 0);
     assert_int_equal(calls_of(&w), calls); /* not one went through the daemon */
+    /* ... and the thin client's stats count them as direct puts (21 single
+     * calls, 48 batch keys, the upserts and the put of "first"). */
+    assert_true(sh_field(sh_cmd(&w, "thinstats"), "dput") >= 21 + 48 + 3 + 1);
     const char *st = sh_cmd(&s, "thinstats");
     assert_true(strstr(st, "slow=0/0") != NULL); /* malloc memory: copied once, here */
 
@@ -334,6 +337,8 @@ static void test_off(void **state)
     expect_read(sh_cmd(&w, "get b 2"), 65536);
     expect_read(sh_cmd(&w, "get c 3"), 65536);
     assert_int_equal(calls_of(&w), calls + 3); /* gets still direct */
+    assert_int_equal(sh_field(sh_cmd(&w, "thinstats"), "dput"), 0);
+    assert_true(sh_field(sh_cmd(&w, "thinstats"), "dget") >= 2);
     assert_int_equal(sh_client_stop(&w), 0);
     assert_int_equal(th_daemon_stop(&d), 0);
     assert_int_equal(sh_master_stop(&m), 0);

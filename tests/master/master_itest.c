@@ -602,6 +602,7 @@ static void test_owned_write_killed(void **state)
     xcmd(&b, 0, "batch_put k2,k3 4096");
     assert_int_equal(exists(&b, "k0"), 1); /* an ended write is an object like any other */
     xcmd(&b, CR_OBJECT_REPLICA_BUSY, "put_start plain 1024"); /* unowned: in flight as before */
+    assert_true(metric(&m, "master_owned_writes_revoked_total") >= 3); /* k1, k2, k3 */
     /* The revoked 3 MiB wait until start + bound, then they are reused. */
     double discarded = metric(&m, "master_put_start_discarded_staging_size");
     if (mh_now_ms() - t0 < bound)

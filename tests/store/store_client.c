@@ -850,10 +850,13 @@ int main(int argc, char **argv)
             rc = cr_store_thin_stats_get(store, &ts);
             printf("%d calls=%" PRIu64 " zc=%" PRIu64 " copied=%" PRIu64 " slow=%" PRIu64
                    "/%" PRIu64 " transient=%" PRIu64 " reconnects=%" PRIu64 " lost=%" PRIu64
-                   " shared=%" PRIu64 " slowregs=%" PRIu64 " conns=%" PRIu64 " pool=%" PRIu64 "\n",
+                   " shared=%" PRIu64 " slowregs=%" PRIu64 " conns=%" PRIu64 " pool=%" PRIu64
+                   " dget=%" PRIu64 "/%" PRIu64 " dput=%" PRIu64 "/%" PRIu64 "\n",
                    rc, ts.calls, ts.zero_copy_bytes, ts.copied_bytes, ts.slow_path_calls,
                    ts.slow_path_bytes, ts.transient_calls, ts.reconnects, ts.daemon_lost,
-                   ts.shared_regions, ts.slow_path_regions, ts.connections, ts.pool_used);
+                   ts.shared_regions, ts.slow_path_regions, ts.connections, ts.pool_used,
+                   ts.direct_get_keys, ts.direct_get_fallbacks, ts.direct_put_keys,
+                   ts.direct_put_fallbacks);
         } else if (strcmp(cmd, "offstats") == 0) {
             cr_store_offload_stats os;
             rc = cr_store_offload_stats_get(store, &os);
