@@ -851,26 +851,42 @@ int crc_thin_batch_get(cr_store *s, const char *const *keys, size_t n, void **va
     if (keys == NULL || values_out == NULL || results == NULL)
         return crb_error(CR_INVALID_PARAMS, "batch_get: NULL array");
     crc_thin *t = s->thin;
-    uint64_t *sizes = calloc(n, sizeof(*sizes));
-    const char **ks = calloc(CRC_THIN_BATCH_KEYS, sizeof(*ks));
-    size_t *idx = calloc(CRC_THIN_BATCH_KEYS, sizeof(*idx));
-    void **vals = calloc(CRC_THIN_BATCH_KEYS, sizeof(*vals));
-    int64_t *res = calloc(CRC_THIN_BATCH_KEYS, sizeof(*res));
-    uint64_t *szs = calloc(CRC_THIN_BATCH_KEYS, sizeof(*szs));
-    bool *done = NULL;
-    if (sizes == NULL || ks == NULL || idx == NULL || vals == NULL || res == NULL || szs == NULL) {
-        rc = crb_error(CR_ERR_NO_MEMORY, "batch get of %zu keys", n);
-        goto out_free;
-    }
     for (size_t i = 0; i < n; i++)
         values_out[i] = NULL;
-    done = direct_batch(t, keys, n, NULL, NULL, NULL, values_out, results);
+    bool *done = direct_batch(t, keys, n, NULL, NULL, NULL, values_out, results);
+    size_t left = 0;
+    for (size_t i = 0; i < n; i++)
+        left += done == NULL || !done[i];
+    if (left == 0) { /* every key read directly: no daemon round, nothing more to allocate */
+        free(done);
+        return 0;
+    }
+    /* The daemon's rounds: arrays sized by the keys left, not by the request
+     * limit (a per-call calloc of the limit is zeroing work, and the heap it
+     * takes above the caller's values makes glibc trim and regrow the heap
+     * on every call that frees them). */
+    size_t round_cap = left < CRC_THIN_BATCH_KEYS ? left : CRC_THIN_BATCH_KEYS;
+    uint64_t *sizes = calloc(n, sizeof(*sizes));
+    const char **ks = calloc(round_cap, sizeof(*ks));
+    size_t *idx = calloc(round_cap, sizeof(*idx));
+    void **vals = calloc(round_cap, sizeof(*vals));
+    int64_t *res = calloc(round_cap, sizeof(*res));
+    uint64_t *szs = calloc(round_cap, sizeof(*szs));
+    if (sizes == NULL || ks == NULL || idx == NULL || vals == NULL || res == NULL || szs == NULL) {
+        /* Failures are per key: the keys read directly keep their values. */
+        int oom = crb_error(CR_ERR_NO_MEMORY, "batch get of %zu keys", n);
+        for (size_t i = 0; i < n; i++)
+            if (done == NULL || !done[i])
+                results[i] = oom;
+        rc = 0;
+        goto out_free;
+    }
     for (size_t i = 0; i < n; i++)
         if (done == NULL || !done[i])
             results[i] = crc_check_key(keys[i]);
     for (size_t i = 0; i < n;) {
         size_t m = 0, kb = 0;
-        for (; i < n && m < CRC_THIN_BATCH_KEYS; i++) {
+        for (; i < n && m < round_cap; i++) {
             if (results[i] < 0 || (done != NULL && done[i]))
                 continue;
             size_t kl = strlen(keys[i]);
@@ -976,8 +992,9 @@ static int keys_rounds(cr_store *s, int op, const char *const *keys, size_t n, b
         return 0;
     if (keys == NULL || results == NULL)
         return crb_error(CR_INVALID_PARAMS, "batch: NULL array");
-    const char **ks = calloc(CRC_THIN_BATCH_KEYS, sizeof(*ks));
-    size_t *idx = calloc(CRC_THIN_BATCH_KEYS, sizeof(*idx));
+    size_t round_cap = n < CRC_THIN_BATCH_KEYS ? n : CRC_THIN_BATCH_KEYS;
+    const char **ks = calloc(round_cap, sizeof(*ks));
+    size_t *idx = calloc(round_cap, sizeof(*idx));
     if (ks == NULL || idx == NULL) {
         free(ks);
         free(idx);
@@ -988,7 +1005,7 @@ static int keys_rounds(cr_store *s, int op, const char *const *keys, size_t n, b
     int first = 0;
     for (size_t i = 0; i < n;) {
         size_t m = 0, kb = 0;
-        for (; i < n && m < CRC_THIN_BATCH_KEYS; i++) {
+        for (; i < n && m < round_cap; i++) {
             if (results[i] < 0)
                 continue;
             size_t kl = strlen(keys[i]);
