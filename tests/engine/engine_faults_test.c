@@ -80,6 +80,7 @@ static void kill_mid_batch_then_restart(void **state)
     for (size_t i = 0; i < n; i++)
         reqs[i] = (cr_transfer_request){CR_OP_READ, local + (i % 64) * blk, seg,
                                         remote + (i % 64) * blk, blk};
+    uint64_t t0;
     cr_batch_id b;
     assert_int_equal(cr_batch_create(e, n, &b), 0);
     assert_int_equal(cr_batch_submit(e, b, reqs, n), 0);
@@ -119,13 +120,35 @@ static void kill_mid_batch_then_restart(void **state)
     uint64_t r2 = peer_reg(&other, "cpu:0", 4096, 0);
     cr_segment_handle seg2;
     assert_int_equal(cr_engine_open_segment(e, other.name, &seg2), 0);
-    assert_int_equal(cr_engine_transfer_sync(e, CR_OP_READ, local, seg2, r2, 4096, 0), 0);
+    t0 = now_ms();
+    int second = cr_engine_transfer_sync(e, CR_OP_READ, local, seg2, r2, 4096, 0);
+    if (second != 0 && peer_death_is_deadline_bound()) {
+        /* UCX 1.13's shared-memory receive queue (mm FIFO): a peer killed
+         * after claiming a slot of ours and before marking it written blocks
+         * every later message to this engine's UCP workers (ARCHITECTURE.md,
+         * "ucx over shared memory: a peer that dies mid-send"). It happens
+         * when the kill lands inside a reply's copy: rarely in plain builds,
+         * often under TSan, whose copies are slower. What must hold then:
+         * the failure is bounded by the deadline and named, not a hang. */
+        assert_int_equal(second, CR_ERR_TIMEOUT);
+        assert_true(now_ms() - t0 <= deadline_ms + 1000);
+        print_message("the dead shared-memory peer blocked this engine's UCX receive queue: the "
+                      "new peer's transfer timed out after %llu ms (documented UCX 1.13 limit)\n",
+                      (unsigned long long)(now_ms() - t0));
+        assert_int_equal(peer_stop(&other), 0);
+        free(reqs);
+        assert_int_equal(cr_engine_unregister(e, local), 0);
+        cr_engine_destroy(e);
+        free(local);
+        return;
+    }
+    assert_int_equal(second, 0);
     for (size_t i = 0; i < 4096; i++)
         assert_int_equal(local[i], test_pattern(i, r2));
     assert_int_equal(peer_stop(&other), 0);
 
     /* Dead peer: transfers fail fast, not after the deadline. */
-    uint64_t t0 = now_ms();
+    t0 = now_ms();
     assert_true(cr_engine_transfer_sync(e, CR_OP_READ, local, seg, remote, 4096, 0) < 0);
     assert_true(now_ms() - t0 < deadline_ms);
 
@@ -224,17 +247,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(shared_secret_is_enforced),
     };
     int rc = 0;
-    if (strcmp(which, "all") == 0 || strcmp(which, "kill") == 0) {
-        const char *skip = getenv("CRESCENT_TEST_SKIP_DEADLINE_BOUND_PEER_DEATH");
-        if (skip != NULL && peer_death_is_deadline_bound()) {
-            printf("skipped under %s: after a shared-memory peer died, a new peer's first "
-                   "transfer sometimes times out in this build (a known, not yet understood "
-                   "issue; the plain and ASan runs pass)\n",
-                   skip);
-            return 77;
-        }
+    if (strcmp(which, "all") == 0 || strcmp(which, "kill") == 0)
         rc |= cmocka_run_group_tests_name("peer death", kill_tests, NULL, NULL);
-    }
     if (strcmp(which, "all") == 0 || strcmp(which, "other") == 0)
         rc |= cmocka_run_group_tests_name("other faults", other_tests, NULL, NULL);
     return rc;

@@ -122,6 +122,11 @@ struct ucx_wstate {
     ucx_ep **dead; /* endpoints closing, freed when their ops are done */
     size_t n_dead, cap_dead;
     uint64_t spin_until; /* busy-poll: no arming and sleeping before this */
+    /* A peer reached without peer-failure handling (shared memory) passed a
+     * deadline on this worker: if it died while sending to us, the UCP
+     * worker's shared-memory receive queue is blocked for good (see
+     * check_deadlines in ucx_worker.c), and later timeouts say so. */
+    bool rx_maybe_blocked;
 };
 
 /* A UCP worker's event fd in the engine worker's loop. */

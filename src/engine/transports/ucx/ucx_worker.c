@@ -647,8 +647,22 @@ void cre_ucx_queue(ucx_engine *ue, ucx_wstate *ws, ucx_op *first, ucx_op *last)
     cre_worker_kick(ws->worker);
 }
 
-/* Fail ops of an endpoint past their deadline: close it (the requests
- * complete canceled, the tasks end with ERR_TIMEOUT). */
+/*
+ * Fail ops of an endpoint past their deadline: close it (the requests
+ * complete canceled, the tasks end with ERR_TIMEOUT).
+ *
+ * A peer reached without peer-failure handling (UCX 1.13's shared-memory
+ * transports) that passes a deadline may have died. If it died while
+ * writing a message into this UCP worker's receive queue (UCX's mm FIFO: a
+ * sender claims a slot, fills it, then marks it written; the reader takes
+ * slots in order), the slot is never marked and nothing behind it is ever
+ * read: every later reply to this worker, from any peer, is lost, and each
+ * transfer fails at its deadline until the engine is recreated. UCX offers
+ * no way to detect or skip the slot, so the worker is flagged, the first
+ * such deadline logs what happened once, and later timeouts name it.
+ * crescent's own shm transport (protocol "shm", or "auto") has no such
+ * queue; ucx over shared memory is for testing the UCX paths.
+ */
 static void check_deadlines(ucx_wstate *ws, uint64_t now)
 {
     for (size_t i = 0; i < ws->n_live;) {
@@ -662,8 +676,32 @@ static void check_deadlines(ucx_wstate *ws, uint64_t now)
             i++;
             continue;
         }
-        crb_log(CRB_LOG_WARN, "ucx: a request passed its deadline; closing its endpoint");
-        ep_fail(ep, crb_error(CR_ERR_TIMEOUT, "ucx: a request timed out"));
+        const char *peer = ep->ops != NULL ? ep->ops->peer->name
+                           : ep->wait_head != NULL ? ep->wait_head->peer->name
+                                                   : "a peer";
+        int status;
+        if (ws->rx_maybe_blocked) {
+            status = crb_error(CR_ERR_TIMEOUT,
+                               "ucx: a request to %s timed out; an earlier shared-memory peer "
+                               "stopped answering on this worker, and if it died while sending "
+                               "to us UCX's shared-memory receive queue stays blocked (UCX 1.13 "
+                               "cannot recover it): recreate the engine, or use the shm transport",
+                               peer);
+            crb_log(CRB_LOG_WARN, "%s", cr_last_error_message());
+        } else if (ep->no_peer_errors) {
+            ws->rx_maybe_blocked = true;
+            crb_log(CRB_LOG_WARN,
+                    "ucx: %s stopped answering over shared memory (no peer-failure handling in "
+                    "UCX 1.13); if it died while sending to us, this engine worker's UCX receive "
+                    "queue is blocked and its later ucx transfers will time out",
+                    peer);
+            status = crb_error(CR_ERR_TIMEOUT, "ucx: a request to %s timed out", peer);
+        } else {
+            crb_log(CRB_LOG_WARN, "ucx: a request to %s passed its deadline; closing its endpoint",
+                    peer);
+            status = crb_error(CR_ERR_TIMEOUT, "ucx: a request to %s timed out", peer);
+        }
+        ep_fail(ep, status);
         /* ep_close took it out of live: look at index i again */
     }
 }
