@@ -676,7 +676,7 @@ static void check_deadlines(ucx_wstate *ws, uint64_t now)
             i++;
             continue;
         }
-        const char *peer = ep->ops != NULL ? ep->ops->peer->name
+        const char *peer = ep->ops != NULL         ? ep->ops->peer->name
                            : ep->wait_head != NULL ? ep->wait_head->peer->name
                                                    : "a peer";
         int status;
