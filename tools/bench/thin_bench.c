@@ -18,7 +18,12 @@
  * them back. Every case runs the two clients in alternating slices
  * (--slices, the order flipped every slice) of --duration / slices seconds
  * each, so drift of a shared machine hits both alike. A put case that fills
- * 60 % of a segment removes its keys (untimed) and goes on.
+ * 60 % of a segment removes its keys (untimed) and goes on. Before a get
+ * case each client's round is topped up (untimed) to the same number of
+ * keys, READ_SET bytes' worth (at most the round's budget), and both read
+ * over exactly that many: the same working set, larger than the caches.
+ * (Reading whatever the put slices left, a client whose last round had
+ * just restarted read a few MiB over and over from cache: 40 GB/s "gets".)
  *
  * Reported per case and client: keys/s, GB/s (10^9 value bytes per second),
  * latency p50 / p99 per call; then thin / embedded throughput and the
@@ -44,6 +49,7 @@
 #define MAX_BATCH  1024
 #define KEY_LEN    64
 #define FILL_SHARE 60 /* percent of a segment a put case fills before recycling */
+#define READ_SET   (128ull << 20) /* bytes of distinct values a get case reads over */
 
 typedef struct tb_opts {
     uint64_t sizes[MAX_SIZES];
@@ -375,6 +381,38 @@ static void run_slice(tb_side *sd, const tb_case *c, double seconds, uint64_t *r
     }
 }
 
+/* Put keys (untimed) until this side's round holds `want` of them. */
+static void top_up(tb_side *sd, const tb_case *c, uint64_t want)
+{
+    cr_replicate_config cfg;
+    cr_replicate_config_init(&cfg);
+    cfg.prefer_same_node = true;
+    const char *keys[MAX_BATCH];
+    char kb[MAX_BATCH][KEY_LEN];
+    const void *vals[MAX_BATCH];
+    size_t sizes[MAX_BATCH];
+    int res[MAX_BATCH];
+    while (sd->written < want) {
+        uint32_t n = 0;
+        for (; n < c->batch && sd->written + n < want; n++) {
+            uint64_t idx = sd->written + n;
+            key_of(kb[n], sd, c->size, idx);
+            keys[n] = kb[n];
+            vals[n] = sd->buf + (uint64_t)n * c->size;
+            sizes[n] = c->size;
+            if (c->verify)
+                cb_pattern_fill(sd->buf + (uint64_t)n * c->size, 0, c->size, idx + 1);
+        }
+        int rc = cr_store_batch_put(sd->s, keys, vals, sizes, n, &cfg, res);
+        note_error(sd, rc);
+        for (uint32_t k = 0; k < n && rc == 0; k++)
+            note_error(sd, res[k]);
+        if (rc < 0)
+            return;
+        sd->written += n;
+    }
+}
+
 typedef struct tb_result {
     double kps, gbps, p50_us, p99_us;
 } tb_result;
@@ -397,10 +435,17 @@ static int run_case(tb_side sides[2], const tb_case *c, const tb_opts *o)
     char sz[32];
     double slice = o->duration / o->slices;
     uint64_t readable[2], pos[2] = {0, 0};
+    uint64_t read_set = READ_SET / c->size;
+    if (read_set > c->budget)
+        read_set = c->budget;
+    if (read_set < c->batch)
+        read_set = c->batch;
     for (int i = 0; i < 2; i++) {
         sides[i].keys = sides[i].calls = sides[i].ns = 0;
         memset(sides[i].hist, 0, sizeof(*sides[i].hist));
-        readable[i] = sides[i].written ? sides[i].written : 1;
+        if (!c->put)
+            top_up(&sides[i], c, read_set);
+        readable[i] = c->put ? 1 : read_set;
     }
     for (uint32_t sl = 0; sl < o->slices; sl++)
         for (int k = 0; k < 2; k++) {
