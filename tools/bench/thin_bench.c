@@ -48,7 +48,7 @@
 #define MAX_SIZES  8
 #define MAX_BATCH  1024
 #define KEY_LEN    64
-#define FILL_SHARE 60 /* percent of a segment a put case fills before recycling */
+#define FILL_SHARE 60             /* percent of a segment a put case fills before recycling */
 #define READ_SET   (128ull << 20) /* bytes of distinct values a get case reads over */
 
 typedef struct tb_opts {
