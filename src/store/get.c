@@ -611,7 +611,8 @@ static int batch_get_values(cr_store *s, const char *const *keys, const dest_par
                             void **values_out, int64_t *results, const crc_value_dest *vd)
 {
     int first = 0;
-    size_t *idx = calloc(CRC_BATCH_KEYS, sizeof(*idx));
+    size_t round_cap = n < CRC_BATCH_KEYS ? (n ? n : 1) : CRC_BATCH_KEYS;
+    size_t *idx = calloc(round_cap, sizeof(*idx));
     bool *todo = calloc(n, sizeof(*todo)); /* still to ask the master for */
     if (idx == NULL || todo == NULL) {
         free(idx);
@@ -628,7 +629,7 @@ static int batch_get_values(cr_store *s, const char *const *keys, const dest_par
 again:
     for (size_t i = 0; i < n;) {
         size_t m = 0, key_bytes = 0;
-        for (; i < n && m < CRC_BATCH_KEYS; i++) {
+        for (; i < n && m < round_cap; i++) {
             if (!todo[i])
                 continue;
             size_t kl = strlen(keys[i]);

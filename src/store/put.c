@@ -442,14 +442,18 @@ static int batch_put_values(cr_store *s, const char *const *keys, const value_pa
                             const cr_replicate_config *cfg, bool upsert, int *results)
 {
     int rc = 0, first = 0;
+    /* Per-round arrays sized by the batch, not the round limit: a small
+     * batch does not zero 40 KiB per call (thin_ops.c: that much heap above
+     * a caller's values made glibc trim and regrow the heap per call). */
+    size_t round_cap = n < CRC_BATCH_KEYS ? (n ? n : 1) : CRC_BATCH_KEYS;
     uint8_t *later = calloc(n, 1);
-    uint8_t *alone = calloc(CRC_BATCH_KEYS, 1);
-    uint8_t *held = calloc(CRC_BATCH_KEYS, 1); /* stage[j] holds staging space */
-    size_t *idx = calloc(CRC_BATCH_KEYS, sizeof(*idx));
+    uint8_t *alone = calloc(round_cap, 1);
+    uint8_t *held = calloc(round_cap, 1); /* stage[j] holds staging space */
+    size_t *idx = calloc(round_cap, sizeof(*idx));
     value_parts *staged = calloc(n, sizeof(*staged));
-    const void **stage_ptr = calloc(CRC_BATCH_KEYS, sizeof(*stage_ptr));
-    size_t *stage_size = calloc(CRC_BATCH_KEYS, sizeof(*stage_size));
-    crb_oa_allocation *stage = calloc(CRC_BATCH_KEYS, sizeof(*stage));
+    const void **stage_ptr = calloc(round_cap, sizeof(*stage_ptr));
+    size_t *stage_size = calloc(round_cap, sizeof(*stage_size));
+    crb_oa_allocation *stage = calloc(round_cap, sizeof(*stage));
     if (later == NULL || alone == NULL || held == NULL || idx == NULL || staged == NULL ||
         stage_ptr == NULL || stage_size == NULL || stage == NULL) {
         rc = crb_error(CR_ERR_NO_MEMORY, "batch of %zu", n);
@@ -465,7 +469,7 @@ static int batch_put_values(cr_store *s, const char *const *keys, const value_pa
         /* One round: the next keys, up to the key-count and key-bytes bounds. */
         size_t m = 0, key_bytes = 0;
         bool direct = crc_direct_ok(s); /* copying values go as they are */
-        for (; i < n && m < CRC_BATCH_KEYS; i++) {
+        for (; i < n && m < round_cap; i++) {
             if (results[i] < 0 || later[i])
                 continue;
             size_t kl = strlen(keys[i]);
