@@ -22,4 +22,15 @@ static inline bool crt_sanitized(void)
 #endif
 }
 
+/* Built with ThreadSanitizer (every memory access instrumented: several times
+ * slower, so a test of how fast a server drains an attack cannot hold). */
+static inline bool crt_thread_sanitized(void)
+{
+#if defined(__SANITIZE_THREAD__) || __has_feature(thread_sanitizer)
+    return true;
+#else
+    return false;
+#endif
+}
+
 #endif
