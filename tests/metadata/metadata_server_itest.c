@@ -38,7 +38,6 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/net.h"
-#include "sanitized.h"
 #include "metadata/backend.h"
 #include "sanitized.h"
 #include "slowloris.h"
@@ -311,15 +310,6 @@ static void test_slowloris_heads(void **state)
 
 static void test_slowloris_bodies(void **state)
 {
-    /* Known, open (2026-12-06): a TSan-built server under 1100 trickled
-     * bodies frees no slot for /health within 10 s, and at SIGTERM its four
-     * libmicrohttpd workers stay blocked on their own mutexes (stacks in the
-     * closing note of that day); the plain and ASan builds pass this case.
-     * Under TSan it is skipped, and reported as skipped. */
-    if (crt_thread_sanitized()) {
-        print_message("skipped under TSan: body slowloris (known open stall, see the comment)\n");
-        skip();
-    }
     slowloris_round(true);
 }
 
@@ -478,7 +468,7 @@ static void test_announced_sizes_and_deletes(void **state)
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: %s <crescent-metadata-server> process|flags\n", argv[0]);
+        fprintf(stderr, "usage: %s <crescent-metadata-server> process|bodies|flags\n", argv[0]);
         return 2;
     }
     server_path = argv[1];
@@ -488,20 +478,34 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_process_mooncake_flags_sigint),
         cmocka_unit_test(test_port_taken_exits_1),
         cmocka_unit_test(test_slowloris_heads),
-        cmocka_unit_test(test_slowloris_bodies),
         cmocka_unit_test(test_quota),
         cmocka_unit_test(test_announced_sizes_and_deletes),
     };
     const struct CMUnitTest flag_tests[] = {
         cmocka_unit_test(test_bad_flags),
     };
+    const struct CMUnitTest body_tests[] = {
+        cmocka_unit_test(test_slowloris_bodies),
+    };
     int failed;
-    if (strcmp(argv[2], "process") == 0)
+    if (strcmp(argv[2], "process") == 0) {
         failed = cmocka_run_group_tests_name("process", process_tests, NULL, tt_teardown);
-    else if (strcmp(argv[2], "flags") == 0)
+    } else if (strcmp(argv[2], "bodies") == 0) {
+        /* Known, open (2026-12-06): a TSan-built server under 1100 trickled
+         * bodies frees no slot for /health within 10 s, and at SIGTERM its
+         * four libmicrohttpd workers stay blocked on their own mutexes
+         * (docs/testing.md); the plain and ASan builds pass. This entry
+         * exits 77 (skipped) under TSan. */
+        if (crt_thread_sanitized()) {
+            printf("skipped under TSan: body slowloris, a known open stall (docs/testing.md)\n");
+            return 77;
+        }
+        failed = cmocka_run_group_tests_name("bodies", body_tests, NULL, tt_teardown);
+    } else if (strcmp(argv[2], "flags") == 0) {
         failed = cmocka_run_group_tests_name("flags", flag_tests, NULL, tt_teardown);
-    else
+    } else {
         return 2;
+    }
     curl_global_cleanup();
     return failed;
 }
