@@ -596,6 +596,7 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
                              &resp->u.get.n_replicas);
             resp->u.get.lease_ttl_ms = l.lease_ttl_ms;
             resp->u.get.lease_token = l.lease_token;
+            resp->u.get.version = l.version;
         }
         break;
     }

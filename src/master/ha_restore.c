@@ -289,6 +289,7 @@ static void install_key(restore *st, size_t k, uint64_t *fenced)
         if (o != NULL) {
             o->size = e->size;
             o->flags = CRK_OBJ_COMPLETE;
+            o->version = crk_next_version(st->s);
             o->last_access = st->now;
             memcpy(crk_obj_reps(o), reps, n * sizeof(*reps));
             if (e->flags & CRK_HA_F_HARD_PIN) {

@@ -126,6 +126,9 @@ struct crk_service {
     _Atomic uint64_t evict_rounds; /* bumped after each round */
 
     _Atomic uint64_t epoch_counter;
+    /* object versions (crk_next_version): from (random 24 bits << 40) + 1, so a client's
+     * cached location of another master instance's object does not match by chance */
+    _Atomic uint64_t next_version;
     _Atomic uint64_t conn_tags;        /* crk_conn_tag: the last one handed out */
     _Atomic uint64_t rng;              /* seeds each thread's stream (rng.h) */
     crb_sipkey hash_key;               /* of crk_key_hash, random per service */
@@ -258,5 +261,11 @@ uint64_t crk_evict_round(crk_service *s, uint64_t target_bytes, uint64_t now, ui
 
 void crk_evict_for_alloc(crk_service *s, uint64_t need_bytes, uint64_t seen_rounds, uint64_t now);
 void crk_shard_housekeeping_locked(crk_service *s, crk_shard *sh, uint64_t now);
+
+/* A new object version: unique within this master instance (see next_version). */
+static inline uint64_t crk_next_version(crk_service *s)
+{
+    return atomic_fetch_add_explicit(&s->next_version, 1, memory_order_relaxed);
+}
 
 #endif

@@ -60,7 +60,7 @@ struct crk_write;
 
 /*
  * One key. Allocated as one block: header, key bytes + NUL padded to 8, then
- * the replica array (crk_obj_reps). 72 bytes of header; see the memory test.
+ * the replica array (crk_obj_reps). 80 bytes of header; see the memory test.
  *
  * Readers: every get_replica_list of a lease era (a period during which the
  * lease never lapsed) counts one reader and hands out the era as its token;
@@ -75,6 +75,7 @@ typedef struct crk_object {
     uint64_t lease_until;                   /* read lease deadline (0: none) */
     uint64_t soft_pin_until;                /* CRK_OBJ_SOFT_PIN: deadline */
     uint64_t last_access;                   /* put_end or last get: the LRU clock */
+    uint64_t version; /* the committed value's version (crk_next_version): never reused */
     uint32_t hash;                          /* low 32 bits of the key hash */
     uint16_t key_len;
     uint8_t nrep;

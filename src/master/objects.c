@@ -574,6 +574,7 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, c
     if (!w->upsert) {
         apply_pins(o, w, 0, 0, now);
         o->flags |= CRK_OBJ_COMPLETE;
+        o->version = crk_next_version(s);
         o->last_access = now;
         pin_gauges(s, o, +1);
         if (s->off != NULL)
@@ -601,6 +602,7 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, c
     memcpy(crk_obj_reps(n), w->rep, w->nrep * sizeof(crk_replica));
     apply_pins(n, w, o->flags, o->soft_pin_until, now);
     n->flags |= CRK_OBJ_COMPLETE;
+    n->version = crk_next_version(s);
     n->last_access = now;
     sh->slots[slot].obj = n;
     crk_lru_unlink(sh, o);
@@ -731,6 +733,7 @@ static int get_impl(crk_service *s, const char *key, const key_ref *pre, uint64_
     out->value_size = o->size;
     out->lease_ttl_ms = s->cfg.default_kv_lease_ttl_ms;
     out->lease_token = o->lease_era;
+    out->version = o->version;
     crk_add(sh->leases_granted, 1);
 unlock:
     pthread_mutex_unlock(&sh->mu);

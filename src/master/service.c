@@ -108,6 +108,9 @@ int crk_service_create(const crk_config *cfg, uint64_t now_ms, crk_service **out
     s->cfg = c;
     s->start_ms = now_ms;
     atomic_init(&s->epoch_counter, 0);
+    uint64_t start = 0;
+    (void)crb_random_bytes(&start, sizeof(start));
+    atomic_init(&s->next_version, ((start & 0xffffffu) << 40) | 1u);
     atomic_init(&s->rng, now_ms * 0x9E3779B97F4A7C15ull + 1);
     if (pthread_rwlock_init(&s->seg_lock, NULL) != 0) {
         rc = crb_error(CR_ERR_NO_MEMORY, "master service: seg_lock");

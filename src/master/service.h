@@ -167,6 +167,7 @@ typedef struct crk_replica_list {
     uint64_t lease_ttl_ms; /* get: the lease granted; a reader must finish by
                               request_start + lease_ttl_ms. put_start: 0 */
     uint64_t lease_token;  /* get: give it back with crk_release_leases when done */
+    uint64_t version;      /* get: the object's version (crk_object.version) */
     uint32_t n;
     crk_replica_desc r[CRK_MAX_REPLICAS];
 } crk_replica_list;

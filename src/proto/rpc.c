@@ -1174,6 +1174,7 @@ static void enc_rs_get(crp_mp_enc *e, const crp_rpc_resp *m)
     enc_replicas(e, m->u.get.n_replicas, m->u.get.replicas);
     crp_mp_enc_u64(e, "lease", m->u.get.lease_ttl_ms);
     crp_mp_enc_u64(e, "lt", m->u.get.lease_token);
+    crp_mp_enc_u64(e, "ov", m->u.get.version);
 }
 
 static int dec_rs_get(dec *d, fields v, crp_rpc_resp *m)
@@ -1183,6 +1184,8 @@ static int dec_rs_get(dec *d, fields v, crp_rpc_resp *m)
         rc = crp_mp_get_u64(&d->c, "lease", v[4], &m->u.get.lease_ttl_ms);
     if (rc == 0 && v[5] != NULL) /* optional: masters before it send none */
         rc = crp_mp_get_u64(&d->c, "lt", v[5], &m->u.get.lease_token);
+    if (rc == 0 && v[6] != NULL) /* optional: masters before it send none */
+        rc = crp_mp_get_u64(&d->c, "ov", v[6], &m->u.get.version);
     return rc;
 }
 
@@ -1321,7 +1324,7 @@ RS_KEYS(hello, "v", "caps", "sw", "view", "sn", "smac");
 RS_KEYS(ping, "cs", "view", "fence");
 RS_KEYS(exist, "ex");
 RS_KEYS(statuses, "r");
-RS_KEYS(get, "reps", "lease", "lt");
+RS_KEYS(get, "reps", "lease", "lt", "ov");
 RS_KEYS(alloc, "reps");
 RS_KEYS(batch_get, "r", "lease");
 RS_KEYS(batch_alloc, "r");

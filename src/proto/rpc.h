@@ -448,6 +448,11 @@ typedef struct crp_rpc_get_resp {
     crp_rpc_replica *replicas;
     uint64_t lease_ttl_ms;
     uint64_t lease_token; /* give back with RELEASE_LEASES when done (0: none) */
+    /* The object's version ("ov"; 0: none, a master before it): never reused by the master
+     * instance that issued it, so a client may read a location it cached for this version
+     * before the reply and keep the bytes if the reply names the same version and replica
+     * (docs/WIRE.md, "Object versions"). */
+    uint64_t version;
 } crp_rpc_get_resp;
 
 /* PUT_START / UPSERT_START: the replicas allocated, possibly fewer than asked. */

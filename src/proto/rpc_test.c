@@ -406,6 +406,7 @@ static void fill_rs_get(crp_rpc_resp *m, int v)
     sample_replicas(v, &m->u.get.n_replicas, &m->u.get.replicas);
     m->u.get.lease_ttl_ms = v == V_MAX ? UINT64_MAX : v == V_MIN ? 0 : 10000;
     m->u.get.lease_token = v == V_MAX ? UINT64_MAX : v == V_MIN ? 0 : 3;
+    m->u.get.version = v == V_MAX ? UINT64_MAX : v == V_MIN ? 0 : (7ull << 40) + 5;
 }
 
 static void fill_rs_alloc(crp_rpc_resp *m, int v)
@@ -775,6 +776,7 @@ static void eq_rs_get(const crp_rpc_resp *a, const crp_rpc_resp *b)
     eq_replicas(a->u.get.n_replicas, a->u.get.replicas, b->u.get.n_replicas, b->u.get.replicas);
     assert_true(a->u.get.lease_ttl_ms == b->u.get.lease_ttl_ms);
     assert_true(a->u.get.lease_token == b->u.get.lease_token);
+    assert_true(a->u.get.version == b->u.get.version);
 }
 
 static void eq_rs_alloc(const crp_rpc_resp *a, const crp_rpc_resp *b)
@@ -1287,7 +1289,7 @@ static void pack_mutated(msgpack_packer *pk, const msgpack_object *o, const targ
 
 static bool key_optional(const msgpack_object_kv *kv)
 {
-    static const char *const optional[] = {"msg", "spt", "fence", "lt", "sn", "smac", "ow"};
+    static const char *const optional[] = {"msg", "spt", "fence", "lt", "sn", "smac", "ow", "ov"};
     for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++) {
         size_t n = strlen(optional[i]);
         if (kv->key.via.str.size == n && memcmp(kv->key.via.str.ptr, optional[i], n) == 0)
@@ -1706,6 +1708,17 @@ static void test_ranges_and_enums(void **state)
     pack_raw_body(&sb, CRP_RPC_GET_REPLICA_LIST, g, 3);
     expect_reject(RESP, sb.data, sb.size, CR_ERR_MALFORMED_FRAME);
     expect_error_mentions("replica 0");
+    msgpack_sbuffer_destroy(&sb);
+    /* A master before object versions sends no "ov" (nor "lt"): version 0, no speculation. */
+    static const uint8_t rep_ok[] = {0x91, 0x85, 0xa1, 's',  0xa1, 's',  0xa1, 'a', 0x00,
+                                     0xa1, 'l',  0x01, 0xa1, 'e',  0x00, 0xa1, 't', 0x03};
+    raw_field g_old[3] = {{"st", st0, 1}, {"reps", rep_ok, sizeof(rep_ok)}, {"lease", lease, 1}};
+    pack_raw_body(&sb, CRP_RPC_GET_REPLICA_LIST, g_old, 3);
+    crp_rpc_resp old_reply;
+    assert_int_equal(crp_rpc_resp_decode(sb.data, sb.size, &old_reply), 0);
+    assert_int_equal(old_reply.u.get.n_replicas, 1);
+    assert_true(old_reply.u.get.version == 0 && old_reply.u.get.lease_token == 0);
+    crp_rpc_resp_clear(&old_reply);
     msgpack_sbuffer_destroy(&sb);
 
     /* Ping: client status out of range. */
