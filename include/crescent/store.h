@@ -109,6 +109,24 @@ typedef struct cr_store_offload_stats {
                              get_offload_rpc_read_count) */
 } cr_store_offload_stats;
 
+/**
+ * Single gets into registered memory (cr_store_get_into) read the replica this client
+ * last read the key's current version from while they ask the master, and keep those
+ * bytes only when the reply names the same object version and replica (docs/WIRE.md,
+ * "Object versions"); otherwise they read again from the reply's replicas. So the
+ * buffer may be written even by a get that then fails. CRESCENT_GET_SPECULATE=0 turns
+ * this off.
+ */
+typedef struct cr_store_get_stats {
+    bool speculating;           /**< on (CRESCENT_GET_SPECULATE is not 0) */
+    uint64_t speculative_reads; /**< gets that read a cached location while asking */
+    uint64_t speculative_hits;  /**< ... and kept it (the reply confirmed it) */
+} cr_store_get_stats;
+
+/** Snapshot of an embedded client's get counters since setup. 0, CR_INVALID_PARAMS, or
+ *  CR_UNAVAILABLE_IN_CURRENT_MODE for a thin client. Any thread. */
+CR_API int cr_store_get_stats_get(cr_store *s, cr_store_get_stats *out);
+
 /** Snapshot of s's disk-tier counters (zeros with enabled false when it has none).
  *  0 or CR_INVALID_PARAMS. Any thread. */
 CR_API int cr_store_offload_stats_get(cr_store *s, cr_store_offload_stats *out);

@@ -76,7 +76,7 @@ typedef struct crk_object {
     uint64_t soft_pin_until;                /* CRK_OBJ_SOFT_PIN: deadline */
     uint64_t last_access;                   /* put_end or last get: the LRU clock */
     uint64_t version; /* the committed value's version (crk_next_version): never reused */
-    uint32_t hash;                          /* low 32 bits of the key hash */
+    uint32_t hash;    /* low 32 bits of the key hash */
     uint16_t key_len;
     uint8_t nrep;
     uint8_t flags;

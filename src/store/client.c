@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "base/clock.h"
@@ -152,7 +153,13 @@ void crc_stage_deadline(uint64_t deadline_ms)
 
 int crc_call(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp)
 {
-    int rc = crc_master_call(s->master, req, resp, (int)s->rpc_timeout_ms);
+    return crc_call_sent(s, req, resp, NULL, NULL);
+}
+
+int crc_call_sent(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp, crc_sent_fn sent,
+                  void *sent_arg)
+{
+    int rc = crc_master_call_sent(s->master, req, resp, (int)s->rpc_timeout_ms, sent, sent_arg);
     if (req->op != CRP_RPC_GET_REPLICA_LIST && req->op != CRP_RPC_BATCH_GET_REPLICA_LIST)
         return rc;
     /* A disk-only value is being staged by its holder (docs/disk-tier.md): ask again until
@@ -295,6 +302,21 @@ static int copy_field(char *dst, size_t cap, const char *v, const char *dflt, co
     return 0;
 }
 
+/* CRESCENT_GET_SPECULATE: single gets of values of at least CRC_SPECULATE_MIN bytes read
+ * a cached location while they ask the master (get.c); "all": of any size; "0": never. */
+static int speculate_mode(cr_store *s)
+{
+    const char *v = getenv("CRESCENT_GET_SPECULATE");
+    s->spec_min = CRC_SPECULATE_MIN;
+    if (v != NULL && strcmp(v, "0") == 0)
+        return 0;
+    if (v != NULL && strcasecmp(v, "all") == 0)
+        s->spec_min = 1;
+    else if (v != NULL && v[0] != '\0' && strcmp(v, "1") != 0)
+        return crb_error(CR_INVALID_PARAMS, "CRESCENT_GET_SPECULATE='%s' is not 0, 1 or all", v);
+    return crc_loc_create(&s->loc);
+}
+
 int cr_store_setup(const cr_store_config *cfg, cr_store **out)
 {
     if (cfg == NULL || out == NULL || cfg->struct_size < sizeof(uint32_t))
@@ -318,6 +340,8 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
                         "127.0.0.1:50051", "master_address");
     if (rc == 0)
         rc = crc_copy_mode(&s->copy_staged);
+    if (rc == 0)
+        rc = speculate_mode(s);
     if (rc < 0)
         goto err_destroy;
 
@@ -471,12 +495,25 @@ void cr_store_destroy(cr_store *s)
     for (size_t i = 0; i < s->n_segs; i++)
         free(s->segs[i].name);
     free(s->segs);
+    crc_loc_destroy(s->loc);
     pthread_mutex_destroy(&s->staging_lock);
     pthread_cond_destroy(&s->staging_freed);
     pthread_mutex_destroy(&s->seg_lock);
     pthread_mutex_destroy(&s->calls_lock);
     pthread_cond_destroy(&s->calls_done);
     free(s);
+}
+
+int cr_store_get_stats_get(cr_store *s, cr_store_get_stats *out)
+{
+    if (s == NULL || out == NULL)
+        return crb_error(CR_INVALID_PARAMS, "get_stats: NULL store or out");
+    if (cr_store_is_thin(s))
+        return crb_error(CR_UNAVAILABLE_IN_CURRENT_MODE,
+                         "get_stats: a thin client's gets run in crescent-client");
+    *out = (cr_store_get_stats){s->loc != NULL, atomic_load(&s->spec_reads),
+                                atomic_load(&s->spec_hits)};
+    return 0;
 }
 
 int cr_store_health(cr_store *s)

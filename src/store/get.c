@@ -222,6 +222,24 @@ static int read_from(cr_store *s, const crp_rpc_replica *rep, const dest_parts *
     return 0;
 }
 
+/* A speculative read (get_value), started once the get is on its way to the master. */
+typedef struct spec_read {
+    cr_store *s;
+    const dest_parts *d;
+    crc_loc at;
+    cr_batch_id batch;
+    bool started;
+} spec_read;
+
+static void spec_start(void *arg)
+{
+    spec_read *sr = arg;
+    sr->started = crc_read_start(sr->s, sr->at.segment, sr->at.addr, sr->d->bufs[0], sr->at.size,
+                                 &sr->batch) == 0;
+    if (sr->started)
+        atomic_fetch_add(&sr->s->spec_reads, 1);
+}
+
 /* Fetch replicas, check the destination capacity, read with failover. */
 static int64_t get_value(cr_store *s, const char *key, dest_parts *d, void **alloc_out,
                          const crc_value_dest *vd)
@@ -235,7 +253,26 @@ static int64_t get_value(cr_store *s, const char *key, dest_parts *d, void **all
     crp_rpc_req req = {.op = CRP_RPC_GET_REPLICA_LIST};
     req.u.key.key = (char *)key;
     crp_rpc_resp resp;
-    rc = crc_call(s, &req, &resp);
+    /* Read where this key's version was last read while the master answers (loc_cache.c):
+     * kept only if the reply names that version and replica again. */
+    spec_read sr = {.s = s, .d = d};
+    bool cached = s->loc != NULL && alloc_out == NULL && d->registered && d->n == 1 &&
+                  crc_loc_lookup(s->loc, key, &sr.at) && sr.at.size >= s->spec_min &&
+                  sr.at.size <= d->sizes[0];
+    rc = crc_call_sent(s, &req, &resp, cached ? spec_start : NULL, &sr);
+    bool spec_on = sr.started, spec_ok = false;
+    crc_loc spec = sr.at;
+    cr_batch_id spec_batch = sr.batch;
+    if (spec_on) {
+        bool confirmed =
+            rc == 0 && resp.status == 0 &&
+            crc_loc_confirms(&spec, resp.u.get.version, resp.u.get.replicas, resp.u.get.n_replicas);
+        spec_ok = crc_read_finish(s, spec_batch, !confirmed) == 0 && confirmed;
+        if (spec_ok)
+            atomic_fetch_add(&s->spec_hits, 1);
+        else
+            crc_loc_forget(s->loc, key); /* (stored again below after a good read) */
+    }
     if (rc < 0)
         return rc;
     if (resp.status < 0 || resp.u.get.n_replicas == 0) {
@@ -271,10 +308,14 @@ static int64_t get_value(cr_store *s, const char *key, dest_parts *d, void **all
         return crb_error(CR_BUFFER_OVERFLOW, "get '%s': the value has %llu bytes, the buffer %llu",
                          key, (unsigned long long)size, (unsigned long long)cap);
     }
-    order_replicas(s, resp.u.get.replicas, resp.u.get.n_replicas);
-    rc = CR_TRANSFER_FAIL;
-    for (size_t r = 0; r < resp.u.get.n_replicas && rc < 0; r++)
+    rc = spec_ok ? 0 : CR_TRANSFER_FAIL;
+    if (!spec_ok)
+        order_replicas(s, resp.u.get.replicas, resp.u.get.n_replicas);
+    for (size_t r = 0; r < resp.u.get.n_replicas && rc < 0; r++) {
         rc = size == 0 ? 0 : read_from(s, &resp.u.get.replicas[r], d, size);
+        if (rc == 0 && s->loc != NULL && size > 0)
+            crc_loc_store(s->loc, key, resp.u.get.version, &resp.u.get.replicas[r]);
+    }
     uint64_t token = resp.u.get.lease_token;
     crp_rpc_resp_clear(&resp);
     char detail[400] = "";

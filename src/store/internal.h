@@ -69,6 +69,12 @@ struct cr_store {
     atomic_bool direct_logged;
     bool copy_staged; /* CRESCENT_STORE_COPY=staged: always stage (crc_copy_mode) */
 
+    /* Speculative single gets (loc_cache.c; NULL: CRESCENT_GET_SPECULATE=0) and their
+     * counters (cr_store_get_stats_get). */
+    struct crc_loc_cache *loc;
+    uint64_t spec_min; /* smallest value read so (CRC_SPECULATE_MIN; "all": 1) */
+    _Atomic uint64_t spec_reads, spec_hits;
+
     struct crc_offload *off;     /* the disk tier (store/offload.h), or NULL */
     _Atomic uint64_t disk_reads; /* gets served from a holder's disk (rpc_reads) */
 };
@@ -116,6 +122,10 @@ int crc_check_open(cr_store *s);
 int crc_check_key(const char *key);
 int crc_segment_handle(cr_store *s, const char *name, cr_segment_handle *out);
 int crc_call(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp);
+/* crc_call, with sent(sent_arg) once the first request is on the wire
+ * (crc_master_call_sent). */
+int crc_call_sent(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp, crc_sent_fn sent,
+                  void *sent_arg);
 /* The calling thread's crc_call calls wait for stages until deadline_ms at most (0: one
  * RPC timeout each, the default); set around a batch get's rounds. */
 void crc_stage_deadline(uint64_t deadline_ms);
@@ -207,5 +217,38 @@ int crc_transfer_direct(cr_store *s, int opcode, const crp_rpc_replica *reps, si
  * one batch and those move through the staging buffer one at a time
  * (crc_direct_refused). Returns once no task touches any local memory. */
 void crc_run_batch_direct(cr_store *s, cr_transfer_request *reqs, size_t t, bool *failed);
+
+/* Speculative gets of smaller values gained nothing on the 2-vCPU test machine (the two
+ * round trips compete for its CPUs: docs/PERFORMANCE.md); CRESCENT_GET_SPECULATE=all
+ * speculates for every size. */
+#define CRC_SPECULATE_MIN (64u << 10)
+
+/* loc_cache.c: where this client last read each key (speculative single gets, get.c).
+ * Any thread; a lookup copies the entry out. */
+typedef struct crc_loc_cache crc_loc_cache;
+typedef struct crc_loc {
+    char segment[256];
+    uint64_t version, addr, size, epoch;
+} crc_loc;
+int crc_loc_create(crc_loc_cache **out);
+void crc_loc_destroy(crc_loc_cache *c);
+/* The entry of key, if any (true: *out written). */
+bool crc_loc_lookup(crc_loc_cache *c, const char *key, crc_loc *out);
+/* Remember that key's version `version` was read from r (ignored: version 0, a staged
+ * disk copy, a segment name that does not fit). */
+void crc_loc_store(crc_loc_cache *c, const char *key, uint64_t version, const crp_rpc_replica *r);
+void crc_loc_forget(crc_loc_cache *c, const char *key);
+/* Does a reply naming `version` and reps[0..n) confirm l (same version, l's replica
+ * listed)? Then what was read from l while asking is the value (docs/WIRE.md). */
+bool crc_loc_confirms(const crc_loc *l, uint64_t version, const crp_rpc_replica *reps, size_t n);
+
+/* staging.c: one read started now and waited for later (a speculative get). start: 0 and
+ * *batch_out, or a negative status (nothing started). finish: waits until the transfer
+ * has ended (even past a timeout: it writes the caller's memory), frees the batch;
+ * 0 or the transfer's failure. cancel: the bytes are not wanted (what has not started
+ * does not start). */
+int crc_read_start(cr_store *s, const char *segment, uint64_t addr, void *local, uint64_t len,
+                   cr_batch_id *batch_out);
+int crc_read_finish(cr_store *s, cr_batch_id batch, bool cancel);
 
 #endif

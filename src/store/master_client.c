@@ -414,7 +414,8 @@ int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_
     return 0;
 }
 
-static int call_once(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms)
+static int call_once(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms,
+                     crc_sent_fn sent, void *sent_arg)
 {
     crp_buf frame = {0};
     crp_rpc_req with_tenant;
@@ -465,6 +466,8 @@ static int call_once(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, 
     }
     pthread_mutex_unlock(&m->write_lock);
     crp_buf_free(&frame);
+    if (rc == 0 && sent != NULL)
+        sent(sent_arg); /* while the master works on it */
 
     pthread_mutex_lock(&m->lock);
     if (rc == 0) {
@@ -545,8 +548,14 @@ static void drop_connection(crc_master *m)
 
 int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms)
 {
+    return crc_master_call_sent(m, req, resp, timeout_ms, NULL, NULL);
+}
+
+int crc_master_call_sent(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms,
+                         crc_sent_fn sent, void *sent_arg)
+{
     if (m->leader == NULL)
-        return call_once(m, req, resp, timeout_ms);
+        return call_once(m, req, resp, timeout_ms, sent, sent_arg);
     /* HA: a call that found no leader (connection refused or lost, or
      * NOT_LEADER) is retried against the leader etcd names, within the
      * call's own deadline (docs/ha.md, "clients"). */
@@ -554,7 +563,8 @@ int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, i
     for (;;) {
         uint64_t now = crb_now_ms();
         int left = now < deadline ? (int)(deadline - now) : 1;
-        int rc = call_once(m, req, resp, left);
+        int rc = call_once(m, req, resp, left, sent, sent_arg);
+        sent = NULL; /* (once: the first request that went out) */
         /* NOT_LEADER in a reply, or from the handshake of a master that
          * has not finished its promotion yet */
         bool not_leader = rc == 0 && resp->status == CR_ERR_NOT_LEADER;

@@ -51,6 +51,15 @@ int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_
 int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms);
 
 /**
+ * crc_master_call, and once the request is on the wire (the first time it is, if an HA
+ * call is retried), sent(sent_arg) on the calling thread before it waits for the reply:
+ * work to overlap with the master's. Not called when the request never went out.
+ */
+typedef void (*crc_sent_fn)(void *arg);
+int crc_master_call_sent(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms,
+                         crc_sent_fn sent, void *sent_arg);
+
+/**
  * Send req without waiting for its reply (dropped when it comes): for
  * notices whose outcome the caller does not act on (RELEASE_LEASES). Goes
  * out in order with the calls on this connection. Does not reconnect: 0 if

@@ -250,6 +250,36 @@ int crc_transfer(cr_store *s, int opcode, const crp_rpc_replica *reps, size_t n_
     return rc;
 }
 
+int crc_read_start(cr_store *s, const char *segment, uint64_t addr, void *local, uint64_t len,
+                   cr_batch_id *batch_out)
+{
+    cr_segment_handle h;
+    int rc = crc_segment_handle(s, segment, &h);
+    if (rc < 0)
+        return rc;
+    cr_transfer_request req = {CR_OP_READ, local, h, addr, len};
+    cr_batch_id b;
+    rc = cr_batch_create(s->engine, 1, &b);
+    if (rc < 0)
+        return rc;
+    rc = cr_batch_submit(s->engine, b, &req, 1);
+    if (rc < 0) {
+        cr_batch_free(s->engine, b);
+        return rc;
+    }
+    *batch_out = b;
+    return 0;
+}
+
+int crc_read_finish(cr_store *s, cr_batch_id batch, bool cancel)
+{
+    if (cancel)
+        cr_batch_cancel(s->engine, batch); /* (what already started still ends first) */
+    int rc = wait_tasks(s, batch, true);
+    cr_batch_free(s->engine, batch);
+    return rc;
+}
+
 void crc_run_batch(cr_store *s, cr_transfer_request *reqs, size_t t, bool *failed)
 {
     if (t == 0)

@@ -56,6 +56,7 @@
  *                                    (disk tier)
  *   psess_start KEY SIZE | psess_end KEY | psess_revoke KEY
  *                                    <rc>  a put session (ranged API) in this process's table
+ *   getstats                         0 on=<0|1> spec=<n> kept=<n>  (speculative get_into)
  *   thinstats                        0 calls=<n> zc=<b> copied=<b> slow=<calls>/<b>
  *                                    transient=<n> reconnects=<n> lost=<n>
  *                                    shared=<n> slowregs=<n> conns=<n> pool=<b>
@@ -857,6 +858,11 @@ int main(int argc, char **argv)
                    ts.shared_regions, ts.slow_path_regions, ts.connections, ts.pool_used,
                    ts.direct_get_keys, ts.direct_get_fallbacks, ts.direct_put_keys,
                    ts.direct_put_fallbacks);
+        } else if (strcmp(cmd, "getstats") == 0) {
+            cr_store_get_stats gs = {0};
+            rc = cr_store_get_stats_get(store, &gs);
+            printf("%d on=%d spec=%" PRIu64 " kept=%" PRIu64 "\n", rc, gs.speculating ? 1 : 0,
+                   gs.speculative_reads, gs.speculative_hits);
         } else if (strcmp(cmd, "offstats") == 0) {
             cr_store_offload_stats os;
             rc = cr_store_offload_stats_get(store, &os);
