@@ -225,7 +225,8 @@ static int read_from(cr_store *s, const crp_rpc_replica *rep, const dest_parts *
 /* A speculative read (get_value), started once the get is on its way to the master. */
 typedef struct spec_read {
     cr_store *s;
-    const dest_parts *d;
+    void *local;       /* where to: the caller's registered buffer, or a value allocated */
+    bool unregistered; /* ... for a copying get (CR_OP_LOCAL_UNREGISTERED) */
     crc_loc at;
     cr_batch_id batch;
     bool started;
@@ -234,8 +235,8 @@ typedef struct spec_read {
 static void spec_start(void *arg)
 {
     spec_read *sr = arg;
-    sr->started = crc_read_start(sr->s, sr->at.segment, sr->at.addr, sr->d->bufs[0], sr->at.size,
-                                 &sr->batch) == 0;
+    sr->started = crc_read_start(sr->s, sr->at.segment, sr->at.addr, sr->local, sr->at.size,
+                                 sr->unregistered, &sr->batch) == 0;
     if (sr->started)
         atomic_fetch_add(&sr->s->spec_reads, 1);
 }
@@ -255,10 +256,27 @@ static int64_t get_value(cr_store *s, const char *key, dest_parts *d, void **all
     crp_rpc_resp resp;
     /* Read where this key's version was last read while the master answers (loc_cache.c):
      * kept only if the reply names that version and replica again. */
-    spec_read sr = {.s = s, .d = d};
-    bool cached = s->loc != NULL && alloc_out == NULL && d->registered && d->n == 1 &&
-                  crc_loc_lookup(s->loc, key, &sr.at) && sr.at.size >= s->spec_min &&
-                  sr.at.size <= d->sizes[0];
+    /* A copying get reads straight into a value of the cached size, allocated now (kept for
+     * the reply's value when the sizes agree). */
+    spec_read sr = {.s = s};
+    void *pre = NULL;
+    bool pre_direct = false;
+    int pre_rc = 0;
+    char pre_err[256] = "";
+    bool cached =
+        s->loc != NULL && crc_loc_lookup(s->loc, key, &sr.at) && sr.at.size >= s->spec_min;
+    if (cached && alloc_out == NULL) {
+        cached = d->registered && d->n == 1 && sr.at.size <= d->sizes[0];
+        sr.local = cached ? d->bufs[0] : NULL;
+    } else if (cached) {
+        /* (a refusal is the answer for that size: not asked again below) */
+        pre_rc = crc_direct_ok(s) ? value_alloc(vd, 0, sr.at.size, &pre, &pre_direct) : 1;
+        if (pre_rc < 0)
+            snprintf(pre_err, sizeof(pre_err), "%s", cr_last_error_message());
+        cached = pre_rc == 0;
+        sr.local = pre;
+        sr.unregistered = !pre_direct;
+    }
     rc = crc_call_sent(s, &req, &resp, cached ? spec_start : NULL, &sr);
     bool spec_on = sr.started, spec_ok = false;
     crc_loc spec = sr.at;
@@ -273,9 +291,14 @@ static int64_t get_value(cr_store *s, const char *key, dest_parts *d, void **all
         else
             crc_loc_forget(s->loc, key); /* (stored again below after a good read) */
     }
+    bool answered = rc == 0 && resp.status == 0 && resp.u.get.n_replicas > 0;
+    if (pre != NULL && !(answered && resp.u.get.replicas[0].size == spec.size)) {
+        value_release(vd, pre); /* another size, or no value */
+        pre = NULL;
+    }
     if (rc < 0)
         return rc;
-    if (resp.status < 0 || resp.u.get.n_replicas == 0) {
+    if (!answered) {
         rc = resp.status < 0 ? resp.status : CR_REPLICA_IS_NOT_READY;
         crb_error(rc, "get '%s': %s", key, resp.message ? resp.message : cr_strerror(rc));
         crp_rpc_resp_clear(&resp);
@@ -287,9 +310,12 @@ static int64_t get_value(cr_store *s, const char *key, dest_parts *d, void **all
     for (size_t i = 0; i < d->n; i++)
         cap += d->sizes[i];
     if (alloc_out != NULL) {
-        void *buf = NULL;
-        bool direct = false;
-        rc = value_alloc(vd, 0, size, &buf, &direct);
+        void *buf = pre;
+        bool direct = pre_direct;
+        if (pre == NULL && pre_rc < 0 && size == spec.size)
+            rc = crb_error(pre_rc, "%s", pre_err);
+        else
+            rc = pre != NULL ? 0 : value_alloc(vd, 0, size, &buf, &direct);
         if (rc < 0) {
             crp_rpc_resp_clear(&resp);
             return crb_error(rc, "get '%s': no room for %llu bytes: %s", key,

@@ -242,13 +242,14 @@ void crc_loc_forget(crc_loc_cache *c, const char *key);
  * listed)? Then what was read from l while asking is the value (docs/WIRE.md). */
 bool crc_loc_confirms(const crc_loc *l, uint64_t version, const crp_rpc_replica *reps, size_t n);
 
-/* staging.c: one read started now and waited for later (a speculative get). start: 0 and
- * *batch_out, or a negative status (nothing started). finish: waits until the transfer
+/* staging.c: one read started now and waited for later (a speculative get), into
+ * registered memory or (unregistered) any memory of this process, as crc_transfer_direct.
+ * start: 0 and *batch_out, or a negative status (nothing started). finish: waits until the transfer
  * has ended (even past a timeout: it writes the caller's memory), frees the batch;
  * 0 or the transfer's failure. cancel: the bytes are not wanted (what has not started
  * does not start). */
 int crc_read_start(cr_store *s, const char *segment, uint64_t addr, void *local, uint64_t len,
-                   cr_batch_id *batch_out);
+                   bool unregistered, cr_batch_id *batch_out);
 int crc_read_finish(cr_store *s, cr_batch_id batch, bool cancel);
 
 #endif

@@ -251,13 +251,14 @@ int crc_transfer(cr_store *s, int opcode, const crp_rpc_replica *reps, size_t n_
 }
 
 int crc_read_start(cr_store *s, const char *segment, uint64_t addr, void *local, uint64_t len,
-                   cr_batch_id *batch_out)
+                   bool unregistered, cr_batch_id *batch_out)
 {
     cr_segment_handle h;
     int rc = crc_segment_handle(s, segment, &h);
     if (rc < 0)
         return rc;
-    cr_transfer_request req = {CR_OP_READ, local, h, addr, len};
+    int op = CR_OP_READ | (unregistered ? CR_OP_LOCAL_UNREGISTERED : 0);
+    cr_transfer_request req = {op, local, h, addr, len};
     cr_batch_id b;
     rc = cr_batch_create(s->engine, 1, &b);
     if (rc < 0)

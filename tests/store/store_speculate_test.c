@@ -4,12 +4,13 @@
  * cr_store in this process:
  *
  *   kept_when_confirmed_tcp / _auto  the second get_into of an unchanged key
- *       reads its cached location while asking and keeps the bytes (the
- *       counters say so; every byte checked).
+ *       reads its cached location while asking and keeps the bytes, and so
+ *       does a copying get (the counters say so; every byte checked).
  *   replaced_value_not_kept  after an upsert, and after a remove and a put
  *       of the same size (which may land on the same address), the reader's
  *       cached location is read but not kept: the new bytes are returned;
- *       a larger new value is CR_BUFFER_OVERFLOW, never the old bytes.
+ *       a larger new value is CR_BUFFER_OVERFLOW, never the old bytes; a
+ *       copying get of a value whose size changed returns the new value.
  *   concurrent_upserts_never_torn  a writer thread upserts (and every tenth
  *       round removes and puts) one key while a reader thread gets it in a
  *       loop: every value read is one whole version (its seed in the first
@@ -98,6 +99,20 @@ static void get_check(cr_store *r, const char *key, uint8_t *buf, size_t cap, si
                  (unsigned long long)seed);
 }
 
+/* A copying get of key: len bytes of seed's value. */
+static void copy_check(cr_store *r, const char *key, size_t len, uint64_t seed)
+{
+    void *v = NULL;
+    int64_t got = cr_store_get(r, key, &v);
+    if (got != (int64_t)len)
+        fail_msg("get %s: %lld (want %zu) %s", key, (long long)got, len, cr_last_error_message());
+    int64_t bad = sp_check(v, len, seed);
+    free(v);
+    if (bad >= 0)
+        fail_msg("get %s: byte %lld is not seed %llu's", key, (long long)bad,
+                 (unsigned long long)seed);
+}
+
 static void kept_when_confirmed(const char *protocol)
 {
     cr_store *holder = open_store(protocol, 32 << 20), *reader = open_store(protocol, 0);
@@ -119,6 +134,12 @@ static void kept_when_confirmed(const char *protocol)
     cr_store_get_stats st2 = stats(reader);
     assert_true(st2.speculative_reads == st1.speculative_reads + 3);
     assert_true(st2.speculative_hits == st1.speculative_hits + 3);
+    /* the copying get reads straight into the value it allocates */
+    copy_check(reader, key, len, 1);
+    copy_check(reader, key, len, 1);
+    cr_store_get_stats st3 = stats(reader);
+    assert_true(st3.speculative_reads == st2.speculative_reads + 2);
+    assert_true(st3.speculative_hits == st2.speculative_hits + 2);
 
     assert_int_equal(cr_store_unregister_buffer(reader, buf), 0);
     free(buf);
@@ -171,6 +192,15 @@ static void replaced_value_not_kept(void **state)
     cr_store_get_stats st3 = stats(reader);
     assert_true(st3.speculative_reads == st2.speculative_reads + 1);
     assert_true(st3.speculative_hits == st2.speculative_hits);
+
+    /* a copying get of a value that changed size: the value allocated for the cached size
+     * is given back, the new one read whole */
+    put_seed(holder, key, len / 2, 6, true);
+    copy_check(reader, key, len / 2, 6);
+    cr_store_get_stats st4 = stats(reader);
+    assert_true(st4.speculative_reads == st3.speculative_reads + 1);
+    assert_true(st4.speculative_hits == st3.speculative_hits);
+    put_seed(holder, key, len, 3, true);
 
     /* a value larger than the buffer: overflow, never the old bytes reported as the value */
     get_check(reader, key, buf, cap, len, 3);
