@@ -789,13 +789,16 @@ typedef struct cr_store_thin_stats {
     uint64_t reconnects;      /**< sessions opened after the first */
     uint64_t daemon_lost;     /**< calls that failed because the daemon went away */
     uint64_t shared_regions;  /**< registered regions the daemon maps (now) */
-    uint64_t slow_path_regions;    /**< registered regions copied through the pool (now) */
-    uint64_t connections;          /**< open connections (now) */
-    uint64_t pool_used;            /**< pool bytes allocated (now) */
-    uint64_t direct_get_keys;      /**< keys read straight from the daemon's segment */
-    uint64_t direct_get_fallbacks; /**< keys a direct read handed to the daemon */
-    uint64_t direct_put_keys;      /**< keys written straight into the daemon's segment */
-    uint64_t direct_put_fallbacks; /**< keys a direct put handed to the daemon */
+    uint64_t slow_path_regions;      /**< registered regions copied through the pool (now) */
+    uint64_t connections;            /**< open connections (now) */
+    uint64_t pool_used;              /**< pool bytes allocated (now) */
+    uint64_t direct_get_keys;        /**< keys read straight from the daemon's segment */
+    uint64_t direct_get_fallbacks;   /**< keys a direct read handed to the daemon */
+    uint64_t direct_get_speculative; /**< direct single gets that copied a cached location
+                                          while asking the master (cr_store_get_stats) */
+    uint64_t direct_get_kept;        /**< ... and kept it (the reply confirmed it) */
+    uint64_t direct_put_keys;        /**< keys written straight into the daemon's segment */
+    uint64_t direct_put_fallbacks;   /**< keys a direct put handed to the daemon */
 } cr_store_thin_stats;
 
 /** Errors: CR_INVALID_PARAMS, CR_UNAVAILABLE_IN_CURRENT_MODE (not thin). */

@@ -141,6 +141,12 @@ typedef struct crc_thin {
     crp_rpc_uuid master_id; /* the client id of that connection */
     uint32_t rpc_timeout_ms;
 
+    /* speculative direct single gets (thin_direct.c, as the embedded client's: get.c):
+     * NULL when CRESCENT_GET_SPECULATE=0 */
+    struct crc_loc_cache *loc;
+    uint64_t spec_min;
+    _Atomic uint64_t spec_reads, spec_hits;
+
     atomic_bool closed;
     _Atomic uint64_t direct_keys, direct_fallbacks;
     _Atomic uint64_t direct_put_keys, direct_put_fallbacks; /* thin_direct_put.c */

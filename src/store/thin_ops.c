@@ -1342,6 +1342,8 @@ int cr_store_thin_stats_get(cr_store *s, cr_store_thin_stats *out)
         .daemon_lost = atomic_load(&t->lost),
         .direct_get_keys = atomic_load(&t->direct_keys),
         .direct_get_fallbacks = atomic_load(&t->direct_fallbacks),
+        .direct_get_speculative = atomic_load(&t->spec_reads),
+        .direct_get_kept = atomic_load(&t->spec_hits),
         .direct_put_keys = atomic_load(&t->direct_put_keys),
         .direct_put_fallbacks = atomic_load(&t->direct_put_fallbacks),
     };

@@ -14,7 +14,9 @@
  *   never_stale     the same key overwritten, upserted and removed 40 times
  *                   with values of other sizes and seeds: every read sees
  *                   the latest value whole or CR_OBJECT_NOT_FOUND after a
- *                   remove, never an older one or another key's bytes
+ *                   remove, never an older one or another key's bytes (the
+ *                   reads of 64 KiB and more copy a cached location while
+ *                   asking the master: speculative direct gets)
  *   daemon_death    with the daemon stopped (SIGSTOP) a direct get still
  *                   completes (no hop); killed, every get fails within a
  *                   bound with CR_ERR_DAEMON_LOST / _UNREACHABLE and health
@@ -98,6 +100,9 @@ static void test_direct_reads(void **state)
     assert_int_equal(sh_rc(&r, "get_into zc3 4096 103"), CR_BUFFER_OVERFLOW);
     /* Not one of them went to the daemon but get_multi's get_size before each. */
     assert_int_equal(calls_of(&r), calls + (long long)n);
+    /* Values of 64 KiB and more read again (get_multi after get_into: zc2..zc5) were copied
+     * while the master answered, and kept (store/thin_direct.c: speculative direct gets). */
+    assert_true(sh_field(sh_cmd(&r, "thinstats"), "dkept") >= 4); /* get_multi of 4 keys */
     /* Batches of 8 MiB and more are direct too, zero-copy and copying. */
     assert_int_equal(sh_rc(&w, "batch_put big 3 3145728 400"), 0);
     calls = calls_of(&r);
@@ -183,6 +188,8 @@ static void test_never_stale(void **state)
         }
     }
     assert_int_equal(calls_of(&r), calls); /* all of them direct */
+    /* the 64 and 128 KiB rounds read a cached location while asking: never kept stale */
+    assert_true(sh_field(sh_cmd(&r, "thinstats"), "dspec") > 0);
     assert_int_equal(sh_client_stop(&r), 0);
     assert_int_equal(sh_client_stop(&w), 0);
     assert_int_equal(th_daemon_stop(&d), 0);

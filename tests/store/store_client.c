@@ -57,7 +57,8 @@
  *   psess_start KEY SIZE | psess_end KEY | psess_revoke KEY
  *                                    <rc>  a put session (ranged API) in this process's table
  *   getstats                         0 on=<0|1> spec=<n> kept=<n>  (speculative get_into)
- *   thinstats                        0 calls=<n> zc=<b> copied=<b> slow=<calls>/<b>
+ *   thinstats                        0 calls=<n> zc=<b> copied=<b> slow=<calls>/<b> ...
+ *                                    dspec=<n> dkept=<n> (speculative direct gets)
  *                                    transient=<n> reconnects=<n> lost=<n>
  *                                    shared=<n> slowregs=<n> conns=<n> pool=<b>
  *   close                            <rc> (cr_store_close; later calls fail)
@@ -852,12 +853,13 @@ int main(int argc, char **argv)
             printf("%d calls=%" PRIu64 " zc=%" PRIu64 " copied=%" PRIu64 " slow=%" PRIu64
                    "/%" PRIu64 " transient=%" PRIu64 " reconnects=%" PRIu64 " lost=%" PRIu64
                    " shared=%" PRIu64 " slowregs=%" PRIu64 " conns=%" PRIu64 " pool=%" PRIu64
-                   " dget=%" PRIu64 "/%" PRIu64 " dput=%" PRIu64 "/%" PRIu64 "\n",
+                   " dget=%" PRIu64 "/%" PRIu64 " dput=%" PRIu64 "/%" PRIu64 " dspec=%" PRIu64
+                   " dkept=%" PRIu64 "\n",
                    rc, ts.calls, ts.zero_copy_bytes, ts.copied_bytes, ts.slow_path_calls,
                    ts.slow_path_bytes, ts.transient_calls, ts.reconnects, ts.daemon_lost,
                    ts.shared_regions, ts.slow_path_regions, ts.connections, ts.pool_used,
                    ts.direct_get_keys, ts.direct_get_fallbacks, ts.direct_put_keys,
-                   ts.direct_put_fallbacks);
+                   ts.direct_put_fallbacks, ts.direct_get_speculative, ts.direct_get_kept);
         } else if (strcmp(cmd, "getstats") == 0) {
             cr_store_get_stats gs = {0};
             rc = cr_store_get_stats_get(store, &gs);
