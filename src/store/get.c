@@ -255,9 +255,9 @@ static int64_t get_value(cr_store *s, const char *key, dest_parts *d, void **all
     req.u.key.key = (char *)key;
     crp_rpc_resp resp;
     /* Read where this key's version was last read while the master answers (loc_cache.c):
-     * kept only if the reply names that version and replica again. */
-    /* A copying get reads straight into a value of the cached size, allocated now (kept for
-     * the reply's value when the sizes agree). */
+     * kept only if the reply names that version and replica again. A copying get reads
+     * straight into a value of the cached size, allocated now (kept for the reply's value
+     * when the sizes agree). */
     spec_read sr = {.s = s};
     void *pre = NULL;
     bool pre_direct = false;
@@ -339,7 +339,7 @@ static int64_t get_value(cr_store *s, const char *key, dest_parts *d, void **all
         order_replicas(s, resp.u.get.replicas, resp.u.get.n_replicas);
     for (size_t r = 0; r < resp.u.get.n_replicas && rc < 0; r++) {
         rc = size == 0 ? 0 : read_from(s, &resp.u.get.replicas[r], d, size);
-        if (rc == 0 && s->loc != NULL && size > 0)
+        if (rc == 0 && s->loc != NULL && size >= s->spec_min) /* (smaller: never read so) */
             crc_loc_store(s->loc, key, resp.u.get.version, &resp.u.get.replicas[r]);
     }
     uint64_t token = resp.u.get.lease_token;

@@ -497,7 +497,7 @@ static void direct_round(crc_thin *t, crc_thin_conn *c, const char *const *keys,
         done[j] = read_one(t, keys[j], &dk[j], bufs ? bufs[j] : NULL, bufs ? sizes[j] : NULL,
                            bufs ? counts[j] : 0, values_out ? &values_out[j] : NULL, &results[j]);
         const crp_rpc_replica *r = NULL;
-        if (n == 1 && t->loc != NULL && done[j] && results[j] > 0 &&
+        if (n == 1 && t->loc != NULL && done[j] && results[j] >= (int64_t)t->spec_min &&
             (r = local_replica(t, dk[j].reps, dk[j].n_reps)) != NULL)
             crc_loc_store(t->loc, keys[j], resp.u.get.version, r);
     }
