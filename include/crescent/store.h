@@ -110,12 +110,13 @@ typedef struct cr_store_offload_stats {
 } cr_store_offload_stats;
 
 /**
- * Single gets into registered memory (cr_store_get_into) read the replica this client
- * last read the key's current version from while they ask the master, and keep those
- * bytes only when the reply names the same object version and replica (docs/WIRE.md,
- * "Object versions"); otherwise they read again from the reply's replicas. So the
- * buffer may be written even by a get that then fails. CRESCENT_GET_SPECULATE=0 turns
- * this off.
+ * Single gets (cr_store_get_into of one registered buffer, and the copying cr_store_get /
+ * cr_store_get_alloc) of values of 64 KiB and more read the replica this client last read
+ * the key's current version from while they ask the master, and keep those bytes only
+ * when the reply names the same object version and replica (docs/WIRE.md, "Object
+ * versions"); otherwise they read again from the reply's replicas. So a get_into buffer
+ * may be written even by a get that then fails. CRESCENT_GET_SPECULATE=0 turns this off,
+ * =all extends it to every size.
  */
 typedef struct cr_store_get_stats {
     bool speculating;           /**< on (CRESCENT_GET_SPECULATE is not 0) */
