@@ -326,6 +326,24 @@ typedef uint64_t cr_batch_id;
 CR_API int cr_batch_create(cr_engine *engine, size_t capacity, cr_batch_id *out);
 
 /**
+ * Flag of cr_batch_create_ex: the creating thread waits for the batch right
+ * after cr_batch_submit. A batch of capacity 1 whose request is small host
+ * memory over tcp may then be carried by the submitting thread itself (as
+ * cr_engine_transfer_sync does): cr_batch_submit returns with the task
+ * already ended, and cr_batch_wait returns at once. Submitting from a thread
+ * that must not block is then a mistake; without the flag submit never
+ * waits for the peer. Ignored for capacities above 1 and with
+ * CRESCENT_TCP_CALLER_READS=0.
+ */
+#define CR_BATCH_CALLER_WAITS 1u
+
+/**
+ * cr_batch_create with flags (CR_BATCH_CALLER_WAITS, or 0 for the same batch
+ * as cr_batch_create). Unknown flags: CR_INVALID_PARAMS.
+ */
+CR_API int cr_batch_create_ex(cr_engine *engine, size_t capacity, unsigned flags, cr_batch_id *out);
+
+/**
  * Validate and start n requests (appended after earlier submits to the same
  * batch). Validation happens before anything starts: if any request is
  * invalid (unregistered local range, remote range not in the peer's
@@ -374,6 +392,15 @@ CR_API int cr_batch_free(cr_engine *engine, cr_batch_id batch);
 /**
  * Synchronous single transfer: submit, wait (timeout_ms <= 0: the engine's
  * request timeout), return 0 or the task's error.
+ *
+ * Over tcp a request of host memory that fits one slice is carried by the
+ * calling thread: it writes the request on a connection it holds for the
+ * call (each peer keeps up to 16 such connections, opened on first use) and
+ * reads the reply itself, so no engine worker is woken on this side. With
+ * every such connection busy, or CRESCENT_TCP_CALLER_READS=0, it goes
+ * through the engine's workers like any batch. Either way the result, the
+ * errors and the counters are the same; the tcp counters sync_transfers and
+ * sync_connects count this path.
  */
 CR_API int cr_engine_transfer_sync(cr_engine *engine, int opcode, void *local_addr,
                                    cr_segment_handle segment, uint64_t remote_addr, uint64_t length,

@@ -100,9 +100,17 @@ void cre_task_slice_done(cre_task *t, int status, uint64_t bytes)
 
 int cr_batch_create(cr_engine *e, size_t capacity, cr_batch_id *out)
 {
+    return cr_batch_create_ex(e, capacity, 0, out);
+}
+
+int cr_batch_create_ex(cr_engine *e, size_t capacity, unsigned flags, cr_batch_id *out)
+{
     CRE_CALL(e, "cr_batch_create");
     if (e == NULL || out == NULL)
         return crb_error(CR_INVALID_PARAMS, "cr_batch_create: NULL engine or out");
+    if ((flags & ~CR_BATCH_CALLER_WAITS) != 0)
+        return crb_error(CR_INVALID_PARAMS, "cr_batch_create_ex: unknown flags 0x%x",
+                         flags & ~CR_BATCH_CALLER_WAITS);
     if (capacity == 0 || capacity > MAX_BATCH_CAPACITY)
         return crb_error(CR_INVALID_PARAMS, "batch capacity %zu is outside [1, %u]", capacity,
                          MAX_BATCH_CAPACITY);
@@ -116,6 +124,8 @@ int cr_batch_create(cr_engine *e, size_t capacity, cr_batch_id *out)
     }
     b->engine = e;
     b->capacity = capacity;
+    b->caller_waits = capacity == 1 && (flags & CR_BATCH_CALLER_WAITS) && e->tcp_caller_reads;
+    b->caller_deadline_ns = UINT64_MAX; /* the request timeout bounds it */
     pthread_mutex_init(&b->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -548,7 +558,8 @@ int cr_batch_wait(cr_engine *e, cr_batch_id id, int timeout_ms)
     for (size_t i = 0; i < b->count && rc == 0; i++) {
         int err = atomic_load(&b->tasks[i].error);
         if (err != 0)
-            rc = crb_error(err, "task %zu of the batch failed: %s", i, cr_strerror(err));
+            rc = crb_error(err, "task %zu of the batch failed: %s", i,
+                           b->caller_error[0] ? b->caller_error : cr_strerror(err));
     }
     b->users--;
     batch_unlock_and_maybe_destroy(b);
@@ -614,7 +625,17 @@ int cr_engine_transfer_sync_batch(cr_engine *e, int opcode, cr_segment_handle se
         reqs[i] =
             (cr_transfer_request){opcode, local_addrs[i], segment, remote_addrs[i], lengths[i]};
     cr_batch_id id;
-    int rc = cr_batch_create(e, n, &id);
+    int rc = cr_batch_create_ex(e, n, CR_BATCH_CALLER_WAITS, &id);
+    if (rc == 0 && n == 1 && e->tcp_caller_reads) {
+        /* This thread waits for the one task right away: a transport may
+         * carry it on this thread, within the caller's timeout. */
+        cre_batch *b;
+        if (batch_get(e, id, &b) == 0) {
+            b->caller_deadline_ns =
+                crb_now_ns() + (uint64_t)sync_timeout(e, timeout_ms) * 1000000ull;
+            batch_put(b);
+        }
+    }
     if (rc == 0) {
         rc = cr_batch_submit(e, id, reqs, n);
         if (rc == 0) {

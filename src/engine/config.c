@@ -160,5 +160,15 @@ int cre_config_apply(cr_engine *e, const cr_engine_config *cfg)
                              bp, MAX_BUSY_POLL_US);
         e->busy_poll_ns = (uint64_t)us * 1000;
     }
+    /* A synchronous call's one small tcp request is sent and its reply read
+     * by the calling thread (tcp/sync.c); 0 sends it through the lanes. */
+    const char *cr = getenv("CRESCENT_TCP_CALLER_READS");
+    e->tcp_caller_reads = true;
+    if (cr != NULL && cr[0] != '\0') {
+        if (strcmp(cr, "0") != 0 && strcmp(cr, "1") != 0)
+            return crb_error(CR_ERR_INVALID_CONFIG, "CRESCENT_TCP_CALLER_READS '%s' is not 0 or 1",
+                             cr);
+        e->tcp_caller_reads = cr[0] == '1';
+    }
     return 0;
 }

@@ -40,7 +40,8 @@ static int send_frame(int fd, const crp_buf *frame, uint64_t deadline, const cha
     return 0;
 }
 
-static int handshake(cr_engine *e, int fd, uint64_t deadline, const char *peer, crp_buf *scratch)
+int cre_handshake(cr_engine *e, int fd, int role, uint64_t deadline, const char *peer,
+                  crp_buf *scratch, uint64_t *instance)
 {
     crp_header h;
     int rc = read_reply(fd, &h, scratch, deadline, peer);
@@ -51,7 +52,7 @@ static int handshake(cr_engine *e, int fd, uint64_t deadline, const char *peer, 
         return crb_error(CR_ERR_MALFORMED_FRAME, "%s did not open with a CHALLENGE", peer);
     uint8_t client_nonce[CRP_NONCE_SIZE];
     crp_buf_reset(scratch);
-    rc = cre_hello_build(e, CRP_ROLE_CONTROL, ch.nonce, client_nonce, scratch);
+    rc = cre_hello_build(e, (uint8_t)role, ch.nonce, client_nonce, scratch);
     if (rc == 0)
         rc = send_frame(fd, scratch, deadline, peer);
     if (rc == 0)
@@ -61,9 +62,8 @@ static int handshake(cr_engine *e, int fd, uint64_t deadline, const char *peer, 
     if (h.type != CRP_HELLO_ACK)
         return crb_error(CR_ERR_MALFORMED_FRAME, "%s answered HELLO with %s", peer,
                          crp_type_name(h.type));
-    uint64_t instance;
     return cre_hello_ack_check(e, peer, scratch->data, scratch->len, ch.nonce, client_nonce,
-                               &instance);
+                               instance);
 }
 
 int cre_control_call(cr_engine *e, const char *host, uint16_t port, int type, const crp_buf *body,
@@ -76,7 +76,8 @@ int cre_control_call(cr_engine *e, const char *host, uint16_t port, int type, co
     if (fd < 0)
         return fd;
     crp_buf scratch = {0};
-    int rc = handshake(e, fd, deadline, peer, &scratch);
+    uint64_t instance;
+    int rc = cre_handshake(e, fd, CRP_ROLE_CONTROL, deadline, peer, &scratch, &instance);
     if (rc == 0) {
         crp_buf_reset(&scratch);
         rc = crp_frame_append(&scratch, type, 0, 1, 0, body ? body->data : NULL,

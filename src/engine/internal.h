@@ -69,7 +69,12 @@ struct cre_batch {
     size_t unfinished;          /* guarded by lock */
     atomic_size_t pending_hint; /* unfinished, readable without the lock (busy-poll) */
     bool freed;                 /* id released; free memory when quiescent */
-    int users;                  /* API calls currently holding it; guarded by lock */
+    /* Made by a synchronous call that waits for it at once (one task): a
+     * transport may run the task on the calling thread (tcp: sync.c). */
+    bool caller_waits;
+    uint64_t caller_deadline_ns; /* when that caller stops waiting */
+    char caller_error[256];      /* why that task failed, when the caller carried it */
+    int users;                   /* API calls currently holding it; guarded by lock */
 };
 
 /* ---- descriptors and peers ---------------------------------------------- */
@@ -199,6 +204,7 @@ struct cr_engine {
     uint64_t instance;
     bool shm_allow_any_user, cma_enabled;
     uint64_t busy_poll_ns; /* CRESCENT_BUSY_POLL_US; 0 (default): never spin */
+    bool tcp_caller_reads; /* CRESCENT_TCP_CALLER_READS (default 1): tcp/sync.c */
 
     cre_tp tps[CRE_MAX_TRANSPORTS]; /* installed, by rank */
     size_t n_tps;
@@ -280,6 +286,11 @@ int cre_hello_ack_check(cr_engine *e, const char *peer, const uint8_t *body, siz
                         const uint8_t server_nonce[CRP_NONCE_SIZE],
                         const uint8_t client_nonce[CRP_NONCE_SIZE], uint64_t *instance);
 
+/* control.c: the client side of the CHALLENGE/HELLO handshake on a fresh
+ * blocking connection fd, in `role` (crp_role); every read and write ends by
+ * deadline (ns). 0 and *instance (the peer's instance id), or the error. */
+int cre_handshake(cr_engine *e, int fd, int role, uint64_t deadline, const char *peer,
+                  crp_buf *scratch, uint64_t *instance);
 /* control.c: one short request/response exchange over a fresh connection */
 int cre_control_call(cr_engine *e, const char *host, uint16_t port, int type, const crp_buf *body,
                      int timeout_ms, crp_header *reply_hdr, crp_buf *reply_body);

@@ -242,7 +242,8 @@ void crc_loc_forget(crc_loc_cache *c, const char *key);
  * listed)? Then what was read from l while asking is the value (docs/WIRE.md). */
 bool crc_loc_confirms(const crc_loc *l, uint64_t version, const crp_rpc_replica *reps, size_t n);
 
-/* staging.c: one read started now and waited for later (a speculative get), into
+/* staging.c: one read started now and waited for later (a speculative get; over tcp
+ * start may carry the whole read on this thread, see CR_BATCH_CALLER_WAITS), into
  * registered memory or (unregistered) any memory of this process, as crc_transfer_direct.
  * start: 0 and *batch_out, or a negative status (nothing started). finish: waits until the transfer
  * has ended (even past a timeout: it writes the caller's memory), frees the batch;

@@ -74,6 +74,7 @@ typedef struct eb_opts {
     uint64_t total;
     uint64_t buffer_size; /* 0 = default */
     bool verify, json, baseline, quiet, shared, ucx_perftest;
+    bool sync; /* --sync: cr_engine_transfer_sync_batch per batch */
     const char *target;
     uint64_t target_addr, target_len;
     const char *location, *remote_location; /* "cuda:N" or NULL/"cpu" */
@@ -168,6 +169,9 @@ static void usage(FILE *to)
             "  --block-sizes LIST     comma-separated sizes, K/M/G binary (default 4K,64K,1M,4M)\n"
             "  --batch N              requests per batch (default 16)\n"
             "  --threads N            initiator threads, each with its own batches (default 1)\n"
+            "  --sync                 each batch is one cr_engine_transfer_sync_batch call\n"
+            "                         (submit and wait; with --batch 1 the synchronous single\n"
+            "                         transfer of Python's transfer_sync_read/write)\n"
             "  --duration SECONDS     per case, fractions allowed (default 2)\n"
             "  --total BYTES          stop each case after moving BYTES; --duration then only\n"
             "                         applies when given explicitly\n"
@@ -387,12 +391,13 @@ static int parse_opts(int argc, char **argv, eb_opts *o)
     o->n_protocols = 1;
     o->duration = 2.0;
 
-    ct_option table[sizeof(value_flags) / sizeof(value_flags[0]) + 6] = {
+    ct_option table[sizeof(value_flags) / sizeof(value_flags[0]) + 7] = {
         CT_SWITCH("--verify", &o->verify),     CT_SWITCH("--json", &o->json),
         CT_SWITCH("--baseline", &o->baseline), CT_SWITCH("--quiet", &o->quiet),
         CT_SWITCH("--shared", &o->shared),     CT_SWITCH("--ucx-perftest", &o->ucx_perftest),
+        CT_SWITCH("--sync", &o->sync),
     };
-    size_t n = 6;
+    size_t n = 7;
     for (size_t f = 0; f < sizeof(value_flags) / sizeof(value_flags[0]); f++)
         table[n++] = (ct_option)CT_APPLY(value_flags[f]);
     int pr = ct_parse_options(argc, argv, table, n, apply_flag, o, CB_PROG " engine");
@@ -578,9 +583,40 @@ static const char *task_state_name(int state)
  * Create a batch, submit n requests, wait, free. *lat_ns = submit..wait.
  * On failure writes a message naming the failed request and its offset.
  */
+/* --sync: the same requests (one segment) as one synchronous call. */
+static int run_sync(eb_ctx *ctx, const cr_transfer_request *reqs, size_t n, uint64_t *lat_ns,
+                    char *err, size_t err_len)
+{
+    enum { MAX_SYNC = 1024 };
+    void *locals[MAX_SYNC];
+    uint64_t remotes[MAX_SYNC], lengths[MAX_SYNC];
+    if (n > MAX_SYNC) {
+        snprintf(err, err_len, "--sync takes batches of at most %d", MAX_SYNC);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        locals[i] = reqs[i].local_addr;
+        remotes[i] = reqs[i].remote_addr;
+        lengths[i] = reqs[i].length;
+    }
+    uint64_t t0 = cb_now_ns();
+    int st = cr_engine_transfer_sync_batch(ctx->engine, reqs[0].opcode, reqs[0].segment, locals,
+                                           remotes, lengths, n, -1);
+    *lat_ns = cb_now_ns() - t0;
+    if (st < 0) {
+        snprintf(err, err_len, "%s of %zu requests (first at offset %" PRIu64 ") failed: %s",
+                 op_name(reqs[0].opcode), n, reqs[0].remote_addr - ctx->remote_addr,
+                 why_failed(st));
+        return -1;
+    }
+    return 0;
+}
+
 static int run_batch(eb_ctx *ctx, const cr_transfer_request *reqs, size_t n, uint64_t *lat_ns,
                      char *err, size_t err_len)
 {
+    if (ctx->o->sync)
+        return run_sync(ctx, reqs, n, lat_ns, err, err_len);
     cr_batch_id b = 0;
     int st = cr_batch_create(ctx->engine, n, &b);
     if (st < 0) {

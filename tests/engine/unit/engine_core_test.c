@@ -23,6 +23,7 @@
 #include "crescent/engine.h"
 #include "crescent/status.h"
 #include "engine/internal.h"
+#include "engine/transports/tcp/tcp.h"
 #include "fake_transport.h"
 
 #define BUF_LEN (1u << 20)
@@ -399,6 +400,84 @@ static void descriptor_refresh(void **state)
     assert_non_null(strstr(cr_last_error_message(), "not in any buffer"));
 }
 
+/* The synchronous tcp path's reply check (transports/tcp/sync.c): only the
+ * exact answer to the request is accepted; anything else names the fault. */
+static void sync_reply_check_refuses_wrong_replies(void **state)
+{
+    (void)state;
+    crp_header rd = {.version = CRP_VERSION, .type = CRP_READ_REQ, .request_id = 7};
+    crp_header wr = {
+        .version = CRP_VERSION, .type = CRP_WRITE_REQ, .request_id = 9, .data_len = 4096};
+    crp_header ok_rd = {
+        .version = CRP_VERSION, .type = CRP_READ_RESP, .request_id = 7, .data_len = 4096};
+    crp_header ok_wr = {.version = CRP_VERSION, .type = CRP_WRITE_ACK, .request_id = 9};
+    int st = 1;
+    assert_int_equal(cre_tcp_sync_reply_check(&rd, &ok_rd, 4096, "p", &st), 0);
+    assert_int_equal(st, 0);
+    st = 1;
+    assert_int_equal(cre_tcp_sync_reply_check(&wr, &ok_wr, 4096, "p", &st), 0);
+    assert_int_equal(st, 0);
+    /* The peer's refusal of a well-formed request is the task's status. */
+    crp_header refused = ok_rd;
+    refused.status = CR_ERR_OUT_OF_RANGE;
+    refused.data_len = 0;
+    assert_int_equal(cre_tcp_sync_reply_check(&rd, &refused, 4096, "p", &st), 0);
+    assert_int_equal(st, CR_ERR_OUT_OF_RANGE);
+    refused.status = 5; /* not a cr_status */
+    assert_int_equal(cre_tcp_sync_reply_check(&rd, &refused, 4096, "p", &st), 0);
+    assert_int_equal(st, CR_ERR_REMOTE);
+    /* Faults of the reply itself fail the connection, never the bytes. */
+    st = 1;
+    crp_header bad = ok_rd;
+    bad.request_id = 8;
+    assert_int_equal(cre_tcp_sync_reply_check(&rd, &bad, 4096, "p", &st), CR_ERR_MALFORMED_FRAME);
+    assert_non_null(strstr(cr_last_error_message(), "p answered READ_REQ 7"));
+    bad = ok_rd;
+    bad.data_len = 4095; /* short payload */
+    assert_int_equal(cre_tcp_sync_reply_check(&rd, &bad, 4096, "p", &st), CR_ERR_MALFORMED_FRAME);
+    bad = ok_rd;
+    bad.body_len = 3;
+    assert_int_equal(cre_tcp_sync_reply_check(&rd, &bad, 4096, "p", &st), CR_ERR_MALFORMED_FRAME);
+    bad = ok_rd; /* a WRITE answered with a READ's reply */
+    bad.request_id = 9;
+    assert_int_equal(cre_tcp_sync_reply_check(&wr, &bad, 4096, "p", &st), CR_ERR_MALFORMED_FRAME);
+    bad = refused; /* a failed READ that still carries bytes */
+    bad.status = CR_ERR_OUT_OF_RANGE;
+    bad.data_len = 4096;
+    assert_int_equal(cre_tcp_sync_reply_check(&rd, &bad, 4096, "p", &st), CR_ERR_MALFORMED_FRAME);
+    crp_header error = {.version = CRP_VERSION, .type = CRP_ERROR, .status = CR_ERR_AUTH_FAILED};
+    assert_int_equal(cre_tcp_sync_reply_check(&rd, &error, 4096, "p", &st), CR_ERR_AUTH_FAILED);
+    assert_int_equal(st, 1); /* never written on failure */
+}
+
+/* CRESCENT_TCP_CALLER_READS is 0 or 1; cr_batch_create_ex knows one flag,
+ * which marks only batches of one. */
+static void caller_reads_config_and_flag(void **state)
+{
+    (void)state;
+    cr_engine_config cfg;
+    cr_engine_config_init(&cfg);
+    cr_engine *e = NULL;
+    setenv("CRESCENT_TCP_CALLER_READS", "yes", 1);
+    assert_int_equal(cr_engine_create(&cfg, &e), CR_ERR_INVALID_CONFIG);
+    assert_non_null(strstr(cr_last_error_message(), "CRESCENT_TCP_CALLER_READS 'yes'"));
+    assert_null(e);
+    setenv("CRESCENT_TCP_CALLER_READS", "0", 1);
+    assert_int_equal(cr_engine_create(&cfg, &e), 0);
+    assert_false(e->tcp_caller_reads);
+    cr_engine_destroy(e);
+    unsetenv("CRESCENT_TCP_CALLER_READS");
+    e = NULL;
+    assert_int_equal(cr_engine_create(&cfg, &e), 0);
+    assert_true(e->tcp_caller_reads);
+    cr_batch_id id = 0;
+    assert_int_equal(cr_batch_create_ex(e, 1, 2u, &id), CR_INVALID_PARAMS);
+    assert_int_equal(id, 0);
+    assert_int_equal(cr_batch_create_ex(e, 1, CR_BATCH_CALLER_WAITS, &id), 0);
+    assert_int_equal(cr_batch_free(e, id), 0);
+    cr_engine_destroy(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -413,6 +492,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(routing_skips_declining, setup, teardown),
         cmocka_unit_test_setup_teardown(descriptor_refresh, setup, teardown),
         cmocka_unit_test(busy_poll_is_validated_and_bounded),
+        cmocka_unit_test(sync_reply_check_refuses_wrong_replies),
+        cmocka_unit_test(caller_reads_config_and_flag),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -215,6 +215,8 @@ int cre_tcp_submit(cre_tp *tp, const cre_route *r, cre_task *t)
         return rrc;
     uint64_t peer_instance = r->peer_instance;
     uint64_t deadline = crb_now_ns() + (uint64_t)e->request_timeout_ms * 1000000ull;
+    if (t->batch->caller_waits && cre_tcp_sync_run(tp, p, r, t, deadline))
+        return 0; /* carried, and completed, by this thread (sync.c) */
     uint64_t nslices = (t->length + e->slice_size - 1) / e->slice_size;
     tcp_slice **made = calloc(nslices, sizeof(*made));
     if (made == NULL)

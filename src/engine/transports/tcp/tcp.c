@@ -1,7 +1,8 @@
 /*
  * tcp.c - the tcp transport's ops table: persistent connections (lanes)
- * to peers for our requests (lane.c), and the data role of our port for
- * theirs (serve.c). Reaches every host; moves host memory only.
+ * to peers for our requests (lane.c), connections a synchronous caller
+ * holds for its own small request (sync.c), and the data role of our port
+ * for theirs (serve.c). Reaches every host; moves host memory only.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,11 +53,13 @@ static int tcp_peer_init(cre_tp *tp, cre_peer *p, void *pp)
     tcp_peer *tpeer = pp;
     pthread_mutex_init(&tpeer->queue_lock, NULL);
     pthread_mutex_init(&tpeer->addr_lock, NULL);
+    pthread_mutex_init(&tpeer->sync_lock, NULL);
     tpeer->addr_len = 0;
     atomic_init(&tpeer->addr_stale, false);
     tpeer->n_lanes = e->lanes_per_peer;
     tpeer->lanes = calloc(tpeer->n_lanes, sizeof(*tpeer->lanes));
     if (tpeer->lanes == NULL) {
+        pthread_mutex_destroy(&tpeer->sync_lock);
         pthread_mutex_destroy(&tpeer->addr_lock);
         pthread_mutex_destroy(&tpeer->queue_lock);
         return crb_error(CR_ERR_NO_MEMORY, "lanes for peer '%s'", p->name);
@@ -96,6 +99,8 @@ static void tcp_peer_fini(cre_tp *tp, cre_peer *p, void *pp)
     }
     free(tpeer->lanes);
     tpeer->lanes = NULL;
+    cre_tcp_sync_fini(tpeer);
+    pthread_mutex_destroy(&tpeer->sync_lock);
     pthread_mutex_destroy(&tpeer->addr_lock);
     pthread_mutex_destroy(&tpeer->queue_lock);
 }
@@ -150,9 +155,15 @@ static void tcp_cancel(cre_tp *tp)
 static size_t tcp_counters(cre_tp *tp, cr_engine_counter *out, size_t cap)
 {
     tcp_engine *te = tp->priv;
-    if (cap >= 1)
-        out[0] = (cr_engine_counter){"tcp", "connects", atomic_load(&te->connects)};
-    return 1;
+    cr_engine_counter all[] = {
+        {"tcp", "connects", atomic_load(&te->connects)},
+        {"tcp", "sync_connects", atomic_load(&te->sync_connects)},
+        {"tcp", "sync_transfers", atomic_load(&te->sync_transfers)},
+    };
+    size_t n = sizeof(all) / sizeof(all[0]);
+    for (size_t i = 0; i < n && i < cap; i++)
+        out[i] = all[i];
+    return n;
 }
 
 const cre_transport_ops cre_transport_tcp = {

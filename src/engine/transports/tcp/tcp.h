@@ -74,6 +74,14 @@ typedef struct tcp_lane {
     uint64_t rx_left; /* its payload bytes not yet given a window */
 } tcp_lane;
 
+/* A connection a synchronous caller holds for one request (sync.c). */
+typedef struct tcp_sync_conn {
+    struct tcp_sync_conn *next; /* in the peer's idle list */
+    int fd;                     /* blocking, 100 ms receive/send timeouts */
+    uint64_t instance;          /* the peer's instance id from HELLO_ACK */
+    uint64_t next_request_id;
+} tcp_sync_conn;
+
 typedef struct tcp_peer {
     pthread_mutex_t queue_lock; /* the lanes' queues */
     /* The peer's address, resolved by a submitting thread (never under a
@@ -86,6 +94,11 @@ typedef struct tcp_peer {
     atomic_ullong lane_bytes; /* slice bytes charged so far: picks the lane */
     tcp_lane *lanes;
     size_t n_lanes;
+    /* Connections of synchronous callers (sync.c): idle ones in a list,
+     * a busy one owned by the thread using it. Guarded by sync_lock. */
+    pthread_mutex_t sync_lock;
+    tcp_sync_conn *sync_idle;
+    unsigned sync_open; /* idle + busy */
 } tcp_peer;
 
 typedef struct tcp_worker {
@@ -97,6 +110,8 @@ typedef struct tcp_worker {
 typedef struct tcp_engine {
     tcp_worker *workers; /* one per engine worker */
     atomic_ullong connects;
+    atomic_ullong sync_connects;  /* connections opened by synchronous callers */
+    atomic_ullong sync_transfers; /* requests a synchronous caller carried itself */
 } tcp_engine;
 
 /* lane.c */
@@ -108,6 +123,22 @@ void cre_tcp_lanes_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns);
 void cre_tcp_lane_fail_all(tcp_lane *l, int status);
 void cre_tcp_lane_init(tcp_lane *l, tcp_peer *tpeer, cre_peer *p, int index, cre_worker *w);
 void cre_tcp_lane_fini(tcp_lane *l);
+
+/* sync.c: a synchronous caller's small host-memory task (t->batch->
+ * caller_waits) runs on the calling thread over a pooled connection of its
+ * own. Returns true when it took the task (t is complete, with its status),
+ * false when the lanes must carry it (every pooled connection busy). */
+bool cre_tcp_sync_run(cre_tp *tp, tcp_peer *p, const cre_route *r, cre_task *t,
+                      uint64_t deadline_ns);
+/* Is rep the right reply to req (a READ or WRITE of `length` bytes) on a
+ * synchronous connection? 0 and *status (the task's result: 0, the peer's
+ * negative cr_status, CR_ERR_REMOTE for a positive one), or the
+ * connection's failure: CR_ERR_MALFORMED_FRAME (wrong type, id, body or
+ * payload length), or an ERROR frame's status. */
+int cre_tcp_sync_reply_check(const crp_header *req, const crp_header *rep, uint64_t length,
+                             const char *peer, int *status);
+/* Engine teardown: close the idle connections (no caller holds one then). */
+void cre_tcp_sync_fini(tcp_peer *p);
 
 /* The stager for a buffer of `kind` (NULL for host memory or none). */
 cre_tp *cre_tcp_stager(cr_engine *e, int kind, const cre_stager_ops **ops);
