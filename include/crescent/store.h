@@ -338,6 +338,10 @@ CR_API int cr_store_batch_get_into_multi(cr_store *s, const char *const *keys,
  * results[i] >= 0, else NULL. Values that fit the free local buffer are read
  * in one engine batch through it; larger ones are read in chunks under the
  * same lease. Returns 0 once the call ran; failures are reported per key.
+ * The values are fresh malloc memory: with glibc, freeing a whole batch of
+ * large values lets the arena return their pages to the kernel, and the
+ * next batch's values fault them in again (docs/PERFORMANCE.md, "Copying
+ * batch gets and glibc"); cr_store_batch_get_into reuses the caller's.
  */
 CR_API int cr_store_batch_get(cr_store *s, const char *const *keys, size_t n, void **values_out,
                               int64_t *results);
