@@ -43,6 +43,7 @@ typedef struct hb_opts {
     const char *duration, *ops, *master_bin, *etcd_bin;
     const char *log_dir; /* the HA masters' logs (ha-<i>.log, appended); NULL: /dev/null */
     uint32_t lease_ttl;
+    const char *connections, *threads; /* passed to the master bench (NULL: its defaults) */
 } hb_opts;
 
 typedef struct hb_cluster {
@@ -235,8 +236,18 @@ static void print_round(const char *label, json_t *round, double secs, double be
 static int run_master_bench(const char *self, const hb_opts *o, const char *target_flag,
                             const char *target, json_t *into, json_t *round)
 {
-    const char *argv[] = {self,        "master", target_flag, target,   "--duration",
-                          o->duration, "--ops",  o->ops,      "--json", NULL};
+    const char *argv[16] = {self,        "master", target_flag, target,  "--duration",
+                            o->duration, "--ops",  o->ops,      "--json"};
+    size_t n = 9;
+    if (o->connections != NULL) {
+        argv[n++] = "--connections";
+        argv[n++] = o->connections;
+    }
+    if (o->threads != NULL) {
+        argv[n++] = "--threads";
+        argv[n++] = o->threads;
+    }
+    argv[n] = NULL;
     static char out[1 << 16], err[1 << 14];
     int st = ct_run(argv, out, sizeof(out), err, sizeof(err), 600000);
     if (st != 0) {
@@ -367,18 +378,21 @@ static void usage(FILE *to)
     fprintf(to, "usage: crescent-bench ha [--runs N (5)] [--rounds N (2)] [--duration S (1)]\n"
                 "         [--ops exist,put,get,batch_put] [--lease-ttl S (5)]\n"
                 "         [--master-bin PATH] [--etcd-bin PATH (/usr/bin/etcd)]\n"
-                "         [--log-dir DIR (the HA masters' logs, ha-N.log; default none)]\n");
+                "         [--log-dir DIR (the HA masters' logs, ha-N.log; default none)]\n"
+                "         [--connections N --threads N (the master bench's client: its\n"
+                "          connections and caller threads per connection; default 4 x 16)]\n");
 }
 
 int cb_ha_main(int argc, char **argv)
 {
     static char bin[PATH_MAX], self[PATH_MAX];
-    hb_opts o = {5, 2, "1", "exist,put,get,batch_put", NULL, CT_ETCD_BIN, NULL, 5};
+    hb_opts o = {5, 2, "1", "exist,put,get,batch_put", NULL, CT_ETCD_BIN, NULL, 5, NULL, NULL};
     const ct_option opts[] = {
         CT_U32("--runs", &o.runs, 1, MAX_RUNS),       CT_U32("--rounds", &o.rounds, 1, 1000),
         CT_STRING("--duration", &o.duration),         CT_STRING("--ops", &o.ops),
         CT_U32("--lease-ttl", &o.lease_ttl, 2, 3600), CT_STRING("--master-bin", &o.master_bin),
         CT_STRING("--etcd-bin", &o.etcd_bin),         CT_STRING("--log-dir", &o.log_dir),
+        CT_STRING("--connections", &o.connections),   CT_STRING("--threads", &o.threads),
     };
     int pr = ct_parse_options(argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL, NULL,
                               CB_PROG " ha");
