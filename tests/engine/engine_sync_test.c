@@ -18,11 +18,14 @@
 
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -267,6 +270,37 @@ static void restarted_peer_is_noticed(void **state)
     assert_int_equal(peer_stop(&f.peer), 0);
 }
 
+/* A listener that never says CHALLENGE where the peer was: the fresh
+ * connection's handshake is bounded by the caller's 300 ms, not by the
+ * engine's 2 s connect timeout. */
+static void silent_peer_costs_the_callers_timeout(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_start(&f, 5000);
+    assert_int_equal(cr_engine_transfer_sync(f.e, CR_OP_READ, f.local, f.seg, f.remote, 4096, 0),
+                     0);
+    const char *colon = strrchr(f.peer.name, ':');
+    uint16_t port = (uint16_t)atoi(colon + 1);
+    peer_kill(&f.peer);
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(0x7f000001)};
+    assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(s, 8), 0);
+    uint64_t t0 = now_ms();
+    int rc = cr_engine_transfer_sync(f.e, CR_OP_READ, f.local, f.seg, f.remote, 4096, 300);
+    uint64_t took = now_ms() - t0;
+    print_message("silent listener: %s after %llu ms (%s)\n", cr_status_name(rc),
+                  (unsigned long long)took, cr_last_error_message());
+    assert_int_equal(rc, CR_ERR_TIMEOUT);
+    assert_true(took >= 250 && took < 1500);
+    close(s);
+    fixture_stop(&f);
+}
+
 typedef struct blocked_call {
     fixture *f;
     int rc;
@@ -313,6 +347,7 @@ int main(void)
         cmocka_unit_test(more_callers_than_connections),
         cmocka_unit_test(stopped_peer_costs_the_callers_timeout),
         cmocka_unit_test(restarted_peer_is_noticed),
+        cmocka_unit_test(silent_peer_costs_the_callers_timeout),
         cmocka_unit_test(destroy_wakes_a_blocked_caller),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

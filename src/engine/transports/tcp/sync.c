@@ -51,10 +51,18 @@ static void conn_close(tcp_sync_conn *c)
     free(c);
 }
 
-static int conn_open(cr_engine *e, cre_peer *peer, tcp_sync_conn **out)
+/* Connect and handshake within the connect timeout, and within the
+ * caller's own deadline when that comes first. */
+static int conn_open(cr_engine *e, cre_peer *peer, uint64_t caller_deadline, tcp_sync_conn **out)
 {
-    uint64_t deadline = crb_now_ns() + (uint64_t)e->connect_timeout_ms * 1000000ull;
-    int fd = crb_connect(peer->host, peer->port, (int)e->connect_timeout_ms);
+    uint64_t now = crb_now_ns();
+    uint64_t deadline = now + (uint64_t)e->connect_timeout_ms * 1000000ull;
+    if (caller_deadline < deadline)
+        deadline = caller_deadline;
+    if (deadline <= now)
+        return crb_error(CR_ERR_TIMEOUT, "no time left to connect to %s", peer->name);
+    int timeout_ms = (int)((deadline - now + 999999) / 1000000);
+    int fd = crb_connect(peer->host, peer->port, timeout_ms);
     if (fd < 0)
         return crb_error(fd, "connecting to %s for a synchronous request: %s", peer->name,
                          cr_last_error_message());
@@ -65,8 +73,11 @@ static int conn_open(cr_engine *e, cre_peer *peer, tcp_sync_conn **out)
     uint64_t instance = 0;
     int rc = cre_handshake(e, fd, CRP_ROLE_DATA, deadline, peer->name, &scratch, &instance);
     crp_buf_free(&scratch);
-    if (rc < 0)
+    if (rc < 0) {
+        rc = crb_error(rc, "handshake of a synchronous connection to %s: %s", peer->name,
+                       cr_last_error_message());
         goto err_close_fd;
+    }
     tcp_sync_conn *c = calloc(1, sizeof(*c));
     if (c == NULL) {
         rc = crb_error(CR_ERR_NO_MEMORY, "a synchronous connection to %s", peer->name);
@@ -271,7 +282,7 @@ bool cre_tcp_sync_run(cre_tp *tp, tcp_peer *p, const cre_route *r, cre_task *t,
     int status = 0;
     for (;;) {
         if (c == NULL) {
-            status = conn_open(e, r->peer, &c);
+            status = conn_open(e, r->peer, deadline_ns, &c);
             if (status < 0)
                 break;
             atomic_fetch_add(&te->sync_connects, 1);
