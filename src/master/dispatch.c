@@ -640,7 +640,8 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
     }
     case CRP_RPC_PUT_END:
     case CRP_RPC_UPSERT_END:
-        rc = crk_put_end(s, client_of(u->owner_key.client_id), u->owner_key.key, now);
+        rc = crk_put_end_versioned(s, client_of(u->owner_key.client_id), u->owner_key.key, now,
+                                   &resp->u.end.version);
         break;
     case CRP_RPC_PUT_REVOKE:
     case CRP_RPC_UPSERT_REVOKE:

@@ -552,7 +552,7 @@ static void apply_pins(crk_object *dst, const crk_write *w, uint8_t old_flags,
 }
 
 static int put_end_impl(crk_service *s, crk_client_id client, const char *key, const key_ref *pre,
-                        uint64_t now)
+                        uint64_t now, uint64_t *version_out)
 {
     key_ref k;
     crk_object *o;
@@ -562,8 +562,11 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, c
         return rc;
     crk_shard *sh = k.sh;
     crk_write *w = o->write;
-    if (!w)
-        goto unlock; /* already complete: a repeated put_end is a no-op */
+    if (!w) {
+        if (version_out != NULL) /* already complete: a repeated put_end is a no-op */
+            *version_out = o->version;
+        goto unlock;
+    }
     if (!crk_id_eq(w->owner, client)) {
         rc = crb_error(CR_ILLEGAL_CLIENT,
                        "put_end '%s': the write in flight is another "
@@ -575,6 +578,8 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, c
         apply_pins(o, w, 0, 0, now);
         o->flags |= CRK_OBJ_COMPLETE;
         o->version = crk_next_version(s);
+        if (version_out != NULL)
+            *version_out = o->version;
         o->last_access = now;
         pin_gauges(s, o, +1);
         if (s->off != NULL)
@@ -603,6 +608,8 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, c
     apply_pins(n, w, o->flags, o->soft_pin_until, now);
     n->flags |= CRK_OBJ_COMPLETE;
     n->version = crk_next_version(s);
+    if (version_out != NULL)
+        *version_out = n->version;
     n->last_access = now;
     sh->slots[slot].obj = n;
     crk_lru_unlink(sh, o);
@@ -1043,7 +1050,13 @@ int crk_upsert_start(crk_service *s, crk_client_id client, const char *key, uint
 
 int crk_put_end(crk_service *s, crk_client_id client, const char *key, uint64_t now_ms)
 {
-    return counted(s, CRK_OP_PUT_END, put_end_impl(s, client, key, NULL, now_ms));
+    return crk_put_end_versioned(s, client, key, now_ms, NULL);
+}
+
+int crk_put_end_versioned(crk_service *s, crk_client_id client, const char *key, uint64_t now_ms,
+                          uint64_t *version_out)
+{
+    return counted(s, CRK_OP_PUT_END, put_end_impl(s, client, key, NULL, now_ms, version_out));
 }
 
 int crk_put_revoke(crk_service *s, crk_client_id client, const char *key, uint64_t now_ms)
@@ -1259,7 +1272,7 @@ int crk_batch_put_end(crk_service *s, crk_client_id client, const char *const *k
     for (size_t i = 0; rc == 0 && i < n; i++) {
         const key_ref *pre = prefetch_ahead(s, &ring, keys, i, n);
         batch_item(s, CRK_OP_BATCH_PUT_END,
-                   results[i] = put_end_impl(s, client, keys[i], pre, now_ms));
+                   results[i] = put_end_impl(s, client, keys[i], pre, now_ms, NULL));
     }
     return rc;
 }

@@ -421,6 +421,10 @@ int crk_upsert_start(crk_service *s, crk_client_id client, const char *key, uint
  * dropped).
  */
 int crk_put_end(crk_service *s, crk_client_id client, const char *key, uint64_t now_ms);
+/* crk_put_end, and on success *version_out (if not NULL): the committed
+ * object's version (the one GET_REPLICA_LIST names; wire "ov" of PUT_END). */
+int crk_put_end_versioned(crk_service *s, crk_client_id client, const char *key, uint64_t now_ms,
+                          uint64_t *version_out);
 
 /**
  * Abort the owner's put/upsert and free its replicas (a fresh object is

@@ -94,6 +94,7 @@ typedef enum resp_shape_id {
     RS_segment_info,
     RS_key_info,
     RS_blob,
+    RS_end,
     RS_none,
     RS_COUNT
 } resp_shape_id;
@@ -1297,6 +1298,18 @@ static int dec_rs_blob(dec *d, fields v, crp_rpc_resp *m)
     return get_blob(d, "b", v[3], CRP_RPC_MAX_BLOB, &m->u.blob.len, &m->u.blob.data);
 }
 
+static void enc_rs_end(crp_mp_enc *e, const crp_rpc_resp *m)
+{
+    crp_mp_enc_u64(e, "ov", m->u.end.version);
+}
+
+static int dec_rs_end(dec *d, fields v, crp_rpc_resp *m)
+{
+    if (v[3] == NULL) /* optional: masters before it send none */
+        return 0;
+    return crp_mp_get_u64(&d->c, "ov", v[3], &m->u.end.version);
+}
+
 static void enc_rs_none(crp_mp_enc *e, const crp_rpc_resp *m)
 {
     (void)e;
@@ -1333,6 +1346,7 @@ RS_KEYS(names, "names");
 RS_KEYS(segment_info, "seg", "used", "cid");
 RS_KEYS(key_info, "sz", "reps", "lease", "hp", "sp", "cid");
 RS_KEYS(blob, "b");
+RS_KEYS(end, "ov");
 static const char *const rs_keys_none[] = {"op", "st", "msg"};
 #undef RS_KEYS
 
@@ -1341,7 +1355,7 @@ static const resp_shape RESP_SHAPES[RS_COUNT] = {
     RS_SHAPE(hello), RS_SHAPE(ping),  RS_SHAPE(exist),        RS_SHAPE(statuses),
     RS_SHAPE(get),   RS_SHAPE(alloc), RS_SHAPE(batch_get),    RS_SHAPE(batch_alloc),
     RS_SHAPE(count), RS_SHAPE(names), RS_SHAPE(segment_info), RS_SHAPE(key_info),
-    RS_SHAPE(blob),  RS_SHAPE(none),
+    RS_SHAPE(blob),  RS_SHAPE(end),   RS_SHAPE(none),
 };
 #undef RS_SHAPE
 

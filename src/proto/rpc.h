@@ -73,7 +73,9 @@
  *   exist            "ex": bool
  *   statuses         "r": [i32] (<= CRP_RPC_MAX_BATCH)
  *   get              "reps": [replica] (<= CRP_RPC_MAX_REPLICAS), "lease": u64 ttl ms,
- *                    "lt": u64 lease token (optional: absent = 0, none)
+ *                    "lt": u64 lease token (optional: absent = 0, none),
+ *                    "ov": u64 object version (optional: absent = 0, none)
+ *   end              "ov": u64 the committed value's version (optional: absent = 0)
  *   alloc            "reps"
  *   batch_get        "r": [result], "lease": u64 ttl ms
  *   batch_alloc      "r": [result]
@@ -162,13 +164,13 @@
     X(BATCH_GET_REPLICA_LIST, 23, "batch_get_replica_list", keys, batch_get)                       \
     X(RELEASE_LEASES, 24, "release_leases", leases, none)                                          \
     X(PUT_START, 30, "put_start", put_start, alloc)                                                \
-    X(PUT_END, 31, "put_end", owner_key, none)                                                     \
+    X(PUT_END, 31, "put_end", owner_key, end)                                                      \
     X(PUT_REVOKE, 32, "put_revoke", owner_key, none)                                               \
     X(BATCH_PUT_START, 33, "batch_put_start", batch_put_start, batch_alloc)                        \
     X(BATCH_PUT_END, 34, "batch_put_end", owner_keys, statuses)                                    \
     X(BATCH_PUT_REVOKE, 35, "batch_put_revoke", owner_keys, statuses)                              \
     X(UPSERT_START, 40, "upsert_start", put_start, alloc)                                          \
-    X(UPSERT_END, 41, "upsert_end", owner_key, none)                                               \
+    X(UPSERT_END, 41, "upsert_end", owner_key, end)                                                \
     X(UPSERT_REVOKE, 42, "upsert_revoke", owner_key, none)                                         \
     X(BATCH_UPSERT_START, 43, "batch_upsert_start", batch_put_start, batch_alloc)                  \
     X(BATCH_UPSERT_END, 44, "batch_upsert_end", owner_keys, statuses)                              \
@@ -455,6 +457,13 @@ typedef struct crp_rpc_get_resp {
     uint64_t version;
 } crp_rpc_get_resp;
 
+/* PUT_END / UPSERT_END: the version the committed value got ("ov"; 0: none, a master
+ * before it). A client that wrote the value may cache (key, version, a replica) and read
+ * it speculatively later, as after a GET_REPLICA_LIST (docs/WIRE.md, "Object versions"). */
+typedef struct crp_rpc_end_resp {
+    uint64_t version;
+} crp_rpc_end_resp;
+
 /* PUT_START / UPSERT_START: the replicas allocated, possibly fewer than asked. */
 typedef struct crp_rpc_alloc_resp {
     size_t n_replicas;
@@ -520,6 +529,7 @@ typedef struct crp_rpc_resp {
         crp_rpc_segment_info_resp segment_info;
         crp_rpc_key_info_resp key_info;
         crp_rpc_blob_resp blob;
+        crp_rpc_end_resp end;
     } u;                         /* meaningful only when status == 0, or for SERVICE_READY */
     struct crp_rpc_arena *arena; /* NULL unless decoded */
 } crp_rpc_resp;

@@ -476,6 +476,11 @@ static void fill_rs_blob(crp_rpc_resp *m, int v)
     m->u.blob.data = v == V_MIN ? NULL : blob_bytes;
 }
 
+static void fill_rs_end(crp_rpc_resp *m, int v)
+{
+    m->u.end.version = v == V_MIN ? 0 : v == V_MAX ? UINT64_MAX : (0xabcull << 40) + 7;
+}
+
 static void fill_rs_none(crp_rpc_resp *m, int v)
 {
     (void)m;
@@ -830,6 +835,11 @@ static void eq_rs_blob(const crp_rpc_resp *a, const crp_rpc_resp *b)
     assert_int_equal(a->u.blob.len, b->u.blob.len);
     if (a->u.blob.len > 0)
         assert_memory_equal(a->u.blob.data, b->u.blob.data, a->u.blob.len);
+}
+
+static void eq_rs_end(const crp_rpc_resp *a, const crp_rpc_resp *b)
+{
+    assert_int_equal(a->u.end.version, b->u.end.version);
 }
 
 static void eq_rs_none(const crp_rpc_resp *a, const crp_rpc_resp *b)
@@ -1718,6 +1728,13 @@ static void test_ranges_and_enums(void **state)
     assert_int_equal(crp_rpc_resp_decode(sb.data, sb.size, &old_reply), 0);
     assert_int_equal(old_reply.u.get.n_replicas, 1);
     assert_true(old_reply.u.get.version == 0 && old_reply.u.get.lease_token == 0);
+    crp_rpc_resp_clear(&old_reply);
+    msgpack_sbuffer_destroy(&sb);
+    /* Nor "ov" in PUT_END's reply: version 0, the writer caches nothing. */
+    raw_field e_old[1] = {{"st", st0, 1}};
+    pack_raw_body(&sb, CRP_RPC_PUT_END, e_old, 1);
+    assert_int_equal(crp_rpc_resp_decode(sb.data, sb.size, &old_reply), 0);
+    assert_int_equal(old_reply.u.end.version, 0);
     crp_rpc_resp_clear(&old_reply);
     msgpack_sbuffer_destroy(&sb);
 

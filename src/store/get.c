@@ -170,8 +170,7 @@ static void value_release(const crc_value_dest *vd, void *p)
         free(p);
 }
 
-/* Put this client's own replica first. */
-static void order_replicas(cr_store *s, crp_rpc_replica *r, size_t n)
+void crc_order_replicas(cr_store *s, crp_rpc_replica *r, size_t n)
 {
     for (size_t i = 1; i < n; i++) {
         if (strcmp(r[i].segment, s->segment_name) == 0) {
@@ -336,7 +335,7 @@ static int64_t get_value(cr_store *s, const char *key, dest_parts *d, void **all
     }
     rc = spec_ok ? 0 : CR_TRANSFER_FAIL;
     if (!spec_ok)
-        order_replicas(s, resp.u.get.replicas, resp.u.get.n_replicas);
+        crc_order_replicas(s, resp.u.get.replicas, resp.u.get.n_replicas);
     for (size_t r = 0; r < resp.u.get.n_replicas && rc < 0; r++) {
         rc = size == 0 ? 0 : read_from(s, &resp.u.get.replicas[r], d, size);
         if (rc == 0 && s->loc != NULL && size >= s->spec_min) /* (smaller: never read so) */
@@ -525,7 +524,7 @@ static int batch_get_round(cr_store *s, const char *const *keys, const dest_part
             res[j] = kr->status < 0 ? kr->status : CR_REPLICA_IS_NOT_READY;
             continue;
         }
-        order_replicas(s, kr->replicas, kr->n_replicas);
+        crc_order_replicas(s, kr->replicas, kr->n_replicas);
         uint64_t size = kr->replicas[0].size;
         if (values_out != NULL) {
             int ar = value_alloc(vd, idx[j], size, &vals[j], &direct[j]);

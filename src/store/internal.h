@@ -242,6 +242,9 @@ void crc_loc_forget(crc_loc_cache *c, const char *key);
  * listed)? Then what was read from l while asking is the value (docs/WIRE.md). */
 bool crc_loc_confirms(const crc_loc *l, uint64_t version, const crp_rpc_replica *reps, size_t n);
 
+/* get.c: put this client's own replica (its segment's) first; the order gets read in. */
+void crc_order_replicas(cr_store *s, crp_rpc_replica *r, size_t n);
+
 /* staging.c: one read started now and waited for later (a speculative get; over tcp
  * start may carry the whole read on this thread, see CR_BATCH_CALLER_WAITS), into
  * registered memory or (unregistered) any memory of this process, as crc_transfer_direct.

@@ -29,7 +29,10 @@ typedef struct value_parts {
     uint64_t total;
 } value_parts;
 
-static int end_or_revoke_within(cr_store *s, const char *key, bool upsert, bool ok, int timeout_ms)
+/* PUT_END / UPSERT_END (ok) or the revoke. *version_out (may be NULL): the committed value's
+ * version from the end's reply (0: a master that does not say), written on success. */
+static int end_or_revoke_within(cr_store *s, const char *key, bool upsert, bool ok, int timeout_ms,
+                                uint64_t *version_out)
 {
     crp_rpc_req req = {.op = ok ? (upsert ? CRP_RPC_UPSERT_END : CRP_RPC_PUT_END)
                                 : (upsert ? CRP_RPC_UPSERT_REVOKE : CRP_RPC_PUT_REVOKE)};
@@ -42,13 +45,15 @@ static int end_or_revoke_within(cr_store *s, const char *key, bool upsert, bool 
     if (rc < 0)
         crb_error(rc, "%s of '%s': %s", crp_rpc_op_name(req.op), key,
                   resp.message ? resp.message : cr_strerror(rc));
+    else if (ok && version_out != NULL)
+        *version_out = resp.u.end.version;
     crp_rpc_resp_clear(&resp);
     return rc;
 }
 
 static int end_or_revoke(cr_store *s, const char *key, bool upsert, bool ok)
 {
-    return end_or_revoke_within(s, key, upsert, ok, (int)s->rpc_timeout_ms);
+    return end_or_revoke_within(s, key, upsert, ok, (int)s->rpc_timeout_ms, NULL);
 }
 
 /* Write the value into every replica. */
@@ -132,7 +137,7 @@ static int put_value(cr_store *s, const char *key, const value_parts *v, bool up
          * worth waiting for. */
         char detail[400];
         snprintf(detail, sizeof(detail), "%s", cr_last_error_message());
-        end_or_revoke_within(s, key, upsert, false, 50);
+        end_or_revoke_within(s, key, upsert, false, 50, NULL);
         return crb_error(rc, "%s", detail);
     }
     if (rc < 0)
@@ -149,15 +154,28 @@ static int put_value(cr_store *s, const char *key, const value_parts *v, bool up
         return rc;
     }
     rc = write_replicas(s, resp.u.alloc.replicas, resp.u.alloc.n_replicas, v);
-    crp_rpc_resp_clear(&resp);
     if (rc < 0) {
+        crp_rpc_resp_clear(&resp);
         char detail[400];
         snprintf(detail, sizeof(detail), "%s", cr_last_error_message());
         end_or_revoke(s, key, upsert, false);
         return crb_error(CR_TRANSFER_FAIL, "put '%s': writing replicas failed (%s); revoked", key,
                          detail);
     }
-    return end_or_revoke(s, key, upsert, true);
+    uint64_t version = 0;
+    rc = end_or_revoke_within(s, key, upsert, true, (int)s->rpc_timeout_ms, &version);
+    /* The writer knows where its value is: a later get of it may read the replica
+     * it would choose while asking the master (the reply must name this version
+     * and replica again before the bytes are kept: get.c). */
+    if (rc == 0 && s->loc != NULL && version != 0 && v->total >= s->spec_min &&
+        resp.u.alloc.n_replicas > 0) {
+        crc_order_replicas(s, resp.u.alloc.replicas, resp.u.alloc.n_replicas);
+        crp_rpc_replica mine = resp.u.alloc.replicas[0];
+        mine.status = CRP_RPC_REPLICA_COMPLETE; /* as of the end just acknowledged */
+        crc_loc_store(s->loc, key, version, &mine);
+    }
+    crp_rpc_resp_clear(&resp);
+    return rc;
 }
 
 static value_parts one_part(const void **p, const size_t *len, bool registered)

@@ -6,6 +6,9 @@
  *   kept_when_confirmed_tcp / _auto  the second get_into of an unchanged key
  *       reads its cached location while asking and keeps the bytes, and so
  *       does a copying get (the counters say so; every byte checked).
+ *   writer_reads_its_own_put  a client that put a value reads it speculatively
+ *       from its first get on (PUT_START's replica, PUT_END's version), and
+ *       does not keep what it read once another client replaced the value.
  *   replaced_value_not_kept  after an upsert, and after a remove and a put
  *       of the same size (which may land on the same address), the reader's
  *       cached location is read but not kept: the new bytes are returned;
@@ -157,6 +160,50 @@ static void kept_when_confirmed_auto(void **state)
 {
     (void)state;
     kept_when_confirmed("auto");
+}
+
+/* The writer learns the location from its own put (PUT_START's replica, PUT_END's
+ * version): its first get already reads while it asks; another client's upsert
+ * in between is noticed (read, not kept). */
+static void writer_reads_its_own_put(void **state)
+{
+    (void)state;
+    cr_store *holder = open_store("tcp", 32 << 20), *writer = open_store("tcp", 0),
+             *other = open_store("tcp", 0);
+    size_t len = (1 << 20) + 5, cap = 2 << 20;
+    uint8_t *buf = aligned_alloc(4096, cap);
+    assert_non_null(buf);
+    assert_int_equal(cr_store_register_buffer(writer, buf, cap), 0);
+    const char *key = "spec-own-put";
+    cr_store_get_stats st0 = stats(writer);
+    put_seed(writer, key, len, 7, false);
+    get_check(writer, key, buf, cap, len, 7); /* the first get: speculative, kept */
+    cr_store_get_stats st1 = stats(writer);
+    assert_true(st1.speculative_reads == st0.speculative_reads + 1);
+    assert_true(st1.speculative_hits == st0.speculative_hits + 1);
+
+    put_seed(other, key, len, 8, true); /* replaced by someone else */
+    get_check(writer, key, buf, cap, len, 8);
+    cr_store_get_stats st2 = stats(writer);
+    assert_true(st2.speculative_reads == st1.speculative_reads + 1);
+    assert_true(st2.speculative_hits == st1.speculative_hits);
+
+    put_seed(writer, key, len, 9, true); /* the writer's own upsert */
+    copy_check(writer, key, len, 9);
+    cr_store_get_stats st3 = stats(writer);
+    assert_true(st3.speculative_reads == st2.speculative_reads + 1);
+    assert_true(st3.speculative_hits == st2.speculative_hits + 1);
+
+    put_seed(writer, "spec-own-small", 4096, 10, false); /* under the threshold: not cached */
+    get_check(writer, "spec-own-small", buf, cap, 4096, 10);
+    cr_store_get_stats st4 = stats(writer);
+    assert_true(st4.speculative_reads == st3.speculative_reads);
+
+    assert_int_equal(cr_store_unregister_buffer(writer, buf), 0);
+    free(buf);
+    cr_store_destroy(other);
+    cr_store_destroy(writer);
+    cr_store_destroy(holder);
 }
 
 static void replaced_value_not_kept(void **state)
@@ -374,6 +421,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(kept_when_confirmed_tcp),
         cmocka_unit_test(kept_when_confirmed_auto),
+        cmocka_unit_test(writer_reads_its_own_put),
         cmocka_unit_test(replaced_value_not_kept),
         cmocka_unit_test(concurrent_upserts_never_torn),
         cmocka_unit_test(small_values),
