@@ -240,17 +240,23 @@ static void stopped_peer_costs_the_callers_timeout(void **state)
     assert_int_equal(peer_stop(&f.peer), 0);
 }
 
+/* Start, pool one connection with a good read, then kill -9 the peer; its
+ * port into port[16]. */
+static void pooled_then_killed(fixture *f, char port[16])
+{
+    fixture_start(f, 5000);
+    assert_int_equal(
+        cr_engine_transfer_sync(f->e, CR_OP_READ, f->local, f->seg, f->remote, 4096, 0), 0);
+    snprintf(port, 16, "%s", strrchr(f->peer.name, ':') + 1);
+    peer_kill(&f->peer);
+}
+
 static void restarted_peer_is_noticed(void **state)
 {
     (void)state;
     fixture f;
-    fixture_start(&f, 5000);
-    assert_int_equal(cr_engine_transfer_sync(f.e, CR_OP_READ, f.local, f.seg, f.remote, 4096, 0),
-                     0);
-    const char *colon = strrchr(f.peer.name, ':');
     char port[16];
-    snprintf(port, sizeof(port), "%s", colon + 1);
-    peer_kill(&f.peer);
+    pooled_then_killed(&f, port);
     const char *args[] = {"--port", port, NULL};
     assert_int_equal(peer_start(&f.peer, args), 0);
     uint64_t remote = peer_reg(&f.peer, "cpu:0", REMOTE_LEN, 0);
@@ -277,12 +283,9 @@ static void silent_peer_costs_the_callers_timeout(void **state)
 {
     (void)state;
     fixture f;
-    fixture_start(&f, 5000);
-    assert_int_equal(cr_engine_transfer_sync(f.e, CR_OP_READ, f.local, f.seg, f.remote, 4096, 0),
-                     0);
-    const char *colon = strrchr(f.peer.name, ':');
-    uint16_t port = (uint16_t)atoi(colon + 1);
-    peer_kill(&f.peer);
+    char port_text[16];
+    pooled_then_killed(&f, port_text);
+    uint16_t port = (uint16_t)atoi(port_text);
     int s = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
     setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
