@@ -13,6 +13,7 @@
 #include <microhttpd.h>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "client/daemon.h"
 
 typedef struct text {
@@ -187,7 +188,7 @@ int crs_http_start(crs_daemon *d)
 
 void crs_http_stop(crs_daemon *d)
 {
-    if (d->http_running)
-        crh_mhd_stop(&d->http);
+    if (d->http_running && !crh_mhd_stop(&d->http))
+        crb_log(CRB_LOG_WARN, "the client's http server was left to the process exit");
     d->http_running = false;
 }

@@ -375,7 +375,80 @@ int crh_mhd_start(crh_mhd_server *m, const char *what, const char *host, uint16_
     return 0;
 }
 
-void crh_mhd_stop(crh_mhd_server *m)
+/* MHD_stop_daemon on a thread of its own, so its caller can stop waiting. */
+typedef struct mhd_stopper {
+    struct MHD_Daemon *daemon;
+    pthread_mutex_t mu;
+    pthread_cond_t done_cv;
+    bool done;
+    bool abandoned; /* the caller stopped waiting: the thread frees the stopper */
+} mhd_stopper;
+
+static void stopper_free(mhd_stopper *st)
+{
+    pthread_cond_destroy(&st->done_cv);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+static void *stopper_main(void *arg)
+{
+    mhd_stopper *st = arg;
+    MHD_stop_daemon(st->daemon);
+    pthread_mutex_lock(&st->mu);
+    st->done = true;
+    bool abandoned = st->abandoned;
+    pthread_cond_signal(&st->done_cv);
+    pthread_mutex_unlock(&st->mu);
+    if (abandoned)
+        stopper_free(st);
+    return NULL;
+}
+
+/* Stop the daemon within CRH_MHD_STOP_MS; false when its threads are still
+ * running then (the stopper and the daemon are left to them). */
+static bool stop_daemon_bounded(crh_mhd_server *m)
+{
+    mhd_stopper *st = calloc(1, sizeof(*st));
+    if (st == NULL) {
+        MHD_stop_daemon(m->daemon); /* (no memory for a helper: wait as before) */
+        return true;
+    }
+    st->daemon = m->daemon;
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&st->done_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_t th;
+    if (pthread_create(&th, NULL, stopper_main, st) != 0) {
+        MHD_stop_daemon(m->daemon);
+        goto free_stopper;
+    }
+    struct timespec deadline = crb_deadline_ts(CRH_MHD_STOP_MS);
+    pthread_mutex_lock(&st->mu);
+    while (!st->done)
+        if (pthread_cond_timedwait(&st->done_cv, &st->mu, &deadline) != 0)
+            break;
+    bool done = st->done;
+    st->abandoned = !done;
+    pthread_mutex_unlock(&st->mu);
+    if (!done) {
+        crb_log(CRB_LOG_ERROR,
+                "%s: libmicrohttpd's workers did not stop within %d ms (a known stall under "
+                "trickled request bodies); leaving them to the process exit",
+                m->what, CRH_MHD_STOP_MS);
+        pthread_detach(th);
+        return false;
+    }
+    pthread_join(th, NULL);
+free_stopper:
+    stopper_free(st);
+    return true;
+}
+
+bool crh_mhd_stop(crh_mhd_server *m)
 {
     atomic_store(&m->stop, true);
     if (m->gate_running) {
@@ -390,9 +463,11 @@ void crh_mhd_stop(crh_mhd_server *m)
         close(m->listen_fd);
         m->listen_fd = -1;
     }
-    MHD_stop_daemon(m->daemon);
+    if (!stop_daemon_bounded(m))
+        return false; /* its workers may still call into m */
     m->daemon = NULL;
     release(m);
+    return true;
 }
 
 void crh_mhd_stats_get(crh_mhd_server *m, crh_mhd_stats *out)

@@ -4,7 +4,8 @@
  * arrive in header_timeout_ms is dropped; more waiting connections than
  * max_pending push out the oldest; a request longer than its deadline is
  * ended; every response says "Connection: close"; stop returns at once
- * with slow clients connected.
+ * with slow clients connected, and gives up after CRH_MHD_STOP_MS when a
+ * worker cannot end (stop_is_bounded).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,8 @@
 
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -140,16 +143,73 @@ static void gate(void **state)
 
     /* Stop with slow clients around: at once. */
     t0 = crb_now_ms();
-    crh_mhd_stop(&m);
+    assert_true(crh_mhd_stop(&m));
     assert_true(crb_now_ms() - t0 < 1000);
     for (int i = 0; i < 12; i++)
         close(silent[i]);
+}
+
+/* A handler that blocks until released: its worker cannot stop meanwhile. */
+static pthread_mutex_t stuck_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t stuck_cv = PTHREAD_COND_INITIALIZER;
+static bool stuck_entered, stuck_released;
+
+static enum MHD_Result stuck(void *cls, struct MHD_Connection *conn, const char *url,
+                             const char *method, const char *version, const char *upload,
+                             size_t *upload_size, void **req_cls)
+{
+    pthread_mutex_lock(&stuck_mu);
+    stuck_entered = true;
+    pthread_cond_broadcast(&stuck_cv);
+    while (!stuck_released)
+        pthread_cond_wait(&stuck_cv, &stuck_mu);
+    pthread_mutex_unlock(&stuck_mu);
+    return hello(cls, conn, url, method, version, upload, upload_size, req_cls);
+}
+
+/* Stop gives up after CRH_MHD_STOP_MS when a worker does not end (false, m
+ * left allocated); once the worker is free the daemon finishes stopping on
+ * its own thread, which frees what it used (LSan-clean). */
+static void stop_is_bounded(void **state)
+{
+    (void)state;
+    static crh_mhd_server m; /* stays allocated: a worker may still use it */
+    crh_mhd_config cfg = {.threads = 1,
+                          .connection_limit = 4,
+                          .idle_timeout_s = 5,
+                          .request_timeout_ms = 10000,
+                          .header_timeout_ms = 1000,
+                          .max_pending = 8,
+                          .on_request = stuck};
+    assert_int_equal(crh_mhd_start(&m, "test http", "127.0.0.1", 0, &cfg), 0);
+    int fd = conn_to(m.port);
+    const char *get = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    assert_int_equal(send(fd, get, strlen(get), 0), (ssize_t)strlen(get));
+    pthread_mutex_lock(&stuck_mu);
+    while (!stuck_entered)
+        pthread_cond_wait(&stuck_cv, &stuck_mu);
+    pthread_mutex_unlock(&stuck_mu);
+    uint64_t t0 = crb_now_ms();
+    assert_false(crh_mhd_stop(&m));
+    uint64_t took = crb_now_ms() - t0;
+    print_message("stop with a stuck worker: gave up after %llu ms\n", (unsigned long long)took);
+    assert_true(took >= CRH_MHD_STOP_MS - 50 && took < CRH_MHD_STOP_MS + 1500);
+    pthread_mutex_lock(&stuck_mu);
+    stuck_released = true;
+    pthread_cond_broadcast(&stuck_cv);
+    pthread_mutex_unlock(&stuck_mu);
+    char buf[256];
+    wait_read(fd, buf, sizeof(buf), 3000); /* the answer or the close, once it stops */
+    close(fd);
+    struct timespec ts = {0, 300 * 1000000L}; /* the stopper thread ends and frees */
+    nanosleep(&ts, NULL);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gate),
+        cmocka_unit_test(stop_is_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -364,6 +364,7 @@ void crk_admin_http_stop(crk_admin_http *s)
 {
     if (s == NULL)
         return;
-    crh_mhd_stop(&s->mhd);
+    if (!crh_mhd_stop(&s->mhd))
+        return; /* its stuck workers may still use s (logged): left to the exit */
     free(s);
 }

@@ -427,7 +427,8 @@ void crd_http_server_stop(crd_http_server *s)
 {
     if (s == NULL)
         return;
-    crh_mhd_stop(&s->mhd);
+    if (!crh_mhd_stop(&s->mhd))
+        return; /* its stuck workers may still use s (logged): left to the exit */
     crd_kv_table_destroy(s->table);
     pthread_mutex_destroy(&s->lock);
     free(s);
