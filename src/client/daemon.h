@@ -276,7 +276,10 @@ void crs_handle(crs_daemon *d, crs_conn *c, const crp_thin_req *req, crp_thin_re
 /* --- http.c ------------------------------------------------------------------ */
 
 int crs_http_start(crs_daemon *d);
-void crs_http_stop(crs_daemon *d);
+/* Stops the /health and /metrics server if it runs. False when a handler
+ * stayed stuck past libmicrohttpd's stop bound (logged): what handlers read
+ * (d's store, lock, counters) must then stay allocated until the exit. */
+bool crs_http_stop(crs_daemon *d);
 /* The Prometheus text of /metrics (malloc'd, NUL-terminated). */
 char *crs_metrics_text(crs_daemon *d);
 

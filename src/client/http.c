@@ -186,9 +186,11 @@ int crs_http_start(crs_daemon *d)
     return rc;
 }
 
-void crs_http_stop(crs_daemon *d)
+bool crs_http_stop(crs_daemon *d)
 {
-    if (d->http_running && !crh_mhd_stop(&d->http))
+    bool stopped = !d->http_running || crh_mhd_stop(&d->http);
+    if (!stopped)
         crb_log(CRB_LOG_WARN, "the client's http server was left to the process exit");
     d->http_running = false;
+    return stopped;
 }

@@ -606,8 +606,9 @@ static void log_service_times(crs_daemon *d)
 void crs_daemon_stop(crs_daemon *d)
 {
     log_service_times(d);
-    if (d->http_running)
-        crs_http_stop(d);
+    /* A handler stuck past the bound still reads the store, the lock and
+     * the counters: those are then left to the process exit. */
+    bool http_stopped = crs_http_stop(d);
     /* Stop serving: the loops end, then nothing runs on the connections. */
     for (unsigned i = 0; i < d->n_loops; i++)
         crb_loop_fini(&d->loops[i]);
@@ -627,6 +628,8 @@ void crs_daemon_stop(crs_daemon *d)
         conn_close(c);
     }
     d->n_loops = 0;
+    if (!http_stopped)
+        return;
     if (d->store != NULL) {
         cr_store_destroy(d->store); /* unmount, then close */
         d->store = NULL;

@@ -103,9 +103,11 @@ int cr_batch_create(cr_engine *e, size_t capacity, cr_batch_id *out)
     return cr_batch_create_ex(e, capacity, 0, out);
 }
 
-int cr_batch_create_ex(cr_engine *e, size_t capacity, unsigned flags, cr_batch_id *out)
+/* caller_deadline_ns: when a caller that waits gives up (UINT64_MAX: the
+ * request timeout bounds it). */
+static int batch_create(cr_engine *e, size_t capacity, unsigned flags, uint64_t caller_deadline_ns,
+                        cr_batch_id *out)
 {
-    CRE_CALL(e, "cr_batch_create");
     if (e == NULL || out == NULL)
         return crb_error(CR_INVALID_PARAMS, "cr_batch_create: NULL engine or out");
     if ((flags & ~CR_BATCH_CALLER_WAITS) != 0)
@@ -125,7 +127,7 @@ int cr_batch_create_ex(cr_engine *e, size_t capacity, unsigned flags, cr_batch_i
     b->engine = e;
     b->capacity = capacity;
     b->caller_waits = capacity == 1 && (flags & CR_BATCH_CALLER_WAITS) && e->tcp_caller_reads;
-    b->caller_deadline_ns = UINT64_MAX; /* the request timeout bounds it */
+    b->caller_deadline_ns = caller_deadline_ns;
     pthread_mutex_init(&b->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -142,6 +144,12 @@ int cr_batch_create_ex(cr_engine *e, size_t capacity, unsigned flags, cr_batch_i
     }
     *out = id;
     return 0;
+}
+
+int cr_batch_create_ex(cr_engine *e, size_t capacity, unsigned flags, cr_batch_id *out)
+{
+    CRE_CALL(e, "cr_batch_create");
+    return batch_create(e, capacity, flags, UINT64_MAX, out);
 }
 
 /* What the submit path resolved for one request. */
@@ -624,18 +632,11 @@ int cr_engine_transfer_sync_batch(cr_engine *e, int opcode, cr_segment_handle se
     for (size_t i = 0; i < n; i++)
         reqs[i] =
             (cr_transfer_request){opcode, local_addrs[i], segment, remote_addrs[i], lengths[i]};
+    /* This thread waits for its tasks right away: a transport may carry a
+     * lone task on this thread, within the caller's timeout. */
     cr_batch_id id;
-    int rc = cr_batch_create_ex(e, n, CR_BATCH_CALLER_WAITS, &id);
-    if (rc == 0 && n == 1 && e->tcp_caller_reads) {
-        /* This thread waits for the one task right away: a transport may
-         * carry it on this thread, within the caller's timeout. */
-        cre_batch *b;
-        if (batch_get(e, id, &b) == 0) {
-            b->caller_deadline_ns =
-                crb_now_ns() + (uint64_t)sync_timeout(e, timeout_ms) * 1000000ull;
-            batch_put(b);
-        }
-    }
+    uint64_t deadline = crb_now_ns() + (uint64_t)sync_timeout(e, timeout_ms) * 1000000ull;
+    int rc = batch_create(e, n, CR_BATCH_CALLER_WAITS, deadline, &id);
     if (rc == 0) {
         rc = cr_batch_submit(e, id, reqs, n);
         if (rc == 0) {

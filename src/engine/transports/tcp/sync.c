@@ -48,6 +48,7 @@
 static void conn_close(tcp_sync_conn *c)
 {
     close(c->fd);
+    crp_buf_free(&c->body);
     free(c);
 }
 
@@ -188,22 +189,20 @@ static int exchange(cr_engine *e, tcp_sync_conn *c, const cre_peer *peer, cre_ta
 {
     bool write = t->opcode == CR_OP_WRITE;
     uint8_t head[CRP_HEADER_SIZE + 32];
-    crp_buf body = {0};
+    crp_buf *body = &c->body;
+    crp_buf_reset(body);
     crp_data_req req = {.addr = t->remote_addr, .length = t->length};
-    int rc = crp_data_req_encode(&req, &body);
-    if (rc < 0) {
-        crp_buf_free(&body);
+    int rc = crp_data_req_encode(&req, body);
+    if (rc < 0)
         return rc;
-    }
     crp_header h = {.version = CRP_VERSION,
                     .type = (uint8_t)(write ? CRP_WRITE_REQ : CRP_READ_REQ),
-                    .body_len = (uint32_t)body.len,
+                    .body_len = (uint32_t)body->len,
                     .request_id = ++c->next_request_id,
                     .data_len = write ? t->length : 0};
     crp_header_encode(&h, head);
-    memcpy(head + CRP_HEADER_SIZE, body.data, body.len); /* 19 bytes at most */
-    size_t head_len = CRP_HEADER_SIZE + body.len;
-    crp_buf_free(&body);
+    memcpy(head + CRP_HEADER_SIZE, body->data, body->len); /* 19 bytes at most */
+    size_t head_len = CRP_HEADER_SIZE + body->len;
     struct iovec out[2] = {{head, head_len}, {t->local, (size_t)t->length}};
     rc = send_all(e, c, peer, out, write ? 2 : 1, deadline, peer_closed);
     if (rc < 0)

@@ -80,6 +80,7 @@ typedef struct tcp_sync_conn {
     int fd;                     /* blocking, 100 ms receive/send timeouts */
     uint64_t instance;          /* the peer's instance id from HELLO_ACK */
     uint64_t next_request_id;
+    crp_buf body; /* the request body's encoding, reused by each request */
 } tcp_sync_conn;
 
 typedef struct tcp_peer {
