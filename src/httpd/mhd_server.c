@@ -12,6 +12,18 @@
  * with its inter-thread channel so added connections and stop are seen at
  * once); its connection notifications keep the list of served connections
  * that the gate dooms from and the wrapped handler checks.
+ *
+ * Slots are counted from the hand-over, not from libmicrohttpd's "started"
+ * notification, and libmicrohttpd's own limit is set so that one worker
+ * alone could take every slot: libmicrohttpd 0.9.75 (Debian 12) leaves a
+ * worker's cleanup mutex locked when a connection added with
+ * MHD_add_connection finds that worker at its share of the limit (its
+ * check at add time races with the worker starting the ones added before),
+ * and the worker's next lock deadlocks it for good: a burst of hand-overs
+ * under a body slowloris froze all four workers of a TSan-built metadata
+ * server, and MHD_stop_daemon then waited for them forever. With every
+ * added connection already counted against the gate's slots, no worker
+ * ever comes near its share.
  */
 #include "httpd/mhd_server.h"
 
@@ -35,7 +47,7 @@
 #define DEFAULT_MAX_PENDING       256
 #define HEADER_MAX                16384 /* bytes of a request head */
 #define DOOM_MIN_AGE_MS           1000  /* a request this young is never doomed */
-#define SLOT_MARGIN               64    /* libmicrohttpd's own limit above the gate's */
+#define SLOT_MARGIN               64    /* each libmicrohttpd worker's limit above the gate's */
 
 /* A connection waiting with the gate for its request head. */
 typedef struct crh_pending {
@@ -94,9 +106,10 @@ static void on_connection(void *cls, struct MHD_Connection *connection, void **s
             m->conn_head = c;
         m->conn_tail = c;
         pthread_mutex_unlock(&m->conn_lock);
-        atomic_fetch_add(&m->in_mhd, 1);
-        return;
+        return; /* (its slot was counted at the hand-over) */
     }
+    /* Closed: every started connection is, once; its slot is free again. */
+    atomic_fetch_sub(&m->in_mhd, 1);
     crh_conn *c = *socket_context;
     if (c == NULL)
         return;
@@ -110,7 +123,6 @@ static void on_connection(void *cls, struct MHD_Connection *connection, void **s
     else
         m->conn_tail = c->prev;
     pthread_mutex_unlock(&m->conn_lock);
-    atomic_fetch_sub(&m->in_mhd, 1);
     free(c);
     *socket_context = NULL;
 }
@@ -170,10 +182,14 @@ static bool hand_over(crh_mhd_server *m, crh_pending *p, uint64_t now)
     p->fd = -1;
     p->complete = false;
     m->n_pending--;
-    /* libmicrohttpd owns (and on failure closes) the socket from here on. */
+    /* libmicrohttpd owns (and on failure closes) the socket from here on.
+     * The slot is taken now: the worker starts the connection later. */
+    atomic_fetch_add(&m->in_mhd, 1);
     if (MHD_add_connection(m->daemon, fd, (const struct sockaddr *)&p->addr, p->addr_len) ==
         MHD_YES)
         atomic_fetch_add(&m->handed_over, 1);
+    else
+        atomic_fetch_sub(&m->in_mhd, 1);
     return true;
 }
 
@@ -351,13 +367,16 @@ int crh_mhd_start(crh_mhd_server *m, const char *what, const char *host, uint16_
     unsigned int flags =
         MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
     MHD_RequestCompletedCallback completed = cfg->on_completed;
-    m->daemon =
-        MHD_start_daemon(flags, 0, NULL, NULL, gated, m, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, m,
-                         MHD_OPTION_THREAD_POOL_SIZE, cfg->threads, MHD_OPTION_CONNECTION_LIMIT,
-                         m->slots + SLOT_MARGIN, MHD_OPTION_CONNECTION_TIMEOUT, cfg->idle_timeout_s,
-                         MHD_OPTION_NOTIFY_CONNECTION, on_connection, m,
-                         completed != NULL ? MHD_OPTION_NOTIFY_COMPLETED : MHD_OPTION_END,
-                         completed, cfg->completed_cls, MHD_OPTION_END);
+    /* libmicrohttpd splits its limit evenly among the workers: give each
+     * worker room for every slot (see the top of this file). */
+    unsigned threads = cfg->threads > 0 ? cfg->threads : 1;
+    unsigned mhd_limit = (m->slots + SLOT_MARGIN) * threads;
+    m->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, gated, m, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, m,
+        MHD_OPTION_THREAD_POOL_SIZE, cfg->threads, MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
+        MHD_OPTION_CONNECTION_TIMEOUT, cfg->idle_timeout_s, MHD_OPTION_NOTIFY_CONNECTION,
+        on_connection, m, completed != NULL ? MHD_OPTION_NOTIFY_COMPLETED : MHD_OPTION_END,
+        completed, cfg->completed_cls, MHD_OPTION_END);
     if (m->daemon == NULL) {
         rc = crb_error(CR_ERR_BIND, "%s cannot start on %s:%u: %s", what, host, (unsigned)port,
                        m->last_error[0] != '\0' ? m->last_error : "MHD_start_daemon failed");
@@ -436,8 +455,8 @@ static bool stop_daemon_bounded(crh_mhd_server *m)
     pthread_mutex_unlock(&st->mu);
     if (!done) {
         crb_log(CRB_LOG_ERROR,
-                "%s: libmicrohttpd's workers did not stop within %d ms (a known stall under "
-                "trickled request bodies); leaving them to the process exit",
+                "%s: libmicrohttpd's workers did not stop within %d ms (a request handler "
+                "still running?); leaving them to the process exit",
                 m->what, CRH_MHD_STOP_MS);
         pthread_detach(th);
         return false;

@@ -64,7 +64,7 @@ typedef struct crh_mhd_server {
     /* connections inside libmicrohttpd, oldest first (conn_lock) */
     pthread_mutex_t conn_lock;
     struct crh_conn *conn_head, *conn_tail;
-    atomic_uint in_mhd;
+    atomic_uint in_mhd; /* slots taken: handed over and not closed yet */
     MHD_AccessHandlerCallback handler;
     void *handler_cls;
     _Atomic uint64_t accepted, handed_over, dropped_pending, timed_out_heads, doomed;
@@ -90,7 +90,7 @@ typedef struct crh_mhd_stats {
     uint64_t dropped_pending; /* pushed out by newer ones while sending their head */
     uint64_t timed_out_heads; /* whose head did not arrive within header_timeout_ms */
     uint64_t doomed;          /* requests ended to free a slot for a waiting one */
-    unsigned serving;         /* connections inside libmicrohttpd now */
+    unsigned serving;         /* connections handed to libmicrohttpd and not closed yet */
 } crh_mhd_stats;
 
 /**
@@ -104,12 +104,12 @@ int crh_mhd_start(crh_mhd_server *m, const char *what, const char *host, uint16_
 /**
  * Stop the gate and the daemon (never waits for a client) and release m.
  * Returns true then. libmicrohttpd's own shutdown is given CRH_MHD_STOP_MS:
- * when its workers have not ended by then (a known, open stall of
- * libmicrohttpd 0.9.75 under many trickled request bodies: docs/testing.md)
- * an error is logged, those threads are left running, m is not released and
- * false is returned: the caller must then also leave allocated whatever the
- * daemon's handlers use (m included), since a worker may still call them.
- * This keeps a SIGTERM'd server from hanging; it is meant for shutdown.
+ * when its workers have not ended by then (a handler that does not return;
+ * before the gate counted slots at the hand-over, also a worker deadlocked
+ * inside libmicrohttpd 0.9.75: see mhd_server.c) an error is logged, those threads are left
+ * running, m is not released and false is returned: the caller must then also leave allocated
+ * whatever the daemon's handlers use (m included), since a worker may still call them. This keeps a
+ * SIGTERM'd server from hanging; it is meant for shutdown.
  */
 #define CRH_MHD_STOP_MS 1500
 bool crh_mhd_stop(crh_mhd_server *m);

@@ -5,7 +5,9 @@
  * max_pending push out the oldest; a request longer than its deadline is
  * ended; every response says "Connection: close"; stop returns at once
  * with slow clients connected, and gives up after CRH_MHD_STOP_MS when a
- * worker cannot end (stop_is_bounded).
+ * worker cannot end (stop_is_bounded); a burst of requests never takes
+ * more than the slots, and leaves no libmicrohttpd worker stuck
+ * (burst_within_slots).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -205,10 +207,91 @@ static void stop_is_bounded(void **state)
     nanosleep(&ts, NULL);
 }
 
+/* A handler that holds every request until released, counting entries. */
+static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t held_cv = PTHREAD_COND_INITIALIZER;
+static bool held_released;
+static unsigned held_entered;
+
+static enum MHD_Result held(void *cls, struct MHD_Connection *conn, const char *url,
+                            const char *method, const char *version, const char *upload,
+                            size_t *upload_size, void **req_cls)
+{
+    pthread_mutex_lock(&held_mu);
+    held_entered++;
+    while (!held_released)
+        pthread_cond_wait(&held_cv, &held_mu);
+    pthread_mutex_unlock(&held_mu);
+    return hello(cls, conn, url, method, version, upload, upload_size, req_cls);
+}
+
+#define BURST 120
+
+/* A burst of complete requests while every worker is held in a handler: the
+ * gate hands over no more connections than it has slots (libmicrohttpd has
+ * not started the ones it was given yet, so its "started" count would let
+ * them all through), no worker reaches libmicrohttpd's own per-worker limit
+ * (0.9.75 leaves the worker's mutex locked there and deadlocks it), and once
+ * the handlers are released every request is answered and stop is clean. */
+static void burst_within_slots(void **state)
+{
+    (void)state;
+    crh_mhd_server m;
+    crh_mhd_config cfg = {.threads = 4,
+                          .connection_limit = 8,
+                          .idle_timeout_s = 20,
+                          .request_timeout_ms = 20000,
+                          .header_timeout_ms = 20000,
+                          .max_pending = 2 * BURST,
+                          .on_request = held};
+    assert_int_equal(crh_mhd_start(&m, "test http", "127.0.0.1", 0, &cfg), 0);
+    int fds[BURST];
+    const char *get = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    for (int i = 0; i < BURST; i++) {
+        fds[i] = conn_to(m.port);
+        assert_int_equal(send(fds[i], get, strlen(get), 0), (ssize_t)strlen(get));
+    }
+    struct timespec ts = {0, 500 * 1000000L}; /* several gate rounds */
+    nanosleep(&ts, NULL);
+    crh_mhd_stats st;
+    crh_mhd_stats_get(&m, &st);
+    print_message("burst of %d with every worker held: %llu handed over, %u serving\n", BURST,
+                  (unsigned long long)st.handed_over, st.serving);
+    assert_true(st.accepted == BURST);
+    assert_true(st.handed_over <= cfg.connection_limit);
+    assert_true(st.serving <= cfg.connection_limit);
+
+    pthread_mutex_lock(&held_mu);
+    held_released = true;
+    pthread_cond_broadcast(&held_cv);
+    pthread_mutex_unlock(&held_mu);
+    /* Every request is answered, or closed because the gate doomed it to
+     * free a slot (one that waited over a second behind the held ones,
+     * possible on a slow, sanitized run); none hangs. */
+    int answered = 0, closed = 0;
+    char buf[512];
+    for (int i = 0; i < BURST; i++) {
+        ssize_t n = wait_read(fds[i], buf, sizeof(buf) - 1, 10000);
+        if (n > 0) {
+            buf[n] = '\0';
+            answered += strstr(buf, " 200 ") != NULL;
+        }
+        closed += n == 0;
+        close(fds[i]);
+    }
+    crh_mhd_stats_get(&m, &st);
+    print_message("after the release: %d answered, %d closed, %llu doomed\n", answered, closed,
+                  (unsigned long long)st.doomed);
+    assert_true(crh_mhd_stop(&m)); /* no worker is stuck */
+    assert_int_equal(answered + closed, BURST);
+    assert_true((uint64_t)closed <= st.doomed);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gate),
+        cmocka_unit_test(burst_within_slots),
         cmocka_unit_test(stop_is_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
