@@ -16,7 +16,7 @@ export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/s
 # explicitly, so it does not need UCX's memory events or its malloc hooks.
 export UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no
 BUILD_DIR=build-tsan BUILD_TYPE=RelWithDebInfo bash scripts/build.sh -DCRESCENT_SANITIZE=thread
-ctest --test-dir build-tsan --output-on-failure -j2 --timeout 600 -R '^engine_|^metadata_|^master_concurrency|^master_rpc_server|^store_|^disk_|^ha_|^thin_'
+ctest --test-dir build-tsan --output-on-failure -j2 --timeout 600 -R '^engine_|^metadata_|^master_concurrency|^master_rpc_server|^store_|^disk_|^ha_|^thin_|^httpd_'
 
 if [ -f fuzz/CMakeLists.txt ]; then
   CC=clang BUILD_DIR=build-fuzz bash scripts/build.sh -DCRESCENT_FUZZ=ON
