@@ -262,6 +262,8 @@ static void *heartbeat_main(void *arg)
     uint64_t next = crb_now_ms();
     int last_remount = 0; /* logged once per change, not once a second */
     while (!atomic_load(&s->stop)) {
+        /* reads given back after the last call do not wait for the next one */
+        crc_master_flush_later(s->master, 10 * 1000 * 1000ull, (int)s->rpc_timeout_ms);
         if (crb_now_ms() < next) {
             struct timespec ts = {0, 20 * 1000 * 1000};
             nanosleep(&ts, NULL);
@@ -317,6 +319,19 @@ static int speculate_mode(cr_store *s)
     return crc_loc_create(&s->loc);
 }
 
+/* CRESCENT_LEASE_RELEASE: "batched" (default) or "now" (store/internal.h). */
+static int release_mode(cr_store *s)
+{
+    const char *v = getenv("CRESCENT_LEASE_RELEASE");
+    if (v == NULL || v[0] == '\0' || strcasecmp(v, "batched") == 0)
+        s->release_at_once = false;
+    else if (strcasecmp(v, "now") == 0)
+        s->release_at_once = true;
+    else
+        return crb_error(CR_INVALID_PARAMS, "CRESCENT_LEASE_RELEASE='%s' is not batched or now", v);
+    return 0;
+}
+
 int cr_store_setup(const cr_store_config *cfg, cr_store **out)
 {
     if (cfg == NULL || out == NULL || cfg->struct_size < sizeof(uint32_t))
@@ -342,6 +357,8 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
         rc = crc_copy_mode(&s->copy_staged);
     if (rc == 0)
         rc = speculate_mode(s);
+    if (rc == 0)
+        rc = release_mode(s);
     if (rc < 0)
         goto err_destroy;
 
@@ -455,6 +472,8 @@ int cr_store_close(cr_store *s)
     s->heartbeat_running = false;
     crc_off_stop(s, s->off); /* before the connections and the engine go */
     s->off = NULL;
+    if (s->master != NULL) /* reads given back, before the connection goes */
+        crc_master_flush_later(s->master, 0, (int)s->rpc_timeout_ms);
     if (s->master != NULL && s->segment_size > 0) {
         crp_rpc_req req = {.op = CRP_RPC_UNMOUNT_SEGMENT};
         req.u.unmount = (crp_rpc_unmount_req){s->client_id, s->segment_name};

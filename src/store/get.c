@@ -144,7 +144,9 @@ static void send_releases(cr_store *s, char **keys, uint64_t *tokens, size_t m)
 {
     crp_rpc_req req = {.op = CRP_RPC_RELEASE_LEASES};
     req.u.leases = (crp_rpc_leases_req){m, keys, tokens};
-    if (crc_master_send(s->master, &req, (int)s->rpc_timeout_ms) < 0)
+    int rc = s->release_at_once ? crc_master_send(s->master, &req, (int)s->rpc_timeout_ms)
+                                : crc_master_send_later(s->master, &req, (int)s->rpc_timeout_ms);
+    if (rc < 0)
         crb_log(CRB_LOG_DEBUG, "store %s: %s (the reads stay leased until their TTL)",
                 s->segment_name, cr_last_error_message());
 }

@@ -75,6 +75,11 @@ struct cr_store {
     uint64_t spec_min; /* smallest value read so (CRC_SPECULATE_MIN; "all": 1) */
     _Atomic uint64_t spec_reads, spec_hits;
 
+    /* Reads are given back (RELEASE_LEASES) ahead of the next master call,
+     * or by the heartbeat thread within ~30 ms; CRESCENT_LEASE_RELEASE=now:
+     * each in a write of its own right after its get (get.c). */
+    bool release_at_once;
+
     struct crc_offload *off;     /* the disk tier (store/offload.h), or NULL */
     _Atomic uint64_t disk_reads; /* gets served from a holder's disk (rpc_reads) */
 };

@@ -75,7 +75,13 @@ struct crc_master {
     char *secret;                        /* CRESCENT_MASTER_SECRET at connect; NULL: none */
     crc_leader *leader;    /* "etcd://" address: the HA leader's locator (store/leader.h) */
     uint64_t busy_poll_ns; /* CRESCENT_BUSY_POLL_US: a reader spins this long before sleeping */
+    /* Notices for the next call (crc_master_send_later): whole frames, ids
+     * set, written ahead of the next call's frame or by crc_master_flush_later. */
+    crp_buf later;                /* write_lock */
+    _Atomic uint64_t later_since; /* when the oldest was queued (ns); 0: none */
 };
+
+#define LATER_MAX_BYTES (64u << 10) /* queued notices past this go out at once */
 
 int crc_master_set_tenant(crc_master *m, const char *tenant)
 {
@@ -414,6 +420,8 @@ int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_
     return 0;
 }
 
+static int flush_later_locked(crc_master *m, uint64_t deadline);
+
 static int call_once(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms,
                      crc_sent_fn sent, void *sent_arg)
 {
@@ -454,7 +462,18 @@ static int call_once(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, 
     pthread_mutex_unlock(&m->lock);
     if (rc == 0) {
         frame_set_id(&frame, p.id);
-        rc = crb_write_full(fd, frame.data, frame.len, deadline);
+        /* The notices queued for this call go first, in the same write
+         * (without memory to join them, in a write of their own). */
+        const crp_buf *out = &frame;
+        if (m->later.len > 0 && crp_buf_append(&m->later, frame.data, frame.len) == 0)
+            out = &m->later;
+        else if (m->later.len > 0)
+            flush_later_locked(m, deadline);
+        rc = crb_write_full(fd, out->data, out->len, deadline);
+        if (out == &m->later) {
+            crp_buf_reset(&m->later);
+            atomic_store(&m->later_since, 0);
+        }
         if (rc < 0) {
             rc = crb_error(rc == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL,
                            "sending %s to the master: %s", crp_rpc_op_name(req->op),
@@ -613,6 +632,70 @@ int crc_master_send(crc_master *m, const crp_rpc_req *req, int timeout_ms)
     return rc;
 }
 
+/* Write the queued notices (write_lock held); they are dropped on failure. */
+static int flush_later_locked(crc_master *m, uint64_t deadline)
+{
+    if (m->later.len == 0)
+        return 0;
+    pthread_mutex_lock(&m->lock);
+    int fd = m->fd;
+    pthread_mutex_unlock(&m->lock);
+    int rc = 0;
+    if (fd < 0) {
+        rc = crb_error(CR_RPC_FAIL, "%zu bytes of notices not sent: no connection to the master",
+                       m->later.len);
+    } else if ((rc = crb_write_full(fd, m->later.data, m->later.len, deadline)) < 0) {
+        rc = crb_error(rc == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL,
+                       "sending notices to the master: %s", cr_last_error_message());
+        pthread_mutex_lock(&m->lock);
+        conn_lost_locked(m, fd); /* a partial frame: the stream is unusable */
+        pthread_mutex_unlock(&m->lock);
+    }
+    crp_buf_reset(&m->later);
+    atomic_store(&m->later_since, 0);
+    return rc;
+}
+
+int crc_master_send_later(crc_master *m, const crp_rpc_req *req, int timeout_ms)
+{
+    crp_buf frame = {0};
+    int rc = encode_frame(req, &frame);
+    if (rc < 0) {
+        crp_buf_free(&frame);
+        return rc;
+    }
+    pthread_mutex_lock(&m->write_lock);
+    pthread_mutex_lock(&m->lock);
+    bool connected = m->fd >= 0;
+    uint64_t id = m->next_id++; /* no pending slot: the reply is dropped */
+    pthread_mutex_unlock(&m->lock);
+    if (!connected) {
+        rc = crb_error(CR_RPC_FAIL, "%s not sent: no connection to the master",
+                       crp_rpc_op_name(req->op));
+    } else {
+        frame_set_id(&frame, id);
+        rc = crp_buf_append(&m->later, frame.data, frame.len);
+        if (rc == 0 && atomic_load(&m->later_since) == 0)
+            atomic_store(&m->later_since, crb_now_ns());
+        if (rc == 0 && m->later.len >= LATER_MAX_BYTES)
+            rc = flush_later_locked(m, crb_now_ns() + (uint64_t)timeout_ms * 1000000ull);
+    }
+    pthread_mutex_unlock(&m->write_lock);
+    crp_buf_free(&frame);
+    return rc;
+}
+
+int crc_master_flush_later(crc_master *m, uint64_t min_age_ns, int timeout_ms)
+{
+    uint64_t since = atomic_load(&m->later_since);
+    if (since == 0 || crb_now_ns() - since < min_age_ns)
+        return 0;
+    pthread_mutex_lock(&m->write_lock);
+    int rc = flush_later_locked(m, crb_now_ns() + (uint64_t)timeout_ms * 1000000ull);
+    pthread_mutex_unlock(&m->write_lock);
+    return rc;
+}
+
 uint64_t crc_master_caps(crc_master *m)
 {
     pthread_mutex_lock(&m->lock);
@@ -640,6 +723,7 @@ void crc_master_close(crc_master *m)
     if (m->dead_fd >= 0)
         close(m->dead_fd);
     crp_reader_fini(&m->rd);
+    crp_buf_free(&m->later); /* (dropped: crc_master_flush_later first sends them) */
     pthread_cond_destroy(&m->read_done);
     pthread_mutex_destroy(&m->lock);
     pthread_mutex_destroy(&m->write_lock);

@@ -419,6 +419,42 @@ static void upsert_while_reading_does_not_fill(void **state)
     assert_int_equal(sh_master_stop(&m), 0);
 }
 
+/*
+ * A reader's reads go back to the master with its next call, or within a
+ * heartbeat tick (~20 ms) when it makes none: here the reader reads once and
+ * then stays idle, and the version an upsert replaced meanwhile is freed
+ * long before its 10 s lease would have ended.
+ */
+static void idle_reader_gives_reads_back(void **state)
+{
+    (void)state;
+    sh_master m;
+    sh_client w, r;
+    start_master(&m, NULL); /* the default 10 s lease */
+    const char *const wargs[] = {"--segment", "16M", NULL};
+    const char *const rargs[] = {"--segment", "0", NULL};
+    start_client(&w, &m, wargs);
+    start_client(&r, &m, rargs);
+    assert_int_equal(sh_rc(&w, "upsert idle0 %d %d", 1 << 20, 1), 0);
+    assert_read_ok(sh_cmd(&r, "get idle0 %d", 1), 1 << 20, 1, "reader");
+    uint64_t t0 = sh_now_ms();
+    assert_int_equal(sh_rc(&w, "upsert idle0 %d %d", 1 << 20, 2), 0);
+    double deferred = -1;
+    while (deferred != 0 && sh_now_ms() - t0 < 1000) {
+        deferred = sh_metric(&m, "master_deferred_free_bytes");
+        if (deferred != 0)
+            sh_sleep_ms(10);
+    }
+    print_message("the idle reader's read was given back %llu ms after the upsert\n",
+                  (unsigned long long)(sh_now_ms() - t0));
+    assert_true(deferred == 0);
+    assert_true(sh_metric(&m, "master_allocated_bytes") == (double)(1 << 20));
+    assert_read_ok(sh_cmd(&r, "get idle0 %d", 2), 1 << 20, 2, "reader, the new version");
+    assert_int_equal(sh_client_stop(&w), 0);
+    assert_int_equal(sh_client_stop(&r), 0);
+    assert_int_equal(sh_master_stop(&m), 0);
+}
+
 /* "<rc> seg/c/size ..." contains "<name>/1/<size>" as a whole token. */
 static bool has_replica(const char *reply, const char *name, unsigned long long size)
 {
@@ -550,6 +586,7 @@ int main(void)
         cmocka_unit_test_teardown(replica_locations_and_clear, teardown),
         cmocka_unit_test_teardown(eviction_under_pressure, teardown),
         cmocka_unit_test_teardown(upsert_while_reading_does_not_fill, teardown),
+        cmocka_unit_test_teardown(idle_reader_gives_reads_back, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
