@@ -598,40 +598,6 @@ int crc_master_call_sent(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *re
     }
 }
 
-int crc_master_send(crc_master *m, const crp_rpc_req *req, int timeout_ms)
-{
-    crp_buf frame = {0};
-    int rc = encode_frame(req, &frame);
-    if (rc < 0) {
-        crp_buf_free(&frame);
-        return rc;
-    }
-    uint64_t deadline = crb_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-    pthread_mutex_lock(&m->write_lock);
-    pthread_mutex_lock(&m->lock);
-    int fd = m->fd;
-    uint64_t id = m->next_id++; /* no pending slot: the reply is dropped */
-    pthread_mutex_unlock(&m->lock);
-    if (fd < 0) {
-        rc = crb_error(CR_RPC_FAIL, "%s not sent: no connection to the master",
-                       crp_rpc_op_name(req->op));
-    } else {
-        frame_set_id(&frame, id);
-        rc = crb_write_full(fd, frame.data, frame.len, deadline);
-        if (rc < 0) {
-            rc = crb_error(rc == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL,
-                           "sending %s to the master: %s", crp_rpc_op_name(req->op),
-                           cr_last_error_message());
-            pthread_mutex_lock(&m->lock);
-            conn_lost_locked(m, fd);
-            pthread_mutex_unlock(&m->lock);
-        }
-    }
-    pthread_mutex_unlock(&m->write_lock);
-    crp_buf_free(&frame);
-    return rc;
-}
-
 /* Write the queued notices (write_lock held); they are dropped on failure. */
 static int flush_later_locked(crc_master *m, uint64_t deadline)
 {
@@ -656,7 +622,9 @@ static int flush_later_locked(crc_master *m, uint64_t deadline)
     return rc;
 }
 
-int crc_master_send_later(crc_master *m, const crp_rpc_req *req, int timeout_ms)
+/* A notice (no pending slot: its reply is dropped): queued behind the
+ * others, and written now with them unless `queue`. */
+static int send_notice(crc_master *m, const crp_rpc_req *req, int timeout_ms, bool queue)
 {
     crp_buf frame = {0};
     int rc = encode_frame(req, &frame);
@@ -664,10 +632,11 @@ int crc_master_send_later(crc_master *m, const crp_rpc_req *req, int timeout_ms)
         crp_buf_free(&frame);
         return rc;
     }
+    uint64_t deadline = crb_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     pthread_mutex_lock(&m->write_lock);
     pthread_mutex_lock(&m->lock);
     bool connected = m->fd >= 0;
-    uint64_t id = m->next_id++; /* no pending slot: the reply is dropped */
+    uint64_t id = m->next_id++;
     pthread_mutex_unlock(&m->lock);
     if (!connected) {
         rc = crb_error(CR_RPC_FAIL, "%s not sent: no connection to the master",
@@ -677,12 +646,22 @@ int crc_master_send_later(crc_master *m, const crp_rpc_req *req, int timeout_ms)
         rc = crp_buf_append(&m->later, frame.data, frame.len);
         if (rc == 0 && atomic_load(&m->later_since) == 0)
             atomic_store(&m->later_since, crb_now_ns());
-        if (rc == 0 && m->later.len >= LATER_MAX_BYTES)
-            rc = flush_later_locked(m, crb_now_ns() + (uint64_t)timeout_ms * 1000000ull);
+        if (rc == 0 && (!queue || m->later.len >= LATER_MAX_BYTES))
+            rc = flush_later_locked(m, deadline);
     }
     pthread_mutex_unlock(&m->write_lock);
     crp_buf_free(&frame);
     return rc;
+}
+
+int crc_master_send(crc_master *m, const crp_rpc_req *req, int timeout_ms)
+{
+    return send_notice(m, req, timeout_ms, false);
+}
+
+int crc_master_send_later(crc_master *m, const crp_rpc_req *req, int timeout_ms)
+{
+    return send_notice(m, req, timeout_ms, true);
 }
 
 int crc_master_flush_later(crc_master *m, uint64_t min_age_ns, int timeout_ms)
