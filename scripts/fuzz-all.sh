@@ -40,7 +40,9 @@ run_one() {
     *) dict="$SRC/fuzz/msgpack.dict" ;;
   esac
   mkdir -p "$F/long/$name"
-  nice -n 19 "$F/$t" "$F/long/$name" "$F/corpus/$name" -max_total_time="$SECONDS_EACH" \
+  local seeds="$F/corpus/$name"
+  [ -d "$seeds" ] || seeds= # (a target built NO_SEEDS starts from nothing)
+  nice -n 19 "$F/$t" "$F/long/$name" ${seeds:+"$seeds"} -max_total_time="$SECONDS_EACH" \
     -max_len=$maxlen -timeout="$TIMEOUT" -rss_limit_mb=1024 -print_final_stats=1 \
     ${dict:+-dict=$dict} -artifact_prefix="$F/artifacts/long-$name-" \
     >"$F/logs/$name.log" 2>&1
