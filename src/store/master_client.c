@@ -81,7 +81,19 @@ struct crc_master {
     _Atomic uint64_t later_since; /* when the oldest was queued (ns); 0: none */
 };
 
-#define LATER_MAX_BYTES (64u << 10) /* queued notices past this go out at once */
+#define LATER_MAX_BYTES  (64u << 10) /* queued notices past this go out at once */
+#define LATER_KEEP_BYTES (1u << 20)  /* a queue grown past this is freed once written */
+
+/* The queued notices are gone (written or dropped): empty the queue. Caller
+ * holds write_lock. */
+static void later_clear(crc_master *m)
+{
+    if (m->later.cap > LATER_KEEP_BYTES)
+        crp_buf_free(&m->later); /* do not pin a huge batch's release for ever */
+    else
+        crp_buf_reset(&m->later);
+    atomic_store(&m->later_since, 0);
+}
 
 int crc_master_set_tenant(crc_master *m, const char *tenant)
 {
@@ -470,10 +482,8 @@ static int call_once(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, 
         else if (m->later.len > 0)
             flush_later_locked(m, deadline);
         rc = crb_write_full(fd, out->data, out->len, deadline);
-        if (out == &m->later) {
-            crp_buf_reset(&m->later);
-            atomic_store(&m->later_since, 0);
-        }
+        if (out == &m->later)
+            later_clear(m);
         if (rc < 0) {
             rc = crb_error(rc == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL,
                            "sending %s to the master: %s", crp_rpc_op_name(req->op),
@@ -617,8 +627,7 @@ static int flush_later_locked(crc_master *m, uint64_t deadline)
         conn_lost_locked(m, fd); /* a partial frame: the stream is unusable */
         pthread_mutex_unlock(&m->lock);
     }
-    crp_buf_reset(&m->later);
-    atomic_store(&m->later_since, 0);
+    later_clear(m);
     return rc;
 }
 
