@@ -15,9 +15,11 @@
  *
  * Once the transfers of a get (or of a batch round) are over, successful or
  * not, the client gives its reads back (RELEASE_LEASES with the tokens the
- * master handed out, one frame, no reply awaited): the master then frees a
- * version that an upsert or a forced remove replaced at once instead of a
- * lease TTL later. Masters without the capability get nothing. A thread
+ * master handed out, one frame, no reply awaited), queued to go out ahead of
+ * its next master request or from the heartbeat's tick within ~30 ms
+ * (crc_master_send_later; CRESCENT_LEASE_RELEASE=now: written at once): the
+ * master then frees a version that an upsert or a forced remove replaced
+ * instead of a lease TTL later. Masters without the capability get nothing. A thread
  * may defer its releases (crc_release_defer; crescent-client does, to answer
  * its thin client first and give the reads back right after).
  */
