@@ -236,7 +236,7 @@ static enum MHD_Result held(void *cls, struct MHD_Connection *conn, const char *
 static void burst_within_slots(void **state)
 {
     (void)state;
-    crh_mhd_server m;
+    static crh_mhd_server m; /* (a failed check leaves its threads running: not on the stack) */
     crh_mhd_config cfg = {.threads = 4,
                           .connection_limit = 8,
                           .idle_timeout_s = 20,
@@ -251,14 +251,24 @@ static void burst_within_slots(void **state)
         fds[i] = conn_to(m.port);
         assert_int_equal(send(fds[i], get, strlen(get), 0), (ssize_t)strlen(get));
     }
-    struct timespec ts = {0, 500 * 1000000L}; /* several gate rounds */
-    nanosleep(&ts, NULL);
     crh_mhd_stats st;
+    uint64_t t0 = crb_now_ms();
+    do { /* every connection accepted (slow under the sanitizers), then several gate rounds */
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+        crh_mhd_stats_get(&m, &st);
+    } while (st.accepted < BURST && crb_now_ms() - t0 < 10000);
+    struct timespec ts = {0, 300 * 1000000L};
+    nanosleep(&ts, NULL);
     crh_mhd_stats_get(&m, &st);
-    print_message("burst of %d with every worker held: %llu handed over, %u serving\n", BURST,
-                  (unsigned long long)st.handed_over, st.serving);
+    print_message("burst of %d with every worker held: %llu handed over, %u serving, %llu doomed\n",
+                  BURST, (unsigned long long)st.handed_over, st.serving,
+                  (unsigned long long)st.doomed);
     assert_true(st.accepted == BURST);
-    assert_true(st.handed_over <= cfg.connection_limit);
+    /* (a request doomed before its held worker came to it, possible on a
+     * slow sanitized run where the burst takes over a second, ends at its
+     * first handler call and frees its slot for one more) */
+    assert_true(st.handed_over <= cfg.connection_limit + st.doomed);
     assert_true(st.serving <= cfg.connection_limit);
 
     pthread_mutex_lock(&held_mu);
