@@ -83,8 +83,9 @@ int crc_master_send_later(crc_master *m, const crp_rpc_req *req, int timeout_ms)
 
 /**
  * Write the queued notices if the oldest has waited min_age_ns or more (0:
- * whatever is queued). 0 when there was nothing to do or they went out, else
- * the write's error (the notices are dropped then). Thread-safe; a store
+ * whatever is queued, waiting for the write lock; otherwise it returns at
+ * once when a call is being written, which takes the notices with it). 0 when there was nothing to
+ * do or they went out, else the write's error (the notices are dropped then). Thread-safe; a store
  * calls it on its heartbeat thread's 20 ms tick and before it closes.
  */
 int crc_master_flush_later(crc_master *m, uint64_t min_age_ns, int timeout_ms);
