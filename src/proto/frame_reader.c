@@ -55,6 +55,7 @@ void crp_reader_reset(crp_reader *r)
 {
     next_frame(r);
     r->off = r->len = 0;
+    r->drained = false;
 }
 
 void crp_reader_window(crp_reader *r, size_t len)
@@ -107,6 +108,7 @@ static ssize_t refill(crp_reader *r, int fd)
         r->off = 0;
         r->len = (size_t)n;
         r->received += (uint64_t)n;
+        r->drained = (size_t)n < CRP_READER_BUFFER;
     }
     return n;
 }
@@ -123,6 +125,7 @@ static ssize_t read_some(crp_reader *r, int fd, uint8_t *dst, size_t len)
             ssize_t n = recv_some(fd, dst, len);
             if (n > 0)
                 r->received += (uint64_t)n;
+            r->drained = false;
             return n;
         }
         ssize_t n = refill(r, fd);
@@ -170,6 +173,10 @@ int crp_reader_read(crp_reader *r, int fd, const crp_reader_ops *ops, void *ctx)
         int rc;
         switch (r->phase) {
         case PHASE_HEADER:
+            if (r->hdr_got == 0 && r->off == r->len && r->drained) {
+                r->drained = false; /* the socket was empty at the last recv */
+                return 0;
+            }
             if (r->hdr_got == 0 && r->len - r->off >= CRP_HEADER_SIZE) {
                 memcpy(r->hdr_bytes, r->buf + r->off, CRP_HEADER_SIZE);
                 r->off += CRP_HEADER_SIZE;

@@ -14,6 +14,14 @@
  * large data payload is received straight into the destination the owner
  * chose for it (registered memory) and never bounced.
  *
+ * A refill whose recv() returns less than the buffer holds has emptied the
+ * socket, so once those bytes are used up at a frame boundary the reader
+ * returns 0 ("nothing more now") without another recv() that would only
+ * say EAGAIN (nginx reads stream sockets the same way). Owners wait on a
+ * level-triggered poll/epoll, which reports whatever arrives afterwards,
+ * end of stream included; an edge-triggered owner is safe too, because
+ * bytes arriving after that recv raise a new edge.
+ *
  * Bounds: a frame whose body is larger than the reader's max_body is refused
  * (CR_ERR_MALFORMED_FRAME) before any of it is read, so an owner can hold a
  * connection that has not authenticated to what a HELLO needs. Memory held
@@ -46,6 +54,7 @@ typedef struct crp_reader {
     /* read buffer: bytes [off, len) are unread */
     uint8_t *buf;
     size_t off, len;
+    bool drained; /* the last refill's recv came back short: the socket was empty then */
     /* the frame being assembled */
     int phase;
     uint8_t hdr_bytes[CRP_HEADER_SIZE];

@@ -86,6 +86,45 @@ static void test_burst_of_small_frames(void **state)
     close(sv[1]);
 }
 
+static int count_frame(void *ctx, const crp_header *h, const uint8_t *body)
+{
+    (void)h;
+    (void)body;
+    ++*(int *)ctx;
+    return 0;
+}
+
+/* A recv that came back short emptied the socket: once its bytes are used
+ * the reader returns without another recv, and what follows (here the end
+ * of the stream) is seen by the next call. A full buffer is read again. */
+static void test_short_read_needs_no_second_recv(void **state)
+{
+    (void)state;
+    static const crp_reader_ops counting = {NULL, count_frame, NULL};
+    for (int big = 0; big < 2; big++) {
+        int sv[2];
+        pair(sv);
+        crp_buf out = {0};
+        int sent = big ? 3000 : 1; /* 3000 frames: more than one buffer */
+        for (int i = 0; i < sent; i++)
+            frame(&out, CRP_RPC_REQ, (uint64_t)i + 1, "a small request body", 0);
+        assert_true(big ? out.len > CRP_READER_BUFFER : out.len < CRP_READER_BUFFER);
+        assert_int_equal(write(sv[1], out.data, out.len), (ssize_t)out.len);
+        assert_int_equal(shutdown(sv[1], SHUT_WR), 0);
+        crp_reader r;
+        crp_reader_init(&r, 1024);
+        int got = 0;
+        assert_int_equal(crp_reader_read(&r, sv[0], &counting, &got), 0);
+        assert_int_equal(got, sent);
+        assert_int_equal(crp_reader_read(&r, sv[0], &counting, &got), CR_ERR_CONNECTION);
+        assert_int_equal(got, sent);
+        crp_reader_fini(&r);
+        crp_buf_free(&out);
+        close(sv[0]);
+        close(sv[1]);
+    }
+}
+
 static void test_split_at_every_byte(void **state)
 {
     int sv[2];
@@ -359,6 +398,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_burst_of_small_frames),
         cmocka_unit_test(test_split_at_every_byte),
+        cmocka_unit_test(test_short_read_needs_no_second_recv),
         cmocka_unit_test(test_payload_lands_in_destination),
         cmocka_unit_test(test_pause_keeps_buffered_frames),
         cmocka_unit_test(test_shrink_and_received),

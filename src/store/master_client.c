@@ -67,6 +67,7 @@ struct crc_master {
     int read_fd;              /* the descriptor it reads */
     pthread_cond_t read_done; /* the reader gave the read side back */
     crp_reader rd;            /* reassembles replies (the reader's) */
+    uint64_t heard_ns;        /* when the reader last received bytes on fd */
     pending *pending;
     uint64_t next_id;
     uint64_t view;
@@ -204,18 +205,31 @@ static int read_until(crc_master *m, int fd, pending *p, uint64_t deadline)
         int n = poll(&pf, 1, now < spin_until ? 0 : left_ms > 200 ? 200 : (int)left_ms);
         if (n == 0 || (n < 0 && errno == EINTR))
             continue;
+        uint64_t before = m->rd.received;
         int rc = n < 0 ? crb_error(CR_ERR_CONNECTION, "poll: %s", strerror(errno))
                        : crp_reader_read(&m->rd, fd, &reply_reader_ops, m);
         if (rc < 0)
             return rc;
+        if (m->rd.received != before) {
+            pthread_mutex_lock(&m->lock);
+            m->heard_ns = now;
+            pthread_mutex_unlock(&m->lock);
+        }
     }
 }
 
 /* Before sending on an idle connection (nothing in flight, nobody
- * reading): has the master closed it meanwhile? Caller holds lock. */
+ * reading): has the master closed it meanwhile? Not asked (a system call,
+ * ~1 us on a virtual machine) when it answered within the last
+ * IDLE_CHECK_NS: a master that closed since then is going down (its
+ * replacement is not listening yet), and the call fails as it would on a
+ * new connection. Caller holds lock. */
+#define IDLE_CHECK_NS 1000000ull
 static bool idle_conn_closed_locked(crc_master *m)
 {
     if (m->fd < 0 || m->reading || m->pending != NULL)
+        return false;
+    if (crb_now_ns() - m->heard_ns < IDLE_CHECK_NS)
         return false;
     char c;
     ssize_t n = recv(m->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
