@@ -55,7 +55,7 @@ void crp_reader_reset(crp_reader *r)
 {
     next_frame(r);
     r->off = r->len = 0;
-    r->drained = false;
+    r->drained = r->wait_once = false;
 }
 
 void crp_reader_window(crp_reader *r, size_t len)
@@ -81,11 +81,19 @@ size_t crp_reader_buffered(const crp_reader *r)
     return r->len - r->off;
 }
 
-/* recv into p: bytes, 0 on EAGAIN, negative when the connection must close */
-static ssize_t recv_some(int fd, void *p, size_t len)
+void crp_reader_wait_next(crp_reader *r)
 {
+    r->wait_once = true;
+}
+
+/* recv into p: bytes, 0 on EAGAIN (or the end of a wait_once's SO_RCVTIMEO),
+ * negative when the connection must close */
+static ssize_t recv_some(crp_reader *r, int fd, void *p, size_t len)
+{
+    int flags = r->wait_once ? 0 : MSG_DONTWAIT;
+    r->wait_once = false;
     for (;;) {
-        ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+        ssize_t n = recv(fd, p, len, flags);
         if (n > 0)
             return n;
         if (n == 0)
@@ -103,7 +111,7 @@ static ssize_t refill(crp_reader *r, int fd)
 {
     if (r->buf == NULL && (r->buf = malloc(CRP_READER_BUFFER)) == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "frame reader buffer");
-    ssize_t n = recv_some(fd, r->buf, CRP_READER_BUFFER);
+    ssize_t n = recv_some(r, fd, r->buf, CRP_READER_BUFFER);
     if (n > 0) {
         r->off = 0;
         r->len = (size_t)n;
@@ -122,7 +130,7 @@ static ssize_t read_some(crp_reader *r, int fd, uint8_t *dst, size_t len)
 {
     if (r->off == r->len) {
         if (len >= CRP_READER_DIRECT && dst != NULL) {
-            ssize_t n = recv_some(fd, dst, len);
+            ssize_t n = recv_some(r, fd, dst, len);
             if (n > 0)
                 r->received += (uint64_t)n;
             r->drained = false;
@@ -173,7 +181,7 @@ int crp_reader_read(crp_reader *r, int fd, const crp_reader_ops *ops, void *ctx)
         int rc;
         switch (r->phase) {
         case PHASE_HEADER:
-            if (r->hdr_got == 0 && r->off == r->len && r->drained) {
+            if (r->hdr_got == 0 && r->off == r->len && r->drained && !r->wait_once) {
                 r->drained = false; /* the socket was empty at the last recv */
                 return 0;
             }
@@ -262,6 +270,7 @@ int crp_reader_read(crp_reader *r, int fd, const crp_reader_ops *ops, void *ctx)
                     r->data_dst = NULL; /* the rest is discarded */
             }
             rc = ops->on_frame(ctx, &r->hdr, r->body);
+            r->wait_once = false; /* the owner may have what it waited for */
             next_frame(r);
             if (rc != 0)
                 return rc;

@@ -54,7 +54,8 @@ typedef struct crp_reader {
     /* read buffer: bytes [off, len) are unread */
     uint8_t *buf;
     size_t off, len;
-    bool drained; /* the last refill's recv came back short: the socket was empty then */
+    bool drained;   /* the last refill's recv came back short: the socket was empty then */
+    bool wait_once; /* crp_reader_wait_next: the next recv may block */
     /* the frame being assembled */
     int phase;
     uint8_t hdr_bytes[CRP_HEADER_SIZE];
@@ -100,6 +101,17 @@ void crp_reader_fini(crp_reader *r);
  * Forget a partly read frame and every buffered byte (a lane's new socket).
  */
 void crp_reader_reset(crp_reader *r);
+
+/**
+ * The next recv() of this reader waits for data (no MSG_DONTWAIT), for an
+ * owner that would otherwise poll() and then read: one system call instead
+ * of two. The socket must be blocking with SO_RCVTIMEO set, so the wait
+ * ends; a timeout reads as "nothing now" (crp_reader_read returns 0). It
+ * applies to one recv only, and not once a frame has been delivered in
+ * that crp_reader_read call (the owner may have what it waited for).
+ * Owner's thread only.
+ */
+void crp_reader_wait_next(crp_reader *r);
 
 /**
  * From on_head: the payload goes to *data_dst in windows of `len` bytes

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -123,6 +125,72 @@ static void test_short_read_needs_no_second_recv(void **state)
         close(sv[0]);
         close(sv[1]);
     }
+}
+
+static void set_wait(int fd, int ms)
+{
+    fcntl(fd, F_SETFL, 0); /* blocking: crp_reader_wait_next's contract */
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+}
+
+/* crp_reader_wait_next: one recv waits (instead of poll + recv), ends at
+ * SO_RCVTIMEO as "nothing now", takes bytes that arrive during the wait, and
+ * never waits once the call delivered a frame. */
+static void test_wait_next(void **state)
+{
+    (void)state;
+    int sv[2];
+    pair(sv);
+    crp_reader r;
+    crp_reader_init(&r, 1024);
+    seen s = {0};
+
+    set_wait(sv[0], 100); /* nothing comes: waits, then "nothing now" */
+    crp_reader_wait_next(&r);
+    uint64_t t0 = crb_now_ns();
+    assert_int_equal(crp_reader_read(&r, sv[0], &ops, &s), 0);
+    uint64_t waited = crb_now_ns() - t0;
+    assert_true(waited >= 80000000ull && waited < 1000000000ull);
+    assert_int_equal(s.frames, 0);
+
+    pid_t child = fork(); /* a frame arrives during the wait */
+    assert_true(child >= 0);
+    if (child == 0) {
+        usleep(50000);
+        crp_buf out = {0};
+        crp_frame_append(&out, CRP_RPC_REQ, 0, 1, 0, "late", 4);
+        _exit(write(sv[1], out.data, out.len) == (ssize_t)out.len ? 0 : 1);
+    }
+    set_wait(sv[0], 5000);
+    crp_reader_wait_next(&r);
+    t0 = crb_now_ns();
+    assert_int_equal(crp_reader_read(&r, sv[0], &ops, &s), 0);
+    waited = crb_now_ns() - t0;
+    int st = 0;
+    assert_int_equal(waitpid(child, &st, 0), child);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(s.frames, 1);
+    assert_memory_equal(s.bodies[0], "late", 4);
+    assert_true(waited >= 30000000ull && waited < 4000000000ull);
+
+    crp_buf out = {0}; /* frames already buffered: served, no wait after them */
+    for (int i = 0; i < 3; i++)
+        frame(&out, CRP_RPC_REQ, (uint64_t)i + 2, "buffered", 0);
+    assert_int_equal(write(sv[1], out.data, out.len), (ssize_t)out.len);
+    s.pause_after = 2;
+    assert_int_equal(crp_reader_read(&r, sv[0], &ops, &s), CRP_READER_PAUSED);
+    assert_int_equal(s.frames, 2);
+    s.pause_after = 0;
+    crp_reader_wait_next(&r);
+    t0 = crb_now_ns();
+    assert_int_equal(crp_reader_read(&r, sv[0], &ops, &s), 0);
+    assert_true(crb_now_ns() - t0 < 2000000000ull); /* not the 5 s wait */
+    assert_int_equal(s.frames, 4);
+    crp_buf_free(&out);
+    crp_reader_fini(&r);
+    close(sv[0]);
+    close(sv[1]);
 }
 
 static void test_split_at_every_byte(void **state)
@@ -399,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_burst_of_small_frames),
         cmocka_unit_test(test_split_at_every_byte),
         cmocka_unit_test(test_short_read_needs_no_second_recv),
+        cmocka_unit_test(test_wait_next),
         cmocka_unit_test(test_payload_lands_in_destination),
         cmocka_unit_test(test_pause_keeps_buffered_frames),
         cmocka_unit_test(test_shrink_and_received),

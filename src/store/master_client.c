@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -184,6 +185,10 @@ static void close_dead_locked(crc_master *m)
     }
 }
 
+/* A reader's recv waits at most this long (SO_RCVTIMEO of the connection)
+ * before it looks at the deadline again; under it, it polls. */
+#define RECV_WAIT_MS 200
+
 /*
  * Be the reader until p's reply has arrived, the deadline passes or the
  * connection fails: poll fd, read, deliver every complete frame. Called
@@ -201,10 +206,15 @@ static int read_until(crc_master *m, int fd, pending *p, uint64_t deadline)
         if (done || now >= deadline)
             return 0;
         uint64_t left_ms = (deadline - now + 999999) / 1000000;
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        int n = poll(&pf, 1, now < spin_until ? 0 : left_ms > 200 ? 200 : (int)left_ms);
-        if (n == 0 || (n < 0 && errno == EINTR))
-            continue;
+        int n = 1;
+        if (now >= spin_until && left_ms >= RECV_WAIT_MS) {
+            crp_reader_wait_next(&m->rd); /* one recv that waits: no poll first */
+        } else {
+            struct pollfd pf = {.fd = fd, .events = POLLIN};
+            n = poll(&pf, 1, now < spin_until ? 0 : (int)left_ms);
+            if (n == 0 || (n < 0 && errno == EINTR))
+                continue;
+        }
         uint64_t before = m->rd.received;
         int rc = n < 0 ? crb_error(CR_ERR_CONNECTION, "poll: %s", strerror(errno))
                        : crp_reader_read(&m->rd, fd, &reply_reader_ops, m);
@@ -331,6 +341,14 @@ static int connect_locked(crc_master *m, int timeout_ms)
     if (fd < 0)
         return crb_error(fd == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL, "master %s:%u: %s",
                          m->host, (unsigned)m->port, cr_last_error_message());
+    /* read_until's waiting recv ends after RECV_WAIT_MS (every other read
+     * and write on this blocking socket passes MSG_DONTWAIT) */
+    struct timeval wait = {.tv_sec = 0, .tv_usec = RECV_WAIT_MS * 1000};
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait)) != 0) {
+        close(fd);
+        return crb_error(CR_RPC_FAIL, "master %s:%u: SO_RCVTIMEO: %s", m->host, (unsigned)m->port,
+                         strerror(errno));
+    }
     crp_rpc_req hello = {.op = CRP_RPC_SERVICE_READY};
     hello.u.hello = (crp_rpc_hello_req){.version = CRP_RPC_VERSION,
                                         .caps = CRP_RPC_CAPS_DEFINED,

@@ -44,6 +44,7 @@ typedef struct hb_opts {
     const char *log_dir; /* the HA masters' logs (ha-<i>.log, appended); NULL: /dev/null */
     uint32_t lease_ttl;
     const char *connections, *threads; /* passed to the master bench (NULL: its defaults) */
+    const char *client, *depth;        /* likewise: lib|raw, and raw's ops in flight */
 } hb_opts;
 
 typedef struct hb_cluster {
@@ -236,7 +237,7 @@ static void print_round(const char *label, json_t *round, double secs, double be
 static int run_master_bench(const char *self, const hb_opts *o, const char *target_flag,
                             const char *target, json_t *into, json_t *round)
 {
-    const char *argv[16] = {self,        "master", target_flag, target,  "--duration",
+    const char *argv[20] = {self,        "master", target_flag, target,  "--duration",
                             o->duration, "--ops",  o->ops,      "--json"};
     size_t n = 9;
     if (o->connections != NULL) {
@@ -246,6 +247,14 @@ static int run_master_bench(const char *self, const hb_opts *o, const char *targ
     if (o->threads != NULL) {
         argv[n++] = "--threads";
         argv[n++] = o->threads;
+    }
+    if (o->client != NULL) {
+        argv[n++] = "--client";
+        argv[n++] = o->client;
+    }
+    if (o->depth != NULL) {
+        argv[n++] = "--depth";
+        argv[n++] = o->depth;
     }
     argv[n] = NULL;
     static char out[1 << 16], err[1 << 14];
@@ -380,19 +389,29 @@ static void usage(FILE *to)
                 "         [--master-bin PATH] [--etcd-bin PATH (/usr/bin/etcd)]\n"
                 "         [--log-dir DIR (the HA masters' logs, ha-N.log; default none)]\n"
                 "         [--connections N --threads N (the master bench's client: its\n"
-                "          connections and caller threads per connection; default 4 x 16)]\n");
+                "          connections and caller threads per connection; default 4 x 16)]\n"
+                "         [--client lib|raw --depth N (the master bench's client kind; raw:\n"
+                "          one thread per connection keeping --depth ops in flight)]\n");
 }
 
 int cb_ha_main(int argc, char **argv)
 {
     static char bin[PATH_MAX], self[PATH_MAX];
-    hb_opts o = {5, 2, "1", "exist,put,get,batch_put", NULL, CT_ETCD_BIN, NULL, 5, NULL, NULL};
+    hb_opts o = {5,    2,    "1", "exist,put,get,batch_put", NULL, CT_ETCD_BIN, NULL, 5, NULL,
+                 NULL, NULL, NULL};
     const ct_option opts[] = {
-        CT_U32("--runs", &o.runs, 1, MAX_RUNS),       CT_U32("--rounds", &o.rounds, 1, 1000),
-        CT_STRING("--duration", &o.duration),         CT_STRING("--ops", &o.ops),
-        CT_U32("--lease-ttl", &o.lease_ttl, 2, 3600), CT_STRING("--master-bin", &o.master_bin),
-        CT_STRING("--etcd-bin", &o.etcd_bin),         CT_STRING("--log-dir", &o.log_dir),
-        CT_STRING("--connections", &o.connections),   CT_STRING("--threads", &o.threads),
+        CT_U32("--runs", &o.runs, 1, MAX_RUNS),
+        CT_U32("--rounds", &o.rounds, 1, 1000),
+        CT_STRING("--duration", &o.duration),
+        CT_STRING("--ops", &o.ops),
+        CT_U32("--lease-ttl", &o.lease_ttl, 2, 3600),
+        CT_STRING("--master-bin", &o.master_bin),
+        CT_STRING("--etcd-bin", &o.etcd_bin),
+        CT_STRING("--log-dir", &o.log_dir),
+        CT_STRING("--connections", &o.connections),
+        CT_STRING("--threads", &o.threads),
+        CT_STRING("--client", &o.client),
+        CT_STRING("--depth", &o.depth),
     };
     int pr = ct_parse_options(argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL, NULL,
                               CB_PROG " ha");
