@@ -304,18 +304,30 @@ static int copy_field(char *dst, size_t cap, const char *v, const char *dflt, co
     return 0;
 }
 
-/* CRESCENT_GET_SPECULATE: single gets of values of at least CRC_SPECULATE_MIN bytes read
- * a cached location while they ask the master (get.c); "all": of any size; "0": never. */
+/* CRESCENT_GET_SPECULATE: single gets read a cached location while they ask the
+ * master (get.c): "1" or "all" (default): values of any size; "large": values of at
+ * least CRC_SPECULATE_MIN bytes; "0": never. */
+int crc_speculate_min(const char *v, uint64_t *min_out)
+{
+    if (v == NULL || v[0] == '\0' || strcmp(v, "1") == 0 || strcasecmp(v, "all") == 0)
+        *min_out = 1;
+    else if (strcasecmp(v, "large") == 0)
+        *min_out = CRC_SPECULATE_MIN;
+    else if (strcmp(v, "0") == 0)
+        *min_out = 0;
+    else
+        return crb_error(CR_INVALID_PARAMS, "CRESCENT_GET_SPECULATE='%s' is not 0, 1, all or large",
+                         v);
+    return 0;
+}
+
 static int speculate_mode(cr_store *s)
 {
-    const char *v = getenv("CRESCENT_GET_SPECULATE");
-    s->spec_min = CRC_SPECULATE_MIN;
-    if (v != NULL && strcmp(v, "0") == 0)
-        return 0;
-    if (v != NULL && strcasecmp(v, "all") == 0)
-        s->spec_min = 1;
-    else if (v != NULL && v[0] != '\0' && strcmp(v, "1") != 0)
-        return crb_error(CR_INVALID_PARAMS, "CRESCENT_GET_SPECULATE='%s' is not 0, 1 or all", v);
+    uint64_t min = 0;
+    int rc = crc_speculate_min(getenv("CRESCENT_GET_SPECULATE"), &min);
+    if (rc < 0 || min == 0)
+        return rc;
+    s->spec_min = min;
     return crc_loc_create(&s->loc);
 }
 

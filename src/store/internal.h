@@ -72,7 +72,7 @@ struct cr_store {
     /* Speculative single gets (loc_cache.c; NULL: CRESCENT_GET_SPECULATE=0) and their
      * counters (cr_store_get_stats_get). */
     struct crc_loc_cache *loc;
-    uint64_t spec_min; /* smallest value read so (CRC_SPECULATE_MIN; "all": 1) */
+    uint64_t spec_min; /* smallest value read so (1; "large": CRC_SPECULATE_MIN) */
     _Atomic uint64_t spec_reads, spec_hits;
 
     /* Reads are given back (RELEASE_LEASES) ahead of the next master call,
@@ -223,10 +223,13 @@ int crc_transfer_direct(cr_store *s, int opcode, const crp_rpc_replica *reps, si
  * (crc_direct_refused). Returns once no task touches any local memory. */
 void crc_run_batch_direct(cr_store *s, cr_transfer_request *reqs, size_t t, bool *failed);
 
-/* Speculative gets of smaller values gained nothing on the 2-vCPU test machine (the two
- * round trips compete for its CPUs: docs/PERFORMANCE.md); CRESCENT_GET_SPECULATE=all
- * speculates for every size. */
+/* CRESCENT_GET_SPECULATE=large: only values this large are read speculatively (the
+ * default until a master call lost three system calls a side; since, 4 KiB gets over tcp
+ * gain 22-60 % from it: docs/PERFORMANCE.md, "System calls per master call"). */
 #define CRC_SPECULATE_MIN (64u << 10)
+/* CRESCENT_GET_SPECULATE's value (NULL: unset) as the smallest value size read
+ * speculatively, 0 for never; CR_INVALID_PARAMS for a value it does not know. */
+int crc_speculate_min(const char *v, uint64_t *min_out);
 
 /* loc_cache.c: where this client last read each key (speculative single gets, get.c).
  * Any thread; a lookup copies the entry out. */

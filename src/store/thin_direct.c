@@ -92,13 +92,11 @@ void crc_thin_direct_init(crc_thin *t)
     t->put_bound_ms = t->put_owned_ms / 3;
     /* CRESCENT_GET_SPECULATE as for an embedded client (client.c); a value it does not
      * know leaves it off here (the thin setup has no failure for it) */
-    e = getenv("CRESCENT_GET_SPECULATE");
-    t->spec_min = e != NULL && strcasecmp(e, "all") == 0 ? 1 : CRC_SPECULATE_MIN;
-    bool spec = e == NULL || e[0] == '\0' || strcmp(e, "1") == 0 || strcasecmp(e, "all") == 0;
-    if (e != NULL && !spec && strcmp(e, "0") != 0)
-        crb_log(CRB_LOG_WARN, "thin client: CRESCENT_GET_SPECULATE='%s' is not 0, 1 or all: off",
-                e);
-    if (spec && crc_loc_create(&t->loc) < 0)
+    uint64_t min = 0;
+    if (crc_speculate_min(getenv("CRESCENT_GET_SPECULATE"), &min) < 0)
+        crb_log(CRB_LOG_WARN, "thin client: %s: off", cr_last_error_message());
+    t->spec_min = min;
+    if (min > 0 && crc_loc_create(&t->loc) < 0)
         t->loc = NULL; /* (an optimisation: off) */
 }
 

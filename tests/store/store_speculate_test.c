@@ -18,8 +18,9 @@
  *       round removes and puts) one key while a reader thread gets it in a
  *       loop: every value read is one whole version (its seed in the first
  *       8 bytes, the pattern of that seed after it).
- *   small_values  4 KiB values are not read speculatively by default (under
- *       CRC_SPECULATE_MIN), and are with CRESCENT_GET_SPECULATE=all.
+ *   small_values  4 KiB values are read speculatively by default and with
+ *       CRESCENT_GET_SPECULATE=all, and not with =large (under
+ *       CRC_SPECULATE_MIN).
  *   env_off  CRESCENT_GET_SPECULATE=0 turns it off; another value fails
  *       setup with CR_INVALID_PARAMS.
  */
@@ -194,10 +195,11 @@ static void writer_reads_its_own_put(void **state)
     assert_true(st3.speculative_reads == st2.speculative_reads + 1);
     assert_true(st3.speculative_hits == st2.speculative_hits + 1);
 
-    put_seed(writer, "spec-own-small", 4096, 10, false); /* under the threshold: not cached */
+    put_seed(writer, "spec-own-small", 4096, 10, false); /* small values too (default) */
     get_check(writer, "spec-own-small", buf, cap, 4096, 10);
     cr_store_get_stats st4 = stats(writer);
-    assert_true(st4.speculative_reads == st3.speculative_reads);
+    assert_true(st4.speculative_reads == st3.speculative_reads + 1);
+    assert_true(st4.speculative_hits == st3.speculative_hits + 1);
 
     assert_int_equal(cr_store_unregister_buffer(writer, buf), 0);
     free(buf);
@@ -364,18 +366,20 @@ static void small_values(void **state)
     uint8_t *buf = aligned_alloc(4096, len);
     assert_non_null(buf);
     put_seed(holder, "spec-small", len, 5, false);
-    for (int all = 0; all <= 1; all++) {
-        if (all)
-            setenv("CRESCENT_GET_SPECULATE", "all", 1);
+    const char *modes[] = {NULL, "all", "large"};
+    for (int m = 0; m < 3; m++) {
+        if (modes[m] != NULL)
+            setenv("CRESCENT_GET_SPECULATE", modes[m], 1);
         cr_store *reader = open_store("tcp", 0);
         unsetenv("CRESCENT_GET_SPECULATE");
         assert_int_equal(cr_store_register_buffer(reader, buf, len), 0);
         for (int i = 0; i < 3; i++)
             get_check(reader, "spec-small", buf, len, len, 5);
         cr_store_get_stats st = stats(reader);
+        bool small = modes[m] == NULL || strcmp(modes[m], "all") == 0;
         assert_true(st.speculating);
-        assert_true(st.speculative_reads == (all ? 2u : 0u));
-        assert_true(st.speculative_hits == (all ? 2u : 0u));
+        assert_true(st.speculative_reads == (small ? 2u : 0u));
+        assert_true(st.speculative_hits == (small ? 2u : 0u));
         assert_int_equal(cr_store_unregister_buffer(reader, buf), 0);
         cr_store_destroy(reader);
     }
