@@ -582,6 +582,8 @@ static int batch_get_round(cr_store *s, const char *const *keys, const dest_part
             off += len;
         }
     }
+    if (values_out != NULL)
+        crc_prefault_values(vals, res, m); /* new values: often never-touched pages */
     if (direct_copy)
         crc_run_batch_direct(s, reqs, t, failed);
     else

@@ -84,6 +84,12 @@ struct cr_store {
     _Atomic uint64_t disk_reads; /* gets served from a holder's disk (rpc_reads) */
 };
 
+/* prefault.c: a copying batch get's values, sizes[j] bytes at vals[j] (NULL or a size
+ * <= 0: skipped), are committed before the engine writes them when they add up to
+ * 4 MiB or more and the allocator handed out never-touched pages (probed once with
+ * mincore). Returns how many values it committed. Any thread. */
+size_t crc_prefault_values(void *const *vals, const int64_t *sizes, size_t n);
+
 /* populate.c: when the segment's pages are committed (CRESCENT_SEGMENT_POPULATE). */
 enum { CRC_POPULATE_LAZY, CRC_POPULATE_MOUNT, CRC_POPULATE_BACKGROUND };
 /* The mode the environment asks for; CR_INVALID_PARAMS names a bad value. */
