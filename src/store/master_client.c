@@ -221,8 +221,9 @@ static int read_until(crc_master *m, int fd, pending *p, uint64_t deadline)
         if (rc < 0)
             return rc;
         if (m->rd.received != before) {
+            uint64_t heard = crb_now_ns(); /* (now is from before a wait of up to 200 ms) */
             pthread_mutex_lock(&m->lock);
-            m->heard_ns = now;
+            m->heard_ns = heard;
             pthread_mutex_unlock(&m->lock);
         }
     }

@@ -240,21 +240,16 @@ static int run_master_bench(const char *self, const hb_opts *o, const char *targ
     const char *argv[20] = {self,        "master", target_flag, target,  "--duration",
                             o->duration, "--ops",  o->ops,      "--json"};
     size_t n = 9;
-    if (o->connections != NULL) {
-        argv[n++] = "--connections";
-        argv[n++] = o->connections;
-    }
-    if (o->threads != NULL) {
-        argv[n++] = "--threads";
-        argv[n++] = o->threads;
-    }
-    if (o->client != NULL) {
-        argv[n++] = "--client";
-        argv[n++] = o->client;
-    }
-    if (o->depth != NULL) {
-        argv[n++] = "--depth";
-        argv[n++] = o->depth;
+    /* The master bench's client shape, where given (NULL: its defaults). */
+    const char *pass[][2] = {{"--connections", o->connections},
+                             {"--threads", o->threads},
+                             {"--client", o->client},
+                             {"--depth", o->depth}};
+    for (size_t k = 0; k < sizeof(pass) / sizeof(pass[0]); k++) {
+        if (pass[k][1] != NULL) {
+            argv[n++] = pass[k][0];
+            argv[n++] = pass[k][1];
+        }
     }
     argv[n] = NULL;
     static char out[1 << 16], err[1 << 14];
