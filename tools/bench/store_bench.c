@@ -78,6 +78,8 @@
 #define KEY_LEN        96
 #define BASELINE_AREA  (256 * CB_MIB) /* the shm baseline's remote area per client */
 #define WARM_MAX       (4 * CB_MIB)   /* largest value of the warm-up pass */
+#define MAX_ROUNDS     9
+#define SHM_WARM_S     0.3 /* an untimed engine write over the baseline's target area */
 
 enum { KIND_STORE = 0, KIND_SHM = 1 };
 enum { OP_PUT = 0, OP_GET = 1 };
@@ -97,6 +99,7 @@ typedef struct sb_opts {
     bool vs_mooncake;
     bool async; /* --async: one thread's calls/s, sync vs completion queue */
     uint32_t async_depth, async_rounds;
+    uint32_t rounds; /* --rounds: the case list this often, alternating; medians reported */
     bool zcopy, copy, single, batched;
     uint64_t segment_size, buffer_size, region_size, target_size;
     uint64_t working_set; /* bytes a put round may fill before it starts over (0: 80 %) */
@@ -636,6 +639,12 @@ typedef struct sb_run {
     /* --vs-mooncake: GB/s per [size index][zcopy][batched][op][thread list index] */
     double gbps[MAX_SIZES][2][2][2][8];
     double vs_engine[MAX_SIZES][2][2][2][8]; /* the same cases' x shm (0: no baseline) */
+    /* --rounds: each round's figures of the above, [..][round]; medians go into the arrays
+     * above after the last round */
+    double gbps_r[MAX_SIZES][2][2][2][8][MAX_ROUNDS];
+    double vs_r[MAX_SIZES][2][2][2][8][MAX_ROUNDS];
+    double target_r[2][2][MAX_ROUNDS];
+    unsigned round;
     size_t ti;
     cb_measure sock, mem;
     cb_pingpong pp;
@@ -677,6 +686,8 @@ static void usage(FILE *to)
         "                         group's clean-up the bench waits it out. With --master, give\n"
         "                         that master's --default_kv_lease_ttl\n"
         "  --no-baseline          skip the engine transport cases\n"
+        "  --rounds N             run the whole case list N times (1-9, default 1), engine and\n"
+        "                         store cases alternating; the summary reports medians\n"
         "  --baseline             also measure, first, a plain TCP socket stream, memcpy and a\n"
         "                         4 KiB plain-socket ping-pong (the physical floor)\n"
         "  --fresh                no warm-up fill, and every holder client is restarted before\n"
@@ -813,6 +824,9 @@ static int apply_value(sb_opts *o, const char *flag, const char *v)
     } else if (strcmp(flag, "--async-depth") == 0) {
         if (cb_parse_u32(v, 1, 4096, &o->async_depth) < 0)
             return cb_bad_value("store", flag, v, "a number from 1 to 4096");
+    } else if (strcmp(flag, "--rounds") == 0) {
+        if (cb_parse_u32(v, 1, MAX_ROUNDS, &o->rounds) < 0)
+            return cb_bad_value("store", flag, v, "a number from 1 to 9");
     } else if (strcmp(flag, "--async-rounds") == 0) {
         if (cb_parse_u32(v, 1, 64, &o->async_rounds) < 0)
             return cb_bad_value("store", flag, v, "a number from 1 to 64");
@@ -855,6 +869,7 @@ static int parse_opts(int argc, char **argv, sb_opts *o)
         "--drivers",     "--duration",    "--modes",       "--shapes",       "--segment-size",
         "--protocol",    "--buffer-size", "--region-size", "--master",       "--master-bin",
         "--target-size", "--lease-ms",    "--async-depth", "--async-rounds", "--working-set",
+        "--rounds",
     };
     static const uint64_t default_sizes[] = {4 * CB_KIB, 64 * CB_KIB, CB_MIB};
     memset(o, 0, sizeof(*o));
@@ -876,6 +891,7 @@ static int parse_opts(int argc, char **argv, sb_opts *o)
     o->lease_ms = 500;
     o->async_depth = 64;
     o->async_rounds = 5;
+    o->rounds = 1;
     ct_option table[sizeof(value_flags) / sizeof(value_flags[0]) + 8] = {
         CT_SWITCH("--verify", &o->verify),
         CT_SWITCH("--json", &o->json),
@@ -1298,7 +1314,7 @@ static int run_case(sb_run *r, const sb_case *c)
         vs = gbps / r->base.gbps[c->size_idx][c->op][shape];
     }
     if (c->kind == KIND_STORE && c->zcopy && size == CB_MIB)
-        r->target[c->op][shape] = vs;
+        r->target_r[c->op][shape][r->round] = vs;
     if (c->kind == KIND_STORE && size == 4 * CB_KIB && shape && c->zcopy) {
         double ops = res.secs > 0 ? (double)res.keys / res.secs : 0;
         if (c->op == OP_PUT)
@@ -1307,8 +1323,8 @@ static int run_case(sb_run *r, const sb_case *c)
             r->keys4k_get = ops;
     }
     if (c->kind == KIND_STORE && r->ti < 8) {
-        r->gbps[c->size_idx][c->zcopy][shape][c->op][r->ti] = gbps;
-        r->vs_engine[c->size_idx][c->zcopy][shape][c->op][r->ti] = vs;
+        r->gbps_r[c->size_idx][c->zcopy][shape][c->op][r->ti][r->round] = gbps;
+        r->vs_r[c->size_idx][c->zcopy][shape][c->op][r->ti][r->round] = vs;
     }
     print_row(r, c, &res, vs);
     free(res.hist);
@@ -1360,15 +1376,54 @@ static int warm_up(sb_run *r)
 
 static int run_all_threads(sb_run *r);
 
+/* The median of v[0..n) (n <= MAX_ROUNDS; zeros, "not measured", count as values). */
+static double median_of(const double *v, unsigned n)
+{
+    double s[MAX_ROUNDS];
+    memcpy(s, v, n * sizeof(*s));
+    for (unsigned i = 1; i < n; i++)
+        for (unsigned j = i; j > 0 && s[j - 1] > s[j]; j--) {
+            double t = s[j];
+            s[j] = s[j - 1];
+            s[j - 1] = t;
+        }
+    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+/* After the last round: every figure the summary reads is the median over the rounds. */
+static void take_medians(sb_run *r)
+{
+    unsigned n = r->o->rounds;
+    double *g = &r->gbps[0][0][0][0][0], *v = &r->vs_engine[0][0][0][0][0];
+    const double *gr = &r->gbps_r[0][0][0][0][0][0], *vr = &r->vs_r[0][0][0][0][0][0];
+    for (size_t i = 0; i < sizeof(r->gbps) / sizeof(double); i++) {
+        g[i] = median_of(gr + i * MAX_ROUNDS, n);
+        v[i] = median_of(vr + i * MAX_ROUNDS, n);
+    }
+    for (int op = 0; op < 2; op++)
+        for (int sh = 0; sh < 2; sh++)
+            r->target[op][sh] = median_of(r->target_r[op][sh], n);
+}
+
+/* --rounds: the whole case list (engine baselines and store cases) runs once per round, so
+ * the two alternate and a slow minute of this machine lands on both; the summary reports
+ * the median of each figure over the rounds. */
 static int run_all(sb_run *r)
 {
     const sb_opts *o = r->o;
-    for (size_t ti = 0; ti < o->n_threads; ti++) {
-        r->ti = ti;
-        r->threads = o->thread_list[ti];
-        if (run_all_threads(r) < 0)
-            return -1;
+    for (r->round = 0; r->round < o->rounds; r->round++) {
+        if (o->rounds > 1 && !o->json && !o->quiet) {
+            printf("-- round %u of %u\n", r->round + 1, o->rounds);
+            fflush(stdout);
+        }
+        for (size_t ti = 0; ti < o->n_threads; ti++) {
+            r->ti = ti;
+            r->threads = o->thread_list[ti];
+            if (run_all_threads(r) < 0)
+                return -1;
+        }
     }
+    take_medians(r);
     return 0;
 }
 
@@ -1381,6 +1436,13 @@ static int run_all_threads(sb_run *r)
         if (o->batch == 1)
             want_shape[0] = true;
         if (!o->no_baseline) {
+            /* Untimed: the engine writes over the whole target area first, so the timed
+             * baseline, like the store cases after the warm-up, moves bytes into committed
+             * pages this process has mapped (a first write per page costs ~6 us here). */
+            sb_case warm = {KIND_SHM, OP_PUT,     true, si, want_shape[1] ? o->batch : 1,
+                            0,        SHM_WARM_S, true};
+            if (run_case(r, &warm) < 0)
+                return -1;
             for (int op = OP_PUT; op <= OP_GET; op++) {
                 for (int sh = 0; sh < 2; sh++) {
                     if (!want_shape[sh])
