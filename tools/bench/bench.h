@@ -89,6 +89,10 @@ void cb_hist_merge(cb_hist *dst, const cb_hist *src);
 /* Value at quantile q (0 < q <= 1), bucket midpoint; 0 for an empty histogram. */
 uint64_t cb_hist_quantile(const cb_hist *h, double q);
 
+/** Smallest, median (the mean of the middle two for an even n) and largest of v[0..n),
+ *  1 <= n <= 64; v is not changed. */
+void cb_range(const double *v, unsigned n, double *lo, double *med, double *hi);
+
 /*
  * The verification pattern: byte o of a logical buffer filled with seed s is
  * byte (o % 8) (little-endian) of splitmix64(o / 8 + s). It does not repeat

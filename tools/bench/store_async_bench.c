@@ -152,23 +152,6 @@ static double run_slice(ab_ctx *c, int kind, double secs)
     return dt > 0 ? (double)calls / dt : 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Smallest, median and largest of v[0..n) (n <= 64). */
-static void range(const double *v, unsigned n, double *lo, double *med, double *hi)
-{
-    double t[64];
-    memcpy(t, v, n * sizeof(*t));
-    qsort(t, n, sizeof(*t), cmp_double);
-    *lo = t[0];
-    *hi = t[n - 1];
-    *med = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-}
-
 int sb_async_run(const char *master_addr, const char *protocol, uint64_t value_size, unsigned keys,
                  unsigned depth, unsigned rounds, double slice_s, bool verify, bool json)
 {
@@ -234,12 +217,12 @@ int sb_async_run(const char *master_addr, const char *protocol, uint64_t value_s
     }
     if (!json) {
         for (int k = 0; k < SL_COUNT; k++) {
-            range(v[k], nr, &lo, &med, &hi);
+            cb_range(v[k], nr, &lo, &med, &hi);
             printf("  %-15s %9.0f .. %9.0f calls/s (median %.0f)\n", slice_names[k], lo, hi, med);
         }
-        range(ratio_e, nr, &lo, &med, &hi);
+        cb_range(ratio_e, nr, &lo, &med, &hi);
         printf("  exist async/sync x%.2f .. x%.2f (median x%.2f); ", lo, hi, med);
-        range(ratio_g, nr, &lo, &med, &hi);
+        cb_range(ratio_g, nr, &lo, &med, &hi);
         printf("get_into async/sync x%.2f .. x%.2f (median x%.2f)\n", lo, hi, med);
     }
     if (c.errors > 0 || c.bad > 0) {

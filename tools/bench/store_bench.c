@@ -1379,18 +1379,12 @@ static int warm_up(sb_run *r)
 
 static int run_all_threads(sb_run *r);
 
-/* The median of v[0..n) (n <= MAX_ROUNDS; zeros, "not measured", count as values). */
+/* The median of v[0..n) (zeros, "not measured", count as values). */
 static double median_of(const double *v, unsigned n)
 {
-    double s[MAX_ROUNDS];
-    memcpy(s, v, n * sizeof(*s));
-    for (unsigned i = 1; i < n; i++)
-        for (unsigned j = i; j > 0 && s[j - 1] > s[j]; j--) {
-            double t = s[j];
-            s[j] = s[j - 1];
-            s[j - 1] = t;
-        }
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+    double lo, med, hi;
+    cb_range(v, n, &lo, &med, &hi);
+    return med;
 }
 
 /* After the last round: every figure the summary reads is the median over the rounds. */

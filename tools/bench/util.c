@@ -253,3 +253,19 @@ int cb_bad_value(const char *bench, const char *flag, const char *value, const c
     fprintf(stderr, CB_PROG " %s: %s '%s' is not %s\n", bench, flag, value, want);
     return -1;
 }
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+void cb_range(const double *v, unsigned n, double *lo, double *med, double *hi)
+{
+    double t[64];
+    memcpy(t, v, n * sizeof(*t));
+    qsort(t, n, sizeof(*t), cmp_double);
+    *lo = t[0];
+    *hi = t[n - 1];
+    *med = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
