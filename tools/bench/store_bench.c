@@ -1527,12 +1527,19 @@ static void print_vs_mooncake(sb_run *r)
                    m->mooncake_mbps, ratio, vse);
             if (r->have_physical)
                 printf(" %8.3f %8.3f", g / r->sock.gbps, g / r->mem.gbps);
+            if (o->rounds > 1 && v > 0) {
+                double lo, med, hi;
+                cb_range(r->vs_r[si][m->zcopy][m->batched][m->op][ti], o->rounds, &lo, &med, &hi);
+                printf("  x engine per round %.3f..%.3f", lo, hi);
+            }
             printf("\n");
         }
     }
     printf("(x engine: over the store engine's own transfer of the same size, direction and "
            "shape in this run, the \"shm\" rows above; with --protocol auto or shm on one host "
            "that is the shm transport, issue 12's target >= 0.7)\n");
+    if (o->rounds > 1)
+        printf("(every figure of this table: the median over %u rounds)\n", o->rounds);
     if (strcmp(o->protocol, "tcp") == 0)
         return;
     for (size_t ti = 0; ti < o->n_threads; ti++) {
