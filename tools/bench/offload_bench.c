@@ -6,7 +6,7 @@
  *   crescent-bench offload [--master-bin P] [--dir D] [--value-sizes 4K,1M]
  *                          [--bytes 256M] [--small-bytes 48M] [--batch 32]
  *                          [--latency 200] [--poll-ms 2] [--copying-gets]
- *                          [--verify]
+ *                          [--rounds 1] [--verify]
  *
  * A crescent-master with --enable_offload --offload_on_evict, and in this
  * process two store clients: a holder (segment = a quarter of the bytes,
@@ -45,6 +45,9 @@
  *                   read is served from the host's cache at up to 7 GB/s here)
  *   latency         --latency single gets of disk-only values (each staged anew)
  *                   and of memory-resident values: p50 / p99
+ * --rounds N runs each size N times (a fresh tier, its own baselines and key names per round)
+ * and ends with the median and range of each ratio: this virtual disk's speed swings more
+ * between runs than the tier's ratios do between changes.
  * Both clients are in one process (two engines), so the reader's transfer is
  * a same-host copy; the holder's disk thread polls the master every
  * --poll-ms (CRESCENT_OFFLOAD_POLL_MS) when idle.
@@ -71,6 +74,7 @@
 
 #define MAX_SIZES  4
 #define HIT_PASSES 2 /* the disk-hit phase reads every disk-only value this often */
+#define MAX_ROUNDS 9
 
 typedef struct ob_opts {
     const char *master_bin, *dir;
@@ -78,8 +82,12 @@ typedef struct ob_opts {
     size_t n_sizes;
     uint64_t bytes, small_bytes;
     uint32_t batch, latency, poll_ms, threads;
+    uint32_t rounds; /* --rounds: every size this often, a fresh tier each time; medians */
     bool verify, copying_gets;
 } ob_opts;
+
+/* One round's ratios of a size, for the --rounds summary. */
+enum { R_OFFLOAD, R_FULL, R_HIT, R_FIRST, R_HIT_TIER, N_RATIOS };
 
 static void usage(FILE *to)
 {
@@ -96,6 +104,9 @@ static void usage(FILE *to)
                 "  --threads N      reader threads of the disk-hit phase (default 4)\n"
                 "  --copying-gets   disk-hit phase with cr_store_batch_get (malloc'd copies)\n"
                 "                   instead of cr_store_batch_get_into registered buffers\n"
+                "  --rounds N       every size N times (1-9, default 1), each round a fresh\n"
+                "                   tier and its own baselines; a last line per size gives the\n"
+                "                   median and range of each ratio over the rounds\n"
                 "  --verify         check every byte read\n");
 }
 
@@ -122,6 +133,7 @@ static int parse(int argc, char **argv, ob_opts *o)
                    .latency = 200,
                    .poll_ms = 2,
                    .threads = 4,
+                   .rounds = 1,
                    .n_sizes = 2};
     o->sizes[0] = 4 * CB_KIB;
     o->sizes[1] = CB_MIB;
@@ -138,6 +150,7 @@ static int parse(int argc, char **argv, ob_opts *o)
         CT_U32("--latency", &o->latency, 0, 1000000),
         CT_U32("--threads", &o->threads, 1, 64),
         CT_U32("--poll-ms", &o->poll_ms, 1, 1000),
+        CT_U32("--rounds", &o->rounds, 1, MAX_ROUNDS),
     };
     int pr = ct_parse_options(argc, argv, opts, sizeof(opts) / sizeof(opts[0]), apply_flag, o,
                               CB_PROG " offload");
@@ -448,14 +461,21 @@ static int put_batch(cr_store *rw, const char *sz, uint64_t s, uint64_t lo, size
 }
 
 /* One value size: the figures on one line. */
-static int run_size(const ob_opts *o, const char *master, const char *root, uint64_t s)
+/* One round of value size s; its ratios (0: not measured) into ratios[N_RATIOS]. Keys and
+ * the tier's directory carry the round (keys of a round never meet an earlier round's). */
+static int run_size(const ob_opts *o, const char *master, const char *root, uint64_t s,
+                    uint32_t round, double *ratios)
 {
     uint64_t bytes = s >= 64 * CB_KIB ? o->bytes : o->small_bytes;
     uint64_t n = bytes / s, segment = bytes / 4 > 64 * CB_MIB ? 64 * CB_MIB : bytes / 4;
     segment = (segment + CB_MIB - 1) & ~(CB_MIB - 1);
-    char ssd[PATH_MAX], sz[32];
-    if (snprintf(ssd, sizeof(ssd), "%s/ssd-%s", root, cb_format_size(s, sz, sizeof(sz))) >=
-        (int)sizeof(ssd))
+    char ssd[PATH_MAX], label[16], sz[32];
+    cb_format_size(s, label, sizeof(label));
+    if (round == 0)
+        snprintf(sz, sizeof(sz), "%s", label);
+    else
+        snprintf(sz, sizeof(sz), "%s.r%u", label, round + 1);
+    if (snprintf(ssd, sizeof(ssd), "%s/ssd-%s", root, sz) >= (int)sizeof(ssd))
         return -1;
     double bw = 0, br = 0, bw1 = 0, br1 = 0;
     if (baseline(root, s, n, &bw, &br) < 0)
@@ -605,6 +625,11 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
            (double)cb_hist_quantile(&hm, 0.5) / 1e3, (double)cb_hist_quantile(&hm, 0.99) / 1e3,
            failed, bad, o->verify ? " (verified)" : "");
     fflush(stdout);
+    ratios[R_OFFLOAD] = bw > 0 ? off_gbps / bw : 0;
+    ratios[R_FULL] = bw > 0 ? stream_gbps / bw : 0;
+    ratios[R_HIT] = br > 0 ? hit_gbps / br : 0;
+    ratios[R_FIRST] = br > 0 ? first_gbps / br : 0;
+    ratios[R_HIT_TIER] = tier_r > 0 ? hit_gbps / tier_r : 0;
     if (bad > 0 || failed > 0)
         rc = -1;
     free(disk_idx);
@@ -621,6 +646,25 @@ out:
     if (system(cmd) != 0)
         fprintf(stderr, CB_PROG " offload: could not remove %s\n", ssd);
     return rc < 0 ? -1 : 0;
+}
+
+/* --rounds: the median and range of each ratio over the rounds of one value size. */
+static void print_rounds(uint64_t s, uint32_t rounds, double r[][N_RATIOS])
+{
+    static const char *const names[N_RATIOS] = {"offload x write", "once full x write",
+                                                "disk hit x read", "first pass x read",
+                                                "disk hit x tier files"};
+    char sz[32];
+    printf("%-5s median over %u rounds (range):", cb_format_size(s, sz, sizeof(sz)), rounds);
+    for (int k = 0; k < N_RATIOS; k++) {
+        double v[MAX_ROUNDS], lo, med, hi;
+        for (uint32_t i = 0; i < rounds; i++)
+            v[i] = r[i][k];
+        cb_range(v, rounds, &lo, &med, &hi);
+        printf("%s %s %.2f (%.2f..%.2f)", k ? "," : "", names[k], med, lo, hi);
+    }
+    printf("\n");
+    fflush(stdout);
 }
 
 int cb_offload_main(int argc, char **argv)
@@ -649,8 +693,13 @@ int cb_offload_main(int argc, char **argv)
         return CB_EXIT_FAIL;
     }
     printf("offload bench: dir %s, poll %u ms, batch %u\n", root, o.poll_ms, o.batch);
-    for (size_t i = 0; i < o.n_sizes && rc == 0; i++)
-        rc = run_size(&o, m.addr, root, o.sizes[i]);
+    for (size_t i = 0; i < o.n_sizes && rc == 0; i++) {
+        double r[MAX_ROUNDS][N_RATIOS] = {{0}};
+        for (uint32_t k = 0; k < o.rounds && rc == 0; k++)
+            rc = run_size(&o, m.addr, root, o.sizes[i], k, r[k]);
+        if (rc == 0 && o.rounds > 1)
+            print_rounds(o.sizes[i], o.rounds, r);
+    }
     ct_master_stop(&m, 10000);
     rmdir(root);
     return rc == 0 ? CB_EXIT_OK : CB_EXIT_FAIL;
