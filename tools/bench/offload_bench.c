@@ -460,9 +460,9 @@ static int put_batch(cr_store *rw, const char *sz, uint64_t s, uint64_t lo, size
     return rc;
 }
 
-/* One value size: the figures on one line. */
-/* One round of value size s; its ratios (0: not measured) into ratios[N_RATIOS]. Keys and
- * the tier's directory carry the round (keys of a round never meet an earlier round's). */
+/* One round of value size s: its figures printed, its ratios (0: not measured) into
+ * ratios[N_RATIOS]. Keys and the tier's directory carry the round (keys of a round never
+ * meet an earlier round's). */
 static int run_size(const ob_opts *o, const char *master, const char *root, uint64_t s,
                     uint32_t round, double *ratios)
 {

@@ -638,7 +638,8 @@ typedef struct sb_run {
     int failures;
     double target[2][2]; /* 1 MiB zero-copy x shm, [op][shape], for the summary */
     double keys4k_put, keys4k_get;
-    uint32_t threads; /* of the cases running now */
+    double keys4k_r[2][MAX_ROUNDS]; /* --rounds: each round's, [op][round] */
+    uint32_t threads;               /* of the cases running now */
     /* --vs-mooncake: GB/s per [size index][zcopy][batched][op][thread list index] */
     double gbps[MAX_SIZES][2][2][2][8];
     double vs_engine[MAX_SIZES][2][2][2][8]; /* the same cases' x shm (0: no baseline) */
@@ -1320,10 +1321,7 @@ static int run_case(sb_run *r, const sb_case *c)
         r->target_r[c->op][shape][r->round] = vs;
     if (c->kind == KIND_STORE && size == 4 * CB_KIB && shape && c->zcopy) {
         double ops = res.secs > 0 ? (double)res.keys / res.secs : 0;
-        if (c->op == OP_PUT)
-            r->keys4k_put = ops;
-        else
-            r->keys4k_get = ops;
+        r->keys4k_r[c->op][r->round] = ops;
     }
     if (c->kind == KIND_STORE && r->ti < 8) {
         r->gbps_r[c->size_idx][c->zcopy][shape][c->op][r->ti][r->round] = gbps;
@@ -1400,6 +1398,8 @@ static void take_medians(sb_run *r)
     for (int op = 0; op < 2; op++)
         for (int sh = 0; sh < 2; sh++)
             r->target[op][sh] = median_of(r->target_r[op][sh], n);
+    r->keys4k_put = median_of(r->keys4k_r[OP_PUT], n);
+    r->keys4k_get = median_of(r->keys4k_r[OP_GET], n);
 }
 
 /* --rounds: the whole case list (engine baselines and store cases) runs once per round, so
