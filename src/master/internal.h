@@ -149,6 +149,8 @@ struct crk_service {
     void *ha_ctx;
     crk_counters c;
     struct crk_offload *off; /* the disk tier (master/offload.h); NULL without enable_offload */
+    crk_stage_notify_fn on_stage; /* crk_service_on_stage_results */
+    void *on_stage_ctx;
 };
 
 /* --- helpers shared between files --------------------------------------------- */

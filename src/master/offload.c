@@ -998,16 +998,21 @@ int crk_off_heartbeat(crk_service *s, crk_client_id client, const void *body, si
         return crb_error(CR_ERR_NO_MEMORY, "offload_heartbeat: holder record");
     }
     /* Holder records live until the service ends, so hd stays valid without the lock. */
+    bool reports = false;
     for (size_t i = 0; i < m.n_items; i++) {
         const crp_off_item *it = &m.items[i];
-        if (it->kind == CRP_OFF_OFFLOAD)
+        if (it->kind == CRP_OFF_OFFLOAD) {
             offload_result(s, off, hd, it, now);
-        else if (it->kind == CRP_OFF_ANNOUNCE)
+        } else if (it->kind == CRP_OFF_ANNOUNCE) {
             announce(s, off, hd, it);
-        else
+        } else {
             other_report(s, off, hd, it, now);
+            reports = true;
+        }
     }
     crp_off_clear(&m);
+    if (reports && s->on_stage != NULL)
+        s->on_stage(s->on_stage_ctx); /* gets held for a stage may be answerable now */
 
     crp_off_msg out = {.segment = ""};
     pthread_mutex_lock(&off->mu);

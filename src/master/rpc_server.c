@@ -28,6 +28,17 @@
  * has the thread that saw the commit move release its own held replies
  * after that pass, without a wake-up, and wakes only the other threads
  * that hold replies.
+ *
+ * Stage waits (docs/WIRE.md): a GET_REPLICA_LIST or BATCH_GET_REPLICA_LIST
+ * with "swt" whose reply would say "being staged" (the value is on a
+ * holder's disk) is not answered at once: the request goes to the stage
+ * waiter thread, which asks the service again whenever a holder's heartbeat
+ * reported stage results (crk_service_on_stage_results) and at the wait's
+ * end, and sends the reply back through the done list like a scan's. The
+ * connection is not parked: its other requests are served meanwhile and the
+ * held reply comes out of order (replies carry their request's id). A
+ * connection freed while requests of it are held stays allocated (a
+ * "zombie", torn down otherwise) until the last one comes back.
  */
 #include "master/rpc_server.h"
 
@@ -45,6 +56,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -78,6 +90,8 @@ typedef struct rpc_conn {
     bool ready;           /* on its thread's ready list: frames may wait */
     crk_peer peer;        /* the client this connection speaks for (dispatch.h) */
     bool dead;            /* closed by the peer while parked: free when the job returns */
+    unsigned waiting;     /* its requests with the stage waiter (owner thread only) */
+    bool zombie;          /* torn down with requests held: freed when the last returns */
     /* HA (master/ha.h): out[hold_off..out_len) waits until the commit index
      * reaches hold_seq (replies after a held one are held with it, in order). */
     bool holding;
@@ -86,7 +100,8 @@ typedef struct rpc_conn {
     uint64_t hold_ns; /* when it began holding (crk_ha_note_held) */
 } rpc_conn;
 
-/* A request handed to the scan worker, and then its encoded reply frame. */
+/* A request handed to the scan worker or the stage waiter, and then its
+ * encoded reply frame. */
 typedef struct scan_job {
     struct scan_job *next;
     rpc_conn *conn;
@@ -94,7 +109,18 @@ typedef struct scan_job {
     uint64_t t0_ns;
     crp_rpc_req req; /* decoded; owns its arena */
     crp_buf frame;   /* the reply: header and body */
+    /* Stage waits only: the connection is not parked (its peer is copied:
+     * the I/O thread goes on using its own), asked again when stage_gen
+     * moves past gen, answered as it stands at deadline_ms. */
+    bool stage;
+    crk_peer peer;
+    uint64_t gen;
+    uint64_t deadline_ms;
 } scan_job;
+
+#define STAGE_WAIT_MAX_MS    1000  /* a longer "swt" is cut to this */
+#define STAGE_WAITS_PER_CONN 256   /* held requests of one connection; more are answered */
+#define STAGE_WAITS_MAX      16384 /* held requests in all */
 
 typedef struct rpc_thread {
     crk_rpc_server *srv;
@@ -145,6 +171,15 @@ struct crk_rpc_server {
     pthread_mutex_t scan_lock;
     pthread_cond_t scan_cond;
     scan_job *scan_head, *scan_tail;
+    /* The stage waiter: one thread, the held gets (unordered). */
+    pthread_t wait_tid;
+    bool wait_started;
+    pthread_mutex_t wait_lock;
+    pthread_cond_t wait_cond;
+    scan_job *waits;            /* wait_lock */
+    _Atomic uint64_t n_waits;   /* held now (changed under wait_lock) */
+    _Atomic uint64_t stage_gen; /* heartbeats with stage results so far */
+    _Atomic uint64_t stage_waits, stage_waits_expired;
 };
 
 static int buf_reserve(uint8_t **buf, size_t *cap, size_t need)
@@ -301,6 +336,169 @@ static void *scan_main(void *arg)
     return NULL;
 }
 
+/* Would this get reply make the client wait for a stage (the client's own test,
+ * store/client.c)? A batch does when no key is ready and some key is being staged. */
+static bool reply_is_staging(const crp_rpc_resp *r)
+{
+    if (r->op == CRP_RPC_GET_REPLICA_LIST)
+        return r->status == CR_ERR_OFFLOAD_STAGING;
+    if (r->op != CRP_RPC_BATCH_GET_REPLICA_LIST || r->status != 0)
+        return false;
+    bool any = false;
+    for (size_t i = 0; i < r->u.batch_get.n; i++) {
+        if (r->u.batch_get.results[i].status == 0)
+            return false;
+        any = any || r->u.batch_get.results[i].status == CR_ERR_OFFLOAD_STAGING;
+    }
+    return any;
+}
+
+/* Hand j's reply to its connection's thread (as a scan's). */
+static void job_done(crk_rpc_server *srv, scan_job *j)
+{
+    (void)srv;
+    rpc_thread *t = j->conn->thread;
+    pthread_mutex_lock(&t->done_lock);
+    j->next = t->done;
+    t->done = j;
+    pthread_mutex_unlock(&t->done_lock);
+    crb_loop_wake(&t->loop);
+}
+
+/* The earliest deadline of the held gets, or UINT64_MAX (wait_lock held). */
+static uint64_t waits_next_deadline(const crk_rpc_server *srv)
+{
+    uint64_t next = UINT64_MAX;
+    for (const scan_job *j = srv->waits; j != NULL; j = j->next)
+        if (j->deadline_ms < next)
+            next = j->deadline_ms;
+    return next;
+}
+
+/* The stage waiter: asks the service again for every held get whose stage
+ * may have landed (stage_gen moved since it was last asked) or whose wait
+ * ended; answers it when the reply no longer says "being staged" or at the
+ * deadline, else keeps holding it. */
+static void *stage_main(void *arg)
+{
+    crk_rpc_server *srv = arg;
+    crk_scratch scratch = {0};
+    pthread_mutex_lock(&srv->wait_lock);
+    while (!atomic_load(&srv->stop)) {
+        uint64_t gen = atomic_load(&srv->stage_gen);
+        uint64_t now = crb_now_ms();
+        scan_job *due = NULL, **pp = &srv->waits;
+        while (*pp != NULL) {
+            scan_job *j = *pp;
+            if (j->gen != gen || j->deadline_ms <= now) {
+                *pp = j->next;
+                j->next = due;
+                due = j;
+            } else {
+                pp = &j->next;
+            }
+        }
+        if (due == NULL) {
+            uint64_t next = waits_next_deadline(srv);
+            if (next == UINT64_MAX) {
+                pthread_cond_wait(&srv->wait_cond, &srv->wait_lock);
+            } else {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                uint64_t ms = next > now ? next - now : 0;
+                ts.tv_sec += (time_t)(ms / 1000);
+                ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+                if (ts.tv_nsec >= 1000000000L) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000L;
+                }
+                pthread_cond_timedwait(&srv->wait_cond, &srv->wait_lock, &ts);
+            }
+            continue;
+        }
+        pthread_mutex_unlock(&srv->wait_lock);
+        scan_job *keep = NULL;
+        while (due != NULL) {
+            scan_job *j = due;
+            due = j->next;
+            crp_rpc_resp resp;
+            uint64_t at = crb_now_ms();
+            crk_dispatch(srv->svc, srv->info, &j->peer, &j->req, at, &resp, &scratch);
+            if (at < j->deadline_ms && reply_is_staging(&resp)) {
+                j->gen = gen; /* asked as of gen: again when it moves */
+                j->next = keep;
+                keep = j;
+            } else {
+                if (reply_is_staging(&resp))
+                    atomic_fetch_add(&srv->stage_waits_expired, 1);
+                encode_reply_frame(&resp, j->request_id, &j->frame);
+                record_latency(srv, j->req.op, j->t0_ns);
+                crp_rpc_req_clear(&j->req);
+                atomic_fetch_sub(&srv->n_waits, 1);
+                job_done(srv, j);
+            }
+            crk_scratch_reset(&scratch);
+        }
+        pthread_mutex_lock(&srv->wait_lock);
+        while (keep != NULL) {
+            scan_job *j = keep;
+            keep = j->next;
+            j->next = srv->waits;
+            srv->waits = j;
+        }
+    }
+    pthread_mutex_unlock(&srv->wait_lock);
+    crk_scratch_free(&scratch);
+    return NULL;
+}
+
+/* A holder reported stage results (crk_service_on_stage_results): held gets are asked again. */
+static void on_stage_results(void *arg)
+{
+    crk_rpc_server *srv = arg;
+    atomic_fetch_add(&srv->stage_gen, 1);
+    if (atomic_load(&srv->n_waits) == 0)
+        return; /* a get held after this load read stage_gen before its own ask */
+    pthread_mutex_lock(&srv->wait_lock);
+    pthread_cond_signal(&srv->wait_cond);
+    pthread_mutex_unlock(&srv->wait_lock);
+}
+
+/* Hold c's get (moved into a job; its reply said "being staged" as of stage_gen gen0) until
+ * its stage lands or req->stage_wait_ms pass. 0, or nonzero when it is answered at once
+ * instead (the limits, no memory). */
+static int hold_for_stage(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, uint64_t t0_ns,
+                          uint64_t gen0)
+{
+    crk_rpc_server *srv = c->thread->srv;
+    if (c->waiting >= STAGE_WAITS_PER_CONN || atomic_load(&srv->n_waits) >= STAGE_WAITS_MAX)
+        return -1;
+    scan_job *j = calloc(1, sizeof(*j));
+    if (j == NULL)
+        return -1;
+    uint32_t ms = req->stage_wait_ms < STAGE_WAIT_MAX_MS ? req->stage_wait_ms : STAGE_WAIT_MAX_MS;
+    j->conn = c;
+    j->request_id = request_id;
+    j->t0_ns = t0_ns;
+    j->req = *req;
+    memset(req, 0, sizeof(*req));
+    j->stage = true;
+    j->peer = c->peer;
+    j->peer.defer_durable = false;
+    j->peer.durable_seq = 0;
+    j->gen = gen0;
+    j->deadline_ms = crb_now_ms() + ms;
+    c->waiting++;
+    atomic_fetch_add(&srv->stage_waits, 1);
+    pthread_mutex_lock(&srv->wait_lock);
+    j->next = srv->waits;
+    srv->waits = j;
+    atomic_fetch_add(&srv->n_waits, 1);
+    pthread_cond_signal(&srv->wait_cond);
+    pthread_mutex_unlock(&srv->wait_lock);
+    return 0;
+}
+
 static int queue_error(rpc_conn *c, int status, uint64_t request_id, const char *text)
 {
     crp_buf body = {0};
@@ -328,6 +526,8 @@ static void thread_unlist(rpc_thread *t, rpc_conn *c)
 static void conn_free(rpc_conn *c)
 {
     rpc_thread *t = c->thread;
+    if (c->zombie)
+        return; /* torn down already; freed when its last held request returns */
     crk_peer_closed(t->srv->svc, &c->peer, crb_now_ms()); /* its owned writes (dispatch.h) */
     if (c->holding)
         atomic_fetch_sub(&t->n_holding, 1);
@@ -340,7 +540,23 @@ static void conn_free(rpc_conn *c)
     atomic_fetch_sub(&t->srv->open, 1);
     crp_reader_fini(&c->rd);
     free(c->out);
+    c->out = NULL;
+    if (c->waiting > 0) {
+        c->zombie = true; /* the stage waiter still holds requests of it */
+        return;
+    }
     free(c);
+}
+
+/* A held get comes back to a connection that cannot take its reply (torn down or
+ * stopping): count it off, and free a zombie with nothing more held. */
+static void stage_job_drop(scan_job *j)
+{
+    rpc_conn *c = j->conn;
+    c->waiting--;
+    if (c->zombie && c->waiting == 0)
+        free(c);
+    job_free(j);
 }
 
 static void set_events(rpc_conn *c)
@@ -393,7 +609,13 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
     crp_rpc_resp resp;
     crk_scratch *scratch = &c->thread->scratch;
     c->peer.defer_durable = srv->info->ha != NULL;
+    uint64_t gen0 = req.stage_wait_ms != 0 ? atomic_load(&srv->stage_gen) : 0;
     crk_dispatch(srv->svc, srv->info, &c->peer, &req, crb_now_ms(), &resp, scratch);
+    if (req.stage_wait_ms != 0 && c->peer.durable_seq == 0 && reply_is_staging(&resp) &&
+        hold_for_stage(c, h->request_id, &req, t0, gen0) == 0) {
+        crk_scratch_reset(scratch); /* the stage waiter answers it (req moved there) */
+        return 0;
+    }
     size_t before = c->out_len;
     crp_buf *out = &c->thread->reply;
     out->len = 0;
@@ -783,6 +1005,19 @@ static void take_done(rpc_thread *t)
     while (j != NULL) {
         scan_job *next = j->next;
         rpc_conn *c = j->conn;
+        if (j->stage) { /* a held get: the connection was not parked for it */
+            if (c->zombie || c->dead) {
+                stage_job_drop(j); /* a dead (parked) one is freed when its scan returns */
+            } else {
+                c->waiting--;
+                int rc = j->frame.len > 0 ? queue_bytes(c, j->frame.data, j->frame.len)
+                                          : CR_ERR_NO_MEMORY;
+                conn_settle(c, rc);
+                job_free(j);
+            }
+            j = next;
+            continue;
+        }
         c->parked = false;
         if (c->dead) {
             conn_free(c);
@@ -887,6 +1122,13 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
     }
     pthread_mutex_init(&srv->scan_lock, NULL);
     pthread_cond_init(&srv->scan_cond, NULL);
+    pthread_mutex_init(&srv->wait_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the waits' deadlines are monotonic */
+    pthread_cond_init(&srv->wait_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    crk_service_on_stage_results(svc, on_stage_results, srv); /* before any I/O thread runs */
     for (unsigned i = 0; i < srv->n_threads; i++) {
         rpc_thread *t = &srv->threads[i];
         t->srv = srv;
@@ -912,6 +1154,12 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
             srv->scan_started = true;
         else
             rc = crb_error(CR_ERR_SYSTEM, "starting the rpc scan thread");
+    }
+    if (rc >= 0) {
+        if (pthread_create(&srv->wait_tid, NULL, stage_main, srv) == 0)
+            srv->wait_started = true;
+        else
+            rc = crb_error(CR_ERR_SYSTEM, "starting the rpc stage-wait thread");
     }
     if (rc < 0) {
         crk_rpc_server_stop(srv);
@@ -942,10 +1190,15 @@ void crk_rpc_server_latency(crk_rpc_server *srv, int op_index, uint64_t out[CRK_
 
 void crk_rpc_server_stats_get(crk_rpc_server *srv, crk_rpc_server_stats *out)
 {
-    *out = (crk_rpc_server_stats){atomic_load(&srv->accepted),   atomic_load(&srv->open),
-                                  atomic_load(&srv->frames),     atomic_load(&srv->malformed),
-                                  atomic_load(&srv->refused),    atomic_load(&srv->shed),
-                                  atomic_load(&srv->idle_closed)};
+    *out = (crk_rpc_server_stats){atomic_load(&srv->accepted),
+                                  atomic_load(&srv->open),
+                                  atomic_load(&srv->frames),
+                                  atomic_load(&srv->malformed),
+                                  atomic_load(&srv->refused),
+                                  atomic_load(&srv->shed),
+                                  atomic_load(&srv->idle_closed),
+                                  atomic_load(&srv->stage_waits),
+                                  atomic_load(&srv->stage_waits_expired)};
 }
 
 void crk_rpc_server_stop(crk_rpc_server *srv)
@@ -965,19 +1218,33 @@ void crk_rpc_server_stop(crk_rpc_server *srv)
         srv->scan_head = j->next;
         job_free(j);
     }
+    pthread_mutex_lock(&srv->wait_lock);
+    pthread_cond_broadcast(&srv->wait_cond);
+    pthread_mutex_unlock(&srv->wait_lock);
+    if (srv->wait_started)
+        pthread_join(srv->wait_tid, NULL);
     /* Threads first (the loops' fds stay open for the connections' removal). */
     for (unsigned i = 0; i < srv->n_threads; i++)
         if (srv->threads[i].loop_inited)
             crb_loop_stop(&srv->threads[i].loop);
     if (srv->info->ha != NULL)
         crk_ha_acks_detach(srv->info->ha); /* the standbys' ack sockets on those loops */
+    crk_service_on_stage_results(srv->svc, NULL, NULL); /* no I/O thread runs now */
+    while (srv->waits != NULL) { /* held gets never answered: their connections close */
+        scan_job *j = srv->waits;
+        srv->waits = j->next;
+        stage_job_drop(j);
+    }
     crb_loop_del(&srv->listen_io);
     for (unsigned i = 0; i < srv->n_threads; i++) {
         rpc_thread *t = &srv->threads[i];
         while (t->done != NULL) {
             scan_job *j = t->done;
             t->done = j->next;
-            job_free(j);
+            if (j->stage)
+                stage_job_drop(j);
+            else
+                job_free(j);
         }
         while (t->n_conns > 0)
             conn_free(t->conns[t->n_conns - 1]);
@@ -992,6 +1259,8 @@ void crk_rpc_server_stop(crk_rpc_server *srv)
     }
     pthread_mutex_destroy(&srv->scan_lock);
     pthread_cond_destroy(&srv->scan_cond);
+    pthread_mutex_destroy(&srv->wait_lock);
+    pthread_cond_destroy(&srv->wait_cond);
     close(srv->listen_io.fd);
     crk_fd_reserve_close(&srv->reserve);
     free(srv->threads);

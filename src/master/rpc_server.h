@@ -60,6 +60,8 @@ typedef struct crk_rpc_server_stats {
     uint64_t connections_refused; /* over max_connections: accepted and closed */
     uint64_t connections_shed;    /* at the fd limit: accepted and closed */
     uint64_t connections_idle_closed;
+    uint64_t stage_waits;         /* gets held for a disk stage ("swt", docs/WIRE.md) */
+    uint64_t stage_waits_expired; /* ... answered "being staged" at the end of their wait */
 } crk_rpc_server_stats;
 void crk_rpc_server_stats_get(crk_rpc_server *srv, crk_rpc_server_stats *out);
 

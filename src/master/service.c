@@ -191,6 +191,12 @@ void crk_service_on_expired_segment(crk_service *s, crk_expired_segment_fn fn, v
     s->on_expired_ctx = ctx;
 }
 
+void crk_service_on_stage_results(crk_service *s, crk_stage_notify_fn fn, void *ctx)
+{
+    s->on_stage = fn;
+    s->on_stage_ctx = ctx;
+}
+
 const crk_config *crk_service_config(const crk_service *s)
 {
     return &s->cfg;

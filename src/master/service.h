@@ -291,6 +291,16 @@ typedef void (*crk_expired_segment_fn)(void *ctx, const char *segment_name);
 void crk_service_on_expired_segment(crk_service *s, crk_expired_segment_fn fn, void *ctx);
 
 /**
+ * Called (on the thread serving an OFFLOAD_HEARTBEAT, holding no service
+ * lock) after a holder's heartbeat reported stage or promotion results: gets
+ * of disk-only keys held for their stage (the RPC server's stage waits) may be
+ * answerable now. The RPC server sets it before its threads start and clears
+ * it after they stopped; NULL clears it.
+ */
+typedef void (*crk_stage_notify_fn)(void *ctx);
+void crk_service_on_stage_results(crk_service *s, crk_stage_notify_fn fn, void *ctx);
+
+/**
  * Make the long scans (crk_remove_by_regex, crk_remove_all) in progress and
  * later ones give up with CR_ERR_SHUTDOWN at their next check (every 256
  * keys, every shard), so a daemon's shutdown never waits for one. One-way;

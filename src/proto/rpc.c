@@ -1417,6 +1417,12 @@ static bool takes_owned(int shape)
     return shape == RQ_put_start || shape == RQ_batch_put_start;
 }
 
+/* Does a request of this op carry the optional "swt" (stage wait)? */
+static bool takes_stage_wait(int op)
+{
+    return op == CRP_RPC_GET_REPLICA_LIST || op == CRP_RPC_BATCH_GET_REPLICA_LIST;
+}
+
 int crp_rpc_req_encode(const crp_rpc_req *m, crp_buf *out)
 {
     crp_mp_enc e;
@@ -1426,16 +1432,20 @@ int crp_rpc_req_encode(const crp_rpc_req *m, crp_buf *out)
     const req_shape *s = &REQ_SHAPES[OPS[i].req];
     bool tenant = m->tenant != NULL && m->tenant[0] != '\0';
     bool owned = m->owned_ms != 0 && takes_owned(OPS[i].req);
+    bool stage_wait = m->stage_wait_ms != 0 && takes_stage_wait(m->op);
     size_t omitted = 0;
     if (OPS[i].req == RQ_hello && !m->u.hello.has_mac) /* "cn" and "mac" are optional */
         omitted = 2;
-    msgpack_pack_map(&e.pk, s->n_keys - omitted + (tenant ? 1 : 0) + (owned ? 1 : 0));
+    msgpack_pack_map(&e.pk, s->n_keys - omitted + (tenant ? 1 : 0) + (owned ? 1 : 0) +
+                                (stage_wait ? 1 : 0));
     crp_mp_enc_u64(&e, "op", m->op);
     s->enc(&e, m);
     if (tenant)
         crp_mp_enc_str(&e, "tn", m->tenant, CRP_RPC_MAX_TENANT);
     if (owned)
         crp_mp_enc_u64(&e, "ow", m->owned_ms);
+    if (stage_wait)
+        crp_mp_enc_u64(&e, "swt", m->stage_wait_ms);
     return crp_mp_enc_finish(&e);
 }
 
@@ -1469,6 +1479,18 @@ int crp_rpc_req_decode(const void *data, size_t len, crp_rpc_req *out)
         rc = crp_mp_map_fields(&d.c, NULL, &u.data, ow_key, 1, ow);
         if (rc == 0 && ow[0] != NULL)
             rc = crp_mp_get_u64(&d.c, "ow", ow[0], &m.owned_ms);
+    }
+    if (rc == 0 && takes_stage_wait(m.op)) { /* the gets' optional "swt" */
+        static const char *const swt_key[] = {"swt"};
+        const msgpack_object *swt[1];
+        uint64_t ms = 0;
+        rc = crp_mp_map_fields(&d.c, NULL, &u.data, swt_key, 1, swt);
+        if (rc == 0 && swt[0] != NULL)
+            rc = crp_mp_get_u64(&d.c, "swt", swt[0], &ms);
+        if (rc == 0 && ms > UINT32_MAX)
+            rc = crb_error(CR_ERR_MALFORMED_FRAME, "request: \"swt\" %llu ms is out of range",
+                           (unsigned long long)ms);
+        m.stage_wait_ms = (uint32_t)ms;
     }
     if (rc != 0) {
         arena_free(d.arena);

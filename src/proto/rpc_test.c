@@ -220,9 +220,17 @@ static void fill_rq_unmount(crp_rpc_req *m, int v)
     m->u.unmount.name = sample_segment(v).name;
 }
 
+/* The gets' optional "swt" (stage wait); other ops of the key shapes do not carry it. */
+static void fill_stage_wait(crp_rpc_req *m, int v)
+{
+    if (m->op == CRP_RPC_GET_REPLICA_LIST || m->op == CRP_RPC_BATCH_GET_REPLICA_LIST)
+        m->stage_wait_ms = v == V_MAX ? UINT32_MAX : v == V_SMALL ? 200 : 0;
+}
+
 static void fill_rq_key(crp_rpc_req *m, int v)
 {
     m->u.key.key = sample_key(v);
+    fill_stage_wait(m, v);
 }
 
 static void sample_keys(int v, size_t *n, char ***keys)
@@ -239,6 +247,8 @@ static void sample_keys(int v, size_t *n, char ***keys)
 static void fill_rq_keys(crp_rpc_req *m, int v)
 {
     sample_keys(v, &m->u.keys.n_keys, &m->u.keys.keys);
+    if (v != V_MAX) /* V_MAX: the batch fills the frame */
+        fill_stage_wait(m, v);
 }
 
 static uint64_t tokens_small[4] = {1, 0, UINT64_MAX, 7};
@@ -630,11 +640,13 @@ static void eq_rq_unmount(const crp_rpc_req *a, const crp_rpc_req *b)
 static void eq_rq_key(const crp_rpc_req *a, const crp_rpc_req *b)
 {
     eq_str(a->u.key.key, b->u.key.key);
+    assert_true(a->stage_wait_ms == b->stage_wait_ms);
 }
 
 static void eq_rq_keys(const crp_rpc_req *a, const crp_rpc_req *b)
 {
     eq_strs(a->u.keys.n_keys, a->u.keys.keys, b->u.keys.n_keys, b->u.keys.keys);
+    assert_true(a->stage_wait_ms == b->stage_wait_ms);
 }
 
 static void eq_rq_leases(const crp_rpc_req *a, const crp_rpc_req *b)
@@ -1299,7 +1311,8 @@ static void pack_mutated(msgpack_packer *pk, const msgpack_object *o, const targ
 
 static bool key_optional(const msgpack_object_kv *kv)
 {
-    static const char *const optional[] = {"msg", "spt", "fence", "lt", "sn", "smac", "ow", "ov"};
+    static const char *const optional[] = {"msg",  "spt", "fence", "lt", "sn",
+                                           "smac", "ow",  "ov",    "swt"};
     for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++) {
         size_t n = strlen(optional[i]);
         if (kv->key.via.str.size == n && memcmp(kv->key.via.str.ptr, optional[i], n) == 0)
@@ -1690,6 +1703,15 @@ static void test_ranges_and_enums(void **state)
     pack_raw_body(&sb, CRP_RPC_PING, f, 1);
     expect_reject(REQ, sb.data, sb.size, CR_ERR_MALFORMED_FRAME);
     expect_error_mentions("not 16");
+    msgpack_sbuffer_destroy(&sb);
+
+    /* A get's stage wait ("swt") past 32 bits is refused, naming the field. */
+    static const uint8_t key_k[] = {0xa1, 'k'};
+    static const uint8_t swt_big[] = {0xcf, 0, 0, 0, 1, 0, 0, 0, 0};
+    raw_field gs[2] = {{"k", key_k, sizeof(key_k)}, {"swt", swt_big, sizeof(swt_big)}};
+    pack_raw_body(&sb, CRP_RPC_GET_REPLICA_LIST, gs, 2);
+    expect_reject(REQ, sb.data, sb.size, CR_ERR_MALFORMED_FRAME);
+    expect_error_mentions("swt");
     msgpack_sbuffer_destroy(&sb);
 
     /* The client id's byte order is fixed: hi first, big-endian. */

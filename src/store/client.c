@@ -105,6 +105,9 @@ int crc_check_key(const char *key)
 #define STAGE_POLL_US 250
 #define STAGE_FAST_MS 50
 #define STAGE_SLOW_US 4000
+/* With a master that holds such replies (CRP_RPC_CAP_STAGE_WAIT), each ask may wait there
+ * this long for the stage to land ("swt"); what is left of the deadline bounds it. */
+#define STAGE_HOLD_MS 200
 
 /* Does a get reply ask us to wait for a holder staging a disk-only value? A batch reply
  * does when some key is being staged and none is ready to read: one with a key ready goes
@@ -156,12 +159,34 @@ int crc_call(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp)
     return crc_call_sent(s, req, resp, NULL, NULL);
 }
 
+/* How long the master may hold this ask of a get for a stage ("swt"): 0 (answer at once)
+ * when it cannot hold replies or too little of the deadline is left for a wait to help. */
+static uint32_t stage_hold_ms(cr_store *s, uint64_t deadline)
+{
+    if (!(crc_master_caps(s->master) & CRP_RPC_CAP_STAGE_WAIT))
+        return 0;
+    uint64_t now = crb_now_ms();
+    uint64_t left = deadline > now ? deadline - now : 0;
+    if (left < 20)
+        return 0;
+    left -= 10; /* the reply's way back */
+    return left < STAGE_HOLD_MS ? (uint32_t)left : STAGE_HOLD_MS;
+}
+
 int crc_call_sent(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp, crc_sent_fn sent,
                   void *sent_arg)
 {
-    int rc = crc_master_call_sent(s->master, req, resp, (int)s->rpc_timeout_ms, sent, sent_arg);
     if (req->op != CRP_RPC_GET_REPLICA_LIST && req->op != CRP_RPC_BATCH_GET_REPLICA_LIST)
-        return rc;
+        return crc_master_call_sent(s->master, req, resp, (int)s->rpc_timeout_ms, sent, sent_arg);
+    uint64_t first = crb_now_ms(), last = first;
+    uint64_t deadline = first + s->rpc_timeout_ms;
+    if (stage_deadline_ms != 0 && stage_deadline_ms < deadline)
+        deadline = stage_deadline_ms;
+    /* A get of a disk-only value asks the master to hold the reply until the stage lands
+     * (a memory hit is answered at once either way). */
+    crp_rpc_req ask = *req;
+    ask.stage_wait_ms = stage_hold_ms(s, deadline);
+    int rc = crc_master_call_sent(s->master, &ask, resp, (int)s->rpc_timeout_ms, sent, sent_arg);
     /* A disk-only value is being staged by its holder (docs/disk-tier.md): ask again until
      * it is, within the RPC deadline. (A batch is asked again whole while none of its keys
      * is ready; the other keys' reads of the earlier replies end with their lease TTL.) A
@@ -169,20 +194,21 @@ int crc_call_sent(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp, crc_s
      * for 1 MiB here) plus the holder's two heartbeats, so the wait is asked about every
      * STAGE_POLL_US while it is young (the staged copy is taken within that of its
      * arrival, where a doubling back-off to 4 ms left it waiting ~1 ms at p50), and with
-     * the doubling back-off after STAGE_FAST_MS (a holder with a long queue). */
-    uint64_t first = crb_now_ms(), last = first;
-    uint64_t deadline = first + s->rpc_timeout_ms;
-    if (stage_deadline_ms != 0 && stage_deadline_ms < deadline)
-        deadline = stage_deadline_ms;
+     * the doubling back-off after STAGE_FAST_MS (a holder with a long queue). A master
+     * with CRP_RPC_CAP_STAGE_WAIT holds each ask instead (STAGE_HOLD_MS), answering once a
+     * holder's heartbeat reported the stage: no sleep here, no asks in between. */
     uint32_t wait_us = STAGE_POLL_US;
     while (rc == 0 && staging(resp) && crb_now_ms() < deadline) {
         crp_rpc_resp_clear(resp);
-        struct timespec ts = {0, (long)wait_us * 1000};
-        nanosleep(&ts, NULL);
-        if (crb_now_ms() - first >= STAGE_FAST_MS)
-            wait_us = wait_us < STAGE_SLOW_US / 2 ? wait_us * 2 : STAGE_SLOW_US;
+        ask.stage_wait_ms = stage_hold_ms(s, deadline);
+        if (ask.stage_wait_ms == 0) {
+            struct timespec ts = {0, (long)wait_us * 1000};
+            nanosleep(&ts, NULL);
+            if (crb_now_ms() - first >= STAGE_FAST_MS)
+                wait_us = wait_us < STAGE_SLOW_US / 2 ? wait_us * 2 : STAGE_SLOW_US;
+        }
         last = crb_now_ms();
-        rc = crc_master_call(s->master, req, resp, (int)s->rpc_timeout_ms);
+        rc = crc_master_call(s->master, &ask, resp, (int)s->rpc_timeout_ms);
     }
     if (rc != 0)
         return rc;

@@ -2,7 +2,11 @@
  * rpc_server_test.c - the RPC server, dispatcher and pipelined master client
  * in one process: every op family round-trips, many threads pipeline on one
  * connection, a broken connection fails calls instead of hanging, and the
- * server survives a garbage body.
+ * server survives a garbage body. Stage waits ("swt", docs/WIRE.md): a get of
+ * a disk-only key is held until the holder reports the stage (the holder is
+ * played in-process through crk_off_heartbeat), the connection's other
+ * requests are answered meanwhile, a wait that ends answers "being staged",
+ * and connections closed (or a server stopped) with gets held free cleanly.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -18,8 +22,10 @@
 
 #include "base/clock.h"
 #include "base/net.h"
+#include "master/offload.h"
 #include "master/rpc_server.h"
 #include "proto/frame.h"
+#include "proto/offload.h"
 #include "store/master_client.h"
 
 typedef struct fixture {
@@ -260,6 +266,242 @@ static void prefer_same_node_places_on_own_segment(void **state)
     crc_master_close(m[1]);
 }
 
+/* --- stage waits ------------------------------------------------------------------------ */
+
+#define HOLDER_SEG  "holder:1"
+#define HOLDER_BASE 0x100000000ull
+
+static int setup_offload(void **state)
+{
+    static fixture f;
+    memset(&f, 0, sizeof(f));
+    crk_config cfg;
+    crk_config_default(&cfg);
+    cfg.restart_fence_ms = 1;
+    cfg.enable_offload = true;
+    cfg.offload_on_evict = true;
+    assert_int_equal(crk_service_create(&cfg, crb_now_ms(), &f.svc), 0);
+    f.info = (crk_server_info){.view_version = 42, .software = "test-master"};
+    crk_rpc_server_options ro;
+    crk_rpc_server_options_default(&ro);
+    assert_int_equal(crk_rpc_server_start(f.svc, &f.info, &ro, &f.srv), 0);
+    snprintf(f.addr, sizeof(f.addr), "127.0.0.1:%u", crk_rpc_server_port(f.srv));
+    crk_segment_spec spec = {.name = HOLDER_SEG, .base = HOLDER_BASE, .size = 1u << 20};
+    uint64_t epoch = 0;
+    assert_int_equal(crk_mount_segment(f.svc, (crk_client_id){9, 9}, &spec, crb_now_ms(), &epoch),
+                     0);
+    *state = &f;
+    return 0;
+}
+
+/* One heartbeat of the holder (client {9, 9}) with items; its tasks into *tasks. */
+static void holder_beat(fixture *f, crp_off_item *items, size_t n, crp_off_msg *tasks)
+{
+    crp_off_msg m = {.segment = HOLDER_SEG, .n_items = n, .items = n ? items : NULL};
+    crp_buf req = {0}, reply = {0};
+    assert_int_equal(crp_off_encode(&m, &req), 0);
+    assert_int_equal(
+        crk_off_heartbeat(f->svc, (crk_client_id){9, 9}, req.data, req.len, crb_now_ms(), &reply),
+        0);
+    assert_int_equal(crp_off_decode(reply.data, reply.len, tasks), 0);
+    crp_buf_free(&req);
+    crp_buf_free(&reply);
+}
+
+/* Make key a disk-only key of the holder (a re-announce after a master restart: version 1
+ * is another instance's). */
+static void announce_disk_key(fixture *f, const char *key)
+{
+    crp_off_item ann = {CRP_OFF_ANNOUNCE, 0, (char *)key, 1, 0, 4096, 0};
+    crp_off_msg t;
+    holder_beat(f, &ann, 1, &t);
+    crp_off_clear(&t);
+}
+
+typedef struct held_get {
+    crc_master *m;
+    const char *key;
+    uint32_t swt;
+    crp_rpc_resp resp;
+    int rc;
+    uint64_t done_ms;
+    atomic_bool done;
+} held_get;
+
+static void *held_get_main(void *p)
+{
+    held_get *g = p;
+    crp_rpc_req req = {.op = CRP_RPC_GET_REPLICA_LIST};
+    req.u.key.key = (char *)g->key;
+    req.stage_wait_ms = g->swt;
+    g->rc = crc_master_call(g->m, &req, &g->resp, 10000);
+    g->done_ms = crb_now_ms();
+    atomic_store(&g->done, true);
+    return NULL;
+}
+
+static void get_held_until_the_stage_lands(void **state)
+{
+    fixture *f = *state;
+    crc_master *m;
+    assert_int_equal(crc_master_connect(f->addr, (crp_rpc_uuid){21, 1}, 2000, &m), 0);
+    assert_true(crc_master_caps(m) & CRP_RPC_CAP_STAGE_WAIT);
+    crp_off_msg t;
+    holder_beat(f, NULL, 0, &t); /* the holder joins */
+    crp_off_clear(&t);
+    announce_disk_key(f, "dk");
+
+    held_get g = {.m = m, .key = "dk", .swt = 5000};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, held_get_main, &g), 0);
+    usleep(200 * 1000);
+    assert_false(atomic_load(&g.done)); /* held: the stage has not landed */
+    /* The same connection answers another request meanwhile. */
+    crp_rpc_req req = {.op = CRP_RPC_EXIST};
+    req.u.key.key = "dk";
+    crp_rpc_resp resp;
+    uint64_t t0 = crb_now_ms();
+    assert_int_equal(call(m, &req, &resp), 0);
+    assert_true(resp.u.exist.exists);
+    crp_rpc_resp_clear(&resp);
+    assert_true(crb_now_ms() - t0 < 2000);
+    assert_false(atomic_load(&g.done));
+    /* The holder is told to stage it, and reports it staged: the held get is answered. */
+    holder_beat(f, NULL, 0, &t);
+    const crp_off_item *stage = NULL;
+    for (size_t i = 0; i < t.n_items; i++)
+        if (t.items[i].kind == CRP_OFF_STAGE && strcmp(t.items[i].key, "dk") == 0)
+            stage = &t.items[i];
+    assert_non_null(stage);
+    crp_off_clear(&t);
+    crp_off_item staged = {CRP_OFF_STAGE, 0, "dk", 1, 0x7000000, 4096, 5000};
+    uint64_t reported = crb_now_ms();
+    holder_beat(f, &staged, 1, &t);
+    crp_off_clear(&t);
+    pthread_join(th, NULL);
+    assert_int_equal(g.rc, 0);
+    assert_int_equal(g.resp.status, 0);
+    assert_int_equal(g.resp.u.get.n_replicas, 1);
+    assert_true(g.resp.u.get.replicas[0].addr == 0x7000000);
+    /* answered on the report, not at the end of its 5 s wait */
+    assert_true(g.done_ms - reported < 2000);
+    crp_rpc_resp_clear(&g.resp);
+    crk_rpc_server_stats st;
+    crk_rpc_server_stats_get(f->srv, &st);
+    assert_int_equal(st.stage_waits, 1);
+    assert_int_equal(st.stage_waits_expired, 0);
+    crc_master_close(m);
+}
+
+static void held_get_ends_with_its_wait(void **state)
+{
+    fixture *f = *state;
+    crc_master *m;
+    assert_int_equal(crc_master_connect(f->addr, (crp_rpc_uuid){22, 1}, 2000, &m), 0);
+    crp_off_msg t;
+    holder_beat(f, NULL, 0, &t);
+    crp_off_clear(&t);
+    announce_disk_key(f, "dk2");
+    /* Without "swt" the reply comes at once: nothing is held. */
+    crp_rpc_req req = {.op = CRP_RPC_GET_REPLICA_LIST};
+    req.u.key.key = "dk2";
+    crp_rpc_resp resp;
+    assert_int_equal(call(m, &req, &resp), 0);
+    assert_int_equal(resp.status, CR_ERR_OFFLOAD_STAGING);
+    crp_rpc_resp_clear(&resp);
+    crk_rpc_server_stats st;
+    crk_rpc_server_stats_get(f->srv, &st);
+    assert_int_equal(st.stage_waits, 0);
+    /* With a 150 ms wait and no report, "being staged" after ~150 ms. */
+    req.stage_wait_ms = 150;
+    uint64_t t0 = crb_now_ms();
+    assert_int_equal(call(m, &req, &resp), 0);
+    uint64_t took = crb_now_ms() - t0;
+    assert_int_equal(resp.status, CR_ERR_OFFLOAD_STAGING);
+    crp_rpc_resp_clear(&resp);
+    assert_true(took >= 140);
+    assert_true(took < 3000);
+    crk_rpc_server_stats_get(f->srv, &st);
+    assert_int_equal(st.stage_waits, 1);
+    assert_int_equal(st.stage_waits_expired, 1);
+    /* A memory hit (or a missing key) with "swt" is answered at once. */
+    req.u.key.key = "no-such-key";
+    assert_int_equal(call(m, &req, &resp), 0);
+    assert_int_equal(resp.status, CR_OBJECT_NOT_FOUND);
+    crp_rpc_resp_clear(&resp);
+    crk_rpc_server_stats_get(f->srv, &st);
+    assert_int_equal(st.stage_waits, 1);
+    crc_master_close(m);
+}
+
+/* Send a GET_REPLICA_LIST with "swt" on a raw connection; the socket. */
+static int send_held_get(fixture *f, const char *key, uint32_t swt)
+{
+    int fd = crb_connect("127.0.0.1", crk_rpc_server_port(f->srv), 2000);
+    assert_true(fd >= 0);
+    crp_rpc_req req = {.op = CRP_RPC_GET_REPLICA_LIST};
+    req.u.key.key = (char *)key;
+    req.stage_wait_ms = swt;
+    crp_buf body = {0};
+    assert_int_equal(crp_rpc_req_encode(&req, &body), 0);
+    uint8_t hb[CRP_HEADER_SIZE];
+    crp_header h = {.version = CRP_VERSION,
+                    .type = CRP_RPC_REQ,
+                    .body_len = (uint32_t)body.len,
+                    .request_id = 1};
+    crp_header_encode(&h, hb);
+    uint64_t deadline = crb_now_ns() + 2000000000ull;
+    assert_int_equal(crb_write_full(fd, hb, sizeof(hb), deadline), 0);
+    assert_int_equal(crb_write_full(fd, body.data, body.len, deadline), 0);
+    crp_buf_free(&body);
+    return fd;
+}
+
+static void connections_closed_with_gets_held(void **state)
+{
+    fixture *f = *state;
+    crp_off_msg t;
+    holder_beat(f, NULL, 0, &t);
+    crp_off_clear(&t);
+    announce_disk_key(f, "dk3");
+    /* closed while held: its gets come back to a torn-down connection */
+    for (int i = 0; i < 4; i++)
+        close(send_held_get(f, "dk3", 200));
+    /* closed while held, then the stage lands */
+    int fd = send_held_get(f, "dk3", 3000);
+    usleep(100 * 1000);
+    close(fd);
+    usleep(50 * 1000);
+    crp_off_item staged = {CRP_OFF_STAGE, 0, "dk3", 1, 0x7100000, 4096, 5000};
+    holder_beat(f, NULL, 0, &t);
+    crp_off_clear(&t);
+    holder_beat(f, &staged, 1, &t);
+    crp_off_clear(&t);
+    usleep(300 * 1000); /* the 200 ms waits end */
+    /* the server goes on answering */
+    crc_master *m;
+    assert_int_equal(crc_master_connect(f->addr, (crp_rpc_uuid){23, 1}, 2000, &m), 0);
+    crp_rpc_req req = {.op = CRP_RPC_EXIST};
+    req.u.key.key = "dk3";
+    crp_rpc_resp resp;
+    assert_int_equal(call(m, &req, &resp), 0);
+    assert_true(resp.u.exist.exists);
+    crp_rpc_resp_clear(&resp);
+    crc_master_close(m);
+    crk_rpc_server_stats st;
+    crk_rpc_server_stats_get(f->srv, &st);
+    assert_int_equal(st.stage_waits, 5);
+    /* and stops cleanly with a get still held (teardown stops it) */
+    announce_disk_key(f, "dk4");
+    fd = send_held_get(f, "dk4", 5000);
+    usleep(100 * 1000);
+    crk_rpc_server_stats_get(f->srv, &st);
+    assert_int_equal(st.stage_waits, 6);
+    crk_rpc_server_stop(f->srv);
+    f->srv = NULL;
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -269,6 +511,9 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(dead_master_fails_calls_without_hanging, setup, teardown),
         cmocka_unit_test_setup_teardown(prefer_same_node_places_on_own_segment, setup, teardown),
+        cmocka_unit_test_setup_teardown(get_held_until_the_stage_lands, setup_offload, teardown),
+        cmocka_unit_test_setup_teardown(held_get_ends_with_its_wait, setup_offload, teardown),
+        cmocka_unit_test_setup_teardown(connections_closed_with_gets_held, setup_offload, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

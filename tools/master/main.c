@@ -218,6 +218,11 @@ static int render_metrics(void *ctx, crk_admin_reply *r)
                      rs.connections_accepted);
     crk_prom_counter(t, "master_rpc_malformed_frames_total", "Malformed RPC frames",
                      rs.malformed_frames);
+    crk_prom_counter(t, "master_rpc_stage_waits_total",
+                     "Gets of disk-only keys held until their stage landed (swt)", rs.stage_waits);
+    crk_prom_counter(t, "master_rpc_stage_waits_expired_total",
+                     "Held gets answered 'being staged' when their wait ended",
+                     rs.stage_waits_expired);
     /* RPC latency histograms per opcode (buckets in seconds). */
     double bounds[CRK_LAT_BUCKETS - 1];
     for (int b = 0; b < CRK_LAT_BUCKETS - 1; b++)
