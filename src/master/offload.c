@@ -977,6 +977,29 @@ static void other_report(crk_service *s, struct crk_offload *off, holder *hd,
     pthread_mutex_unlock(&off->mu);
 }
 
+/* Tell the RPC server's stage waits which keys the n stage / promotion reports of m name:
+ * gets held for them may be answerable now. Without memory for the list, every held get is
+ * asked again (an empty list would wake none). */
+static void notify_stage_results(crk_service *s, const crp_off_msg *m, size_t n)
+{
+    const char **keys = crk_calloc(n, sizeof(*keys));
+    size_t *lens = crk_calloc(n, sizeof(*lens));
+    size_t k = 0;
+    for (size_t i = 0; keys != NULL && lens != NULL && i < m->n_items; i++) {
+        const crp_off_item *it = &m->items[i];
+        if (it->kind != CRP_OFF_OFFLOAD && it->kind != CRP_OFF_ANNOUNCE) {
+            keys[k] = it->key;
+            lens[k++] = strlen(it->key);
+        }
+    }
+    if (keys == NULL || lens == NULL)
+        s->on_stage(s->on_stage_ctx, NULL, NULL, 0); /* keys unknown: every held get */
+    else
+        s->on_stage(s->on_stage_ctx, keys, lens, k);
+    crk_free(keys);
+    crk_free(lens);
+}
+
 int crk_off_heartbeat(crk_service *s, crk_client_id client, const void *body, size_t len,
                       uint64_t now, crp_buf *reply)
 {
@@ -998,7 +1021,7 @@ int crk_off_heartbeat(crk_service *s, crk_client_id client, const void *body, si
         return crb_error(CR_ERR_NO_MEMORY, "offload_heartbeat: holder record");
     }
     /* Holder records live until the service ends, so hd stays valid without the lock. */
-    bool reports = false;
+    size_t reports = 0;
     for (size_t i = 0; i < m.n_items; i++) {
         const crp_off_item *it = &m.items[i];
         if (it->kind == CRP_OFF_OFFLOAD) {
@@ -1007,12 +1030,12 @@ int crk_off_heartbeat(crk_service *s, crk_client_id client, const void *body, si
             announce(s, off, hd, it);
         } else {
             other_report(s, off, hd, it, now);
-            reports = true;
+            reports++;
         }
     }
+    if (reports > 0 && s->on_stage != NULL)
+        notify_stage_results(s, &m, reports);
     crp_off_clear(&m);
-    if (reports && s->on_stage != NULL)
-        s->on_stage(s->on_stage_ctx); /* gets held for a stage may be answerable now */
 
     crp_off_msg out = {.segment = ""};
     pthread_mutex_lock(&off->mu);

@@ -44,6 +44,7 @@
 
 #include "master/rpc_limits.h"
 #include "master/ha.h"
+#include "master/tenants.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -110,17 +111,23 @@ typedef struct scan_job {
     crp_rpc_req req; /* decoded; owns its arena */
     crp_buf frame;   /* the reply: header and body */
     /* Stage waits only: the connection is not parked (its peer is copied:
-     * the I/O thread goes on using its own), asked again when stage_gen
-     * moves past gen, answered as it stands at deadline_ms. */
+     * the I/O thread goes on using its own); asked again when a report
+     * names one of its keys (the marks of its keys' buckets, or stage_gen
+     * when buckets is NULL, moved from seen), answered as it stands at
+     * deadline_ms. */
     bool stage;
     crk_peer peer;
-    uint64_t gen;
+    uint32_t *buckets; /* its keys' buckets in stage_marks; NULL: any report */
+    size_t n_buckets;
+    uint64_t seen; /* their marks when last asked; UINT64_MAX: never by the waiter */
     uint64_t deadline_ms;
 } scan_job;
 
 #define STAGE_WAIT_MAX_MS    1000  /* a longer "swt" is cut to this */
 #define STAGE_WAITS_PER_CONN 256   /* held requests of one connection; more are answered */
 #define STAGE_WAITS_MAX      16384 /* held requests in all */
+#define STAGE_MARKS          4096  /* buckets of the keys holders report */
+#define STAGE_KEYS_TRACKED   64    /* a batch of more keys is asked again on any report */
 
 typedef struct rpc_thread {
     crk_rpc_server *srv;
@@ -176,9 +183,10 @@ struct crk_rpc_server {
     bool wait_started;
     pthread_mutex_t wait_lock;
     pthread_cond_t wait_cond;
-    scan_job *waits;            /* wait_lock */
-    _Atomic uint64_t n_waits;   /* held now (changed under wait_lock) */
-    _Atomic uint64_t stage_gen; /* heartbeats with stage results so far */
+    scan_job *waits;                           /* wait_lock */
+    _Atomic uint64_t n_waits;                  /* held now (changed under wait_lock) */
+    _Atomic uint64_t stage_gen;                /* heartbeats with stage results so far */
+    _Atomic uint64_t stage_marks[STAGE_MARKS]; /* reported keys so far, per bucket */
     _Atomic uint64_t stage_waits, stage_waits_expired;
 };
 
@@ -265,6 +273,7 @@ static int start_scan(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, uint64
 
 static void job_free(scan_job *j)
 {
+    free(j->buckets);
     crp_rpc_req_clear(&j->req);
     crp_buf_free(&j->frame);
     free(j);
@@ -375,22 +384,46 @@ static uint64_t waits_next_deadline(const crk_rpc_server *srv)
     return next;
 }
 
+/* The bucket of an internal key (tenant prefix, then the key) in stage_marks: FNV-1a. */
+static uint32_t stage_bucket(const char *prefix, const char *key, size_t len)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = prefix; *p != '\0'; p++)
+        h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (uint8_t)key[i]) * 0x100000001b3ull;
+    return (uint32_t)(h ^ (h >> 32)) & (STAGE_MARKS - 1);
+}
+
+/* The reports so far that may concern j: the marks of its keys' buckets (a collision only
+ * costs an ask), or every report for a batch of many keys. */
+static uint64_t job_marks(crk_rpc_server *srv, const scan_job *j)
+{
+    if (j->buckets == NULL)
+        return atomic_load(&srv->stage_gen);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < j->n_buckets; i++)
+        sum += atomic_load(&srv->stage_marks[j->buckets[i]]);
+    return sum;
+}
+
 /* The stage waiter: asks the service again for every held get whose stage
- * may have landed (stage_gen moved since it was last asked) or whose wait
- * ended; answers it when the reply no longer says "being staged" or at the
- * deadline, else keeps holding it. */
+ * may have landed (a report named one of its keys since it was last asked)
+ * or whose wait ended; answers it when the reply no longer says "being
+ * staged" or at the deadline, else keeps holding it. Marks are read before
+ * each ask, and a holder reports after the service has the result, so a
+ * report either is seen by the ask or moves the marks after it. */
 static void *stage_main(void *arg)
 {
     crk_rpc_server *srv = arg;
     crk_scratch scratch = {0};
     pthread_mutex_lock(&srv->wait_lock);
     while (!atomic_load(&srv->stop)) {
-        uint64_t gen = atomic_load(&srv->stage_gen);
         uint64_t now = crb_now_ms();
         scan_job *due = NULL, **pp = &srv->waits;
         while (*pp != NULL) {
             scan_job *j = *pp;
-            if (j->gen != gen || j->deadline_ms <= now) {
+            if (j->seen != job_marks(srv, j) || j->deadline_ms <= now) {
                 *pp = j->next;
                 j->next = due;
                 due = j;
@@ -423,9 +456,10 @@ static void *stage_main(void *arg)
             due = j->next;
             crp_rpc_resp resp;
             uint64_t at = crb_now_ms();
+            uint64_t seen = job_marks(srv, j);
             crk_dispatch(srv->svc, srv->info, &j->peer, &j->req, at, &resp, &scratch);
             if (at < j->deadline_ms && reply_is_staging(&resp)) {
-                j->gen = gen; /* asked as of gen: again when it moves */
+                j->seen = seen; /* asked as of these marks: again when they move */
                 j->next = keep;
                 keep = j;
             } else {
@@ -452,30 +486,52 @@ static void *stage_main(void *arg)
     return NULL;
 }
 
-/* A holder reported stage results (crk_service_on_stage_results): held gets are asked again. */
-static void on_stage_results(void *arg)
+/* A holder reported stage results for these internal keys (crk_service_on_stage_results):
+ * the held gets of those keys are asked again. */
+static void on_stage_results(void *arg, const char *const *keys, const size_t *lens, size_t n)
 {
     crk_rpc_server *srv = arg;
+    for (size_t i = 0; keys != NULL && i < n; i++)
+        atomic_fetch_add(&srv->stage_marks[stage_bucket("", keys[i], lens[i])], 1);
+    for (size_t b = 0; keys == NULL && b < STAGE_MARKS; b++)
+        atomic_fetch_add(&srv->stage_marks[b], 1); /* which keys is not known */
     atomic_fetch_add(&srv->stage_gen, 1);
     if (atomic_load(&srv->n_waits) == 0)
-        return; /* a get held after this load read stage_gen before its own ask */
+        return; /* a get held later is asked again by the waiter first (seen: never) */
     pthread_mutex_lock(&srv->wait_lock);
     pthread_cond_signal(&srv->wait_cond);
     pthread_mutex_unlock(&srv->wait_lock);
 }
 
-/* Hold c's get (moved into a job; its reply said "being staged" as of stage_gen gen0) until
- * its stage lands or req->stage_wait_ms pass. 0, or nonzero when it is answered at once
- * instead (the limits, no memory). */
-static int hold_for_stage(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, uint64_t t0_ns,
-                          uint64_t gen0)
+/* Hold c's get (moved into a job; its reply said "being staged") until its stage lands or
+ * req->stage_wait_ms pass. 0, or nonzero when it is answered at once instead (the limits,
+ * no memory, a tenant name the service refused anyway). */
+static int hold_for_stage(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, uint64_t t0_ns)
 {
     crk_rpc_server *srv = c->thread->srv;
     if (c->waiting >= STAGE_WAITS_PER_CONN || atomic_load(&srv->n_waits) >= STAGE_WAITS_MAX)
         return -1;
+    char prefix[CRK_TENANT_PREFIX + 1];
+    if (crk_tenant_prefix(req->tenant, prefix) != 0)
+        return -1;
+    bool one = req->op == CRP_RPC_GET_REPLICA_LIST;
+    size_t n = one ? 1 : req->u.keys.n_keys;
     scan_job *j = calloc(1, sizeof(*j));
     if (j == NULL)
         return -1;
+    if (n <= STAGE_KEYS_TRACKED) {
+        j->buckets = malloc(n * sizeof(*j->buckets));
+        if (j->buckets == NULL) {
+            free(j);
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const char *k = one ? req->u.key.key : req->u.keys.keys[i];
+            j->buckets[i] = stage_bucket(prefix, k, strlen(k));
+        }
+        j->n_buckets = n;
+    }
+    j->seen = UINT64_MAX; /* the waiter asks once more first: a report during our ask */
     uint32_t ms = req->stage_wait_ms < STAGE_WAIT_MAX_MS ? req->stage_wait_ms : STAGE_WAIT_MAX_MS;
     j->conn = c;
     j->request_id = request_id;
@@ -486,7 +542,6 @@ static int hold_for_stage(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, ui
     j->peer = c->peer;
     j->peer.defer_durable = false;
     j->peer.durable_seq = 0;
-    j->gen = gen0;
     j->deadline_ms = crb_now_ms() + ms;
     c->waiting++;
     atomic_fetch_add(&srv->stage_waits, 1);
@@ -609,10 +664,9 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
     crp_rpc_resp resp;
     crk_scratch *scratch = &c->thread->scratch;
     c->peer.defer_durable = srv->info->ha != NULL;
-    uint64_t gen0 = req.stage_wait_ms != 0 ? atomic_load(&srv->stage_gen) : 0;
     crk_dispatch(srv->svc, srv->info, &c->peer, &req, crb_now_ms(), &resp, scratch);
     if (req.stage_wait_ms != 0 && c->peer.durable_seq == 0 && reply_is_staging(&resp) &&
-        hold_for_stage(c, h->request_id, &req, t0, gen0) == 0) {
+        hold_for_stage(c, h->request_id, &req, t0) == 0) {
         crk_scratch_reset(scratch); /* the stage waiter answers it (req moved there) */
         return 0;
     }

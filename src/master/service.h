@@ -292,12 +292,16 @@ void crk_service_on_expired_segment(crk_service *s, crk_expired_segment_fn fn, v
 
 /**
  * Called (on the thread serving an OFFLOAD_HEARTBEAT, holding no service
- * lock) after a holder's heartbeat reported stage or promotion results: gets
- * of disk-only keys held for their stage (the RPC server's stage waits) may be
- * answerable now. The RPC server sets it before its threads start and clears
- * it after they stopped; NULL clears it.
+ * lock, after the service applied them) with the internal keys (tenant
+ * prefix included; keys[i] of lens[i] bytes, valid during the call) of the
+ * stage and promotion results a holder's heartbeat reported: gets of those
+ * disk-only keys held for their stage (the RPC server's stage waits) may be
+ * answerable now (keys NULL: which keys is not known, every held get may be).
+ * The RPC server sets it before its threads start and clears it after they
+ * stopped; NULL clears it.
  */
-typedef void (*crk_stage_notify_fn)(void *ctx);
+typedef void (*crk_stage_notify_fn)(void *ctx, const char *const *keys, const size_t *lens,
+                                    size_t n);
 void crk_service_on_stage_results(crk_service *s, crk_stage_notify_fn fn, void *ctx);
 
 /**

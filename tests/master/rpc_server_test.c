@@ -321,6 +321,7 @@ static void announce_disk_key(fixture *f, const char *key)
 typedef struct held_get {
     crc_master *m;
     const char *key;
+    const char *tenant; /* NULL: the default */
     uint32_t swt;
     crp_rpc_resp resp;
     int rc;
@@ -333,6 +334,7 @@ static void *held_get_main(void *p)
     held_get *g = p;
     crp_rpc_req req = {.op = CRP_RPC_GET_REPLICA_LIST};
     req.u.key.key = (char *)g->key;
+    req.tenant = (char *)g->tenant;
     req.stage_wait_ms = g->swt;
     g->rc = crc_master_call(g->m, &req, &g->resp, 10000);
     g->done_ms = crb_now_ms();
@@ -434,6 +436,74 @@ static void held_get_ends_with_its_wait(void **state)
     crc_master_close(m);
 }
 
+/* The service's get_replica_list asks so far (each ask of a held get counts). */
+static uint64_t service_gets(fixture *f)
+{
+    crk_stats st;
+    crk_get_stats(f->svc, &st);
+    return st.requests[CRK_OP_GET_REPLICA_LIST];
+}
+
+/* Report key (internal name) staged at addr, after the heartbeat that hands out its STAGE. */
+static void report_staged(fixture *f, const char *key, uint64_t addr)
+{
+    crp_off_msg t;
+    holder_beat(f, NULL, 0, &t);
+    crp_off_clear(&t);
+    crp_off_item staged = {CRP_OFF_STAGE, 0, (char *)key, 1, addr, 4096, 5000};
+    holder_beat(f, &staged, 1, &t);
+    crp_off_clear(&t);
+}
+
+/* A held get is asked again only for reports of its own key (its bucket), a tenant's key
+ * included (reports name the internal "\x1f<tenant>\x1f<key>"). */
+static void held_get_wakes_for_its_own_key(void **state)
+{
+    fixture *f = *state;
+    crc_master *m;
+    assert_int_equal(crc_master_connect(f->addr, (crp_rpc_uuid){24, 1}, 2000, &m), 0);
+    crp_off_msg t;
+    holder_beat(f, NULL, 0, &t);
+    crp_off_clear(&t);
+    announce_disk_key(f, "\x1f"
+                         "t1"
+                         "\x1f"
+                         "dkT");
+    announce_disk_key(f, "other");
+    /* "other" being staged too: a plain get queues its stage */
+    crp_rpc_req req = {.op = CRP_RPC_GET_REPLICA_LIST};
+    req.u.key.key = "other";
+    crp_rpc_resp resp;
+    assert_int_equal(call(m, &req, &resp), 0);
+    assert_int_equal(resp.status, CR_ERR_OFFLOAD_STAGING);
+    crp_rpc_resp_clear(&resp);
+
+    held_get g = {.m = m, .key = "dkT", .tenant = "t1", .swt = 5000};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, held_get_main, &g), 0);
+    usleep(200 * 1000); /* held, and asked once more by the waiter */
+    assert_false(atomic_load(&g.done));
+    uint64_t asks = service_gets(f);
+    report_staged(f, "other", 0x7200000);
+    usleep(200 * 1000);
+    assert_false(atomic_load(&g.done));
+    assert_true(service_gets(f) == asks); /* another key's report: not asked again */
+    uint64_t reported = crb_now_ms();
+    report_staged(f,
+                  "\x1f"
+                  "t1"
+                  "\x1f"
+                  "dkT",
+                  0x7300000);
+    pthread_join(th, NULL);
+    assert_int_equal(g.rc, 0);
+    assert_int_equal(g.resp.status, 0);
+    assert_true(g.resp.u.get.replicas[0].addr == 0x7300000);
+    assert_true(g.done_ms - reported < 2000);
+    crp_rpc_resp_clear(&g.resp);
+    crc_master_close(m);
+}
+
 /* Send a GET_REPLICA_LIST with "swt" on a raw connection; the socket. */
 static int send_held_get(fixture *f, const char *key, uint32_t swt)
 {
@@ -513,6 +583,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(prefer_same_node_places_on_own_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(get_held_until_the_stage_lands, setup_offload, teardown),
         cmocka_unit_test_setup_teardown(held_get_ends_with_its_wait, setup_offload, teardown),
+        cmocka_unit_test_setup_teardown(held_get_wakes_for_its_own_key, setup_offload, teardown),
         cmocka_unit_test_setup_teardown(connections_closed_with_gets_held, setup_offload, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
