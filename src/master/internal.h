@@ -151,6 +151,8 @@ struct crk_service {
     struct crk_offload *off; /* the disk tier (master/offload.h); NULL without enable_offload */
     crk_stage_notify_fn on_stage; /* crk_service_on_stage_results */
     void *on_stage_ctx;
+    crk_tasks_notify_fn on_tasks; /* crk_service_on_holder_tasks */
+    void *on_tasks_ctx;
 };
 
 /* --- helpers shared between files --------------------------------------------- */

@@ -85,6 +85,7 @@ typedef struct holder {
     uint64_t offload_limit;      /* --offloading_queue_limit */
     uint64_t early_bytes;        /* sizes of this holder's PENDING early write-behind entries */
     uint64_t early_paused_until; /* no early copies before (an early copy failed) */
+    crk_service *svc;            /* its on_tasks hook hears of every task queued */
 } holder;
 
 struct crk_offload {
@@ -235,6 +236,13 @@ static void free_holder(holder *h)
     crk_free(h);
 }
 
+/* A task was queued for h (mu held): a heartbeat of it held for tasks may be answered. */
+static void tasks_queued(const holder *h)
+{
+    if (h->svc != NULL && h->svc->on_tasks != NULL)
+        h->svc->on_tasks(h->svc->on_tasks_ctx, h->id);
+}
+
 /* Queue a task for h, at the front of its mailbox when `front` (an eviction's offload: its
  * memory is wanted, so it goes ahead of early write-behind): false when the mailbox is full
  * or memory is short. */
@@ -271,6 +279,7 @@ static bool push_task_at(holder *h, bool front, uint8_t kind, const char *key, s
     h->n++;
     if (kind == CRP_OFF_OFFLOAD)
         h->offloads_queued++;
+    tasks_queued(h);
     return true;
 }
 
@@ -798,6 +807,7 @@ static holder *touch_holder(crk_service *s, struct crk_offload *off, crk_client_
         if (h == NULL)
             return NULL;
         h->id = id;
+        h->svc = s;
         h->offload_limit = s->cfg.offloading_queue_limit;
         h->next = off->holders;
         off->holders = h;

@@ -68,6 +68,7 @@
 #include "proto/frame.h"
 #include "proto/frame_reader.h"
 #include "proto/messages.h"
+#include "proto/offload.h"
 #include "proto/rpc.h"
 
 #define REPLY_KEEP_BYTES (1u << 20) /* reply buffer kept between requests */
@@ -187,7 +188,7 @@ struct crk_rpc_server {
     _Atomic uint64_t n_waits;                  /* held now (changed under wait_lock) */
     _Atomic uint64_t stage_gen;                /* heartbeats with stage results so far */
     _Atomic uint64_t stage_marks[STAGE_MARKS]; /* reported keys so far, per bucket */
-    _Atomic uint64_t stage_waits, stage_waits_expired;
+    _Atomic uint64_t stage_waits, stage_waits_expired, task_waits;
 };
 
 static int buf_reserve(uint8_t **buf, size_t *cap, size_t need)
@@ -345,12 +346,21 @@ static void *scan_main(void *arg)
     return NULL;
 }
 
-/* Would this get reply make the client wait for a stage (the client's own test,
- * store/client.c)? A batch does when no key is ready and some key is being staged. */
-static bool reply_is_staging(const crp_rpc_resp *r)
+/* Would this reply make its client wait (and so may be held, "swt")? A get's when it says
+ * "being staged" (the client's own test, store/client.c; a batch's when no key is ready and
+ * some key is being staged); a holder's heartbeat's when it carries no task. */
+static bool reply_would_wait(const crp_rpc_resp *r)
 {
     if (r->op == CRP_RPC_GET_REPLICA_LIST)
         return r->status == CR_ERR_OFFLOAD_STAGING;
+    if (r->op == CRP_RPC_OFFLOAD_HEARTBEAT) {
+        crp_off_msg tasks;
+        if (r->status != 0 || crp_off_decode(r->u.blob.data, r->u.blob.len, &tasks) != 0)
+            return false;
+        bool none = tasks.n_items == 0 && !tasks.more;
+        crp_off_clear(&tasks);
+        return none;
+    }
     if (r->op != CRP_RPC_BATCH_GET_REPLICA_LIST || r->status != 0)
         return false;
     bool any = false;
@@ -393,6 +403,15 @@ static uint32_t stage_bucket(const char *prefix, const char *key, size_t len)
     for (size_t i = 0; i < len; i++)
         h = (h ^ (uint8_t)key[i]) * 0x100000001b3ull;
     return (uint32_t)(h ^ (h >> 32)) & (STAGE_MARKS - 1);
+}
+
+/* The bucket of a holder's heartbeats held for tasks: its id as hex after a 0xff byte (no
+ * internal key is hashed with that prefix; a collision would only cost an ask). */
+static uint32_t holder_bucket(uint64_t hi, uint64_t lo)
+{
+    char id[34];
+    snprintf(id, sizeof(id), "%016llx%016llx", (unsigned long long)hi, (unsigned long long)lo);
+    return stage_bucket("\xff", id, 32);
 }
 
 /* The reports so far that may concern j: the marks of its keys' buckets (a collision only
@@ -458,12 +477,12 @@ static void *stage_main(void *arg)
             uint64_t at = crb_now_ms();
             uint64_t seen = job_marks(srv, j);
             crk_dispatch(srv->svc, srv->info, &j->peer, &j->req, at, &resp, &scratch);
-            if (at < j->deadline_ms && reply_is_staging(&resp)) {
+            if (at < j->deadline_ms && reply_would_wait(&resp)) {
                 j->seen = seen; /* asked as of these marks: again when they move */
                 j->next = keep;
                 keep = j;
             } else {
-                if (reply_is_staging(&resp))
+                if (j->req.op != CRP_RPC_OFFLOAD_HEARTBEAT && reply_would_wait(&resp))
                     atomic_fetch_add(&srv->stage_waits_expired, 1);
                 encode_reply_frame(&resp, j->request_id, &j->frame);
                 record_latency(srv, j->req.op, j->t0_ns);
@@ -503,7 +522,22 @@ static void on_stage_results(void *arg, const char *const *keys, const size_t *l
     pthread_mutex_unlock(&srv->wait_lock);
 }
 
-/* Hold c's get (moved into a job; its reply said "being staged") until its stage lands or
+/* A task was queued for holder (crk_service_on_holder_tasks; the disk tier's lock held):
+ * its heartbeats held for tasks are asked again. */
+static void on_holder_tasks(void *arg, crk_client_id holder)
+{
+    crk_rpc_server *srv = arg;
+    atomic_fetch_add(&srv->stage_marks[holder_bucket(holder.hi, holder.lo)], 1);
+    atomic_fetch_add(&srv->stage_gen, 1);
+    if (atomic_load(&srv->n_waits) == 0)
+        return;
+    pthread_mutex_lock(&srv->wait_lock);
+    pthread_cond_signal(&srv->wait_cond);
+    pthread_mutex_unlock(&srv->wait_lock);
+}
+
+/* Hold c's get (moved into a job; its reply said "being staged") until its stage lands, or
+ * a holder's heartbeat (its reply carried no task) until a task is queued for it, or until
  * req->stage_wait_ms pass. 0, or nonzero when it is answered at once instead (the limits,
  * no memory, a tenant name the service refused anyway). */
 static int hold_for_stage(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, uint64_t t0_ns)
@@ -514,8 +548,9 @@ static int hold_for_stage(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, ui
     char prefix[CRK_TENANT_PREFIX + 1];
     if (crk_tenant_prefix(req->tenant, prefix) != 0)
         return -1;
+    bool beat = req->op == CRP_RPC_OFFLOAD_HEARTBEAT;
     bool one = req->op == CRP_RPC_GET_REPLICA_LIST;
-    size_t n = one ? 1 : req->u.keys.n_keys;
+    size_t n = one || beat ? 1 : req->u.keys.n_keys;
     scan_job *j = calloc(1, sizeof(*j));
     if (j == NULL)
         return -1;
@@ -525,10 +560,12 @@ static int hold_for_stage(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, ui
             free(j);
             return -1;
         }
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < n && !beat; i++) {
             const char *k = one ? req->u.key.key : req->u.keys.keys[i];
             j->buckets[i] = stage_bucket(prefix, k, strlen(k));
         }
+        if (beat)
+            j->buckets[0] = holder_bucket(req->u.blob.client_id.hi, req->u.blob.client_id.lo);
         j->n_buckets = n;
     }
     j->seen = UINT64_MAX; /* the waiter asks once more first: a report during our ask */
@@ -544,7 +581,7 @@ static int hold_for_stage(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, ui
     j->peer.durable_seq = 0;
     j->deadline_ms = crb_now_ms() + ms;
     c->waiting++;
-    atomic_fetch_add(&srv->stage_waits, 1);
+    atomic_fetch_add(beat ? &srv->task_waits : &srv->stage_waits, 1);
     pthread_mutex_lock(&srv->wait_lock);
     j->next = srv->waits;
     srv->waits = j;
@@ -665,7 +702,7 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
     crk_scratch *scratch = &c->thread->scratch;
     c->peer.defer_durable = srv->info->ha != NULL;
     crk_dispatch(srv->svc, srv->info, &c->peer, &req, crb_now_ms(), &resp, scratch);
-    if (req.stage_wait_ms != 0 && c->peer.durable_seq == 0 && reply_is_staging(&resp) &&
+    if (req.stage_wait_ms != 0 && c->peer.durable_seq == 0 && reply_would_wait(&resp) &&
         hold_for_stage(c, h->request_id, &req, t0) == 0) {
         crk_scratch_reset(scratch); /* the stage waiter answers it (req moved there) */
         return 0;
@@ -1183,6 +1220,7 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
     pthread_cond_init(&srv->wait_cond, &ca);
     pthread_condattr_destroy(&ca);
     crk_service_on_stage_results(svc, on_stage_results, srv); /* before any I/O thread runs */
+    crk_service_on_holder_tasks(svc, on_holder_tasks, srv);
     for (unsigned i = 0; i < srv->n_threads; i++) {
         rpc_thread *t = &srv->threads[i];
         t->srv = srv;
@@ -1252,7 +1290,8 @@ void crk_rpc_server_stats_get(crk_rpc_server *srv, crk_rpc_server_stats *out)
                                   atomic_load(&srv->shed),
                                   atomic_load(&srv->idle_closed),
                                   atomic_load(&srv->stage_waits),
-                                  atomic_load(&srv->stage_waits_expired)};
+                                  atomic_load(&srv->stage_waits_expired),
+                                  atomic_load(&srv->task_waits)};
 }
 
 void crk_rpc_server_stop(crk_rpc_server *srv)
@@ -1284,6 +1323,7 @@ void crk_rpc_server_stop(crk_rpc_server *srv)
     if (srv->info->ha != NULL)
         crk_ha_acks_detach(srv->info->ha); /* the standbys' ack sockets on those loops */
     crk_service_on_stage_results(srv->svc, NULL, NULL); /* no I/O thread runs now */
+    crk_service_on_holder_tasks(srv->svc, NULL, NULL);
     while (srv->waits != NULL) { /* held gets never answered: their connections close */
         scan_job *j = srv->waits;
         srv->waits = j->next;

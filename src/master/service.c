@@ -197,6 +197,12 @@ void crk_service_on_stage_results(crk_service *s, crk_stage_notify_fn fn, void *
     s->on_stage_ctx = ctx;
 }
 
+void crk_service_on_holder_tasks(crk_service *s, crk_tasks_notify_fn fn, void *ctx)
+{
+    s->on_tasks = fn;
+    s->on_tasks_ctx = ctx;
+}
+
 const crk_config *crk_service_config(const crk_service *s)
 {
     return &s->cfg;

@@ -305,6 +305,15 @@ typedef void (*crk_stage_notify_fn)(void *ctx, const char *const *keys, const si
 void crk_service_on_stage_results(crk_service *s, crk_stage_notify_fn fn, void *ctx);
 
 /**
+ * Called with the disk tier's lock held (so: quick, and never into the
+ * service) each time a task is queued for the holder `holder`: a heartbeat of
+ * it held for tasks (the RPC server's stage waits) may be answerable now. Set
+ * and cleared as crk_service_on_stage_results.
+ */
+typedef void (*crk_tasks_notify_fn)(void *ctx, crk_client_id holder);
+void crk_service_on_holder_tasks(crk_service *s, crk_tasks_notify_fn fn, void *ctx);
+
+/**
  * Make the long scans (crk_remove_by_regex, crk_remove_all) in progress and
  * later ones give up with CR_ERR_SHUTDOWN at their next check (every 256
  * keys, every shard), so a daemon's shutdown never waits for one. One-way;

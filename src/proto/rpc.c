@@ -1420,7 +1420,8 @@ static bool takes_owned(int shape)
 /* Does a request of this op carry the optional "swt" (stage wait)? */
 static bool takes_stage_wait(int op)
 {
-    return op == CRP_RPC_GET_REPLICA_LIST || op == CRP_RPC_BATCH_GET_REPLICA_LIST;
+    return op == CRP_RPC_GET_REPLICA_LIST || op == CRP_RPC_BATCH_GET_REPLICA_LIST ||
+           op == CRP_RPC_OFFLOAD_HEARTBEAT;
 }
 
 int crp_rpc_req_encode(const crp_rpc_req *m, crp_buf *out)

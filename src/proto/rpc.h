@@ -131,7 +131,8 @@
 /* "ow" in put/upsert starts: writes owned by their connection, revoked when it closes */
 #define CRP_RPC_CAP_OWNED_WRITES (1ull << 7)
 /* "swt" in GET_REPLICA_LIST / BATCH_GET_REPLICA_LIST: the master holds a reply that would say
- * "being staged" until the stage lands or the wait ends (docs/WIRE.md, "Stage waits") */
+ * "being staged" until the stage lands or the wait ends; in OFFLOAD_HEARTBEAT: a reply that
+ * would carry no task, until a task is queued (docs/WIRE.md, "Stage waits") */
 #define CRP_RPC_CAP_STAGE_WAIT (1ull << 8)
 #define CRP_RPC_CAPS_DEFINED                                                                       \
     (CRP_RPC_CAP_BATCH | CRP_RPC_CAP_UPSERT | CRP_RPC_CAP_SOFT_PIN | CRP_RPC_CAP_EPOCH |           \
@@ -416,10 +417,12 @@ typedef struct crp_rpc_req {
      * at start + owned_ms (docs/WIRE.md, "Owned writes"). 0 (not sent): as
      * before. */
     uint64_t owned_ms;
-    /* Optional "swt" of GET_REPLICA_LIST and BATCH_GET_REPLICA_LIST (CRP_RPC_CAP_STAGE_WAIT;
-     * ignored by other ops' encoders and decoders): a reply that would answer
-     * CR_ERR_OFFLOAD_STAGING (for a batch: no key ready, some being staged) may be held by the
-     * master up to this many ms, until the stage lands. 0 (not sent): answered at once. */
+    /* Optional "swt" of GET_REPLICA_LIST, BATCH_GET_REPLICA_LIST and OFFLOAD_HEARTBEAT
+     * (CRP_RPC_CAP_STAGE_WAIT; ignored by other ops' encoders and decoders): a get reply that
+     * would answer CR_ERR_OFFLOAD_STAGING (for a batch: no key ready, some being staged) may be
+     * held by the master up to this many ms, until the stage lands; a heartbeat reply that
+     * would carry no task, until one is queued for the holder. 0 (not sent): answered at
+     * once. */
     uint32_t stage_wait_ms;
     struct crp_rpc_arena *arena; /* NULL unless decoded */
 } crp_rpc_req;

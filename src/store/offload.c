@@ -14,8 +14,15 @@
  * else it sleeps until a writer has results to report or the poll interval
  * has passed (BURST_POLL_US instead for BURST_MS after a heartbeat that
  * brought tasks, STAGE_POLL_US after one that brought stages: disk hits come
- * in bursts, and each waits for a poll; a reader asks the master again every
- * 250 us meanwhile, store/client.c).
+ * in bursts, and each waits for a poll).
+ *
+ * With a master that holds requests (CRP_RPC_CAP_STAGE_WAIT) a task thread
+ * keeps one heartbeat waiting at the master (empty, "swt" TASK_WAIT_MS): the
+ * master answers it as soon as a task is queued for this holder, and the
+ * task thread hands the tasks to the disk thread (`got`, under mu), which
+ * runs them at once. So a disk hit reaches the holder one round trip after
+ * the reader asked, not at the disk thread's next poll (up to 10 ms when it
+ * was idle), and the disk thread's polls remain as the fallback.
  *
  * Stages go to the same worker threads, ahead of offloads: a worker takes up
  * to STAGE_CHUNK bytes of queued stages, reads them with one crf_get_batch
@@ -68,6 +75,7 @@
 #define BURST_MS          100  /* after a heartbeat that brought tasks, poll every */
 #define BURST_POLL_US     1000 /* BURST_POLL_US for this long, STAGE_POLL_US after one */
 #define STAGE_POLL_US     250  /* that brought stages (disk hits come in bursts) */
+#define TASK_WAIT_MS      100  /* the task thread's heartbeat waits this long at the master */
 #define WRITERS           3
 #define WRITE_CHUNK       (4ull << 20) /* bytes per crf_put_batch of a writer */
 #define WRITE_CHUNK_ITEMS 256          /* and at most this many values */
@@ -130,6 +138,13 @@ struct crc_offload {
     /* recovered keys still to announce */
     owned_item *ann;
     size_t n_ann, ann_pos;
+
+    /* the task thread (CRP_RPC_CAP_STAGE_WAIT): the tasks its held heartbeats brought, for
+     * the disk thread (mu; `wake` tells it) */
+    pthread_t task_thread;
+    bool task_running;
+    crp_off_msg *got;
+    size_t n_got, cap_got;
 
     _Atomic uint64_t offloads, offload_failures, stage_reads, promotions, evicted;
     uint64_t last_tasks_ms; /* when a heartbeat last brought tasks (disk thread) */
@@ -663,6 +678,30 @@ static void requeue_locked(crc_offload *o, owned_item *v, size_t n)
     o->n_out += n;
 }
 
+/* Run the tasks the task thread's held heartbeats brought (disk thread): true when the master
+ * said more wait. */
+static bool run_got_tasks(crc_offload *o)
+{
+    pthread_mutex_lock(&o->mu);
+    crp_off_msg *got = o->got;
+    size_t n = o->n_got;
+    o->got = NULL;
+    o->n_got = o->cap_got = 0;
+    pthread_mutex_unlock(&o->mu);
+    bool more = false;
+    for (size_t i = 0; i < n; i++) {
+        o->last_tasks_ms = crb_now_ms();
+        for (size_t k = 0; k < got[i].n_items; k++)
+            if (got[i].items[k].kind == CRP_OFF_STAGE)
+                o->last_stage_ms = o->last_tasks_ms;
+        run_tasks(o, &got[i]);
+        more = more || got[i].more;
+        crp_off_clear(&got[i]);
+    }
+    free(got);
+    return more;
+}
+
 /* One heartbeat: 1 = poll again at once, 0 = wait, < 0 = the call failed. */
 static int heartbeat(crc_offload *o)
 {
@@ -722,8 +761,11 @@ static int heartbeat(crc_offload *o)
     for (size_t i = 0; i < tasks.n_items; i++)
         if (tasks.items[i].kind == CRP_OFF_STAGE)
             o->last_stage_ms = o->last_tasks_ms;
+    /* tasks the task thread was handed meanwhile were taken from the mailbox first (the
+     * versions in every task make the order safe either way; this keeps it where it can) */
+    bool more = run_got_tasks(o);
     run_tasks(o, &tasks);
-    bool again = tasks.more || tasks.n_items > 0 || o->ann_pos < o->n_ann;
+    bool again = more || tasks.more || tasks.n_items > 0 || o->ann_pos < o->n_ann;
     crp_off_clear(&tasks);
     pthread_mutex_lock(&o->mu);
     again = again || o->n_out > 0;
@@ -731,7 +773,86 @@ static int heartbeat(crc_offload *o)
     return again ? 1 : 0;
 }
 
-/* Sleep up to us, or (on_results) until a writer has results to report; or stop. */
+/* Hand a held heartbeat's tasks to the disk thread (task thread): false without memory
+ * (they are dropped: the master asks again for what matters, as for a lost reply). */
+static bool hand_tasks(crc_offload *o, crp_off_msg *tasks)
+{
+    pthread_mutex_lock(&o->mu);
+    bool ok = true;
+    if (o->n_got == o->cap_got) {
+        size_t cap = o->cap_got ? 2 * o->cap_got : 4;
+        crp_off_msg *g = realloc(o->got, cap * sizeof(*g));
+        ok = g != NULL;
+        if (ok) {
+            o->got = g;
+            o->cap_got = cap;
+        }
+    }
+    if (ok) {
+        o->got[o->n_got++] = *tasks;
+        pthread_cond_broadcast(&o->wake);
+    }
+    pthread_mutex_unlock(&o->mu);
+    return ok;
+}
+
+/* The task thread: one empty heartbeat at a time held at the master until a task is queued
+ * for this holder (or TASK_WAIT_MS pass); its tasks go to the disk thread. A reply that came
+ * back at once without tasks (a master that did not hold it: HA, its limits) or a failed call
+ * is followed by a pause, so this never spins. */
+static void *task_main(void *arg)
+{
+    crc_offload *o = arg;
+    while (!atomic_load(&o->stop)) {
+        crp_off_msg m = {.segment = o->s->segment_name};
+        crp_buf body = {0};
+        crp_rpc_resp resp;
+        memset(&resp, 0, sizeof(resp));
+        uint64_t t0 = crb_now_ms();
+        int rc = crp_off_encode(&m, &body);
+        if (rc == 0) {
+            crp_rpc_req req = {.op = CRP_RPC_OFFLOAD_HEARTBEAT};
+            req.u.blob = (crp_rpc_blob_req){o->s->client_id, body.len, body.data};
+            req.stage_wait_ms = TASK_WAIT_MS;
+            rc = crc_master_call(o->conn, &req, &resp, (int)o->s->rpc_timeout_ms);
+            if (rc == 0 && resp.status < 0) {
+                rc = resp.status;
+                crp_rpc_resp_clear(&resp);
+            }
+        }
+        crp_buf_free(&body);
+        bool got = false;
+        if (rc == 0) {
+            crp_off_msg tasks;
+            rc = crp_off_decode(resp.u.blob.data, resp.u.blob.len, &tasks);
+            crp_rpc_resp_clear(&resp);
+            if (rc == 0 && (tasks.n_items > 0 || tasks.more))
+                got = hand_tasks(o, &tasks);
+            if (rc == 0 && !got)
+                crp_off_clear(&tasks);
+        }
+        if (got || (rc == 0 && crb_now_ms() - t0 >= TASK_WAIT_MS / 2))
+            continue;
+        uint64_t pause_ms = rc < 0 ? 200 : o->poll_ms;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += (time_t)(pause_ms / 1000);
+        ts.tv_nsec += (long)(pause_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&o->mu);
+        while (!atomic_load(&o->stop))
+            if (pthread_cond_timedwait(&o->wake, &o->mu, &ts) != 0)
+                break;
+        pthread_mutex_unlock(&o->mu);
+    }
+    return NULL;
+}
+
+/* Sleep up to us, or (on_results) until a writer has results to report, or until the task
+ * thread handed tasks over; or stop. */
 static void nap(crc_offload *o, uint64_t us, bool on_results)
 {
     struct timespec ts;
@@ -743,7 +864,7 @@ static void nap(crc_offload *o, uint64_t us, bool on_results)
         ts.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&o->mu);
-    while ((!on_results || o->n_out == 0) && !atomic_load(&o->stop))
+    while ((!on_results || o->n_out == 0) && o->n_got == 0 && !atomic_load(&o->stop))
         if (pthread_cond_timedwait(&o->wake, &o->mu, &ts) != 0)
             break;
     pthread_mutex_unlock(&o->mu);
@@ -756,7 +877,10 @@ static void *disk_main(void *arg)
     while (!atomic_load(&o->stop)) {
         expire_slots(o, crb_now_ms());
         wake_stale_parked(o, crb_now_ms());
+        bool more = run_got_tasks(o);
         int rc = heartbeat(o);
+        if (rc == 0 && more)
+            rc = 1; /* the master said more tasks wait */
         if (rc < 0 && rc != last_rc)
             crb_log(CRB_LOG_WARN, "store %s: disk tier: %s", o->s->segment_name,
                     cr_last_error_message());
@@ -857,6 +981,14 @@ int crc_off_start(cr_store *s, const char *path, crc_offload **out)
         goto err_stop;
     }
     o->running = true;
+    if ((crc_master_caps(o->conn) & CRP_RPC_CAP_STAGE_WAIT) &&
+        env_u64("CRESCENT_OFFLOAD_TASK_WAIT", 1) != 0) { /* 0: poll only (for comparisons) */
+        if (pthread_create(&o->task_thread, NULL, task_main, o) != 0) {
+            rc = crb_error(CR_ERR_SYSTEM, "starting the disk tier's task thread");
+            goto err_stop;
+        }
+        o->task_running = true;
+    }
     crf_stats st;
     crf_get_stats(o->disk, &st);
     crb_log(CRB_LOG_INFO,
@@ -889,6 +1021,8 @@ void crc_off_stop(cr_store *s, crc_offload *o)
     pthread_mutex_lock(&o->wq_mu);
     pthread_cond_broadcast(&o->wq_cv);
     pthread_mutex_unlock(&o->wq_mu);
+    if (o->task_running)
+        pthread_join(o->task_thread, NULL); /* within TASK_WAIT_MS: its call is held no longer */
     if (o->running)
         pthread_join(o->thread, NULL);
     for (size_t i = 0; i < o->n_writers; i++)
@@ -911,6 +1045,9 @@ void crc_off_stop(cr_store *s, crc_offload *o)
     crf_close(o->disk);
     free_items(o->out, o->n_out);
     free(o->out);
+    for (size_t i = 0; i < o->n_got; i++) /* tasks never run: the master asks again */
+        crp_off_clear(&o->got[i]);
+    free(o->got);
     for (size_t i = o->ann_pos; i < o->n_ann; i++)
         free(o->ann[i].it.key);
     free(o->ann);

@@ -165,6 +165,9 @@ static void roundtrip(void **state)
             N, disk_reads, asks, held, expired);
     if (held < disk_reads / 2)
         fail_msg("only %.0f of %lld disk hits were held for their stage", held, disk_reads);
+    /* and the holder kept a heartbeat waiting there for its tasks (its task thread) */
+    if (sh_metric(&m, "master_rpc_task_waits_total") < 1)
+        fail_msg("the holder never had a heartbeat held for tasks");
     /* (a hold that ended before its stage landed, on a loaded machine, is asked again) */
     if (asks > N + N / 4 + expired)
         fail_msg("%.0f get_replica_list asks for %d gets (%lld from disk, %.0f holds ended)", asks,

@@ -504,6 +504,94 @@ static void held_get_wakes_for_its_own_key(void **state)
     crc_master_close(m);
 }
 
+typedef struct held_beat {
+    crc_master *m;
+    uint32_t swt;
+    crp_off_msg tasks;
+    int rc;
+    uint64_t done_ms;
+    atomic_bool done;
+} held_beat;
+
+/* An empty OFFLOAD_HEARTBEAT of the holder {9, 9} over RPC, with "swt". */
+static void *held_beat_main(void *p)
+{
+    held_beat *b = p;
+    crp_off_msg m = {.segment = HOLDER_SEG};
+    crp_buf body = {0};
+    b->rc = crp_off_encode(&m, &body);
+    crp_rpc_req req = {.op = CRP_RPC_OFFLOAD_HEARTBEAT};
+    req.u.blob = (crp_rpc_blob_req){{9, 9}, body.len, body.data};
+    req.stage_wait_ms = b->swt;
+    crp_rpc_resp resp;
+    if (b->rc == 0)
+        b->rc = crc_master_call(b->m, &req, &resp, 10000);
+    if (b->rc == 0) {
+        b->rc = resp.status;
+        if (b->rc == 0)
+            b->rc = crp_off_decode(resp.u.blob.data, resp.u.blob.len, &b->tasks);
+        crp_rpc_resp_clear(&resp);
+    }
+    crp_buf_free(&body);
+    b->done_ms = crb_now_ms();
+    atomic_store(&b->done, true);
+    return NULL;
+}
+
+/* A holder's heartbeat with "swt" and no task for it is held until a task is queued for that
+ * holder (a get of one of its disk-only keys queues a STAGE), then answered with the task;
+ * one with a task waiting is answered at once. */
+static void heartbeat_held_until_a_task(void **state)
+{
+    fixture *f = *state;
+    crc_master *holder, *reader;
+    assert_int_equal(crc_master_connect(f->addr, (crp_rpc_uuid){9, 9}, 2000, &holder), 0);
+    assert_int_equal(crc_master_connect(f->addr, (crp_rpc_uuid){25, 1}, 2000, &reader), 0);
+    crp_off_msg t;
+    holder_beat(f, NULL, 0, &t);
+    crp_off_clear(&t);
+    announce_disk_key(f, "dk5");
+
+    held_beat b = {.m = holder, .swt = 5000};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, held_beat_main, &b), 0);
+    usleep(200 * 1000);
+    assert_false(atomic_load(&b.done)); /* no task: held */
+    crp_rpc_req req = {.op = CRP_RPC_GET_REPLICA_LIST};
+    req.u.key.key = "dk5";
+    crp_rpc_resp resp;
+    uint64_t asked = crb_now_ms();
+    assert_int_equal(call(reader, &req, &resp), 0);
+    assert_int_equal(resp.status, CR_ERR_OFFLOAD_STAGING); /* and a STAGE queued */
+    crp_rpc_resp_clear(&resp);
+    pthread_join(th, NULL);
+    assert_int_equal(b.rc, 0);
+    assert_true(b.done_ms - asked < 2000);
+    assert_int_equal(b.tasks.n_items, 1);
+    assert_int_equal(b.tasks.items[0].kind, CRP_OFF_STAGE);
+    assert_string_equal(b.tasks.items[0].key, "dk5");
+    crp_off_clear(&b.tasks);
+    crk_rpc_server_stats st;
+    crk_rpc_server_stats_get(f->srv, &st);
+    assert_int_equal(st.task_waits, 1);
+    assert_int_equal(st.stage_waits, 0);
+
+    /* A task already waiting: answered at once, nothing held. */
+    announce_disk_key(f, "dk6");
+    req.u.key.key = "dk6";
+    assert_int_equal(call(reader, &req, &resp), 0);
+    crp_rpc_resp_clear(&resp);
+    held_beat b2 = {.m = holder, .swt = 5000};
+    held_beat_main(&b2);
+    assert_int_equal(b2.rc, 0);
+    assert_int_equal(b2.tasks.n_items, 1);
+    crp_off_clear(&b2.tasks);
+    crk_rpc_server_stats_get(f->srv, &st);
+    assert_int_equal(st.task_waits, 1);
+    crc_master_close(reader);
+    crc_master_close(holder);
+}
+
 /* Send a GET_REPLICA_LIST with "swt" on a raw connection; the socket. */
 static int send_held_get(fixture *f, const char *key, uint32_t swt)
 {
@@ -584,6 +672,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(get_held_until_the_stage_lands, setup_offload, teardown),
         cmocka_unit_test_setup_teardown(held_get_ends_with_its_wait, setup_offload, teardown),
         cmocka_unit_test_setup_teardown(held_get_wakes_for_its_own_key, setup_offload, teardown),
+        cmocka_unit_test_setup_teardown(heartbeat_held_until_a_task, setup_offload, teardown),
         cmocka_unit_test_setup_teardown(connections_closed_with_gets_held, setup_offload, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,7 +5,7 @@
  *
  *   crescent-bench offload [--master-bin P] [--dir D] [--value-sizes 4K,1M]
  *                          [--bytes 256M] [--small-bytes 48M] [--batch 32]
- *                          [--latency 200] [--poll-ms 2] [--copying-gets]
+ *                          [--latency 200] [--latency-gap-ms 0] [--poll-ms 2] [--copying-gets]
  *                          [--rounds 1] [--verify]
  *
  * A crescent-master with --enable_offload --offload_on_evict, and in this
@@ -81,7 +81,7 @@ typedef struct ob_opts {
     uint64_t sizes[MAX_SIZES];
     size_t n_sizes;
     uint64_t bytes, small_bytes;
-    uint32_t batch, latency, poll_ms, threads;
+    uint32_t batch, latency, latency_gap_ms, poll_ms, threads;
     uint32_t rounds; /* --rounds: every size this often, a fresh tier each time; medians */
     bool verify, copying_gets;
 } ob_opts;
@@ -100,6 +100,8 @@ static void usage(FILE *to)
                 "  --small-bytes B  bytes per case for smaller values (default 48M)\n"
                 "  --batch N        keys per batch get (default 32)\n"
                 "  --latency N      single-get latency samples per kind (default 200)\n"
+                "  --latency-gap-ms N  sleep N ms before each disk-hit sample: sporadic hits,\n"
+                "                   the holder idle between them (default 0: back to back)\n"
                 "  --poll-ms N      the holder's idle poll interval (default 2)\n"
                 "  --threads N      reader threads of the disk-hit phase (default 4)\n"
                 "  --copying-gets   disk-hit phase with cr_store_batch_get (malloc'd copies)\n"
@@ -148,6 +150,7 @@ static int parse(int argc, char **argv, ob_opts *o)
         CT_APPLY("--small-bytes"),
         CT_U32("--batch", &o->batch, 1, 1024),
         CT_U32("--latency", &o->latency, 0, 1000000),
+        CT_U32("--latency-gap-ms", &o->latency_gap_ms, 0, 10000),
         CT_U32("--threads", &o->threads, 1, 64),
         CT_U32("--poll-ms", &o->poll_ms, 1, 1000),
         CT_U32("--rounds", &o->rounds, 1, MAX_ROUNDS),
@@ -592,6 +595,8 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
         uint64_t i = disk_idx[(uint64_t)k * 7919 % n_disk];
         snprintf(key, sizeof(key), "ob-%s-%" PRIu64, sz, i);
         void *v = NULL;
+        if (o->latency_gap_ms > 0)
+            usleep(o->latency_gap_ms * 1000u);
         uint64_t a = cb_now_ns();
         int64_t g = cr_store_get(rw, key, &v);
         cb_hist_add(&hd, cb_now_ns() - a, 1);

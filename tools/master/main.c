@@ -223,6 +223,9 @@ static int render_metrics(void *ctx, crk_admin_reply *r)
     crk_prom_counter(t, "master_rpc_stage_waits_expired_total",
                      "Held gets answered 'being staged' when their wait ended",
                      rs.stage_waits_expired);
+    crk_prom_counter(t, "master_rpc_task_waits_total",
+                     "Holders' heartbeats held until a task was queued for them (swt)",
+                     rs.task_waits);
     /* RPC latency histograms per opcode (buckets in seconds). */
     double bounds[CRK_LAT_BUCKETS - 1];
     for (int b = 0; b < CRK_LAT_BUCKETS - 1; b++)
