@@ -1225,6 +1225,8 @@ int crk_off_restore_disk(crk_service *s, const char *key, size_t len, crk_client
         holder *hd = crk_calloc(1, sizeof(*hd));
         if (hd != NULL) {
             hd->id = holder_id;
+            hd->svc = s;
+            hd->offload_limit = s->cfg.offloading_queue_limit; /* (was left 0: no offloads) */
             snprintf(hd->segment, sizeof(hd->segment), "%s", segment);
             hd->last_seen = now;
             hd->next = off->holders;

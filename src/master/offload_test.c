@@ -541,6 +541,23 @@ static void test_stale_and_failed_results(void **state)
     crk_service_destroy(f.s);
 }
 
+/* After an HA promotion a holder known only from the restored disk entries takes offloads
+ * like one that sent a heartbeat (its record had a zero --offloading_queue_limit, so every
+ * eviction kept its objects in memory until the holder's first heartbeat came in). */
+static void test_restored_holder_takes_offloads(void **state)
+{
+    (void)state;
+    fixture f = setup_fx(true);
+    assert_int_equal(crk_off_restore_disk(f.s, "restored", 8, f.holder, "holder:1", 1, VAL, f.now),
+                     0);
+    fill(&f, 20); /* 16 fit: evictions queue offloads to the restored holder */
+    crp_off_msg t;
+    beat(&f, NULL, 0, &t);
+    assert_non_null(find_task(&t, CRP_OFF_OFFLOAD, "k0"));
+    crp_off_clear(&t);
+    crk_service_destroy(f.s);
+}
+
 static void test_foreign_announce_and_refusals(void **state)
 {
     (void)state;
@@ -752,6 +769,7 @@ int main(void)
         cmocka_unit_test(test_promotion_limits),
         cmocka_unit_test(test_stale_and_failed_results),
         cmocka_unit_test(test_foreign_announce_and_refusals),
+        cmocka_unit_test(test_restored_holder_takes_offloads),
         cmocka_unit_test(test_write_behind),
         cmocka_unit_test(test_early_write_behind),
     };
