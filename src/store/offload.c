@@ -76,6 +76,7 @@
 #define BURST_POLL_US     1000 /* BURST_POLL_US for this long, STAGE_POLL_US after one */
 #define STAGE_POLL_US     250  /* that brought stages (disk hits come in bursts) */
 #define TASK_WAIT_MS      100  /* the task thread's heartbeat waits this long at the master */
+#define TASK_UNHELD       3    /* replies at once without tasks in a row: the task thread ends */
 #define WRITERS           3
 #define WRITE_CHUNK       (4ull << 20) /* bytes per crf_put_batch of a writer */
 #define WRITE_CHUNK_ITEMS 256          /* and at most this many values */
@@ -798,11 +799,14 @@ static bool hand_tasks(crc_offload *o, crp_off_msg *tasks)
 
 /* The task thread: one empty heartbeat at a time held at the master until a task is queued
  * for this holder (or TASK_WAIT_MS pass); its tasks go to the disk thread. A reply that came
- * back at once without tasks (a master that did not hold it: HA, its limits) or a failed call
- * is followed by a pause, so this never spins. */
+ * back at once without tasks (a master that did not hold it: its limits, or HA, where a
+ * heartbeat is a replicated change answered at once) or a failed call is followed by a pause,
+ * so this never spins; after TASK_UNHELD such replies in a row it ends (the disk thread's
+ * polls bring the tasks, as without the capability). */
 static void *task_main(void *arg)
 {
     crc_offload *o = arg;
+    unsigned unheld = 0;
     while (!atomic_load(&o->stop)) {
         crp_off_msg m = {.segment = o->s->segment_name};
         crp_buf body = {0};
@@ -831,8 +835,17 @@ static void *task_main(void *arg)
             if (rc == 0 && !got)
                 crp_off_clear(&tasks);
         }
-        if (got || (rc == 0 && crb_now_ms() - t0 >= TASK_WAIT_MS / 2))
+        if (got || (rc == 0 && crb_now_ms() - t0 >= TASK_WAIT_MS / 2)) {
+            unheld = 0;
             continue;
+        }
+        if (rc == 0 && ++unheld >= TASK_UNHELD) {
+            crb_log(CRB_LOG_INFO,
+                    "store %s: disk tier: the master answers heartbeats at once (HA?): its "
+                    "tasks come with the polls",
+                    o->s->segment_name);
+            break;
+        }
         uint64_t pause_ms = rc < 0 ? 200 : o->poll_ms;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
