@@ -236,9 +236,14 @@ static void free_holder(holder *h)
     crk_free(h);
 }
 
-/* A task was queued for h (mu held): a heartbeat of it held for tasks may be answered. */
-static void tasks_queued(const holder *h)
+/* A task of kind was queued for h (mu held): a heartbeat of it held for tasks may be
+ * answered. Only for work someone waits on (a reader's stage, a promotion, an offload whose
+ * memory an eviction wants); an UNSTAGE or a REMOVE goes with the holder's next poll instead
+ * of waking it (and the master's waiter) after every disk hit's release. */
+static void tasks_queued(const holder *h, uint8_t kind)
 {
+    if (kind == CRP_OFF_UNSTAGE || kind == CRP_OFF_REMOVE)
+        return;
     if (h->svc != NULL && h->svc->on_tasks != NULL)
         h->svc->on_tasks(h->svc->on_tasks_ctx, h->id);
 }
@@ -279,7 +284,7 @@ static bool push_task_at(holder *h, bool front, uint8_t kind, const char *key, s
     h->n++;
     if (kind == CRP_OFF_OFFLOAD)
         h->offloads_queued++;
-    tasks_queued(h);
+    tasks_queued(h, kind);
     return true;
 }
 
