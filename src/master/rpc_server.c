@@ -308,6 +308,17 @@ static void encode_reply_frame(const crp_rpc_resp *resp, uint64_t request_id, cr
     crp_header_encode(&h, frame->data);
 }
 
+/* Hand j's reply to its connection's thread (a scan's or a held request's). */
+static void job_done(scan_job *j)
+{
+    rpc_thread *t = j->conn->thread;
+    pthread_mutex_lock(&t->done_lock);
+    j->next = t->done;
+    t->done = j;
+    pthread_mutex_unlock(&t->done_lock);
+    crb_loop_wake(&t->loop);
+}
+
 static void *scan_main(void *arg)
 {
     crk_rpc_server *srv = arg;
@@ -333,12 +344,7 @@ static void *scan_main(void *arg)
         crk_scratch_reset(&scratch);
         crp_rpc_req_clear(&j->req);
 
-        rpc_thread *t = j->conn->thread;
-        pthread_mutex_lock(&t->done_lock);
-        j->next = t->done;
-        t->done = j;
-        pthread_mutex_unlock(&t->done_lock);
-        crb_loop_wake(&t->loop);
+        job_done(j);
         pthread_mutex_lock(&srv->scan_lock);
     }
     pthread_mutex_unlock(&srv->scan_lock);
@@ -351,37 +357,14 @@ static void *scan_main(void *arg)
  * some key is being staged); a holder's heartbeat's when it carries no task. */
 static bool reply_would_wait(const crp_rpc_resp *r)
 {
-    if (r->op == CRP_RPC_GET_REPLICA_LIST)
-        return r->status == CR_ERR_OFFLOAD_STAGING;
-    if (r->op == CRP_RPC_OFFLOAD_HEARTBEAT) {
-        crp_off_msg tasks;
-        if (r->status != 0 || crp_off_decode(r->u.blob.data, r->u.blob.len, &tasks) != 0)
-            return false;
-        bool none = tasks.n_items == 0 && !tasks.more;
-        crp_off_clear(&tasks);
-        return none;
-    }
-    if (r->op != CRP_RPC_BATCH_GET_REPLICA_LIST || r->status != 0)
+    if (r->op != CRP_RPC_OFFLOAD_HEARTBEAT)
+        return crp_rpc_resp_is_staging(r);
+    crp_off_msg tasks;
+    if (r->status != 0 || crp_off_decode(r->u.blob.data, r->u.blob.len, &tasks) != 0)
         return false;
-    bool any = false;
-    for (size_t i = 0; i < r->u.batch_get.n; i++) {
-        if (r->u.batch_get.results[i].status == 0)
-            return false;
-        any = any || r->u.batch_get.results[i].status == CR_ERR_OFFLOAD_STAGING;
-    }
-    return any;
-}
-
-/* Hand j's reply to its connection's thread (as a scan's). */
-static void job_done(crk_rpc_server *srv, scan_job *j)
-{
-    (void)srv;
-    rpc_thread *t = j->conn->thread;
-    pthread_mutex_lock(&t->done_lock);
-    j->next = t->done;
-    t->done = j;
-    pthread_mutex_unlock(&t->done_lock);
-    crb_loop_wake(&t->loop);
+    bool none = tasks.n_items == 0 && !tasks.more;
+    crp_off_clear(&tasks);
+    return none;
 }
 
 /* The earliest deadline of the held gets, or UINT64_MAX (wait_lock held). */
@@ -455,15 +438,7 @@ static void *stage_main(void *arg)
             if (next == UINT64_MAX) {
                 pthread_cond_wait(&srv->wait_cond, &srv->wait_lock);
             } else {
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                uint64_t ms = next > now ? next - now : 0;
-                ts.tv_sec += (time_t)(ms / 1000);
-                ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-                if (ts.tv_nsec >= 1000000000L) {
-                    ts.tv_sec++;
-                    ts.tv_nsec -= 1000000000L;
-                }
+                struct timespec ts = crb_deadline_ts(next > now ? next - now : 0);
                 pthread_cond_timedwait(&srv->wait_cond, &srv->wait_lock, &ts);
             }
             continue;
@@ -488,7 +463,7 @@ static void *stage_main(void *arg)
                 record_latency(srv, j->req.op, j->t0_ns);
                 crp_rpc_req_clear(&j->req);
                 atomic_fetch_sub(&srv->n_waits, 1);
-                job_done(srv, j);
+                job_done(j);
             }
             crk_scratch_reset(&scratch);
         }

@@ -1504,6 +1504,21 @@ destroy_unpacked:
     return rc;
 }
 
+bool crp_rpc_resp_is_staging(const crp_rpc_resp *r)
+{
+    if (r->op == CRP_RPC_GET_REPLICA_LIST)
+        return r->status == CR_ERR_OFFLOAD_STAGING;
+    if (r->op != CRP_RPC_BATCH_GET_REPLICA_LIST || r->status != 0)
+        return false;
+    bool any = false;
+    for (size_t i = 0; i < r->u.batch_get.n; i++) {
+        if (r->u.batch_get.results[i].status == 0)
+            return false;
+        any = any || r->u.batch_get.results[i].status == CR_ERR_OFFLOAD_STAGING;
+    }
+    return any;
+}
+
 void crp_rpc_req_clear(crp_rpc_req *m)
 {
     arena_free(m->arena);

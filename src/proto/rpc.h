@@ -574,4 +574,13 @@ int crp_rpc_resp_encode(const crp_rpc_resp *m, crp_buf *out);
 int crp_rpc_resp_decode(const void *data, size_t len, crp_rpc_resp *out);
 void crp_rpc_resp_clear(crp_rpc_resp *m);
 
+/**
+ * Does this get reply make its reader wait for a disk stage? A GET_REPLICA_LIST reply
+ * does when it says CR_ERR_OFFLOAD_STAGING; a BATCH_GET_REPLICA_LIST reply when no key is
+ * ready and some key is being staged (one with a key ready goes back to the caller, which
+ * reads what is ready). The reader asks again; a master may hold such a reply instead
+ * ("swt", docs/WIRE.md "Stage waits"). False for any other reply.
+ */
+bool crp_rpc_resp_is_staging(const crp_rpc_resp *r);
+
 #endif

@@ -1986,6 +1986,35 @@ static void test_version_check(void **state)
     crp_buf_free(&b);
 }
 
+/* Which get replies make a reader wait for a stage (and may be held by the master). */
+static void test_resp_is_staging(void **state)
+{
+    (void)state;
+    crp_rpc_resp r = {.op = CRP_RPC_GET_REPLICA_LIST, .status = CR_ERR_OFFLOAD_STAGING};
+    assert_true(crp_rpc_resp_is_staging(&r));
+    r.status = CR_OBJECT_NOT_FOUND;
+    assert_false(crp_rpc_resp_is_staging(&r));
+    r.status = 0;
+    assert_false(crp_rpc_resp_is_staging(&r));
+    crp_rpc_key_result res[3] = {{.status = CR_OBJECT_NOT_FOUND},
+                                 {.status = CR_ERR_OFFLOAD_STAGING},
+                                 {.status = CR_ERR_OFFLOAD_STAGING}};
+    r = (crp_rpc_resp){.op = CRP_RPC_BATCH_GET_REPLICA_LIST};
+    r.u.batch_get.results = res;
+    r.u.batch_get.n = 3;
+    assert_true(crp_rpc_resp_is_staging(&r)); /* none ready, some being staged */
+    res[0].status = 0;
+    assert_false(crp_rpc_resp_is_staging(&r)); /* one ready: back to the caller */
+    res[0].status = CR_OBJECT_NOT_FOUND;
+    res[1].status = res[2].status = CR_OBJECT_NOT_FOUND;
+    assert_false(crp_rpc_resp_is_staging(&r)); /* nothing to wait for */
+    r.status = CR_RPC_FAIL;
+    res[1].status = CR_ERR_OFFLOAD_STAGING;
+    assert_false(crp_rpc_resp_is_staging(&r)); /* the call failed as a whole */
+    r = (crp_rpc_resp){.op = CRP_RPC_EXIST, .status = CR_ERR_OFFLOAD_STAGING};
+    assert_false(crp_rpc_resp_is_staging(&r));
+}
+
 static void test_clear(void **state)
 {
     (void)state;
@@ -2036,6 +2065,7 @@ int main(void)
         cmocka_unit_test(test_replica_clear_request),
         cmocka_unit_test(test_version_check),
         cmocka_unit_test(test_clear),
+        cmocka_unit_test(test_resp_is_staging),
     };
     return cmocka_run_group_tests(tests, setup_samples, teardown_samples);
 }

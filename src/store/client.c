@@ -109,25 +109,6 @@ int crc_check_key(const char *key)
  * this long for the stage to land ("swt"); what is left of the deadline bounds it. */
 #define STAGE_HOLD_MS 200
 
-/* Does a get reply ask us to wait for a holder staging a disk-only value? A batch reply
- * does when some key is being staged and none is ready to read: one with a key ready goes
- * back to the caller, which reads what is ready (releasing those staged copies) and asks
- * again for the rest (store/get.c, batch_get_values). */
-static bool staging(const crp_rpc_resp *r)
-{
-    if (r->op == CRP_RPC_GET_REPLICA_LIST)
-        return r->status == CR_ERR_OFFLOAD_STAGING;
-    if (r->op != CRP_RPC_BATCH_GET_REPLICA_LIST || r->status != 0)
-        return false;
-    bool any = false;
-    for (size_t i = 0; i < r->u.batch_get.n; i++) {
-        if (r->u.batch_get.results[i].status == 0)
-            return false;
-        any = any || r->u.batch_get.results[i].status == CR_ERR_OFFLOAD_STAGING;
-    }
-    return any;
-}
-
 /* Count the disk-served replicas of a get reply (a staged copy has segment epoch 0). */
 static void count_disk_reads(cr_store *s, const crp_rpc_resp *r)
 {
@@ -198,7 +179,7 @@ int crc_call_sent(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp, crc_s
      * with CRP_RPC_CAP_STAGE_WAIT holds each ask instead (STAGE_HOLD_MS), answering once a
      * holder's heartbeat reported the stage: no sleep here, no asks in between. */
     uint32_t wait_us = STAGE_POLL_US;
-    while (rc == 0 && staging(resp) && crb_now_ms() < deadline) {
+    while (rc == 0 && crp_rpc_resp_is_staging(resp) && crb_now_ms() < deadline) {
         crp_rpc_resp_clear(resp);
         ask.stage_wait_ms = stage_hold_ms(s, deadline);
         if (ask.stage_wait_ms == 0) {

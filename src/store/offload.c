@@ -846,15 +846,7 @@ static void *task_main(void *arg)
                     o->s->segment_name);
             break;
         }
-        uint64_t pause_ms = rc < 0 ? 200 : o->poll_ms;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += (time_t)(pause_ms / 1000);
-        ts.tv_nsec += (long)(pause_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = crb_deadline_ts(rc < 0 ? 200 : o->poll_ms);
         pthread_mutex_lock(&o->mu);
         while (!atomic_load(&o->stop))
             if (pthread_cond_timedwait(&o->wake, &o->mu, &ts) != 0)
