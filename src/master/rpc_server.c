@@ -248,6 +248,17 @@ static void record_latency(crk_rpc_server *srv, uint16_t op, uint64_t t0_ns)
         atomic_fetch_add(&srv->latency[idx][bucket], 1);
 }
 
+/* j takes c's request (moved: *req is left empty) for the scan worker or the stage waiter. */
+static void job_take(scan_job *j, rpc_conn *c, uint64_t request_id, crp_rpc_req *req,
+                     uint64_t t0_ns)
+{
+    j->conn = c;
+    j->request_id = request_id;
+    j->t0_ns = t0_ns;
+    j->req = *req;
+    memset(req, 0, sizeof(*req));
+}
+
 /* Park c and hand its request (moved into the job) to the scan worker. */
 static int start_scan(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, uint64_t t0_ns)
 {
@@ -255,11 +266,7 @@ static int start_scan(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, uint64
     scan_job *j = calloc(1, sizeof(*j));
     if (j == NULL)
         return CR_ERR_NO_MEMORY;
-    j->conn = c;
-    j->request_id = request_id;
-    j->t0_ns = t0_ns;
-    j->req = *req;
-    memset(req, 0, sizeof(*req));
+    job_take(j, c, request_id, req, t0_ns);
     c->parked = true;
     pthread_mutex_lock(&srv->scan_lock);
     if (srv->scan_tail)
@@ -545,11 +552,7 @@ static int hold_for_stage(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, ui
     }
     j->seen = UINT64_MAX; /* the waiter asks once more first: a report during our ask */
     uint32_t ms = req->stage_wait_ms < STAGE_WAIT_MAX_MS ? req->stage_wait_ms : STAGE_WAIT_MAX_MS;
-    j->conn = c;
-    j->request_id = request_id;
-    j->t0_ns = t0_ns;
-    j->req = *req;
-    memset(req, 0, sizeof(*req));
+    job_take(j, c, request_id, req, t0_ns);
     j->stage = true;
     j->peer = c->peer;
     j->peer.defer_durable = false;

@@ -774,8 +774,8 @@ static int heartbeat(crc_offload *o)
     return again ? 1 : 0;
 }
 
-/* Hand a held heartbeat's tasks to the disk thread (task thread): false without memory
- * (they are dropped: the master asks again for what matters, as for a lost reply). */
+/* Hand a held heartbeat's tasks to the disk thread (task thread): false without memory for
+ * the list (the caller keeps them and tries again). */
 static bool hand_tasks(crc_offload *o, crp_off_msg *tasks)
 {
     pthread_mutex_lock(&o->mu);
@@ -830,9 +830,13 @@ static void *task_main(void *arg)
             crp_off_msg tasks;
             rc = crp_off_decode(resp.u.blob.data, resp.u.blob.len, &tasks);
             crp_rpc_resp_clear(&resp);
-            if (rc == 0 && (tasks.n_items > 0 || tasks.more))
-                got = hand_tasks(o, &tasks);
-            if (rc == 0 && !got)
+            got = rc == 0 && (tasks.n_items > 0 || tasks.more);
+            /* tasks taken from the master's mailbox are never dropped here: without memory
+             * to hand them over, wait for the disk thread to drain the list (or the stop) */
+            bool handed = false;
+            while (got && !(handed = hand_tasks(o, &tasks)) && !atomic_load(&o->stop))
+                nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+            if (rc == 0 && !handed)
                 crp_off_clear(&tasks);
         }
         if (got || (rc == 0 && crb_now_ms() - t0 >= TASK_WAIT_MS / 2)) {
