@@ -40,12 +40,13 @@
 #include "master/conf_file.h"
 #include "master/flagfile.h"
 
-#define MS_PER_S     ((uint64_t)1000)
-#define MS_PER_HOUR  (3600 * MS_PER_S)
-#define MAX_DURATION (365 * 24 * MS_PER_HOUR) /* one year, in ms */
-#define MAX_THREADS  1024
-#define MAX_CONNS    1000000
-#define CONTEXT_BUF  320 /* "--flag=value" or "config 'path': key 'k'" for messages */
+#define MS_PER_S         ((uint64_t)1000)
+#define MS_PER_HOUR      (3600 * MS_PER_S)
+#define MAX_BUSY_POLL_US 10000 /* as CRESCENT_BUSY_POLL_US's bound in the client and engine */
+#define MAX_DURATION     (365 * 24 * MS_PER_HOUR) /* one year, in ms */
+#define MAX_THREADS      1024
+#define MAX_CONNS        1000000
+#define CONTEXT_BUF      320 /* "--flag=value" or "config 'path': key 'k'" for messages */
 
 _Static_assert(sizeof(crk_alloc_strategy) == sizeof(int), "ENUM flags store an int");
 
@@ -78,6 +79,9 @@ static const crb_flag FLAGS[] = {
      "set TCP_NODELAY on RPC connections"},
     {"rpc_max_connections", CRB_FLAG_U32, O(rpc_max_connections), 0, MAX_CONNS, 0, NULL, "0",
      "RPC connections served at once; more are accepted and closed (0: fd limit - 64)"},
+    {"rpc_busy_poll_us", CRB_FLAG_U32, O(rpc_busy_poll_us), 0, MAX_BUSY_POLL_US, 0, NULL, "0",
+     "an RPC I/O thread that handled a request polls this many microseconds before sleeping "
+     "(0: never; costs a CPU core while clients are active)"},
     {"enable_metric_reporting", CRB_FLAG_BOOL, O(enable_metric_reporting), 0, 0, 0, NULL, "true",
      "log a metrics summary every --metric_report_interval_sec (/metrics is served either way)"},
     {"metric_report_interval_sec", CRB_FLAG_DURATION, O(metric_report_interval_ms), 100,

@@ -170,6 +170,9 @@ static void test_service_mapping(void **state)
     crk_service_destroy(svc);
     o = OK("--rpc_max_connections=100", "--metric_report_interval_sec=2");
     assert_int_equal(o.rpc_max_connections, 100);
+    assert_int_equal(o.rpc_busy_poll_us, 0); /* default: never spin */
+    o = OK("--rpc_busy_poll_us=200", "--metric_report_interval_sec=2");
+    assert_int_equal(o.rpc_busy_poll_us, 200);
     assert_true(o.metric_report_interval_ms == 2000);
 }
 
@@ -465,6 +468,8 @@ static void test_durations(void **state)
         "--default_kv_lease_ttl=99999999999999999999");
     BAD("--default_kv_lease_ttl=5124095576030431h", "--default_kv_lease_ttl=5124095576030431h");
     BAD("out of range", "--default_kv_lease_ttl=8761h");
+    BAD("--rpc_busy_poll_us=10001", "--rpc_busy_poll_us=10001");
+    expect_mentions("out of range");
     BAD("--client_ttl=0", "--client_ttl=0");
     expect_mentions("out of range");
     BAD("--put_start_discard_timeout_sec=1y", "--put_start_discard_timeout_sec=1y");

@@ -1211,6 +1211,8 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
         snprintf(name, sizeof(name), "crk-rpc%u", i);
         rc = crb_loop_init(&srv->threads[i].loop, name, TICK_MS, on_tick, &srv->threads[i]);
         srv->threads[i].loop_inited = rc == 0;
+        if (rc == 0 && opt->busy_poll_us > 0)
+            crb_loop_set_busy_poll(&srv->threads[i].loop, (uint64_t)opt->busy_poll_us * 1000);
     }
     if (rc >= 0)
         rc = crb_loop_add(&srv->threads[0].loop, &srv->listen_io, EPOLLIN);

@@ -34,6 +34,8 @@ typedef struct crk_rpc_server_options {
     bool tcp_nodelay;         /* TCP_NODELAY on accepted connections */
     uint64_t idle_timeout_ms; /* close a connection silent this long; 0 = never */
     unsigned max_connections; /* connections served at once; 0 = from RLIMIT_NOFILE */
+    uint32_t busy_poll_us;    /* an I/O thread that handled events polls this long before it
+                                 sleeps again (crb_loop_set_busy_poll); 0 = never spin */
 } crk_rpc_server_options;
 
 /** Defaults: 127.0.0.1, port 0, 2 threads, TCP_NODELAY, no idle timeout. */

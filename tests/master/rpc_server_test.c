@@ -7,6 +7,8 @@
  * played in-process through crk_off_heartbeat), the connection's other
  * requests are answered meanwhile, a wait that ends answers "being staged",
  * and connections closed (or a server stopped) with gets held free cleanly.
+ * Busy-poll (--rpc_busy_poll_us): a spinning server answers as before, burns
+ * CPU while requests keep coming and stops spinning once they stop.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -16,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -63,6 +66,65 @@ static int teardown(void **state)
 static int call(crc_master *m, crp_rpc_req *req, crp_rpc_resp *resp)
 {
     return crc_master_call(m, req, resp, 5000);
+}
+
+static uint64_t process_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* `n` EXIST calls 1 ms apart on a new connection to addr; returns the CPU
+ * time this process (the server's threads and this one) spent meanwhile, in
+ * parts of the wall time. */
+static double paced_calls_cpu_share(const char *addr, int n)
+{
+    crc_master *m;
+    assert_int_equal(crc_master_connect(addr, (crp_rpc_uuid){5, 5}, 2000, &m), 0);
+    uint64_t cpu0 = process_cpu_ns(), t0 = crb_now_ns();
+    for (int i = 0; i < n; i++) {
+        crp_rpc_req req = {.op = CRP_RPC_EXIST};
+        req.u.key.key = "paced";
+        crp_rpc_resp resp;
+        assert_int_equal(crc_master_call(m, &req, &resp, 5000), 0);
+        assert_int_equal(resp.status, 0);
+        assert_false(resp.u.exist.exists);
+        crp_rpc_resp_clear(&resp);
+        usleep(1000);
+    }
+    double share = (double)(process_cpu_ns() - cpu0) / (double)(crb_now_ns() - t0);
+    crc_master_close(m);
+    return share;
+}
+
+/* --rpc_busy_poll_us: an I/O thread that served a request polls instead of
+ * sleeping for that long, so requests 1 ms apart keep one thread spinning
+ * (about a core) where the default server sleeps between them; once the
+ * requests stop, the spinning stops too (design.md §2.7: no CPU while idle). */
+static void busy_poll_spins_only_while_requests_come(void **state)
+{
+    fixture *f = *state;
+    double sleeping = paced_calls_cpu_share(f->addr, 150);
+
+    crk_rpc_server_options ro;
+    crk_rpc_server_options_default(&ro);
+    ro.busy_poll_us = 2000; /* longer than the pause between calls */
+    crk_rpc_server *spin;
+    assert_int_equal(crk_rpc_server_start(f->svc, &f->info, &ro, &spin), 0);
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", crk_rpc_server_port(spin));
+    double spinning = paced_calls_cpu_share(addr, 150);
+
+    uint64_t cpu0 = process_cpu_ns(), t0 = crb_now_ns();
+    usleep(300 * 1000); /* idle: nothing is sent to either server */
+    double idle = (double)(process_cpu_ns() - cpu0) / (double)(crb_now_ns() - t0);
+    crk_rpc_server_stop(spin);
+    print_message("cpu per wall second: default %.2f, spinning %.2f, idle after %.2f\n", sleeping,
+                  spinning, idle);
+    assert_true(sleeping < 0.3);
+    assert_true(spinning > 0.4); /* a spinning thread may share its core with the test's */
+    assert_true(idle < 0.1);
 }
 
 static void put_get_remove_round_trip(void **state)
@@ -726,6 +788,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(put_get_remove_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(busy_poll_spins_only_while_requests_come, setup, teardown),
         cmocka_unit_test_setup_teardown(many_threads_pipeline_on_one_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(garbage_body_gets_an_error_and_the_connection_lives, setup,
                                         teardown),

@@ -104,6 +104,7 @@ typedef struct sb_opts {
     uint64_t segment_size, buffer_size, region_size, target_size;
     uint64_t working_set; /* bytes a put round may fill before it starts over (0: 80 %) */
     uint32_t lease_ms;
+    uint32_t master_busy_poll_us; /* the spawned master's --rpc_busy_poll_us */
     const char *protocol;
     const char *master_bin, *master_addr;
 } sb_opts;
@@ -689,6 +690,9 @@ static void usage(FILE *to)
         "  --lease-ms N           read lease of the spawned master (default 500); after each\n"
         "                         group's clean-up the bench waits it out. With --master, give\n"
         "                         that master's --default_kv_lease_ttl\n"
+        "  --master-busy-poll-us N  the spawned master's --rpc_busy_poll_us (default 0: its\n"
+        "                         I/O threads sleep between requests); with\n"
+        "                         CRESCENT_BUSY_POLL_US set for the clients, both sides spin\n"
         "  --no-baseline          skip the engine transport cases\n"
         "  --rounds N             run the whole case list N times (1-9, default 1), engine and\n"
         "                         store cases alternating; the summary reports medians\n"
@@ -834,6 +838,9 @@ static int apply_value(sb_opts *o, const char *flag, const char *v)
     } else if (strcmp(flag, "--async-rounds") == 0) {
         if (cb_parse_u32(v, 1, 64, &o->async_rounds) < 0)
             return cb_bad_value("store", flag, v, "a number from 1 to 64");
+    } else if (strcmp(flag, "--master-busy-poll-us") == 0) {
+        if (cb_parse_u32(v, 0, 10000, &o->master_busy_poll_us) < 0)
+            return cb_bad_value("store", flag, v, "a number of microseconds from 0 to 10000");
     } else if (strcmp(flag, "--lease-ms") == 0) {
         if (cb_parse_u32(v, 10, 600000, &o->lease_ms) < 0)
             return cb_bad_value("store", flag, v, "a number of milliseconds from 10 to 600000");
@@ -869,11 +876,17 @@ static int apply_flag(void *ctx, const char *flag, const char *v)
 static int parse_opts(int argc, char **argv, sb_opts *o)
 {
     static const char *const value_flags[] = {
-        "--role",        "--value-sizes", "--batch",       "--threads",      "--clients",
-        "--drivers",     "--duration",    "--modes",       "--shapes",       "--segment-size",
-        "--protocol",    "--buffer-size", "--region-size", "--master",       "--master-bin",
-        "--target-size", "--lease-ms",    "--async-depth", "--async-rounds", "--working-set",
-        "--rounds",
+        "--role",         "--value-sizes",
+        "--batch",        "--threads",
+        "--clients",      "--drivers",
+        "--duration",     "--modes",
+        "--shapes",       "--segment-size",
+        "--protocol",     "--buffer-size",
+        "--region-size",  "--master",
+        "--master-bin",   "--target-size",
+        "--lease-ms",     "--async-depth",
+        "--async-rounds", "--working-set",
+        "--rounds",       "--master-busy-poll-us",
     };
     static const uint64_t default_sizes[] = {4 * CB_KIB, 64 * CB_KIB, CB_MIB};
     memset(o, 0, sizeof(*o));
@@ -964,7 +977,9 @@ static int master_spawn(const sb_opts *o, sb_master *m)
     const char *bin = o->master_bin ? o->master_bin : ct_default_master_bin(path, sizeof(path));
     char lease[64];
     snprintf(lease, sizeof(lease), "--default_kv_lease_ttl=%u", o->lease_ms);
-    const char *args[] = {lease, NULL};
+    char spin[64];
+    snprintf(spin, sizeof(spin), "--rpc_busy_poll_us=%u", o->master_busy_poll_us);
+    const char *args[] = {lease, spin, NULL};
     ct_master_opts mo = {.bin = bin, .args = args, .ready_ms = CHILD_TIMEOUT};
     if (ct_master_start(&m->m, &mo) < 0) {
         fprintf(stderr,
