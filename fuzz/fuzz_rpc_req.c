@@ -97,6 +97,10 @@ static void check_invariants(const crp_rpc_req *m)
     default:
         break;
     }
+    /* The ends' grant key ("gk"): only on PUT_END / UPSERT_END, bounded like a key. */
+    if (m->grant_key != NULL)
+        FUZZ_CHECK((m->op == CRP_RPC_PUT_END || m->op == CRP_RPC_UPSERT_END) &&
+                   strlen(m->grant_key) <= CRP_RPC_MAX_KEY);
 }
 
 /* A round trip keeps the op (the rest is checked by the bytes). */

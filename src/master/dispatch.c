@@ -460,6 +460,10 @@ static int tenant_view(const crp_rpc_req *req, crk_scratch *sc, char ns[CRK_TENA
         break;
     case CRP_RPC_PUT_END:
     case CRP_RPC_UPSERT_END:
+        if (q->grant_key != NULL && (q->grant_key = qualified(sc, ns, nl, q->grant_key)) == NULL)
+            return CR_ERR_NO_MEMORY;
+        one = &u->owner_key.key;
+        break;
     case CRP_RPC_PUT_REVOKE:
     case CRP_RPC_UPSERT_REVOKE:
         one = &u->owner_key.key;
@@ -640,8 +644,13 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
     }
     case CRP_RPC_PUT_END:
     case CRP_RPC_UPSERT_END:
-        rc = crk_put_end_versioned(s, client_of(u->owner_key.client_id), u->owner_key.key, now,
-                                   &resp->u.end.version);
+        if (req->grant_key != NULL) /* a put grant (docs/WIRE.md) */
+            rc = crk_put_end_granted(s, client_of(u->owner_key.client_id), u->owner_key.key,
+                                     req->grant_key, req->op == CRP_RPC_UPSERT_END, now,
+                                     &resp->u.end.version);
+        else
+            rc = crk_put_end_versioned(s, client_of(u->owner_key.client_id), u->owner_key.key, now,
+                                       &resp->u.end.version);
         break;
     case CRP_RPC_PUT_REVOKE:
     case CRP_RPC_UPSERT_REVOKE:

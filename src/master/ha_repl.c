@@ -473,6 +473,12 @@ void crk_ha_log_request(crk_ha *ha, const void *request)
         break;
     case CRP_RPC_PUT_END:
     case CRP_RPC_UPSERT_END:
+        /* A grant's end: the grant key's image (gone) first, so that a standby never holds
+         * two objects on the same replicas; a leader lost between the two never acknowledged
+         * the end, and the space is merely free there. */
+        log_key(ha, req->grant_key);
+        log_key(ha, u->owner_key.key);
+        break;
     case CRP_RPC_PUT_REVOKE:
     case CRP_RPC_UPSERT_REVOKE:
         log_key(ha, u->owner_key.key);

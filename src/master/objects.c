@@ -225,6 +225,8 @@ uint64_t crk_purge_segment_locked(crk_service *s, crk_shard *sh, crk_segment *se
         {
             crk_write *w = o->write;
             writer_end = w ? crk_sat_add(w->start_ms, s->cfg.put_start_release_timeout_ms) : 0;
+            if (w != NULL && w->conn != 0 && w->own_until < writer_end)
+                writer_end = w->own_until; /* an owned write's writer promised to end by then */
             uint32_t gone = drop_reps_on(crk_obj_reps(o), &o->nrep, seg);
             if (w && !(o->flags & CRK_OBJ_COMPLETE) && gone && writer_end > writers)
                 writers = writer_end;
@@ -551,6 +553,43 @@ static void apply_pins(crk_object *dst, const crk_write *w, uint8_t old_flags,
     }
 }
 
+/*
+ * Upsert's switch (shard locked): a new block holding reps[0..n_reps) with w's size and
+ * pins replaces the complete object o at `slot`; o's replicas are released once no lease
+ * can still cover them. CR_ERR_NO_MEMORY leaves everything as it was.
+ */
+static int replace_version_locked(crk_service *s, crk_shard *sh, size_t slot, crk_object *o,
+                                  const crk_replica *reps, uint32_t n_reps, const crk_write *w,
+                                  uint64_t now, uint64_t *version_out)
+{
+    crk_object *n = crk_obj_new(o->key, o->key_len, o->hash, n_reps);
+    if (!n)
+        return crb_error(CR_ERR_NO_MEMORY, "put_end '%s': new version record", o->key);
+    n->size = w->size;
+    memcpy(crk_obj_reps(n), reps, n_reps * sizeof(crk_replica));
+    apply_pins(n, w, o->flags, o->soft_pin_until, now);
+    n->flags |= CRK_OBJ_COMPLETE;
+    n->version = crk_next_version(s);
+    if (version_out != NULL)
+        *version_out = n->version;
+    n->last_access = now;
+    sh->slots[slot].obj = n;
+    crk_lru_unlink(sh, o);
+    if (!(n->flags & CRK_OBJ_HARD_PIN))
+        crk_lru_push_tail(sh, n);
+    pin_gauges(s, o, -1);
+    pin_gauges(s, n, +1);
+    if (s->off != NULL)
+        crk_off_put_end_locked(s, n, false, now);
+    /* Old replicas: readers may hold them until the old lease ends, or until
+     * the last of them releases its read. The new version's eras continue
+     * past the old one's, so a token of the old version never matches it. */
+    n->lease_era = o->lease_era + 1 ? o->lease_era + 1 : 1;
+    crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now, o);
+    crk_free(o);
+    return 0;
+}
+
 static int put_end_impl(crk_service *s, crk_client_id client, const char *key, const key_ref *pre,
                         uint64_t now, uint64_t *version_out)
 {
@@ -598,37 +637,134 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, c
         goto unlock;
     }
     /* Upsert: a new block with the new replicas replaces the object. */
-    crk_object *n = crk_obj_new(key, k.len, (uint32_t)k.hash, w->nrep);
-    if (!n) {
-        rc = crb_error(CR_ERR_NO_MEMORY, "put_end '%s': new version record", key);
-        goto unlock;
+    rc = replace_version_locked(s, sh, slot, o, w->rep, w->nrep, w, now, version_out);
+    if (rc == 0) {
+        w->obj = NULL;
+        crk_write_drop(sh, w);
     }
-    n->size = w->size;
-    memcpy(crk_obj_reps(n), w->rep, w->nrep * sizeof(crk_replica));
-    apply_pins(n, w, o->flags, o->soft_pin_until, now);
+unlock:
+    pthread_mutex_unlock(&sh->mu);
+    return rc;
+}
+
+/* Lock two shards (one when they are the same), in address order. */
+static void lock_pair(crk_shard *a, crk_shard *b)
+{
+    if (a == b) {
+        pthread_mutex_lock(&a->mu);
+        return;
+    }
+    pthread_mutex_lock(&(a < b ? a : b)->mu);
+    pthread_mutex_lock(&(a < b ? b : a)->mu);
+}
+
+static void unlock_pair(crk_shard *a, crk_shard *b)
+{
+    pthread_mutex_unlock(&a->mu);
+    if (a != b)
+        pthread_mutex_unlock(&b->mu);
+}
+
+/*
+ * Both shards locked, key absent: a new complete object on the grant's
+ * replicas, with the grant write's size and pins.
+ */
+static int install_granted_locked(crk_service *s, const key_ref *k, crk_object *go,
+                                  const crk_write *gw, uint64_t now, uint64_t *version_out)
+{
+    int rc = crk_shard_reserve(k->sh);
+    if (rc != 0)
+        return rc;
+    crk_object *n = crk_obj_new(k->key, k->len, (uint32_t)k->hash, go->nrep);
+    if (!n)
+        return crb_error(CR_ERR_NO_MEMORY, "put_end '%s': object record", k->key);
+    n->size = gw->size;
+    memcpy(crk_obj_reps(n), crk_obj_reps(go), go->nrep * sizeof(crk_replica));
+    apply_pins(n, gw, 0, 0, now);
     n->flags |= CRK_OBJ_COMPLETE;
     n->version = crk_next_version(s);
     if (version_out != NULL)
         *version_out = n->version;
     n->last_access = now;
-    sh->slots[slot].obj = n;
-    crk_lru_unlink(sh, o);
-    if (!(n->flags & CRK_OBJ_HARD_PIN))
-        crk_lru_push_tail(sh, n);
-    pin_gauges(s, o, -1);
+    crk_shard_insert(k->sh, n);
     pin_gauges(s, n, +1);
     if (s->off != NULL)
         crk_off_put_end_locked(s, n, false, now);
-    w->obj = NULL;
-    crk_write_drop(sh, w);
-    /* Old replicas: readers may hold them until the old lease ends, or until
-     * the last of them releases its read. The new version's eras continue
-     * past the old one's, so a token of the old version never matches it. */
-    n->lease_era = o->lease_era + 1 ? o->lease_era + 1 : 1;
-    crk_release_or_defer(s, sh, crk_obj_reps(o), o->nrep, o->size, o->lease_until, now, o);
-    crk_free(o);
-unlock:
-    pthread_mutex_unlock(&sh->mu);
+    if (!(n->flags & CRK_OBJ_HARD_PIN))
+        crk_lru_push_tail(k->sh, n);
+    return 0;
+}
+
+/*
+ * put_end / upsert_end with a grant (docs/WIRE.md, "Put grants"): `grant` names
+ * a fresh write in flight of this client (a hidden key it put_started earlier)
+ * whose replicas already hold the value; `key` becomes a complete object on
+ * those replicas, in one step under both shards' locks, and the grant is gone.
+ * The key's checks are put_start's (exists, another write in flight, a disk
+ * copy). A grant that is not this client's fresh write in flight is
+ * CR_OBJECT_NOT_FOUND and nothing changes (the client falls back to a
+ * two-phase put); any other failure consumes the grant (its space is freed at
+ * once: the writer finished before it asked).
+ */
+static int put_end_granted_impl(crk_service *s, crk_client_id client, const char *key,
+                                const char *grant, bool upsert, uint64_t now, uint64_t *version_out)
+{
+    key_ref k, g;
+    int rc = key_ref_of(s, key, &k);
+    if (rc == 0)
+        rc = key_ref_of(s, grant, &g);
+    if (rc != 0)
+        return rc;
+    if (k.len == g.len && memcmp(key, grant, k.len) == 0)
+        return crb_error(CR_INVALID_PARAMS, "put_end '%s': a key cannot be its own grant", key);
+    bool on_disk = false; /* only its holder's promotion may put it: never through a grant */
+    if (s->off != NULL && !upsert)
+        on_disk = crk_off_exist(s, key, k.len) == 1;
+    lock_pair(k.sh, g.sh);
+    crk_object *go = g.sh->slots[crk_shard_probe(g.sh, grant, g.len, (uint32_t)g.hash)].obj;
+    crk_write *gw = go != NULL ? go->write : NULL;
+    if (gw == NULL || gw->upsert || gw->promotion || go->nrep == 0 ||
+        !crk_id_eq(gw->owner, client)) {
+        unlock_pair(k.sh, g.sh);
+        return crb_error(CR_OBJECT_NOT_FOUND,
+                         "put_end '%s': grant '%s' is not a write in flight of this client "
+                         "(revoked with its connection, preempted, or its segment unmounted)",
+                         key, grant);
+    }
+    size_t slot = crk_shard_probe(k.sh, key, k.len, (uint32_t)k.hash);
+    crk_object *o = k.sh->slots[slot].obj;
+    if (on_disk) {
+        rc = crb_error(CR_OBJECT_ALREADY_EXISTS, "put_end '%s': key exists (on disk)", key);
+    } else if (o != NULL && !upsert && (o->flags & CRK_OBJ_COMPLETE)) {
+        rc = crb_error(CR_OBJECT_ALREADY_EXISTS, "put_end '%s': key exists", key);
+    } else if (o != NULL && o->write != NULL &&
+               crk_elapsed(now, o->write->start_ms) < s->cfg.put_start_discard_timeout_ms) {
+        rc = crb_error(CR_OBJECT_REPLICA_BUSY,
+                       "put_end '%s': another put started %llu ms ago is in flight", key,
+                       (unsigned long long)crk_elapsed(now, o->write->start_ms));
+    } else {
+        if (o != NULL && o->write != NULL) {
+            o = preempt_locked(s, k.sh, o, now); /* may erase it: the slots move */
+            slot = crk_shard_probe(k.sh, key, k.len, (uint32_t)k.hash);
+        }
+        if (o == NULL) {
+            rc = install_granted_locked(s, &k, go, gw, now, version_out);
+        } else {
+            crk_write as_upsert = *gw; /* an upsert's pins (soft pin PRESERVE keeps the old) */
+            as_upsert.upsert = 1;
+            rc = replace_version_locked(s, k.sh, slot, o, crk_obj_reps(go), go->nrep, &as_upsert,
+                                        now, version_out);
+        }
+        if (rc == 0) { /* the replicas moved to key: the grant goes without them */
+            go->nrep = 0;
+            crk_write_drop(g.sh, gw);
+            crk_erase_object_locked(s, g.sh, go, now);
+            crk_add(s->c.granted_puts, 1);
+        }
+    }
+    if (rc != 0)
+        (void)drop_write_locked(s, g.sh, go, now, now);
+    unlock_pair(k.sh, g.sh);
     return rc;
 }
 
@@ -1057,6 +1193,13 @@ int crk_put_end_versioned(crk_service *s, crk_client_id client, const char *key,
                           uint64_t *version_out)
 {
     return counted(s, CRK_OP_PUT_END, put_end_impl(s, client, key, NULL, now_ms, version_out));
+}
+
+int crk_put_end_granted(crk_service *s, crk_client_id client, const char *key, const char *grant,
+                        bool upsert, uint64_t now_ms, uint64_t *version_out)
+{
+    return counted(s, CRK_OP_PUT_END,
+                   put_end_granted_impl(s, client, key, grant, upsert, now_ms, version_out));
 }
 
 int crk_put_revoke(crk_service *s, crk_client_id client, const char *key, uint64_t now_ms)

@@ -5,8 +5,9 @@
  * key is free, nothing visible, an upsert keeps its old version), their
  * space is reused only at start + owned_ms (a bound beyond the release
  * timeout is refused),
- * other connections' and unowned writes are untouched, and a late put_end
- * of a revoked write fails.
+ * other connections' and unowned writes are untouched, a late put_end
+ * of a revoked write fails, and a segment dropped with an owned write in
+ * flight is fenced until the write's bound, not the release timeout.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -188,6 +189,35 @@ static void test_dispatch_peer(void **state)
     crk_service_destroy(s);
 }
 
+/* A segment dropped while writes are in flight on it is fenced until the writers may have
+ * ended: an owned write's start + owned_ms (its writer's promise), an unowned one's start +
+ * put_start_release_timeout. */
+static void test_dropped_segment_fenced_until_owned_bound(void **state)
+{
+    (void)state;
+    crk_service *s = tu_service(NULL, 0);
+    crk_client_id a = tu_client(1);
+    crk_segment_spec spec = {.name = "seg", .base = 1ull << 32, .size = 64 * MIB};
+    assert_int_equal(crk_mount_segment(s, a, &spec, 0, NULL), 0);
+    crk_replica_list l;
+    crk_replicate_config cfg = owned(crk_conn_tag(s), 5000);
+    assert_int_equal(crk_put_start(s, a, "w", MIB, &cfg, 20000, &l), 0); /* until 25000 */
+    assert_int_equal(crk_unmount_segment(s, a, "seg", 21000), 0);
+    assert_int_equal(crk_mount_segment(s, a, &spec, 21100, NULL), 0);
+    assert_int_equal(crk_put_start(s, a, "n", MIB, NULL, 24999, &l), CR_NO_AVAILABLE_HANDLE);
+    assert_int_equal(crk_put_start(s, a, "n", MIB, NULL, 25000, &l), 0);
+    assert_int_equal(crk_put_end(s, a, "n", 25000), 0);
+
+    /* The same with an unowned write: the release timeout (600 s) holds the name. */
+    crk_replicate_config plain = tu_cfg(1);
+    assert_int_equal(crk_put_start(s, a, "u", MIB, &plain, 30000, &l), 0);
+    assert_int_equal(crk_unmount_segment(s, a, "seg", 31000), 0);
+    assert_int_equal(crk_mount_segment(s, a, &spec, 31100, NULL), 0);
+    assert_int_equal(crk_put_start(s, a, "m", MIB, NULL, 629999, &l), CR_NO_AVAILABLE_HANDLE);
+    assert_int_equal(crk_put_start(s, a, "m", MIB, NULL, 630000, &l), 0);
+    crk_service_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -196,6 +226,7 @@ int main(void)
         cmocka_unit_test(test_upsert_keeps_old_version),
         cmocka_unit_test(test_batch_owned),
         cmocka_unit_test(test_dispatch_peer),
+        cmocka_unit_test(test_dropped_segment_fenced_until_owned_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

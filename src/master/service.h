@@ -260,6 +260,7 @@ typedef struct crk_stats {
     uint64_t put_start_discards;   /* in-flight puts preempted */
     uint64_t put_start_releases;   /* deferred releases done */
     uint64_t owned_writes_revoked; /* writes revoked because their connection closed */
+    uint64_t granted_puts;         /* keys completed on a put grant's replicas */
     uint64_t lease_releases;       /* reads released by readers (crk_release_leases) */
     uint64_t early_releases;       /* deferred releases done because the last reader released */
     uint64_t early_released_bytes;
@@ -448,6 +449,20 @@ int crk_put_end(crk_service *s, crk_client_id client, const char *key, uint64_t 
  * object's version (the one GET_REPLICA_LIST names; wire "ov" of PUT_END). */
 int crk_put_end_versioned(crk_service *s, crk_client_id client, const char *key, uint64_t now_ms,
                           uint64_t *version_out);
+
+/**
+ * Put grants (docs/WIRE.md): complete `key` (put, or upsert when `upsert`) on
+ * the replicas of `grant`, a fresh write in flight of the same client whose
+ * replicas the client already wrote the value into; the grant key is gone
+ * afterwards. The key is checked as by put_start (CR_OBJECT_ALREADY_EXISTS,
+ * CR_OBJECT_REPLICA_BUSY, a stale write preempted) and gets the grant's size
+ * and pins. CR_OBJECT_NOT_FOUND: `grant` is not such a write (nothing
+ * changed); on any other failure the grant's space is freed. Also
+ * CR_INVALID_KEY, CR_INVALID_PARAMS (key == grant), CR_ERR_NO_MEMORY.
+ * *version_out (may be NULL) on success, as crk_put_end_versioned's.
+ */
+int crk_put_end_granted(crk_service *s, crk_client_id client, const char *key, const char *grant,
+                        bool upsert, uint64_t now_ms, uint64_t *version_out);
 
 /**
  * Abort the owner's put/upsert and free its replicas (a fresh object is

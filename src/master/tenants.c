@@ -47,8 +47,8 @@ size_t crk_tenant_stats(crk_service *s, crk_tenant_stat *out, size_t cap)
         pthread_mutex_lock(&sh->mu);
         for (size_t j = 0; j < sh->nslots; j++) {
             const crk_object *o = sh->slots[j].obj;
-            if (o == NULL)
-                continue;
+            if (o == NULL || !(o->flags & CRK_OBJ_COMPLETE))
+                continue; /* a write in flight (a client's put grant among them) is no key yet */
             const char *name = "default";
             size_t len = 7;
             if (o->key[0] == CRK_TENANT_MARK) {

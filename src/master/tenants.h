@@ -50,7 +50,8 @@ typedef struct crk_tenant_stat {
 } crk_tenant_stat;
 
 /*
- * Per-tenant totals, walking every shard (for /metrics scrapes). Fills up to
+ * Per-tenant totals of complete objects (writes in flight, put grants among
+ * them, are not counted), walking every shard (for /metrics scrapes). Fills up to
  * cap entries and returns how many tenants there are (more than cap: the
  * rest are not reported). The default tenant comes first.
  */

@@ -1417,6 +1417,12 @@ static bool takes_owned(int shape)
     return shape == RQ_put_start || shape == RQ_batch_put_start;
 }
 
+/* Does a request of this op carry the optional "gk" (put grant)? */
+static bool takes_grant(int op)
+{
+    return op == CRP_RPC_PUT_END || op == CRP_RPC_UPSERT_END;
+}
+
 /* Does a request of this op carry the optional "swt" (stage wait)? */
 static bool takes_stage_wait(int op)
 {
@@ -1434,11 +1440,12 @@ int crp_rpc_req_encode(const crp_rpc_req *m, crp_buf *out)
     bool tenant = m->tenant != NULL && m->tenant[0] != '\0';
     bool owned = m->owned_ms != 0 && takes_owned(OPS[i].req);
     bool stage_wait = m->stage_wait_ms != 0 && takes_stage_wait(m->op);
+    bool grant = m->grant_key != NULL && takes_grant(m->op);
     size_t omitted = 0;
     if (OPS[i].req == RQ_hello && !m->u.hello.has_mac) /* "cn" and "mac" are optional */
         omitted = 2;
     msgpack_pack_map(&e.pk, s->n_keys - omitted + (tenant ? 1 : 0) + (owned ? 1 : 0) +
-                                (stage_wait ? 1 : 0));
+                                (stage_wait ? 1 : 0) + (grant ? 1 : 0));
     crp_mp_enc_u64(&e, "op", m->op);
     s->enc(&e, m);
     if (tenant)
@@ -1447,6 +1454,8 @@ int crp_rpc_req_encode(const crp_rpc_req *m, crp_buf *out)
         crp_mp_enc_u64(&e, "ow", m->owned_ms);
     if (stage_wait)
         crp_mp_enc_u64(&e, "swt", m->stage_wait_ms);
+    if (grant)
+        crp_mp_enc_str(&e, "gk", m->grant_key, CRP_RPC_MAX_KEY);
     return crp_mp_enc_finish(&e);
 }
 
@@ -1492,6 +1501,13 @@ int crp_rpc_req_decode(const void *data, size_t len, crp_rpc_req *out)
             rc = crb_error(CR_ERR_MALFORMED_FRAME, "request: \"swt\" %llu ms is out of range",
                            (unsigned long long)ms);
         m.stage_wait_ms = (uint32_t)ms;
+    }
+    if (rc == 0 && takes_grant(m.op)) { /* the ends' optional "gk" */
+        static const char *const gk_key[] = {"gk"};
+        const msgpack_object *gk[1];
+        rc = crp_mp_map_fields(&d.c, NULL, &u.data, gk_key, 1, gk);
+        if (rc == 0 && gk[0] != NULL)
+            rc = get_str(&d, "gk", gk[0], CRP_RPC_MAX_KEY, &m.grant_key);
     }
     if (rc != 0) {
         arena_free(d.arena);

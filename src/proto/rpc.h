@@ -51,7 +51,8 @@
  *   leases           "ks", "lts": [u64 lease token] (as many as "ks")
  *   put_start        "cid", "k", "sz": u64 value size, "cfg": config,
  *                    "ow": u64 ms (optional: absent = 0, not owned; crp_rpc_req.owned_ms)
- *   owner_key        "cid", "k"
+ *   owner_key        "cid", "k", "gk": str grant key (optional, PUT_END / UPSERT_END only;
+ *                    crp_rpc_req.grant_key)
  *   batch_put_start  "cid", "ks", "szs": [u64] (as many as "ks"), "cfg", "ow" (optional)
  *   owner_keys       "cid", "ks"
  *   remove           "k", "f": bool force
@@ -134,10 +135,13 @@
  * "being staged" until the stage lands or the wait ends; in OFFLOAD_HEARTBEAT: a reply that
  * would carry no task, until a task is queued (docs/WIRE.md, "Stage waits") */
 #define CRP_RPC_CAP_STAGE_WAIT (1ull << 8)
+/* "gk" in PUT_END / UPSERT_END: complete the key on the replicas of the caller's own write in
+ * flight of the grant key "gk" (docs/WIRE.md, "Put grants") */
+#define CRP_RPC_CAP_PUT_GRANT (1ull << 9)
 #define CRP_RPC_CAPS_DEFINED                                                                       \
     (CRP_RPC_CAP_BATCH | CRP_RPC_CAP_UPSERT | CRP_RPC_CAP_SOFT_PIN | CRP_RPC_CAP_EPOCH |           \
      CRP_RPC_CAP_REPLICA_CLEAR | CRP_RPC_CAP_LEASE_RELEASE | CRP_RPC_CAP_OFFLOAD |                 \
-     CRP_RPC_CAP_OWNED_WRITES | CRP_RPC_CAP_STAGE_WAIT)
+     CRP_RPC_CAP_OWNED_WRITES | CRP_RPC_CAP_STAGE_WAIT | CRP_RPC_CAP_PUT_GRANT)
 
 /* Bounds enforced by encoders and decoders. */
 #define CRP_RPC_MAX_KEY       4096       /* bytes per key */
@@ -424,6 +428,12 @@ typedef struct crp_rpc_req {
      * would carry no task, until one is queued for the holder. 0 (not sent): answered at
      * once. */
     uint32_t stage_wait_ms;
+    /* Optional "gk" of PUT_END and UPSERT_END (CRP_RPC_CAP_PUT_GRANT; ignored by other ops'
+     * encoders and decoders; <= CRP_RPC_MAX_KEY): the key of a fresh write in flight of the
+     * same client (its "grant") whose replicas already hold the value; the end completes
+     * "k" on those replicas instead of on k's own write, and the grant is gone (docs/WIRE.md,
+     * "Put grants"). NULL (not sent): a plain end. */
+    char *grant_key;
     struct crp_rpc_arena *arena; /* NULL unless decoded */
 } crp_rpc_req;
 

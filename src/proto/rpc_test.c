@@ -274,6 +274,8 @@ static void fill_rq_owner_key(crp_rpc_req *m, int v)
 {
     m->u.owner_key.client_id = sample_uuid(v);
     m->u.owner_key.key = sample_key(v);
+    if (m->op == CRP_RPC_PUT_END || m->op == CRP_RPC_UPSERT_END) /* the ends' optional "gk" */
+        m->grant_key = v == V_MAX ? S_KEY_MAX : v == V_SMALL ? "\x02grant/0123" : NULL;
 }
 
 static void fill_rq_batch_put_start(crp_rpc_req *m, int v)
@@ -669,6 +671,10 @@ static void eq_rq_owner_key(const crp_rpc_req *a, const crp_rpc_req *b)
 {
     eq_uuid(&a->u.owner_key.client_id, &b->u.owner_key.client_id);
     eq_str(a->u.owner_key.key, b->u.owner_key.key);
+    if (a->grant_key == NULL)
+        assert_null(b->grant_key);
+    else
+        eq_str(a->grant_key, b->grant_key);
 }
 
 static void eq_rq_batch_put_start(const crp_rpc_req *a, const crp_rpc_req *b)
@@ -1311,8 +1317,8 @@ static void pack_mutated(msgpack_packer *pk, const msgpack_object *o, const targ
 
 static bool key_optional(const msgpack_object_kv *kv)
 {
-    static const char *const optional[] = {"msg",  "spt", "fence", "lt", "sn",
-                                           "smac", "ow",  "ov",    "swt"};
+    static const char *const optional[] = {"msg",  "spt", "fence", "lt",  "sn",
+                                           "smac", "ow",  "ov",    "swt", "gk"};
     for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++) {
         size_t n = strlen(optional[i]);
         if (kv->key.via.str.size == n && memcmp(kv->key.via.str.ptr, optional[i], n) == 0)
@@ -1712,6 +1718,34 @@ static void test_ranges_and_enums(void **state)
     pack_raw_body(&sb, CRP_RPC_GET_REPLICA_LIST, gs, 2);
     expect_reject(REQ, sb.data, sb.size, CR_ERR_MALFORMED_FRAME);
     expect_error_mentions("swt");
+    msgpack_sbuffer_destroy(&sb);
+
+    /* An end's grant key ("gk") must be a string of at most CRP_RPC_MAX_KEY bytes; other
+     * ops skip it like any unknown field. */
+    static const uint8_t cid_ok[] = {0xc4, 0x10, 1,  2,  3,  4,  5,  6,  7,
+                                     8,    9,    10, 11, 12, 13, 14, 15, 16};
+    static const uint8_t gk_int[] = {0x07};
+    raw_field ge[3] = {{"cid", cid_ok, sizeof(cid_ok)},
+                       {"k", key_k, sizeof(key_k)},
+                       {"gk", gk_int, sizeof(gk_int)}};
+    pack_raw_body(&sb, CRP_RPC_PUT_END, ge, 3);
+    expect_reject(REQ, sb.data, sb.size, CR_ERR_MALFORMED_FRAME);
+    expect_error_mentions("gk");
+    msgpack_sbuffer_destroy(&sb);
+    pack_raw_body(&sb, CRP_RPC_PUT_REVOKE, ge, 3);
+    assert_int_equal(crp_rpc_req_decode(sb.data, sb.size, &m), 0);
+    assert_null(m.grant_key);
+    crp_rpc_req_clear(&m);
+    msgpack_sbuffer_destroy(&sb);
+    static uint8_t gk_long[3 + CRP_RPC_MAX_KEY + 1];
+    gk_long[0] = 0xda; /* str 16 */
+    gk_long[1] = (uint8_t)((CRP_RPC_MAX_KEY + 1) >> 8);
+    gk_long[2] = (uint8_t)((CRP_RPC_MAX_KEY + 1) & 0xff);
+    memset(gk_long + 3, 'g', CRP_RPC_MAX_KEY + 1);
+    ge[2] = (raw_field){"gk", gk_long, sizeof(gk_long)};
+    pack_raw_body(&sb, CRP_RPC_UPSERT_END, ge, 3);
+    expect_reject(REQ, sb.data, sb.size, CR_ERR_MALFORMED_FRAME);
+    expect_error_mentions("gk");
     msgpack_sbuffer_destroy(&sb);
 
     /* The client id's byte order is fixed: hi first, big-endian. */
