@@ -269,7 +269,8 @@ static void *heartbeat_main(void *arg)
     uint64_t next = crb_now_ms();
     int last_remount = 0; /* logged once per change, not once a second */
     while (!atomic_load(&s->stop)) {
-        /* reads given back after the last call do not wait for the next one */
+        /* reads and stale grants given back after the last call do not wait for the next */
+        crc_grants_expire(s);
         crc_master_flush_later(s->master, 10 * 1000 * 1000ull, (int)s->rpc_timeout_ms);
         if (crb_now_ms() < next) {
             struct timespec ts = {0, 20 * 1000 * 1000};
@@ -378,6 +379,8 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
         rc = speculate_mode(s);
     if (rc == 0)
         rc = release_mode(s);
+    if (rc == 0)
+        rc = crc_grants_create(s);
     if (rc < 0)
         goto err_destroy;
 
@@ -491,7 +494,9 @@ int cr_store_close(cr_store *s)
     s->heartbeat_running = false;
     crc_off_stop(s, s->off); /* before the connections and the engine go */
     s->off = NULL;
-    if (s->master != NULL) /* reads given back, before the connection goes */
+    if (s->master != NULL) /* grants and reads given back, before the connection goes */
+        crc_grants_release(s);
+    if (s->master != NULL)
         crc_master_flush_later(s->master, 0, (int)s->rpc_timeout_ms);
     if (s->master != NULL && s->segment_size > 0) {
         crp_rpc_req req = {.op = CRP_RPC_UNMOUNT_SEGMENT};
@@ -534,6 +539,7 @@ void cr_store_destroy(cr_store *s)
         free(s->segs[i].name);
     free(s->segs);
     crc_loc_destroy(s->loc);
+    crc_grants_destroy(s);
     pthread_mutex_destroy(&s->staging_lock);
     pthread_cond_destroy(&s->staging_freed);
     pthread_mutex_destroy(&s->seg_lock);

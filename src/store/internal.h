@@ -80,6 +80,7 @@ struct cr_store {
      * each in a write of its own right after its get (get.c). */
     bool release_at_once;
 
+    struct crc_grants *grants;   /* put grants (grants.c), or NULL: CRESCENT_PUT_GRANTS=0 */
     struct crc_offload *off;     /* the disk tier (store/offload.h), or NULL */
     _Atomic uint64_t disk_reads; /* gets served from a holder's disk (rpc_reads) */
 };
@@ -255,6 +256,40 @@ void crc_loc_forget(crc_loc_cache *c, const char *key);
 /* Does a reply naming `version` and reps[0..n) confirm l (same version, l's replica
  * listed)? Then what was read from l while asking is the value (docs/WIRE.md). */
 bool crc_loc_confirms(const crc_loc *l, uint64_t version, const crp_rpc_replica *reps, size_t n);
+
+/* grants.c: put grants, a single put in one master round trip (docs/WIRE.md, "Put
+ * grants"). Any thread. */
+typedef struct crc_grants crc_grants;
+typedef struct crc_grant crc_grant;
+/* At setup: s->grants (left NULL when CRESCENT_PUT_GRANTS=0); CR_INVALID_PARAMS names a bad
+ * value of it. */
+int crc_grants_create(cr_store *s);
+/* At close, while the master connection is up: the idle grants are revoked (notices). */
+void crc_grants_release(cr_store *s);
+void crc_grants_destroy(cr_store *s);
+/* The heartbeat thread's tick: idle grants too old to be written into are revoked, so a
+ * writer that stopped putting holds none a second later. */
+void crc_grants_expire(cr_store *s);
+/* May a put with this (wire) config use grants now? */
+bool crc_grants_usable(cr_store *s, const crp_rpc_replica_config *cfg);
+/* An idle grant for a value of `size` bytes and config cfg, young enough to be written
+ * into now, or NULL. Revokes the ones too old to use. The caller owns it until
+ * crc_grant_done. */
+crc_grant *crc_grant_take(cr_store *s, uint64_t size, const crp_rpc_replica_config *cfg);
+/* Where to write a taken grant's value: its PUT_START reply's replicas. */
+const crp_rpc_alloc_resp *crc_grant_placement(crc_grant *g);
+const char *crc_grant_key(const crc_grant *g);
+/* A taken grant is finished with: consumed by the master (revoke false) or to be given
+ * back (revoke true: a notice). */
+void crc_grant_done(cr_store *s, crc_grant *g, bool revoke);
+/* Asking for a new grant in another call's write (crc_master_call2): crc_grant_ask_begin
+ * (NULL: the store holds enough grants, or no memory) fills req with the grant's PUT_START,
+ * whose reply goes to crc_grant_reply(g); then crc_grant_ask_end with the call's status
+ * keeps the grant or drops it. */
+crc_grant *crc_grant_ask_begin(cr_store *s, uint64_t size, const crp_rpc_replica_config *cfg,
+                               crp_rpc_req *req);
+crp_rpc_resp *crc_grant_reply(crc_grant *g);
+void crc_grant_ask_end(cr_store *s, crc_grant *g, int rc);
 
 /* get.c: put this client's own replica (its segment's) first; the order gets read in. */
 void crc_order_replicas(cr_store *s, crp_rpc_replica *r, size_t n);

@@ -53,7 +53,11 @@ typedef struct pending {
     int status;     /* transport status; 0 when a frame arrived */
     crp_header hdr; /* of the reply */
     uint8_t *body;  /* malloc'd reply body */
-    pthread_cond_t cond;
+    /* What its caller waits on: one condition variable per call (call_n's slots share their
+     * first slot's), so a signal meant for the caller (its reply, or the read side handed
+     * over) reaches it whichever of its slots it names. */
+    pthread_cond_t *wake;
+    pthread_cond_t cond; /* the call's, in its first slot */
 } pending;
 
 struct crc_master {
@@ -114,7 +118,7 @@ static void fail_pending_locked(crc_master *m, int status)
         if (!p->done) {
             p->done = true;
             p->status = status;
-            pthread_cond_signal(&p->cond);
+            pthread_cond_signal(p->wake);
         }
     }
 }
@@ -136,7 +140,7 @@ static int deliver(crc_master *m, const crp_header *h, const uint8_t *body)
         p->hdr = *h;
         p->body = copy;
         copy = NULL;
-        pthread_cond_signal(&p->cond);
+        pthread_cond_signal(p->wake);
     }
     pthread_mutex_unlock(&m->lock);
     free(copy); /* a reply nobody waits for any more */
@@ -467,27 +471,63 @@ int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_
 
 static int flush_later_locked(crc_master *m, uint64_t deadline);
 
-static int call_once(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms,
-                     crc_sent_fn sent, void *sent_arg)
+#define CALL_MAX 2 /* requests one call_n sends in one write */
+
+/* Is q one of mine[0..n)? */
+static bool is_mine(const pending *q, pending *const *mine, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (q == mine[i])
+            return true;
+    return false;
+}
+
+/* The first of mine[0..n) still waiting for its reply, or NULL. Caller holds lock. */
+static pending *first_waiting(pending *const *mine, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!mine[i]->done)
+            return mine[i];
+    return NULL;
+}
+
+/*
+ * Send reqs[0..n) (n <= CALL_MAX) in one write and wait for all their replies (the master
+ * serves a connection's requests in order). 0: every resps[i] holds a decoded reply.
+ */
+static int call_n(crc_master *m, const crp_rpc_req *const *reqs, crp_rpc_resp *const *resps,
+                  size_t n, int timeout_ms, crc_sent_fn sent, void *sent_arg)
 {
     crp_buf frame = {0};
-    crp_rpc_req with_tenant;
-    if (m->tenant[0] != '\0' && req->tenant == NULL) { /* every call in this tenant */
-        with_tenant = *req;
-        with_tenant.tenant = m->tenant;
-        req = &with_tenant;
+    size_t ends[CALL_MAX];
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const crp_rpc_req *req = reqs[i];
+        crp_rpc_req with_tenant;
+        if (m->tenant[0] != '\0' && req->tenant == NULL) { /* every call in this tenant */
+            with_tenant = *req;
+            with_tenant.tenant = m->tenant;
+            req = &with_tenant;
+        }
+        rc = encode_frame(req, &frame);
+        ends[i] = frame.len;
     }
-    int rc = encode_frame(req, &frame);
     if (rc < 0) {
         crp_buf_free(&frame);
         return rc;
     }
+    const crp_rpc_req *req = reqs[0]; /* named in messages */
     uint64_t deadline = crb_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-    pending p = {.done = false};
+    pending p[CALL_MAX];
+    pending *mine[CALL_MAX];
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p.cond, &ca);
+    for (size_t i = 0; i < n; i++) {
+        p[i] = (pending){.done = false, .wake = &p[0].cond};
+        mine[i] = &p[i];
+    }
+    pthread_cond_init(&p[0].cond, &ca);
     pthread_condattr_destroy(&ca);
 
     pthread_mutex_lock(&m->write_lock);
@@ -500,13 +540,18 @@ static int call_once(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, 
         rc = connect_locked(m, timeout_ms);
     int fd = m->fd;
     if (rc == 0) {
-        p.id = m->next_id++;
-        p.next = m->pending;
-        m->pending = &p;
+        for (size_t i = 0; i < n; i++) {
+            p[i].id = m->next_id++;
+            p[i].next = m->pending;
+            m->pending = &p[i];
+        }
     }
     pthread_mutex_unlock(&m->lock);
     if (rc == 0) {
-        frame_set_id(&frame, p.id);
+        for (size_t i = 0, start = 0; i < n; start = ends[i], i++) {
+            crp_buf one = {.data = frame.data + start, .len = ends[i] - start};
+            frame_set_id(&one, p[i].id);
+        }
         /* The notices queued for this call go first, in the same write
          * (without memory to join them, in a write of their own). */
         const crp_buf *out = &frame;
@@ -534,7 +579,8 @@ static int call_once(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, 
     pthread_mutex_lock(&m->lock);
     if (rc == 0) {
         bool moved = false;
-        while (!p.done && !moved && crb_now_ns() < deadline) {
+        pending *w;
+        while ((w = first_waiting(mine, n)) != NULL && !moved && crb_now_ns() < deadline) {
             /* HA: every 500 ms without a reply, ask etcd whether another
              * master leads now (this one may be paused or partitioned). */
             uint64_t until = deadline;
@@ -547,7 +593,7 @@ static int call_once(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, 
                 m->reading = true;
                 m->read_fd = rfd;
                 pthread_mutex_unlock(&m->lock);
-                int rrc = read_until(m, rfd, &p, until);
+                int rrc = read_until(m, rfd, w, until);
                 pthread_mutex_lock(&m->lock);
                 m->reading = false;
                 m->read_fd = -1;
@@ -556,45 +602,70 @@ static int call_once(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, 
                 pthread_cond_broadcast(&m->read_done);
                 /* Hand the read side to a caller still waiting. */
                 for (pending *q = m->pending; q != NULL; q = q->next) {
-                    if (q != &p && !q->done) {
-                        pthread_cond_signal(&q->cond);
+                    if (!is_mine(q, mine, n) && !q->done) {
+                        pthread_cond_signal(q->wake);
                         break;
                     }
                 }
-            } else if (m->fd < 0 && !p.done) {
+            } else if (m->fd < 0 && !w->done) {
                 break; /* lost, and fail_pending_locked missed us: cannot happen */
-            } else if (pthread_cond_timedwait(&p.cond, &m->lock, &ts) != 0 && !p.done &&
+            } else if (pthread_cond_timedwait(w->wake, &m->lock, &ts) != 0 && !w->done &&
                        until == deadline) {
                 break;
             }
-            if (!p.done && until != deadline && crb_now_ns() >= until) {
+            if (!w->done && until != deadline && crb_now_ns() >= until) {
                 uint64_t view = m->view;
                 pthread_mutex_unlock(&m->lock);
                 moved = crc_leader_moved(m->leader, view);
                 pthread_mutex_lock(&m->lock);
             }
         }
-        if (moved && !p.done)
+        w = first_waiting(mine, n);
+        if (moved && w != NULL)
             rc = crb_error(CR_RPC_FAIL, "%s: another master leads now", crp_rpc_op_name(req->op));
-        else if (!p.done)
+        else if (w != NULL)
             rc = crb_error(CR_RPC_TIMEOUT, "master did not answer %s within %d ms",
                            crp_rpc_op_name(req->op), timeout_ms);
-        else if (p.status != 0)
-            rc = crb_error(p.status, "master connection lost during %s", crp_rpc_op_name(req->op));
+        for (size_t i = 0; rc == 0 && i < n; i++)
+            if (p[i].status != 0)
+                rc = crb_error(p[i].status, "master connection lost during %s",
+                               crp_rpc_op_name(reqs[i]->op));
     }
-    if (p.id != 0) { /* unlink our slot */
+    for (size_t i = 0; i < n; i++) { /* unlink our slots */
+        if (p[i].id == 0)
+            continue;
         pending **pp = &m->pending;
-        while (*pp != NULL && *pp != &p)
+        while (*pp != NULL && *pp != &p[i])
             pp = &(*pp)->next;
         if (*pp != NULL)
-            *pp = p.next;
+            *pp = p[i].next;
     }
     pthread_mutex_unlock(&m->lock);
-    if (rc == 0)
-        rc = decode_reply(&p.hdr, p.body, req->op, resp);
-    free(p.body);
-    pthread_cond_destroy(&p.cond);
+    size_t decoded = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if ((rc = decode_reply(&p[i].hdr, p[i].body, reqs[i]->op, resps[i])) == 0)
+            decoded++;
+    if (rc < 0)
+        for (size_t i = 0; i < decoded; i++)
+            crp_rpc_resp_clear(resps[i]);
+    for (size_t i = 0; i < n; i++)
+        free(p[i].body);
+    pthread_cond_destroy(&p[0].cond);
     return rc;
+}
+
+static int call_once(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms,
+                     crc_sent_fn sent, void *sent_arg)
+{
+    return call_n(m, &req, &resp, 1, timeout_ms, sent, sent_arg);
+}
+
+int crc_master_call2(crc_master *m, const crp_rpc_req *a, crp_rpc_resp *resp_a,
+                     const crp_rpc_req *b, crp_rpc_resp *resp_b, int timeout_ms)
+{
+    const crp_rpc_req *reqs[2] = {a, b};
+    crp_rpc_resp *resps[2] = {resp_a, resp_b};
+    return call_n(m, reqs, resps, 2, timeout_ms, NULL, NULL);
 }
 
 /* Make the next call reconnect (and, through etcd, find the leader again). */

@@ -10,6 +10,11 @@
  * space is moved in several rounds instead of failing); zero-copy puts
  * write straight from the caller's registered memory. A key that already exists complete is left
  * alone and the put succeeds (Mooncake's behaviour); upsert replaces it.
+ *
+ * With put grants (grants.c) a single put writes into space the master placed ahead of
+ * time and then asks once: PUT_END {key, "gk"}, with the next grant's PUT_START right
+ * behind it in the same round trip. A put that finds no grant asks for one along with its
+ * own PUT_START.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,6 +118,77 @@ static int write_replicas(cr_store *s, const crp_rpc_replica *reps, size_t n_rep
     return 0;
 }
 
+/* The writer knows where its value is: a later get of it may read the replica it would
+ * choose while asking the master (the reply must name this version and replica again
+ * before the bytes are kept: get.c). */
+static void remember_placement(cr_store *s, const char *key, uint64_t version, uint64_t size,
+                               crp_rpc_replica *reps, size_t n)
+{
+    if (s->loc == NULL || version == 0 || size < s->spec_min || n == 0)
+        return;
+    crc_order_replicas(s, reps, n);
+    crp_rpc_replica mine = reps[0];
+    mine.status = CRP_RPC_REPLICA_COMPLETE; /* as of the end just acknowledged */
+    crc_loc_store(s->loc, key, version, &mine);
+}
+
+/* Ask for a grant like this put's in the round trip of `req`'s call (when grants are on
+ * and the store holds fewer than its limit). */
+static int call_asking_grant(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp, bool grants,
+                             uint64_t size, const crp_rpc_replica_config *wcfg)
+{
+    crp_rpc_req ask;
+    crc_grant *g = grants ? crc_grant_ask_begin(s, size, wcfg, &ask) : NULL;
+    if (g == NULL)
+        return crc_call(s, req, resp);
+    int rc =
+        crc_master_call2(s->master, req, resp, &ask, crc_grant_reply(g), (int)s->rpc_timeout_ms);
+    crc_grant_ask_end(s, g, rc);
+    return rc;
+}
+
+#define PUT_TWO_PHASE 1 /* put_granted: the grant was unusable; put the two-phase way */
+
+/* A put into grant g (taken for this size and config): write, then one round trip. */
+static int put_granted(cr_store *s, const char *key, const value_parts *v, bool upsert,
+                       crc_grant *g, const crp_rpc_replica_config *wcfg)
+{
+    const crp_rpc_alloc_resp *a = crc_grant_placement(g);
+    int rc = write_replicas(s, a->replicas, a->n_replicas, v);
+    if (rc < 0) { /* its holder may be gone: give it back, and place the value anew */
+        crb_log(CRB_LOG_DEBUG, "put '%s': writing into a grant failed (%s); two-phase put", key,
+                cr_last_error_message());
+        crc_grant_done(s, g, true);
+        return PUT_TWO_PHASE;
+    }
+    crp_rpc_req req = {.op = upsert ? CRP_RPC_UPSERT_END : CRP_RPC_PUT_END};
+    req.u.owner_key = (crp_rpc_owner_key_req){s->client_id, (char *)key};
+    req.grant_key = (char *)crc_grant_key(g);
+    crp_rpc_resp resp;
+    rc = call_asking_grant(s, &req, &resp, true, v->total, wcfg);
+    if (rc < 0) { /* outcome unknown: the grant is given back if the end did not take it */
+        crc_grant_done(s, g, true);
+        return rc;
+    }
+    rc = resp.status;
+    uint64_t version = resp.u.end.version;
+    if (rc == CR_OBJECT_NOT_FOUND) { /* the master no longer knows the grant */
+        crp_rpc_resp_clear(&resp);
+        crc_grant_done(s, g, false);
+        return PUT_TWO_PHASE;
+    }
+    if (rc < 0 && !(rc == CR_OBJECT_ALREADY_EXISTS && !upsert))
+        crb_error(rc, "put '%s' (%llu bytes): %s", key, (unsigned long long)v->total,
+                  resp.message ? resp.message : cr_strerror(rc));
+    crp_rpc_resp_clear(&resp);
+    if (rc == CR_OBJECT_ALREADY_EXISTS && !upsert)
+        rc = 0; /* complete already: nothing to do (Mooncake's behaviour) */
+    else if (rc == 0)
+        remember_placement(s, key, version, v->total, a->replicas, a->n_replicas);
+    crc_grant_done(s, g, false); /* consumed by the end, whatever it answered */
+    return rc;
+}
+
 static int put_value(cr_store *s, const char *key, const value_parts *v, bool upsert,
                      const cr_replicate_config *cfg)
 {
@@ -128,8 +204,15 @@ static int put_value(cr_store *s, const char *key, const value_parts *v, bool up
     req.u.put_start.key = (char *)key;
     req.u.put_start.value_size = v->total;
     crc_config_to_wire(cfg, &req.u.put_start.config);
+    bool grants = v->total > 0 && crc_grants_usable(s, &req.u.put_start.config);
+    crc_grant *g = grants ? crc_grant_take(s, v->total, &req.u.put_start.config) : NULL;
+    if (g != NULL) {
+        rc = put_granted(s, key, v, upsert, g, &req.u.put_start.config);
+        if (rc != PUT_TWO_PHASE)
+            return rc;
+    }
     crp_rpc_resp resp;
-    rc = crc_call(s, &req, &resp);
+    rc = call_asking_grant(s, &req, &resp, grants, v->total, &req.u.put_start.config);
     if (rc == CR_RPC_TIMEOUT) {
         /* The master may still process the start later: queue a revoke behind
          * it on the same connection (requests are served in order) so the key
@@ -164,16 +247,9 @@ static int put_value(cr_store *s, const char *key, const value_parts *v, bool up
     }
     uint64_t version = 0;
     rc = end_or_revoke_within(s, key, upsert, true, (int)s->rpc_timeout_ms, &version);
-    /* The writer knows where its value is: a later get of it may read the replica
-     * it would choose while asking the master (the reply must name this version
-     * and replica again before the bytes are kept: get.c). */
-    if (rc == 0 && s->loc != NULL && version != 0 && v->total >= s->spec_min &&
-        resp.u.alloc.n_replicas > 0) {
-        crc_order_replicas(s, resp.u.alloc.replicas, resp.u.alloc.n_replicas);
-        crp_rpc_replica mine = resp.u.alloc.replicas[0];
-        mine.status = CRP_RPC_REPLICA_COMPLETE; /* as of the end just acknowledged */
-        crc_loc_store(s->loc, key, version, &mine);
-    }
+    if (rc == 0)
+        remember_placement(s, key, version, v->total, resp.u.alloc.replicas,
+                           resp.u.alloc.n_replicas);
     crp_rpc_resp_clear(&resp);
     return rc;
 }
