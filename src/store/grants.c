@@ -170,46 +170,11 @@ bool crc_grants_usable(cr_store *s, const crp_rpc_replica_config *cfg)
            (crc_master_caps(s->master) & need) == need;
 }
 
-crc_grant *crc_grant_take(cr_store *s, uint64_t size, const crp_rpc_replica_config *cfg)
+/* Take the idle grants too old to be written into off the list (p->mu held): into
+ * out[], returns how many. They are no longer counted. */
+static size_t take_stale_locked(crc_grants *p, uint64_t now, crc_grant **out)
 {
-    crc_grants *p = s->grants;
-    crc_grant *found = NULL, *stale[GRANTS_MAX];
-    size_t n_stale = 0;
-    uint64_t now = crb_now_ns();
-    pthread_mutex_lock(&p->mu);
-    for (size_t i = 0; i < p->n_idle;) {
-        crc_grant *g = p->idle[i];
-        bool old = now - g->asked_ns >= (uint64_t)GRANT_USE_MS * 1000000ull;
-        if (!old && (found != NULL || g->size != size || !same_config(&g->cfg, cfg))) {
-            i++;
-            continue;
-        }
-        memmove(&p->idle[i], &p->idle[i + 1], (p->n_idle - i - 1) * sizeof(p->idle[0]));
-        p->n_idle--;
-        if (old) {
-            stale[n_stale++] = g;
-            p->n_out--;
-        } else {
-            found = g;
-        }
-    }
-    pthread_mutex_unlock(&p->mu);
-    for (size_t i = 0; i < n_stale; i++) {
-        revoke_notice(s, stale[i]);
-        grant_free(stale[i]);
-    }
-    return found;
-}
-
-void crc_grants_expire(cr_store *s)
-{
-    crc_grants *p = s->grants;
-    if (p == NULL)
-        return;
-    crc_grant *stale[GRANTS_MAX];
-    size_t n_stale = 0;
-    uint64_t now = crb_now_ns();
-    pthread_mutex_lock(&p->mu);
+    size_t n = 0;
     for (size_t i = 0; i < p->n_idle;) {
         crc_grant *g = p->idle[i];
         if (now - g->asked_ns < (uint64_t)GRANT_USE_MS * 1000000ull) {
@@ -219,13 +184,48 @@ void crc_grants_expire(cr_store *s)
         memmove(&p->idle[i], &p->idle[i + 1], (p->n_idle - i - 1) * sizeof(p->idle[0]));
         p->n_idle--;
         p->n_out--;
-        stale[n_stale++] = g;
+        out[n++] = g;
     }
-    pthread_mutex_unlock(&p->mu);
-    for (size_t i = 0; i < n_stale; i++) {
+    return n;
+}
+
+static void give_back(cr_store *s, crc_grant **stale, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
         revoke_notice(s, stale[i]);
         grant_free(stale[i]);
     }
+}
+
+crc_grant *crc_grant_take(cr_store *s, uint64_t size, const crp_rpc_replica_config *cfg)
+{
+    crc_grants *p = s->grants;
+    crc_grant *found = NULL, *stale[GRANTS_MAX];
+    pthread_mutex_lock(&p->mu);
+    size_t n_stale = take_stale_locked(p, crb_now_ns(), stale);
+    for (size_t i = 0; i < p->n_idle && found == NULL; i++) {
+        crc_grant *g = p->idle[i];
+        if (g->size != size || !same_config(&g->cfg, cfg))
+            continue;
+        found = g;
+        memmove(&p->idle[i], &p->idle[i + 1], (p->n_idle - i - 1) * sizeof(p->idle[0]));
+        p->n_idle--;
+    }
+    pthread_mutex_unlock(&p->mu);
+    give_back(s, stale, n_stale);
+    return found;
+}
+
+void crc_grants_expire(cr_store *s)
+{
+    crc_grants *p = s->grants;
+    if (p == NULL)
+        return;
+    crc_grant *stale[GRANTS_MAX];
+    pthread_mutex_lock(&p->mu);
+    size_t n_stale = take_stale_locked(p, crb_now_ns(), stale);
+    pthread_mutex_unlock(&p->mu);
+    give_back(s, stale, n_stale);
 }
 
 crc_grant *crc_grant_ask_begin(cr_store *s, uint64_t size, const crp_rpc_replica_config *cfg,

@@ -194,6 +194,10 @@ typedef struct pipeline_arg {
     atomic_int *errors;
 } pipeline_arg;
 
+/* Odd threads send pairs (crc_master_call2: an EXIST and a PING in one write), even ones
+ * single EXISTs, all on one connection: every reply reaches its caller, none times out (a
+ * pair's caller must hear of its replies and of the read side handed over whichever of its
+ * two requests they name). */
 static void *pipeline_thread(void *p)
 {
     pipeline_arg *a = p;
@@ -203,11 +207,23 @@ static void *pipeline_thread(void *p)
         crp_rpc_req req = {.op = CRP_RPC_EXIST};
         req.u.key.key = key;
         crp_rpc_resp resp;
-        if (crc_master_call(a->m, &req, &resp, 5000) != 0 || resp.status != 0 ||
-            resp.u.exist.exists)
+        if (a->thread % 2 == 1) {
+            crp_rpc_req ping = {.op = CRP_RPC_PING};
+            ping.u.client.client_id = (crp_rpc_uuid){3, 4};
+            crp_rpc_resp pong;
+            if (crc_master_call2(a->m, &req, &resp, &ping, &pong, 5000) != 0 ||
+                resp.op != CRP_RPC_EXIST || resp.status != 0 || resp.u.exist.exists ||
+                pong.op != CRP_RPC_PING || pong.status != 0) {
+                atomic_fetch_add(a->errors, 1);
+                continue;
+            }
+            crp_rpc_resp_clear(&pong);
+        } else if (crc_master_call(a->m, &req, &resp, 5000) != 0 || resp.status != 0 ||
+                   resp.u.exist.exists) {
             atomic_fetch_add(a->errors, 1);
-        else
-            crp_rpc_resp_clear(&resp);
+            continue;
+        }
+        crp_rpc_resp_clear(&resp);
     }
     return NULL;
 }
