@@ -6,9 +6,9 @@
  * process; puts of a second size and upserts mix in; a put of an existing key
  * through a grant leaves the old value; after the writer closes, the master
  * holds exactly the values' bytes (its grants were given back); a writer with
- * CRESCENT_PUT_GRANTS=0 never uses one. A master killed and restarted on its
- * port makes the writer's grants unknown: its puts fall back to two-phase
- * ones and stay correct.
+ * grants off (CRESCENT_PUT_GRANTS unset: they are opt-in) never uses one. A master killed and
+ * restarted on its port makes the writer's grants unknown: its puts fall back to two-phase ones and
+ * stay correct.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -51,6 +51,7 @@ static const char *const WRITER[] = {"--segment", "0", "--region", "0", NULL};
 static void stream_of_puts_goes_through_grants(void **state)
 {
     (void)state;
+    setenv("CRESCENT_PUT_GRANTS", "1", 1); /* opt-in: the clients started from here on */
     sh_master m;
     assert_int_equal(sh_master_start(&m, NULL), 0);
     sh_client holder, writer;
@@ -95,10 +96,9 @@ static void stream_of_puts_goes_through_grants(void **state)
 
     /* Grants off: none used. */
     double before = sh_metric(&m, "master_put_grant_commits_total");
-    setenv("CRESCENT_PUT_GRANTS", "0", 1);
+    unsetenv("CRESCENT_PUT_GRANTS");
     sh_client plain;
     assert_int_equal(sh_client_start(&plain, m.addr, WRITER), 0);
-    unsetenv("CRESCENT_PUT_GRANTS");
     for (int i = 0; i < 8; i++)
         assert_int_equal(sh_rc(&plain, "put plain%d %d %d", i, MIB, 5000 + i), 0);
     assert_true(sh_metric(&m, "master_put_grant_commits_total") == before);
@@ -119,6 +119,7 @@ static void stream_of_puts_goes_through_grants(void **state)
 static void restarted_master_forgets_grants(void **state)
 {
     (void)state;
+    setenv("CRESCENT_PUT_GRANTS", "1", 1);
     sh_master m;
     const char *const margs[] = {"--default_kv_lease_ttl=500", NULL};
     assert_int_equal(sh_master_start(&m, margs), 0);
