@@ -156,6 +156,10 @@ void crk_peer_closed(crk_service *s, crk_peer *peer, uint64_t now_ms)
 {
     if (peer != NULL && peer->conn_tag != 0)
         (void)crk_revoke_conn_writes(s, peer->conn_tag, now_ms);
+    if (peer != NULL && peer->bound) {
+        crk_client_linked(s, client_of(peer->client_id), false);
+        peer->bound = false; /* (a peer is closed once; this makes a second call harmless) */
+    }
 }
 
 /* Copy a service replica list into reply replicas (segment names too). */
@@ -320,8 +324,9 @@ static const crp_rpc_uuid *named_client(const crp_rpc_req *req)
     }
 }
 
-/* Bind peer to the id req names, or refuse a request for another client. */
-static int check_peer(crk_peer *peer, const crp_rpc_req *req)
+/* Bind peer to the id req names (counted as the client's connection: links.c), or refuse a
+ * request for another client. */
+static int check_peer(crk_service *s, crk_peer *peer, const crp_rpc_req *req)
 {
     const crp_rpc_uuid *id = named_client(req);
     if (peer == NULL || id == NULL || (id->hi == 0 && id->lo == 0))
@@ -329,6 +334,7 @@ static int check_peer(crk_peer *peer, const crp_rpc_req *req)
     if (!peer->bound) {
         peer->client_id = *id;
         peer->bound = true;
+        crk_client_linked(s, client_of(*id), true);
         return 0;
     }
     if (peer->client_id.hi == id->hi && peer->client_id.lo == id->lo)
@@ -540,7 +546,7 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
     const __typeof__(req->u) *u = &req->u;
     rc = crk_auth_check(info, peer, req, resp); /* the shared secret first */
     if (rc == 0)
-        rc = check_peer(peer, req);
+        rc = check_peer(s, peer, req);
     switch (rc == 0 ? req->op : 0) {
     case 0:
         break; /* refused by check_peer */

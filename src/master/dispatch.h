@@ -75,8 +75,9 @@ typedef struct crk_peer {
 /**
  * The connection of `peer` is being freed (the RPC server calls this once
  * per connection, on its I/O thread, after its last request): the writes it
- * still owns are revoked (crk_revoke_conn_writes). NULL peer or a peer that
- * never owned a write: nothing.
+ * still owns are revoked (crk_revoke_conn_writes), and a peer bound to a
+ * client is uncounted (crk_client_linked: the client's last connection
+ * closing makes its segments a placement's last resort). NULL peer: nothing.
  */
 void crk_peer_closed(crk_service *s, crk_peer *peer, uint64_t now_ms);
 

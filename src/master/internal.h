@@ -59,12 +59,18 @@ typedef struct crk_segment {
     _Atomic int state;        /* CRK_SEG_*; set under seg_lock (write) and mu */
     _Atomic uint64_t used;    /* mirrors crb_oa_used(oa); written under mu */
     _Atomic uint64_t horizon; /* latest lease/writer deadline on this memory */
+    _Atomic bool orphan;      /* its owner's connections all closed (links.c): placed last */
     pthread_mutex_t mu;       /* guards oa */
     crb_oa *oa;
     char name[];
 } crk_segment;
 
 /* --- clients and tombstones -------------------------------------------------- */
+
+#define CRK_LINK_BUCKETS 256
+typedef struct crk_link crk_link;
+/* links.c: free the connection counts (service destroy). */
+void crk_links_destroy(crk_service *s);
 
 typedef struct crk_client {
     struct crk_client *next;
@@ -125,6 +131,9 @@ struct crk_service {
 
     pthread_mutex_t evict_lock;
     _Atomic uint64_t evict_rounds; /* bumped after each round */
+
+    pthread_mutex_t links_lock; /* links.c: bound connections per client */
+    struct crk_link *links[CRK_LINK_BUCKETS];
 
     _Atomic uint64_t epoch_counter;
     /* object versions (crk_next_version): from (random 24 bits << 40) + 1, so a client's

@@ -3,7 +3,8 @@
  * preferred segments first (in order, unknown or full ones skipped), best
  * effort with partial allocation counted, load spread by sampled free ratio,
  * mount epochs in descriptors, values larger than every segment refused early,
- * and freed space reused before never-written space.
+ * freed space reused before never-written space, and the segments of a
+ * client whose connections all closed placed on only as a last resort.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "master/dispatch.h"
 #include "master/test_util.h"
 
 #define KIB 1024ull
@@ -274,14 +276,85 @@ static void test_freed_space_first(void **state)
     crk_service_destroy(s);
 }
 
+/* A connection of client c, bound the way the RPC server binds one (its first request names
+ * the client). */
+static void connect_as(crk_service *s, crk_peer *peer, crk_client_id c)
+{
+    crk_server_info info = {.view_version = 1, .software = "test"};
+    crk_scratch sc = {0};
+    crp_rpc_req req = {.op = CRP_RPC_PING};
+    req.u.client.client_id = (crp_rpc_uuid){c.hi, c.lo};
+    crp_rpc_resp resp;
+    *peer = (crk_peer){0};
+    crk_dispatch(s, &info, peer, &req, 1, &resp, &sc);
+    assert_int_equal(resp.status, 0);
+    assert_true(peer->bound);
+    crk_scratch_free(&sc);
+}
+
+static const char *segment_of(crk_service *s, crk_client_id c, const char *key)
+{
+    static char seg[300];
+    crk_replica_list l;
+    assert_int_equal(crk_put_start(s, c, key, 4096, NULL, 2, &l), 0);
+    assert_int_equal(l.n, 1);
+    snprintf(seg, sizeof(seg), "%s", l.r[0].segment);
+    return seg;
+}
+
+static void test_disconnected_owner_placed_last(void **state)
+{
+    (void)state;
+    crk_service *s = tu_service(NULL, 0);
+    crk_client_id holder = tu_client(1), writer = tu_client(2);
+    crk_peer hp, hp2, wp;
+    connect_as(s, &hp, holder);
+    connect_as(s, &hp2, holder); /* a holder has two: data and heartbeat */
+    connect_as(s, &wp, writer);
+    tu_mount(s, holder, "big", 0x10000000ull, 512 * MIB, 1); /* the emptiest: chosen first */
+    tu_mount(s, writer, "small", 0x40000000ull, 16 * MIB, 1);
+    const char *pref[] = {"small"}; /* half of "small" used: "big" stays the emptiest */
+    crk_replicate_config there = {.replica_num = 1, .preferred_segments = pref, .n_preferred = 1};
+    assert_int_equal(tu_put(s, writer, "half", 8 * MIB, &there, 1), 0);
+    assert_string_equal(segment_of(s, writer, "a"), "big");
+
+    /* One of the holder's connections closes: still connected. */
+    crk_peer_closed(s, &hp, 2);
+    assert_string_equal(segment_of(s, writer, "b"), "big");
+    /* The last one closes (the holder was killed): every put goes elsewhere while there is
+     * room there, though "big" stays the emptiest and mounted until the client TTL. */
+    crk_peer_closed(s, &hp2, 2);
+    crk_peer_closed(s, &hp2, 2); /* a second close of the same peer changes nothing */
+    for (int i = 0; i < 20; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "c%d", i);
+        assert_string_equal(segment_of(s, writer, key), "small");
+    }
+    /* Nothing else fits a value larger than what "small" has left: the last resort. */
+    crk_replica_list l;
+    assert_int_equal(crk_put_start(s, writer, "huge", 12 * MIB, NULL, 3, &l), 0);
+    assert_string_equal(l.r[0].segment, "big");
+    /* The holder connects again: its segment is a candidate like any other. */
+    connect_as(s, &hp, holder);
+    assert_string_equal(segment_of(s, writer, "d"), "big");
+    crk_peer_closed(s, &hp, 4);
+    crk_peer_closed(s, &wp, 4);
+    crk_service_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_free_ratio_first),     cmocka_unit_test(test_local_first),
-        cmocka_unit_test(test_distinct_segments),    cmocka_unit_test(test_best_effort),
-        cmocka_unit_test(test_preferred_segments),   cmocka_unit_test(test_spread_by_free_ratio),
-        cmocka_unit_test(test_epochs_and_addresses), cmocka_unit_test(test_larger_than_any_segment),
+        cmocka_unit_test(test_free_ratio_first),
+        cmocka_unit_test(test_local_first),
+        cmocka_unit_test(test_distinct_segments),
+        cmocka_unit_test(test_best_effort),
+        cmocka_unit_test(test_preferred_segments),
+        cmocka_unit_test(test_spread_by_free_ratio),
+        cmocka_unit_test(test_epochs_and_addresses),
+        cmocka_unit_test(test_larger_than_any_segment),
         cmocka_unit_test(test_freed_space_first),
+        cmocka_unit_test(test_disconnected_owner_placed_last),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -263,6 +263,7 @@ static int mount_one_locked(crk_service *s, crk_client *cl, const crk_segment_sp
     atomic_init(&seg->state, CRK_SEG_MOUNTED);
     atomic_init(&seg->used, 0);
     atomic_init(&seg->horizon, seg->fence_until);
+    atomic_init(&seg->orphan, false); /* mounted over a connection of its owner */
 
     size_t b = seg_bucket(s, seg->name, len);
     seg->hnext = s->seg_buckets[b];
@@ -573,6 +574,12 @@ static double free_ratio(const crk_segment *seg)
 
 #define SAMPLE_MAX (3 * CRK_MAX_REPLICAS + 4)
 
+/* Its owner's bound connections all closed (links.c): placed on only as a last resort. */
+static bool orphaned(const crk_segment *seg)
+{
+    return atomic_load_explicit(&seg->orphan, CRK_RELAXED);
+}
+
 uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const char *const *preferred,
                    size_t n_preferred, crk_client_id writer, uint64_t seed, uint64_t now,
                    crk_replica *out, crk_place_info *info)
@@ -589,7 +596,8 @@ uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const cha
         if (len == 0 || len > CRK_MAX_SEGMENT_NAME)
             continue;
         crk_segment *seg = seg_find_locked(s, preferred[p], len);
-        if (!seg || already_used(out, k, seg) || !eligible(seg, alloc_size, now, info))
+        if (!seg || already_used(out, k, seg) || orphaned(seg) ||
+            !eligible(seg, alloc_size, now, info))
             continue;
         if (try_alloc(seg, alloc_size, now, true, &out[k]) == ALLOC_OK)
             k++;
@@ -633,7 +641,7 @@ uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const cha
             crk_segment *seg = s->segs[idx];
             idx = idx + 1 == n ? 0 : idx + 1;
             scanned++;
-            if (already_used(out, k, seg) || !eligible(seg, alloc_size, now, info))
+            if (already_used(out, k, seg) || orphaned(seg) || !eligible(seg, alloc_size, now, info))
                 continue;
             /* insertion sort, descending free ratio; when full, drop the fullest */
             double r = free_ratio(seg);
@@ -669,7 +677,16 @@ uint32_t crk_place(crk_service *s, uint64_t alloc_size, uint32_t want, const cha
             crk_segment *seg = s->segs[idx];
             idx = idx + 1 == n ? 0 : idx + 1;
             scanned++;
-            if (already_used(out, k, seg) || !eligible(seg, alloc_size, now, info))
+            if (already_used(out, k, seg) || orphaned(seg) || !eligible(seg, alloc_size, now, info))
+                continue;
+            if (try_alloc(seg, alloc_size, now, true, &out[k]) == ALLOC_OK)
+                k++;
+        }
+        /* 4. The last resort: segments whose owner has no connection open (links.c). */
+        for (size_t i = 0; i < n && k < want; i++) {
+            crk_segment *seg = s->segs[i];
+            if (!orphaned(seg) || already_used(out, k, seg) ||
+                !eligible(seg, alloc_size, now, info))
                 continue;
             if (try_alloc(seg, alloc_size, now, true, &out[k]) == ALLOC_OK)
                 k++;

@@ -124,6 +124,10 @@ int crk_service_create(const crk_config *cfg, uint64_t now_ms, crk_service **out
         rc = crb_error(CR_ERR_NO_MEMORY, "master service: evict_lock");
         goto undo_clients_lock;
     }
+    if (pthread_mutex_init(&s->links_lock, NULL) != 0) {
+        rc = crb_error(CR_ERR_NO_MEMORY, "master service: links_lock");
+        goto undo_evict_lock;
+    }
     s->seg_nbuckets = 64;
     s->seg_buckets = crk_calloc(s->seg_nbuckets, sizeof(*s->seg_buckets));
     s->cl_nbuckets = 64;
@@ -154,6 +158,8 @@ undo_shards:
 undo_tables:
     crk_free(s->cl_buckets);
     crk_free(s->seg_buckets);
+    pthread_mutex_destroy(&s->links_lock);
+undo_evict_lock:
     pthread_mutex_destroy(&s->evict_lock);
 undo_clients_lock:
     pthread_mutex_destroy(&s->clients_lock);
@@ -174,6 +180,8 @@ void crk_service_destroy(crk_service *s)
         crk_shard_destroy(&s->shards[i]);
     crk_segments_destroy(s);
     crk_clients_destroy(s);
+    crk_links_destroy(s);
+    pthread_mutex_destroy(&s->links_lock);
     pthread_mutex_destroy(&s->evict_lock);
     pthread_mutex_destroy(&s->clients_lock);
     pthread_rwlock_destroy(&s->seg_lock);

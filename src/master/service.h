@@ -472,6 +472,15 @@ int crk_put_end_granted(crk_service *s, crk_client_id client, const char *key, c
 int crk_put_revoke(crk_service *s, crk_client_id client, const char *key, uint64_t now_ms);
 
 /**
+ * A connection bound to client `id` opened (up) or closed (!up): the RPC
+ * dispatcher's bookkeeping (master/links.c). When a client's last bound
+ * connection closes, its segments are placed on only as a last resort until
+ * one opens again or the client expires. Any thread; takes links_lock and
+ * seg_lock (read), so call it holding no service lock.
+ */
+void crk_client_linked(crk_service *s, crk_client_id id, bool up);
+
+/**
  * A fresh connection tag for owned writes (never 0, unique within this
  * service). Any thread.
  */
