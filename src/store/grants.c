@@ -29,13 +29,10 @@
  * unmounted) makes the end fail with CR_OBJECT_NOT_FOUND and the put falls
  * back to the two-phase form.
  *
- * On with CRESCENT_PUT_GRANTS=1 (off by default in this version: with them on,
- * one Python test, test_thin's tenants test, failed a put with TRANSFER_FAIL in
- * 3 of about 10 whole-suite runs under load and never alone; not explained yet).
- * Not used with a master that does not announce CRP_RPC_CAP_PUT_GRANT, with an
- * etcd:// address, for configs naming more than GRANT_PREF_MAX preferred
- * segments, and after the master refused a grant's PUT_START outright (logged
- * once).
+ * Off with CRESCENT_PUT_GRANTS=0. Not used with a master that does not
+ * announce CRP_RPC_CAP_PUT_GRANT, with an etcd:// address, for configs naming
+ * more than GRANT_PREF_MAX preferred segments, and after the master refused a
+ * grant's PUT_START outright (logged once).
  *
  * Threading: any thread; the pool has its own mutex, never held across a call.
  */
@@ -82,10 +79,10 @@ struct crc_grants {
 
 int crc_grants_create(cr_store *s)
 {
-    const char *v = getenv("CRESCENT_PUT_GRANTS"); /* opt-in for now: see the top */
+    const char *v = getenv("CRESCENT_PUT_GRANTS");
     if (v != NULL && v[0] != '\0' && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
         return crb_error(CR_INVALID_PARAMS, "CRESCENT_PUT_GRANTS='%s' is not 0 or 1", v);
-    if (v == NULL || strcmp(v, "1") != 0)
+    if (v != NULL && strcmp(v, "0") == 0)
         return 0;
     crc_grants *p = calloc(1, sizeof(*p));
     if (p == NULL)

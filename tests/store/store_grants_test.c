@@ -6,7 +6,7 @@
  * process; puts of a second size and upserts mix in; a put of an existing key
  * through a grant leaves the old value; after the writer closes, the master
  * holds exactly the values' bytes (its grants were given back); a writer with
- * grants off (CRESCENT_PUT_GRANTS unset: they are opt-in) never uses one. A master killed and
+ * CRESCENT_PUT_GRANTS=0 never uses one. A master killed and
  * restarted on its port makes the writer's grants unknown: its puts fall back to two-phase ones and
  * stay correct.
  */
@@ -51,7 +51,7 @@ static const char *const WRITER[] = {"--segment", "0", "--region", "0", NULL};
 static void stream_of_puts_goes_through_grants(void **state)
 {
     (void)state;
-    setenv("CRESCENT_PUT_GRANTS", "1", 1); /* opt-in: the clients started from here on */
+    setenv("CRESCENT_PUT_GRANTS", "1", 1); /* the default, said explicitly */
     sh_master m;
     assert_int_equal(sh_master_start(&m, NULL), 0);
     sh_client holder, writer;
@@ -96,9 +96,10 @@ static void stream_of_puts_goes_through_grants(void **state)
 
     /* Grants off: none used. */
     double before = sh_metric(&m, "master_put_grant_commits_total");
-    unsetenv("CRESCENT_PUT_GRANTS");
+    setenv("CRESCENT_PUT_GRANTS", "0", 1);
     sh_client plain;
     assert_int_equal(sh_client_start(&plain, m.addr, WRITER), 0);
+    unsetenv("CRESCENT_PUT_GRANTS");
     for (int i = 0; i < 8; i++)
         assert_int_equal(sh_rc(&plain, "put plain%d %d %d", i, MIB, 5000 + i), 0);
     assert_true(sh_metric(&m, "master_put_grant_commits_total") == before);
