@@ -29,7 +29,11 @@
  * unmounted) makes the end fail with CR_OBJECT_NOT_FOUND and the put falls
  * back to the two-phase form.
  *
- * Off with CRESCENT_PUT_GRANTS=0. Not used with a master that does not
+ * Opt-in for now (CRESCENT_PUT_GRANTS=1): on by default, the Python suite
+ * failed twice under load in ways not fully explained (one was a put placed
+ * on a killed daemon's segment, which the master now places last; the other,
+ * a NO_AVAILABLE_HANDLE right after a test's store closed, was not found).
+ * Not used with a master that does not
  * announce CRP_RPC_CAP_PUT_GRANT, with an etcd:// address, for configs naming
  * more than GRANT_PREF_MAX preferred segments, and after the master refused a
  * grant's PUT_START outright (logged once).
@@ -82,7 +86,7 @@ int crc_grants_create(cr_store *s)
     const char *v = getenv("CRESCENT_PUT_GRANTS");
     if (v != NULL && v[0] != '\0' && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
         return crb_error(CR_INVALID_PARAMS, "CRESCENT_PUT_GRANTS='%s' is not 0 or 1", v);
-    if (v != NULL && strcmp(v, "0") == 0)
+    if (v == NULL || strcmp(v, "1") != 0) /* opt-in for now: see the top */
         return 0;
     crc_grants *p = calloc(1, sizeof(*p));
     if (p == NULL)

@@ -80,7 +80,7 @@ struct cr_store {
      * each in a write of its own right after its get (get.c). */
     bool release_at_once;
 
-    struct crc_grants *grants;   /* put grants (grants.c), or NULL: CRESCENT_PUT_GRANTS=0 */
+    struct crc_grants *grants;   /* put grants (grants.c): CRESCENT_PUT_GRANTS=1, else NULL */
     struct crc_offload *off;     /* the disk tier (store/offload.h), or NULL */
     _Atomic uint64_t disk_reads; /* gets served from a holder's disk (rpc_reads) */
 };
@@ -261,8 +261,8 @@ bool crc_loc_confirms(const crc_loc *l, uint64_t version, const crp_rpc_replica 
  * grants"). Any thread. */
 typedef struct crc_grants crc_grants;
 typedef struct crc_grant crc_grant;
-/* At setup: s->grants (left NULL when CRESCENT_PUT_GRANTS=0); CR_INVALID_PARAMS names a bad
- * value of it. */
+/* At setup: s->grants (left NULL unless CRESCENT_PUT_GRANTS=1); CR_INVALID_PARAMS names a
+ * bad value of it. */
 int crc_grants_create(cr_store *s);
 /* At close, while the master connection is up: the idle grants are revoked (notices). */
 void crc_grants_release(cr_store *s);

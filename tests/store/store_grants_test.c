@@ -6,7 +6,7 @@
  * process; puts of a second size and upserts mix in; a put of an existing key
  * through a grant leaves the old value; after the writer closes, the master
  * holds exactly the values' bytes (its grants were given back); a writer with
- * CRESCENT_PUT_GRANTS=0 never uses one. A master killed and
+ * grants off (CRESCENT_PUT_GRANTS=0, as unset: they are opt-in) never uses one. A master killed and
  * restarted on its port makes the writer's grants unknown: its puts fall back to two-phase ones and
  * stay correct.
  */
@@ -51,7 +51,7 @@ static const char *const WRITER[] = {"--segment", "0", "--region", "0", NULL};
 static void stream_of_puts_goes_through_grants(void **state)
 {
     (void)state;
-    setenv("CRESCENT_PUT_GRANTS", "1", 1); /* the default, said explicitly */
+    setenv("CRESCENT_PUT_GRANTS", "1", 1); /* opt-in: the clients started from here on */
     sh_master m;
     assert_int_equal(sh_master_start(&m, NULL), 0);
     sh_client holder, writer;
