@@ -13,6 +13,7 @@ import struct
 import numpy as np
 import pytest
 
+import crescent
 from conftest import torch_or_none
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig
 
@@ -24,7 +25,9 @@ torch = torch_or_none()
 class LMCacheConnector:
     def __init__(self, master, prefer_local=True):
         self.store = MooncakeDistributedStore()
-        self.store.setup("127.0.0.1", "P2PHANDSHAKE", 64 * MiB, 16 * MiB, "tcp", "", master)
+        rc = self.store.setup("127.0.0.1", "P2PHANDSHAKE", 64 * MiB, 16 * MiB, "tcp", "", master)
+        if rc != 0:  # LMCache does not check it; a test that fails later says why here
+            print("setup returned %d: %s" % (rc, crescent.last_error_message()), flush=True)
         self.rc = ReplicateConfig()
         self.rc.replica_num = 1
         if prefer_local:
@@ -122,7 +125,8 @@ def test_torch_sources_and_destinations(master):
     c = LMCacheConnector(master)
     s = c.store
     t = torch.arange(4096, dtype=torch.float16)
-    assert s.put("lm/t", t) == 0  # a contiguous CPU tensor as a value
+    rc = s.put("lm/t", t)  # a contiguous CPU tensor as a value
+    assert rc == 0, crescent.last_error_message()
     assert bytes(s.get("lm/t")) == t.numpy().tobytes()
     out = torch.zeros(4096, dtype=torch.float16)
     assert s.register_buffer(out.data_ptr(), out.numel() * out.element_size()) == 0

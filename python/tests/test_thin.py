@@ -22,6 +22,7 @@ import time
 import numpy as np
 import pytest
 
+import crescent
 from conftest import MiB, Server, child_env
 
 from mooncake import cli
@@ -296,7 +297,8 @@ def test_tenants_are_namespaces(master, daemon_factory):
     try:
         assert t1.put("same", b"one") == 0
         assert t2.put("same", b"two") == 0
-        assert dflt.put("same", b"zero") == 0
+        rc = dflt.put("same", b"zero")
+        assert rc == 0, crescent.last_error_message()
         assert thin.get("same") == b"one"  # the daemon's tenant is t1
         assert t2.get("same") == b"two" and dflt.get("same") == b"zero"
         time.sleep(0.4)
