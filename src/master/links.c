@@ -14,9 +14,10 @@
  * connection (in-process users of the service, segments an HA promotion
  * restored) are never marked.
  *
- * The counts live in a small hash table under links_lock, a leaf-most lock
- * of its own: taken with nothing held, it takes seg_lock (read) inside to
- * mark segments.
+ * The counts live in a small hash table under links_lock, taken with no
+ * other service lock held; it takes seg_lock (read) inside to mark segments.
+ * A client's entry goes when its count reaches 0 (the mark on its segments
+ * is the state that remains), so the table holds the connected clients only.
  */
 #include <stdlib.h>
 
@@ -72,6 +73,13 @@ void crk_client_linked(crk_service *s, crk_client_id id, bool up)
         changed = --l->conns == 0;
     if (changed) /* under links_lock, so marks follow the counts in order */
         mark_segments(s, id, !up);
+    if (l != NULL && l->conns == 0) {
+        crk_link **pp = &s->links[b];
+        while (*pp != l)
+            pp = &(*pp)->next;
+        *pp = l->next;
+        crk_free(l);
+    }
     pthread_mutex_unlock(&s->links_lock);
 }
 

@@ -9,10 +9,9 @@
  * value of a given size and replica config that nobody can read. A put of
  * that size and config takes an idle grant, writes its value into the grant's
  * replicas and sends PUT_END {key, "gk": grant}: the master completes the key
- * on those replicas and the grant key is gone. Right behind that request, on
- * the same connection, goes the PUT_START of the next grant (from the first
- * call's `sent` hook, so both are answered in the same round trip), and a
- * stream of puts of one size costs one round trip each.
+ * on those replicas and the grant key is gone. The PUT_START of the next grant
+ * goes in the same write (crc_master_call2), so both are answered in the same
+ * round trip, and a stream of puts of one size costs one round trip each.
  *
  * Safety rests on two bounds. The owned-write bound D ("ow"): this master
  * instance never reuses a grant's space before the grant's start + D,
@@ -297,7 +296,7 @@ void crc_grant_ask_end(cr_store *s, crc_grant *g, int rc)
     if (rc == 0 && g->resp.status == CR_INVALID_PARAMS && g->resp.message != NULL &&
         strstr(g->resp.message, "owned write") != NULL && !atomic_exchange(&p->refused, true))
         crb_log(CRB_LOG_INFO, "store %s: put grants off: the master refused one (%s)",
-                s->segment_name, g->resp.message ? g->resp.message : "no reason given");
+                s->segment_name, g->resp.message);
     if (rc != 0 || g->resp.status == 0) /* it may exist (lost reply) or does: give it back */
         revoke_notice(s, g);
     pthread_mutex_lock(&p->mu);
