@@ -79,15 +79,28 @@ class Server:
             return -9
 
 
+def _show_log_if_failed(request, srv: Server, failed_before: int, what: str) -> None:
+    """A test of the module failed: show the server's log (a failing call's
+    text names what the client saw; the server's says why), past capturing."""
+    if request.session.testsfailed == failed_before:
+        return
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        sys.stderr.write("\n--- %s log (%s; a test of this module failed) ---\n%s--- end ---\n"
+                         % (what, request.module.__name__, "".join(srv.stderr_lines[-200:])))
+
+
 @pytest.fixture(scope="module")
-def master() -> Iterator[str]:
+def master(request) -> Iterator[str]:
     """Address "127.0.0.1:PORT" of a crescent-master owned by this test module."""
     srv = Server([_binary(cli.MASTER), "--rpc_port=0", "--metrics_port=0",
                   "--rpc_address=127.0.0.1", "--metrics_host=127.0.0.1",
                   "--enable_metric_reporting=false", "--default_kv_lease_ttl=200ms"],
                  r"listening on (\S+) \(metrics (\S+)\)")
+    failed_before = request.session.testsfailed
     yield srv.match.group(1)
     rc = srv.stop()
+    _show_log_if_failed(request, srv, failed_before, "crescent-master")
     assert rc == 0, "crescent-master exited with %s: %s" % (rc, "".join(srv.stderr_lines))
 
 

@@ -83,10 +83,18 @@ def test_setup_retries_bounded(master, monkeypatch, caplog):
     port = busy.getsockname()[1]
     if not _util._valid_port(port):
         # The kernel picked an ephemeral port: find a free one in the allowed range.
+        # pick_port probes with SO_REUSEADDR (a port in TIME_WAIT passes), so bind
+        # the same way, and pick again if another process took it in between.
         busy.close()
-        busy = socket.socket()
-        port = _util.pick_port("127.0.0.1", 13500, 13900)
-        busy.bind(("127.0.0.1", port))
+        for _ in range(20):
+            busy = socket.socket()
+            busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            port = _util.pick_port("127.0.0.1", 13500, 13900)
+            try:
+                busy.bind(("127.0.0.1", port))
+                break
+            except OSError:
+                busy.close()
         busy.listen()
     try:
         monkeypatch.setenv("MC_STORE_CLIENT_MIN_PORT", str(port))
