@@ -23,7 +23,11 @@
  * segment's allocations for lease + 1 s (>= 1 s) after it starts, after the
  * grant was asked: GRANT_USE_MS = 1 s means every write into a grant starts
  * within that fence, as a two-phase put's write that was in flight across the
- * restart does. Older grants are revoked (a notice, no wait). A grant the
+ * restart does. Under HA (an etcd:// address) a grant is a write in flight
+ * like a PUT_START's: replicated before it is answered (--ha_sync_replicas=1)
+ * and, on a promotion, fenced with every write in flight (its range freed
+ * after put_start_release_timeout); the pair follows the new leader
+ * (crc_master_call2). Older grants are revoked (a notice, no wait). A grant the
  * master no longer knows (connection lost, restart, HA failover, segment
  * unmounted) makes the end fail with CR_OBJECT_NOT_FOUND and the put falls
  * back to the two-phase form.
@@ -33,7 +37,7 @@
  * on a killed daemon's segment, which the master now places last; the other,
  * a NO_AVAILABLE_HANDLE right after a test's store closed, was not found).
  * Not used with a master that does not
- * announce CRP_RPC_CAP_PUT_GRANT, with an etcd:// address, for configs naming
+ * announce CRP_RPC_CAP_PUT_GRANT, for configs naming
  * more than GRANT_PREF_MAX preferred segments, and after the master refused a
  * grant's PUT_START outright (logged once).
  *
@@ -169,8 +173,7 @@ static bool pref_fits(const crp_rpc_replica_config *cfg)
 bool crc_grants_usable(cr_store *s, const crp_rpc_replica_config *cfg)
 {
     const uint64_t need = CRP_RPC_CAP_PUT_GRANT | CRP_RPC_CAP_OWNED_WRITES;
-    return s->grants != NULL && strncmp(s->master_address, "etcd://", 7) != 0 &&
-           !atomic_load(&s->grants->refused) && pref_fits(cfg) &&
+    return s->grants != NULL && !atomic_load(&s->grants->refused) && pref_fits(cfg) &&
            (crc_master_caps(s->master) & need) == need;
 }
 

@@ -654,20 +654,6 @@ static int call_n(crc_master *m, const crp_rpc_req *const *reqs, crp_rpc_resp *c
     return rc;
 }
 
-static int call_once(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms,
-                     crc_sent_fn sent, void *sent_arg)
-{
-    return call_n(m, &req, &resp, 1, timeout_ms, sent, sent_arg);
-}
-
-int crc_master_call2(crc_master *m, const crp_rpc_req *a, crp_rpc_resp *resp_a,
-                     const crp_rpc_req *b, crp_rpc_resp *resp_b, int timeout_ms)
-{
-    const crp_rpc_req *reqs[2] = {a, b};
-    crp_rpc_resp *resps[2] = {resp_a, resp_b};
-    return call_n(m, reqs, resps, 2, timeout_ms, NULL, NULL);
-}
-
 /* Make the next call reconnect (and, through etcd, find the leader again). */
 static void drop_connection(crc_master *m)
 {
@@ -684,32 +670,51 @@ int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, i
     return crc_master_call_sent(m, req, resp, timeout_ms, NULL, NULL);
 }
 
-int crc_master_call_sent(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms,
-                         crc_sent_fn sent, void *sent_arg)
+/*
+ * HA: a call that found no leader (connection refused or lost, or NOT_LEADER)
+ * is retried against the leader etcd names, within the call's own deadline
+ * (docs/ha.md, "clients"). Of n requests sent together, the whole call is
+ * retried when the first one found no leader (the master serves a
+ * connection's requests in order, so none was applied); a later one's
+ * NOT_LEADER is left in its reply for the caller.
+ */
+static int call_following(crc_master *m, const crp_rpc_req *const *reqs, crp_rpc_resp *const *resps,
+                          size_t n, int timeout_ms, crc_sent_fn sent, void *sent_arg)
 {
     if (m->leader == NULL)
-        return call_once(m, req, resp, timeout_ms, sent, sent_arg);
-    /* HA: a call that found no leader (connection refused or lost, or
-     * NOT_LEADER) is retried against the leader etcd names, within the
-     * call's own deadline (docs/ha.md, "clients"). */
+        return call_n(m, reqs, resps, n, timeout_ms, sent, sent_arg);
     uint64_t deadline = crb_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 1);
     for (;;) {
         uint64_t now = crb_now_ms();
         int left = now < deadline ? (int)(deadline - now) : 1;
-        int rc = call_once(m, req, resp, left, sent, sent_arg);
+        int rc = call_n(m, reqs, resps, n, left, sent, sent_arg);
         sent = NULL; /* (once: the first request that went out) */
         /* NOT_LEADER in a reply, or from the handshake of a master that
          * has not finished its promotion yet */
-        bool not_leader = rc == 0 && resp->status == CR_ERR_NOT_LEADER;
+        bool not_leader = rc == 0 && resps[0]->status == CR_ERR_NOT_LEADER;
         if (!not_leader && rc != CR_RPC_FAIL && rc != CR_ERR_NOT_LEADER)
             return rc;
         if (crb_now_ms() + 50 >= deadline)
             return rc;
-        if (not_leader)
-            crp_rpc_resp_clear(resp);
+        for (size_t i = 0; not_leader && i < n; i++)
+            crp_rpc_resp_clear(resps[i]);
         drop_connection(m);
         usleep(20000);
     }
+}
+
+int crc_master_call_sent(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms,
+                         crc_sent_fn sent, void *sent_arg)
+{
+    return call_following(m, &req, &resp, 1, timeout_ms, sent, sent_arg);
+}
+
+int crc_master_call2(crc_master *m, const crp_rpc_req *a, crp_rpc_resp *resp_a,
+                     const crp_rpc_req *b, crp_rpc_resp *resp_b, int timeout_ms)
+{
+    const crp_rpc_req *reqs[2] = {a, b};
+    crp_rpc_resp *resps[2] = {resp_a, resp_b};
+    return call_following(m, reqs, resps, 2, timeout_ms, NULL, NULL);
 }
 
 /* Write the queued notices (write_lock held); they are dropped on failure. */

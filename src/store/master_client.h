@@ -63,8 +63,9 @@ int crc_master_call_sent(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *re
  * Two calls in one write: a, then b, on this connection (served in that order), and
  * both replies waited for (at most timeout_ms in all). 0: *resp_a and *resp_b hold
  * decoded replies, each to release with crp_rpc_resp_clear; otherwise neither does
- * (transport errors as crc_master_call's). No HA retry: a caller following an HA
- * leader sends such pairs only where it can fall back on a failure.
+ * (transport errors as crc_master_call's). Through etcd the pair is sent again to
+ * the new leader when a (whose reply came first) found none; a NOT_LEADER of b
+ * alone is left in *resp_b.
  */
 int crc_master_call2(crc_master *m, const crp_rpc_req *a, crp_rpc_resp *resp_a,
                      const crp_rpc_req *b, crp_rpc_resp *resp_b, int timeout_ms);

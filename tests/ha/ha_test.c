@@ -41,6 +41,12 @@
  *                    sequence number it was never sent; another sends a frame
  *                    that is no ack: the leader drops both (their connections
  *                    closed, never counted in sync) and keeps serving.
+ *   grant_failover   put grants (CRESCENT_PUT_GRANTS=1) through etcd://: single
+ *                    puts commit through grants at the leader (its counter);
+ *                    kill -9 of the leader: the writer's next put (the value's
+ *                    PUT_START and the next grant's in one write) follows the
+ *                    new leader, whose puts go through grants again, and every
+ *                    value acknowledged before and after reads back correct.
  *   standby_restart  a standby is killed and restarted; it catches up from the
  *                    leader (snapshot + stream); keys are removed by regex; the
  *                    other standby and the leader are killed: the restarted one
@@ -92,6 +98,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    unsetenv("CRESCENT_PUT_GRANTS");
     sh_kill_all();
     ct_server_stop(&etcd);
     return 0;
@@ -277,6 +284,34 @@ static void failover(void **state)
     assert_int_equal(sh_client_stop(&load), 0);
     put_objects(&user, "new");
     check_objects(&holder, "new");
+    stop_cluster(&holder, &user, leader);
+}
+
+static void grant_failover(void **state)
+{
+    (void)state;
+    setenv("CRESCENT_PUT_GRANTS", "1", 1); /* the clients started from here on */
+    sh_client holder, user;
+    int leader = start_cluster(&holder, &user);
+    double granted = sh_metric(&masters[leader], "master_put_grant_commits_total");
+    fprintf(stderr, "grant_failover: %d puts, %.0f through grants at the leader\n", OBJECTS,
+            granted);
+    assert_true(granted >= OBJECTS - 1); /* the first put asks for the first grant */
+
+    sh_master_kill(&masters[leader]);
+    uint64_t t0 = sh_now_ms();
+    uint64_t took = first_put_after(&user, t0, "after");
+    fprintf(stderr, "grant_failover: first successful put %llu ms after kill -9 of the leader\n",
+            (unsigned long long)took);
+    int next = wait_leader(5000, leader);
+    assert_int_not_equal(next, leader);
+    put_objects(&user, "new");
+    double again = sh_metric(&masters[next], "master_put_grant_commits_total");
+    fprintf(stderr, "grant_failover: %.0f puts through grants at the new leader\n", again);
+    assert_true(again >= OBJECTS - 1);
+    check_objects(&holder, "obj");
+    check_objects(&holder, "new");
+    check_objects(&user, "obj");
     stop_cluster(&holder, &user, leader);
 }
 
@@ -708,6 +743,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest all[] = {
         cmocka_unit_test_setup_teardown(failover, setup, teardown),
+        cmocka_unit_test_setup_teardown(grant_failover, setup, teardown),
         cmocka_unit_test_setup_teardown(stepdown, setup, teardown),
         cmocka_unit_test_setup_teardown(standby_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(etcd_outage, setup, teardown),
