@@ -62,6 +62,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -173,8 +174,55 @@ static double secs(uint64_t t0)
     return (double)(cb_now_ns() - t0) / 1e9;
 }
 
-/* Sequential O_DIRECT write then read of n blocks of s bytes: GB/s of each. */
-static int baseline(const char *dir, uint64_t s, uint64_t n, double *w, double *r)
+/* The device under --dir as /proc/diskstats counts it: the milliseconds it had I/O in flight
+ * (io_ticks) and the sectors written, so a phase can say how busy the disk was: a pipeline
+ * that leaves the disk idle shows as a low share, a slow access pattern as a busy disk
+ * writing slowly. ok is false where the file or the device is not found. */
+typedef struct disk_sample {
+    uint64_t t_ns, busy_ms, wr_sectors;
+    bool ok;
+} disk_sample;
+
+static disk_sample disk_now(dev_t dev)
+{
+    disk_sample d = {.t_ns = cb_now_ns()};
+    FILE *f = fopen("/proc/diskstats", "r");
+    if (f == NULL)
+        return d;
+    unsigned maj, min;
+    char name[64];
+    unsigned long long v[11];
+    while (fscanf(f, "%u %u %63s %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu%*[^\n]",
+                  &maj, &min, name, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8],
+                  &v[9], &v[10]) == 14) {
+        if (makedev(maj, min) == dev) {
+            d.wr_sectors = v[6];
+            d.busy_ms = v[9];
+            d.ok = true;
+            break;
+        }
+    }
+    fclose(f);
+    return d;
+}
+
+/* The share of the time from a to b the disk was busy (-1: not known). */
+static double busy_share(disk_sample a, disk_sample b)
+{
+    if (!a.ok || !b.ok || b.t_ns <= a.t_ns)
+        return -1;
+    return (double)(b.busy_ms - a.busy_ms) * 1e6 / (double)(b.t_ns - a.t_ns);
+}
+
+static dev_t dir_dev(const char *dir)
+{
+    struct stat st;
+    return stat(dir, &st) == 0 ? st.st_dev : 0;
+}
+
+/* Sequential O_DIRECT write then read of n blocks of s bytes: GB/s of each; *wbusy: the
+ * disk's busy share during the write. */
+static int baseline(const char *dir, uint64_t s, uint64_t n, double *w, double *r, double *wbusy)
 {
     char path[PATH_MAX];
     if (snprintf(path, sizeof(path), "%s/baseline.bin", dir) >= (int)sizeof(path))
@@ -191,12 +239,14 @@ static int baseline(const char *dir, uint64_t s, uint64_t n, double *w, double *
     }
     cb_pattern_fill(buf, 0, s, 7);
     int rc = 0;
+    disk_sample d0 = disk_now(dir_dev(dir));
     uint64_t t0 = cb_now_ns();
     for (uint64_t i = 0; i < n && rc == 0; i++)
         rc = pwrite(fd, buf, s, (off_t)(i * s)) == (ssize_t)s ? 0 : -1;
     if (rc == 0)
         rc = fdatasync(fd);
     *w = (double)(n * s) / secs(t0) / 1e9;
+    *wbusy = busy_share(d0, disk_now(dir_dev(dir)));
     t0 = cb_now_ns();
     for (uint64_t i = 0; i < n && rc == 0; i++)
         rc = pread(fd, buf, s, (off_t)(i * s)) == (ssize_t)s ? 0 : -1;
@@ -480,8 +530,8 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
         snprintf(sz, sizeof(sz), "%s.r%u", label, round + 1);
     if (snprintf(ssd, sizeof(ssd), "%s/ssd-%s", root, sz) >= (int)sizeof(ssd))
         return -1;
-    double bw = 0, br = 0, bw1 = 0, br1 = 0;
-    if (baseline(root, s, n, &bw, &br) < 0)
+    double bw = 0, br = 0, bw1 = 0, br1 = 0, wbusy = -1, wbusy2 = -1;
+    if (baseline(root, s, n, &bw, &br, &wbusy) < 0)
         return -1;
     cr_store *holder = NULL, *rw = NULL;
     int rc = setup_store(master, segment, ssd, &holder);
@@ -497,6 +547,8 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
     /* offload: a put stream that overflows the segment */
     cr_store_offload_stats st0, st1;
     cr_store_offload_stats_get(holder, &st0);
+    dev_t dev = dir_dev(root);
+    disk_sample d_start = disk_now(dev), d_last = d_start, d_first = d_start;
     uint64_t t0 = cb_now_ns(), retries = 0, t_first = 0, first_n = 0;
     for (uint64_t i = 0; i < n && rc == 0; i++) {
         if (t_first == 0) { /* when the first offload landed (the memory was full before) */
@@ -504,6 +556,7 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
             if (st1.offloads > st0.offloads) {
                 t_first = cb_now_ns();
                 first_n = st1.offloads - st0.offloads;
+                d_first = disk_now(dev);
             }
         }
         if (put_b > 1) {
@@ -531,6 +584,7 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
         if (st1.offloads != prev) {
             prev = st1.offloads;
             last = cb_now_ns();
+            d_last = disk_now(dev);
         } else if (cb_now_ns() - last > 100000000ull) {
             break;
         }
@@ -584,7 +638,7 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
     /* the baseline again, after the tier's phases: this disk's speed drifts within a run, so
      * the ratios are against the mean of the two */
     double bw2 = 0, br2 = 0;
-    if (baseline(root, s, n, &bw2, &br2) == 0) {
+    if (baseline(root, s, n, &bw2, &br2, &wbusy2) == 0) {
         bw1 = bw, br1 = br;
         bw = (bw + bw2) / 2, br = (br + br2) / 2;
     }
@@ -620,15 +674,19 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
            "first pass %.2f GB/s, %.2fx)\n"
            "      the tier's files read back with O_DIRECT %.2f GB/s: disk hit %.2fx that\n"
            "      offload once the segment is full %.2f GB/s (%.2fx write)\n"
+           "      disk busy: offload %.0f%% (once full %.0f%%; %.0f MiB written), baseline writes "
+           "%.0f%%/%.0f%%\n"
            "      get latency p50/p99: disk hit %.0f/%.0f us, memory hit %.0f/%.0f us\n"
            "      failed gets %" PRIu64 ", wrong bytes %" PRIu64 "%s\n",
            sz, cb_format_size(bytes, (char[32]){0}, 32), offloaded, n, n_disk, retries, bw, br, bw1,
            br1, bw2, br2, off_gbps, bw > 0 ? off_gbps / bw : 0, hit_gbps,
            br > 0 ? hit_gbps / br : 0, first_gbps, br > 0 ? first_gbps / br : 0, tier_r,
            tier_r > 0 ? hit_gbps / tier_r : 0, stream_gbps, bw > 0 ? stream_gbps / bw : 0,
-           (double)cb_hist_quantile(&hd, 0.5) / 1e3, (double)cb_hist_quantile(&hd, 0.99) / 1e3,
-           (double)cb_hist_quantile(&hm, 0.5) / 1e3, (double)cb_hist_quantile(&hm, 0.99) / 1e3,
-           failed, bad, o->verify ? " (verified)" : "");
+           100 * busy_share(d_start, d_last), 100 * busy_share(d_first, d_last),
+           (double)(d_last.wr_sectors - d_start.wr_sectors) * 512 / (double)CB_MIB, 100 * wbusy,
+           100 * wbusy2, (double)cb_hist_quantile(&hd, 0.5) / 1e3,
+           (double)cb_hist_quantile(&hd, 0.99) / 1e3, (double)cb_hist_quantile(&hm, 0.5) / 1e3,
+           (double)cb_hist_quantile(&hm, 0.99) / 1e3, failed, bad, o->verify ? " (verified)" : "");
     fflush(stdout);
     ratios[R_OFFLOAD] = bw > 0 ? off_gbps / bw : 0;
     ratios[R_FULL] = bw > 0 ? stream_gbps / bw : 0;
