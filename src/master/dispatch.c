@@ -480,6 +480,8 @@ static int tenant_view(const crp_rpc_req *req, crk_scratch *sc, char ns[CRK_TENA
     case CRP_RPC_BATCH_EXIST:
     case CRP_RPC_BATCH_GET_REPLICA_LIST:
         return qualify_all(sc, ns, nl, &u->keys.keys, u->keys.n_keys);
+    case CRP_RPC_RELEASE_LEASES: /* the reads a get in this tenant was granted */
+        return qualify_all(sc, ns, nl, &u->leases.keys, u->leases.n_keys);
     case CRP_RPC_BATCH_PUT_START:
     case CRP_RPC_BATCH_UPSERT_START:
         return qualify_all(sc, ns, nl, &u->batch_put_start.keys, u->batch_put_start.n_keys);

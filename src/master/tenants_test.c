@@ -5,7 +5,8 @@
  * regex (matched against the key as the tenant wrote it) and remove-all are
  * scoped; the default tenant behaves as before (and cannot name a tenant's
  * internal keys: a key that starts with 0x1F is refused); bad tenant names
- * are refused; per-tenant stats count keys and bytes.
+ * are refused; per-tenant stats count keys and bytes; a tenant's reads given
+ * back (RELEASE_LEASES) end its own key's lease.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 
 #include "master/dispatch.h"
+#include "master/internal.h"
 #include "master/tenants.h"
 #include "test_util.h"
 
@@ -125,6 +127,33 @@ static void test_namespaces(void **state)
     }
 }
 
+/* A read given back in a tenant is counted off that tenant's key (not the default tenant's
+ * key of the same name): with no reader left, a forced remove frees its memory at once
+ * instead of when the lease ends. */
+static void test_lease_release_in_tenant(void **state)
+{
+    (void)state;
+    assert_int_equal(put("a", "leased", 100), 0);
+    assert_int_equal(put(NULL, "leased", 100), 0);
+    crp_rpc_req get = {.op = CRP_RPC_GET_REPLICA_LIST};
+    get.u.key.key = "leased";
+    crp_rpc_resp r = call(&get, "a");
+    assert_int_equal(r.status, 0);
+    uint64_t token = r.u.get.lease_token;
+    assert_true(token != 0);
+    char *keys[] = {"leased"};
+    crp_rpc_req rel = {.op = CRP_RPC_RELEASE_LEASES};
+    rel.u.leases = (crp_rpc_leases_req){1, keys, &token};
+    assert_int_equal(call(&rel, "a").status, 0);
+    uint64_t before = crk_allocated(svc);
+    crp_rpc_req rm = {.op = CRP_RPC_REMOVE};
+    rm.u.remove = (crp_rpc_remove_req){.key = "leased", .force = true};
+    assert_int_equal(call(&rm, "a").status, 0);
+    assert_true(crk_allocated(svc) < before); /* freed now, not at the lease's end */
+    assert_int_equal(size_of("a", "leased"), CR_OBJECT_NOT_FOUND);
+    assert_int_equal(size_of(NULL, "leased"), 100); /* the default tenant's key is untouched */
+}
+
 static void test_scoped_removal(void **state)
 {
     (void)state;
@@ -193,6 +222,7 @@ int main(void)
         cmocka_unit_test(test_namespaces),
         cmocka_unit_test(test_scoped_removal),
         cmocka_unit_test(test_reserved_and_bad_names),
+        cmocka_unit_test(test_lease_release_in_tenant),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

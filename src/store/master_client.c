@@ -263,6 +263,20 @@ static int encode_frame(const crp_rpc_req *req, crp_buf *out)
     return rc;
 }
 
+/* A request of this connection's calls and notices, in its tenant: every request that names
+ * no tenant of its own is sent in m's (a notice too: a read given back or a grant revoked in
+ * another namespace than the call that made it finds nothing there). */
+static int encode_in_tenant(crc_master *m, const crp_rpc_req *req, crp_buf *out)
+{
+    crp_rpc_req with_tenant;
+    if (m->tenant[0] != '\0' && req->tenant == NULL) {
+        with_tenant = *req;
+        with_tenant.tenant = m->tenant;
+        req = &with_tenant;
+    }
+    return encode_frame(req, out);
+}
+
 static void frame_set_id(crp_buf *frame, uint64_t id)
 {
     crp_header h = {.version = CRP_VERSION,
@@ -502,14 +516,7 @@ static int call_n(crc_master *m, const crp_rpc_req *const *reqs, crp_rpc_resp *c
     size_t ends[CALL_MAX];
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
-        const crp_rpc_req *req = reqs[i];
-        crp_rpc_req with_tenant;
-        if (m->tenant[0] != '\0' && req->tenant == NULL) { /* every call in this tenant */
-            with_tenant = *req;
-            with_tenant.tenant = m->tenant;
-            req = &with_tenant;
-        }
-        rc = encode_frame(req, &frame);
+        rc = encode_in_tenant(m, reqs[i], &frame);
         ends[i] = frame.len;
     }
     if (rc < 0) {
@@ -745,7 +752,7 @@ static int flush_later_locked(crc_master *m, uint64_t deadline)
 static int send_notice(crc_master *m, const crp_rpc_req *req, int timeout_ms, bool queue)
 {
     crp_buf frame = {0};
-    int rc = encode_frame(req, &frame);
+    int rc = encode_in_tenant(m, req, &frame);
     if (rc < 0) {
         crp_buf_free(&frame);
         return rc;

@@ -8,7 +8,8 @@
  * holds exactly the values' bytes (its grants were given back); a writer with
  * grants off (CRESCENT_PUT_GRANTS=0, as unset: they are opt-in) never uses one. A master killed and
  * restarted on its port makes the writer's grants unknown: its puts fall back to two-phase ones and
- * stay correct.
+ * stay correct. A writer in a tenant: its grants live in the tenant and the idle ones are given
+ * back about a second after its last put, before it closes (the revoke names the tenant).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -117,6 +118,43 @@ static void stream_of_puts_goes_through_grants(void **state)
     assert_int_equal(sh_master_stop(&m), 0);
 }
 
+static void tenant_grants_given_back_when_idle(void **state)
+{
+    (void)state;
+    setenv("CRESCENT_PUT_GRANTS", "1", 1);
+    sh_master m;
+    assert_int_equal(sh_master_start(&m, NULL), 0);
+    const char *const writer_args[] = {"--segment", "0",      "--region", "0",
+                                       "--tenant",  "team-a", NULL};
+    const char *const reader_args[] = {"--segment", "0", "--tenant", "team-a", NULL};
+    sh_client holder, writer, reader;
+    assert_int_equal(sh_client_start(&holder, m.addr, HOLDER), 0);
+    assert_int_equal(sh_client_start(&writer, m.addr, writer_args), 0);
+    assert_int_equal(sh_client_start(&reader, m.addr, reader_args), 0);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(sh_rc(&writer, "put t%d %d %d", i, MIB, 600 + i), 0);
+    assert_true(sh_metric(&m, "master_put_grant_commits_total") >= 7);
+    for (int i = 0; i < 8; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "t%d", i);
+        expect_bytes(&reader, key, MIB, 600 + i);
+    }
+    /* The writer stays open and idle: its heartbeat revokes the grants once they are 1 s old. */
+    double want = 8.0 * MIB, held = -1;
+    uint64_t t0 = sh_now_ms();
+    while (held != want && sh_now_ms() - t0 < 4000) {
+        sh_sleep_ms(50);
+        held = sh_metric(&m, "master_allocated_bytes");
+    }
+    fprintf(stderr, "tenant writer idle: allocated %.0f (values %.0f) after %llu ms\n", held, want,
+            (unsigned long long)(sh_now_ms() - t0));
+    assert_true(held == want);
+    assert_int_equal(sh_client_stop(&reader), 0);
+    assert_int_equal(sh_client_stop(&writer), 0);
+    assert_int_equal(sh_client_stop(&holder), 0);
+    assert_int_equal(sh_master_stop(&m), 0);
+}
+
 static void restarted_master_forgets_grants(void **state)
 {
     (void)state;
@@ -167,6 +205,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(stream_of_puts_goes_through_grants, teardown),
+        cmocka_unit_test_teardown(tenant_grants_given_back_when_idle, teardown),
         cmocka_unit_test_teardown(restarted_master_forgets_grants, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

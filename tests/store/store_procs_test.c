@@ -436,16 +436,17 @@ static void upsert_while_reading_does_not_fill(void **state)
  * A reader's reads go back to the master with its next call, or within a
  * heartbeat tick (~20 ms) when it makes none: here the reader reads once and
  * then stays idle, and the version an upsert replaced meanwhile is freed
- * long before its 10 s lease would have ended.
+ * long before its 10 s lease would have ended. In a tenant too: the notice
+ * that gives the read back names the reader's tenant, as its get did (sent
+ * untenanted it found no such key and the read stayed leased for the TTL).
  */
-static void idle_reader_gives_reads_back(void **state)
+static void reads_given_back_when_idle(const char *tenant)
 {
-    (void)state;
     sh_master m;
     sh_client w, r;
     start_master(&m, NULL); /* the default 10 s lease */
-    const char *const wargs[] = {"--segment", "16M", NULL};
-    const char *const rargs[] = {"--segment", "0", NULL};
+    const char *const wargs[] = {"--segment", "16M", "--tenant", tenant, NULL};
+    const char *const rargs[] = {"--segment", "0", "--tenant", tenant, NULL};
     start_client(&w, &m, wargs);
     start_client(&r, &m, rargs);
     assert_int_equal(sh_rc(&w, "upsert idle0 %d %d", 1 << 20, 1), 0);
@@ -466,6 +467,18 @@ static void idle_reader_gives_reads_back(void **state)
     assert_int_equal(sh_client_stop(&w), 0);
     assert_int_equal(sh_client_stop(&r), 0);
     assert_int_equal(sh_master_stop(&m), 0);
+}
+
+static void idle_reader_gives_reads_back(void **state)
+{
+    (void)state;
+    reads_given_back_when_idle("default");
+}
+
+static void tenant_reader_gives_reads_back(void **state)
+{
+    (void)state;
+    reads_given_back_when_idle("team-a");
 }
 
 /* "<rc> seg/c/size ..." contains "<name>/1/<size>" as a whole token. */
@@ -600,6 +613,7 @@ int main(void)
         cmocka_unit_test_teardown(eviction_under_pressure, teardown),
         cmocka_unit_test_teardown(upsert_while_reading_does_not_fill, teardown),
         cmocka_unit_test_teardown(idle_reader_gives_reads_back, teardown),
+        cmocka_unit_test_teardown(tenant_reader_gives_reads_back, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
