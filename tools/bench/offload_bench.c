@@ -18,7 +18,8 @@
  *                   the tier's phases and again after the disk hits, and the
  *                   ratios are against the mean of the two (this disk's speed
  *                   drifts within a run)
- *   offload         the writer puts B/S values (retrying while the segment waits
+ *   offload         the writer puts B/S values, made before the clock starts (up to
+ *                   1 GiB of them; retrying while the segment waits
  *                   for offloads; values under 64 KiB in batch puts of --batch,
  *                   larger ones one at a time); offload GB/s = bytes the holder wrote to disk
  *                   / time from the first put until the last offload landed (so
@@ -73,9 +74,10 @@
 #include "master_proc.h"
 #include "tool_util.h"
 
-#define MAX_SIZES  4
-#define HIT_PASSES 2 /* the disk-hit phase reads every disk-only value this often */
-#define MAX_ROUNDS 9
+#define MAX_SIZES   4
+#define HIT_PASSES  2 /* the disk-hit phase reads every disk-only value this often */
+#define MAX_ROUNDS  9
+#define PREFILL_MAX (1ull << 30) /* values made before the offload clock starts, up to this */
 
 typedef struct ob_opts {
     const char *master_bin, *dir;
@@ -467,9 +469,10 @@ static void *hit_main(void *arg)
 
 /* Put values lo .. lo+m-1 of size s with one cr_store_batch_put, again for the keys refused
  * for space (CR_NO_AVAILABLE_HANDLE: the holder is still offloading) every 200 us for up to
- * 30 s. vals holds m values of s bytes. Returns 0, or -1 after printing the failure. */
+ * 30 s. vals holds m values of s bytes (filled: their patterns are there already, else they
+ * are written first). Returns 0, or -1 after printing the failure. */
 static int put_batch(cr_store *rw, const char *sz, uint64_t s, uint64_t lo, size_t m, uint8_t *vals,
-                     uint64_t *retries)
+                     bool filled, uint64_t *retries)
 {
     char(*kb)[64] = calloc(m, 64);
     const char **keys = calloc(m, sizeof(*keys));
@@ -480,7 +483,8 @@ static int put_batch(cr_store *rw, const char *sz, uint64_t s, uint64_t lo, size
     size_t left = m;
     for (size_t k = 0; rc == 0 && k < m; k++) {
         snprintf(kb[k], 64, "ob-%s-%" PRIu64, sz, lo + k);
-        cb_pattern_fill(vals + k * s, 0, s, seed_of(lo + k));
+        if (!filled)
+            cb_pattern_fill(vals + k * s, 0, s, seed_of(lo + k));
         keys[k] = kb[k], v[k] = vals + k * s, sizes[k] = s;
     }
     uint64_t until = cb_now_ns() + 30ull * 1000000000ull;
@@ -540,10 +544,17 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
     /* values under 64 KiB are put in batches of --batch (one at a time, the bench's own put
      * rate, not the tier, bounded the offload stream), larger ones one at a time */
     size_t put_b = s < 64 * CB_KIB ? o->batch : 1;
-    uint8_t *val = malloc(s * put_b), *want = malloc(s);
+    /* The values are made before the clock starts, as a server's KV blocks exist before they
+     * are put (the pattern fill, ~0.15 ms per MiB here, would otherwise compete with the tier
+     * for these two vCPUs inside the timed region); above PREFILL_MAX each is made as it is
+     * put. */
+    bool filled = n * s <= PREFILL_MAX;
+    uint8_t *val = malloc(filled ? n * s : s * put_b), *want = malloc(s);
     char key[64];
     if (rc < 0 || val == NULL || want == NULL)
         goto out;
+    for (uint64_t i = 0; filled && i < n; i++)
+        cb_pattern_fill(val + i * s, 0, s, seed_of(i));
     /* offload: a put stream that overflows the segment */
     cr_store_offload_stats st0, st1;
     cr_store_offload_stats_get(holder, &st0);
@@ -561,14 +572,16 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
         }
         if (put_b > 1) {
             size_t m = n - i < put_b ? (size_t)(n - i) : put_b;
-            rc = put_batch(rw, sz, s, i, m, val, &retries);
+            rc = put_batch(rw, sz, s, i, m, filled ? val + i * s : val, filled, &retries);
             i += m - 1;
             continue;
         }
         snprintf(key, sizeof(key), "ob-%s-%" PRIu64, sz, i);
-        cb_pattern_fill(val, 0, s, seed_of(i));
+        uint8_t *v = filled ? val + i * s : val;
+        if (!filled)
+            cb_pattern_fill(v, 0, s, seed_of(i));
         uint64_t until = cb_now_ns() + 30ull * 1000000000ull;
-        while ((rc = cr_store_put(rw, key, val, s, NULL)) == CR_NO_AVAILABLE_HANDLE &&
+        while ((rc = cr_store_put(rw, key, v, s, NULL)) == CR_NO_AVAILABLE_HANDLE &&
                cb_now_ns() < until) {
             retries++;
             struct timespec ts = {0, 200000};
