@@ -681,9 +681,12 @@ int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, i
  * HA: a call that found no leader (connection refused or lost, or NOT_LEADER)
  * is retried against the leader etcd names, within the call's own deadline
  * (docs/ha.md, "clients"). Of n requests sent together, the whole call is
- * retried when the first one found no leader (the master serves a
- * connection's requests in order, so none was applied); a later one's
- * NOT_LEADER is left in its reply for the caller.
+ * retried when the first one was answered NOT_LEADER (the master serves a
+ * connection's requests in order, so none was applied) or the connection was
+ * lost (as for a single call, a request the lost leader applied is answered
+ * by the new one as a repeat: a grant's end finds no grant and the put goes
+ * two-phase, finding its key complete); a later one's NOT_LEADER alone is left
+ * in its reply for the caller.
  */
 static int call_following(crc_master *m, const crp_rpc_req *const *reqs, crp_rpc_resp *const *resps,
                           size_t n, int timeout_ms, crc_sent_fn sent, void *sent_arg)
