@@ -406,9 +406,12 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
     cr_engine_segment_name(s->engine, s->segment_name, sizeof(s->segment_name));
 
     s->segment_size = cfg->global_segment_size;
+    bool has_offload = cfg->struct_size >=
+                       offsetof(cr_store_config, ssd_offload_path) + sizeof(cfg->ssd_offload_path);
+    bool disk_tier = has_offload && cfg->enable_ssd_offload;
     int populate = CRC_POPULATE_LAZY;
     if (s->segment_size > 0) {
-        rc = crc_populate_mode(&populate);
+        rc = crc_populate_mode(disk_tier, &populate);
         if (rc == 0)
             rc = cr_alloc_shared(s->segment_size, (void **)&s->segment);
         if (rc == 0 && populate == CRC_POPULATE_MOUNT)
@@ -453,9 +456,7 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
     if (populate == CRC_POPULATE_BACKGROUND && crc_populate_start(s) < 0)
         crb_log(CRB_LOG_WARN, "store %s: %s; the segment stays lazy", s->segment_name,
                 cr_last_error_message());
-    bool has_offload = cfg->struct_size >=
-                       offsetof(cr_store_config, ssd_offload_path) + sizeof(cfg->ssd_offload_path);
-    if (has_offload && cfg->enable_ssd_offload) {
+    if (disk_tier) {
         rc = crc_off_start(s, cfg->ssd_offload_path, &s->off);
         if (rc < 0)
             goto err_destroy;

@@ -93,8 +93,9 @@ size_t crc_prefault_values(void *const *vals, const int64_t *sizes, size_t n);
 
 /* populate.c: when the segment's pages are committed (CRESCENT_SEGMENT_POPULATE). */
 enum { CRC_POPULATE_LAZY, CRC_POPULATE_MOUNT, CRC_POPULATE_BACKGROUND };
-/* The mode the environment asks for; CR_INVALID_PARAMS names a bad value. */
-int crc_populate_mode(int *mode);
+/* The mode the environment asks for, else the default: background for a store with a disk
+ * tier (disk_tier), lazy otherwise; CR_INVALID_PARAMS names a bad value. */
+int crc_populate_mode(bool disk_tier, int *mode);
 /* Commit every page of s->segment now (setup, before the mount). */
 int crc_populate_now(cr_store *s);
 /* Start / stop (sets s->stop, joins) the background populate thread. */

@@ -11,7 +11,8 @@
  * freshly mounted holder runs at ~0.3x the engine's own write.
  *
  * CRESCENT_SEGMENT_POPULATE chooses (read once per store setup):
- *   lazy (default, also "0", "")  pages are committed as they are written.
+ *   lazy (also "0")    pages are committed as they are written. The default,
+ *                      except for a store with an SSD tier (below).
  *   mount (also "1")   every page is committed during cr_store_setup with
  *                      MADV_POPULATE_WRITE, before the segment is mounted
  *                      (Mooncake's default: its segments are MAP_POPULATE).
@@ -20,6 +21,16 @@
  *   background         a SCHED_IDLE thread commits the segment front to back
  *                      in 2 MiB steps after the mount, while the store serves;
  *                      it stops at the first failure (logged) and at close.
+ *                      The default for a store with an SSD tier
+ *                      (enable_ssd_offload): its segment fills by design (the
+ *                      tier takes values only once the memory is full), so
+ *                      its pages are committed ahead of the puts instead of
+ *                      on their data path. Measured (docs/PERFORMANCE.md,
+ *                      "SSD tier: where the offload stream's time goes"): a
+ *                      1 MiB put into a never-touched page range took
+ *                      0.9-1 ms against ~0.2 ms warm, and the 1 MiB offload
+ *                      stream went from 0.61-0.79x to 0.77-0.82x the disk's
+ *                      O_DIRECT write end to end.
  * MADV_POPULATE_WRITE never changes a page's contents, so committing a page
  * that a peer is writing at the same moment is safe. Kernels without it
  * (before 5.14) get a warning and the lazy behaviour.
@@ -52,10 +63,12 @@ static int populate_range(uint8_t *p, uint64_t len)
                      (unsigned long long)len, strerror(errno));
 }
 
-int crc_populate_mode(int *mode)
+int crc_populate_mode(bool disk_tier, int *mode)
 {
     const char *v = getenv("CRESCENT_SEGMENT_POPULATE");
-    if (v == NULL || v[0] == '\0' || strcmp(v, "0") == 0 || strcasecmp(v, "lazy") == 0)
+    if (v == NULL || v[0] == '\0')
+        *mode = disk_tier ? CRC_POPULATE_BACKGROUND : CRC_POPULATE_LAZY;
+    else if (strcmp(v, "0") == 0 || strcasecmp(v, "lazy") == 0)
         *mode = CRC_POPULATE_LAZY;
     else if (strcmp(v, "1") == 0 || strcasecmp(v, "mount") == 0)
         *mode = CRC_POPULATE_MOUNT;

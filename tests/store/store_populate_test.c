@@ -1,8 +1,9 @@
 /*
  * store_populate_test.c - CRESCENT_SEGMENT_POPULATE (src/store/populate.c):
  * lazy (default) commits no segment page at setup, mount commits every page
- * before cr_store_setup returns, background commits them after it returns,
- * and a value the store does not know fails setup with CR_INVALID_PARAMS.
+ * before cr_store_setup returns, background commits them after it returns
+ * (the default of a store with an SSD tier, unless lazy is asked for), and a
+ * value the store does not know fails setup with CR_INVALID_PARAMS.
  * Committed pages are read from this process's RssShmem (/proc/self/status):
  * the segment is a memfd mapped here, so each committed page of it counts.
  */
@@ -38,7 +39,7 @@ static uint64_t rss_shmem(void)
     return kb * 1024;
 }
 
-static int setup_with(const char *mode, cr_store **out)
+static int setup_tier(const char *mode, const char *ssd, cr_store **out)
 {
     if (mode != NULL)
         setenv("CRESCENT_SEGMENT_POPULATE", mode, 1);
@@ -49,7 +50,24 @@ static int setup_with(const char *mode, cr_store **out)
     cfg.master_address = master.addr;
     cfg.global_segment_size = SEGMENT;
     cfg.local_buffer_size = 1 << 20;
+    cfg.enable_ssd_offload = ssd != NULL;
+    cfg.ssd_offload_path = ssd;
     return cr_store_setup(&cfg, out);
+}
+
+static int setup_with(const char *mode, cr_store **out)
+{
+    return setup_tier(mode, NULL, out);
+}
+
+/* Wait (a loaded machine: up to 60 s) until RssShmem grew by the segment; that growth. */
+static uint64_t wait_committed(uint64_t before)
+{
+    for (int i = 0; i < 600 && rss_shmem() - before < SEGMENT; i++) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return rss_shmem() - before;
 }
 
 static void lazy_by_default_commits_nothing(void **state)
@@ -89,13 +107,31 @@ static void background_commits_after_setup(void **state)
     uint64_t before = rss_shmem();
     cr_store *s;
     assert_int_equal(setup_with("background", &s), 0);
-    /* The thread runs at the lowest priority: allow a loaded machine 60 s. */
-    for (int i = 0; i < 600 && rss_shmem() - before < SEGMENT; i++) {
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    assert_true(rss_shmem() - before >= SEGMENT);
-    cr_store_destroy(s); /* joins the thread */
+    assert_true(wait_committed(before) >= SEGMENT); /* the thread runs at the lowest priority */
+    cr_store_destroy(s);                            /* joins the thread */
+}
+
+/* A store with an SSD tier fills its segment by design: committed in the background unless
+ * the variable asks for lazy. */
+static void disk_tier_commits_in_background(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/crescent-populate-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    uint64_t before = rss_shmem();
+    cr_store *s;
+    assert_int_equal(setup_tier(NULL, dir, &s), 0);
+    assert_true(wait_committed(before) >= SEGMENT);
+    cr_store_destroy(s);
+    before = rss_shmem();
+    assert_int_equal(setup_tier("lazy", dir, &s), 0);
+    struct timespec ts = {0, 300 * 1000 * 1000}; /* a background thread would have begun */
+    nanosleep(&ts, NULL);
+    assert_true(rss_shmem() - before < SEGMENT / 4);
+    cr_store_destroy(s);
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
 }
 
 static void unknown_mode_is_refused(void **state)
@@ -129,6 +165,7 @@ int main(void)
         cmocka_unit_test(lazy_by_default_commits_nothing),
         cmocka_unit_test(mount_commits_every_page_in_setup),
         cmocka_unit_test(background_commits_after_setup),
+        cmocka_unit_test(disk_tier_commits_in_background),
         cmocka_unit_test(unknown_mode_is_refused),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
