@@ -560,12 +560,15 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
     cr_store_offload_stats_get(holder, &st0);
     dev_t dev = dir_dev(root);
     disk_sample d_start = disk_now(dev), d_last = d_start, d_first = d_start;
-    uint64_t t0 = cb_now_ns(), retries = 0, t_first = 0, first_n = 0;
+    uint64_t t0 = cb_now_ns(), retries = 0, t_first = 0, first_n = 0, first_put = 0;
+    double first_ms = 0;
     for (uint64_t i = 0; i < n && rc == 0; i++) {
         if (t_first == 0) { /* when the first offload landed (the memory was full before) */
             cr_store_offload_stats_get(holder, &st1);
             if (st1.offloads > st0.offloads) {
                 t_first = cb_now_ns();
+                first_ms = (double)(t_first - t0) / 1e6;
+                first_put = i;
                 first_n = st1.offloads - st0.offloads;
                 d_first = disk_now(dev);
             }
@@ -686,7 +689,8 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
            "      offload %.2f GB/s (%.2fx write)  disk hit %.2f GB/s (%.2fx read; "
            "first pass %.2f GB/s, %.2fx)\n"
            "      the tier's files read back with O_DIRECT %.2f GB/s: disk hit %.2fx that\n"
-           "      offload once the segment is full %.2f GB/s (%.2fx write)\n"
+           "      offload once the segment is full %.2f GB/s (%.2fx write; the first landed "
+           "%.1f ms after the first put, at put %" PRIu64 ")\n"
            "      disk busy: offload %.0f%% (once full %.0f%%; %.0f MiB written), baseline writes "
            "%.0f%%/%.0f%%\n"
            "      get latency p50/p99: disk hit %.0f/%.0f us, memory hit %.0f/%.0f us\n"
@@ -694,8 +698,8 @@ static int run_size(const ob_opts *o, const char *master, const char *root, uint
            sz, cb_format_size(bytes, (char[32]){0}, 32), offloaded, n, n_disk, retries, bw, br, bw1,
            br1, bw2, br2, off_gbps, bw > 0 ? off_gbps / bw : 0, hit_gbps,
            br > 0 ? hit_gbps / br : 0, first_gbps, br > 0 ? first_gbps / br : 0, tier_r,
-           tier_r > 0 ? hit_gbps / tier_r : 0, stream_gbps, bw > 0 ? stream_gbps / bw : 0,
-           100 * busy_share(d_start, d_last), 100 * busy_share(d_first, d_last),
+           tier_r > 0 ? hit_gbps / tier_r : 0, stream_gbps, bw > 0 ? stream_gbps / bw : 0, first_ms,
+           first_put, 100 * busy_share(d_start, d_last), 100 * busy_share(d_first, d_last),
            (double)(d_last.wr_sectors - d_start.wr_sectors) * 512 / (double)CB_MIB, 100 * wbusy,
            100 * wbusy2, (double)cb_hist_quantile(&hd, 0.5) / 1e3,
            (double)cb_hist_quantile(&hd, 0.99) / 1e3, (double)cb_hist_quantile(&hm, 0.5) / 1e3,
