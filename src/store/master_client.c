@@ -111,6 +111,11 @@ int crc_master_set_tenant(crc_master *m, const char *tenant)
     return 0;
 }
 
+const char *crc_master_tenant(const crc_master *m)
+{
+    return m->tenant;
+}
+
 /* Fail every pending call (connection lost). Caller holds lock. */
 static void fail_pending_locked(crc_master *m, int status)
 {

@@ -109,6 +109,10 @@ uint64_t crc_master_caps(crc_master *m);
  *  shared. Errors: CR_INVALID_PARAMS (longer than CRP_RPC_MAX_TENANT). */
 int crc_master_set_tenant(crc_master *m, const char *tenant);
 
+/** The tenant set with crc_master_set_tenant ("" for the default one). The string lives as
+ *  long as m; any thread. */
+const char *crc_master_tenant(const crc_master *m);
+
 /** The master's view version seen at the last handshake (changes on restart). */
 uint64_t crc_master_view(crc_master *m);
 

@@ -424,18 +424,32 @@ out:
     free(sizes);
 }
 
+/* The name this store's puts give the master's key `key` (tenant T's key K is "\x1fT\x1fK" at
+ * the master, docs/standalone-client.md): K when key is in this store's tenant, NULL when it
+ * is in another one's namespace. A promotion is a put through this store's own namespace, so
+ * only such a key can be put back where it was; another tenant's stays on disk (staged). */
+static const char *own_name(crc_offload *o, const char *key)
+{
+    const char *tenant = crc_master_tenant(o->s->master);
+    size_t n = strlen(tenant);
+    if (n == 0)
+        return key[0] == '\x1f' ? NULL : key;
+    if (key[0] != '\x1f' || strncmp(key + 1, tenant, n) != 0 || key[n + 1] != '\x1f')
+        return NULL;
+    return key + n + 2;
+}
+
 static void run_promote(crc_offload *o, const crp_off_item *t)
 {
     uint64_t size = 0;
     int rc = CR_OBJECT_NOT_FOUND;
-    /* A tenant's key (\x1f-prefixed at the master) cannot be put back through this client's
-     * own namespace: not promoted (it stays on disk and is staged). */
-    if (t->key[0] != '\x1f' && version_matches(o, t->key, t->version, &size)) {
+    const char *name = own_name(o, t->key);
+    if (name != NULL && version_matches(o, t->key, t->version, &size)) {
         void *buf = malloc(size ? size : 1);
         rc = CR_ERR_NO_MEMORY;
         if (buf != NULL) {
             int64_t n = crf_get(o->disk, t->key, strlen(t->key), buf, size);
-            rc = n < 0 ? (int)n : cr_store_put(o->s, t->key, buf, size, NULL);
+            rc = n < 0 ? (int)n : cr_store_put(o->s, name, buf, size, NULL);
             free(buf);
         }
     }

@@ -11,6 +11,11 @@
  *                  from the other client and from the holder itself.
  *   promotion      --promotion_on_hit --promotion_admission_threshold=1: a
  *                  disk hit promotes the value back into memory; bytes right.
+ *   promotion_tenants  the same with the holder in tenant team-h: disk hits of
+ *                  team-h's keys are promoted (back to the same keys), those of
+ *                  the default tenant's keys are not (a promotion is a put in the
+ *                  holder's namespace: it once made a second, team-h copy of the
+ *                  default tenant's key) and stay right on disk.
  *   remove_upsert  remove of a disk-only key: gone (get, exist); upsert of a
  *                  disk-only key: the new bytes, never the old disk copy; size,
  *                  replicas and the admin /query_key see a disk-only key;
@@ -288,6 +293,76 @@ static void promotion(void **state)
     }
     assert_true(sh_metric(&m, "master_disk_promotions_total") >= np);
     stop_all(&m, &h, &c);
+}
+
+static void promotion_tenants(void **state)
+{
+    (void)state;
+    sh_master m;
+    const char *const margs[] = {"--enable_offload=true", "--offload_on_evict=true",
+                                 "--promotion_on_hit=true", "--promotion_admission_threshold=1",
+                                 NULL};
+    assert_int_equal(sh_master_start(&m, margs), 0);
+    const char *const hargs[] = {"--segment", "64M",      "--ssd",  dir, "--region",
+                                 "0",         "--tenant", "team-h", NULL};
+    const char *const targs[] = {"--segment", "0", "--region", "0", "--tenant", "team-h", NULL};
+    const char *const cargs[] = {"--segment", "0", "--region", "0", NULL};
+    sh_client h, t, c;
+    assert_int_equal(sh_client_start(&h, m.addr, hargs), 0);
+    assert_int_equal(sh_client_start(&t, m.addr, targs), 0);
+    assert_int_equal(sh_client_start(&c, m.addr, cargs), 0);
+    enum { N = 64 };
+    put_many(&t, "own-", N, 700); /* the oldest: evicted to disk first */
+    put_many(&c, "dft-", 2 * N, 800);
+    char key[64];
+    int own[4], dft[4], n_own = 0, n_dft = 0;
+    for (int i = 0; i < N && n_own < 4; i++) {
+        snprintf(key, sizeof(key), "own-%d", i);
+        if (!disk_only(&t, key))
+            continue;
+        if (!read_ok(sh_cmd(&t, "get %s %u", key, 700u + (unsigned)i), MIB))
+            fail_msg("first get of disk-only %s: %s", key, t.line);
+        own[n_own++] = i;
+    }
+    for (int i = 0; i < 2 * N && n_dft < 4; i++) {
+        snprintf(key, sizeof(key), "dft-%d", i);
+        if (!disk_only(&c, key))
+            continue;
+        if (!read_ok(sh_cmd(&c, "get %s %u", key, 800u + (unsigned)i), MIB))
+            fail_msg("first get of disk-only %s: %s", key, c.line);
+        dft[n_dft++] = i;
+    }
+    assert_int_equal(n_own, 4);
+    assert_int_equal(n_dft, 4);
+    /* The holder promotes team-h's keys (a put of its own, in its tenant). */
+    uint64_t until = sh_now_ms() + 10000;
+    long long promos = 0;
+    while ((promos = sh_field(sh_cmd(&h, "offstats"), "promoted")) < n_own && sh_now_ms() < until)
+        sh_sleep_ms(20);
+    if (promos < n_own)
+        fail_msg("%lld of %d hit values of the holder's tenant promoted: %s", promos, n_own,
+                 h.line);
+    sh_sleep_ms(300); /* time for a (wrong) promotion of the default tenant's keys too */
+    int n_in_memory = 0;
+    for (int j = 0; j < n_own; j++) {
+        snprintf(key, sizeof(key), "own-%d", own[j]);
+        n_in_memory += in_memory(&t, key);
+        if (!read_ok(sh_cmd(&t, "get %s %u", key, 700u + (unsigned)own[j]), MIB))
+            fail_msg("get of promoted %s: %s", key, t.line);
+    }
+    if (n_in_memory == 0)
+        fail_msg("no promoted value of the holder's tenant has a memory replica");
+    for (int j = 0; j < n_dft; j++) {
+        snprintf(key, sizeof(key), "dft-%d", dft[j]);
+        if (sh_rc(&t, "exist %s", key) != 0)
+            fail_msg("%s exists in the holder's tenant: promoted into the wrong namespace", key);
+        if (!read_ok(sh_cmd(&c, "get %s %u", key, 800u + (unsigned)dft[j]), MIB))
+            fail_msg("get of %s: %s", key, c.line);
+    }
+    assert_int_equal(sh_client_stop(&c), 0);
+    assert_int_equal(sh_client_stop(&t), 0);
+    assert_int_equal(sh_client_stop(&h), 0);
+    assert_int_equal(sh_master_stop(&m), 0);
 }
 
 static void remove_upsert(void **state)
@@ -689,6 +764,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(promotion, setup, teardown),
+        cmocka_unit_test_setup_teardown(promotion_tenants, setup, teardown),
         cmocka_unit_test_setup_teardown(remove_upsert, setup, teardown),
         cmocka_unit_test_setup_teardown(kill_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(compaction_gets, setup, teardown),
