@@ -245,6 +245,17 @@ static int first_disk_only(sh_client *c, const char *pfx, int n, int from)
     return -1;
 }
 
+/* Within 10 s the holder h has promoted at least n values (its offstats). */
+static void wait_promoted(sh_client *h, int n)
+{
+    uint64_t until = sh_now_ms() + 10000;
+    long long promos = 0;
+    while ((promos = sh_field(sh_cmd(h, "offstats"), "promoted")) < n && sh_now_ms() < until)
+        sh_sleep_ms(20);
+    if (promos < n)
+        fail_msg("%lld of %d hit values promoted: %s", promos, n, h->line);
+}
+
 static void promotion(void **state)
 {
     (void)state;
@@ -268,13 +279,7 @@ static void promotion(void **state)
         promoted_keys[np++] = i;
     }
     assert_int_equal(np, 8);
-    /* The holder copies them back into memory (a put of its own). */
-    uint64_t until = sh_now_ms() + 10000;
-    long long promos = 0;
-    while ((promos = sh_field(sh_cmd(&h, "offstats"), "promoted")) < np && sh_now_ms() < until)
-        sh_sleep_ms(20);
-    if (promos < np)
-        fail_msg("%lld of %d hit values promoted: %s", promos, np, h.line);
+    wait_promoted(&h, np); /* the holder copies them back into memory (a put of its own) */
     int n_in_memory = 0;
     for (int j = 0; j < np; j++) {
         snprintf(key, sizeof(key), "pr-%d", promoted_keys[j]);
@@ -334,15 +339,8 @@ static void promotion_tenants(void **state)
     }
     assert_int_equal(n_own, 4);
     assert_int_equal(n_dft, 4);
-    /* The holder promotes team-h's keys (a put of its own, in its tenant). */
-    uint64_t until = sh_now_ms() + 10000;
-    long long promos = 0;
-    while ((promos = sh_field(sh_cmd(&h, "offstats"), "promoted")) < n_own && sh_now_ms() < until)
-        sh_sleep_ms(20);
-    if (promos < n_own)
-        fail_msg("%lld of %d hit values of the holder's tenant promoted: %s", promos, n_own,
-                 h.line);
-    sh_sleep_ms(300); /* time for a (wrong) promotion of the default tenant's keys too */
+    wait_promoted(&h, n_own); /* team-h's keys: a put of the holder's own, in its tenant */
+    sh_sleep_ms(300);         /* time for a (wrong) promotion of the default tenant's keys too */
     int n_in_memory = 0;
     for (int j = 0; j < n_own; j++) {
         snprintf(key, sizeof(key), "own-%d", own[j]);
