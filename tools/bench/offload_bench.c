@@ -772,7 +772,11 @@ int cb_offload_main(int argc, char **argv)
         rmdir(root);
         return CB_EXIT_FAIL;
     }
-    printf("offload bench: dir %s, poll %u ms, batch %u\n", root, o.poll_ms, o.batch);
+    const char *populate = getenv("CRESCENT_SEGMENT_POPULATE");
+    printf("offload bench: dir %s, poll %u ms, batch %u, holder's segment committed: %s\n", root,
+           o.poll_ms, o.batch,
+           populate != NULL && populate[0] != '\0' ? populate
+                                                   : "background (a disk tier's default)");
     for (size_t i = 0; i < o.n_sizes && rc == 0; i++) {
         double r[MAX_ROUNDS][N_RATIOS] = {{0}};
         for (uint32_t k = 0; k < o.rounds && rc == 0; k++)
