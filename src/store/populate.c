@@ -30,8 +30,8 @@
  *                      1 MiB put into a never-touched page range took
  *                      0.9-1 ms against ~0.2 ms warm; the 1 MiB offload
  *                      stream ran at 0.61-0.79x (median 0.74) the disk's
- *                      O_DIRECT write end to end lazy, 0.68-0.82x (0.78) so,
- *                      0.80-0.85x with mount.
+ *                      O_DIRECT write end to end with lazy pages, 0.68-0.82x
+ *                      (0.78) in the background, 0.80-0.85x with mount.
  * MADV_POPULATE_WRITE never changes a page's contents, so committing a page
  * that a peer is writing at the same moment is safe. Kernels without it
  * (before 5.14) get a warning and the lazy behaviour.
