@@ -554,6 +554,30 @@ static void apply_pins(crk_object *dst, const crk_write *w, uint8_t old_flags,
 }
 
 /*
+ * A new complete version of key on reps[0..n_reps), with w's size and pins (over the
+ * replaced version's flags and soft pin, 0 for a new key), its version number given out
+ * (*version_out, if asked); NULL without memory. Not yet in any table or list.
+ */
+static crk_object *new_version(crk_service *s, const char *key, size_t len, uint32_t hash,
+                               const crk_replica *reps, uint32_t n_reps, const crk_write *w,
+                               uint8_t old_flags, uint64_t old_soft_pin, uint64_t now,
+                               uint64_t *version_out)
+{
+    crk_object *n = crk_obj_new(key, len, hash, n_reps);
+    if (!n)
+        return NULL;
+    n->size = w->size;
+    memcpy(crk_obj_reps(n), reps, n_reps * sizeof(crk_replica));
+    apply_pins(n, w, old_flags, old_soft_pin, now);
+    n->flags |= CRK_OBJ_COMPLETE;
+    n->version = crk_next_version(s);
+    if (version_out != NULL)
+        *version_out = n->version;
+    n->last_access = now;
+    return n;
+}
+
+/*
  * Upsert's switch (shard locked): a new block holding reps[0..n_reps) with w's size and
  * pins replaces the complete object o at `slot`; o's replicas are released once no lease
  * can still cover them. CR_ERR_NO_MEMORY leaves everything as it was.
@@ -562,17 +586,10 @@ static int replace_version_locked(crk_service *s, crk_shard *sh, size_t slot, cr
                                   const crk_replica *reps, uint32_t n_reps, const crk_write *w,
                                   uint64_t now, uint64_t *version_out)
 {
-    crk_object *n = crk_obj_new(o->key, o->key_len, o->hash, n_reps);
+    crk_object *n = new_version(s, o->key, o->key_len, o->hash, reps, n_reps, w, o->flags,
+                                o->soft_pin_until, now, version_out);
     if (!n)
         return crb_error(CR_ERR_NO_MEMORY, "put_end '%s': new version record", o->key);
-    n->size = w->size;
-    memcpy(crk_obj_reps(n), reps, n_reps * sizeof(crk_replica));
-    apply_pins(n, w, o->flags, o->soft_pin_until, now);
-    n->flags |= CRK_OBJ_COMPLETE;
-    n->version = crk_next_version(s);
-    if (version_out != NULL)
-        *version_out = n->version;
-    n->last_access = now;
     sh->slots[slot].obj = n;
     crk_lru_unlink(sh, o);
     if (!(n->flags & CRK_OBJ_HARD_PIN))
@@ -675,17 +692,10 @@ static int install_granted_locked(crk_service *s, const key_ref *k, crk_object *
     int rc = crk_shard_reserve(k->sh);
     if (rc != 0)
         return rc;
-    crk_object *n = crk_obj_new(k->key, k->len, (uint32_t)k->hash, go->nrep);
+    crk_object *n = new_version(s, k->key, k->len, (uint32_t)k->hash, crk_obj_reps(go), go->nrep,
+                                gw, 0, 0, now, version_out);
     if (!n)
         return crb_error(CR_ERR_NO_MEMORY, "put_end '%s': object record", k->key);
-    n->size = gw->size;
-    memcpy(crk_obj_reps(n), crk_obj_reps(go), go->nrep * sizeof(crk_replica));
-    apply_pins(n, gw, 0, 0, now);
-    n->flags |= CRK_OBJ_COMPLETE;
-    n->version = crk_next_version(s);
-    if (version_out != NULL)
-        *version_out = n->version;
-    n->last_access = now;
     crk_shard_insert(k->sh, n);
     pin_gauges(s, n, +1);
     if (s->off != NULL)

@@ -245,6 +245,24 @@ static int first_disk_only(sh_client *c, const char *pfx, int n, int from)
     return -1;
 }
 
+/* Read (once, checking the bytes) up to `want` of the disk-only values pfx0..pfx<n-1> put
+ * with seeds seed+i; their indexes into hit[]. Returns how many. */
+static int hit_disk_only(sh_client *c, const char *pfx, int n, unsigned seed, int *hit, int want)
+{
+    char key[64];
+    int got = 0;
+    for (int i = 0; i < n && got < want; i++) {
+        snprintf(key, sizeof(key), "%s%d", pfx, i);
+        if (!disk_only(c, key))
+            continue;
+        const char *r = sh_cmd(c, "get %s %u", key, seed + (unsigned)i);
+        if (!read_ok(r, MIB))
+            fail_msg("first get of disk-only %s: %s", key, r);
+        hit[got++] = i;
+    }
+    return got;
+}
+
 /* Within 10 s the holder h has promoted at least n values (its offstats). */
 static void wait_promoted(sh_client *h, int n)
 {
@@ -268,16 +286,8 @@ static void promotion(void **state)
     enum { N = 128 };
     put_many(&c, "pr-", N, 500);
     char key[64];
-    int promoted_keys[8], np = 0;
-    for (int i = 0; i < N && np < 8; i++) {
-        snprintf(key, sizeof(key), "pr-%d", i);
-        if (!disk_only(&c, key))
-            continue;
-        const char *r = sh_cmd(&c, "get %s %u", key, 500u + (unsigned)i);
-        if (!read_ok(r, MIB))
-            fail_msg("first get of disk-only %s: %s", key, r);
-        promoted_keys[np++] = i;
-    }
+    int promoted_keys[8];
+    int np = hit_disk_only(&c, "pr-", N, 500, promoted_keys, 8);
     assert_int_equal(np, 8);
     wait_promoted(&h, np); /* the holder copies them back into memory (a put of its own) */
     int n_in_memory = 0;
@@ -320,23 +330,9 @@ static void promotion_tenants(void **state)
     put_many(&t, "own-", N, 700); /* the oldest: evicted to disk first */
     put_many(&c, "dft-", 2 * N, 800);
     char key[64];
-    int own[4], dft[4], n_own = 0, n_dft = 0;
-    for (int i = 0; i < N && n_own < 4; i++) {
-        snprintf(key, sizeof(key), "own-%d", i);
-        if (!disk_only(&t, key))
-            continue;
-        if (!read_ok(sh_cmd(&t, "get %s %u", key, 700u + (unsigned)i), MIB))
-            fail_msg("first get of disk-only %s: %s", key, t.line);
-        own[n_own++] = i;
-    }
-    for (int i = 0; i < 2 * N && n_dft < 4; i++) {
-        snprintf(key, sizeof(key), "dft-%d", i);
-        if (!disk_only(&c, key))
-            continue;
-        if (!read_ok(sh_cmd(&c, "get %s %u", key, 800u + (unsigned)i), MIB))
-            fail_msg("first get of disk-only %s: %s", key, c.line);
-        dft[n_dft++] = i;
-    }
+    int own[4], dft[4];
+    int n_own = hit_disk_only(&t, "own-", N, 700, own, 4);
+    int n_dft = hit_disk_only(&c, "dft-", 2 * N, 800, dft, 4);
     assert_int_equal(n_own, 4);
     assert_int_equal(n_dft, 4);
     wait_promoted(&h, n_own); /* team-h's keys: a put of the holder's own, in its tenant */
