@@ -21,6 +21,7 @@ import os
 import random
 import socket
 import threading
+from collections import deque
 from typing import Callable, Dict, List, Optional, Tuple
 
 log = logging.getLogger("mooncake")
@@ -227,16 +228,33 @@ def rpc_port_range() -> Tuple[int, int]:
                       ("MC_MAX_RPC_PORT", "MC_MAX_PRC_PORT"), RPC_PORT_RANGE)
 
 
+# Ports this process picked lately. A store set up again in the same process
+# would otherwise now and then (1 in ~2000) get its previous segment's name
+# back over the same memory, and the master fences such a segment while reads
+# of the previous one may still run (its puts fail with NO_AVAILABLE_HANDLE
+# for up to a lease). The range's last picks are avoided: up to 64, and all
+# but one of a smaller range (whose ports then go round, least recent first).
+_recent_ports: "deque[int]" = deque(maxlen=64)
+_recent_lock = threading.Lock()
+
+
 def pick_port(host: str, lo: int, hi: int, attempts: int = 500) -> int:
     """A random port in [lo, hi] that can be bound on `host` right now (as
-    Mooncake's port binders choose); 0 if `attempts` tries found none. The
-    probe socket is closed again, so the caller must retry if someone else
-    takes the port before it binds."""
+    Mooncake's port binders choose), not one of this process's last picks in
+    the range (up to 64, all but one of a smaller range) while the first half of the
+    tries lasts; 0 if `attempts` tries found none. The probe socket is closed again, so the caller must retry if
+    someone else takes the port before it binds."""
     addr = host.strip("[]")
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET
     rng = random.SystemRandom()
-    for _ in range(attempts):
+    with _recent_lock:
+        lately = [p for p in _recent_ports if lo <= p <= hi]
+    keep_off = min(64, hi - lo)
+    recent = set(lately[-keep_off:]) if keep_off > 0 else set()
+    for attempt in range(attempts):
         port = rng.randint(lo, hi)
+        if port in recent and attempt < attempts // 2:
+            continue
         try:
             with socket.socket(family, socket.SOCK_STREAM) as s:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -244,7 +262,9 @@ def pick_port(host: str, lo: int, hi: int, attempts: int = 500) -> int:
                     s.bind((addr, port))
                 except socket.gaierror:
                     s.bind(("", port))
-                return port
+            with _recent_lock:
+                _recent_ports.append(port)
+            return port
         except OSError:
             continue
     return 0

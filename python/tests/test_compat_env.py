@@ -5,7 +5,10 @@ and 7), against a real crescent-master and metadata server:
   the port in 12300..14300 (P2PHANDSHAKE and http metadata), or in the range
   of MC_STORE_CLIENT_MIN_PORT / MC_STORE_CLIENT_MAX_PORT; an invalid range
   falls back to the default with a warning; MC_STORE_CLIENT_SETUP_RETRIES
-  bounds the attempts when the range is taken;
+  bounds the attempts when the range is taken; a store set up again in the
+  same process gets a port other than its last ones (the master fences a
+  segment mounted over a just-unmounted name and memory, so a put right
+  after such a setup would fail);
 * a TransferEngine's RPC port is in 15000..17000 or MC_MIN_RPC_PORT /
   MC_MAX_RPC_PORT, and peers reach it there;
 * MC_TE_METRIC / MC_TE_METRIC_INTERVAL_SECONDS report throughput;
@@ -23,6 +26,7 @@ import time
 
 import pytest
 
+import crescent
 from mooncake import _util
 from mooncake.engine import TransferEngine
 from mooncake.store import MooncakeDistributedStore
@@ -108,6 +112,29 @@ def test_setup_retries_bounded(master, monkeypatch, caplog):
         assert "after 3 attempts" in caplog.text
     finally:
         busy.close()
+
+
+def test_setup_again_gets_another_name(master, monkeypatch):
+    # An 8-port range outside the default one (no other test picks from it):
+    # without keeping off the last picks, one of these setups gets its
+    # predecessor's name back about one time in eight, its segment lands on
+    # the same memory, and the put right after it finds the segment fenced
+    # (the predecessor's read was leased until just now). With them kept off,
+    # eight setups get eight names.
+    lo = 14400
+    monkeypatch.setenv("MC_STORE_CLIENT_MIN_PORT", str(lo))
+    monkeypatch.setenv("MC_STORE_CLIENT_MAX_PORT", str(lo + 7))
+    names = []
+    for i in range(8):
+        s, rc = setup_store(master)
+        assert rc == 0
+        names.append(s.get_hostname())
+        assert lo <= port_of(names[-1]) <= lo + 7
+        rc = s.put("again/%d" % i, b"v%d" % i)
+        assert rc == 0, crescent.last_error_message()
+        assert s.get("again/%d" % i) == b"v%d" % i
+        s.close()
+    assert len(set(names)) == 8, names
 
 
 def test_engine_rpc_port_range(monkeypatch):

@@ -8,6 +8,8 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -194,6 +196,37 @@ void crx_port_range(const char *const *min_names, const char *const *max_names, 
     *hi = (int)b;
 }
 
+#define CRX_RECENT_PORTS 64
+static struct {
+    pthread_mutex_t mu;
+    int port[CRX_RECENT_PORTS]; /* a ring; 0: empty */
+    unsigned next;
+} recent_ports = {PTHREAD_MUTEX_INITIALIZER, {0}, 0};
+
+/* Is port among this process's last picks in [lo, hi] (all but one of a small range)? */
+static bool picked_lately(int port, int lo, int hi)
+{
+    int keep_off = hi - lo, seen = 0;
+    bool found = false;
+    pthread_mutex_lock(&recent_ports.mu);
+    for (unsigned i = 1; i <= CRX_RECENT_PORTS && seen < keep_off && !found; i++) {
+        int p = recent_ports.port[(recent_ports.next - i) % CRX_RECENT_PORTS];
+        if (p < lo || p > hi) /* another range's, or empty */
+            continue;
+        seen++;
+        found = p == port;
+    }
+    pthread_mutex_unlock(&recent_ports.mu);
+    return found;
+}
+
+static void note_picked(int port)
+{
+    pthread_mutex_lock(&recent_ports.mu);
+    recent_ports.port[recent_ports.next++ % CRX_RECENT_PORTS] = port;
+    pthread_mutex_unlock(&recent_ports.mu);
+}
+
 int crx_pick_port(const char *host, int lo, int hi)
 {
     struct addrinfo hints = {0}, *ai = NULL;
@@ -215,6 +248,8 @@ int crx_pick_port(const char *host, int lo, int hi)
         if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
             r = (uint32_t)rand();
         int p = lo + (int)(r % (uint32_t)(hi - lo + 1));
+        if (attempt < 250 && picked_lately(p, lo, hi))
+            continue;
         int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
             break;
@@ -231,6 +266,8 @@ int crx_pick_port(const char *host, int lo, int hi)
         close(fd);
     }
     freeaddrinfo(ai);
+    if (port != 0)
+        note_picked(port);
     return port;
 }
 

@@ -21,6 +21,11 @@
  *       get_into / batch_get_into and checks every byte; is_exist,
  *       batch_is_exist, get_size, remove family, too-small (-600) and missing
  *       (-704) destinations, NULL arguments (-1), calls before setup (-1).
+ *   store_setup_again_gets_another_name  eight stores set up one after the
+ *       other in an 8-port MC_STORE_CLIENT_*_PORT range get eight names, and
+ *       each one's put right after setup succeeds (a name picked again would
+ *       land its segment on its predecessor's memory, which the master
+ *       fences while that one's reads may still run: the put would fail).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -430,6 +435,43 @@ static void store_between_processes(void **state)
     assert_int_equal(peer_stop(&p), 0);
 }
 
+static void store_setup_again_gets_another_name(void **state)
+{
+    (void)state;
+    const int lo = 14410; /* outside the default range: no other test picks from it */
+    char lo_text[16], hi_text[16];
+    snprintf(lo_text, sizeof(lo_text), "%d", lo);
+    snprintf(hi_text, sizeof(hi_text), "%d", lo + 7);
+    setenv("MC_STORE_CLIENT_MIN_PORT", lo_text, 1);
+    setenv("MC_STORE_CLIENT_MAX_PORT", hi_text, 1);
+    bool seen[8] = {false};
+    for (int i = 0; i < 8; i++) {
+        mooncake_store_t s = mooncake_store_create();
+        assert_non_null(s);
+        assert_int_equal(mooncake_store_setup(s, "127.0.0.1", "P2PHANDSHAKE", 8u << 20, 1u << 20,
+                                              "tcp", "", master.addr),
+                         0);
+        char host[256], key[32];
+        assert_int_equal(mooncake_store_get_hostname(s, host, sizeof(host)), 0);
+        int port = atoi(strrchr(host, ':') + 1);
+        assert_true(port >= lo && port <= lo + 7);
+        assert_false(seen[port - lo]);
+        seen[port - lo] = true;
+        snprintf(key, sizeof(key), "again/%d", i);
+        assert_int_equal(mooncake_store_put(s, key, "abc", 3, NULL), 0);
+        char *back = aligned_alloc(4096, 4096);
+        assert_non_null(back);
+        assert_int_equal(mooncake_store_register_buffer(s, back, 4096), 0);
+        assert_int_equal(mooncake_store_get_into(s, key, back, 4096), 3); /* leased */
+        assert_memory_equal(back, "abc", 3);
+        assert_int_equal(mooncake_store_unregister_buffer(s, back), 0);
+        mooncake_store_destroy(s);
+        free(back);
+    }
+    unsetenv("MC_STORE_CLIENT_MIN_PORT");
+    unsetenv("MC_STORE_CLIENT_MAX_PORT");
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -459,6 +501,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(te_between_processes),
         cmocka_unit_test(store_between_processes),
+        cmocka_unit_test(store_setup_again_gets_another_name),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
