@@ -80,7 +80,7 @@ struct cr_store {
      * each in a write of its own right after its get (get.c). */
     bool release_at_once;
 
-    struct crc_grants *grants;   /* put grants (grants.c): CRESCENT_PUT_GRANTS=1, else NULL */
+    struct crc_grants *grants;   /* put grants (grants.c), or NULL: CRESCENT_PUT_GRANTS=0 */
     struct crc_offload *off;     /* the disk tier (store/offload.h), or NULL */
     _Atomic uint64_t disk_reads; /* gets served from a holder's disk (rpc_reads) */
 };
@@ -262,11 +262,12 @@ bool crc_loc_confirms(const crc_loc *l, uint64_t version, const crp_rpc_replica 
  * grants"). Any thread. */
 typedef struct crc_grants crc_grants;
 typedef struct crc_grant crc_grant;
-/* At setup: s->grants (left NULL unless CRESCENT_PUT_GRANTS=1); CR_INVALID_PARAMS names a
- * bad value of it. */
+/* At setup: s->grants (left NULL when CRESCENT_PUT_GRANTS=0); CR_INVALID_PARAMS names a bad
+ * value of it. */
 int crc_grants_create(cr_store *s);
-/* At close, while the master connection is up: the idle grants are revoked (notices). */
-void crc_grants_release(cr_store *s);
+/* The idle grants are revoked (notices, sent ahead of the next call); returns how many. At
+ * close, while the master connection is up, and when a put found no space. */
+size_t crc_grants_release(cr_store *s);
 void crc_grants_destroy(cr_store *s);
 /* The heartbeat thread's tick: idle grants too old to be written into are revoked, so a
  * writer that stopped putting holds none a second later. */

@@ -213,6 +213,12 @@ static int put_value(cr_store *s, const char *key, const value_parts *v, bool up
     }
     crp_rpc_resp resp;
     rc = call_asking_grant(s, &req, &resp, grants, v->total, &req.u.put_start.config);
+    if (rc == 0 && resp.status == CR_NO_AVAILABLE_HANDLE && crc_grants_release(s) > 0) {
+        /* Our idle grants may hold the space it needs: given back (their
+         * notices go out ahead of this call), the start is tried once more. */
+        crp_rpc_resp_clear(&resp);
+        rc = crc_call(s, &req, &resp);
+    }
     if (rc == CR_RPC_TIMEOUT) {
         /* The master may still process the start later: queue a revoke behind
          * it on the same connection (requests are served in order) so the key
@@ -621,6 +627,15 @@ static int batch_put_values(cr_store *s, const char *const *keys, const value_pa
     for (size_t i = 0; i < n; i++)
         if (later[i])
             results[i] = put_value(s, keys[i], &vals[i], upsert, cfg);
+    /* Keys that found no space: our idle grants may hold it. Given back, those
+     * keys are tried once more, one by one. */
+    bool no_space = false;
+    for (size_t i = 0; i < n && !no_space; i++)
+        no_space = results[i] == CR_NO_AVAILABLE_HANDLE;
+    if (no_space && crc_grants_release(s) > 0)
+        for (size_t i = 0; i < n; i++)
+            if (results[i] == CR_NO_AVAILABLE_HANDLE)
+                results[i] = put_value(s, keys[i], &vals[i], upsert, cfg);
     rc = first;
 out_free:
     free(stage);

@@ -6,10 +6,12 @@
  * process; puts of a second size and upserts mix in; a put of an existing key
  * through a grant leaves the old value; after the writer closes, the master
  * holds exactly the values' bytes (its grants were given back); a writer with
- * grants off (CRESCENT_PUT_GRANTS=0, as unset: they are opt-in) never uses one. A master killed and
+ * CRESCENT_PUT_GRANTS=0 never uses one. A master killed and
  * restarted on its port makes the writer's grants unknown: its puts fall back to two-phase ones and
  * stay correct. A writer in a tenant: its grants live in the tenant and the idle ones are given
- * back about a second after its last put, before it closes (the revoke names the tenant).
+ * back about a second after its last put, before it closes (the revoke names the tenant). A put
+ * that finds no space while the writer's own idle grant holds it gives the grant back and
+ * succeeds, single or batched.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -52,7 +54,7 @@ static const char *const WRITER[] = {"--segment", "0", "--region", "0", NULL};
 static void stream_of_puts_goes_through_grants(void **state)
 {
     (void)state;
-    setenv("CRESCENT_PUT_GRANTS", "1", 1); /* opt-in: the clients started from here on */
+    unsetenv("CRESCENT_PUT_GRANTS"); /* the default: on */
     sh_master m;
     assert_int_equal(sh_master_start(&m, NULL), 0);
     sh_client holder, writer;
@@ -201,12 +203,47 @@ static void restarted_master_forgets_grants(void **state)
     assert_int_equal(sh_master_stop(&m), 0);
 }
 
+/* A put that finds no space because the writer's own idle grant holds it gives
+ * its grants back and succeeds: an 8 MiB holder, a 2 MiB value and its grant,
+ * then a 7 MiB value (too big to be granted itself), singly and in a batch. */
+static void idle_grants_given_back_for_space(void **state)
+{
+    (void)state;
+    unsetenv("CRESCENT_PUT_GRANTS");
+    sh_master m;
+    assert_int_equal(sh_master_start(&m, NULL), 0);
+    const char *const holder_args[] = {"--segment", "8M", NULL};
+    sh_client holder, writer;
+    assert_int_equal(sh_client_start(&holder, m.addr, holder_args), 0);
+    assert_int_equal(sh_client_start(&writer, m.addr, WRITER), 0);
+    const int big = 7 * MIB;
+
+    assert_int_equal(sh_rc(&writer, "put a %d 1", 2 * MIB), 0); /* and a 2 MiB grant */
+    assert_true(sh_metric(&m, "master_allocated_bytes") == 4.0 * MIB);
+    assert_int_equal(sh_rc(&writer, "put big %d 2", big), 0);
+    expect_bytes(&holder, "big", big, 2);
+    (void)sh_cmd(&holder, "exist a"); /* its read of big given back ahead of this call */
+    assert_int_equal(sh_rc(&writer, "remove big force"), 0);
+
+    assert_int_equal(sh_rc(&writer, "put b %d 3", 2 * MIB), 0);
+    assert_true(sh_metric(&m, "master_allocated_bytes") == 4.0 * MIB);
+    const char *reply = sh_cmd(&writer, "batch_put bbig 1 %d 4", big);
+    if (strncmp(reply, "0 ok=1 ", 7) != 0)
+        fail_msg("batch put of 7 MiB next to an idle 2 MiB grant: '%s'", reply);
+    expect_bytes(&holder, "bbig0", big, 4);
+
+    assert_int_equal(sh_client_stop(&writer), 0);
+    assert_int_equal(sh_client_stop(&holder), 0);
+    assert_int_equal(sh_master_stop(&m), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(stream_of_puts_goes_through_grants, teardown),
         cmocka_unit_test_teardown(tenant_grants_given_back_when_idle, teardown),
         cmocka_unit_test_teardown(restarted_master_forgets_grants, teardown),
+        cmocka_unit_test_teardown(idle_grants_given_back_for_space, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
