@@ -265,6 +265,9 @@ typedef struct crc_grant crc_grant;
 /* At setup: s->grants (left NULL when CRESCENT_PUT_GRANTS=0); CR_INVALID_PARAMS names a bad
  * value of it. */
 int crc_grants_create(cr_store *s);
+/* A disk-tier holder's promotion of its own key: a put that never goes through a grant (the
+ * master lets only a two-phase put promote; put.c). Any thread. */
+int crc_put_promotion(cr_store *s, const char *key, const void *value, size_t len);
 /* The idle grants are revoked (notices, sent ahead of the next call); returns how many. At
  * close, while the master connection is up, and when a put found no space. */
 size_t crc_grants_release(cr_store *s);

@@ -449,7 +449,7 @@ static void run_promote(crc_offload *o, const crp_off_item *t)
         rc = CR_ERR_NO_MEMORY;
         if (buf != NULL) {
             int64_t n = crf_get(o->disk, t->key, strlen(t->key), buf, size);
-            rc = n < 0 ? (int)n : cr_store_put(o->s, name, buf, size, NULL);
+            rc = n < 0 ? (int)n : crc_put_promotion(o->s, name, buf, size);
             free(buf);
         }
     }

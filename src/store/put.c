@@ -189,8 +189,10 @@ static int put_granted(cr_store *s, const char *key, const value_parts *v, bool 
     return rc;
 }
 
-static int put_value(cr_store *s, const char *key, const value_parts *v, bool upsert,
-                     const cr_replicate_config *cfg)
+/* may_grant: false for a disk-tier holder's promotion, which the master lets only a
+ * two-phase put make (through a grant, the key's disk copy makes it "exists"). */
+static int put_value_how(cr_store *s, const char *key, const value_parts *v, bool upsert,
+                         const cr_replicate_config *cfg, bool may_grant)
 {
     if (cr_store_is_thin(s))
         return crc_thin_put(s, key, v->parts, v->sizes, v->n, v->registered, upsert, cfg);
@@ -204,7 +206,7 @@ static int put_value(cr_store *s, const char *key, const value_parts *v, bool up
     req.u.put_start.key = (char *)key;
     req.u.put_start.value_size = v->total;
     crc_config_to_wire(cfg, &req.u.put_start.config);
-    bool grants = v->total > 0 && crc_grants_usable(s, &req.u.put_start.config);
+    bool grants = may_grant && v->total > 0 && crc_grants_usable(s, &req.u.put_start.config);
     crc_grant *g = grants ? crc_grant_take(s, v->total, &req.u.put_start.config) : NULL;
     if (g != NULL) {
         rc = put_granted(s, key, v, upsert, g, &req.u.put_start.config);
@@ -263,6 +265,19 @@ static int put_value(cr_store *s, const char *key, const value_parts *v, bool up
 static value_parts one_part(const void **p, const size_t *len, bool registered)
 {
     return (value_parts){p, len, 1, registered, *len};
+}
+
+static int put_value(cr_store *s, const char *key, const value_parts *v, bool upsert,
+                     const cr_replicate_config *cfg)
+{
+    return put_value_how(s, key, v, upsert, cfg, true);
+}
+
+int crc_put_promotion(cr_store *s, const char *key, const void *value, size_t len)
+{
+    CRC_ENTER(s);
+    value_parts v = one_part(&value, &len, false);
+    return put_value_how(s, key, &v, false, NULL, false);
 }
 
 int cr_store_put(cr_store *s, const char *key, const void *value, size_t len,
