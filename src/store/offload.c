@@ -35,7 +35,12 @@
  * Answering "no space" at once sent each reader retry through the master to
  * queue the same stage again, a round trip per retry that found the area
  * still full (the batch_staging test asked the holder 72 times for 32
- * values; now 32).
+ * values; now 32). A value larger than the whole staging area
+ * (MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES) is staged in an overflow area of
+ * the segment's size, allocated and registered at the first such stage, one
+ * such value at a time (another is answered "no space" meanwhile, and the
+ * master asks again); before, such a value could never be read back once it
+ * was on disk.
  *
  * The writers (WRITERS threads) take offloads from the queue in chunks of
  * about WRITE_CHUNK bytes and write each chunk with one crf_put_batch
@@ -108,6 +113,12 @@ struct crc_offload {
     crb_oa *stage_oa;
     stage_slot *slots;
     size_t n_slots, cap_slots;
+    /* the overflow area (big_alloc): one staged value larger than the staging area at a
+     * time; big and big_cap are set once, by the worker that holds big_busy (all under
+     * stage_mu) */
+    uint8_t *big;
+    uint64_t big_cap, big_expire_ms;
+    bool big_busy; /* stage_mu */
     uint32_t poll_ms;
 
     pthread_t thread;
@@ -254,10 +265,59 @@ static int collect_recovered(void *arg, const crf_key_info *info)
 
 static void wake_parked(crc_offload *o);
 
+/* The overflow area for a staged value larger than the staging area: the holder's segment
+ * size (no larger value can have been offloaded here), allocated and registered with the
+ * engine at the first such stage and kept until the tier stops (registering a buffer per
+ * value made readers' cached descriptors of the holder go stale). One value at a time:
+ * CR_NO_AVAILABLE_HANDLE while it is in use (the master asks again). */
+static int big_alloc(crc_offload *o, uint64_t size, uint64_t expire_ms, uint8_t **out)
+{
+    pthread_mutex_lock(&o->stage_mu);
+    bool busy = o->big_busy;
+    if (!busy) {
+        o->big_busy = true;
+        o->big_expire_ms = expire_ms;
+    }
+    uint8_t *big = o->big;
+    uint64_t cap = o->big_cap;
+    pthread_mutex_unlock(&o->stage_mu);
+    if (busy)
+        return CR_NO_AVAILABLE_HANDLE;
+    int rc = 0;
+    if (big == NULL) { /* only this thread can be here: it holds big_busy */
+        cap = o->s->segment_size > size ? o->s->segment_size : size;
+        cap = (cap + 4095) & ~4095ull;
+        void *p = NULL;
+        rc = cr_alloc_shared(cap, &p);
+        if (rc == 0) {
+            rc = cr_engine_register(o->s->engine, p, cap, "cpu:0", true);
+            if (rc < 0)
+                cr_free_shared(p);
+        }
+        big = rc == 0 ? p : NULL;
+    }
+    if (rc == 0 && size > cap)
+        rc = crb_error(CR_NO_AVAILABLE_HANDLE, "stage of %llu bytes: larger than the overflow area",
+                       (unsigned long long)size);
+    pthread_mutex_lock(&o->stage_mu);
+    if (big != NULL && o->big == NULL) {
+        o->big = big;
+        o->big_cap = cap;
+    }
+    if (rc < 0)
+        o->big_busy = false;
+    pthread_mutex_unlock(&o->stage_mu);
+    if (rc == 0)
+        *out = big;
+    return rc;
+}
+
 static void expire_slots(crc_offload *o, uint64_t now)
 {
     bool freed = false;
     pthread_mutex_lock(&o->stage_mu);
+    if (o->big_busy && o->big != NULL && o->big_expire_ms <= now)
+        o->big_busy = false;
     for (size_t i = 0; i < o->n_slots;) {
         if (o->slots[i].expire_ms > now) {
             i++;
@@ -275,9 +335,11 @@ static void expire_slots(crc_offload *o, uint64_t now)
 /* The readers of the staged copy at addr are done. */
 static void unstage(crc_offload *o, uint64_t addr)
 {
-    bool freed = false;
+    bool freed = false, big = false;
     pthread_mutex_lock(&o->stage_mu);
-    for (size_t i = 0; i < o->n_slots; i++) {
+    if (o->big_busy && o->big != NULL && (uint64_t)(uintptr_t)o->big == addr)
+        o->big_busy = false, big = true;
+    for (size_t i = 0; i < o->n_slots && !big; i++) {
         if ((uint64_t)(uintptr_t)(o->stage + o->slots[i].a.offset) == addr) {
             crb_oa_free(o->stage_oa, o->slots[i].a.node);
             o->slots[i] = o->slots[--o->n_slots];
@@ -389,6 +451,18 @@ static void run_stages(crc_offload *o, const crp_off_item *tasks, size_t n, uint
         uint64_t size = 0;
         if (!version_matches(o, t->key, t->version, &size)) {
             push_out(o, CRP_OFF_STAGE, CR_OBJECT_NOT_FOUND, t->key, t->version, 0, 0, 0);
+            continue;
+        }
+        if (size > o->stage_size) { /* larger than the staging area: a buffer of its own */
+            uint8_t *dst = NULL;
+            int brc = big_alloc(o, size, now + o->stage_ttl_ms, &dst);
+            if (brc < 0) {
+                push_out(o, CRP_OFF_STAGE, brc, t->key, t->version, 0, 0, 0);
+                continue;
+            }
+            gets[m] = (crf_get_item){t->key, strlen(t->key), dst, size};
+            sizes[m] = size;
+            which[m++] = j;
             continue;
         }
         if (stage_alloc(o, size, now + o->stage_ttl_ms, &al[m]) < 0) {
@@ -1060,6 +1134,10 @@ void crc_off_stop(cr_store *s, crc_offload *o)
         free(o->pk[(o->pk_head + i) % o->pk_cap].it.key);
     free(o->pk);
     crc_master_close(o->conn);
+    if (o->big != NULL) {
+        cr_engine_unregister(s->engine, o->big);
+        cr_free_shared(o->big);
+    }
     if (o->stage_registered)
         cr_engine_unregister(s->engine, o->stage);
     if (o->stage != NULL)

@@ -36,6 +36,9 @@
  *                  disk-only 1 MiB values: every value right, within bounds (the
  *                  reader reads what is staged and asks again for the rest, so
  *                  the holder's staging space comes back while the batch runs).
+ *   oversized_stage  a 1 MiB staging area, 4 MiB values: the disk-only ones read
+ *                  back right, singly (twice) and in a batch (each staged in a
+ *                  buffer of its own, one at a time).
  *   disk_full      a 24 MiB disk tier (MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE)
  *                  under 160 MiB of values: the disk LRU drops old ones; every
  *                  get answers right bytes or not-found, promptly.
@@ -627,6 +630,47 @@ static void batch_staging(void **state)
     stop_all(&m, &h, &c);
 }
 
+/* Values larger than the holder's whole staging area (1 MiB here) come back from disk: each is
+ * staged in a buffer of its own (before, such a value was never readable once offloaded). Two
+ * passes over the disk-only ones (a reader's release frees the buffer for the next), then a
+ * batch get of several (one such buffer at a time: the rest wait for the master's next ask). */
+static void oversized_stage(void **state)
+{
+    (void)state;
+    setenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", "1048576", 1);
+    sh_master m;
+    sh_client h, c;
+    const char *const margs[] = {"--enable_offload=true", "--offload_on_evict=true", NULL};
+    start_all(&m, &h, &c, margs);
+    unsetenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES");
+    enum { N = 28, LEN = 4 * MIB };
+    char key[64];
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "ov-%d", i);
+        long long rc = put_retry(&c, "put", key, LEN, 9000u + (unsigned)i);
+        if (rc != 0)
+            fail_msg("put %s: %lld (%s)", key, rc, c.line);
+    }
+    int n_disk = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < 4; i++) {
+            snprintf(key, sizeof(key), "ov-%d", i);
+            if (!disk_only_within(&c, key, 10000))
+                fail_msg("%s is not disk-only after %d x 4 MiB into a 64 MiB segment", key, N);
+            const char *r = sh_cmd(&c, "get %s %u", key, 9000u + (unsigned)i);
+            if (!read_ok(r, LEN))
+                fail_msg("pass %d: get of disk-only %s (4 MiB, 1 MiB of staging): %s", pass, key,
+                         r);
+            n_disk++;
+        }
+    }
+    const char *r = sh_cmd(&c, "batch_get ov- 3 %d 9000", LEN);
+    if (strncmp(r, "0 ok=3 miss=0 err=0 bad=0", 25) != 0)
+        fail_msg("batch get of 3 disk-only 4 MiB values, 1 MiB of staging: %s", r);
+    fprintf(stderr, "%d gets of disk-only 4 MiB values through 1 MiB of staging\n", n_disk);
+    stop_all(&m, &h, &c);
+}
+
 /* Resumes a stopped holder after a delay (batch_deadline). */
 typedef struct resume_job {
     pid_t pid;
@@ -767,6 +811,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(kill_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(compaction_gets, setup, teardown),
         cmocka_unit_test_setup_teardown(batch_staging, setup, teardown),
+        cmocka_unit_test_setup_teardown(oversized_stage, setup, teardown),
         cmocka_unit_test_setup_teardown(batch_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(disk_full, setup, teardown),
         cmocka_unit_test_setup_teardown(write_behind, setup, teardown),
