@@ -104,6 +104,10 @@ static int cma_submit(cre_tp *tp, const cre_route *r, cre_task *t)
     }
     int status = 0;
     if (!cre_ctl_enter(slot, rb->ctl_gen)) {
+        /* Our descriptor of the peer is older than its registrations (it may have
+         * registered a new buffer at the same address): the next request fetches it
+         * again instead of failing the same way for good. */
+        cre_peer_mark_stale(p);
         status = crb_error(CR_ERR_ADDRESS_NOT_REGISTERED,
                            "%s unregistered buffer 0x%llx before the copy started", p->name,
                            (unsigned long long)r->remote_base);
