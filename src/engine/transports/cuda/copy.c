@@ -378,11 +378,12 @@ int cuda_submit_shm_host(cre_tp *tp, const cre_route *r, cre_task *t)
         status = crb_error(CR_ERR_CONNECTION,
                            "shared region %llu of %s is gone or smaller than the descriptor says",
                            (unsigned long long)rb->shared_id, r->peer->name);
-    if (status == 0 && !cre_ctl_enter(slot, rb->ctl_gen))
+    if (status == 0 && !cre_ctl_enter(slot, rb->ctl_gen)) {
+        cre_peer_mark_stale(r->peer); /* a new buffer may sit there now: fetch it again */
         status = crb_error(CR_ERR_ADDRESS_NOT_REGISTERED,
                            "%s unregistered buffer 0x%llx before the copy started", r->peer->name,
                            (unsigned long long)r->remote_base);
-    else if (status == 0) {
+    } else if (status == 0) {
         uint64_t dev = (uint64_t)(uintptr_t)t->local;
         bool to_device = t->opcode == CR_OP_READ;
         status = cuda_bounce(ce, r->local_device, to_device, dev, base + offset, t->length);

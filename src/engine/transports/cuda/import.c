@@ -441,6 +441,7 @@ static int ipc_piece(cre_tp *tp, cuda_peer *cp, const cuda_desc *cd, const cuda_
 
     cuda_import *held = cd->same_process ? NULL : im; /* `direct` lives on this stack */
     if (!cre_ctl_enter(slot, bl->ctl_gen)) {
+        cre_peer_mark_stale(cp->peer); /* a new buffer may sit there now: fetch it again */
         rc = crb_error(CR_ERR_ADDRESS_NOT_REGISTERED,
                        "%s unregistered device buffer 0x%llx before the copy started",
                        cp->peer->name, (unsigned long long)addr);
