@@ -241,9 +241,10 @@ _recent_lock = threading.Lock()
 def pick_port(host: str, lo: int, hi: int, attempts: int = 500) -> int:
     """A random port in [lo, hi] that can be bound on `host` right now (as
     Mooncake's port binders choose), not one of this process's last picks in
-    the range (up to 64, all but one of a smaller range) while the first half of the
-    tries lasts; 0 if `attempts` tries found none. The probe socket is closed again, so the caller must retry if
-    someone else takes the port before it binds."""
+    the range (up to 64, all but one of a smaller range) while the first half
+    of the tries lasts; 0 if `attempts` tries found none. The probe socket is
+    closed again, so the caller must retry if someone else takes the port
+    before it binds."""
     addr = host.strip("[]")
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET
     rng = random.SystemRandom()

@@ -66,10 +66,10 @@ void crx_port_range(const char *const *min_names, const char *const *max_names, 
                     int *lo, int *hi);
 /**
  * A random port in [lo, hi] that can be bound on host now, not one of this
- * process's last picks in the range (up to 64, all but one of a smaller range) while
- * the first half of the tries lasts (a store set up again would otherwise now and then get its
- * previous segment's name back over the same memory, which the master
- * fences for up to a lease); 0 if none. Any thread.
+ * process's last picks in the range (up to 64, all but one of a smaller
+ * range) while the first half of the tries lasts (a store set up again would
+ * otherwise now and then get its previous segment's name back over the same
+ * memory, which the master fences for up to a lease); 0 if none. Any thread.
  */
 int crx_pick_port(const char *host, int lo, int hi);
 /** Integer environment variable (default when unset or malformed). */

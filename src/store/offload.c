@@ -269,7 +269,8 @@ static void wake_parked(crc_offload *o);
  * size (no larger value can have been offloaded here), allocated and registered with the
  * engine at the first such stage and kept until the tier stops (registering a buffer per
  * value made readers' cached descriptors of the holder go stale). One value at a time:
- * CR_NO_AVAILABLE_HANDLE while it is in use (the master asks again). */
+ * CR_NO_AVAILABLE_HANDLE while it is in use (the master asks again). The pages a value
+ * touched stay committed until the tier stops. */
 static int big_alloc(crc_offload *o, uint64_t size, uint64_t expire_ms, uint8_t **out)
 {
     pthread_mutex_lock(&o->stage_mu);
@@ -453,7 +454,7 @@ static void run_stages(crc_offload *o, const crp_off_item *tasks, size_t n, uint
             push_out(o, CRP_OFF_STAGE, CR_OBJECT_NOT_FOUND, t->key, t->version, 0, 0, 0);
             continue;
         }
-        if (size > o->stage_size) { /* larger than the staging area: a buffer of its own */
+        if (size > o->stage_size) { /* larger than the staging area: the overflow area */
             uint8_t *dst = NULL;
             int brc = big_alloc(o, size, now + o->stage_ttl_ms, &dst);
             if (brc < 0) {

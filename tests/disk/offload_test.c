@@ -196,16 +196,21 @@ static void roundtrip(void **state)
     stop_all(&m, &h, &c);
 }
 
-/* Put n 1 MiB values pfx0..pfx<n-1> with seeds seed+i (retrying while offloads run). */
-static void put_many(sh_client *c, const char *pfx, int n, unsigned seed)
+/* Put n values of len bytes pfx0..pfx<n-1> with seeds seed+i (retrying while offloads run). */
+static void put_many_of(sh_client *c, const char *pfx, int n, long long len, unsigned seed)
 {
     char key[64];
     for (int i = 0; i < n; i++) {
         snprintf(key, sizeof(key), "%s%d", pfx, i);
-        long long rc = put_retry(c, "put", key, MIB, seed + (unsigned)i);
+        long long rc = put_retry(c, "put", key, len, seed + (unsigned)i);
         if (rc != 0)
             fail_msg("put %s: %lld (%s)", key, rc, c->line);
     }
+}
+
+static void put_many(sh_client *c, const char *pfx, int n, unsigned seed)
+{
+    put_many_of(c, pfx, n, MIB, seed);
 }
 
 /* Is key on the holder's disk only (exists, and its one replica is the disk copy)? */
@@ -645,12 +650,7 @@ static void oversized_stage(void **state)
     unsetenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES");
     enum { N = 28, LEN = 4 * MIB };
     char key[64];
-    for (int i = 0; i < N; i++) {
-        snprintf(key, sizeof(key), "ov-%d", i);
-        long long rc = put_retry(&c, "put", key, LEN, 9000u + (unsigned)i);
-        if (rc != 0)
-            fail_msg("put %s: %lld (%s)", key, rc, c.line);
-    }
+    put_many_of(&c, "ov-", N, LEN, 9000);
     int n_disk = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < 4; i++) {
