@@ -401,6 +401,11 @@ CR_API int cr_batch_free(cr_engine *engine, cr_batch_id batch);
  * through the engine's workers like any batch. Either way the result, the
  * errors and the counters are the same; the tcp counters sync_transfers and
  * sync_connects count this path.
+ *
+ * A transfer refused with CR_ERR_ADDRESS_NOT_REGISTERED runs once more (the
+ * peer may have registered a new buffer at a freed one's address; the second
+ * run fetches its descriptor again), so the error means the range is not
+ * registered now.
  */
 CR_API int cr_engine_transfer_sync(cr_engine *engine, int opcode, void *local_addr,
                                    cr_segment_handle segment, uint64_t remote_addr, uint64_t length,
@@ -408,7 +413,8 @@ CR_API int cr_engine_transfer_sync(cr_engine *engine, int opcode, void *local_ad
 
 /**
  * Synchronous batch: n transfers of one opcode to one segment. Returns 0 if
- * all completed, else the first error. n == 0 succeeds.
+ * all completed, else the first error. n == 0 succeeds. A batch refused with
+ * CR_ERR_ADDRESS_NOT_REGISTERED runs once more, as cr_engine_transfer_sync.
  */
 CR_API int cr_engine_transfer_sync_batch(cr_engine *engine, int opcode, cr_segment_handle segment,
                                          void *const *local_addrs, const uint64_t *remote_addrs,

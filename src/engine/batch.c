@@ -633,11 +633,18 @@ int cr_engine_transfer_sync_batch(cr_engine *e, int opcode, cr_segment_handle se
         reqs[i] =
             (cr_transfer_request){opcode, local_addrs[i], segment, remote_addrs[i], lengths[i]};
     /* This thread waits for its tasks right away: a transport may carry a
-     * lone task on this thread, within the caller's timeout. */
-    cr_batch_id id;
+     * lone task on this thread, within the caller's timeout. A batch that met
+     * an unregistered remote buffer runs once more: a same-host copy that found
+     * the buffer gone has marked our descriptor of the peer stale, and the peer
+     * may have registered a new buffer at that address (the second run fetches
+     * the descriptor again; moving the same bytes twice is harmless). */
     uint64_t deadline = crb_now_ns() + (uint64_t)sync_timeout(e, timeout_ms) * 1000000ull;
-    int rc = batch_create(e, n, CR_BATCH_CALLER_WAITS, deadline, &id);
-    if (rc == 0) {
+    int rc = CR_ERR_ADDRESS_NOT_REGISTERED;
+    for (int run = 0; run < 2 && rc == CR_ERR_ADDRESS_NOT_REGISTERED; run++) {
+        cr_batch_id id;
+        rc = batch_create(e, n, CR_BATCH_CALLER_WAITS, deadline, &id);
+        if (rc < 0)
+            break;
         rc = cr_batch_submit(e, id, reqs, n);
         if (rc == 0) {
             rc = cr_batch_wait(e, id, sync_timeout(e, timeout_ms));
