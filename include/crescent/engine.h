@@ -402,10 +402,11 @@ CR_API int cr_batch_free(cr_engine *engine, cr_batch_id batch);
  * errors and the counters are the same; the tcp counters sync_transfers and
  * sync_connects count this path.
  *
- * A transfer refused with CR_ERR_ADDRESS_NOT_REGISTERED runs once more (the
- * peer may have registered a new buffer at a freed one's address; the second
- * run fetches its descriptor again), so the error means the range is not
- * registered now.
+ * A transfer that a same-host path refused with CR_ERR_ADDRESS_NOT_REGISTERED
+ * (the buffer our descriptor of the peer names is gone) runs once more with
+ * the descriptor fetched again: the peer may have registered a new buffer at
+ * the freed one's address. So the error means the range is not registered
+ * now.
  */
 CR_API int cr_engine_transfer_sync(cr_engine *engine, int opcode, void *local_addr,
                                    cr_segment_handle segment, uint64_t remote_addr, uint64_t length,

@@ -617,6 +617,19 @@ static int sync_timeout(cr_engine *e, int timeout_ms)
     return (int)(e->request_timeout_ms + e->connect_timeout_ms + 1000);
 }
 
+/* Has a refusal marked our descriptor of segment's peer stale (a same-host copy found the
+ * buffer it names unregistered)? Peers live as long as the engine. */
+static bool desc_marked_stale(cr_engine *e, cr_segment_handle segment)
+{
+    cre_peer *p;
+    if (cre_segment_lookup(e, segment, &p) < 0)
+        return false;
+    pthread_mutex_lock(&p->lock);
+    bool stale = p->desc_stale;
+    pthread_mutex_unlock(&p->lock);
+    return stale;
+}
+
 int cr_engine_transfer_sync_batch(cr_engine *e, int opcode, cr_segment_handle segment,
                                   void *const *local_addrs, const uint64_t *remote_addrs,
                                   const uint64_t *lengths, size_t n, int timeout_ms)
@@ -634,13 +647,16 @@ int cr_engine_transfer_sync_batch(cr_engine *e, int opcode, cr_segment_handle se
             (cr_transfer_request){opcode, local_addrs[i], segment, remote_addrs[i], lengths[i]};
     /* This thread waits for its tasks right away: a transport may carry a
      * lone task on this thread, within the caller's timeout. A batch that met
-     * an unregistered remote buffer runs once more: a same-host copy that found
-     * the buffer gone has marked our descriptor of the peer stale, and the peer
-     * may have registered a new buffer at that address (the second run fetches
-     * the descriptor again; moving the same bytes twice is harmless). */
+     * an unregistered remote buffer runs once more when the refusal marked our
+     * descriptor of the peer stale (a same-host copy found the buffer it names
+     * gone; the peer may have registered a new buffer at that address): the
+     * second run fetches the descriptor again, and moving the same bytes twice
+     * is harmless. A refusal by the peer itself (tcp) is final. */
     uint64_t deadline = crb_now_ns() + (uint64_t)sync_timeout(e, timeout_ms) * 1000000ull;
     int rc = CR_ERR_ADDRESS_NOT_REGISTERED;
-    for (int run = 0; run < 2 && rc == CR_ERR_ADDRESS_NOT_REGISTERED; run++) {
+    for (int run = 0; run < 2 && rc == CR_ERR_ADDRESS_NOT_REGISTERED &&
+                      (run == 0 || desc_marked_stale(e, segment));
+         run++) {
         cr_batch_id id;
         rc = batch_create(e, n, CR_BATCH_CALLER_WAITS, deadline, &id);
         if (rc < 0)

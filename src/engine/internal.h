@@ -97,8 +97,9 @@ struct cre_peer {
     bool is_self;
     pthread_mutex_t lock; /* desc, desc_stale, same_host */
     cre_desc *desc;       /* current snapshot, NULL until fetched */
-    bool desc_stale;      /* the peer restarted: refetch before the next submit */
-    bool same_host;       /* desc->d.host_id equals ours */
+    bool desc_stale; /* the peer restarted, or a same-host copy found a buffer of it gone: refetch
+                        before the next submit */
+    bool same_host;  /* desc->d.host_id equals ours */
     void *tp_priv[CRE_MAX_TRANSPORTS];
 };
 

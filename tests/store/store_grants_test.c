@@ -4,7 +4,8 @@
  * without one. A stream of single puts of one size goes through grants (the
  * master counts them) and every value reads back correct from the other
  * process; puts of a second size and upserts mix in; a put of an existing key
- * through a grant leaves the old value; after the writer closes, the master
+ * through a grant leaves the old value; values over 4 MiB never go through one; after the
+ * writer closes, the master
  * holds exactly the values' bytes (its grants were given back); a writer with
  * CRESCENT_PUT_GRANTS=0 never uses one. A master killed and
  * restarted on its port makes the writer's grants unknown: its puts fall back to two-phase ones and
@@ -86,9 +87,16 @@ static void stream_of_puts_goes_through_grants(void **state)
         expect_bytes(&holder, key, SMALL, 2000 + i);
     }
 
+    /* Values over 4 MiB are not granted: two puts of one such size, neither through a grant. */
+    double before_big = sh_metric(&m, "master_put_grant_commits_total");
+    assert_int_equal(sh_rc(&writer, "put huge0 %d 6000", 5 * MIB), 0);
+    assert_int_equal(sh_rc(&writer, "put huge1 %d 6001", 5 * MIB), 0);
+    assert_true(sh_metric(&m, "master_put_grant_commits_total") == before_big);
+    expect_bytes(&holder, "huge1", 5 * MIB, 6001);
+
     /* The writer's grants are given back when it closes: only the values hold space. */
     assert_int_equal(sh_client_stop(&writer), 0);
-    double want = (double)N_PUTS * MIB + 8.0 * SMALL;
+    double want = (double)N_PUTS * MIB + 8.0 * SMALL + 10.0 * MIB;
     double held = -1;
     for (int tries = 0; tries < 100 && held != want; tries++) {
         sh_sleep_ms(20);
