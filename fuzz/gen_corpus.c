@@ -197,7 +197,10 @@ static void rs_hello(crp_rpc_resp *m)
                                       .has_server_nonce = true, /* a shared-secret challenge */
                                       .server_nonce = {7, 8},
                                       .has_mac = true,
-                                      .mac = {9}};
+                                      .mac = {9},
+                                      .local_socket = "crescent-master.17.0011223344556677",
+                                      .local_port = 40000,
+                                      .local_pid = 17};
 }
 static void rs_ping(crp_rpc_resp *m)
 {

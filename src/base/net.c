@@ -12,10 +12,13 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -260,6 +263,94 @@ int crb_random_bytes(void *buf, size_t len)
         }
         p += n;
         len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* sockaddr_un of an abstract name: a leading NUL, then the name (not NUL-terminated). */
+static int abstract_addr(const char *name, struct sockaddr_un *sa, socklen_t *len)
+{
+    size_t n = name != NULL ? strlen(name) : 0;
+    if (n == 0 || n > 100)
+        return crb_error(CR_INVALID_PARAMS, "abstract socket name '%s' must be 1..100 bytes",
+                         name != NULL ? name : "(null)");
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    memcpy(sa->sun_path + 1, name, n);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+    return 0;
+}
+
+int crb_listen_abstract(const char *name, int backlog)
+{
+    struct sockaddr_un sa;
+    socklen_t len;
+    int rc = abstract_addr(name, &sa, &len);
+    if (rc < 0)
+        return rc;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return crb_error(CR_ERR_SYSTEM, "socket(AF_UNIX) for @%s: %s", name, strerror(errno));
+    if (bind(fd, (struct sockaddr *)&sa, len) != 0 || listen(fd, backlog) != 0) {
+        rc = crb_error(CR_ERR_SYSTEM, "listening on @%s: %s", name, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+int crb_connect_abstract(const char *name, int32_t *peer_pid)
+{
+    struct sockaddr_un sa;
+    socklen_t len;
+    int rc = abstract_addr(name, &sa, &len);
+    if (rc < 0)
+        return rc;
+    /* Non-blocking: a full backlog is an error at once, not a wait. */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return crb_error(CR_ERR_SYSTEM, "socket(AF_UNIX) for @%s: %s", name, strerror(errno));
+    if (connect(fd, (struct sockaddr *)&sa, len) != 0) {
+        rc = crb_error(CR_ERR_PEER_UNREACHABLE, "connect @%s: %s", name, strerror(errno));
+        goto err_close;
+    }
+    struct ucred cred;
+    socklen_t cl = sizeof(cred);
+    if (peer_pid != NULL && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0) {
+        rc = crb_error(CR_ERR_PEER_UNREACHABLE, "connect @%s: SO_PEERCRED: %s", name,
+                       strerror(errno));
+        goto err_close;
+    }
+    crb_set_nonblocking(fd, 0);
+    if (peer_pid != NULL)
+        *peer_pid = cred.pid;
+    return fd;
+err_close:
+    close(fd);
+    return rc;
+}
+
+uint16_t crb_same_host_peer_port(int fd)
+{
+    struct sockaddr_storage me, peer;
+    socklen_t ml = sizeof(me), pl = sizeof(peer);
+    if (getsockname(fd, (struct sockaddr *)&me, &ml) != 0 ||
+        getpeername(fd, (struct sockaddr *)&peer, &pl) != 0 || me.ss_family != peer.ss_family)
+        return 0;
+    if (peer.ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&me;
+        const struct sockaddr_in *b = (const struct sockaddr_in *)&peer;
+        bool loop = (ntohl(b->sin_addr.s_addr) >> 24) == 127;
+        return loop || a->sin_addr.s_addr == b->sin_addr.s_addr ? ntohs(b->sin_port) : 0;
+    }
+    if (peer.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&me;
+        const struct sockaddr_in6 *b = (const struct sockaddr_in6 *)&peer;
+        bool loop = IN6_IS_ADDR_LOOPBACK(&b->sin6_addr) ||
+                    (IN6_IS_ADDR_V4MAPPED(&b->sin6_addr) && b->sin6_addr.s6_addr[12] == 127);
+        return loop || memcmp(&a->sin6_addr, &b->sin6_addr, sizeof(a->sin6_addr)) == 0
+                   ? ntohs(b->sin6_port)
+                   : 0;
     }
     return 0;
 }

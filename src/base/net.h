@@ -52,6 +52,30 @@ int crb_set_nonblocking(int fd, int on);
  */
 int crb_interface_ipv4(const char *ifname, char host[CRB_HOST_MAX]);
 
+/**
+ * Listen on the abstract unix socket `name` (Linux; no file, gone with the
+ * process; visible only in this network namespace). Close-on-exec,
+ * non-blocking. Returns the fd. Errors: CR_INVALID_PARAMS (name empty or
+ * longer than 100 bytes), CR_ERR_SYSTEM (the name is taken, or no socket).
+ */
+int crb_listen_abstract(const char *name, int backlog);
+
+/**
+ * Connect to the abstract unix socket `name` (a local connect does not wait:
+ * it succeeds or fails at once). Returns a blocking, close-on-exec fd and,
+ * when peer_pid is not NULL, writes the pid of the process that listens
+ * (SO_PEERCRED, in this process's pid namespace; 0 when that process is not
+ * visible in it). Errors: CR_INVALID_PARAMS, CR_ERR_PEER_UNREACHABLE.
+ */
+int crb_connect_abstract(const char *name, int32_t *peer_pid);
+
+/**
+ * The port of the far end of TCP connection fd when that end is on this
+ * host in this network namespace (its address is a loopback one, or the
+ * connection's own local address), else 0 (also for a non-TCP fd).
+ */
+uint16_t crb_same_host_peer_port(int fd);
+
 /** Fill buf with len cryptographically random bytes (getrandom). */
 int crb_random_bytes(void *buf, size_t len);
 

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "master/auth.h"
@@ -558,6 +559,11 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
                                              .caps = CRP_RPC_CAPS_DEFINED,
                                              .software = (char *)info->software,
                                              .view_version = view_of(info)};
+        if (peer != NULL && peer->local_socket != NULL) {
+            resp->u.hello.local_socket = (char *)peer->local_socket;
+            resp->u.hello.local_port = peer->local_port;
+            resp->u.hello.local_pid = (uint32_t)getpid();
+        }
         break;
     case CRP_RPC_PING: {
         crk_heartbeat_info hi = {0};

@@ -70,6 +70,11 @@ typedef struct crk_peer {
     /* Owned writes (docs/WIRE.md): this connection's crk_conn_tag, taken at
      * its first put start with "ow" (0: it never owned a write). */
     uint64_t conn_tag;
+    /* A TCP connection from this host (docs/WIRE.md "Local socket"): the RPC
+     * server's local socket name, offered in the hello reply with the client's
+     * port as seen here (NULL / 0: not offered). */
+    const char *local_socket;
+    uint16_t local_port;
 } crk_peer;
 
 /**

@@ -79,6 +79,9 @@ static const crb_flag FLAGS[] = {
      "set TCP_NODELAY on RPC connections"},
     {"rpc_max_connections", CRB_FLAG_U32, O(rpc_max_connections), 0, MAX_CONNS, 0, NULL, "0",
      "RPC connections served at once; more are accepted and closed (0: fd limit - 64)"},
+    {"rpc_local_socket", CRB_FLAG_BOOL, O(rpc_local_socket), 0, 0, 0, NULL, "true",
+     "also serve clients on this host over an abstract unix socket (they switch to it after "
+     "their TCP handshake; false: TCP only)"},
     {"rpc_busy_poll_us", CRB_FLAG_U32, O(rpc_busy_poll_us), 0, MAX_BUSY_POLL_US, 0, NULL, "0",
      "an RPC I/O thread that handled a request polls this many microseconds before sleeping "
      "(0: never; costs a CPU core while clients are active)"},

@@ -63,6 +63,7 @@ typedef struct crk_master_options {
     uint64_t rpc_conn_timeout_ms;          /* --rpc_conn_timeout_seconds: 0 = none */
     bool rpc_enable_tcp_no_delay;          /* --rpc_enable_tcp_no_delay: true */
     uint32_t rpc_max_connections;          /* --rpc_max_connections: 0 = from the fd limit */
+    bool rpc_local_socket;                 /* --rpc_local_socket: true */
     uint32_t rpc_busy_poll_us;             /* --rpc_busy_poll_us: 0 = I/O threads never spin */
 
     /* Metrics and admin HTTP (/metrics, /health, /get_all_segments, /query_key) */

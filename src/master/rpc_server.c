@@ -152,10 +152,20 @@ typedef struct rpc_thread {
     size_t n_ready, cap_ready;
 } rpc_thread;
 
+/* A listening socket on thread 0's loop: the TCP port, and the local socket. */
+typedef struct rpc_listener {
+    crb_io io;
+    struct crk_rpc_server *srv;
+    bool local; /* the abstract unix socket (docs/WIRE.md "Local socket") */
+    bool added; /* watched by the loop now */
+} rpc_listener;
+
 struct crk_rpc_server {
     crk_service *svc;
     const crk_server_info *info;
-    crb_io listen_io; /* on thread 0's loop */
+    rpc_listener listeners[2]; /* [0] TCP; [1] the local socket when local_socket[0] */
+    unsigned n_listeners;
+    char local_socket[CRP_RPC_MAX_LOCAL + 1]; /* its name; "": none */
     uint16_t port;
     unsigned n_threads;
     unsigned n_started;
@@ -938,28 +948,41 @@ static void note_refused(crk_rpc_server *srv, const char *why)
 
 static void pause_listener(crk_rpc_server *srv)
 {
-    crb_loop_del(&srv->listen_io);
+    for (unsigned i = 0; i < srv->n_listeners; i++)
+        if (srv->listeners[i].added) {
+            crb_loop_del(&srv->listeners[i].io);
+            srv->listeners[i].added = false;
+        }
     srv->listen_paused_until = crb_now_ms() + LISTEN_PAUSE_MS;
 }
 
 static void resume_listener(crk_rpc_server *srv)
 {
-    if (crb_loop_add(&srv->threads[0].loop, &srv->listen_io, EPOLLIN) == 0)
-        srv->listen_paused_until = 0;
-    else
-        srv->listen_paused_until = crb_now_ms() + LISTEN_PAUSE_MS;
+    srv->listen_paused_until = 0;
+    for (unsigned i = 0; i < srv->n_listeners; i++) {
+        rpc_listener *l = &srv->listeners[i];
+        if (!l->added && crb_loop_add(&srv->threads[0].loop, &l->io, EPOLLIN) == 0)
+            l->added = true;
+        if (!l->added)
+            srv->listen_paused_until = crb_now_ms() + LISTEN_PAUSE_MS;
+    }
 }
 
-/* Hand a new connection to the next thread: listed first, then watched. */
-static void adopt(crk_rpc_server *srv, int fd)
+/* Hand a new connection to the next thread: listed first, then watched. A TCP
+ * connection from this host is offered the local socket in its hello. */
+static void adopt(crk_rpc_server *srv, int fd, bool local)
 {
     int one = 1;
-    if (srv->tcp_nodelay)
+    if (srv->tcp_nodelay && !local)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     rpc_conn *c = calloc(1, sizeof(*c));
     if (c == NULL) {
         close(fd);
         return;
+    }
+    if (!local && srv->local_socket[0] != '\0') {
+        c->peer.local_port = crb_same_host_peer_port(fd);
+        c->peer.local_socket = c->peer.local_port != 0 ? srv->local_socket : NULL;
     }
     c->io.fd = fd;
     c->io.on_event = conn_event;
@@ -995,9 +1018,10 @@ static void adopt(crk_rpc_server *srv, int fd)
 
 static void on_listen(crb_io *io, uint32_t events)
 {
-    crk_rpc_server *srv = (crk_rpc_server *)((char *)io - offsetof(crk_rpc_server, listen_io));
+    rpc_listener *l = (rpc_listener *)((char *)io - offsetof(rpc_listener, io));
+    crk_rpc_server *srv = l->srv;
     for (int k = 0; k < 1024; k++) {
-        int fd = accept4(srv->listen_io.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(l->io.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno != EMFILE && errno != ENFILE)
                 return; /* EAGAIN: nothing waiting */
@@ -1005,7 +1029,7 @@ static void on_listen(crb_io *io, uint32_t events)
              * if even that is gone, stop watching the listener for a while
              * (it would stay readable: a busy loop). */
             bool any = false;
-            while (crk_fd_reserve_shed(&srv->reserve, srv->listen_io.fd)) {
+            while (crk_fd_reserve_shed(&srv->reserve, l->io.fd)) {
                 atomic_fetch_add(&srv->shed, 1);
                 any = true;
             }
@@ -1020,7 +1044,7 @@ static void on_listen(crb_io *io, uint32_t events)
             note_refused(srv, "--rpc_max_connections reached");
             continue;
         }
-        adopt(srv, fd);
+        adopt(srv, fd, l->local);
     }
 }
 
@@ -1151,8 +1175,35 @@ static void on_tick(crb_loop *loop, uint64_t now_ns, bool woken)
 
 void crk_rpc_server_options_default(crk_rpc_server_options *o)
 {
-    *o =
-        (crk_rpc_server_options){.host = "127.0.0.1", .port = 0, .threads = 2, .tcp_nodelay = true};
+    *o = (crk_rpc_server_options){
+        .host = "127.0.0.1", .port = 0, .threads = 2, .tcp_nodelay = true, .local_socket = true};
+}
+
+/* The local socket: an abstract unix socket whose name is random per master
+ * (a client learns it only over a TCP connection from this host, in the hello
+ * reply, and checks the listener's pid). Without it clients stay on TCP. */
+static void open_local_socket(crk_rpc_server *srv)
+{
+    uint8_t r[8];
+    char name[sizeof(srv->local_socket)];
+    if (crb_random_bytes(r, sizeof(r)) < 0) {
+        crb_log(CRB_LOG_WARN, "master rpc: no local socket (%s); clients on this host use TCP",
+                cr_last_error_message());
+        return;
+    }
+    int n = snprintf(name, sizeof(name), "crescent-master.%d.", (int)getpid());
+    for (size_t i = 0; i < sizeof(r) && n > 0 && (size_t)n + 2 < sizeof(name); i++)
+        n += snprintf(name + n, sizeof(name) - (size_t)n, "%02x", r[i]);
+    int fd = crb_listen_abstract(name, 1024);
+    if (fd < 0) {
+        crb_log(CRB_LOG_WARN, "master rpc: no local socket (%s); clients on this host use TCP",
+                cr_last_error_message());
+        return;
+    }
+    memcpy(srv->local_socket, name, sizeof(name));
+    srv->listeners[1] =
+        (rpc_listener){.io = {.fd = fd, .on_event = on_listen}, .srv = srv, .local = true};
+    srv->n_listeners = 2;
 }
 
 int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
@@ -1180,11 +1231,14 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
         free(srv);
         return rc;
     }
-    srv->listen_io.fd = rc;
-    srv->listen_io.on_event = on_listen;
+    srv->listeners[0] = (rpc_listener){.io = {.fd = rc, .on_event = on_listen}, .srv = srv};
+    srv->n_listeners = 1;
+    if (opt->local_socket)
+        open_local_socket(srv);
     srv->threads = calloc(srv->n_threads, sizeof(*srv->threads));
     if (srv->threads == NULL) {
-        close(srv->listen_io.fd);
+        for (unsigned i = 0; i < srv->n_listeners; i++)
+            close(srv->listeners[i].io.fd);
         crk_fd_reserve_close(&srv->reserve);
         free(srv);
         return crb_error(CR_ERR_NO_MEMORY, "rpc threads");
@@ -1214,8 +1268,10 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
         if (rc == 0 && opt->busy_poll_us > 0)
             crb_loop_set_busy_poll(&srv->threads[i].loop, (uint64_t)opt->busy_poll_us * 1000);
     }
-    if (rc >= 0)
-        rc = crb_loop_add(&srv->threads[0].loop, &srv->listen_io, EPOLLIN);
+    for (unsigned i = 0; i < srv->n_listeners && rc >= 0; i++) {
+        rc = crb_loop_add(&srv->threads[0].loop, &srv->listeners[i].io, EPOLLIN);
+        srv->listeners[i].added = rc == 0;
+    }
     for (unsigned i = 0; i < srv->n_threads && rc >= 0; i++) {
         rc = crb_loop_start(&srv->threads[i].loop);
         if (rc == 0)
@@ -1240,9 +1296,10 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
     if (info->ha != NULL)
         crk_ha_set_notify(info->ha, on_commit, srv);
     crb_log(CRB_LOG_INFO,
-            "master rpc listening on %s:%u with %u threads (at most %u connections%s)", host,
+            "master rpc listening on %s:%u with %u threads (at most %u connections%s)%s%s", host,
             (unsigned)srv->port, srv->n_threads, srv->max_conns,
-            srv->idle_timeout_ms ? ", idle ones closed" : "");
+            srv->idle_timeout_ms ? ", idle ones closed" : "",
+            srv->local_socket[0] ? "; clients on this host switch to @" : "", srv->local_socket);
     *out = srv;
     return 0;
 }
@@ -1309,7 +1366,9 @@ void crk_rpc_server_stop(crk_rpc_server *srv)
         srv->waits = j->next;
         stage_job_drop(j);
     }
-    crb_loop_del(&srv->listen_io);
+    for (unsigned i = 0; i < srv->n_listeners; i++)
+        if (srv->listeners[i].added)
+            crb_loop_del(&srv->listeners[i].io);
     for (unsigned i = 0; i < srv->n_threads; i++) {
         rpc_thread *t = &srv->threads[i];
         while (t->done != NULL) {
@@ -1335,7 +1394,8 @@ void crk_rpc_server_stop(crk_rpc_server *srv)
     pthread_cond_destroy(&srv->scan_cond);
     pthread_mutex_destroy(&srv->wait_lock);
     pthread_cond_destroy(&srv->wait_cond);
-    close(srv->listen_io.fd);
+    for (unsigned i = 0; i < srv->n_listeners; i++)
+        close(srv->listeners[i].io.fd);
     crk_fd_reserve_close(&srv->reserve);
     free(srv->threads);
     free(srv);

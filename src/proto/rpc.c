@@ -1091,6 +1091,11 @@ static void enc_rs_hello(crp_mp_enc *e, const crp_rpc_resp *m)
         crp_mp_enc_bin(e, "sn", r->server_nonce, CRP_NONCE_SIZE);
     if (r->has_mac)
         crp_mp_enc_bin(e, "smac", r->mac, CRP_MAC_SIZE);
+    if (r->local_socket != NULL) {
+        crp_mp_enc_str(e, "ls", r->local_socket, CRP_RPC_MAX_LOCAL);
+        crp_mp_enc_u64(e, "lport", r->local_port);
+        crp_mp_enc_u64(e, "lpid", r->local_pid);
+    }
 }
 
 static int dec_rs_hello(dec *d, fields v, crp_rpc_resp *m)
@@ -1102,9 +1107,19 @@ static int dec_rs_hello(dec *d, fields v, crp_rpc_resp *m)
         (rc = get_str(d, "sw", v[5], CRP_RPC_MAX_SOFTWARE, &r->software)) != 0 ||
         (rc = crp_mp_get_u64(&d->c, "view", v[6], &r->view_version)) != 0 ||
         (rc = get_opt_bin(d, "sn", v[7], CRP_NONCE_SIZE, r->server_nonce, &r->has_server_nonce)) !=
-            0)
+            0 ||
+        (rc = get_opt_bin(d, "smac", v[8], CRP_MAC_SIZE, r->mac, &r->has_mac)) != 0)
         return rc;
-    return get_opt_bin(d, "smac", v[8], CRP_MAC_SIZE, r->mac, &r->has_mac);
+    r->local_socket = NULL;
+    if (v[9] == NULL) /* no local socket offered: "lport" and "lpid" mean nothing */
+        return 0;
+    uint64_t port = 0;
+    if ((rc = get_str(d, "ls", v[9], CRP_RPC_MAX_LOCAL, &r->local_socket)) != 0 ||
+        (rc = crp_mp_get_uint(&d->c, "lport", v[10], UINT16_MAX, &port)) != 0 ||
+        (rc = crp_mp_get_u32(&d->c, "lpid", v[11], &r->local_pid)) != 0)
+        return rc;
+    r->local_port = (uint16_t)port;
+    return 0;
 }
 
 static void enc_rs_ping(crp_mp_enc *e, const crp_rpc_resp *m)
@@ -1333,7 +1348,7 @@ typedef struct resp_shape {
 
 #define RS_KEYS(shape, ...)                                                                        \
     static const char *const rs_keys_##shape[] = {"op", "st", "msg", __VA_ARGS__}
-RS_KEYS(hello, "v", "caps", "sw", "view", "sn", "smac");
+RS_KEYS(hello, "v", "caps", "sw", "view", "sn", "smac", "ls", "lport", "lpid");
 RS_KEYS(ping, "cs", "view", "fence");
 RS_KEYS(exist, "ex");
 RS_KEYS(statuses, "r");
@@ -1566,7 +1581,8 @@ int crp_rpc_resp_encode(const crp_rpc_resp *m, crp_buf *out)
     }
     size_t n = 2 + (m->message != NULL ? 1 : 0) + (payload ? s->n_keys - RS_FIRST : 0);
     if (payload && OPS[i].resp == RS_hello) /* its optional keys: written only when set */
-        n -= (m->u.hello.has_server_nonce ? 0 : 1) + (m->u.hello.has_mac ? 0 : 1);
+        n -= (m->u.hello.has_server_nonce ? 0 : 1) + (m->u.hello.has_mac ? 0 : 1) +
+             (m->u.hello.local_socket != NULL ? 0 : 3);
     msgpack_pack_map(&e.pk, n);
     crp_mp_enc_u64(&e, "op", m->op);
     crp_mp_enc_i32(&e, "st", m->status);

@@ -68,7 +68,9 @@
  *   hello            "v": u32, "caps": u64, "sw": str, "view": u64 view version,
  *                    "sn": bin[16] server nonce (optional: a master with a shared
  *                    secret asking for proof), "smac": bin[32] the master's proof
- *                    (optional: answering a client's "mac")
+ *                    (optional: answering a client's "mac"), "ls": str local socket
+ *                    (optional, <= CRP_RPC_MAX_LOCAL; with it "lport": u16 the
+ *                    client's TCP port as seen by the master, "lpid": u32 its pid)
  *   ping             "cs": u8 crp_rpc_client_status, "view": u64, "fence": u64 ms
  *                    (optional: absent = 0; the client's segments are fenced)
  *   exist            "ex": bool
@@ -154,6 +156,7 @@
 #define CRP_RPC_MAX_MSG       512        /* bytes of a reply's error text (longer is cut) */
 #define CRP_RPC_MAX_TENANT    128        /* bytes of a request's tenant ("tn") */
 #define CRP_RPC_MAX_BLOB      (1u << 19) /* bytes of an OFFLOAD_HEARTBEAT body ("b") */
+#define CRP_RPC_MAX_LOCAL     64         /* bytes of a hello's local socket name ("ls") */
 
 /*
  * X(NAME, value, "metric name", request shape, reply shape). The opcode enum,
@@ -448,6 +451,12 @@ typedef struct crp_rpc_hello_resp {
     uint8_t server_nonce[CRP_NONCE_SIZE];
     bool has_mac; /* the master's proof */
     uint8_t mac[CRP_MAC_SIZE];
+    /* The same-host path (docs/WIRE.md "Local socket"), offered only on a TCP connection
+     * from the master's own host: the name of its abstract unix socket (NULL: none), the
+     * client's port as the master sees it and the master's pid. */
+    char *local_socket;
+    uint16_t local_port;
+    uint32_t local_pid;
 } crp_rpc_hello_resp;
 
 typedef struct crp_rpc_ping_resp {

@@ -43,6 +43,7 @@ enum { V_SMALL, V_MIN, V_MAX, N_VARIANTS };
 static char S_KEY_MAX[CRP_RPC_MAX_KEY + 1];
 static char S_NAME_MAX[CRP_MAX_NAME + 1];
 static char S_SW_MAX[CRP_RPC_MAX_SOFTWARE + 1];
+static char S_LOCAL_MAX[CRP_RPC_MAX_LOCAL + 1];
 static char S_REGEX_MAX[CRP_RPC_MAX_REGEX + 1];
 static char S_MSG_MAX[CRP_RPC_MAX_MSG + 1];
 
@@ -70,6 +71,7 @@ static int setup_samples(void **state)
     memset(S_KEY_MAX, 'k', CRP_RPC_MAX_KEY);
     memset(S_NAME_MAX, 'n', CRP_MAX_NAME);
     memset(S_SW_MAX, 's', CRP_RPC_MAX_SOFTWARE);
+    memset(S_LOCAL_MAX, 'l', CRP_RPC_MAX_LOCAL);
     memset(S_REGEX_MAX, '.', CRP_RPC_MAX_REGEX);
     memset(S_MSG_MAX, 'm', CRP_RPC_MAX_MSG);
 
@@ -375,6 +377,10 @@ static void fill_rs_hello(crp_rpc_resp *m, int v)
     memset(m->u.hello.server_nonce, 0x5E, CRP_NONCE_SIZE);
     m->u.hello.has_mac = v != V_MIN;
     memset(m->u.hello.mac, 0x77, CRP_MAC_SIZE);
+    /* the same-host offer: optional, absent at V_MIN */
+    m->u.hello.local_socket = v == V_MAX ? S_LOCAL_MAX : v == V_MIN ? NULL : "crescent-master.0f";
+    m->u.hello.local_port = v == V_MAX ? UINT16_MAX : 40000;
+    m->u.hello.local_pid = v == V_MAX ? UINT32_MAX : 4242;
 }
 
 static void fill_rs_ping(crp_rpc_resp *m, int v)
@@ -773,6 +779,12 @@ static void eq_rs_hello(const crp_rpc_resp *a, const crp_rpc_resp *b)
     assert_int_equal(a->u.hello.has_mac, b->u.hello.has_mac);
     if (a->u.hello.has_mac)
         assert_memory_equal(a->u.hello.mac, b->u.hello.mac, CRP_MAC_SIZE);
+    assert_int_equal(a->u.hello.local_socket != NULL, b->u.hello.local_socket != NULL);
+    if (a->u.hello.local_socket != NULL) {
+        eq_str(a->u.hello.local_socket, b->u.hello.local_socket);
+        assert_int_equal(a->u.hello.local_port, b->u.hello.local_port);
+        assert_int_equal(a->u.hello.local_pid, b->u.hello.local_pid);
+    }
 }
 
 static void eq_rs_ping(const crp_rpc_resp *a, const crp_rpc_resp *b)
@@ -1317,8 +1329,8 @@ static void pack_mutated(msgpack_packer *pk, const msgpack_object *o, const targ
 
 static bool key_optional(const msgpack_object_kv *kv)
 {
-    static const char *const optional[] = {"msg",  "spt", "fence", "lt",  "sn",
-                                           "smac", "ow",  "ov",    "swt", "gk"};
+    static const char *const optional[] = {"msg", "spt", "fence", "lt", "sn", "smac",
+                                           "ow",  "ov",  "swt",   "gk", "ls"};
     for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++) {
         size_t n = strlen(optional[i]);
         if (kv->key.via.str.size == n && memcmp(kv->key.via.str.ptr, optional[i], n) == 0)

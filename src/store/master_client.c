@@ -25,7 +25,9 @@
 #include "store/master_client.h"
 #include "store/internal.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -81,6 +83,8 @@ struct crc_master {
     char *secret;                        /* CRESCENT_MASTER_SECRET at connect; NULL: none */
     crc_leader *leader;    /* "etcd://" address: the HA leader's locator (store/leader.h) */
     uint64_t busy_poll_ns; /* CRESCENT_BUSY_POLL_US: a reader spins this long before sleeping */
+    bool local_ok; /* CRESCENT_MASTER_LOCAL_SOCKET (default 1): take the master's local socket */
+    bool local;    /* the connection (fd) is the local socket */
     /* Notices for the next call (crc_master_send_later): whole frames, ids
      * set, written ahead of the next call's frame or by crc_master_flush_later. */
     crp_buf later;                /* write_lock */
@@ -350,29 +354,19 @@ static int hello_round(int fd, const crp_rpc_req *hello, uint64_t deadline, crp_
 
 /* Connect and handshake synchronously. Caller holds lock and write_lock;
  * m->fd < 0. */
-static int connect_locked(crc_master *m, int timeout_ms)
+/* What a handshake learned: the master's view and capabilities, and its offer
+ * of the local socket (docs/WIRE.md "Local socket"; local_socket "" = none). */
+typedef struct hello_info {
+    uint64_t view, caps;
+    char local_socket[CRP_RPC_MAX_LOCAL + 1];
+    uint16_t local_port;
+    uint32_t local_pid;
+} hello_info;
+
+/* SERVICE_READY on fd (and the shared-secret exchange when the master asks
+ * for it): 0 with *hi filled, or the handshake's error. Never closes fd. */
+static int handshake(crc_master *m, int fd, uint64_t deadline, hello_info *hi)
 {
-    close_dead_locked(m);     /* write_lock held: no sender is using it */
-    crp_reader_reset(&m->rd); /* nobody reads (m->fd < 0): a dead stream's partial frame */
-    uint64_t deadline = crb_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-    if (m->leader != NULL) { /* HA: whoever leads now (store/leader.h) */
-        uint64_t term = 0;
-        int lrc = crc_leader_resolve(m->leader, timeout_ms, m->host, &m->port, &term);
-        if (lrc < 0)
-            return lrc;
-    }
-    int fd = crb_connect(m->host, m->port, timeout_ms);
-    if (fd < 0)
-        return crb_error(fd == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL, "master %s:%u: %s",
-                         m->host, (unsigned)m->port, cr_last_error_message());
-    /* read_until's waiting recv ends after RECV_WAIT_MS (every other read
-     * and write on this blocking socket passes MSG_DONTWAIT) */
-    struct timeval wait = {.tv_sec = 0, .tv_usec = RECV_WAIT_MS * 1000};
-    if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait)) != 0) {
-        close(fd);
-        return crb_error(CR_RPC_FAIL, "master %s:%u: SO_RCVTIMEO: %s", m->host, (unsigned)m->port,
-                         strerror(errno));
-    }
     crp_rpc_req hello = {.op = CRP_RPC_SERVICE_READY};
     hello.u.hello = (crp_rpc_hello_req){.version = CRP_RPC_VERSION,
                                         .caps = CRP_RPC_CAPS_DEFINED,
@@ -406,12 +400,10 @@ static int connect_locked(crc_master *m, int timeout_ms)
                                 "is set",
                                 m->host, (unsigned)m->port);
     }
-    if (rc < 0) {
-        close(fd);
+    if (rc < 0)
         return crb_error(rc == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL,
                          "handshake with master %s:%u: %s", m->host, (unsigned)m->port,
                          cr_last_error_message());
-    }
     rc = resp.status;
     if (rc == 0)
         rc = crp_rpc_check_version("master", resp.u.hello.version);
@@ -428,18 +420,116 @@ static int connect_locked(crc_master *m, int timeout_ms)
                        (unsigned long long)crc_leader_max_term(m->leader));
     m->view = resp.u.hello.view_version;
     m->caps = resp.u.hello.caps;
+    if (rc == 0) {
+        *hi = (hello_info){.view = resp.u.hello.view_version,
+                           .caps = resp.u.hello.caps,
+                           .local_port = resp.u.hello.local_port,
+                           .local_pid = resp.u.hello.local_pid};
+        if (resp.u.hello.local_socket != NULL)
+            snprintf(hi->local_socket, sizeof(hi->local_socket), "%s", resp.u.hello.local_socket);
+    }
     crp_rpc_resp_clear(&resp);
+    return rc;
+}
+
+/* read_until's waiting recv ends after RECV_WAIT_MS (every other read and
+ * write on the blocking socket passes MSG_DONTWAIT). */
+static int set_recv_wait(crc_master *m, int fd)
+{
+    struct timeval wait = {.tv_sec = 0, .tv_usec = RECV_WAIT_MS * 1000};
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait)) != 0)
+        return crb_error(CR_RPC_FAIL, "master %s:%u: SO_RCVTIMEO: %s", m->host, (unsigned)m->port,
+                         strerror(errno));
+    return 0;
+}
+
+/* The local port of TCP socket fd (0: unknown). */
+static uint16_t local_port_of(int fd)
+{
+    struct sockaddr_storage a;
+    socklen_t len = sizeof(a);
+    if (getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        return 0;
+    if (a.ss_family == AF_INET)
+        return ntohs(((const struct sockaddr_in *)&a)->sin_port);
+    if (a.ss_family == AF_INET6)
+        return ntohs(((const struct sockaddr_in6 *)&a)->sin6_port);
+    return 0;
+}
+
+/*
+ * The master offered its local socket on TCP connection tcp_fd (hi): the
+ * descriptor to use from now on. The offer is taken only when it was made to
+ * this very connection (the port the master saw is ours: no forwarder in
+ * between) and the listener of the socket is the master's process (its pid,
+ * SO_PEERCRED); then the handshake runs again over it and the TCP connection
+ * is closed. Anything short of that keeps TCP (a debug line says why).
+ */
+static int switch_to_local(crc_master *m, int tcp_fd, const hello_info *hi, uint64_t deadline)
+{
+    if (hi->local_socket[0] == '\0' || !m->local_ok)
+        return tcp_fd;
+    const char *why = NULL;
+    int32_t pid = 0;
+    int fd = -1;
+    if (local_port_of(tcp_fd) != hi->local_port) {
+        why = "offered to another port (a forwarder in between)";
+    } else if ((fd = crb_connect_abstract(hi->local_socket, &pid)) < 0) {
+        why = cr_last_error_message();
+    } else if (pid <= 0 || (uint32_t)pid != hi->local_pid) {
+        why = "its listener is not the master's process";
+    } else {
+        hello_info again;
+        if (set_recv_wait(m, fd) < 0 || handshake(m, fd, deadline, &again) < 0)
+            why = cr_last_error_message();
+    }
+    if (why != NULL) {
+        crb_log(CRB_LOG_DEBUG, "master %s:%u: staying on TCP, not @%s: %s", m->host,
+                (unsigned)m->port, hi->local_socket, why);
+        if (fd >= 0)
+            close(fd);
+        return tcp_fd;
+    }
+    close(tcp_fd);
+    return fd;
+}
+
+static int connect_locked(crc_master *m, int timeout_ms)
+{
+    close_dead_locked(m);     /* write_lock held: no sender is using it */
+    crp_reader_reset(&m->rd); /* nobody reads (m->fd < 0): a dead stream's partial frame */
+    uint64_t deadline = crb_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    if (m->leader != NULL) { /* HA: whoever leads now (store/leader.h) */
+        uint64_t term = 0;
+        int lrc = crc_leader_resolve(m->leader, timeout_ms, m->host, &m->port, &term);
+        if (lrc < 0)
+            return lrc;
+    }
+    int fd = crb_connect(m->host, m->port, timeout_ms);
+    if (fd < 0)
+        return crb_error(fd == CR_ERR_TIMEOUT ? CR_RPC_TIMEOUT : CR_RPC_FAIL, "master %s:%u: %s",
+                         m->host, (unsigned)m->port, cr_last_error_message());
+    hello_info hi;
+    int rc = set_recv_wait(m, fd);
+    if (rc == 0)
+        rc = handshake(m, fd, deadline, &hi);
     if (rc < 0) {
         close(fd);
         return rc;
     }
-    m->fd = fd;
+    int use = switch_to_local(m, fd, &hi, deadline);
+    m->local = use != fd;
+    m->fd = use;
     return 0;
 }
 
 int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_ms,
                        crc_master **out)
 {
+    const char *local = getenv("CRESCENT_MASTER_LOCAL_SOCKET");
+    if (local != NULL && local[0] != '\0' && strcmp(local, "0") != 0 && strcmp(local, "1") != 0)
+        return crb_error(CR_INVALID_PARAMS, "CRESCENT_MASTER_LOCAL_SOCKET='%s' is not 0 or 1",
+                         local);
     crc_master *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "master connection");
@@ -460,6 +550,7 @@ int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_
                          address ? address : "(null)");
     }
     m->client_id = client_id;
+    m->local_ok = local == NULL || strcmp(local, "0") != 0;
     /* A bad value was refused already where the store's engine (or thin
      * client) was set up; here it only means no spinning. */
     if (crc_busy_poll_ns(&m->busy_poll_ns) < 0)
@@ -819,6 +910,14 @@ uint64_t crc_master_caps(crc_master *m)
     uint64_t c = m->caps;
     pthread_mutex_unlock(&m->lock);
     return c;
+}
+
+bool crc_master_on_local_socket(crc_master *m)
+{
+    pthread_mutex_lock(&m->lock);
+    bool local = m->fd >= 0 && m->local;
+    pthread_mutex_unlock(&m->lock);
+    return local;
 }
 
 uint64_t crc_master_view(crc_master *m)

@@ -20,6 +20,7 @@
 #ifndef CRESCENT_STORE_MASTER_CLIENT_H
 #define CRESCENT_STORE_MASTER_CLIENT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "proto/rpc.h"
@@ -112,6 +113,10 @@ int crc_master_set_tenant(crc_master *m, const char *tenant);
 /** The tenant set with crc_master_set_tenant ("" for the default one). The string lives as
  *  long as m; any thread. */
 const char *crc_master_tenant(const crc_master *m);
+
+/** Is the connection now the master's local socket (docs/WIRE.md "Local socket")?
+ *  false while disconnected or on TCP. Any thread. */
+bool crc_master_on_local_socket(crc_master *m);
 
 /** The master's view version seen at the last handshake (changes on restart). */
 uint64_t crc_master_view(crc_master *m);

@@ -36,7 +36,7 @@
  *   heartbeat on|off              -> 0   (a thread pings every 200 ms and
  *                                          remounts on NEED_REMOUNT)
  *   remounts                      -> 0 count=N last=ST  (remounts the heartbeat did)
- *   view                          -> 0 view=V
+ *   view                          -> 0 view=V local=0|1 (on the master's local socket)
  *   quit                          -> 0, then exit 0
  *
  * OPTS: n=REPLICAS (default 1), hp (hard pin), sp (soft pin, master's TTL),
@@ -694,7 +694,8 @@ static bool execute(char *line, out_buf *o)
              atomic_load(&g_last_remount_status));
     } else if (strcmp(c, "view") == 0) {
         st = 0;
-        outf(&fields, " view=%" PRIu64, crc_master_view(g_master));
+        outf(&fields, " view=%" PRIu64 " local=%d", crc_master_view(g_master),
+             crc_master_on_local_socket(g_master) ? 1 : 0);
     } else if (strcmp(c, "quit") == 0) {
         st = 0;
         go_on = false;

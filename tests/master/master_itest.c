@@ -39,6 +39,8 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -48,6 +50,7 @@
 #include "master_harness.h"
 #include "sanitized.h"
 #include "slowloris.h"
+#include "base/net.h"
 #include "proto/frame.h"
 #include "proto/messages.h"
 #include "proto/rpc.h"
@@ -1768,6 +1771,365 @@ static void test_http_endpoints(void **state)
     stop_all(&m, cs, 1);
 }
 
+/* --- the local socket: clients on the master's host switch to it ----------------------------- */
+
+/* A TCP forwarder on 127.0.0.1 (what a local proxy or tunnel end looks like
+ * to the master): one relay thread per connection, until either end closes. */
+typedef struct forwarder {
+    int listen_fd;
+    uint16_t port, to_port;
+    pthread_t tid;
+} forwarder;
+
+typedef struct relay_pair {
+    int a, b;
+} relay_pair;
+
+static void *relay_main(void *p)
+{
+    relay_pair rp = *(relay_pair *)p;
+    free(p);
+    char buf[65536];
+    struct pollfd fds[2] = {{.fd = rp.a, .events = POLLIN}, {.fd = rp.b, .events = POLLIN}};
+    for (;;) {
+        if (poll(fds, 2, -1) < 0 && errno != EINTR)
+            break;
+        int from = (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) ? 0 : 1;
+        if (!(fds[from].revents & (POLLIN | POLLHUP | POLLERR)))
+            continue;
+        ssize_t n = read(fds[from].fd, buf, sizeof(buf));
+        if (n <= 0 || write(fds[1 - from].fd, buf, (size_t)n) != n)
+            break;
+    }
+    close(rp.a);
+    close(rp.b);
+    return NULL;
+}
+
+static void *forwarder_main(void *p)
+{
+    forwarder *f = p;
+    for (;;) {
+        int c = accept(f->listen_fd, NULL, NULL);
+        if (c < 0)
+            return NULL; /* the listener was shut down */
+        relay_pair *rp = malloc(sizeof(*rp));
+        int up = mh_connect_raw(f->to_port);
+        pthread_t t;
+        if (rp == NULL || up < 0) {
+            free(rp);
+            close(c);
+            if (up >= 0)
+                close(up);
+            continue;
+        }
+        *rp = (relay_pair){c, up};
+        if (pthread_create(&t, NULL, relay_main, rp) != 0) {
+            free(rp);
+            close(c);
+            close(up);
+            continue;
+        }
+        pthread_detach(t);
+    }
+}
+
+static void forwarder_start(forwarder *f, uint16_t to_port)
+{
+    f->to_port = to_port;
+    f->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(f->listen_fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    assert_int_equal(bind(f->listen_fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(f->listen_fd, 16), 0);
+    assert_int_equal(getsockname(f->listen_fd, (struct sockaddr *)&sa, &len), 0);
+    f->port = ntohs(sa.sin_port);
+    assert_int_equal(pthread_create(&f->tid, NULL, forwarder_main, f), 0);
+}
+
+static void forwarder_stop(forwarder *f)
+{
+    shutdown(f->listen_fd, SHUT_RDWR);
+    pthread_join(f->tid, NULL);
+    close(f->listen_fd);
+}
+
+/* The hello reply on a fresh raw connection fd (plain: no secret). */
+static void raw_hello(int fd, crp_rpc_resp *resp)
+{
+    crp_rpc_req hello = {.op = CRP_RPC_SERVICE_READY};
+    hello.u.hello = (crp_rpc_hello_req){.version = CRP_RPC_VERSION,
+                                        .caps = CRP_RPC_CAPS_DEFINED,
+                                        .client_id = {1, 2},
+                                        .software = "local-socket-test"};
+    raw_call(fd, 1, &hello, resp);
+    assert_int_equal(resp->status, 0);
+}
+
+static uint16_t local_port_of(int fd)
+{
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    return ntohs(sa.sin_port);
+}
+
+static void test_local_socket(void **state)
+{
+    (void)state;
+    mh_master m;
+    start_master(&m, NULL);
+
+    /* The master's offer, to a raw TCP connection from this host: its name,
+     * the port it saw (ours) and its pid; over the socket itself, no offer. */
+    int fd = mh_connect_raw(m.port);
+    assert_true(fd >= 0);
+    crp_rpc_resp resp;
+    raw_hello(fd, &resp);
+    assert_non_null(resp.u.hello.local_socket);
+    char name[CRP_RPC_MAX_LOCAL + 1];
+    snprintf(name, sizeof(name), "%s", resp.u.hello.local_socket);
+    assert_int_equal(resp.u.hello.local_port, local_port_of(fd));
+    assert_int_equal(resp.u.hello.local_pid, (uint32_t)m.cm.p.pid);
+    crp_rpc_resp_clear(&resp);
+    close(fd);
+    int32_t pid = 0;
+    fd = crb_connect_abstract(name, &pid);
+    assert_true(fd >= 0);
+    assert_int_equal(pid, m.cm.p.pid);
+    raw_hello(fd, &resp);
+    assert_null(resp.u.hello.local_socket);
+    crp_rpc_resp_clear(&resp);
+    close(fd);
+
+    /* A real client switches to it, and is served there. */
+    mh_client a, b, c;
+    start_client(&a, &m);
+    assert_int_equal(fld_ll(xcmd(&a, 0, "view"), "local"), 1);
+    xcmd(&a, 0, "mount segA %llu %llu", SEG_BASE, 64 * MIB);
+    xcmd(&a, 0, "put k1 4096");
+    assert_int_equal(fld_ll(xcmd(&a, 0, "get k1"), "n"), 1);
+
+    /* CRESCENT_MASTER_LOCAL_SOCKET=0 keeps a client on TCP; a value other
+     * than 0 or 1 is refused at connect with a message naming it. */
+    assert_int_equal(setenv("CRESCENT_MASTER_LOCAL_SOCKET", "0", 1), 0);
+    start_client(&b, &m);
+    assert_int_equal(setenv("CRESCENT_MASTER_LOCAL_SOCKET", "yes", 1), 0);
+    assert_int_not_equal(mh_client_start(&c, m.addr), 0);
+    unsetenv("CRESCENT_MASTER_LOCAL_SOCKET");
+    assert_int_equal(fld_ll(xcmd(&b, 0, "view"), "local"), 0);
+    assert_int_equal(fld_ll(xcmd(&b, 0, "get k1"), "n"), 1);
+
+    /* Through a forwarder the offer names the forwarder's port, not the
+     * client's: the client stays on TCP, so the forwarder is not bypassed. */
+    forwarder f;
+    forwarder_start(&f, m.port);
+    char via[64];
+    snprintf(via, sizeof(via), "127.0.0.1:%u", (unsigned)f.port);
+    if (mh_client_start(&c, via) != 0)
+        fail_msg("client did not start through the forwarder %s", via);
+    assert_int_equal(fld_ll(xcmd(&c, 0, "view"), "local"), 0);
+    assert_int_equal(fld_ll(xcmd(&c, 0, "get k1"), "n"), 1);
+    assert_int_equal(mh_client_stop(&c), 0);
+    forwarder_stop(&f);
+
+    /* A restarted master has a new socket; the client finds it again. */
+    char port_arg[32];
+    snprintf(port_arg, sizeof(port_arg), "--rpc_port=%u", (unsigned)m.port);
+    mh_master_kill(&m);
+    const char *again[] = {port_arg, NULL};
+    start_master(&m, again);
+    uint64_t t0 = mh_now_ms();
+    while (mh_status(mh_cmd(&a, "exist k1")) != 0 && mh_now_ms() - t0 < 10000)
+        mh_sleep_ms(50);
+    assert_int_equal(fld_ll(xcmd(&a, 0, "view"), "local"), 1);
+    assert_int_equal(mh_client_stop(&a), 0);
+    assert_int_equal(mh_client_stop(&b), 0);
+    assert_int_equal(mh_master_stop(&m), 0);
+
+    /* --rpc_local_socket=false: no offer, every client on TCP. */
+    const char *off[] = {"--rpc_local_socket=false", NULL};
+    start_master(&m, off);
+    fd = mh_connect_raw(m.port);
+    assert_true(fd >= 0);
+    raw_hello(fd, &resp);
+    assert_null(resp.u.hello.local_socket);
+    crp_rpc_resp_clear(&resp);
+    close(fd);
+    start_client(&a, &m);
+    assert_int_equal(fld_ll(xcmd(&a, 0, "view"), "local"), 0);
+    assert_int_equal(mh_client_stop(&a), 0);
+    assert_int_equal(mh_master_stop(&m), 0);
+
+    /* With a shared secret the handshake over the socket proves it again. */
+    const char *secret_args[] = {"--shared_secret=local-socket-secret", NULL};
+    start_master(&m, secret_args);
+    assert_int_equal(setenv("CRESCENT_MASTER_SECRET", "local-socket-secret", 1), 0);
+    start_client(&a, &m);
+    unsetenv("CRESCENT_MASTER_SECRET");
+    assert_int_equal(fld_ll(xcmd(&a, 0, "view"), "local"), 1);
+    xcmd(&a, 0, "mount segS %llu %llu", SEG_BASE, 64 * MIB);
+    xcmd(&a, 0, "put ks 4096");
+    assert_int_equal(mh_client_stop(&a), 0);
+    assert_int_equal(mh_master_stop(&m), 0);
+}
+
+/* An impostor: a TCP "master" that offers a socket it listens on itself but
+ * names another process's pid (what a process that took the name of a master
+ * that has gone would look like), and answers every hello, on TCP and on that
+ * socket alike. No cmocka asserts on its threads: a broken exchange just
+ * ends the connection. */
+typedef struct impostor {
+    int tcp_fd, local_fd;
+    uint16_t port;
+    char name[64];
+    pthread_t tid;
+    atomic_int local_hellos; /* hellos that came over the socket */
+} impostor;
+
+typedef struct impostor_conn {
+    impostor *im;
+    int fd;
+    bool local;
+} impostor_conn;
+
+static bool read_exact(int fd, void *p, size_t n)
+{
+    for (size_t got = 0; got < n;) {
+        ssize_t r = recv(fd, (uint8_t *)p + got, n - got, 0);
+        if (r <= 0)
+            return false;
+        got += (size_t)r;
+    }
+    return true;
+}
+
+static void *impostor_conn_main(void *p)
+{
+    impostor_conn ic = *(impostor_conn *)p;
+    free(p);
+    struct sockaddr_in peer;
+    socklen_t pl = sizeof(peer);
+    uint16_t peer_port = 0;
+    if (!ic.local && getpeername(ic.fd, (struct sockaddr *)&peer, &pl) == 0)
+        peer_port = ntohs(peer.sin_port);
+    for (;;) {
+        uint8_t hb[CRP_HEADER_SIZE];
+        crp_header h;
+        if (!read_exact(ic.fd, hb, sizeof(hb)) || crp_header_decode(hb, &h) != 0)
+            break;
+        uint8_t *body = malloc(h.body_len + 1u);
+        crp_rpc_req req;
+        bool ok = body != NULL && read_exact(ic.fd, body, h.body_len) &&
+                  crp_rpc_req_decode(body, h.body_len, &req) == 0;
+        free(body);
+        if (!ok)
+            break;
+        crp_rpc_resp resp = {.op = req.op};
+        if (req.op == CRP_RPC_SERVICE_READY) {
+            if (ic.local)
+                atomic_fetch_add(&ic.im->local_hellos, 1);
+            resp.u.hello = (crp_rpc_hello_resp){.version = CRP_RPC_VERSION,
+                                                .caps = CRP_RPC_CAPS_DEFINED,
+                                                .software = "impostor",
+                                                .view_version = 1};
+            if (!ic.local) {
+                resp.u.hello.local_socket = ic.im->name;
+                resp.u.hello.local_port = peer_port;
+                resp.u.hello.local_pid = 1; /* not the listener's */
+            }
+        } else {
+            resp.status = CR_NOT_SUPPORTED;
+        }
+        crp_rpc_req_clear(&req);
+        crp_buf b = {0};
+        if (crp_rpc_resp_encode(&resp, &b) != 0)
+            break;
+        crp_header rh = {.version = CRP_VERSION,
+                         .type = CRP_RPC_RESP,
+                         .body_len = (uint32_t)b.len,
+                         .request_id = h.request_id};
+        uint8_t out[CRP_HEADER_SIZE];
+        crp_header_encode(&rh, out);
+        ok = send(ic.fd, out, sizeof(out), MSG_NOSIGNAL) == (ssize_t)sizeof(out) &&
+             send(ic.fd, b.data, b.len, MSG_NOSIGNAL) == (ssize_t)b.len;
+        crp_buf_free(&b);
+        if (!ok)
+            break;
+    }
+    close(ic.fd);
+    return NULL;
+}
+
+static void *impostor_main(void *p)
+{
+    impostor *im = p;
+    struct pollfd fds[2] = {{.fd = im->tcp_fd, .events = POLLIN},
+                            {.fd = im->local_fd, .events = POLLIN}};
+    for (;;) {
+        if (poll(fds, 2, -1) < 0 && errno != EINTR)
+            return NULL;
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].revents & (POLLHUP | POLLERR | POLLNVAL))
+                return NULL; /* shut down */
+            if (!(fds[i].revents & POLLIN))
+                continue;
+            int c = accept4(fds[i].fd, NULL, NULL, SOCK_CLOEXEC);
+            if (c < 0)
+                continue;
+            impostor_conn *ic = malloc(sizeof(*ic));
+            pthread_t t;
+            if (ic == NULL) {
+                close(c);
+                continue;
+            }
+            *ic = (impostor_conn){im, c, i == 1};
+            if (pthread_create(&t, NULL, impostor_conn_main, ic) != 0) {
+                free(ic);
+                close(c);
+                continue;
+            }
+            pthread_detach(t);
+        }
+    }
+}
+
+static void test_local_socket_impostor(void **state)
+{
+    (void)state;
+    impostor im = {0};
+    snprintf(im.name, sizeof(im.name), "crescent-test-impostor.%d", (int)getpid());
+    im.local_fd = crb_listen_abstract(im.name, 16);
+    assert_true(im.local_fd >= 0);
+    crb_set_nonblocking(im.local_fd, 0);
+    im.tcp_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(im.tcp_fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    assert_int_equal(bind(im.tcp_fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(im.tcp_fd, 16), 0);
+    assert_int_equal(getsockname(im.tcp_fd, (struct sockaddr *)&sa, &len), 0);
+    im.port = ntohs(sa.sin_port);
+    assert_int_equal(pthread_create(&im.tid, NULL, impostor_main, &im), 0);
+
+    /* The client takes the TCP handshake, sees that the offered socket's
+     * listener is not the pid the offer names, and never speaks on it. */
+    mh_client c;
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)im.port);
+    if (mh_client_start(&c, addr) != 0)
+        fail_msg("client did not start against the impostor %s", addr);
+    assert_int_equal(fld_ll(xcmd(&c, 0, "view"), "local"), 0);
+    assert_int_equal(atomic_load(&im.local_hellos), 0);
+    assert_int_equal(mh_client_stop(&c), 0);
+    shutdown(im.tcp_fd, SHUT_RDWR);
+    shutdown(im.local_fd, SHUT_RDWR);
+    pthread_join(im.tid, NULL);
+    close(im.tcp_fd);
+    close(im.local_fd);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1791,6 +2153,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_fd_limit_no_busy_loop, teardown_kill),
         cmocka_unit_test_teardown(test_flags, teardown_kill),
         cmocka_unit_test_teardown(test_http_endpoints, teardown_kill),
+        cmocka_unit_test_teardown(test_local_socket, teardown_kill),
+        cmocka_unit_test_teardown(test_local_socket_impostor, teardown_kill),
     };
     if (argc > 1)
         cmocka_set_test_filter(argv[1]);
