@@ -442,10 +442,12 @@ class MooncakeDistributedStore(TensorMixin):
         (MC_STORE_CLIENT_MIN_PORT / MC_STORE_CLIENT_MAX_PORT), as Mooncake's.
         tenant_id puts this client's keys in the tenant's namespace at the
         master (remove_by_regex / remove_all reach only them; "default" is
-        the namespace of clients without one). enable_ssd_offload,
-        enable_client_http_server and client_http_port are accepted; values
-        that ask for what crescent does not have yet (enable_ssd_offload=True,
-        enable_client_http_server=True) return -1012 with the reason logged.
+        the namespace of clients without one). enable_ssd_offload=True gives
+        this client's segment a disk tier in ssd_offload_path (or
+        MOONCAKE_OFFLOAD_FILE_STORAGE_PATH): evicted values move there and come
+        back on a hit (the master needs --enable_offload). enable_client_http_server and client_http_port are
+        accepted; enable_client_http_server=True asks for what crescent does
+        not have yet and returns -1012 with the reason logged.
         """
         positional = (local_hostname, metadata_server, global_segment_size, local_buffer_size,
                       protocol, rdma_devices, master_server_addr)
