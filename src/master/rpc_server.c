@@ -183,6 +183,7 @@ struct crk_rpc_server {
     atomic_uint next;
     _Atomic uint64_t latency[CRP_RPC_OP_COUNT][CRK_LAT_BUCKETS];
     _Atomic uint64_t accepted, open, frames, malformed;
+    _Atomic uint64_t local_accepted; /* of accepted: on the local socket */
     /* The scan worker: one thread, a FIFO of jobs. */
     pthread_t scan_tid;
     bool scan_started;
@@ -1006,6 +1007,8 @@ static void adopt(crk_rpc_server *srv, int fd, bool local)
     t->conns[t->n_conns++] = c;
     pthread_mutex_unlock(&t->lock);
     atomic_fetch_add(&srv->accepted, 1);
+    if (local)
+        atomic_fetch_add(&srv->local_accepted, 1);
     atomic_fetch_add(&srv->open, 1);
     if (crb_loop_add(&t->loop, &c->io, EPOLLIN | EPOLLRDHUP) < 0) {
         /* Never watched, so its thread has not seen it: unlist it here. */
@@ -1328,7 +1331,8 @@ void crk_rpc_server_stats_get(crk_rpc_server *srv, crk_rpc_server_stats *out)
                                   atomic_load(&srv->idle_closed),
                                   atomic_load(&srv->stage_waits),
                                   atomic_load(&srv->stage_waits_expired),
-                                  atomic_load(&srv->task_waits)};
+                                  atomic_load(&srv->task_waits),
+                                  atomic_load(&srv->local_accepted)};
 }
 
 void crk_rpc_server_stop(crk_rpc_server *srv)

@@ -67,6 +67,7 @@ typedef struct crk_rpc_server_stats {
     uint64_t stage_waits;         /* gets held for a disk stage ("swt", docs/WIRE.md) */
     uint64_t stage_waits_expired; /* ... answered "being staged" at the end of their wait */
     uint64_t task_waits;          /* holders' heartbeats held for tasks ("swt") */
+    uint64_t local_accepted;      /* of connections_accepted: on the local socket */
 } crk_rpc_server_stats;
 void crk_rpc_server_stats_get(crk_rpc_server *srv, crk_rpc_server_stats *out);
 

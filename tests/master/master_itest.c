@@ -1875,6 +1875,16 @@ static uint16_t local_port_of(int fd)
     return ntohs(sa.sin_port);
 }
 
+/* master_rpc_local_connections_accepted_total from m's /metrics. */
+static double local_accepted(const mh_master *m)
+{
+    char *body = NULL;
+    assert_int_equal(mh_http_get(m->metrics_port, "/metrics", &body), 200);
+    double v = mh_prom_value(body, "master_rpc_local_connections_accepted_total");
+    free(body);
+    return v;
+}
+
 static void test_local_socket(void **state)
 {
     (void)state;
@@ -1903,10 +1913,12 @@ static void test_local_socket(void **state)
     crp_rpc_resp_clear(&resp);
     close(fd);
 
-    /* A real client switches to it, and is served there. */
+    /* A real client switches to it, and is served there; /metrics counts the
+     * connections accepted on it (the raw one above was one). */
     mh_client a, b, c;
     start_client(&a, &m);
     assert_int_equal(fld_ll(xcmd(&a, 0, "view"), "local"), 1);
+    assert_true(local_accepted(&m) >= 2.0);
     xcmd(&a, 0, "mount segA %llu %llu", SEG_BASE, 64 * MIB);
     xcmd(&a, 0, "put k1 4096");
     assert_int_equal(fld_ll(xcmd(&a, 0, "get k1"), "n"), 1);
@@ -1959,6 +1971,7 @@ static void test_local_socket(void **state)
     close(fd);
     start_client(&a, &m);
     assert_int_equal(fld_ll(xcmd(&a, 0, "view"), "local"), 0);
+    assert_true(local_accepted(&m) == 0.0);
     assert_int_equal(mh_client_stop(&a), 0);
     assert_int_equal(mh_master_stop(&m), 0);
 

@@ -216,6 +216,9 @@ static int render_metrics(void *ctx, crk_admin_reply *r)
                    (double)rs.connections_open);
     crk_prom_counter(t, "master_rpc_connections_accepted_total", "RPC connections accepted",
                      rs.connections_accepted);
+    crk_prom_counter(t, "master_rpc_local_connections_accepted_total",
+                     "RPC connections accepted on the local socket (clients on this host)",
+                     rs.local_accepted);
     crk_prom_counter(t, "master_rpc_malformed_frames_total", "Malformed RPC frames",
                      rs.malformed_frames);
     crk_prom_counter(t, "master_rpc_stage_waits_total",
