@@ -267,8 +267,9 @@ int crb_random_bytes(void *buf, size_t len)
     return 0;
 }
 
-/* sockaddr_un of an abstract name: a leading NUL, then the name (not NUL-terminated). */
-static int abstract_addr(const char *name, struct sockaddr_un *sa, socklen_t *len)
+/* A non-blocking, close-on-exec unix stream socket and the sockaddr_un of the abstract
+ * name (a leading NUL, then the name, not NUL-terminated). Returns the fd. */
+static int abstract_socket(const char *name, struct sockaddr_un *sa, socklen_t *len)
 {
     size_t n = name != NULL ? strlen(name) : 0;
     if (n == 0 || n > 100)
@@ -278,21 +279,21 @@ static int abstract_addr(const char *name, struct sockaddr_un *sa, socklen_t *le
     sa->sun_family = AF_UNIX;
     memcpy(sa->sun_path + 1, name, n);
     *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
-    return 0;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return crb_error(CR_ERR_SYSTEM, "socket(AF_UNIX) for @%s: %s", name, strerror(errno));
+    return fd;
 }
 
 int crb_listen_abstract(const char *name, int backlog)
 {
     struct sockaddr_un sa;
     socklen_t len;
-    int rc = abstract_addr(name, &sa, &len);
-    if (rc < 0)
-        return rc;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = abstract_socket(name, &sa, &len);
     if (fd < 0)
-        return crb_error(CR_ERR_SYSTEM, "socket(AF_UNIX) for @%s: %s", name, strerror(errno));
+        return fd;
     if (bind(fd, (struct sockaddr *)&sa, len) != 0 || listen(fd, backlog) != 0) {
-        rc = crb_error(CR_ERR_SYSTEM, "listening on @%s: %s", name, strerror(errno));
+        int rc = crb_error(CR_ERR_SYSTEM, "listening on @%s: %s", name, strerror(errno));
         close(fd);
         return rc;
     }
@@ -303,13 +304,11 @@ int crb_connect_abstract(const char *name, int32_t *peer_pid)
 {
     struct sockaddr_un sa;
     socklen_t len;
-    int rc = abstract_addr(name, &sa, &len);
-    if (rc < 0)
-        return rc;
     /* Non-blocking: a full backlog is an error at once, not a wait. */
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = abstract_socket(name, &sa, &len);
     if (fd < 0)
-        return crb_error(CR_ERR_SYSTEM, "socket(AF_UNIX) for @%s: %s", name, strerror(errno));
+        return fd;
+    int rc;
     if (connect(fd, (struct sockaddr *)&sa, len) != 0) {
         rc = crb_error(CR_ERR_PEER_UNREACHABLE, "connect @%s: %s", name, strerror(errno));
         goto err_close;
