@@ -87,12 +87,22 @@ def c_exist_loop(master, key, calls):
                     ("devices", ctypes.c_char_p), ("master_address", ctypes.c_char_p),
                     ("transfer_timeout_ms", ctypes.c_uint32),
                     ("rpc_timeout_ms", ctypes.c_uint32),
-                    ("heartbeat_interval_ms", ctypes.c_uint32)]
+                    ("heartbeat_interval_ms", ctypes.c_uint32),
+                    ("engine", ctypes.c_void_p), ("tenant_id", ctypes.c_char_p),
+                    ("enable_ssd_offload", ctypes.c_bool),
+                    ("ssd_offload_path", ctypes.c_char_p)]
 
     if not hasattr(lib, "cr_store_setup"):
         return None
-    cfg = Cfg()
+    # cr_store_config_init writes the whole C struct: give it room to spare, and use
+    # the mirror above only if it has the size the library says (struct_size).
+    room = ctypes.create_string_buffer(4096)
+    cfg = Cfg.from_buffer(room)
     lib.cr_store_config_init(ctypes.byref(cfg))
+    if cfg.struct_size != ctypes.sizeof(Cfg):
+        print(f"cr_store_exist via ctypes: skipped (cr_store_config is {cfg.struct_size} bytes, "
+              f"this script's mirror {ctypes.sizeof(Cfg)})", file=sys.stderr)
+        return None
     master_b = master.encode()
     cfg.master_address = master_b
     cfg.global_segment_size = 0
