@@ -137,6 +137,26 @@ def test_setup_again_gets_another_name(master, monkeypatch):
     assert len(set(names)) == 8, names
 
 
+def test_master_local_socket_variable(master, monkeypatch, caplog):
+    # A client on the master's host moves to the master's unix socket unless
+    # CRESCENT_MASTER_LOCAL_SOCKET=0 keeps it on TCP (docs/WIRE.md "Local
+    # socket"; tests/master: which connection each one uses). Both serve the
+    # drop-in alike; a value other than 0 or 1 fails setup with
+    # INVALID_PARAMS naming the variable instead of being ignored.
+    for value in ("1", "0"):
+        monkeypatch.setenv("CRESCENT_MASTER_LOCAL_SOCKET", value)
+        s, rc = setup_store(master)
+        assert rc == 0, crescent.last_error_message()
+        assert s.put("local/" + value, b"via " + value.encode()) == 0
+        assert s.get("local/" + value) == b"via " + value.encode()
+        s.close()
+    monkeypatch.setenv("CRESCENT_MASTER_LOCAL_SOCKET", "maybe")
+    with caplog.at_level(logging.ERROR, logger="mooncake"):
+        s, rc = setup_store(master)
+    assert rc == -600
+    assert "CRESCENT_MASTER_LOCAL_SOCKET='maybe'" in caplog.text
+
+
 def test_engine_rpc_port_range(monkeypatch):
     te = TransferEngine()
     assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
