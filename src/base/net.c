@@ -329,6 +329,19 @@ err_close:
     return rc;
 }
 
+uint16_t crb_local_port(int fd)
+{
+    struct sockaddr_storage a;
+    socklen_t len = sizeof(a);
+    if (getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        return 0;
+    if (a.ss_family == AF_INET)
+        return ntohs(((const struct sockaddr_in *)&a)->sin_port);
+    if (a.ss_family == AF_INET6)
+        return ntohs(((const struct sockaddr_in6 *)&a)->sin6_port);
+    return 0;
+}
+
 uint16_t crb_same_host_peer_port(int fd)
 {
     struct sockaddr_storage me, peer;

@@ -69,6 +69,9 @@ int crb_listen_abstract(const char *name, int backlog);
  */
 int crb_connect_abstract(const char *name, int32_t *peer_pid);
 
+/** The local port of TCP socket fd (0: not bound, or not TCP). */
+uint16_t crb_local_port(int fd);
+
 /**
  * The port of the far end of TCP connection fd when that end is on this
  * host in this network namespace (its address is a loopback one, or the

@@ -25,9 +25,7 @@
 #include "store/master_client.h"
 #include "store/internal.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -443,20 +441,6 @@ static int set_recv_wait(crc_master *m, int fd)
     return 0;
 }
 
-/* The local port of TCP socket fd (0: unknown). */
-static uint16_t local_port_of(int fd)
-{
-    struct sockaddr_storage a;
-    socklen_t len = sizeof(a);
-    if (getsockname(fd, (struct sockaddr *)&a, &len) != 0)
-        return 0;
-    if (a.ss_family == AF_INET)
-        return ntohs(((const struct sockaddr_in *)&a)->sin_port);
-    if (a.ss_family == AF_INET6)
-        return ntohs(((const struct sockaddr_in6 *)&a)->sin6_port);
-    return 0;
-}
-
 /*
  * The master offered its local socket on TCP connection tcp_fd (hi): the
  * descriptor to use from now on. The offer is taken only when it was made to
@@ -472,7 +456,7 @@ static int switch_to_local(crc_master *m, int tcp_fd, const hello_info *hi, uint
     const char *why = NULL;
     int32_t pid = 0;
     int fd = -1;
-    if (local_port_of(tcp_fd) != hi->local_port) {
+    if (crb_local_port(tcp_fd) != hi->local_port) {
         why = "offered to another port (a forwarder in between)";
     } else if ((fd = crb_connect_abstract(hi->local_socket, &pid)) < 0) {
         why = cr_last_error_message();
