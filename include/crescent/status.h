@@ -119,6 +119,7 @@ extern "C" {
     X(ERR_SEGMENT_FENCED, -3141, "segment accepts no allocations yet (fenced)")                    \
     X(ERR_NOT_LEADER, -3142, "this master is not the leader (HA standby or deposed)")              \
     X(ERR_NOT_REPLICATED, -3143, "the change reached no follower in time; its outcome is unknown") \
+    X(ERR_PUT_COMMITTING, -3144, "a put of the object is committing; its readers wait for it")     \
     /* --- standalone store client and thin clients: -3060..-3079 --- */                           \
     X(ERR_DAEMON_UNREACHABLE, -3060,                                                               \
       "the standalone store client (crescent-client) is not "                                      \

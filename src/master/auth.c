@@ -44,7 +44,7 @@ void crk_auth_mac(const char *secret, size_t secret_len, const char *label,
 static void hello_fields(const crk_server_info *info, crp_rpc_resp *resp)
 {
     resp->u.hello = (crp_rpc_hello_resp){.version = CRP_RPC_VERSION,
-                                         .caps = CRP_RPC_CAPS_DEFINED,
+                                         .caps = crk_server_caps(info),
                                          .software = (char *)info->software,
                                          .view_version = info->view_version};
 }

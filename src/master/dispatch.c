@@ -525,7 +525,7 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
             resp->message = copy;
             if (req->op == CRP_RPC_SERVICE_READY) /* its reply shape is kept on errors */
                 resp->u.hello = (crp_rpc_hello_resp){.version = CRP_RPC_VERSION,
-                                                     .caps = CRP_RPC_CAPS_DEFINED,
+                                                     .caps = crk_server_caps(info),
                                                      .software = (char *)info->software,
                                                      .view_version = view_of(info)};
             return;
@@ -556,7 +556,7 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
     case CRP_RPC_SERVICE_READY:
         rc = crp_rpc_check_version("client", u->hello.version);
         resp->u.hello = (crp_rpc_hello_resp){.version = CRP_RPC_VERSION,
-                                             .caps = CRP_RPC_CAPS_DEFINED,
+                                             .caps = crk_server_caps(info),
                                              .software = (char *)info->software,
                                              .view_version = view_of(info)};
         if (peer != NULL && peer->local_socket != NULL) {
@@ -658,7 +658,15 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
     }
     case CRP_RPC_PUT_END:
     case CRP_RPC_UPSERT_END:
-        if (req->grant_key != NULL) /* a put grant (docs/WIRE.md) */
+        if (req->commit_ahead && !(crk_server_caps(info) & CRP_RPC_CAP_COMMIT_AHEAD))
+            rc = crb_error(CR_NOT_SUPPORTED,
+                           "put_end '%s': this master does not commit ahead "
+                           "(HA); the grant is untouched",
+                           u->owner_key.key);
+        else if (req->commit_ahead) /* docs/WIRE.md, "Commit ahead" */
+            rc = crk_put_end_ahead(s, client_of(u->owner_key.client_id), u->owner_key.key,
+                                   req->grant_key, now, &resp->u.end.version);
+        else if (req->grant_key != NULL) /* a put grant (docs/WIRE.md) */
             rc = crk_put_end_granted(s, client_of(u->owner_key.client_id), u->owner_key.key,
                                      req->grant_key, req->op == CRP_RPC_UPSERT_END, now,
                                      &resp->u.end.version);

@@ -42,6 +42,14 @@ typedef struct crk_server_info {
     struct crk_ha *ha;
 } crk_server_info;
 
+/* The capability bits this master announces: every defined one but commit ahead under HA
+ * (a committed-ahead put's completion is a notice the standbys would not have). */
+static inline uint64_t crk_server_caps(const crk_server_info *info)
+{
+    return info->ha != NULL ? CRP_RPC_CAPS_DEFINED & ~CRP_RPC_CAP_COMMIT_AHEAD
+                            : CRP_RPC_CAPS_DEFINED;
+}
+
 /*
  * The client identity a connection speaks for (issue 11 item 7). The first
  * request on a connection that names a non-zero client id (SERVICE_READY

@@ -108,6 +108,7 @@ typedef struct crk_counters {
     _Atomic uint64_t clients_expired;
     _Atomic uint64_t owned_writes_revoked; /* crk_revoke_conn_writes */
     _Atomic uint64_t granted_puts;         /* crk_put_end_granted that completed a key */
+    _Atomic uint64_t ahead_puts;           /* crk_put_end_ahead that committed a key ahead */
     /* gauges (keys, writes in flight and leases granted are per shard;
      * allocated bytes are the segments' used bytes: see crk_allocated) */
     _Atomic uint64_t capacity, soft_pinned, hard_pinned, discarded;

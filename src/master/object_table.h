@@ -104,6 +104,10 @@ typedef struct crk_write {
     uint8_t upsert; /* rep[] holds the new replicas */
     uint8_t nrep;
     uint8_t promotion; /* the disk tier's holder puts a disk-only key back (master/offload.h) */
+    /* Committed ahead (docs/WIRE.md, "Commit ahead"): a grant's write moved to its key
+     * before the value was written; its object already has its version, and its reads
+     * answer CR_ERR_PUT_COMMITTING (held by the RPC server) until it ends. */
+    uint8_t ahead;
     /* Owned writes (crk_replicate_config.owner_conn): the connection that
      * owns it (0: none) and when its space may be reused once that
      * connection closed (start + the writer's declared bound). */

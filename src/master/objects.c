@@ -304,6 +304,17 @@ static const crk_replicate_config default_replicate = {.replica_num = 1};
 
 /* --- put ---------------------------------------------------------------------------------- */
 
+/* A committed-ahead write of o ended (completed or dropped; shard locked): the reads of
+ * its key held for it (the RPC server's stage waits) are asked again. */
+static void ahead_ended_locked(crk_service *s, const crk_object *o)
+{
+    if (s->on_stage == NULL)
+        return;
+    const char *key = o->key;
+    size_t len = o->key_len;
+    s->on_stage(s->on_stage_ctx, &key, &len, 1);
+}
+
 /*
  * Drop the write in flight of `o` (shard locked); its space is released at
  * release_at (now if that has passed). Returns the object if it is still
@@ -313,6 +324,8 @@ static crk_object *drop_write_locked(crk_service *s, crk_shard *sh, crk_object *
                                      uint64_t release_at, uint64_t now)
 {
     crk_write *w = o->write;
+    if (w->ahead)
+        ahead_ended_locked(s, o);
     if (w->upsert) {
         crk_release_or_defer(s, sh, w->rep, w->nrep, w->size, release_at, now, NULL);
         crk_write_drop(sh, w);
@@ -633,7 +646,10 @@ static int put_end_impl(crk_service *s, crk_client_id client, const char *key, c
     if (!w->upsert) {
         apply_pins(o, w, 0, 0, now);
         o->flags |= CRK_OBJ_COMPLETE;
-        o->version = crk_next_version(s);
+        if (w->ahead) /* its version was given when it was committed ahead */
+            ahead_ended_locked(s, o);
+        else
+            o->version = crk_next_version(s);
         if (version_out != NULL)
             *version_out = o->version;
         o->last_access = now;
@@ -778,6 +794,92 @@ static int put_end_granted_impl(crk_service *s, crk_client_id client, const char
     return rc;
 }
 
+/*
+ * Both shards locked, key absent: the grant's write (of go, in g's shard) moves to a new
+ * object of key on the same replicas, committed ahead: it gets its version now, and the
+ * writer's plain put_end completes it. The grant object goes without its replicas.
+ */
+static int move_grant_ahead_locked(crk_service *s, const key_ref *k, const key_ref *g,
+                                   crk_object *go, crk_write *gw, uint64_t now,
+                                   uint64_t *version_out)
+{
+    int rc = crk_shard_reserve(k->sh);
+    if (rc != 0)
+        return rc;
+    crk_object *n = crk_obj_new(k->key, k->len, (uint32_t)k->hash, go->nrep);
+    if (n == NULL)
+        return crb_error(CR_ERR_NO_MEMORY, "put_end '%s': object record", k->key);
+    n->size = gw->size;
+    memcpy(crk_obj_reps(n), crk_obj_reps(go), go->nrep * sizeof(crk_replica));
+    n->version = crk_next_version(s);
+    n->last_access = now;
+    crk_write_unlink(g->sh, gw);
+    atomic_fetch_sub_explicit(&g->sh->writes, 1, memory_order_relaxed);
+    gw->obj = n;
+    gw->ahead = 1;
+    n->write = gw;
+    crk_write_push(k->sh, gw);
+    crk_shard_insert(k->sh, n);
+    go->write = NULL;
+    go->nrep = 0;
+    crk_erase_object_locked(s, g->sh, go, now);
+    if (version_out != NULL)
+        *version_out = n->version;
+    return 0;
+}
+
+/*
+ * put_end with a grant, committed ahead of the copy (docs/WIRE.md, "Commit ahead"): the
+ * checks of put_end_granted_impl, but `key` becomes a write in flight on the grant's
+ * replicas (reads of it wait: CR_ERR_PUT_COMMITTING) instead of a complete object, and no
+ * failure touches the grant: its writer may still be writing into it (it revokes it once
+ * done). Puts only, and only while key has no complete value.
+ */
+static int put_end_ahead_impl(crk_service *s, crk_client_id client, const char *key,
+                              const char *grant, uint64_t now, uint64_t *version_out)
+{
+    key_ref k, g;
+    int rc = key_ref_of(s, key, &k);
+    if (rc == 0)
+        rc = key_ref_of(s, grant, &g);
+    if (rc != 0)
+        return rc;
+    if (k.len == g.len && memcmp(key, grant, k.len) == 0)
+        return crb_error(CR_INVALID_PARAMS, "put_end '%s': a key cannot be its own grant", key);
+    bool on_disk = s->off != NULL && crk_off_exist(s, key, k.len) == 1;
+    lock_pair(k.sh, g.sh);
+    crk_object *go = g.sh->slots[crk_shard_probe(g.sh, grant, g.len, (uint32_t)g.hash)].obj;
+    crk_write *gw = go != NULL ? go->write : NULL;
+    size_t slot = crk_shard_probe(k.sh, key, k.len, (uint32_t)k.hash);
+    crk_object *o = k.sh->slots[slot].obj;
+    if (gw == NULL || gw->upsert || gw->promotion || gw->ahead || go->nrep == 0 ||
+        !crk_id_eq(gw->owner, client)) {
+        rc = crb_error(CR_OBJECT_NOT_FOUND,
+                       "put_end '%s': grant '%s' is not a write in flight of this client "
+                       "(revoked with its connection, preempted, or its segment unmounted)",
+                       key, grant);
+    } else if (on_disk) {
+        rc = crb_error(CR_OBJECT_ALREADY_EXISTS, "put_end '%s': key exists (on disk)", key);
+    } else if (o != NULL && (o->flags & CRK_OBJ_COMPLETE)) {
+        rc = crb_error(CR_OBJECT_ALREADY_EXISTS, "put_end '%s': key exists", key);
+    } else if (o != NULL && o->write != NULL &&
+               crk_elapsed(now, o->write->start_ms) < s->cfg.put_start_discard_timeout_ms) {
+        rc = crb_error(CR_OBJECT_REPLICA_BUSY,
+                       "put_end '%s': another put started %llu ms ago is in flight", key,
+                       (unsigned long long)crk_elapsed(now, o->write->start_ms));
+    } else {
+        if (o != NULL) /* a stale write in flight: preempted (erases it) */
+            (void)preempt_locked(s, k.sh, o, now);
+        rc = move_grant_ahead_locked(s, &k, &g, go, gw, now, version_out);
+        if (rc == 0) { /* a grant's put, committed ahead */
+            crk_add(s->c.granted_puts, 1);
+            crk_add(s->c.ahead_puts, 1);
+        }
+    }
+    unlock_pair(k.sh, g.sh);
+    return rc;
+}
+
 static int put_revoke_impl(crk_service *s, crk_client_id client, const char *key, uint64_t now)
 {
     key_ref k;
@@ -824,7 +926,10 @@ static int exist_impl(crk_service *s, const char *key, const key_ref *pre)
     size_t slot = lock_and_probe(&k); /* read slots only once locked */
     crk_object *o = k.sh->slots[slot].obj;
     int found = o && (o->flags & CRK_OBJ_COMPLETE) && o->nrep > 0;
+    bool committing = o && !found && o->write != NULL && o->write->ahead;
     pthread_mutex_unlock(&k.sh->mu);
+    if (committing)
+        return crb_error(CR_ERR_PUT_COMMITTING, "exist '%s': put committing", key);
     if (!found && s->off != NULL) /* on disk only, or being promoted back */
         found = crk_off_exist(s, key, k.len);
     return found;
@@ -848,7 +953,10 @@ static int get_impl(crk_service *s, const char *key, const key_ref *pre, uint64_
             pthread_mutex_unlock(&sh->mu); /* being promoted: the disk copy still serves */
             return crk_off_get(s, key, k.len, now, out);
         }
-        rc = crb_error(CR_REPLICA_IS_NOT_READY, "get_replica_list '%s': put in flight", key);
+        if (o->write != NULL && o->write->ahead)
+            rc = crb_error(CR_ERR_PUT_COMMITTING, "get_replica_list '%s': put committing", key);
+        else
+            rc = crb_error(CR_REPLICA_IS_NOT_READY, "get_replica_list '%s': put in flight", key);
         goto unlock;
     }
     crk_replica *reps = crk_obj_reps(o);
@@ -960,7 +1068,9 @@ static int remove_impl(crk_service *s, const char *key, const key_ref *pre, bool
     if (rc != 0)
         return rc;
     crk_shard *sh = k.sh;
-    if (o->write)
+    if (o->write && o->write->ahead && !(o->flags & CRK_OBJ_COMPLETE))
+        rc = crb_error(CR_ERR_PUT_COMMITTING, "remove '%s': a put is committing", key);
+    else if (o->write)
         rc = crb_error(CR_REPLICA_IS_NOT_READY, "remove '%s': a put is in flight", key);
     else if (o->lease_until > now && !force)
         rc = crb_error(CR_OBJECT_HAS_LEASE, "remove '%s': leased for %llu more ms", key,
@@ -1210,6 +1320,13 @@ int crk_put_end_granted(crk_service *s, crk_client_id client, const char *key, c
 {
     return counted(s, CRK_OP_PUT_END,
                    put_end_granted_impl(s, client, key, grant, upsert, now_ms, version_out));
+}
+
+int crk_put_end_ahead(crk_service *s, crk_client_id client, const char *key, const char *grant,
+                      uint64_t now_ms, uint64_t *version_out)
+{
+    return counted(s, CRK_OP_PUT_END,
+                   put_end_ahead_impl(s, client, key, grant, now_ms, version_out));
 }
 
 int crk_put_revoke(crk_service *s, crk_client_id client, const char *key, uint64_t now_ms)

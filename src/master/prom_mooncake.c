@@ -96,8 +96,12 @@ int crk_prom_mooncake(crk_text *t, const crk_stats *st, const crk_value_sizes *v
                      "Writes owned by a connection revoked because that connection closed",
                      st->owned_writes_revoked);
     crk_prom_counter(t, "master_put_grant_commits_total",
-                     "Puts completed in one round trip on a put grant's replicas (PUT_END with gk)",
+                     "Puts completed in one round trip on a put grant's replicas (PUT_END with gk; "
+                     "committed ahead or not)",
                      st->granted_puts);
+    crk_prom_counter(t, "master_put_commit_ahead_total",
+                     "Puts committed ahead of their copy (PUT_END with gk and ca; docs/WIRE.md)",
+                     st->ahead_puts);
     crk_prom_gauge(t, "master_put_start_discarded_staging_size",
                    "Bytes of discarded or replaced values waiting to be released",
                    (double)st->discarded_bytes);

@@ -39,6 +39,12 @@
  * held reply comes out of order (replies carry their request's id). A
  * connection freed while requests of it are held stays allocated (a
  * "zombie", torn down otherwise) until the last one comes back.
+ *
+ * Commit waits (docs/WIRE.md, "Commit ahead"): a get, exist or remove (single
+ * or batch) whose reply names a key committed ahead of its copy
+ * (CR_ERR_PUT_COMMITTING) is held the same way, "swt" or not, and asked again
+ * when that write ends (the service reports its key like a stage result);
+ * at the end of its wait it is answered as for any put in flight.
  */
 #include "master/rpc_server.h"
 
@@ -129,6 +135,7 @@ typedef struct scan_job {
 #define STAGE_WAITS_MAX      16384 /* held requests in all */
 #define STAGE_MARKS          4096  /* buckets of the keys holders report */
 #define STAGE_KEYS_TRACKED   64    /* a batch of more keys is asked again on any report */
+#define COMMIT_WAIT_MS       200   /* a read of a committing key is held at most this long */
 
 typedef struct rpc_thread {
     crk_rpc_server *srv;
@@ -200,6 +207,7 @@ struct crk_rpc_server {
     _Atomic uint64_t stage_gen;                /* heartbeats with stage results so far */
     _Atomic uint64_t stage_marks[STAGE_MARKS]; /* reported keys so far, per bucket */
     _Atomic uint64_t stage_waits, stage_waits_expired, task_waits;
+    _Atomic uint64_t commit_waits, commit_waits_expired;
 };
 
 static int buf_reserve(uint8_t **buf, size_t *cap, size_t need)
@@ -385,6 +393,96 @@ static bool reply_would_wait(const crp_rpc_resp *r)
     return none;
 }
 
+/* Does this reply name a key whose put is committing ahead of its copy (CR_ERR_PUT_COMMITTING:
+ * a get, exist or remove, single or batch, that must wait for it)? */
+static bool reply_committing(const crp_rpc_resp *r)
+{
+    switch (r->op) {
+    case CRP_RPC_GET_REPLICA_LIST:
+    case CRP_RPC_EXIST:
+    case CRP_RPC_REMOVE:
+        return r->status == CR_ERR_PUT_COMMITTING;
+    case CRP_RPC_BATCH_GET_REPLICA_LIST:
+        for (size_t i = 0; r->status == 0 && i < r->u.batch_get.n; i++)
+            if (r->u.batch_get.results[i].status == CR_ERR_PUT_COMMITTING)
+                return true;
+        return false;
+    case CRP_RPC_BATCH_EXIST:
+    case CRP_RPC_BATCH_REMOVE:
+        for (size_t i = 0; r->status == 0 && i < r->u.statuses.n; i++)
+            if (r->u.statuses.results[i] == CR_ERR_PUT_COMMITTING)
+                return true;
+        return false;
+    default:
+        return false;
+    }
+}
+
+/* A reply sent while a key it names is still committing (its wait ended, or it could not be
+ * held) answers as for any put in flight: a get or remove REPLICA_IS_NOT_READY, an exist
+ * "no". CR_ERR_PUT_COMMITTING never goes on the wire. */
+static void settle_committing(crp_rpc_resp *r)
+{
+    switch (r->op) {
+    case CRP_RPC_GET_REPLICA_LIST:
+    case CRP_RPC_REMOVE:
+        if (r->status == CR_ERR_PUT_COMMITTING)
+            r->status = CR_REPLICA_IS_NOT_READY;
+        break;
+    case CRP_RPC_EXIST:
+        if (r->status == CR_ERR_PUT_COMMITTING) {
+            r->status = 0;
+            r->message = NULL;
+            r->u.exist.exists = false;
+        }
+        break;
+    case CRP_RPC_BATCH_GET_REPLICA_LIST:
+        for (size_t i = 0; r->status == 0 && i < r->u.batch_get.n; i++)
+            if (r->u.batch_get.results[i].status == CR_ERR_PUT_COMMITTING)
+                r->u.batch_get.results[i].status = CR_REPLICA_IS_NOT_READY;
+        break;
+    case CRP_RPC_BATCH_EXIST:
+    case CRP_RPC_BATCH_REMOVE:
+        for (size_t i = 0; r->status == 0 && i < r->u.statuses.n; i++)
+            if (r->u.statuses.results[i] == CR_ERR_PUT_COMMITTING)
+                r->u.statuses.results[i] =
+                    r->op == CRP_RPC_BATCH_EXIST ? 0 : CR_REPLICA_IS_NOT_READY;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Is req's reply r one to hold: a stage it asked to wait for ("swt"), or a committing key? */
+static bool reply_holds(const crp_rpc_req *req, const crp_rpc_resp *r)
+{
+    return (req->stage_wait_ms != 0 && reply_would_wait(r)) || reply_committing(r);
+}
+
+/* The keys a held request names (n: 1 for a single key, 0 for a heartbeat). */
+static const char *const *held_keys(const crp_rpc_req *req, size_t *n)
+{
+    switch (req->op) {
+    case CRP_RPC_GET_REPLICA_LIST:
+    case CRP_RPC_EXIST:
+        *n = 1;
+        return (const char *const *)&req->u.key.key;
+    case CRP_RPC_REMOVE:
+        *n = 1;
+        return (const char *const *)&req->u.remove.key;
+    case CRP_RPC_BATCH_REMOVE:
+        *n = req->u.batch_remove.n_keys;
+        return (const char *const *)req->u.batch_remove.keys;
+    case CRP_RPC_BATCH_GET_REPLICA_LIST:
+    case CRP_RPC_BATCH_EXIST:
+        *n = req->u.keys.n_keys;
+        return (const char *const *)req->u.keys.keys;
+    default:
+        *n = 0;
+        return NULL;
+    }
+}
+
 /* The earliest deadline of the held gets, or UINT64_MAX (wait_lock held). */
 static uint64_t waits_next_deadline(const crk_rpc_server *srv)
 {
@@ -470,13 +568,17 @@ static void *stage_main(void *arg)
             uint64_t at = crb_now_ms();
             uint64_t seen = job_marks(srv, j);
             crk_dispatch(srv->svc, srv->info, &j->peer, &j->req, at, &resp, &scratch);
-            if (at < j->deadline_ms && reply_would_wait(&resp)) {
+            if (at < j->deadline_ms && reply_holds(&j->req, &resp)) {
                 j->seen = seen; /* asked as of these marks: again when they move */
                 j->next = keep;
                 keep = j;
             } else {
                 if (j->req.op != CRP_RPC_OFFLOAD_HEARTBEAT && reply_would_wait(&resp))
                     atomic_fetch_add(&srv->stage_waits_expired, 1);
+                if (reply_committing(&resp)) {
+                    atomic_fetch_add(&srv->commit_waits_expired, 1);
+                    settle_committing(&resp);
+                }
                 encode_reply_frame(&resp, j->request_id, &j->frame);
                 record_latency(srv, j->req.op, j->t0_ns);
                 crp_rpc_req_clear(&j->req);
@@ -531,9 +633,11 @@ static void on_holder_tasks(void *arg, crk_client_id holder)
 
 /* Hold c's get (moved into a job; its reply said "being staged") until its stage lands, or
  * a holder's heartbeat (its reply carried no task) until a task is queued for it, or until
- * req->stage_wait_ms pass. 0, or nonzero when it is answered at once instead (the limits,
- * no memory, a tenant name the service refused anyway). */
-static int hold_for_stage(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, uint64_t t0_ns)
+ * req->stage_wait_ms pass; a read of a committing key (commit: its reply named one) until
+ * that write ends, COMMIT_WAIT_MS at least. 0, or nonzero when it is answered at once
+ * instead (the limits, no memory, a tenant name the service refused anyway). */
+static int hold_for_stage(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, uint64_t t0_ns,
+                          bool commit)
 {
     crk_rpc_server *srv = c->thread->srv;
     if (c->waiting >= STAGE_WAITS_PER_CONN || atomic_load(&srv->n_waits) >= STAGE_WAITS_MAX)
@@ -542,8 +646,8 @@ static int hold_for_stage(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, ui
     if (crk_tenant_prefix(req->tenant, prefix) != 0)
         return -1;
     bool beat = req->op == CRP_RPC_OFFLOAD_HEARTBEAT;
-    bool one = req->op == CRP_RPC_GET_REPLICA_LIST;
-    size_t n = one || beat ? 1 : req->u.keys.n_keys;
+    size_t n = 1;
+    const char *const *keys = beat ? NULL : held_keys(req, &n);
     scan_job *j = calloc(1, sizeof(*j));
     if (j == NULL)
         return -1;
@@ -553,16 +657,16 @@ static int hold_for_stage(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, ui
             free(j);
             return -1;
         }
-        for (size_t i = 0; i < n && !beat; i++) {
-            const char *k = one ? req->u.key.key : req->u.keys.keys[i];
-            j->buckets[i] = stage_bucket(prefix, k, strlen(k));
-        }
+        for (size_t i = 0; i < n && !beat; i++)
+            j->buckets[i] = stage_bucket(prefix, keys[i], strlen(keys[i]));
         if (beat)
             j->buckets[0] = holder_bucket(req->u.blob.client_id.hi, req->u.blob.client_id.lo);
         j->n_buckets = n;
     }
     j->seen = UINT64_MAX; /* the waiter asks once more first: a report during our ask */
     uint32_t ms = req->stage_wait_ms < STAGE_WAIT_MAX_MS ? req->stage_wait_ms : STAGE_WAIT_MAX_MS;
+    if (commit && ms < COMMIT_WAIT_MS)
+        ms = COMMIT_WAIT_MS;
     job_take(j, c, request_id, req, t0_ns);
     j->stage = true;
     j->peer = c->peer;
@@ -570,7 +674,7 @@ static int hold_for_stage(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, ui
     j->peer.durable_seq = 0;
     j->deadline_ms = crb_now_ms() + ms;
     c->waiting++;
-    atomic_fetch_add(beat ? &srv->task_waits : &srv->stage_waits, 1);
+    atomic_fetch_add(beat ? &srv->task_waits : commit ? &srv->commit_waits : &srv->stage_waits, 1);
     pthread_mutex_lock(&srv->wait_lock);
     j->next = srv->waits;
     srv->waits = j;
@@ -691,11 +795,14 @@ static int serve_frame(rpc_conn *c, const crp_header *h, const uint8_t *body)
     crk_scratch *scratch = &c->thread->scratch;
     c->peer.defer_durable = srv->info->ha != NULL;
     crk_dispatch(srv->svc, srv->info, &c->peer, &req, crb_now_ms(), &resp, scratch);
-    if (req.stage_wait_ms != 0 && c->peer.durable_seq == 0 && reply_would_wait(&resp) &&
-        hold_for_stage(c, h->request_id, &req, t0) == 0) {
+    bool commit = reply_committing(&resp);
+    if (c->peer.durable_seq == 0 && reply_holds(&req, &resp) &&
+        hold_for_stage(c, h->request_id, &req, t0, commit) == 0) {
         crk_scratch_reset(scratch); /* the stage waiter answers it (req moved there) */
         return 0;
     }
+    if (commit)
+        settle_committing(&resp); /* not held (the limits): as for any put in flight */
     size_t before = c->out_len;
     crp_buf *out = &c->thread->reply;
     out->len = 0;
@@ -842,17 +949,45 @@ static int conn_flush(rpc_conn *c)
  * the frames it still has buffered (unless it waits on the ready list for
  * its next turn) and flush again; then close it or watch what it waits for.
  */
+/*
+ * The peer is gone (a reply could not be sent), but what it sent before it went is still
+ * served, the replies dropped: a put committed ahead ends with a notice its writer may send
+ * just before it exits (docs/WIRE.md, "Commit ahead"). Bounded by what the reader holds;
+ * stops at a scan, an error, or a turn that consumed nothing.
+ */
+static void serve_leftovers(rpc_conn *c)
+{
+    if (c->holding)
+        return; /* HA (no commit ahead there): the held replies keep their places */
+    for (;;) {
+        size_t before = crp_reader_buffered(&c->rd);
+        if (before == 0 || c->parked || c->drop)
+            return;
+        c->out_off = c->out_len = 0;
+        if (conn_read(c) < 0 || crp_reader_buffered(&c->rd) == before)
+            return;
+    }
+}
+
 static void conn_settle(rpc_conn *c, int rc)
 {
     int frc = conn_flush(c);
+    if (frc < 0 && rc == 0)
+        serve_leftovers(c);
     if (rc == 0 && frc == 0 && !c->ready && conn_may_serve(c) && crp_reader_buffered(&c->rd) > 0) {
         rc = conn_read(c);
         frc = conn_flush(c);
     }
-    if (rc < 0 || frc < 0 || (c->closing && c->out_off == c->out_len))
+    if (rc < 0 || frc < 0 || (c->closing && c->out_off == c->out_len)) {
+        if (c->parked) { /* a scan of it runs (perhaps one of its leftovers): freed after */
+            crb_loop_del(&c->io);
+            c->dead = true;
+            return;
+        }
         conn_free(c);
-    else
+    } else {
         set_events(c);
+    }
 }
 
 /* HA: send the held replies whose changes are committed now. */
@@ -1332,7 +1467,9 @@ void crk_rpc_server_stats_get(crk_rpc_server *srv, crk_rpc_server_stats *out)
                                   atomic_load(&srv->stage_waits),
                                   atomic_load(&srv->stage_waits_expired),
                                   atomic_load(&srv->task_waits),
-                                  atomic_load(&srv->local_accepted)};
+                                  atomic_load(&srv->local_accepted),
+                                  atomic_load(&srv->commit_waits),
+                                  atomic_load(&srv->commit_waits_expired)};
 }
 
 void crk_rpc_server_stop(crk_rpc_server *srv)

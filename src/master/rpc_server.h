@@ -68,6 +68,8 @@ typedef struct crk_rpc_server_stats {
     uint64_t stage_waits_expired; /* ... answered "being staged" at the end of their wait */
     uint64_t task_waits;          /* holders' heartbeats held for tasks ("swt") */
     uint64_t local_accepted;      /* of connections_accepted: on the local socket */
+    uint64_t commit_waits; /* reads of a committing key held (docs/WIRE.md, "Commit ahead") */
+    uint64_t commit_waits_expired; /* ... answered as a put in flight at the end of their wait */
 } crk_rpc_server_stats;
 void crk_rpc_server_stats_get(crk_rpc_server *srv, crk_rpc_server_stats *out);
 

@@ -289,6 +289,7 @@ void crk_get_stats(crk_service *s, crk_stats *out)
     out->put_start_releases = crk_get(s->c.put_start_releases);
     out->owned_writes_revoked = crk_get(s->c.owned_writes_revoked);
     out->granted_puts = crk_get(s->c.granted_puts);
+    out->ahead_puts = crk_get(s->c.ahead_puts);
     out->lease_releases = crk_get(s->c.lease_releases);
     out->early_releases = crk_get(s->c.early_releases);
     out->early_released_bytes = crk_get(s->c.early_released_bytes);

@@ -261,6 +261,7 @@ typedef struct crk_stats {
     uint64_t put_start_releases;   /* deferred releases done */
     uint64_t owned_writes_revoked; /* writes revoked because their connection closed */
     uint64_t granted_puts;         /* keys completed on a put grant's replicas */
+    uint64_t ahead_puts;           /* keys committed ahead of their copy (crk_put_end_ahead) */
     uint64_t lease_releases;       /* reads released by readers (crk_release_leases) */
     uint64_t early_releases;       /* deferred releases done because the last reader released */
     uint64_t early_released_bytes;
@@ -463,6 +464,20 @@ int crk_put_end_versioned(crk_service *s, crk_client_id client, const char *key,
  */
 int crk_put_end_granted(crk_service *s, crk_client_id client, const char *key, const char *grant,
                         bool upsert, uint64_t now_ms, uint64_t *version_out);
+
+/**
+ * Commit ahead (docs/WIRE.md): put_end of `key` through `grant` sent before the client
+ * writes the value. On success `key` is a write in flight of this client on the grant's
+ * replicas, moved there with the grant's owner connection and bound, already versioned
+ * (*version_out, may be NULL); its gets, exists and removes answer CR_ERR_PUT_COMMITTING
+ * until the client's crk_put_end_versioned completes it (the same version) or the write
+ * is dropped (revoked, its connection closed, its segment gone). The grant is never
+ * touched by a failure (the client may still be writing into it): CR_OBJECT_NOT_FOUND
+ * (grant unknown), CR_OBJECT_ALREADY_EXISTS (complete, or on a holder's disk),
+ * CR_OBJECT_REPLICA_BUSY, CR_INVALID_KEY, CR_INVALID_PARAMS, CR_ERR_NO_MEMORY. Puts only.
+ */
+int crk_put_end_ahead(crk_service *s, crk_client_id client, const char *key, const char *grant,
+                      uint64_t now_ms, uint64_t *version_out);
 
 /**
  * Abort the owner's put/upsert and free its replicas (a fresh object is

@@ -1456,11 +1456,12 @@ int crp_rpc_req_encode(const crp_rpc_req *m, crp_buf *out)
     bool owned = m->owned_ms != 0 && takes_owned(OPS[i].req);
     bool stage_wait = m->stage_wait_ms != 0 && takes_stage_wait(m->op);
     bool grant = m->grant_key != NULL && takes_grant(m->op);
+    bool ahead = grant && m->commit_ahead && m->op == CRP_RPC_PUT_END;
     size_t omitted = 0;
     if (OPS[i].req == RQ_hello && !m->u.hello.has_mac) /* "cn" and "mac" are optional */
         omitted = 2;
     msgpack_pack_map(&e.pk, s->n_keys - omitted + (tenant ? 1 : 0) + (owned ? 1 : 0) +
-                                (stage_wait ? 1 : 0) + (grant ? 1 : 0));
+                                (stage_wait ? 1 : 0) + (grant ? 1 : 0) + (ahead ? 1 : 0));
     crp_mp_enc_u64(&e, "op", m->op);
     s->enc(&e, m);
     if (tenant)
@@ -1471,6 +1472,8 @@ int crp_rpc_req_encode(const crp_rpc_req *m, crp_buf *out)
         crp_mp_enc_u64(&e, "swt", m->stage_wait_ms);
     if (grant)
         crp_mp_enc_str(&e, "gk", m->grant_key, CRP_RPC_MAX_KEY);
+    if (ahead)
+        crp_mp_enc_bool(&e, "ca", true);
     return crp_mp_enc_finish(&e);
 }
 
@@ -1518,11 +1521,16 @@ int crp_rpc_req_decode(const void *data, size_t len, crp_rpc_req *out)
         m.stage_wait_ms = (uint32_t)ms;
     }
     if (rc == 0 && takes_grant(m.op)) { /* the ends' optional "gk" */
-        static const char *const gk_key[] = {"gk"};
-        const msgpack_object *gk[1];
-        rc = crp_mp_map_fields(&d.c, NULL, &u.data, gk_key, 1, gk);
+        static const char *const gk_keys[] = {"gk", "ca"};
+        const msgpack_object *gk[2];
+        rc = crp_mp_map_fields(&d.c, NULL, &u.data, gk_keys, 2, gk);
         if (rc == 0 && gk[0] != NULL)
             rc = get_str(&d, "gk", gk[0], CRP_RPC_MAX_KEY, &m.grant_key);
+        if (rc == 0 && gk[1] != NULL)
+            rc = crp_mp_get_bool(&d.c, "ca", gk[1], &m.commit_ahead);
+        if (rc == 0 && m.commit_ahead && (m.grant_key == NULL || m.op != CRP_RPC_PUT_END))
+            rc = crb_error(CR_ERR_MALFORMED_FRAME,
+                           "request: \"ca\" (commit ahead) is only for a PUT_END with \"gk\"");
     }
     if (rc != 0) {
         arena_free(d.arena);

@@ -140,10 +140,15 @@
 /* "gk" in PUT_END / UPSERT_END: complete the key on the replicas of the caller's own write in
  * flight of the grant key "gk" (docs/WIRE.md, "Put grants") */
 #define CRP_RPC_CAP_PUT_GRANT (1ull << 9)
+/* "ca" in a PUT_END with "gk": commit ahead of the copy; the key is "committing" (its reads
+ * held) until the writer's plain PUT_END (docs/WIRE.md, "Commit ahead"). Not announced by an
+ * HA master. */
+#define CRP_RPC_CAP_COMMIT_AHEAD (1ull << 10)
 #define CRP_RPC_CAPS_DEFINED                                                                       \
     (CRP_RPC_CAP_BATCH | CRP_RPC_CAP_UPSERT | CRP_RPC_CAP_SOFT_PIN | CRP_RPC_CAP_EPOCH |           \
      CRP_RPC_CAP_REPLICA_CLEAR | CRP_RPC_CAP_LEASE_RELEASE | CRP_RPC_CAP_OFFLOAD |                 \
-     CRP_RPC_CAP_OWNED_WRITES | CRP_RPC_CAP_STAGE_WAIT | CRP_RPC_CAP_PUT_GRANT)
+     CRP_RPC_CAP_OWNED_WRITES | CRP_RPC_CAP_STAGE_WAIT | CRP_RPC_CAP_PUT_GRANT |                   \
+     CRP_RPC_CAP_COMMIT_AHEAD)
 
 /* Bounds enforced by encoders and decoders. */
 #define CRP_RPC_MAX_KEY       4096       /* bytes per key */
@@ -437,6 +442,12 @@ typedef struct crp_rpc_req {
      * "k" on those replicas instead of on k's own write, and the grant is gone (docs/WIRE.md,
      * "Put grants"). NULL (not sent): a plain end. */
     char *grant_key;
+    /* Optional "ca" of PUT_END with "gk" (CRP_RPC_CAP_COMMIT_AHEAD; sent only as true, and
+     * only with grant_key): the writer sends the end before it writes the value; the key
+     * becomes a write in flight on the grant's replicas whose reads the master holds, and
+     * the writer's plain PUT_END of it, once written, completes it (docs/WIRE.md, "Commit
+     * ahead"). false (not sent): the end of a value already written. */
+    bool commit_ahead;
     struct crp_rpc_arena *arena; /* NULL unless decoded */
 } crp_rpc_req;
 

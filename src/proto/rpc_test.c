@@ -278,6 +278,8 @@ static void fill_rq_owner_key(crp_rpc_req *m, int v)
     m->u.owner_key.key = sample_key(v);
     if (m->op == CRP_RPC_PUT_END || m->op == CRP_RPC_UPSERT_END) /* the ends' optional "gk" */
         m->grant_key = v == V_MAX ? S_KEY_MAX : v == V_SMALL ? "\x02grant/0123" : NULL;
+    /* "ca" needs "gk" (so not in V_SMALL, whose fields the mutation test drops one by one) */
+    m->commit_ahead = m->op == CRP_RPC_PUT_END && v == V_MAX;
 }
 
 static void fill_rq_batch_put_start(crp_rpc_req *m, int v)
@@ -681,6 +683,7 @@ static void eq_rq_owner_key(const crp_rpc_req *a, const crp_rpc_req *b)
         assert_null(b->grant_key);
     else
         eq_str(a->grant_key, b->grant_key);
+    assert_int_equal(a->commit_ahead, b->commit_ahead);
 }
 
 static void eq_rq_batch_put_start(const crp_rpc_req *a, const crp_rpc_req *b)
@@ -1330,7 +1333,7 @@ static void pack_mutated(msgpack_packer *pk, const msgpack_object *o, const targ
 static bool key_optional(const msgpack_object_kv *kv)
 {
     static const char *const optional[] = {"msg", "spt", "fence", "lt", "sn", "smac",
-                                           "ow",  "ov",  "swt",   "gk", "ls"};
+                                           "ow",  "ov",  "swt",   "gk", "ls", "ca"};
     for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++) {
         size_t n = strlen(optional[i]);
         if (kv->key.via.str.size == n && memcmp(kv->key.via.str.ptr, optional[i], n) == 0)
@@ -1758,6 +1761,34 @@ static void test_ranges_and_enums(void **state)
     pack_raw_body(&sb, CRP_RPC_UPSERT_END, ge, 3);
     expect_reject(REQ, sb.data, sb.size, CR_ERR_MALFORMED_FRAME);
     expect_error_mentions("gk");
+    msgpack_sbuffer_destroy(&sb);
+
+    /* Commit ahead ("ca") must be a bool, and is only for a PUT_END with a grant key. */
+    static const uint8_t ca_true[] = {0xc3}, ca_int[] = {0x01}, gk_ok[] = {0xa2, 'g', '1'};
+    raw_field ca[4] = {{"cid", cid_ok, sizeof(cid_ok)},
+                       {"k", key_k, sizeof(key_k)},
+                       {"gk", gk_ok, sizeof(gk_ok)},
+                       {"ca", ca_true, sizeof(ca_true)}};
+    pack_raw_body(&sb, CRP_RPC_PUT_END, ca, 4);
+    assert_int_equal(crp_rpc_req_decode(sb.data, sb.size, &m), 0);
+    assert_true(m.commit_ahead);
+    eq_str(m.grant_key, "g1");
+    crp_rpc_req_clear(&m);
+    msgpack_sbuffer_destroy(&sb);
+    pack_raw_body(&sb, CRP_RPC_UPSERT_END, ca, 4); /* puts only */
+    expect_reject(REQ, sb.data, sb.size, CR_ERR_MALFORMED_FRAME);
+    expect_error_mentions("ca");
+    msgpack_sbuffer_destroy(&sb);
+    ca[2] = ca[3]; /* no "gk" */
+    pack_raw_body(&sb, CRP_RPC_PUT_END, ca, 3);
+    expect_reject(REQ, sb.data, sb.size, CR_ERR_MALFORMED_FRAME);
+    expect_error_mentions("ca");
+    msgpack_sbuffer_destroy(&sb);
+    ca[2] = (raw_field){"gk", gk_ok, sizeof(gk_ok)};
+    ca[3] = (raw_field){"ca", ca_int, sizeof(ca_int)};
+    pack_raw_body(&sb, CRP_RPC_PUT_END, ca, 4);
+    expect_reject(REQ, sb.data, sb.size, CR_ERR_MALFORMED_FRAME);
+    expect_error_mentions("ca");
     msgpack_sbuffer_destroy(&sb);
 
     /* The client id's byte order is fixed: hi first, big-endian. */

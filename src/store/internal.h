@@ -281,6 +281,9 @@ bool crc_grants_usable(cr_store *s, const crp_rpc_replica_config *cfg);
  * into now, or NULL. Revokes the ones too old to use. The caller owns it until
  * crc_grant_done. */
 crc_grant *crc_grant_take(cr_store *s, uint64_t size, const crp_rpc_replica_config *cfg);
+/* Does a put through a grant commit ahead of its copy (docs/WIRE.md, "Commit ahead")?
+ * CRESCENT_PUT_COMMIT_AHEAD is not 0 and the master announces CRP_RPC_CAP_COMMIT_AHEAD. */
+bool crc_grants_ahead(cr_store *s);
 /* Where to write a taken grant's value: its PUT_START reply's replicas. */
 const crp_rpc_alloc_resp *crc_grant_placement(crc_grant *g);
 const char *crc_grant_key(const crc_grant *g);

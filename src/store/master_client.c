@@ -83,6 +83,7 @@ struct crc_master {
     uint64_t busy_poll_ns; /* CRESCENT_BUSY_POLL_US: a reader spins this long before sleeping */
     bool local_ok; /* CRESCENT_MASTER_LOCAL_SOCKET (default 1): take the master's local socket */
     bool local;    /* the connection (fd) is the local socket */
+    uint64_t conn_gen; /* counts connections made: names the one fd is (crc_master_send_on) */
     /* Notices for the next call (crc_master_send_later): whole frames, ids
      * set, written ahead of the next call's frame or by crc_master_flush_later. */
     crp_buf later;                /* write_lock */
@@ -504,6 +505,7 @@ static int connect_locked(crc_master *m, int timeout_ms)
     int use = switch_to_local(m, fd, &hi, deadline);
     m->local = use != fd;
     m->fd = use;
+    m->conn_gen++;
     return 0;
 }
 
@@ -590,7 +592,7 @@ static pending *first_waiting(pending *const *mine, size_t n)
  * serves a connection's requests in order). 0: every resps[i] holds a decoded reply.
  */
 static int call_n(crc_master *m, const crp_rpc_req *const *reqs, crp_rpc_resp *const *resps,
-                  size_t n, int timeout_ms, crc_sent_fn sent, void *sent_arg)
+                  size_t n, int timeout_ms, crc_sent_fn sent, void *sent_arg, uint64_t *conn_out)
 {
     crp_buf frame = {0};
     size_t ends[CALL_MAX];
@@ -626,6 +628,11 @@ static int call_n(crc_master *m, const crp_rpc_req *const *reqs, crp_rpc_resp *c
     if (m->fd < 0)
         rc = connect_locked(m, timeout_ms);
     int fd = m->fd;
+    uint64_t conn = m->conn_gen;
+    for (size_t i = 0; rc == 0 && i < n; i++) /* never to a master that would ignore it */
+        if (reqs[i]->commit_ahead && !(m->caps & CRP_RPC_CAP_COMMIT_AHEAD))
+            rc = crb_error(CR_NOT_SUPPORTED, "%s: the master does not commit ahead (caps %#llx)",
+                           crp_rpc_op_name(reqs[i]->op), (unsigned long long)m->caps);
     if (rc == 0) {
         for (size_t i = 0; i < n; i++) {
             p[i].id = m->next_id++;
@@ -735,6 +742,8 @@ static int call_n(crc_master *m, const crp_rpc_req *const *reqs, crp_rpc_resp *c
     if (rc < 0)
         for (size_t i = 0; i < decoded; i++)
             crp_rpc_resp_clear(resps[i]);
+    else if (conn_out != NULL)
+        *conn_out = conn;
     for (size_t i = 0; i < n; i++)
         free(p[i].body);
     pthread_cond_destroy(&p[0].cond);
@@ -769,15 +778,16 @@ int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, i
  * in its reply for the caller.
  */
 static int call_following(crc_master *m, const crp_rpc_req *const *reqs, crp_rpc_resp *const *resps,
-                          size_t n, int timeout_ms, crc_sent_fn sent, void *sent_arg)
+                          size_t n, int timeout_ms, crc_sent_fn sent, void *sent_arg,
+                          uint64_t *conn_out)
 {
     if (m->leader == NULL)
-        return call_n(m, reqs, resps, n, timeout_ms, sent, sent_arg);
+        return call_n(m, reqs, resps, n, timeout_ms, sent, sent_arg, conn_out);
     uint64_t deadline = crb_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 1);
     for (;;) {
         uint64_t now = crb_now_ms();
         int left = now < deadline ? (int)(deadline - now) : 1;
-        int rc = call_n(m, reqs, resps, n, left, sent, sent_arg);
+        int rc = call_n(m, reqs, resps, n, left, sent, sent_arg, conn_out);
         sent = NULL; /* (once: the first request that went out) */
         /* NOT_LEADER in a reply, or from the handshake of a master that
          * has not finished its promotion yet */
@@ -796,7 +806,16 @@ static int call_following(crc_master *m, const crp_rpc_req *const *reqs, crp_rpc
 int crc_master_call_sent(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms,
                          crc_sent_fn sent, void *sent_arg)
 {
-    return call_following(m, &req, &resp, 1, timeout_ms, sent, sent_arg);
+    return call_following(m, &req, &resp, 1, timeout_ms, sent, sent_arg, NULL);
+}
+
+int crc_master_calls_sent(crc_master *m, const crp_rpc_req *const *reqs, crp_rpc_resp *const *resps,
+                          size_t n, int timeout_ms, crc_sent_fn sent, void *sent_arg,
+                          uint64_t *conn_out)
+{
+    if (n == 0 || n > 2)
+        return crb_error(CR_INVALID_PARAMS, "crc_master_calls_sent: %zu requests (1 or 2)", n);
+    return call_following(m, reqs, resps, n, timeout_ms, sent, sent_arg, conn_out);
 }
 
 int crc_master_call2(crc_master *m, const crp_rpc_req *a, crp_rpc_resp *resp_a,
@@ -804,7 +823,7 @@ int crc_master_call2(crc_master *m, const crp_rpc_req *a, crp_rpc_resp *resp_a,
 {
     const crp_rpc_req *reqs[2] = {a, b};
     crp_rpc_resp *resps[2] = {resp_a, resp_b};
-    return call_following(m, reqs, resps, 2, timeout_ms, NULL, NULL);
+    return call_following(m, reqs, resps, 2, timeout_ms, NULL, NULL, NULL);
 }
 
 /* Write the queued notices (write_lock held); they are dropped on failure. */
@@ -831,8 +850,9 @@ static int flush_later_locked(crc_master *m, uint64_t deadline)
 }
 
 /* A notice (no pending slot: its reply is dropped): queued behind the
- * others, and written now with them unless `queue`. */
-static int send_notice(crc_master *m, const crp_rpc_req *req, int timeout_ms, bool queue)
+ * others, and written now with them unless `queue`; only on connection `conn` unless 0. */
+static int send_notice(crc_master *m, const crp_rpc_req *req, int timeout_ms, bool queue,
+                       uint64_t conn)
 {
     crp_buf frame = {0};
     int rc = encode_in_tenant(m, req, &frame);
@@ -844,11 +864,13 @@ static int send_notice(crc_master *m, const crp_rpc_req *req, int timeout_ms, bo
     pthread_mutex_lock(&m->write_lock);
     pthread_mutex_lock(&m->lock);
     bool connected = m->fd >= 0;
+    bool same = conn == 0 || conn == m->conn_gen;
     uint64_t id = m->next_id++;
     pthread_mutex_unlock(&m->lock);
-    if (!connected) {
-        rc = crb_error(CR_RPC_FAIL, "%s not sent: no connection to the master",
-                       crp_rpc_op_name(req->op));
+    if (!connected || !same) {
+        rc = crb_error(CR_RPC_FAIL, "%s not sent: %s", crp_rpc_op_name(req->op),
+                       connected ? "the connection it belongs to was lost (and replaced)"
+                                 : "no connection to the master");
     } else {
         frame_set_id(&frame, id);
         rc = crp_buf_append(&m->later, frame.data, frame.len);
@@ -864,12 +886,17 @@ static int send_notice(crc_master *m, const crp_rpc_req *req, int timeout_ms, bo
 
 int crc_master_send(crc_master *m, const crp_rpc_req *req, int timeout_ms)
 {
-    return send_notice(m, req, timeout_ms, false);
+    return send_notice(m, req, timeout_ms, false, 0);
+}
+
+int crc_master_send_on(crc_master *m, const crp_rpc_req *req, int timeout_ms, uint64_t conn)
+{
+    return send_notice(m, req, timeout_ms, false, conn != 0 ? conn : UINT64_MAX);
 }
 
 int crc_master_send_later(crc_master *m, const crp_rpc_req *req, int timeout_ms)
 {
-    return send_notice(m, req, timeout_ms, true);
+    return send_notice(m, req, timeout_ms, true, 0);
 }
 
 int crc_master_flush_later(crc_master *m, uint64_t min_age_ns, int timeout_ms)

@@ -72,6 +72,26 @@ int crc_master_call2(crc_master *m, const crp_rpc_req *a, crp_rpc_resp *resp_a,
                      const crp_rpc_req *b, crp_rpc_resp *resp_b, int timeout_ms);
 
 /**
+ * crc_master_call_sent for n (1 or 2) requests in one write, answered as crc_master_call2's,
+ * and on success *conn_out (may be NULL) names the connection they went out on (for
+ * crc_master_send_on). A request with commit_ahead set is never written to a master that
+ * did not announce CRP_RPC_CAP_COMMIT_AHEAD (checked at the write: CR_NOT_SUPPORTED, sent()
+ * not called), since an older master would ignore "ca" and complete the key at once.
+ */
+int crc_master_calls_sent(crc_master *m, const crp_rpc_req *const *reqs, crp_rpc_resp *const *resps,
+                          size_t n, int timeout_ms, crc_sent_fn sent, void *sent_arg,
+                          uint64_t *conn_out);
+
+/**
+ * crc_master_send, but only on the connection conn (from crc_master_calls_sent): when that
+ * one was lost (whether or not another replaced it) nothing is written and the answer is
+ * CR_RPC_FAIL. For a notice that means something only to the connection that made the
+ * state it ends (a committed-ahead put's end: the master revokes that put when its
+ * connection closes).
+ */
+int crc_master_send_on(crc_master *m, const crp_rpc_req *req, int timeout_ms, uint64_t conn);
+
+/**
  * Send req without waiting for its reply (dropped when it comes): for
  * notices whose outcome the caller does not act on (RELEASE_LEASES). Goes
  * out in order with the calls on this connection. Does not reconnect: 0 if

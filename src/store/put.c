@@ -147,7 +147,112 @@ static int call_asking_grant(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *
     return rc;
 }
 
+/* call_asking_grant (grants on), with sent(sent_arg) run once the requests are on the wire
+ * and *conn_out naming their connection on success. */
+static int call_asking_grant_sent(cr_store *s, const crp_rpc_req *req, crp_rpc_resp *resp,
+                                  uint64_t size, const crp_rpc_replica_config *wcfg,
+                                  crc_sent_fn sent, void *sent_arg, uint64_t *conn_out)
+{
+    crp_rpc_req ask;
+    crc_grant *g = crc_grant_ask_begin(s, size, wcfg, &ask);
+    const crp_rpc_req *reqs[2] = {req, &ask};
+    crp_rpc_resp *resps[2] = {resp, g != NULL ? crc_grant_reply(g) : NULL};
+    int rc = crc_master_calls_sent(s->master, reqs, resps, g != NULL ? 2 : 1,
+                                   (int)s->rpc_timeout_ms, sent, sent_arg, conn_out);
+    if (g != NULL)
+        crc_grant_ask_end(s, g, rc);
+    return rc;
+}
+
 #define PUT_TWO_PHASE 1 /* put_granted: the grant was unusable; put the two-phase way */
+
+/* The copy of a put committed ahead, run once its end is on the wire (crc_sent_fn). */
+typedef struct ahead_copy {
+    cr_store *s;
+    const crp_rpc_alloc_resp *placement;
+    const value_parts *v;
+    int rc;
+    bool ran;
+} ahead_copy;
+
+static void copy_while_master_commits(void *arg)
+{
+    ahead_copy *c = arg;
+    c->rc = write_replicas(c->s, c->placement->replicas, c->placement->n_replicas, c->v);
+    if (c->rc < 0)
+        crb_log(CRB_LOG_DEBUG, "put: writing into a grant failed (%s)", cr_last_error_message());
+    c->ran = true;
+}
+
+/* Revoke key's committed-ahead write on connection conn (a notice; if that connection is
+ * gone, so is the write). */
+static void revoke_ahead(cr_store *s, const char *key, uint64_t conn)
+{
+    crp_rpc_req req = {.op = CRP_RPC_PUT_REVOKE};
+    req.u.owner_key = (crp_rpc_owner_key_req){s->client_id, (char *)key};
+    (void)crc_master_send_on(s->master, &req, (int)s->rpc_timeout_ms, conn);
+}
+
+/*
+ * A put into grant g committed ahead (docs/WIRE.md, "Commit ahead"): PUT_END {key, gk, ca}
+ * goes out first (with the next grant's ask), the value is written while the master moves
+ * the grant to key, and once both are done a plain PUT_END of key (a notice, on the same
+ * connection) completes it before the put returns. Readers that ask in between are held by
+ * the master until that end arrives; if the connection closes first, the write is revoked.
+ * So the put costs max(copy, round trip), not their sum.
+ */
+static int put_granted_ahead(cr_store *s, const char *key, const value_parts *v, crc_grant *g,
+                             const crp_rpc_replica_config *wcfg)
+{
+    const crp_rpc_alloc_resp *a = crc_grant_placement(g);
+    crp_rpc_req req = {.op = CRP_RPC_PUT_END, .commit_ahead = true};
+    req.u.owner_key = (crp_rpc_owner_key_req){s->client_id, (char *)key};
+    req.grant_key = (char *)crc_grant_key(g);
+    crp_rpc_resp resp;
+    ahead_copy copy = {s, a, v, 0, false};
+    uint64_t conn = 0;
+    int rc = call_asking_grant_sent(s, &req, &resp, v->total, wcfg, copy_while_master_commits,
+                                    &copy, &conn);
+    if (!copy.ran) { /* nothing went out (no master, or it does not commit ahead) */
+        crc_grant_done(s, g, true);
+        return rc == CR_NOT_SUPPORTED ? PUT_TWO_PHASE : rc;
+    }
+    if (rc < 0) { /* outcome unknown: if the master took it and the connection lives, revoke */
+        if (rc == CR_RPC_TIMEOUT)
+            revoke_ahead(s, key, conn);
+        crc_grant_done(s, g, true);
+        return rc;
+    }
+    rc = resp.status;
+    uint64_t version = resp.u.end.version;
+    if (rc < 0 && rc != CR_OBJECT_NOT_FOUND && !(rc == CR_OBJECT_ALREADY_EXISTS) &&
+        rc != CR_NOT_SUPPORTED)
+        crb_error(rc, "put '%s' (%llu bytes): %s", key, (unsigned long long)v->total,
+                  resp.message ? resp.message : cr_strerror(rc));
+    crp_rpc_resp_clear(&resp);
+    if (rc == 0 && copy.rc < 0) { /* committed ahead, but the copy failed: take it back */
+        revoke_ahead(s, key, conn);
+        crc_grant_done(s, g, false); /* the grant became key's write: revoked with it */
+        return PUT_TWO_PHASE;
+    }
+    if (rc < 0) { /* a refused end leaves the grant as it was: give it back */
+        crc_grant_done(s, g, rc != CR_OBJECT_NOT_FOUND);
+        if (rc == CR_OBJECT_NOT_FOUND || rc == CR_NOT_SUPPORTED || copy.rc < 0)
+            return PUT_TWO_PHASE;
+        return rc == CR_OBJECT_ALREADY_EXISTS ? 0 : rc; /* exists: Mooncake's behaviour */
+    }
+    crp_rpc_req done = {.op = CRP_RPC_PUT_END};
+    done.u.owner_key = (crp_rpc_owner_key_req){s->client_id, (char *)key};
+    rc = crc_master_send_on(s->master, &done, (int)s->rpc_timeout_ms, conn);
+    crc_grant_done(s, g, false);
+    if (rc < 0)
+        return crb_error(CR_RPC_FAIL,
+                         "put '%s': its end could not be sent (%s); the master drops a put "
+                         "committed ahead with its connection",
+                         key, cr_last_error_message());
+    remember_placement(s, key, version, v->total, a->replicas, a->n_replicas);
+    return 0;
+}
 
 /* A put into grant g (taken for this size and config): write, then one round trip. */
 static int put_granted(cr_store *s, const char *key, const value_parts *v, bool upsert,
@@ -209,7 +314,10 @@ static int put_value_how(cr_store *s, const char *key, const value_parts *v, boo
     bool grants = may_grant && v->total > 0 && crc_grants_usable(s, &req.u.put_start.config);
     crc_grant *g = grants ? crc_grant_take(s, v->total, &req.u.put_start.config) : NULL;
     if (g != NULL) {
-        rc = put_granted(s, key, v, upsert, g, &req.u.put_start.config);
+        if (!upsert && crc_grants_ahead(s))
+            rc = put_granted_ahead(s, key, v, g, &req.u.put_start.config);
+        else
+            rc = put_granted(s, key, v, upsert, g, &req.u.put_start.config);
         if (rc != PUT_TWO_PHASE)
             return rc;
     }

@@ -20,6 +20,8 @@
  *   put KEY SIZE [OPTS]           -> st n=N segs=a,b   (put_start + put_end)
  *   put_start KEY SIZE [OPTS]     -> st n=N segs=a,b
  *   put_end KEY / revoke KEY      -> st
+ *   put_ahead KEY GRANT           -> st ov=V  (PUT_END with "gk" GRANT and "ca": committed
+ *                                              ahead; a later put_end KEY completes it)
  *   get KEY                       -> st n=N segs=a,b lease=MS
  *   exist KEY                     -> st ex=0|1
  *   query KEY                     -> st sz=B n=N segs=.. lease_ms=MS hp=0|1 sp_ms=MS
@@ -347,6 +349,21 @@ static int owner_key_op(int op, const char *key)
     return st;
 }
 
+/* PUT_END {KEY, gk GRANT, ca}: docs/WIRE.md, "Commit ahead". */
+static int cmd_put_ahead(char **tok, int n, out_buf *o)
+{
+    if (n != 3)
+        return CR_INVALID_PARAMS;
+    crp_rpc_req req = {.op = CRP_RPC_PUT_END, .grant_key = tok[2], .commit_ahead = true};
+    req.u.owner_key = (crp_rpc_owner_key_req){g_cid, tok[1]};
+    crp_rpc_resp resp;
+    int st = call(&req, &resp);
+    if (st == 0)
+        outf(o, " ov=%" PRIu64, resp.u.end.version);
+    crp_rpc_resp_clear(&resp);
+    return st;
+}
+
 static int cmd_put(char **tok, int n, bool end, out_buf *o)
 {
     uint64_t size;
@@ -371,7 +388,7 @@ static int cmd_get(char **tok, int n, out_buf *o)
     if (st == 0) {
         outf(o, " n=%zu segs=", resp.u.get.n_replicas);
         out_replicas(o, resp.u.get.replicas, resp.u.get.n_replicas, ',');
-        outf(o, " lease=%" PRIu64, resp.u.get.lease_ttl_ms);
+        outf(o, " lease=%" PRIu64 " ov=%" PRIu64, resp.u.get.lease_ttl_ms, resp.u.get.version);
     }
     crp_rpc_resp_clear(&resp);
     return st;
@@ -654,6 +671,8 @@ static bool execute(char *line, out_buf *o)
         st = cmd_put(tok, n, false, &fields);
     else if (strcmp(c, "put_end") == 0)
         st = n == 2 ? owner_key_op(CRP_RPC_PUT_END, tok[1]) : CR_INVALID_PARAMS;
+    else if (strcmp(c, "put_ahead") == 0)
+        st = cmd_put_ahead(tok, n, &fields);
     else if (strcmp(c, "revoke") == 0)
         st = n == 2 ? owner_key_op(CRP_RPC_PUT_REVOKE, tok[1]) : CR_INVALID_PARAMS;
     else if (strcmp(c, "get") == 0)

@@ -623,6 +623,116 @@ static void test_owned_write_killed(void **state)
     stop_all(&m, cs, 1);
 }
 
+/* --- commit ahead: reads of a committing key wait for its end ----------------------------------
+ */
+
+/* One command on another client, run on a thread: its reply line and how long it took. */
+typedef struct held_cmd {
+    pthread_t tid;
+    mh_client *c;
+    char cmd[256];
+    char line[1024];
+    uint64_t ms;
+} held_cmd;
+
+static void *held_cmd_main(void *arg)
+{
+    held_cmd *h = arg;
+    uint64_t t0 = mh_now_ms();
+    const char *r = mh_cmd(h->c, "%s", h->cmd);
+    h->ms = mh_now_ms() - t0;
+    snprintf(h->line, sizeof(h->line), "%s", r != NULL ? r : "DEAD");
+    return NULL;
+}
+
+static void held_start(held_cmd *h, mh_client *c, const char *cmd)
+{
+    h->c = c;
+    snprintf(h->cmd, sizeof(h->cmd), "%s", cmd);
+    h->line[0] = '\0';
+    assert_int_equal(pthread_create(&h->tid, NULL, held_cmd_main, h), 0);
+}
+
+static void held_join(held_cmd *h)
+{
+    pthread_join(h->tid, NULL);
+    print_message("'%s' answered after %" PRIu64 " ms: %s\n", h->cmd, h->ms, h->line);
+}
+
+static void test_commit_ahead(void **state)
+{
+    (void)state;
+    mh_master m;
+    mh_client w, r1, r2, r3;
+    start_master(&m, NULL);
+    start_client(&w, &m);
+    start_client(&r1, &m);
+    start_client(&r2, &m);
+    start_client(&r3, &m);
+    xcmd(&r3, 0, "heartbeat on");
+    xcmd(&r3, 0, "mount segA %llu %llu", SEG_BASE, 64 * MIB); /* outlives the writer */
+
+    /* The writer's grant becomes k1, committed ahead: versioned, but not readable yet. */
+    xcmd(&w, 0, "put_start g1 %llu ow=10000", MIB);
+    long long ov = fld_ll(xcmd(&w, 0, "put_ahead k1 g1"), "ov");
+    assert_true(ov > 0);
+    assert_true(metric(&m, "master_put_commit_ahead_total") == 1);
+    /* Readers on other connections are held until the writer's end arrives... */
+    held_cmd get, ex, bget;
+    held_start(&get, &r1, "get k1");
+    held_start(&ex, &r2, "exist k1");
+    mh_sleep_ms(80);
+    assert_int_equal(get.line[0], '\0'); /* still held */
+    assert_int_equal(ex.line[0], '\0');
+    xcmd(&w, 0, "put_end k1");
+    held_join(&get);
+    held_join(&ex);
+    /* ... and then see the value, with the version the ahead end named. */
+    assert_int_equal(mh_status(get.line), 0);
+    assert_int_equal(fld_ll(get.line, "ov"), ov);
+    assert_true(get.ms >= 60);
+    assert_int_equal(fld_ll(ex.line, "ex"), 1);
+    assert_true(metric(&m, "master_rpc_commit_waits_total") >= 2);
+    xcmd(&w, CR_OBJECT_NOT_FOUND, "put_end g1"); /* the grant key is gone */
+
+    /* A refused ahead end leaves the grant as it was: its writer may still be writing. */
+    xcmd(&w, 0, "put_start g2 %llu ow=10000", MIB);
+    xcmd(&w, CR_OBJECT_ALREADY_EXISTS, "put_ahead k1 g2");
+    xcmd(&w, CR_OBJECT_NOT_FOUND, "put_ahead k9 nosuchgrant");
+    xcmd(&w, 0, "put_ahead k2 g2");                         /* the same grant, used */
+    xcmd(&w, CR_OBJECT_NOT_FOUND, "put_ahead k3 g2");       /* once */
+    xcmd(&r1, CR_OBJECT_REPLICA_BUSY, "put_start k2 4096"); /* k2 is in flight */
+
+    /* Without its end, a read is answered as for any put in flight once its wait ends. */
+    uint64_t t0 = mh_now_ms();
+    xcmd(&r1, CR_REPLICA_IS_NOT_READY, "get k2");
+    assert_true(mh_now_ms() - t0 >= 150);
+    assert_int_equal(exists(&r2, "k2"), 0);
+    const char *b = xcmd(&r2, 0, "batch_get k1,k2");
+    assert_string_equal(fld(b, "r"), "0,-703");
+    xcmd(&r2, CR_REPLICA_IS_NOT_READY, "remove k2");
+    assert_true(metric(&m, "master_rpc_commit_waits_expired_total") >= 4);
+
+    /* The writer dies before its end: held readers are answered at once (the write was
+     * revoked with its connection, so: no such object), and the key is free again. */
+    held_start(&get, &r1, "get k2");
+    held_start(&bget, &r2, "batch_exist k1,k2");
+    mh_sleep_ms(60);
+    uint64_t t_kill = mh_now_ms();
+    mh_client_kill(&w);
+    held_join(&get);
+    held_join(&bget);
+    assert_int_equal(mh_status(get.line), CR_OBJECT_NOT_FOUND); /* not -703: woken by the revoke */
+    assert_string_equal(fld(bget.line, "r"), "1,0");
+    print_message("held readers answered %" PRIu64 " ms after the writer was killed\n",
+                  mh_now_ms() - t_kill);
+    xcmd(&r1, 0, "put k2 4096");
+    assert_int_equal(exists(&r2, "k2"), 1);
+
+    mh_client *cs[] = {&r1, &r2, &r3};
+    stop_all(&m, cs, 3);
+}
+
 /* --- master restart -> remount -> the fence holds ------------------------------------------------
  */
 
@@ -2146,6 +2256,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_stale_put_preempted, teardown_kill),
         cmocka_unit_test_teardown(test_killed_client_expires, teardown_kill),
         cmocka_unit_test_teardown(test_owned_write_killed, teardown_kill),
+        cmocka_unit_test_teardown(test_commit_ahead, teardown_kill),
         cmocka_unit_test_teardown(test_metadata_cleanup_on_timeout, teardown_kill),
         cmocka_unit_test_teardown(test_restart_remount_fence, teardown_kill),
         cmocka_unit_test_teardown(test_malformed_frames, teardown_kill),

@@ -226,6 +226,13 @@ static int render_metrics(void *ctx, crk_admin_reply *r)
     crk_prom_counter(t, "master_rpc_stage_waits_expired_total",
                      "Held gets answered 'being staged' when their wait ended",
                      rs.stage_waits_expired);
+    crk_prom_counter(t, "master_rpc_commit_waits_total",
+                     "Reads of a key committed ahead of its copy held until its put ended",
+                     rs.commit_waits);
+    crk_prom_counter(t, "master_rpc_commit_waits_expired_total",
+                     "Held reads of a committing key answered as a put in flight when their wait "
+                     "ended",
+                     rs.commit_waits_expired);
     crk_prom_counter(t, "master_rpc_task_waits_total",
                      "Holders' heartbeats held until a task was queued for them (swt)",
                      rs.task_waits);
