@@ -141,6 +141,10 @@ static void rq_put_start(crp_rpc_req *m)
 static void rq_owner_key(crp_rpc_req *m)
 {
     m->u.owner_key = (crp_rpc_owner_key_req){rpc_cid, "layer/0/block/1"};
+    if (m->op == CRP_RPC_PUT_END || m->op == CRP_RPC_UPSERT_END) /* a grant's end ("gk") */
+        m->grant_key = "\x02"
+                       "crescent-grant/0123456789abcdef0123456789abcdef";
+    m->commit_ahead = m->op == CRP_RPC_PUT_END; /* committed ahead ("ca", docs/WIRE.md) */
 }
 static void rq_batch_put_start(crp_rpc_req *m)
 {

@@ -244,13 +244,14 @@ static int put_granted_ahead(cr_store *s, const char *key, const value_parts *v,
     crp_rpc_req done = {.op = CRP_RPC_PUT_END};
     done.u.owner_key = (crp_rpc_owner_key_req){s->client_id, (char *)key};
     rc = crc_master_send_on(s->master, &done, (int)s->rpc_timeout_ms, conn);
+    if (rc == 0) /* (a is the grant's: before it goes) */
+        remember_placement(s, key, version, v->total, a->replicas, a->n_replicas);
     crc_grant_done(s, g, false);
     if (rc < 0)
         return crb_error(CR_RPC_FAIL,
                          "put '%s': its end could not be sent (%s); the master drops a put "
                          "committed ahead with its connection",
                          key, cr_last_error_message());
-    remember_placement(s, key, version, v->total, a->replicas, a->n_replicas);
     return 0;
 }
 
