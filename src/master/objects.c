@@ -209,6 +209,8 @@ static uint32_t drop_reps_on(crk_replica *reps, uint8_t *n, const crk_segment *s
     return removed;
 }
 
+static void ahead_ended_locked(crk_service *s, const crk_object *o);
+
 uint64_t crk_purge_segment_locked(crk_service *s, crk_shard *sh, crk_segment *seg)
 {
     uint64_t writers = 0;
@@ -237,6 +239,8 @@ uint64_t crk_purge_segment_locked(crk_service *s, crk_shard *sh, crk_segment *se
                 continue;
             }
             /* Nothing left to read or to complete: erase (no space to free). */
+            if (w && w->ahead)
+                ahead_ended_locked(s, o); /* its held readers: no such object now */
             if (w)
                 crk_write_drop(sh, w);
             crk_erase_object_locked(s, sh, o, 0); /* slot i now holds a later entry */

@@ -7,6 +7,12 @@
  * at once; a "grant" that is not this client's fresh write in flight changes
  * nothing; a stale write of the key is preempted; through the dispatcher the
  * grant key is in the request's tenant namespace like the key.
+ *
+ * Commit ahead (crk_put_end_ahead; docs/WIRE.md, "Commit ahead"): the key becomes a versioned
+ * write in flight on the grant's replicas whose reads answer CR_ERR_PUT_COMMITTING; the plain
+ * end completes it with that version; refusals leave the grant as it was; the key's end
+ * (completed, revoked with its connection, dropped with its segment) is reported to the
+ * stage-results hook, which wakes the reads held for it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -101,6 +107,83 @@ static void test_refusals_consume_the_grant(void **state)
     assert_int_equal(tu_stats(s).allocated_bytes, 2 * MIB);
     assert_int_equal(crk_put_end(s, b, "busy", 1200), 0);
     assert_int_equal(tu_stats(s).granted_puts, 0);
+    crk_service_destroy(s);
+}
+
+/* The keys the service reported to the stage-results hook (the RPC server's held reads). */
+static char reported[8][64];
+static size_t n_reported;
+
+static void on_report(void *ctx, const char *const *keys, const size_t *lens, size_t n)
+{
+    (void)ctx;
+    for (size_t i = 0; keys != NULL && i < n && n_reported < 8; i++)
+        snprintf(reported[n_reported++], sizeof(reported[0]), "%.*s", (int)lens[i], keys[i]);
+}
+
+static void test_commit_ahead(void **state)
+{
+    (void)state;
+    crk_service *s = tu_service(NULL, 0);
+    crk_service_on_stage_results(s, on_report, NULL);
+    n_reported = 0;
+    crk_client_id a = tu_client(1);
+    tu_mount(s, a, "seg", 1ull << 32, 64 * MIB, 0);
+    uint64_t at = grant(s, a, "g1", MIB, NULL, 100);
+    uint64_t version = 0;
+    assert_int_equal(crk_put_end_ahead(s, a, "k", "g1", 200, &version), 0);
+    assert_true(version != 0);
+    /* Committing: every read of it says so (the RPC server holds them). */
+    crk_replica_list l;
+    assert_int_equal(crk_get_replica_list(s, "k", 200, &l), CR_ERR_PUT_COMMITTING);
+    assert_int_equal(crk_exist(s, "k", 200), CR_ERR_PUT_COMMITTING);
+    assert_int_equal(crk_remove(s, "k", true, 200), CR_ERR_PUT_COMMITTING);
+    const char *keys[] = {"k"};
+    int r[1];
+    assert_int_equal(crk_batch_exist(s, keys, 1, 200, r), 0);
+    assert_int_equal(r[0], CR_ERR_PUT_COMMITTING);
+    assert_int_equal(crk_put_end(s, a, "g1", 200), CR_OBJECT_NOT_FOUND); /* the grant moved */
+    assert_int_equal(n_reported, 0);
+    /* The writer's end completes it, with the version the ahead end gave. */
+    uint64_t ended = 0;
+    assert_int_equal(crk_put_end_versioned(s, a, "k", 300, &ended), 0);
+    assert_int_equal(ended, version);
+    uint64_t seen = 0;
+    assert_int_equal(address_of(s, "k", 300, &seen), at);
+    assert_int_equal(seen, version);
+    assert_int_equal(n_reported, 1);
+    assert_string_equal(reported[0], "k");
+    crk_stats st = tu_stats(s);
+    assert_int_equal(st.ahead_puts, 1);
+    assert_int_equal(st.granted_puts, 1);
+    assert_int_equal(st.allocated_bytes, MIB);
+
+    /* Refusals leave the grant as it was: it is used afterwards. */
+    grant(s, a, "g2", MIB, NULL, 400);
+    assert_int_equal(crk_put_end_ahead(s, a, "k", "g2", 400, NULL), CR_OBJECT_ALREADY_EXISTS);
+    assert_int_equal(crk_put_end_ahead(s, a, "k2", "nosuch", 400, NULL), CR_OBJECT_NOT_FOUND);
+    assert_int_equal(crk_put_end_ahead(s, a, "g2", "g2", 400, NULL), CR_INVALID_PARAMS);
+    assert_int_equal(tu_stats(s).allocated_bytes, 2 * MIB);
+    assert_int_equal(crk_put_end_ahead(s, a, "k2", "g2", 400, NULL), 0);
+    assert_int_equal(crk_put_end_ahead(s, a, "k3", "g2", 400, NULL), CR_OBJECT_NOT_FOUND);
+
+    /* Its connection closes before its end: revoked, reported, the key free. */
+    n_reported = 0;
+    assert_int_equal(crk_revoke_conn_writes(s, 7, 500), 1);
+    assert_int_equal(n_reported, 1);
+    assert_string_equal(reported[0], "k2");
+    assert_int_equal(crk_exist(s, "k2", 500), 0);
+    assert_int_equal(crk_get_replica_list(s, "k2", 500, &l), CR_OBJECT_NOT_FOUND);
+
+    /* Its segment goes before its end: dropped, reported. */
+    grant(s, a, "g3", MIB, NULL, 600);
+    assert_int_equal(crk_put_end_ahead(s, a, "k3", "g3", 600, NULL), 0);
+    n_reported = 0;
+    assert_int_equal(crk_unmount_segment(s, a, "seg", 700), 0);
+    assert_true(n_reported >= 1);
+    assert_string_equal(reported[0], "k3");
+    assert_int_equal(crk_exist(s, "k3", 700), 0);
+    crk_service_on_stage_results(s, NULL, NULL);
     crk_service_destroy(s);
 }
 
@@ -247,6 +330,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_end_completes_key_on_the_grant),
         cmocka_unit_test(test_refusals_consume_the_grant),
+        cmocka_unit_test(test_commit_ahead),
         cmocka_unit_test(test_not_a_grant_changes_nothing),
         cmocka_unit_test(test_upsert_replaces_and_pins_carry_over),
         cmocka_unit_test(test_stale_write_of_the_key_is_preempted),
