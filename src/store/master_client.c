@@ -667,8 +667,12 @@ static int call_n(crc_master *m, const crp_rpc_req *const *reqs, crp_rpc_resp *c
     }
     pthread_mutex_unlock(&m->write_lock);
     crp_buf_free(&frame);
-    if (rc == 0 && sent != NULL)
+    if (rc == 0 && sent != NULL) {
         sent(sent_arg); /* while the master works on it */
+        uint64_t after = crb_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+        if (deadline < after)
+            deadline = after; /* the caller's own work does not use up the reply's wait */
+    }
 
     pthread_mutex_lock(&m->lock);
     if (rc == 0) {

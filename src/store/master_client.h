@@ -54,7 +54,9 @@ int crc_master_call(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, i
 /**
  * crc_master_call, and once the request is on the wire (the first time it is, if an HA
  * call is retried), sent(sent_arg) on the calling thread before it waits for the reply:
- * work to overlap with the master's. Not called when the request never went out.
+ * work to overlap with the master's. Not called when the request never went out. The wait
+ * for the reply ends timeout_ms after the request went out or after sent returned,
+ * whichever is later: the caller's own work does not use it up.
  */
 typedef void (*crc_sent_fn)(void *arg);
 int crc_master_call_sent(crc_master *m, const crp_rpc_req *req, crp_rpc_resp *resp, int timeout_ms,

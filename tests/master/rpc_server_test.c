@@ -286,6 +286,30 @@ static void garbage_body_gets_an_error_and_the_connection_lives(void **state)
     close(fd);
 }
 
+/* Work done in a call's `sent` callback (a put's copy under commit ahead) takes longer than
+ * the call's timeout: the reply, in since, is still taken, and sent runs exactly once. */
+static void slow_sent_work(void *arg)
+{
+    (*(int *)arg)++;
+    usleep(300 * 1000);
+}
+
+static void sent_work_does_not_use_up_the_wait(void **state)
+{
+    fixture *f = *state;
+    crc_master *m;
+    assert_int_equal(crc_master_connect(f->addr, (crp_rpc_uuid){7, 9}, 2000, &m), 0);
+    crp_rpc_req req = {.op = CRP_RPC_PING};
+    req.u.client.client_id = (crp_rpc_uuid){7, 9};
+    crp_rpc_resp resp;
+    int ran = 0;
+    assert_int_equal(crc_master_call_sent(m, &req, &resp, 100, slow_sent_work, &ran), 0);
+    assert_int_equal(resp.status, 0);
+    assert_int_equal(ran, 1);
+    crp_rpc_resp_clear(&resp);
+    crc_master_close(m);
+}
+
 static void dead_master_fails_calls_without_hanging(void **state)
 {
     fixture *f = *state;
@@ -809,6 +833,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(garbage_body_gets_an_error_and_the_connection_lives, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(dead_master_fails_calls_without_hanging, setup, teardown),
+        cmocka_unit_test_setup_teardown(sent_work_does_not_use_up_the_wait, setup, teardown),
         cmocka_unit_test_setup_teardown(prefer_same_node_places_on_own_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(get_held_until_the_stage_lands, setup_offload, teardown),
         cmocka_unit_test_setup_teardown(held_get_ends_with_its_wait, setup_offload, teardown),
