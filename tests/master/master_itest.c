@@ -921,6 +921,63 @@ static void expect_ping_answered(int fd, uint64_t id)
     free(body);
 }
 
+/* Append one request frame (header and body) to b. */
+static void append_req(crp_buf *b, uint64_t id, const crp_rpc_req *req)
+{
+    crp_buf body = {0};
+    assert_int_equal(crp_rpc_req_encode(req, &body), 0);
+    uint8_t h[CRP_HEADER_SIZE];
+    raw_header(h, CRP_MAGIC, CRP_VERSION, CRP_RPC_REQ, (uint32_t)body.len, id, 0);
+    assert_int_equal(crp_buf_append(b, h, sizeof(h)), 0);
+    assert_int_equal(crp_buf_append(b, body.data, body.len), 0);
+    crp_buf_free(&body);
+}
+
+/* --- what a client sent before it closed is served ------------------------------------------
+ * A writer may send its last request (a commit-ahead put's end, docs/WIRE.md) and exit
+ * without reading what came back. Here a raw client writes a put's start, 400 requests and the
+ * put's end in one go and closes at once: the master's replies find the connection gone (the
+ * frames are served 64 per turn, so most are still buffered then), yet every frame it had
+ * received is served and the key completes. */
+static void test_leftovers_served_after_close(void **state)
+{
+    (void)state;
+    mh_master m;
+    mh_client r;
+    start_master(&m, NULL);
+    start_client(&r, &m);
+    xcmd(&r, 0, "heartbeat on");
+    xcmd(&r, 0, "mount segA %llu %llu", SEG_BASE, 64 * MIB);
+    for (int round = 0; round < 5; round++) {
+        char key[32];
+        snprintf(key, sizeof(key), "left%d", round);
+        crp_rpc_uuid cid = {0x5eed, (uint64_t)round + 1};
+        crp_buf b = {0};
+        crp_rpc_req start = {.op = CRP_RPC_PUT_START};
+        start.u.put_start = (crp_rpc_put_start_req){cid, key, 4096, {.replica_num = 1}};
+        append_req(&b, 1, &start);
+        for (int i = 0; i < 400; i++) {
+            crp_rpc_req ex = {.op = CRP_RPC_EXIST};
+            ex.u.key.key = "no-such-key";
+            append_req(&b, 2 + (uint64_t)i, &ex);
+        }
+        crp_rpc_req end = {.op = CRP_RPC_PUT_END};
+        end.u.owner_key = (crp_rpc_owner_key_req){cid, key};
+        append_req(&b, 999, &end);
+        int fd = mh_connect_raw(m.port);
+        assert_true(fd >= 0);
+        send_all(fd, b.data, b.len);
+        close(fd);
+        crp_buf_free(&b);
+        int ex = 0;
+        for (uint64_t t0 = mh_now_ms(); ex != 1 && mh_now_ms() - t0 < 3000; mh_sleep_ms(10))
+            ex = exists(&r, key);
+        assert_int_equal(ex, 1);
+    }
+    mh_client *cs[] = {&r};
+    stop_all(&m, cs, 1);
+}
+
 static void test_malformed_frames(void **state)
 {
     (void)state;
@@ -2260,6 +2317,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_killed_client_expires, teardown_kill),
         cmocka_unit_test_teardown(test_owned_write_killed, teardown_kill),
         cmocka_unit_test_teardown(test_commit_ahead, teardown_kill),
+        cmocka_unit_test_teardown(test_leftovers_served_after_close, teardown_kill),
         cmocka_unit_test_teardown(test_metadata_cleanup_on_timeout, teardown_kill),
         cmocka_unit_test_teardown(test_restart_remount_fence, teardown_kill),
         cmocka_unit_test_teardown(test_malformed_frames, teardown_kill),
