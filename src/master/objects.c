@@ -725,6 +725,25 @@ static int install_granted_locked(crk_service *s, const key_ref *k, crk_object *
     return 0;
 }
 
+/* The refs of key and of its grant; a key cannot be its own grant. */
+static int grant_refs(crk_service *s, const char *key, const char *grant, key_ref *k, key_ref *g)
+{
+    int rc = key_ref_of(s, key, k);
+    if (rc == 0)
+        rc = key_ref_of(s, grant, g);
+    if (rc == 0 && k->len == g->len && memcmp(key, grant, k->len) == 0)
+        rc = crb_error(CR_INVALID_PARAMS, "put_end '%s': a key cannot be its own grant", key);
+    return rc;
+}
+
+/* Is go (its write gw) a grant of client: a fresh put's write in flight, of this client,
+ * with replicas, not committed ahead? (Shards locked; go and gw may be NULL.) */
+static bool is_grant_of(const crk_object *go, const crk_write *gw, crk_client_id client)
+{
+    return gw != NULL && !gw->upsert && !gw->promotion && !gw->ahead && go->nrep > 0 &&
+           crk_id_eq(gw->owner, client);
+}
+
 /*
  * put_end / upsert_end with a grant (docs/WIRE.md, "Put grants"): `grant` names
  * a fresh write in flight of this client (a hidden key it put_started earlier)
@@ -740,21 +759,16 @@ static int put_end_granted_impl(crk_service *s, crk_client_id client, const char
                                 const char *grant, bool upsert, uint64_t now, uint64_t *version_out)
 {
     key_ref k, g;
-    int rc = key_ref_of(s, key, &k);
-    if (rc == 0)
-        rc = key_ref_of(s, grant, &g);
+    int rc = grant_refs(s, key, grant, &k, &g);
     if (rc != 0)
         return rc;
-    if (k.len == g.len && memcmp(key, grant, k.len) == 0)
-        return crb_error(CR_INVALID_PARAMS, "put_end '%s': a key cannot be its own grant", key);
     bool on_disk = false; /* only its holder's promotion may put it: never through a grant */
     if (s->off != NULL && !upsert)
         on_disk = crk_off_exist(s, key, k.len) == 1;
     lock_pair(k.sh, g.sh);
     crk_object *go = g.sh->slots[crk_shard_probe(g.sh, grant, g.len, (uint32_t)g.hash)].obj;
     crk_write *gw = go != NULL ? go->write : NULL;
-    if (gw == NULL || gw->upsert || gw->promotion || go->nrep == 0 ||
-        !crk_id_eq(gw->owner, client)) {
+    if (!is_grant_of(go, gw, client)) {
         unlock_pair(k.sh, g.sh);
         return crb_error(CR_OBJECT_NOT_FOUND,
                          "put_end '%s': grant '%s' is not a write in flight of this client "
@@ -843,21 +857,16 @@ static int put_end_ahead_impl(crk_service *s, crk_client_id client, const char *
                               const char *grant, uint64_t now, uint64_t *version_out)
 {
     key_ref k, g;
-    int rc = key_ref_of(s, key, &k);
-    if (rc == 0)
-        rc = key_ref_of(s, grant, &g);
+    int rc = grant_refs(s, key, grant, &k, &g);
     if (rc != 0)
         return rc;
-    if (k.len == g.len && memcmp(key, grant, k.len) == 0)
-        return crb_error(CR_INVALID_PARAMS, "put_end '%s': a key cannot be its own grant", key);
     bool on_disk = s->off != NULL && crk_off_exist(s, key, k.len) == 1;
     lock_pair(k.sh, g.sh);
     crk_object *go = g.sh->slots[crk_shard_probe(g.sh, grant, g.len, (uint32_t)g.hash)].obj;
     crk_write *gw = go != NULL ? go->write : NULL;
     size_t slot = crk_shard_probe(k.sh, key, k.len, (uint32_t)k.hash);
     crk_object *o = k.sh->slots[slot].obj;
-    if (gw == NULL || gw->upsert || gw->promotion || gw->ahead || go->nrep == 0 ||
-        !crk_id_eq(gw->owner, client)) {
+    if (!is_grant_of(go, gw, client)) {
         rc = crb_error(CR_OBJECT_NOT_FOUND,
                        "put_end '%s': grant '%s' is not a write in flight of this client "
                        "(revoked with its connection, preempted, or its segment unmounted)",

@@ -166,6 +166,10 @@ static void test_commit_ahead(void **state)
     assert_int_equal(tu_stats(s).allocated_bytes, 2 * MIB);
     assert_int_equal(crk_put_end_ahead(s, a, "k2", "g2", 400, NULL), 0);
     assert_int_equal(crk_put_end_ahead(s, a, "k3", "g2", 400, NULL), CR_OBJECT_NOT_FOUND);
+    /* A key committed ahead is no grant: its replicas stay its own. */
+    assert_int_equal(crk_put_end_granted(s, a, "k4", "k2", false, 450, NULL), CR_OBJECT_NOT_FOUND);
+    assert_int_equal(crk_put_end_ahead(s, a, "k4", "k2", 450, NULL), CR_OBJECT_NOT_FOUND);
+    assert_int_equal(crk_get_replica_list(s, "k2", 450, &l), CR_ERR_PUT_COMMITTING);
 
     /* Its connection closes before its end: revoked, reported, the key free. */
     n_reported = 0;
