@@ -135,7 +135,10 @@ typedef struct scan_job {
 #define STAGE_WAITS_MAX      16384 /* held requests in all */
 #define STAGE_MARKS          4096  /* buckets of the keys holders report */
 #define STAGE_KEYS_TRACKED   64    /* a batch of more keys is asked again on any report */
-#define COMMIT_WAIT_MS       200   /* a read of a committing key is held at most this long */
+/* A read of a committing key is held this long at most: the writer's end was written before
+ * its put returned, but a lost TCP segment is sent again only after an RTO (200 ms at least,
+ * doubling), so this covers two tries. */
+#define COMMIT_WAIT_MS 1000
 
 typedef struct rpc_thread {
     crk_rpc_server *srv;
@@ -634,7 +637,7 @@ static void on_holder_tasks(void *arg, crk_client_id holder)
 /* Hold c's get (moved into a job; its reply said "being staged") until its stage lands, or
  * a holder's heartbeat (its reply carried no task) until a task is queued for it, or until
  * req->stage_wait_ms pass; a read of a committing key (commit: its reply named one) until
- * that write ends, COMMIT_WAIT_MS at least. 0, or nonzero when it is answered at once
+ * that write ends, or COMMIT_WAIT_MS. 0, or nonzero when it is answered at once
  * instead (the limits, no memory, a tenant name the service refused anyway). */
 static int hold_for_stage(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, uint64_t t0_ns,
                           bool commit)
@@ -665,7 +668,7 @@ static int hold_for_stage(rpc_conn *c, uint64_t request_id, crp_rpc_req *req, ui
     }
     j->seen = UINT64_MAX; /* the waiter asks once more first: a report during our ask */
     uint32_t ms = req->stage_wait_ms < STAGE_WAIT_MAX_MS ? req->stage_wait_ms : STAGE_WAIT_MAX_MS;
-    if (commit && ms < COMMIT_WAIT_MS)
+    if (commit)
         ms = COMMIT_WAIT_MS;
     job_take(j, c, request_id, req, t0_ns);
     j->stage = true;
