@@ -45,7 +45,9 @@
 #include "testing.h"
 
 #define N_CLIENTS 3
-#define RPC_MS    1500
+/* A master call may meet a lost frame on each of its two cables: at 1 % loss a retransmission
+ * waits an RTO of 200-300 ms, doubling per try (a 1.5 s timeout failed one CI run in ~30). */
+#define RPC_MS 3000
 /* 128 KiB over a 100 ms RTT wire with jitter (reordering), on a loaded CI machine */
 #define TRANSFER_MS  4000
 #define HEARTBEAT_MS 300
