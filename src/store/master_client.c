@@ -667,6 +667,8 @@ static int call_n(crc_master *m, const crp_rpc_req *const *reqs, crp_rpc_resp *c
     }
     pthread_mutex_unlock(&m->write_lock);
     crp_buf_free(&frame);
+    if (rc == 0 && conn_out != NULL)
+        *conn_out = conn; /* they went out on it, whatever becomes of the replies */
     if (rc == 0 && sent != NULL) {
         sent(sent_arg); /* while the master works on it */
         uint64_t after = crb_now_ns() + (uint64_t)timeout_ms * 1000000ull;
@@ -746,8 +748,6 @@ static int call_n(crc_master *m, const crp_rpc_req *const *reqs, crp_rpc_resp *c
     if (rc < 0)
         for (size_t i = 0; i < decoded; i++)
             crp_rpc_resp_clear(resps[i]);
-    else if (conn_out != NULL)
-        *conn_out = conn;
     for (size_t i = 0; i < n; i++)
         free(p[i].body);
     pthread_cond_destroy(&p[0].cond);

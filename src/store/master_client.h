@@ -74,9 +74,11 @@ int crc_master_call2(crc_master *m, const crp_rpc_req *a, crp_rpc_resp *resp_a,
                      const crp_rpc_req *b, crp_rpc_resp *resp_b, int timeout_ms);
 
 /**
- * crc_master_call_sent for n (1 or 2) requests in one write, answered as crc_master_call2's,
- * and on success *conn_out (may be NULL) names the connection they went out on (for
- * crc_master_send_on). A request with commit_ahead set is never written to a master that
+ * crc_master_call_sent for n (1 or 2) requests in one write, answered as crc_master_call2's.
+ * *conn_out (may be NULL) names the connection they went out on (for crc_master_send_on); it
+ * is written once they did, also when the wait for the replies then fails (a timeout: the
+ * caller may still have to undo on that connection what it asked for), and not at all when
+ * nothing went out. A request with commit_ahead set is never written to a master that
  * did not announce CRP_RPC_CAP_COMMIT_AHEAD (checked at the write: CR_NOT_SUPPORTED, sent()
  * not called), since an older master would ignore "ca" and complete the key at once.
  */
