@@ -744,6 +744,24 @@ static bool is_grant_of(const crk_object *go, const crk_write *gw, crk_client_id
            crk_id_eq(gw->owner, client);
 }
 
+/* Both shards locked: may a grant's end put `key` (its object o, or NULL)? A put's checks:
+ * on a holder's disk or complete (a put, not an upsert): exists; another write in flight
+ * younger than put_start_discard_timeout: busy (an older one is the caller's to preempt). */
+static int grant_end_key_check(const crk_service *s, const char *key, const crk_object *o,
+                               bool on_disk, bool upsert, uint64_t now)
+{
+    if (on_disk)
+        return crb_error(CR_OBJECT_ALREADY_EXISTS, "put_end '%s': key exists (on disk)", key);
+    if (o != NULL && !upsert && (o->flags & CRK_OBJ_COMPLETE))
+        return crb_error(CR_OBJECT_ALREADY_EXISTS, "put_end '%s': key exists", key);
+    if (o != NULL && o->write != NULL &&
+        crk_elapsed(now, o->write->start_ms) < s->cfg.put_start_discard_timeout_ms)
+        return crb_error(CR_OBJECT_REPLICA_BUSY,
+                         "put_end '%s': another put started %llu ms ago is in flight", key,
+                         (unsigned long long)crk_elapsed(now, o->write->start_ms));
+    return 0;
+}
+
 /*
  * put_end / upsert_end with a grant (docs/WIRE.md, "Put grants"): `grant` names
  * a fresh write in flight of this client (a hidden key it put_started earlier)
@@ -777,16 +795,8 @@ static int put_end_granted_impl(crk_service *s, crk_client_id client, const char
     }
     size_t slot = crk_shard_probe(k.sh, key, k.len, (uint32_t)k.hash);
     crk_object *o = k.sh->slots[slot].obj;
-    if (on_disk) {
-        rc = crb_error(CR_OBJECT_ALREADY_EXISTS, "put_end '%s': key exists (on disk)", key);
-    } else if (o != NULL && !upsert && (o->flags & CRK_OBJ_COMPLETE)) {
-        rc = crb_error(CR_OBJECT_ALREADY_EXISTS, "put_end '%s': key exists", key);
-    } else if (o != NULL && o->write != NULL &&
-               crk_elapsed(now, o->write->start_ms) < s->cfg.put_start_discard_timeout_ms) {
-        rc = crb_error(CR_OBJECT_REPLICA_BUSY,
-                       "put_end '%s': another put started %llu ms ago is in flight", key,
-                       (unsigned long long)crk_elapsed(now, o->write->start_ms));
-    } else {
+    rc = grant_end_key_check(s, key, o, on_disk, upsert, now);
+    if (rc == 0) {
         if (o != NULL && o->write != NULL) {
             o = preempt_locked(s, k.sh, o, now); /* may erase it: the slots move */
             slot = crk_shard_probe(k.sh, key, k.len, (uint32_t)k.hash);
@@ -871,16 +881,7 @@ static int put_end_ahead_impl(crk_service *s, crk_client_id client, const char *
                        "put_end '%s': grant '%s' is not a write in flight of this client "
                        "(revoked with its connection, preempted, or its segment unmounted)",
                        key, grant);
-    } else if (on_disk) {
-        rc = crb_error(CR_OBJECT_ALREADY_EXISTS, "put_end '%s': key exists (on disk)", key);
-    } else if (o != NULL && (o->flags & CRK_OBJ_COMPLETE)) {
-        rc = crb_error(CR_OBJECT_ALREADY_EXISTS, "put_end '%s': key exists", key);
-    } else if (o != NULL && o->write != NULL &&
-               crk_elapsed(now, o->write->start_ms) < s->cfg.put_start_discard_timeout_ms) {
-        rc = crb_error(CR_OBJECT_REPLICA_BUSY,
-                       "put_end '%s': another put started %llu ms ago is in flight", key,
-                       (unsigned long long)crk_elapsed(now, o->write->start_ms));
-    } else {
+    } else if ((rc = grant_end_key_check(s, key, o, on_disk, false, now)) == 0) {
         if (o != NULL) /* a stale write in flight: preempted (erases it) */
             (void)preempt_locked(s, k.sh, o, now);
         rc = move_grant_ahead_locked(s, &k, &g, go, gw, now, version_out);

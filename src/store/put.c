@@ -225,7 +225,7 @@ static int put_granted_ahead(cr_store *s, const char *key, const value_parts *v,
     }
     rc = resp.status;
     uint64_t version = resp.u.end.version;
-    if (rc < 0 && rc != CR_OBJECT_NOT_FOUND && !(rc == CR_OBJECT_ALREADY_EXISTS) &&
+    if (rc < 0 && rc != CR_OBJECT_NOT_FOUND && rc != CR_OBJECT_ALREADY_EXISTS &&
         rc != CR_NOT_SUPPORTED)
         crb_error(rc, "put '%s' (%llu bytes): %s", key, (unsigned long long)v->total,
                   resp.message ? resp.message : cr_strerror(rc));
