@@ -285,6 +285,23 @@ static int batch_statuses(crk_service *s, crk_scratch *sc, statuses_fn fn, crk_c
     return rc;
 }
 
+/* BATCH_PUT_END with "ca": the keys must be writes owned by peer's connection. */
+static int batch_end_ahead(crk_service *s, crk_scratch *sc, const crk_peer *peer, crk_client_id c,
+                           char **keys, size_t n, uint64_t now, crp_rpc_statuses_resp *out)
+{
+    int32_t *r32 = scratch_alloc(sc, n, sizeof(*r32));
+    int *r = scratch_alloc_raw(sc, n ? n : 1, sizeof(int));
+    if (r32 == NULL || r == NULL)
+        return CR_ERR_NO_MEMORY;
+    int rc = crk_batch_put_end_ahead(s, c, peer != NULL ? peer->conn_tag : 0,
+                                     (const char *const *)keys, n, now, r);
+    for (size_t i = 0; i < n; i++)
+        r32[i] = r[i];
+    out->n = n;
+    out->results = r32;
+    return rc;
+}
+
 /* The client id a request names, or NULL for ops that name none. */
 static const crp_rpc_uuid *named_client(const crp_rpc_req *req)
 {
@@ -680,8 +697,18 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
         break;
     case CRP_RPC_BATCH_PUT_END:
     case CRP_RPC_BATCH_UPSERT_END:
-        rc = batch_statuses(s, sc, do_end, client_of(u->owner_keys.client_id), u->owner_keys.keys,
-                            u->owner_keys.n_keys, false, now, &resp->u.statuses);
+        if (req->commit_ahead && !(crk_server_caps(info) & CRP_RPC_CAP_BATCH_COMMIT_AHEAD))
+            rc = crb_error(CR_NOT_SUPPORTED,
+                           "batch_put_end of %zu keys: this master does not commit ahead (HA); "
+                           "the writes are untouched",
+                           u->owner_keys.n_keys);
+        else if (req->commit_ahead) /* docs/WIRE.md, "Commit ahead" */
+            rc = batch_end_ahead(s, sc, peer, client_of(u->owner_keys.client_id),
+                                 u->owner_keys.keys, u->owner_keys.n_keys, now, &resp->u.statuses);
+        else
+            rc = batch_statuses(s, sc, do_end, client_of(u->owner_keys.client_id),
+                                u->owner_keys.keys, u->owner_keys.n_keys, false, now,
+                                &resp->u.statuses);
         break;
     case CRP_RPC_BATCH_PUT_REVOKE:
     case CRP_RPC_BATCH_UPSERT_REVOKE:

@@ -46,8 +46,9 @@ typedef struct crk_server_info {
  * (a committed-ahead put's completion is a notice the standbys would not have). */
 static inline uint64_t crk_server_caps(const crk_server_info *info)
 {
-    return info->ha != NULL ? CRP_RPC_CAPS_DEFINED & ~CRP_RPC_CAP_COMMIT_AHEAD
-                            : CRP_RPC_CAPS_DEFINED;
+    return info->ha != NULL
+               ? CRP_RPC_CAPS_DEFINED & ~(CRP_RPC_CAP_COMMIT_AHEAD | CRP_RPC_CAP_BATCH_COMMIT_AHEAD)
+               : CRP_RPC_CAPS_DEFINED;
 }
 
 /*

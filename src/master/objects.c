@@ -894,6 +894,44 @@ static int put_end_ahead_impl(crk_service *s, crk_client_id client, const char *
     return rc;
 }
 
+/* A batch put's end committed ahead (crk_batch_put_end_ahead): key's write, this client's
+ * fresh put owned by connection conn, gets its version and is committing. */
+static int put_end_ahead_owned_impl(crk_service *s, crk_client_id client, uint64_t conn,
+                                    const char *key, const key_ref *pre)
+{
+    key_ref k;
+    crk_object *o;
+    int rc = lock_object(s, "batch_put_end (commit ahead)", key, pre, &k, &o, NULL);
+    if (rc != 0)
+        return rc;
+    crk_write *w = o->write;
+    if (w == NULL)
+        rc = crb_error(CR_INVALID_WRITE, "batch_put_end '%s' (commit ahead): no write in flight",
+                       key);
+    else if (!crk_id_eq(w->owner, client))
+        rc = crb_error(CR_ILLEGAL_CLIENT,
+                       "batch_put_end '%s' (commit ahead): the write in flight is another "
+                       "client's (this one may have been preempted)",
+                       key);
+    else if (w->upsert || w->promotion)
+        rc = crb_error(CR_INVALID_PARAMS,
+                       "batch_put_end '%s' (commit ahead): only a fresh put commits ahead, not "
+                       "an upsert or a disk promotion",
+                       key);
+    else if (conn == 0 || w->conn != conn)
+        rc = crb_error(CR_INVALID_PARAMS,
+                       "batch_put_end '%s' (commit ahead): the write is not owned by this "
+                       "connection (its start had no \"ow\", or came on another)",
+                       key);
+    else if (!w->ahead) {
+        o->version = crk_next_version(s);
+        w->ahead = 1;
+        crk_add(s->c.ahead_puts, 1);
+    }
+    pthread_mutex_unlock(&k.sh->mu);
+    return rc;
+}
+
 static int put_revoke_impl(crk_service *s, crk_client_id client, const char *key, uint64_t now)
 {
     key_ref k;
@@ -915,6 +953,8 @@ static int put_revoke_impl(crk_service *s, crk_client_id client, const char *key
         goto unlock;
     }
     /* The owner has stopped writing: its space is free at once. */
+    if (w->ahead)
+        ahead_ended_locked(s, o); /* its held readers: no such object now */
     if (w->upsert) {
         crk_release_or_defer(s, sh, w->rep, w->nrep, w->size, 0, now, NULL);
         crk_write_drop(sh, w);
@@ -1557,6 +1597,20 @@ int crk_batch_put_end(crk_service *s, crk_client_id client, const char *const *k
         const key_ref *pre = prefetch_ahead(s, &ring, keys, i, n);
         batch_item(s, CRK_OP_BATCH_PUT_END,
                    results[i] = put_end_impl(s, client, keys[i], pre, now_ms, NULL));
+    }
+    return rc;
+}
+
+int crk_batch_put_end_ahead(crk_service *s, crk_client_id client, uint64_t conn,
+                            const char *const *keys, size_t n, uint64_t now_ms, int *results)
+{
+    (void)now_ms;
+    int rc = batch_begin(s, CRK_OP_BATCH_PUT_END, n, keys, results, results, results);
+    key_ring ring;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const key_ref *pre = prefetch_ahead(s, &ring, keys, i, n);
+        batch_item(s, CRK_OP_BATCH_PUT_END,
+                   results[i] = put_end_ahead_owned_impl(s, client, conn, keys[i], pre));
     }
     return rc;
 }

@@ -100,7 +100,8 @@ int crk_prom_mooncake(crk_text *t, const crk_stats *st, const crk_value_sizes *v
                      "committed ahead or not)",
                      st->granted_puts);
     crk_prom_counter(t, "master_put_commit_ahead_total",
-                     "Puts committed ahead of their copy (PUT_END with gk and ca; docs/WIRE.md)",
+                     "Keys committed ahead of their copy (PUT_END with gk and ca, "
+                     "BATCH_PUT_END with ca; docs/WIRE.md)",
                      st->ahead_puts);
     crk_prom_gauge(t, "master_put_start_discarded_staging_size",
                    "Bytes of discarded or replaced values waiting to be released",

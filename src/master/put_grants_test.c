@@ -12,7 +12,9 @@
  * write in flight on the grant's replicas whose reads answer CR_ERR_PUT_COMMITTING; the plain
  * end completes it with that version; refusals leave the grant as it was; the key's end
  * (completed, revoked with its connection, dropped with its segment) is reported to the
- * stage-results hook, which wakes the reads held for it.
+ * stage-results hook, which wakes the reads held for it. A batch's end committed ahead
+ * (crk_batch_put_end_ahead) does the same for the caller's own puts owned by the connection,
+ * and refuses, key by key and touching nothing, every other write.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -179,6 +181,15 @@ static void test_commit_ahead(void **state)
     assert_int_equal(crk_exist(s, "k2", 500), 0);
     assert_int_equal(crk_get_replica_list(s, "k2", 500, &l), CR_OBJECT_NOT_FOUND);
 
+    /* Its writer revokes it (its copy failed): reported at once, the key free. */
+    grant(s, a, "g4", MIB, NULL, 550);
+    assert_int_equal(crk_put_end_ahead(s, a, "k5", "g4", 550, NULL), 0);
+    n_reported = 0;
+    assert_int_equal(crk_put_revoke(s, a, "k5", 560), 0);
+    assert_int_equal(n_reported, 1);
+    assert_string_equal(reported[0], "k5");
+    assert_int_equal(crk_get_replica_list(s, "k5", 560, &l), CR_OBJECT_NOT_FOUND);
+
     /* Its segment goes before its end: dropped, reported. */
     grant(s, a, "g3", MIB, NULL, 600);
     assert_int_equal(crk_put_end_ahead(s, a, "k3", "g3", 600, NULL), 0);
@@ -187,6 +198,81 @@ static void test_commit_ahead(void **state)
     assert_true(n_reported >= 1);
     assert_string_equal(reported[0], "k3");
     assert_int_equal(crk_exist(s, "k3", 700), 0);
+    crk_service_on_stage_results(s, NULL, NULL);
+    crk_service_destroy(s);
+}
+
+static void test_batch_commit_ahead(void **state)
+{
+    (void)state;
+    crk_service *s = tu_service(NULL, 0);
+    crk_service_on_stage_results(s, on_report, NULL);
+    crk_client_id a = tu_client(1), b = tu_client(2);
+    tu_mount(s, a, "seg", 1ull << 32, 64 * MIB, 0);
+    crk_replicate_config owned = tu_cfg(1), plain = tu_cfg(1);
+    owned.owner_conn = 7;
+    owned.owned_ms = 40000;
+    const char *keys[] = {"b1", "b2"};
+    const uint64_t sizes[] = {MIB, MIB};
+    int r[6];
+    crk_replica_list lists[2];
+    assert_int_equal(crk_batch_put_start(s, a, keys, sizes, 2, &owned, 100, r, lists, false), 0);
+    assert_int_equal(r[0], 0);
+    assert_int_equal(r[1], 0);
+    crk_replica_list l;
+    assert_int_equal(crk_put_start(s, a, "unowned", MIB, &plain, 100, &l), 0);
+    assert_int_equal(tu_put(s, a, "ups", MIB, &plain, 100), 0);
+    assert_int_equal(crk_upsert_start(s, a, "ups", MIB, &owned, 100, &l), 0); /* a new version */
+    assert_int_equal(crk_put_start(s, b, "theirs", MIB, &plain, 100, &l), 0);
+    assert_int_equal(tu_put(s, a, "done", MIB, &plain, 100), 0);
+
+    /* The owned puts commit ahead on their connection; everything else is refused. */
+    const char *ahead[] = {"b1", "b2", "unowned", "ups", "theirs", "done"};
+    assert_int_equal(crk_batch_put_end_ahead(s, a, 8, ahead, 2, 200, r), 0); /* another conn */
+    assert_int_equal(r[0], CR_INVALID_PARAMS);
+    assert_int_equal(r[1], CR_INVALID_PARAMS);
+    assert_int_equal(crk_exist(s, "b1", 200), 0); /* untouched: an ordinary put in flight */
+    assert_int_equal(crk_batch_put_end_ahead(s, a, 7, ahead, 6, 200, r), 0);
+    assert_int_equal(r[0], 0);
+    assert_int_equal(r[1], 0);
+    assert_int_equal(r[2], CR_INVALID_PARAMS); /* no "ow": not revoked with a connection */
+    assert_int_equal(r[3], CR_INVALID_PARAMS); /* upserts do not commit ahead */
+    assert_int_equal(r[4], CR_ILLEGAL_CLIENT);
+    assert_int_equal(r[5], CR_INVALID_WRITE); /* complete: no write in flight */
+    const char *none[] = {"nosuch"};
+    assert_int_equal(crk_batch_put_end_ahead(s, a, 7, none, 1, 200, r), 0);
+    assert_int_equal(r[0], CR_OBJECT_NOT_FOUND);
+    assert_int_equal(tu_stats(s).ahead_puts, 2);
+    assert_int_equal(crk_get_replica_list(s, "b1", 200, &l), CR_ERR_PUT_COMMITTING);
+    assert_int_equal(crk_exist(s, "b2", 200), CR_ERR_PUT_COMMITTING);
+    assert_int_equal(crk_exist(s, "unowned", 200), 0); /* a refused key is left as it was */
+    /* Asked twice: left as it is (same version). */
+    assert_int_equal(crk_batch_put_end_ahead(s, a, 7, ahead, 1, 210, r), 0);
+    assert_int_equal(r[0], 0);
+    assert_int_equal(tu_stats(s).ahead_puts, 2);
+
+    /* The writer's plain batch end completes b1 (reported), its revoke drops b2 (reported). */
+    n_reported = 0;
+    assert_int_equal(crk_batch_put_end(s, a, ahead, 1, 300, r), 0);
+    assert_int_equal(r[0], 0);
+    assert_int_equal(crk_batch_put_revoke(s, a, ahead + 1, 1, 300, r), 0);
+    assert_int_equal(r[0], 0);
+    assert_int_equal(n_reported, 2);
+    assert_string_equal(reported[0], "b1");
+    assert_string_equal(reported[1], "b2");
+    assert_int_equal(crk_get_replica_list(s, "b1", 300, &l), 0);
+    assert_int_equal(crk_get_replica_list(s, "b2", 300, &l), CR_OBJECT_NOT_FOUND);
+
+    /* One left committing when its connection closes: revoked, reported. */
+    const char *k3[] = {"b3"};
+    assert_int_equal(crk_batch_put_start(s, a, k3, sizes, 1, &owned, 400, r, lists, false), 0);
+    assert_int_equal(crk_batch_put_end_ahead(s, a, 7, k3, 1, 400, r), 0);
+    assert_int_equal(r[0], 0);
+    n_reported = 0;
+    assert_int_equal(crk_revoke_conn_writes(s, 7, 500), 2); /* b3, and "ups" still in flight */
+    assert_int_equal(n_reported, 1);
+    assert_string_equal(reported[0], "b3");
+    assert_int_equal(crk_exist(s, "b3", 500), 0);
     crk_service_on_stage_results(s, NULL, NULL);
     crk_service_destroy(s);
 }
@@ -335,6 +421,7 @@ int main(void)
         cmocka_unit_test(test_end_completes_key_on_the_grant),
         cmocka_unit_test(test_refusals_consume_the_grant),
         cmocka_unit_test(test_commit_ahead),
+        cmocka_unit_test(test_batch_commit_ahead),
         cmocka_unit_test(test_not_a_grant_changes_nothing),
         cmocka_unit_test(test_upsert_replaces_and_pins_carry_over),
         cmocka_unit_test(test_stale_write_of_the_key_is_preempted),

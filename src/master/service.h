@@ -600,6 +600,20 @@ int crk_batch_put_end(crk_service *s, crk_client_id client, const char *const *k
                       uint64_t now_ms, int *results);
 int crk_batch_put_revoke(crk_service *s, crk_client_id client, const char *const *keys, size_t n,
                          uint64_t now_ms, int *results);
+
+/**
+ * A batch put's end committed ahead of its copy (docs/WIRE.md, "Commit ahead"): each key
+ * must be a fresh put in flight of `client` owned by connection `conn` (a start with "ow"
+ * on it: crk_revoke_conn_writes revokes it if that connection closes before the writer's
+ * end). Such a key gets its version now and is committing (reads CR_ERR_PUT_COMMITTING)
+ * until crk_batch_put_end / crk_put_end_versioned completes it or the write is dropped;
+ * a key already committing is left as it is (0). Per key: 0, CR_OBJECT_NOT_FOUND,
+ * CR_INVALID_WRITE (no write in flight), CR_ILLEGAL_CLIENT (another client's),
+ * CR_INVALID_PARAMS (an upsert, a disk promotion, or not owned by conn), CR_INVALID_KEY.
+ * A refused key is left as it was.
+ */
+int crk_batch_put_end_ahead(crk_service *s, crk_client_id client, uint64_t conn,
+                            const char *const *keys, size_t n, uint64_t now_ms, int *results);
 int crk_batch_remove(crk_service *s, const char *const *keys, size_t n, bool force, uint64_t now_ms,
                      int *results);
 

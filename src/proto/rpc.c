@@ -1432,6 +1432,13 @@ static bool takes_owned(int shape)
     return shape == RQ_put_start || shape == RQ_batch_put_start;
 }
 
+/* Does a request of this op carry the optional "ca" (commit ahead)? PUT_END only with "gk". */
+static bool takes_ahead(int op)
+{
+    return op == CRP_RPC_PUT_END || op == CRP_RPC_UPSERT_END || op == CRP_RPC_BATCH_PUT_END ||
+           op == CRP_RPC_BATCH_UPSERT_END;
+}
+
 /* Does a request of this op carry the optional "gk" (put grant)? */
 static bool takes_grant(int op)
 {
@@ -1456,7 +1463,8 @@ int crp_rpc_req_encode(const crp_rpc_req *m, crp_buf *out)
     bool owned = m->owned_ms != 0 && takes_owned(OPS[i].req);
     bool stage_wait = m->stage_wait_ms != 0 && takes_stage_wait(m->op);
     bool grant = m->grant_key != NULL && takes_grant(m->op);
-    bool ahead = grant && m->commit_ahead && m->op == CRP_RPC_PUT_END;
+    bool ahead =
+        m->commit_ahead && ((grant && m->op == CRP_RPC_PUT_END) || m->op == CRP_RPC_BATCH_PUT_END);
     size_t omitted = 0;
     if (OPS[i].req == RQ_hello && !m->u.hello.has_mac) /* "cn" and "mac" are optional */
         omitted = 2;
@@ -1520,17 +1528,19 @@ int crp_rpc_req_decode(const void *data, size_t len, crp_rpc_req *out)
                            (unsigned long long)ms);
         m.stage_wait_ms = (uint32_t)ms;
     }
-    if (rc == 0 && takes_grant(m.op)) { /* the ends' optional "gk" */
+    if (rc == 0 && takes_ahead(m.op)) { /* the ends' optional "gk" and "ca" */
         static const char *const gk_keys[] = {"gk", "ca"};
         const msgpack_object *gk[2];
         rc = crp_mp_map_fields(&d.c, NULL, &u.data, gk_keys, 2, gk);
-        if (rc == 0 && gk[0] != NULL)
+        if (rc == 0 && gk[0] != NULL && takes_grant(m.op))
             rc = get_str(&d, "gk", gk[0], CRP_RPC_MAX_KEY, &m.grant_key);
         if (rc == 0 && gk[1] != NULL)
             rc = crp_mp_get_bool(&d.c, "ca", gk[1], &m.commit_ahead);
-        if (rc == 0 && m.commit_ahead && (m.grant_key == NULL || m.op != CRP_RPC_PUT_END))
+        if (rc == 0 && m.commit_ahead &&
+            !((m.grant_key != NULL && m.op == CRP_RPC_PUT_END) || m.op == CRP_RPC_BATCH_PUT_END))
             rc = crb_error(CR_ERR_MALFORMED_FRAME,
-                           "request: \"ca\" (commit ahead) is only for a PUT_END with \"gk\"");
+                           "request: \"ca\" (commit ahead) is only for a PUT_END with \"gk\" "
+                           "or a BATCH_PUT_END");
     }
     if (rc != 0) {
         arena_free(d.arena);

@@ -144,11 +144,15 @@
  * held) until the writer's plain PUT_END (docs/WIRE.md, "Commit ahead"). Not announced by an
  * HA master. */
 #define CRP_RPC_CAP_COMMIT_AHEAD (1ull << 10)
+/* "ca" in a BATCH_PUT_END: every key named (the caller's own fresh puts, owned by this
+ * connection) commits ahead of its copy, as above (docs/WIRE.md, "Commit ahead"). Not
+ * announced by an HA master. */
+#define CRP_RPC_CAP_BATCH_COMMIT_AHEAD (1ull << 11)
 #define CRP_RPC_CAPS_DEFINED                                                                       \
     (CRP_RPC_CAP_BATCH | CRP_RPC_CAP_UPSERT | CRP_RPC_CAP_SOFT_PIN | CRP_RPC_CAP_EPOCH |           \
      CRP_RPC_CAP_REPLICA_CLEAR | CRP_RPC_CAP_LEASE_RELEASE | CRP_RPC_CAP_OFFLOAD |                 \
      CRP_RPC_CAP_OWNED_WRITES | CRP_RPC_CAP_STAGE_WAIT | CRP_RPC_CAP_PUT_GRANT |                   \
-     CRP_RPC_CAP_COMMIT_AHEAD)
+     CRP_RPC_CAP_COMMIT_AHEAD | CRP_RPC_CAP_BATCH_COMMIT_AHEAD)
 
 /* Bounds enforced by encoders and decoders. */
 #define CRP_RPC_MAX_KEY       4096       /* bytes per key */
@@ -446,7 +450,10 @@ typedef struct crp_rpc_req {
      * only with grant_key): the writer sends the end before it writes the value; the key
      * becomes a write in flight on the grant's replicas whose reads the master holds, and
      * the writer's plain PUT_END of it, once written, completes it (docs/WIRE.md, "Commit
-     * ahead"). false (not sent): the end of a value already written. */
+     * ahead"). In BATCH_PUT_END (CRP_RPC_CAP_BATCH_COMMIT_AHEAD): every key named, a write
+     * in flight of the caller owned by this connection, gets its version and is held the
+     * same way until the writer's plain BATCH_PUT_END. false (not sent): the end of values
+     * already written. */
     bool commit_ahead;
     struct crp_rpc_arena *arena; /* NULL unless decoded */
 } crp_rpc_req;

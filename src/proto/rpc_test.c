@@ -298,6 +298,7 @@ static void fill_rq_owner_keys(crp_rpc_req *m, int v)
 {
     m->u.owner_keys.client_id = sample_uuid(v);
     sample_keys(v, &m->u.owner_keys.n_keys, &m->u.owner_keys.keys);
+    m->commit_ahead = m->op == CRP_RPC_BATCH_PUT_END && v == V_MAX; /* a batch's "ca" */
 }
 
 static void fill_rq_remove(crp_rpc_req *m, int v)
@@ -1789,6 +1790,33 @@ static void test_ranges_and_enums(void **state)
     pack_raw_body(&sb, CRP_RPC_PUT_END, ca, 4);
     expect_reject(REQ, sb.data, sb.size, CR_ERR_MALFORMED_FRAME);
     expect_error_mentions("ca");
+    msgpack_sbuffer_destroy(&sb);
+    /* A BATCH_PUT_END may commit ahead without a grant (a "gk" there is skipped); an upsert's
+     * may not; "ca" must be a bool there too. */
+    static const uint8_t ks_one[] = {0x91, 0xa1, 'k'};
+    raw_field bca[3] = {{"cid", cid_ok, sizeof(cid_ok)},
+                        {"ks", ks_one, sizeof(ks_one)},
+                        {"ca", ca_true, sizeof(ca_true)}};
+    pack_raw_body(&sb, CRP_RPC_BATCH_PUT_END, bca, 3);
+    assert_int_equal(crp_rpc_req_decode(sb.data, sb.size, &m), 0);
+    assert_true(m.commit_ahead);
+    assert_null(m.grant_key);
+    assert_int_equal(m.u.owner_keys.n_keys, 1);
+    crp_rpc_req_clear(&m);
+    msgpack_sbuffer_destroy(&sb);
+    pack_raw_body(&sb, CRP_RPC_BATCH_UPSERT_END, bca, 3);
+    expect_reject(REQ, sb.data, sb.size, CR_ERR_MALFORMED_FRAME);
+    expect_error_mentions("BATCH_PUT_END");
+    msgpack_sbuffer_destroy(&sb);
+    bca[2] = (raw_field){"ca", ca_int, sizeof(ca_int)};
+    pack_raw_body(&sb, CRP_RPC_BATCH_PUT_END, bca, 3);
+    expect_reject(REQ, sb.data, sb.size, CR_ERR_MALFORMED_FRAME);
+    expect_error_mentions("ca");
+    msgpack_sbuffer_destroy(&sb);
+    pack_raw_body(&sb, CRP_RPC_BATCH_PUT_REVOKE, bca, 3); /* other ops skip it */
+    assert_int_equal(crp_rpc_req_decode(sb.data, sb.size, &m), 0);
+    assert_false(m.commit_ahead);
+    crp_rpc_req_clear(&m);
     msgpack_sbuffer_destroy(&sb);
 
     /* The client id's byte order is fixed: hi first, big-endian. */

@@ -352,6 +352,17 @@ static int release_mode(cr_store *s)
     return 0;
 }
 
+/* CRESCENT_PUT_COMMIT_AHEAD (default 1): a put's end goes before its copy, through a grant
+ * or in a batch (docs/WIRE.md, "Commit ahead"). */
+static int ahead_mode(cr_store *s)
+{
+    const char *v = getenv("CRESCENT_PUT_COMMIT_AHEAD");
+    if (v != NULL && v[0] != '\0' && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+        return crb_error(CR_INVALID_PARAMS, "CRESCENT_PUT_COMMIT_AHEAD='%s' is not 0 or 1", v);
+    s->put_ahead = v == NULL || strcmp(v, "0") != 0;
+    return 0;
+}
+
 int cr_store_setup(const cr_store_config *cfg, cr_store **out)
 {
     if (cfg == NULL || out == NULL || cfg->struct_size < sizeof(uint32_t))
@@ -379,6 +390,8 @@ int cr_store_setup(const cr_store_config *cfg, cr_store **out)
         rc = speculate_mode(s);
     if (rc == 0)
         rc = release_mode(s);
+    if (rc == 0)
+        rc = ahead_mode(s);
     if (rc == 0)
         rc = crc_grants_create(s);
     if (rc < 0)

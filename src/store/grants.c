@@ -84,7 +84,6 @@ struct crc_grants {
     uint64_t counter;
     uint64_t owned_ms; /* D */
     atomic_bool refused;
-    bool ahead; /* CRESCENT_PUT_COMMIT_AHEAD (default 1): a put's end goes before its copy */
 };
 
 int crc_grants_create(cr_store *s)
@@ -94,9 +93,6 @@ int crc_grants_create(cr_store *s)
         return crb_error(CR_INVALID_PARAMS, "CRESCENT_PUT_GRANTS='%s' is not 0 or 1", v);
     if (v != NULL && strcmp(v, "0") == 0)
         return 0;
-    const char *a = getenv("CRESCENT_PUT_COMMIT_AHEAD");
-    if (a != NULL && a[0] != '\0' && strcmp(a, "0") != 0 && strcmp(a, "1") != 0)
-        return crb_error(CR_INVALID_PARAMS, "CRESCENT_PUT_COMMIT_AHEAD='%s' is not 0 or 1", a);
     crc_grants *p = calloc(1, sizeof(*p));
     if (p == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "put grants");
@@ -107,7 +103,6 @@ int crc_grants_create(cr_store *s)
         return crb_error(CR_ERR_SYSTEM, "put grants: no random bytes for their keys");
     }
     p->owned_ms = GRANT_USE_MS + (uint64_t)s->transfer_timeout_ms + 1000 + GRANT_MARGIN_MS;
-    p->ahead = a == NULL || strcmp(a, "0") != 0;
     s->grants = p;
     return 0;
 }
@@ -329,7 +324,7 @@ void crc_grant_done(cr_store *s, crc_grant *g, bool revoke)
 
 bool crc_grants_ahead(cr_store *s)
 {
-    return s->grants != NULL && s->grants->ahead &&
+    return s->grants != NULL && s->put_ahead &&
            (crc_master_caps(s->master) & CRP_RPC_CAP_COMMIT_AHEAD) != 0;
 }
 

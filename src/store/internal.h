@@ -80,7 +80,8 @@ struct cr_store {
      * each in a write of its own right after its get (get.c). */
     bool release_at_once;
 
-    struct crc_grants *grants;   /* put grants (grants.c), or NULL: CRESCENT_PUT_GRANTS=0 */
+    struct crc_grants *grants; /* put grants (grants.c), or NULL: CRESCENT_PUT_GRANTS=0 */
+    bool put_ahead; /* CRESCENT_PUT_COMMIT_AHEAD (default 1): puts' ends go before the copy */
     struct crc_offload *off;     /* the disk tier (store/offload.h), or NULL */
     _Atomic uint64_t disk_reads; /* gets served from a holder's disk (rpc_reads) */
 };

@@ -630,7 +630,9 @@ static int call_n(crc_master *m, const crp_rpc_req *const *reqs, crp_rpc_resp *c
     int fd = m->fd;
     uint64_t conn = m->conn_gen;
     for (size_t i = 0; rc == 0 && i < n; i++) /* never to a master that would ignore it */
-        if (reqs[i]->commit_ahead && !(m->caps & CRP_RPC_CAP_COMMIT_AHEAD))
+        if (reqs[i]->commit_ahead &&
+            !(m->caps & (reqs[i]->op == CRP_RPC_BATCH_PUT_END ? CRP_RPC_CAP_BATCH_COMMIT_AHEAD
+                                                              : CRP_RPC_CAP_COMMIT_AHEAD)))
             rc = crb_error(CR_NOT_SUPPORTED, "%s: the master does not commit ahead (caps %#llx)",
                            crp_rpc_op_name(reqs[i]->op), (unsigned long long)m->caps);
     if (rc == 0) {

@@ -80,7 +80,8 @@ int crc_master_call2(crc_master *m, const crp_rpc_req *a, crp_rpc_resp *resp_a,
  * caller may still have to undo on that connection what it asked for), and not at all when
  * nothing went out. A request with commit_ahead set is never written to a master that
  * did not announce CRP_RPC_CAP_COMMIT_AHEAD (checked at the write: CR_NOT_SUPPORTED, sent()
- * not called), since an older master would ignore "ca" and complete the key at once.
+ * not called), since an older master would ignore "ca" and complete the key at once (for a
+ * BATCH_PUT_END: CRP_RPC_CAP_BATCH_COMMIT_AHEAD).
  */
 int crc_master_calls_sent(crc_master *m, const crp_rpc_req *const *reqs, crp_rpc_resp *const *resps,
                           size_t n, int timeout_ms, crc_sent_fn sent, void *sent_arg,

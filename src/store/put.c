@@ -15,6 +15,11 @@
  * time and then asks once: PUT_END {key, "gk"}, with the next grant's PUT_START right
  * behind it in the same round trip. A put that finds no grant asks for one along with its
  * own PUT_START.
+ *
+ * Commit ahead (docs/WIRE.md): a put through a grant sends its end before it writes, and a
+ * batch put (its writes owned by the connection) sends BATCH_PUT_END {"ca"} right after the
+ * start's reply; the master holds readers of those keys until the writer's closing notice,
+ * so a put costs about the longer of its copy and one round trip, not their sum.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -480,6 +485,123 @@ static int batch_finish(cr_store *s, bool upsert, bool ok, char **ks, size_t m, 
     return rc;
 }
 
+/* The copy of a batch put committed ahead, run once its end is on the wire (crc_sent_fn). */
+typedef struct batch_copy {
+    cr_store *s;
+    cr_transfer_request *reqs;
+    size_t n;
+    bool *failed;
+    bool ran;
+} batch_copy;
+
+static void batch_copy_run(void *arg)
+{
+    batch_copy *c = arg;
+    crc_run_batch_direct(c->s, c->reqs, c->n, c->failed);
+    c->ran = true;
+}
+
+/* The bound a batch put's owned writes promise (docs/WIRE.md, "Owned writes"): the copy
+ * starts right after the start's reply and ends within the transfer timeout. 0: too long for
+ * the master's default put_start_release_timeout (600 s); the batch does not commit ahead. */
+static uint64_t batch_owned_ms(const cr_store *s)
+{
+    uint64_t ms = (uint64_t)s->transfer_timeout_ms + 3000;
+    return ms <= 600000 ? ms : 0;
+}
+
+/* Does a batch put commit ahead (docs/WIRE.md, "Commit ahead")? */
+static bool batch_ahead_ok(cr_store *s, bool upsert)
+{
+    const uint64_t need = CRP_RPC_CAP_BATCH_COMMIT_AHEAD | CRP_RPC_CAP_OWNED_WRITES;
+    return !upsert && s->put_ahead && batch_owned_ms(s) != 0 &&
+           (crc_master_caps(s->master) & need) == need;
+}
+
+/* Notices on connection conn only (the one that owns the writes they end): BATCH_PUT_END
+ * (ok) or BATCH_PUT_REVOKE of ks[0..n). */
+static int batch_notice_on(cr_store *s, bool ok, char **ks, size_t n, uint64_t conn)
+{
+    if (n == 0)
+        return 0;
+    crp_rpc_req fin = {.op = ok ? CRP_RPC_BATCH_PUT_END : CRP_RPC_BATCH_PUT_REVOKE};
+    fin.u.owner_keys = (crp_rpc_owner_keys_req){s->client_id, n, ks};
+    return crc_master_send_on(s->master, &fin, (int)s->rpc_timeout_ms, conn);
+}
+
+#define BATCH_OWNED_REFUSED 1 /* every key's owned start was refused: try again unowned */
+
+/*
+ * The end of a batch put committed ahead: BATCH_PUT_END {ks[0..ne), "ca"} goes out, the copy
+ * (c) runs while the master commits, then one notice completes the keys written and one
+ * revokes the others, both on the connection that carried the "ca" end. res[pos[e]] is set
+ * for every e < ne. Returns false when nothing was committed ahead (the call never went
+ * out, or the master refused it as a whole): the caller ends the keys the usual way then,
+ * after running the copy if c->ran is still false.
+ */
+static bool batch_end_ahead(cr_store *s, char **ks, size_t ne, const size_t *pos, batch_copy *c,
+                            const size_t *task_pos, int *res)
+{
+    crp_rpc_req fin = {.op = CRP_RPC_BATCH_PUT_END, .commit_ahead = true};
+    fin.u.owner_keys = (crp_rpc_owner_keys_req){s->client_id, ne, ks};
+    crp_rpc_resp fr;
+    const crp_rpc_req *rq[1] = {&fin};
+    crp_rpc_resp *rs[1] = {&fr};
+    uint64_t conn = 0;
+    int rc = crc_master_calls_sent(s->master, rq, rs, 1, (int)s->rpc_timeout_ms, batch_copy_run, c,
+                                   &conn);
+    if (!c->ran)
+        return false; /* nothing went out */
+    if (rc == 0 && (fr.status < 0 || fr.u.statuses.n != ne)) {
+        crp_rpc_resp_clear(&fr); /* refused as a whole (an HA master): nothing committed */
+        return false;
+    }
+    if (rc < 0) { /* outcome unknown: if the master took it and the connection lives, revoke */
+        if (rc == CR_RPC_TIMEOUT)
+            (void)batch_notice_on(s, false, ks, ne, conn);
+        for (size_t e = 0; e < ne; e++)
+            res[pos[e]] = rc;
+        return true;
+    }
+    /* Each key: committed ahead and written, or to be revoked. */
+    for (size_t e = 0; e < ne; e++)
+        res[pos[e]] = fr.u.statuses.results[e];
+    crp_rpc_resp_clear(&fr);
+    for (size_t k = 0; k < c->n; k++)
+        if (c->failed[k] && res[task_pos[k]] == 0)
+            res[task_pos[k]] = CR_TRANSFER_FAIL;
+    char **done = malloc(ne * sizeof(*done));
+    char **undo = malloc(ne * sizeof(*undo));
+    size_t nd = 0, nu = 0;
+    if (done == NULL || undo == NULL) { /* cannot name them: the connection takes them back */
+        free(done);
+        free(undo);
+        for (size_t e = 0; e < ne; e++)
+            res[pos[e]] = crb_error(CR_ERR_NO_MEMORY, "batch put end of %zu keys", ne);
+        return true;
+    }
+    for (size_t e = 0; e < ne; e++) {
+        if (res[pos[e]] == 0)
+            done[nd++] = ks[e];
+        else
+            undo[nu++] = ks[e];
+    }
+    int drc = batch_notice_on(s, true, done, nd, conn);
+    (void)batch_notice_on(s, false, undo, nu, conn);
+    if (drc < 0) {
+        crb_error(CR_RPC_FAIL,
+                  "batch put: the end of %zu keys could not be sent (%s); the master drops puts "
+                  "committed ahead with their connection",
+                  nd, cr_last_error_message());
+        for (size_t e = 0; e < ne; e++)
+            if (res[pos[e]] == 0)
+                res[pos[e]] = CR_RPC_FAIL;
+    }
+    free(done);
+    free(undo);
+    return true;
+}
+
 /*
  * One master round of a batch put: keys[idx[j]] for j < m, each checked, no
  * key twice, every value in registered memory (the caller's or staging) or
@@ -487,13 +609,14 @@ static int batch_finish(cr_store *s, bool upsert, bool ok, char **ks, size_t m, 
  * (crc_run_batch_direct stages it if the engine refuses).
  * One BATCH_PUT_START, one engine batch writing every part of every value
  * to every replica, then one BATCH_PUT_END for the keys that were written
- * and one BATCH_PUT_REVOKE for the allocated keys that were not. Sets
- * results[idx[j]]; returns 0, or the failure of the start call as a whole
- * (results untouched then).
+ * and one BATCH_PUT_REVOKE for the allocated keys that were not. With ahead
+ * the start's writes are owned by the connection and the end goes before the
+ * copy (batch_end_ahead). Sets results[idx[j]]; returns 0, the failure of the
+ * start call as a whole (results untouched then), or BATCH_OWNED_REFUSED.
  */
-static int batch_put_round(cr_store *s, const char *const *keys, const value_parts *vals,
-                           const size_t *idx, size_t m, const cr_replicate_config *cfg, bool upsert,
-                           int *results)
+static int batch_put_round_how(cr_store *s, const char *const *keys, const value_parts *vals,
+                               const size_t *idx, size_t m, const cr_replicate_config *cfg,
+                               bool upsert, bool ahead, int *results)
 {
     int rc = 0;
     char **ks = calloc(m, sizeof(*ks));
@@ -518,6 +641,7 @@ static int batch_put_round(cr_store *s, const char *const *keys, const value_par
     req.u.batch_put_start.keys = ks;
     req.u.batch_put_start.value_sizes = vs;
     crc_config_to_wire(cfg, &req.u.batch_put_start.config);
+    req.owned_ms = ahead ? batch_owned_ms(s) : 0;
     crp_rpc_resp resp;
     rc = crc_call(s, &req, &resp);
     if (rc == CR_RPC_TIMEOUT) {
@@ -536,6 +660,15 @@ static int batch_put_round(cr_store *s, const char *const *keys, const value_par
                              : crb_error(CR_RPC_FAIL, "batch put: %zu results for %zu keys",
                                          resp.u.batch_alloc.n, m);
         goto out_resp;
+    }
+    if (ahead) { /* a master whose put_start_release_timeout is below the bound refuses it */
+        size_t refused = 0;
+        for (size_t j = 0; j < m; j++)
+            refused += resp.u.batch_alloc.results[j].status == CR_INVALID_PARAMS;
+        if (refused == m) {
+            rc = BATCH_OWNED_REFUSED;
+            goto out_resp;
+        }
     }
     size_t n_tasks = 0;
     for (size_t j = 0; j < m; j++) {
@@ -579,12 +712,32 @@ static int batch_put_round(cr_store *s, const char *const *keys, const value_par
             }
         }
     }
-    crc_run_batch_direct(s, reqs, t, failed);
+    batch_copy copy = {s, reqs, t, failed, false};
+    size_t ne = 0, nr = 0;
+    if (ahead) { /* the keys placed: their end goes first, the copy while the master works */
+        for (size_t j = 0; j < m; j++)
+            if (allocated[j] && res[j] == 0)
+                pos[ne++] = j;
+        for (size_t e = 0; e < ne; e++) {
+            ks[e] = (char *)keys[idx[pos[e]]];
+            allocated[pos[e]] = 2; /* ended by batch_end_ahead */
+        }
+        if (ne > 0 && batch_end_ahead(s, ks, ne, pos, &copy, task_pos, res)) {
+            for (size_t j = 0; j < m; j++) /* placed keys whose holder we could not name */
+                if (allocated[j] == 1)
+                    ks[nr++] = (char *)keys[idx[j]];
+            if (nr > 0)
+                (void)batch_finish(s, upsert, false, ks, nr, (int)s->rpc_timeout_ms, NULL);
+            goto results;
+        }
+        ne = 0;
+    }
+    if (!copy.ran)
+        crc_run_batch_direct(s, reqs, t, failed);
     for (size_t k = 0; k < t; k++)
         if (failed[k] && res[task_pos[k]] == 0)
             res[task_pos[k]] = CR_TRANSFER_FAIL;
     /* Finish: END for the written keys, REVOKE for the allocated-but-failed ones. */
-    size_t ne = 0, nr = 0;
     for (size_t j = 0; j < m; j++)
         if (allocated[j] && res[j] == 0)
             pos[ne++] = j;
@@ -603,6 +756,7 @@ static int batch_put_round(cr_store *s, const char *const *keys, const value_par
             ks[nr++] = (char *)keys[idx[j]];
     if (nr > 0)
         batch_finish(s, upsert, false, ks, nr, (int)s->rpc_timeout_ms, NULL);
+results:
     for (size_t j = 0; j < m; j++)
         results[idx[j]] = res[j];
     rc = 0;
@@ -617,6 +771,19 @@ out_free:
     free(res);
     free(vs);
     free(ks);
+    return rc;
+}
+
+/* One master round of a batch put (batch_put_round_how), committed ahead when the master and
+ * the store allow it; a master that refuses the owned writes that needs gets them unowned. */
+static int batch_put_round(cr_store *s, const char *const *keys, const value_parts *vals,
+                           const size_t *idx, size_t m, const cr_replicate_config *cfg, bool upsert,
+                           int *results)
+{
+    bool ahead = batch_ahead_ok(s, upsert);
+    int rc = batch_put_round_how(s, keys, vals, idx, m, cfg, upsert, ahead, results);
+    if (rc == BATCH_OWNED_REFUSED)
+        rc = batch_put_round_how(s, keys, vals, idx, m, cfg, upsert, false, results);
     return rc;
 }
 

@@ -34,6 +34,8 @@
  *   batch_put K1,K2,.. SIZE [OPTS]-> st r=.. segs=..   (start, then end of the started keys)
  *   batch_put_start K1,.. SIZE [OPTS] -> st r=.. segs=..
  *   batch_put_end K1,.. / batch_revoke K1,.. -> st r=..
+ *   batch_put_ahead K1,..         -> st r=..  (BATCH_PUT_END with "ca": committed ahead; a
+ *                                              later batch_put_end completes them)
  *   batch_remove K1,.. [force]    -> st r=..
  *   heartbeat on|off              -> 0   (a thread pings every 200 ms and
  *                                          remounts on NEED_REMOUNT)
@@ -525,7 +527,7 @@ static int batch_statuses(crp_rpc_req *req, size_t nkeys, int32_t *results_out, 
     return st;
 }
 
-static int cmd_batch_keys(int op, char **tok, int n, out_buf *o)
+static int cmd_batch_keys(int op, bool ahead, char **tok, int n, out_buf *o)
 {
     char **keys = calloc(CRP_RPC_MAX_BATCH, sizeof(char *));
     if (keys == NULL)
@@ -549,6 +551,7 @@ static int cmd_batch_keys(int op, char **tok, int n, out_buf *o)
     case CRP_RPC_BATCH_PUT_END:
     case CRP_RPC_BATCH_PUT_REVOKE:
         req.u.owner_keys = (crp_rpc_owner_keys_req){g_cid, nk, keys};
+        req.commit_ahead = ahead;
         st = batch_statuses(&req, nk, NULL, o);
         break;
     case CRP_RPC_BATCH_GET_REPLICA_LIST:
@@ -690,15 +693,17 @@ static bool execute(char *line, out_buf *o)
     else if (strcmp(c, "segments") == 0)
         st = cmd_segments(&fields);
     else if (strcmp(c, "batch_exist") == 0)
-        st = cmd_batch_keys(CRP_RPC_BATCH_EXIST, tok, n, &fields);
+        st = cmd_batch_keys(CRP_RPC_BATCH_EXIST, false, tok, n, &fields);
     else if (strcmp(c, "batch_get") == 0)
-        st = cmd_batch_keys(CRP_RPC_BATCH_GET_REPLICA_LIST, tok, n, &fields);
+        st = cmd_batch_keys(CRP_RPC_BATCH_GET_REPLICA_LIST, false, tok, n, &fields);
     else if (strcmp(c, "batch_put_end") == 0)
-        st = cmd_batch_keys(CRP_RPC_BATCH_PUT_END, tok, n, &fields);
+        st = cmd_batch_keys(CRP_RPC_BATCH_PUT_END, false, tok, n, &fields);
+    else if (strcmp(c, "batch_put_ahead") == 0)
+        st = cmd_batch_keys(CRP_RPC_BATCH_PUT_END, true, tok, n, &fields);
     else if (strcmp(c, "batch_revoke") == 0)
-        st = cmd_batch_keys(CRP_RPC_BATCH_PUT_REVOKE, tok, n, &fields);
+        st = cmd_batch_keys(CRP_RPC_BATCH_PUT_REVOKE, false, tok, n, &fields);
     else if (strcmp(c, "batch_remove") == 0)
-        st = cmd_batch_keys(CRP_RPC_BATCH_REMOVE, tok, n, &fields);
+        st = cmd_batch_keys(CRP_RPC_BATCH_REMOVE, false, tok, n, &fields);
     else if (strcmp(c, "batch_put") == 0)
         st = cmd_batch_put(tok, n, true, &fields);
     else if (strcmp(c, "batch_put_start") == 0)

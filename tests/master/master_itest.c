@@ -736,6 +736,60 @@ static void test_commit_ahead(void **state)
     stop_all(&m, cs, 3);
 }
 
+/* A batch's end committed ahead: its owned writes are held the same way, key by key. */
+static void test_batch_commit_ahead(void **state)
+{
+    (void)state;
+    mh_master m;
+    mh_client w, r1, r2, r3;
+    start_master(&m, NULL);
+    start_client(&w, &m);
+    start_client(&r1, &m);
+    start_client(&r2, &m);
+    start_client(&r3, &m);
+    xcmd(&r3, 0, "heartbeat on");
+    xcmd(&r3, 0, "mount segA %llu %llu", SEG_BASE, 64 * MIB);
+
+    /* Owned starts, then their end ahead of the copy; an unowned write is refused. */
+    xcmd(&w, 0, "batch_put_start b1,b2,b3 %llu ow=10000", MIB);
+    xcmd(&w, 0, "batch_put_start u1 %llu", MIB);
+    const char *r = xcmd(&w, 0, "batch_put_ahead b1,b2,b3,u1");
+    assert_string_equal(fld(r, "r"), "0,0,0,-600");
+    assert_true(metric(&m, "master_put_commit_ahead_total") == 3);
+    xcmd(&w, 0, "put_end u1"); /* left as it was: an ordinary put in flight */
+    assert_int_equal(exists(&r2, "u1"), 1);
+
+    /* Readers are held until the writer's plain end of their keys... */
+    held_cmd get, bex;
+    held_start(&get, &r1, "get b1");
+    held_start(&bex, &r2, "batch_exist b2,b3");
+    mh_sleep_ms(80);
+    assert_false(atomic_load(&get.answered));
+    assert_false(atomic_load(&bex.answered));
+    r = xcmd(&w, 0, "batch_put_end b1,b2");
+    assert_string_equal(fld(r, "r"), "0,0");
+    held_join(&get);
+    assert_int_equal(mh_status(get.line), 0);
+    assert_true(get.ms >= 60);
+    /* ... every key a batch read names: b3 is still committing. */
+    mh_sleep_ms(60);
+    assert_false(atomic_load(&bex.answered));
+
+    /* The writer dies before b3's end: b3 was owned by its connection, so it is revoked and
+     * its held readers are answered at once (no such object; an expired wait says -703). */
+    held_start(&get, &r1, "get b3");
+    mh_sleep_ms(60);
+    mh_client_kill(&w);
+    held_join(&get);
+    held_join(&bex);
+    assert_int_equal(mh_status(get.line), CR_OBJECT_NOT_FOUND);
+    assert_string_equal(fld(bex.line, "r"), "1,0");
+    assert_int_equal(exists(&r2, "b1"), 1);
+
+    mh_client *cs[] = {&r1, &r2, &r3};
+    stop_all(&m, cs, 3);
+}
+
 /* --- master restart -> remount -> the fence holds ------------------------------------------------
  */
 
@@ -2317,6 +2371,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_killed_client_expires, teardown_kill),
         cmocka_unit_test_teardown(test_owned_write_killed, teardown_kill),
         cmocka_unit_test_teardown(test_commit_ahead, teardown_kill),
+        cmocka_unit_test_teardown(test_batch_commit_ahead, teardown_kill),
         cmocka_unit_test_teardown(test_leftovers_served_after_close, teardown_kill),
         cmocka_unit_test_teardown(test_metadata_cleanup_on_timeout, teardown_kill),
         cmocka_unit_test_teardown(test_restart_remount_fence, teardown_kill),

@@ -14,7 +14,8 @@
  * that finds no space while the writer's own idle grant holds it gives the grant back and
  * succeeds, single or batched. Puts through grants commit ahead of their copy by default (the
  * master counts them; every value reads back at once from the other process, upserts never do),
- * and CRESCENT_PUT_COMMIT_AHEAD=0 keeps the grants but not the commit ahead.
+ * and so do batch puts, key by key; CRESCENT_PUT_COMMIT_AHEAD=0 keeps the grants but commits
+ * nothing ahead.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -159,6 +160,25 @@ static void puts_commit_ahead_unless_turned_off(void **state)
     /* A put of an existing key is done, and leaves the old value. */
     assert_int_equal(sh_rc(&writer, "put a10 %d 999", MIB), 0);
     expect_bytes(&holder, "a10", MIB, 110);
+    /* Batch puts commit ahead too, every key (no grant needed); another process reads each
+     * one right after the call returned. */
+    double before_batches = sh_metric(&m, "master_put_commit_ahead_total");
+    for (int r = 0; r < 3; r++) {
+        assert_string_equal(sh_cmd(&writer, "batch_put c%d_ 16 %d %d", r, SMALL, 400 + 16 * r),
+                            "0 ok=16 fail=0 first=0");
+        for (int i = 0; i < 16; i += 5) {
+            char key[32];
+            snprintf(key, sizeof(key), "c%d_%d", r, i);
+            expect_bytes(&holder, key, SMALL, 400 + 16 * r + i);
+        }
+    }
+    assert_true(sh_metric(&m, "master_put_commit_ahead_total") == before_batches + 48);
+    /* A batch naming existing keys leaves them (done), and commits the new ones ahead. */
+    assert_string_equal(sh_cmd(&writer, "batch_put c0_ 20 %d 400", SMALL),
+                        "0 ok=20 fail=0 first=0");
+    assert_true(sh_metric(&m, "master_put_commit_ahead_total") == before_batches + 52);
+    expect_bytes(&holder, "c0_19", SMALL, 419);
+    ahead = sh_metric(&m, "master_put_commit_ahead_total");
     assert_int_equal(sh_client_stop(&writer), 0);
 
     /* Turned off: grants still, but each end after its copy. */
@@ -170,8 +190,10 @@ static void puts_commit_ahead_unless_turned_off(void **state)
     for (int i = 0; i < 8; i++)
         assert_int_equal(sh_rc(&late, "put b%d %d %d", i, MIB, 300 + i), 0);
     assert_true(sh_metric(&m, "master_put_grant_commits_total") >= granted + 7);
+    assert_string_equal(sh_cmd(&late, "batch_put d 16 %d 500", SMALL), "0 ok=16 fail=0 first=0");
     assert_true(sh_metric(&m, "master_put_commit_ahead_total") == ahead);
     expect_bytes(&holder, "b7", MIB, 307);
+    expect_bytes(&holder, "d15", SMALL, 515);
     assert_int_equal(sh_client_stop(&late), 0);
 
     /* A value other than 0 or 1 is refused at setup, naming the variable. */
