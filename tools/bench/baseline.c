@@ -7,6 +7,8 @@
  *           blocks from a 64 MiB area in a blocking loop; the sink recv()s
  *           them into its own 64 MiB area. The clock stops when the sink has
  *           acknowledged the byte count, so nothing is left in socket buffers.
+ *           With N streams: N sinks and N sending threads at once, each with its
+ *           own 64 MiB area (cache-cold, like real values), one clock for all.
  *   memcpy: one thread copying 1 MiB blocks between two 64 MiB areas.
  *   ping-pong: the floor of a small READ: one loopback connection to a
  *           "<subcmd> --role echo" child, a 32-byte request answered by a
@@ -23,6 +25,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -73,49 +76,82 @@ static int recv_all(int fd, uint8_t *p, size_t len)
     return 0;
 }
 
-int cb_baseline_socket(const char *subcmd, double seconds, uint64_t total, cb_measure *out,
-                       char *err, size_t err_len)
+/* The streams report ready (connected, or failed) and wait until all have. */
+typedef struct stream_start {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned ready;
+    bool go;
+} stream_start;
+
+static void stream_ready_wait(stream_start *s)
 {
-    int rc = -1;
+    pthread_mutex_lock(&s->mu);
+    s->ready++;
+    pthread_cond_broadcast(&s->cv);
+    while (!s->go)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* One stream of the socket baseline, on its own thread: a sink child, a connection, 1 MiB
+ * sends cycling over its own 64 MiB area until the deadline, the sink's acknowledgement. */
+typedef struct socket_stream {
+    const char *subcmd;
+    double seconds;
+    uint64_t total;
+    struct stream_start *start; /* every stream connected: the clock starts for all */
+    uint64_t sent;
+    int rc;
+    char err[192];
+} socket_stream;
+
+static void *socket_stream_main(void *arg)
+{
+    socket_stream *st = arg;
     int fd = -1;
     uint8_t *area = NULL;
     cb_child child = CB_CHILD_INIT;
-    char *argv[] = {CB_PROG, (char *)subcmd, "--role", "sink", NULL};
+    char *argv[] = {CB_PROG, (char *)st->subcmd, "--role", "sink", NULL};
     char line[128], why[160];
+    bool started = false;
 
+    st->rc = -1;
     if (cb_child_spawn(&child, argv) < 0) {
-        snprintf(err, err_len, "socket baseline: cannot start the sink: %s", strerror(errno));
-        return -1;
+        snprintf(st->err, sizeof(st->err), "socket baseline: cannot start the sink: %s",
+                 strerror(errno));
+        goto wait_others;
     }
     unsigned port = 0;
     if (cb_child_read_line(&child, line, sizeof(line), 30000) < 0 ||
         sscanf(line, "READY port=%u", &port) != 1 || port == 0 || port > 65535) {
-        snprintf(err, err_len, "socket baseline: the sink did not report READY");
+        snprintf(st->err, sizeof(st->err), "socket baseline: the sink did not report READY");
         goto kill_child;
     }
     fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        snprintf(err, err_len, "socket baseline: socket: %s", strerror(errno));
+        snprintf(st->err, sizeof(st->err), "socket baseline: socket: %s", strerror(errno));
         goto kill_child;
     }
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        snprintf(err, err_len, "socket baseline: connect to 127.0.0.1:%u: %s", port,
+        snprintf(st->err, sizeof(st->err), "socket baseline: connect to 127.0.0.1:%u: %s", port,
                  strerror(errno));
         goto close_socket;
     }
     area = alloc_area();
     if (area == NULL) {
-        snprintf(err, err_len, "socket baseline: out of memory");
+        snprintf(st->err, sizeof(st->err), "socket baseline: out of memory");
         goto close_socket;
     }
-
+    stream_ready_wait(st->start);
+    started = true;
     uint64_t sent = 0, off = 0;
     uint64_t start = cb_now_ns();
-    while (keep_going(start, seconds, total, sent)) {
+    while (keep_going(start, st->seconds, st->total, sent)) {
         if (send_all(fd, area + off, CB_BASELINE_BLOCK) < 0) {
-            snprintf(err, err_len, "socket baseline: send: %s", strerror(errno));
+            snprintf(st->err, sizeof(st->err), "socket baseline: send: %s", strerror(errno));
             goto free_area;
         }
         sent += CB_BASELINE_BLOCK;
@@ -124,31 +160,84 @@ int cb_baseline_socket(const char *subcmd, double seconds, uint64_t total, cb_me
     shutdown(fd, SHUT_WR);
     uint64_t acked = 0;
     if (recv_all(fd, (uint8_t *)&acked, sizeof(acked)) < 0 || acked != sent) {
-        snprintf(err, err_len,
+        snprintf(st->err, sizeof(st->err),
                  "socket baseline: sink acknowledged %" PRIu64 " of %" PRIu64 " bytes", acked,
                  sent);
         goto free_area;
     }
-    uint64_t end = cb_now_ns();
-    out->bytes = sent;
-    out->seconds = (double)(end - start) / 1e9;
-    out->gbps = (double)sent / (double)(end - start);
-    rc = 0;
+    st->sent = sent;
+    st->rc = 0;
 
 free_area:
     free(area);
 close_socket:
     close(fd);
 kill_child:
-    if (rc == 0) {
+    if (st->rc == 0) {
         if (cb_child_stop(&child, 10000, why, sizeof(why)) != 0) {
-            snprintf(err, err_len, "socket baseline: the sink %s", why);
-            rc = -1;
+            snprintf(st->err, sizeof(st->err), "socket baseline: the sink %s", why);
+            st->rc = -1;
         }
     } else {
         cb_child_kill(&child);
     }
+wait_others:
+    if (!started)
+        stream_ready_wait(st->start); /* counted as ready: the others do not wait for it */
+    return NULL;
+}
+
+int cb_baseline_socket_streams(const char *subcmd, unsigned streams, double seconds, uint64_t total,
+                               cb_measure *out, char *err, size_t err_len)
+{
+    if (streams < 1 || streams > 8) {
+        snprintf(err, err_len, "socket baseline: %u streams (1..8)", streams);
+        return -1;
+    }
+    socket_stream st[8];
+    pthread_t tid[8];
+    stream_start start = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, false};
+    unsigned started = 0;
+    for (; started < streams; started++) {
+        st[started] = (socket_stream){subcmd, seconds, total / streams, &start, 0, -1, ""};
+        if (pthread_create(&tid[started], NULL, socket_stream_main, &st[started]) != 0)
+            break;
+    }
+    pthread_mutex_lock(&start.mu);
+    while (start.ready < started)
+        pthread_cond_wait(&start.cv, &start.mu);
+    start.go = true;
+    pthread_cond_broadcast(&start.cv);
+    pthread_mutex_unlock(&start.mu);
+    uint64_t begin = cb_now_ns();
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
+    uint64_t end = cb_now_ns();
+    int rc = 0;
+    if (started < streams) {
+        snprintf(err, err_len, "socket baseline: cannot start stream %u", started);
+        rc = -1;
+    }
+    uint64_t bytes = 0;
+    for (unsigned i = 0; i < started; i++) {
+        if (st[i].rc != 0 && rc == 0) {
+            snprintf(err, err_len, "%s", st[i].err);
+            rc = -1;
+        }
+        bytes += st[i].sent;
+    }
+    if (rc == 0) {
+        out->bytes = bytes;
+        out->seconds = (double)(end - begin) / 1e9;
+        out->gbps = (double)bytes / (double)(end - begin);
+    }
     return rc;
+}
+
+int cb_baseline_socket(const char *subcmd, double seconds, uint64_t total, cb_measure *out,
+                       char *err, size_t err_len)
+{
+    return cb_baseline_socket_streams(subcmd, 1, seconds, total, out, err, err_len);
 }
 
 int cb_baseline_memcpy(double seconds, uint64_t total, cb_measure *out, char *err, size_t err_len)

@@ -158,6 +158,11 @@ typedef struct cb_measure {
  */
 int cb_baseline_socket(const char *subcmd, double seconds, uint64_t total, cb_measure *out,
                        char *err, size_t err_len);
+/* The same with `streams` (1..8) connections to as many sinks at once, one thread each and
+ * one clock for all (total, if non-zero, split between them): what a transport with several
+ * connections per peer could reach on this machine. */
+int cb_baseline_socket_streams(const char *subcmd, unsigned streams, double seconds, uint64_t total,
+                               cb_measure *out, char *err, size_t err_len);
 /* Single-threaded memcpy of 1 MiB blocks cycling over a 64 MiB area. */
 int cb_baseline_memcpy(double seconds, uint64_t total, cb_measure *out, char *err, size_t err_len);
 /* A small-request round trip over one loopback TCP connection. */

@@ -119,8 +119,8 @@ typedef struct eb_ctx {
      * memory the peer maps and memcpys), crescent's are the caller's. */
     cb_ucx_result heap_get, heap_put, heap_get_4k_o1;
     bool have_ucx_heap;
-    cb_measure sock, mem;
-    cb_pingpong pp; /* 4 KiB plain-socket ping-pong (--baseline) */
+    cb_measure sock, sock2, mem; /* sock2: two streams at once */
+    cb_pingpong pp;              /* 4 KiB plain-socket ping-pong (--baseline) */
     bool printed_header;
     /* --protocol a,b: every case's result per protocol, compared at the end. */
     size_t proto_index;
@@ -983,6 +983,9 @@ static void print_baselines(eb_ctx *ctx)
         printf("{\"type\":\"baseline\",\"name\":\"tcp_socket\",\"block\":%" PRIu64
                ",\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.4f}\n",
                CB_BASELINE_BLOCK, ctx->sock.bytes, ctx->sock.seconds, ctx->sock.gbps);
+        printf("{\"type\":\"baseline\",\"name\":\"tcp_socket_2_streams\",\"block\":%" PRIu64
+               ",\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.4f}\n",
+               CB_BASELINE_BLOCK, ctx->sock2.bytes, ctx->sock2.seconds, ctx->sock2.gbps);
         printf("{\"type\":\"baseline\",\"name\":\"memcpy\",\"block\":%" PRIu64 ",\"bytes\":%" PRIu64
                ",\"seconds\":%.6f,\"gbps\":%.4f}\n",
                CB_BASELINE_BLOCK, ctx->mem.bytes, ctx->mem.seconds, ctx->mem.gbps);
@@ -995,6 +998,10 @@ static void print_baselines(eb_ctx *ctx)
         printf("baseline tcp socket (1 stream, 1 MiB send/recv, loopback, 2 processes): "
                "%8.3f GB/s  (%s in %.2f s)\n",
                ctx->sock.gbps, cb_format_bytes(ctx->sock.bytes, b1, sizeof(b1)), ctx->sock.seconds);
+        printf("baseline tcp socket (2 streams at once, each its own 64 MiB area):          "
+               "%8.3f GB/s  (%s in %.2f s)\n",
+               ctx->sock2.gbps, cb_format_bytes(ctx->sock2.bytes, b1, sizeof(b1)),
+               ctx->sock2.seconds);
         printf("baseline memcpy     (1 thread, 1 MiB blocks over 64 MiB):               "
                "%8.3f GB/s  (%s in %.2f s)\n",
                ctx->mem.gbps, cb_format_bytes(ctx->mem.bytes, b2, sizeof(b2)), ctx->mem.seconds);
@@ -1243,6 +1250,8 @@ static int run_baselines(eb_ctx *ctx)
     char err[256];
     double secs = o->total != 0 && !o->duration_set ? 86400.0 : o->duration;
     if (cb_baseline_socket(o->subcmd, secs, o->total, &ctx->sock, err, sizeof(err)) < 0 ||
+        cb_baseline_socket_streams(o->subcmd, 2, secs, o->total, &ctx->sock2, err, sizeof(err)) <
+            0 ||
         cb_baseline_memcpy(secs, o->total, &ctx->mem, err, sizeof(err)) < 0 ||
         cb_baseline_pingpong(o->subcmd, 4096, o->duration > 0 ? o->duration : 1, &ctx->pp, err,
                              sizeof(err)) < 0) {

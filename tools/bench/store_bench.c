@@ -651,7 +651,7 @@ typedef struct sb_run {
     double target_r[2][2][MAX_ROUNDS];
     unsigned round;
     size_t ti;
-    cb_measure sock, mem;
+    cb_measure sock, sock2, mem; /* sock2: two streams at once */
     cb_pingpong pp;
     bool have_physical;
 } sb_run;
@@ -1612,6 +1612,8 @@ static int orchestrator_main(const sb_opts *o)
     if (o->physical) { /* first, while nothing else of ours competes for the cores */
         char err[256];
         if (cb_baseline_socket(o->subcmd, o->duration, 0, &r->sock, err, sizeof(err)) < 0 ||
+            cb_baseline_socket_streams(o->subcmd, 2, o->duration, 0, &r->sock2, err, sizeof(err)) <
+                0 ||
             cb_baseline_memcpy(o->duration, 0, &r->mem, err, sizeof(err)) < 0 ||
             cb_baseline_pingpong(o->subcmd, 4096, o->duration, &r->pp, err, sizeof(err)) < 0) {
             fprintf(stderr, CB_PROG " store: %s\n", err);
@@ -1620,10 +1622,10 @@ static int orchestrator_main(const sb_opts *o)
         }
         r->have_physical = true;
         if (!o->json)
-            printf("baseline tcp socket (1 stream, 1 MiB send/recv, loopback): %.3f GB/s; memcpy "
-                   "(1 thread, 1 MiB blocks): %.3f GB/s; tcp ping-pong (32 B request, 4 KiB "
-                   "reply): p50 %.1f us, p99 %.1f us\n",
-                   r->sock.gbps, r->mem.gbps, r->pp.p50_us, r->pp.p99_us);
+            printf("baseline tcp socket (1 MiB send/recv, loopback): 1 stream %.3f GB/s, 2 "
+                   "streams %.3f GB/s; memcpy (1 thread, 1 MiB blocks): %.3f GB/s; tcp ping-pong "
+                   "(32 B request, 4 KiB reply): p50 %.1f us, p99 %.1f us\n",
+                   r->sock.gbps, r->sock2.gbps, r->mem.gbps, r->pp.p50_us, r->pp.p99_us);
     }
     if (o->master_addr != NULL) {
         snprintf(r->master.addr, sizeof(r->master.addr), "%s", o->master_addr);

@@ -1,0 +1,358 @@
+#!/usr/bin/python3
+"""Issue 12's table, crescent and upstream Mooncake side by side in one run.
+
+    PYTHONPATH=build/python /usr/bin/python3 python/bench/bench_vs_mooncake.py \
+        --mooncake-build /path/to/mooncake/build [--rounds 2] [--duration 2] \
+        [--value-size 1M] [--batch 16] [--segment 4G] [--skip-engine] [--skip-store]
+
+Needs a build tree of upstream Mooncake (its transfer_engine_bench, mooncake_master and
+the pybind `store` module: docs/PERFORMANCE.md, "Against upstream Mooncake built here", says
+how one was built on this machine). Nothing of Mooncake's is installed: its `store` module
+is imported as `mooncake.store` from a temporary package made of links into the build tree,
+so the same client code below runs against either implementation, each in its own process.
+
+Store rows (the issue's Python benchmark; protocol tcp, everything on 127.0.0.1): per
+implementation and round, its master, a holder process that mounts --segment bytes, and a
+client process without a segment that times, for --duration seconds each:
+  get             copying get of one value (cycling over 64 values put before, untimed)
+  put             copying put of one fresh key per call
+  batch_get_into  --batch keys per call into a registered buffer
+  batch_put_from  --batch fresh keys per call from a registered buffer
+Every value read is checked (length and a sampled byte pattern, outside the timed call's
+own work is only the check of the returned sizes). Keys put are removed between cases.
+
+Engine rows: crescent-bench engine and Mooncake's transfer_engine_bench (one initiator
+thread each, tcp): 4 KiB reads one at a time (crescent's synchronous transfer, which is what
+Python's transfer_sync_read does; Mooncake's bench submits and polls, which is what its
+transfer_sync_read does) and 1 MiB reads and writes in batches of 16. Requests per second are
+compared (Mooncake's bench reports no percentiles).
+
+Implementations alternate within each round (crescent, then Mooncake); the report gives
+every round's figures, the medians and crescent / Mooncake.
+"""
+
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+
+HOLDER = r"""
+import sys
+from mooncake.store import MooncakeDistributedStore
+s = MooncakeDistributedStore()
+rc = s.setup("127.0.0.1", "P2PHANDSHAKE", int(sys.argv[2]), 16 << 20, "tcp", "", sys.argv[1])
+print("ready" if rc == 0 else "setup failed: %d" % rc, flush=True)
+sys.stdin.readline()
+s.close()
+"""
+
+CLIENT = r"""
+import json, sys, time
+import numpy as np
+from mooncake.store import MooncakeDistributedStore
+
+master, size, batch, duration = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+s = MooncakeDistributedStore()
+rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 0, max(64 << 20, 4 * size * batch), "tcp", "", master)
+if rc != 0:
+    sys.exit("client setup failed: %d" % rc)
+N_READ = 64
+pattern = [np.full(size, (i * 37 + 11) % 251, dtype=np.uint8) for i in range(N_READ)]
+buf = np.zeros(size * batch, dtype=np.uint8)
+assert s.register_buffer(buf.ctypes.data, buf.nbytes) == 0
+ptrs = [buf.ctypes.data + j * size for j in range(batch)]
+sizes = [size] * batch
+out = {}
+
+def timed(fn):
+    n, start = 0, time.perf_counter()
+    while True:
+        fn(n)
+        n += 1
+        now = time.perf_counter()
+        if now - start >= duration:
+            return n / (now - start)
+
+for i in range(N_READ):  # the values the reads read (untimed)
+    assert s.put("r%d" % i, pattern[i].tobytes()) == 0
+
+def get(n):
+    i = n % N_READ
+    v = s.get("r%d" % i)
+    if len(v) != size or v[size // 2] != pattern[i][0]:
+        raise SystemExit("get r%d: %d bytes, wrong value" % (i, len(v)))
+out["get"] = timed(get) * size
+
+value = pattern[0].tobytes()
+def put(n):
+    rc = s.put("p%d" % n, value)
+    if rc != 0:
+        raise SystemExit("put p%d: %d" % (n, rc))
+out["put"] = timed(put) * size
+s.remove_all()
+for i in range(N_READ):
+    assert s.put("r%d" % i, pattern[i].tobytes()) == 0
+
+def bgi(n):
+    keys = ["r%d" % ((n * batch + j) % N_READ) for j in range(batch)]
+    got = s.batch_get_into(keys, ptrs, sizes)
+    if list(got) != sizes:
+        raise SystemExit("batch_get_into: %s" % list(got))
+out["batch_get_into"] = timed(bgi) * size * batch
+bgi(0)  # once more, untimed, to check the bytes of every slot
+for j in range(batch):
+    if buf[j * size + size // 2] != pattern[j % N_READ][0]:
+        raise SystemExit("batch_get_into: wrong bytes in slot %d" % j)
+
+def bpf(n):
+    keys = ["b%d_%d" % (n, j) for j in range(batch)]
+    res = s.batch_put_from(keys, ptrs, sizes)
+    if any(r != 0 for r in res):
+        raise SystemExit("batch_put_from: %s" % list(res))
+out["batch_put_from"] = timed(bpf) * size * batch
+s.remove_all()
+s.close()
+print(json.dumps(out), flush=True)
+"""
+
+STORE_ROWS = ["get", "put", "batch_get_into", "batch_put_from"]
+
+
+def parse_size(text):
+    m = re.fullmatch(r"(\d+)([KMG]?)", text.strip().upper())
+    if m is None:
+        raise argparse.ArgumentTypeError("not a size: %r" % text)
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_port(port, proc, what, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("%s exited with %d before listening" % (what, proc.returncode))
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("%s did not listen on port %d within %.0f s" % (what, port, timeout))
+
+
+def stop(proc):
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class Impl:
+    def __init__(self, name, master, env, engine_cmd):
+        self.name, self.master, self.env, self.engine_cmd = name, master, env, engine_cmd
+
+
+def crescent_impl(build):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(build, "python")
+    master = os.path.join(build, "tools", "master", "crescent-master")
+    return Impl("crescent", master, env, os.path.join(build, "tools", "bench", "crescent-bench"))
+
+
+def mooncake_impl(mc_build, pkg_dir):
+    integ = os.path.join(mc_build, "mooncake-integration")
+    pkg = os.path.join(pkg_dir, "mooncake")
+    os.makedirs(pkg, exist_ok=True)
+    open(os.path.join(pkg, "__init__.py"), "w").close()
+    for f in os.listdir(integ):
+        if f.endswith(".so") and (f.startswith("store.") or f.startswith("engine.")):
+            os.symlink(os.path.join(integ, f), os.path.join(pkg, f))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = pkg_dir
+    env["LD_LIBRARY_PATH"] = os.path.join(mc_build, "mooncake-common") + (
+        ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    master = os.path.join(mc_build, "mooncake-store", "src", "mooncake_master")
+    bench = os.path.join(mc_build, "mooncake-transfer-engine", "example", "transfer_engine_bench")
+    return Impl("mooncake", master, env, bench)
+
+
+def store_round(impl, a):
+    port, mport = free_port(), free_port()
+    master = holder = None
+    try:
+        master = subprocess.Popen(
+            [impl.master, "--rpc_port=%d" % port, "--rpc_address=127.0.0.1",
+             "--metrics_port=%d" % mport, "--enable_metric_reporting=false"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=impl.env)
+        wait_port(port, master, impl.name + " master")
+        addr = "127.0.0.1:%d" % port
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, addr, str(a.segment)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True, env=impl.env)
+        line = holder.stdout.readline().strip()
+        if line != "ready":
+            raise RuntimeError("%s holder: %s" % (impl.name, line or "no answer"))
+        res = subprocess.run([sys.executable, "-c", CLIENT, addr, str(a.value_size),
+                              str(a.batch), str(a.duration)],
+                             capture_output=True, text=True, env=impl.env, timeout=600)
+        if res.returncode != 0:
+            raise RuntimeError("%s client: %s" % (impl.name, res.stderr.strip()[-2000:]))
+        return json.loads(res.stdout.strip().splitlines()[-1])
+    finally:
+        if holder is not None and holder.poll() is None:
+            try:
+                holder.stdin.write("\n")
+                holder.stdin.flush()
+                holder.wait(timeout=20)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        stop(holder)
+        stop(master)
+
+
+ENGINE_CASES = [("read", 4096, 1), ("read", 1 << 20, 16), ("write", 1 << 20, 16)]
+
+
+def crescent_engine(impl, op, block, batch, duration):
+    cmd = [impl.engine_cmd, "engine", "--op", op, "--block-sizes", str(block), "--batch",
+           str(batch), "--duration", str(duration), "--json", "--quiet"]
+    if batch == 1:
+        cmd.append("--sync")
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    for line in res.stdout.splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            if row.get("type") == "engine" and row.get("op") == op:
+                return row["requests_per_s"]
+    raise RuntimeError("crescent-bench engine: no result (%s)" % res.stderr.strip()[-500:])
+
+
+def mooncake_engine(impl, op, block, batch, duration):
+    common = ["--metadata_server=P2PHANDSHAKE", "--local_server_name=127.0.0.1",
+              "--protocol=tcp", "--buffer_size=%d" % (256 << 20), "--logtostderr"]
+    target = subprocess.Popen([impl.engine_cmd, "--mode=target"] + common,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              env=impl.env)
+    try:
+        port = None
+        deadline = time.monotonic() + 60
+        while port is None and time.monotonic() < deadline:
+            line = target.stderr.readline()
+            if not line:
+                raise RuntimeError("Mooncake bench target exited")
+            m = re.search(r"P2P handshake, listening on 127\.0\.0\.1:(\d+)", line)
+            if m:
+                port = int(m.group(1))
+        if port is None:
+            raise RuntimeError("Mooncake bench target did not say its port")
+        time.sleep(0.5)  # its segment is registered after the handshake port opens
+        res = subprocess.run(
+            [impl.engine_cmd, "--mode=initiator", "--segment_id=127.0.0.1:%d" % port,
+             "--threads=1", "--duration=%d" % max(1, round(duration)), "--report_unit=MB",
+             "--operation=" + op, "--block_size=%d" % block, "--batch_size=%d" % batch]
+            + common, capture_output=True, text=True, env=impl.env, timeout=300)
+        m = re.search(r"duration ([\d.]+), batch count (\d+)", res.stderr)
+        if m is None:
+            raise RuntimeError("Mooncake bench: no result (%s)" % res.stderr.strip()[-800:])
+        return int(m.group(2)) * batch / float(m.group(1))
+    finally:
+        stop(target)
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mooncake-build", required=True,
+                    help="upstream Mooncake's cmake build directory")
+    ap.add_argument("--crescent-build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--duration", type=float, default=2.0)
+    ap.add_argument("--value-size", type=parse_size, default=1 << 20)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--segment", type=parse_size, default=4 << 30)
+    ap.add_argument("--skip-engine", action="store_true")
+    ap.add_argument("--skip-store", action="store_true")
+    a = ap.parse_args()
+    if a.rounds < 1 or a.duration <= 0 or a.batch < 1 or a.value_size < 1:
+        ap.error("--rounds, --duration, --batch and --value-size must be positive")
+    with tempfile.TemporaryDirectory(prefix="crescent-vs-mooncake-") as pkg_dir:
+        impls = [crescent_impl(a.crescent_build), mooncake_impl(a.mooncake_build, pkg_dir)]
+        for impl in impls:
+            for path in (impl.master, impl.engine_cmd):
+                if not os.access(path, os.X_OK):
+                    sys.exit("%s: %s is not an executable" % (impl.name, path))
+        store = {i.name: {r: [] for r in STORE_ROWS} for i in impls}
+        engine = {i.name: {c: [] for c in ENGINE_CASES} for i in impls}
+        for rnd in range(a.rounds):
+            for impl in impls:
+                if not a.skip_store:
+                    got = store_round(impl, a)
+                    for r in STORE_ROWS:
+                        store[impl.name][r].append(got[r] / 1e6)
+                    print("round %d %-8s store MB/s: %s" % (
+                        rnd + 1, impl.name,
+                        ", ".join("%s %.0f" % (r, got[r] / 1e6) for r in STORE_ROWS)),
+                        flush=True)
+                if not a.skip_engine:
+                    run = crescent_engine if impl.name == "crescent" else mooncake_engine
+                    for c in ENGINE_CASES:
+                        engine[impl.name][c].append(run(impl, *c, a.duration))
+                    print("round %d %-8s engine requests/s: %s" % (
+                        rnd + 1, impl.name, ", ".join(
+                            "%s %s x%d %.0f" % (c[0], fmt_size(c[1]), c[2],
+                                                engine[impl.name][c][-1])
+                            for c in ENGINE_CASES)), flush=True)
+        print()
+        print("%-34s %12s %12s %8s   per round (crescent / mooncake)" % (
+            "call (tcp, medians)", "crescent", "mooncake", "ratio"))
+        if not a.skip_store:
+            for r in STORE_ROWS:
+                c, m = store["crescent"][r], store["mooncake"][r]
+                label = "%s %s%s MB/s" % (r, fmt_size(a.value_size),
+                                         " x%d" % a.batch if r.startswith("batch") else "")
+                print("%-34s %12.0f %12.0f %8.2f   %s" % (
+                    label, median(c), median(m), median(c) / median(m),
+                    " ".join("%.2f" % (x / y) for x, y in zip(c, m))))
+        if not a.skip_engine:
+            for case in ENGINE_CASES:
+                c, m = engine["crescent"][case], engine["mooncake"][case]
+                label = "engine %s %s x%d req/s" % (case[0], fmt_size(case[1]), case[2])
+                print("%-34s %12.0f %12.0f %8.2f   %s" % (
+                    label, median(c), median(m), median(c) / median(m),
+                    " ".join("%.2f" % (x / y) for x, y in zip(c, m))))
+            c = median(engine["crescent"][ENGINE_CASES[0]])
+            m = median(engine["mooncake"][ENGINE_CASES[0]])
+            print("4 KiB read, mean latency: crescent %.1f us, mooncake %.1f us" % (1e6 / c,
+                                                                                   1e6 / m))
+    return 0
+
+
+def fmt_size(n):
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return "%d%s" % (n >> shift, unit)
+    return str(n)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
