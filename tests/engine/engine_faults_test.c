@@ -56,14 +56,28 @@ static bool peer_death_is_deadline_bound(void)
            strstr(tls, "dc") == NULL && strstr(tls, "ib") == NULL && strcmp(tls, "all") != 0;
 }
 
+/* Start p on a free port below the ephemeral range (32768 and up here): the test restarts the
+ * peer on its port, and a port the kernel picked could meanwhile be the local port of one of
+ * the initiator's outgoing connections (a redial, or a connection to another peer), which a
+ * new listener cannot share. */
+static void start_on_fixed_port(test_peer *p, char *port, size_t port_len)
+{
+    unsigned seed = (unsigned)getpid() ^ (unsigned)now_ms();
+    for (int tries = 0; tries < 40; tries++) {
+        snprintf(port, port_len, "%d", 20000 + (int)(rand_r(&seed) % 12000));
+        const char *args[] = {"--port", port, NULL};
+        if (peer_start(p, args) == 0)
+            return;
+    }
+    fail_msg("no free port in 20000..31999 for the peer: %s", p->line);
+}
+
 static void kill_mid_batch_then_restart(void **state)
 {
     (void)state;
     test_peer peer;
-    assert_int_equal(peer_start(&peer, NULL), 0);
-    const char *colon = strrchr(peer.name, ':');
     char port[16];
-    snprintf(port, sizeof(port), "%s", colon + 1);
+    start_on_fixed_port(&peer, port, sizeof(port));
     uint64_t remote = peer_reg(&peer, "cpu:0", 64 << 20, 0);
     assert_true(remote != 0);
 
