@@ -225,6 +225,8 @@ static void test_kills(void **state)
         sh_sleep_ms(50);
     pid_t mp = m.cm.p.pid;
     long long base_fds = fds_of(dp), base_master_fds = fds_of(mp);
+    static char base_master_list[2048], master_list[2048];
+    th_fd_list(mp, base_master_list, sizeof(base_master_list));
     long long base_map = th_shared_mapped(dp);
     assert_true(base_fds > 0 && base_map > 0 && base_master_fds > 0);
 
@@ -270,9 +272,12 @@ static void test_kills(void **state)
                  KILLS, fds, base_fds, map, base_map);
     /* ... and the master none of their connections. */
     long long master_fds = settle(fds_of, mp, base_master_fds);
-    if (master_fds > base_master_fds)
-        fail_msg("after %d kills the master has %lld descriptors (%lld before)", KILLS, master_fds,
-                 base_master_fds);
+    if (master_fds > base_master_fds) {
+        th_fd_list(mp, master_list, sizeof(master_list));
+        fail_msg(
+            "after %d kills the master has %lld descriptors (%lld before)\nbefore: %s\nnow: %s",
+            KILLS, master_fds, base_master_fds, base_master_list, master_list);
+    }
     /* The revoked space comes back after the writers' bound. */
     double left = -1;
     for (int i = 0; i < 200; i++) {

@@ -97,6 +97,31 @@ int th_fd_count(pid_t pid)
     return n - 1; /* the directory's own descriptor */
 }
 
+void th_fd_list(pid_t pid, char *out, size_t len)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    size_t used = 0;
+    out[0] = '\0';
+    DIR *dir = opendir(path);
+    if (dir == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL && used + 1 < len) {
+        if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(dir))
+            continue;
+        char link[352], target[128];
+        snprintf(link, sizeof(link), "%s/%s", path, e->d_name);
+        ssize_t n = readlink(link, target, sizeof(target) - 1);
+        target[n > 0 ? n : 0] = '\0';
+        int w = snprintf(out + used, len - used, "%s%s=%s", used ? " " : "", e->d_name, target);
+        if (w < 0)
+            break;
+        used += (size_t)w < len - used ? (size_t)w : len - used - 1;
+    }
+    closedir(dir);
+}
+
 long long th_shared_mapped(pid_t pid)
 {
     char path[64];

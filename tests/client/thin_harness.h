@@ -41,6 +41,8 @@ int th_client_start(sh_client *c, const th_daemon *d, const char *const *extra);
 
 /* Open descriptors of pid, or -1. */
 int th_fd_count(pid_t pid);
+/* pid's descriptors as "fd=target" words (sockets as "socket:[inode]"), truncated to len. */
+void th_fd_list(pid_t pid, char *out, size_t len);
 /* Bytes of pid's shared file mappings ("s" in /proc/pid/maps), or -1. */
 long long th_shared_mapped(pid_t pid);
 /* A metric of the daemon's /metrics ("name value"), or -1. */
