@@ -33,7 +33,8 @@ $SUDO apt-get install -y --no-install-recommends build-essential cmake git pkg-c
 
 mkdir -p "$OUT/src" "$OUT/prefix" "$OUT/build"
 if is_bare "$MC"; then
-    # Large files some mirrors lack (traces, images) are not needed to build.
+    # Large files some mirrors lack (traces, images) are not needed to build (git may still
+    # name a missing one it skips).
     git --git-dir="$MC" archive HEAD -- . ':(exclude)FAST25-release' \
         ':(exclude)docs/source/image/vllm-integration-demo.gif' \
         ':(exclude)image/vllm-integration-demo.gif' | tar -x -C "$OUT/src"
@@ -70,12 +71,12 @@ old = re.compile(r'py::capsule\(raw_ptr, "mooncake\.PyClient\.shared_ptr", \[\]\
 new = ('py::capsule(raw_ptr, "mooncake.PyClient.shared_ptr", [](PyObject *o) {\n'
        '                delete static_cast<std::shared_ptr<PyClient> *>(\n'
        '                    PyCapsule_GetPointer(o, "mooncake.PyClient.shared_ptr"));')
-import subprocess
-ver = subprocess.run(["/usr/bin/python3", "-c", "import pybind11; print(pybind11.__version__)"],
-                     capture_output=True, text=True).stdout.strip()
-if ver and tuple(int(x) for x in ver.split(".")[:2]) < (2, 11) and old.search(text):
+common = open("/usr/include/pybind11/detail/common.h").read()
+ver = tuple(int(re.search(r"#define PYBIND11_VERSION_%s (\d+)" % part, common).group(1))
+            for part in ("MAJOR", "MINOR"))
+if ver < (2, 11) and old.search(text):
     open(path, "w").write(old.sub(new, text, count=1))
-    print("store_py.cpp: capsule constructor rewritten for pybind11 %s" % ver)
+    print("store_py.cpp: capsule constructor rewritten for pybind11 %d.%d" % ver)
 EOF
 
 cmake -S "$OUT/src" -B "$OUT/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$OUT/prefix" \
