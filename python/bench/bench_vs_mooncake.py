@@ -3,7 +3,8 @@
 
     PYTHONPATH=build/python /usr/bin/python3 python/bench/bench_vs_mooncake.py \
         --mooncake-build /path/to/mooncake/build [--rounds 2] [--duration 2] \
-        [--value-size 1M] [--batch 16] [--segment 4G] [--skip-engine] [--skip-store]
+        [--value-size 1M] [--batch 16] [--segment 4G] [--skip-engine] [--skip-store] \
+        [--crescent-busy-poll-us N]
 
 Needs a build tree of upstream Mooncake (its transfer_engine_bench, mooncake_master and
 the pybind `store` module: docs/PERFORMANCE.md, "Against upstream Mooncake built here", says
@@ -26,6 +27,10 @@ thread each, tcp): 4 KiB reads one at a time (crescent's synchronous transfer, w
 Python's transfer_sync_read does; Mooncake's bench submits and polls, which is what its
 transfer_sync_read does) and 1 MiB reads and writes in batches of 16. Requests per second are
 compared (Mooncake's bench reports no percentiles).
+
+--crescent-busy-poll-us N turns on crescent's opt-in bounded busy-poll for its side only
+(CRESCENT_BUSY_POLL_US=N in its clients, holder and engine bench, --rpc_busy_poll_us=N on its
+master; docs/latency.md); Mooncake runs as it is (its bench's initiator polls for completions).
 
 Implementations alternate within each round (crescent, then Mooncake); the report gives
 every round's figures, the medians and crescent / Mooncake.
@@ -165,15 +170,21 @@ def stop(proc):
 
 
 class Impl:
-    def __init__(self, name, master, env, engine_cmd):
+    def __init__(self, name, master, env, engine_cmd, master_args=()):
         self.name, self.master, self.env, self.engine_cmd = name, master, env, engine_cmd
+        self.master_args = list(master_args)
 
 
-def crescent_impl(build):
+def crescent_impl(build, busy_poll_us):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(build, "python")
+    args = []
+    if busy_poll_us > 0:
+        env["CRESCENT_BUSY_POLL_US"] = str(busy_poll_us)
+        args.append("--rpc_busy_poll_us=%d" % busy_poll_us)
     master = os.path.join(build, "tools", "master", "crescent-master")
-    return Impl("crescent", master, env, os.path.join(build, "tools", "bench", "crescent-bench"))
+    return Impl("crescent", master, env, os.path.join(build, "tools", "bench", "crescent-bench"),
+                args)
 
 
 def mooncake_impl(mc_build, pkg_dir):
@@ -199,7 +210,7 @@ def store_round(impl, a):
     try:
         master = subprocess.Popen(
             [impl.master, "--rpc_port=%d" % port, "--rpc_address=127.0.0.1",
-             "--metrics_port=%d" % mport, "--enable_metric_reporting=false"],
+             "--metrics_port=%d" % mport, "--enable_metric_reporting=false"] + impl.master_args,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=impl.env)
         wait_port(port, master, impl.name + " master")
         addr = "127.0.0.1:%d" % port
@@ -235,7 +246,7 @@ def crescent_engine(impl, op, block, batch, duration):
            str(batch), "--duration", str(duration), "--json", "--quiet"]
     if batch == 1:
         cmd.append("--sync")
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=impl.env)
     for line in res.stdout.splitlines():
         if line.startswith("{"):
             row = json.loads(line)
@@ -292,11 +303,16 @@ def main():
     ap.add_argument("--segment", type=parse_size, default=4 << 30)
     ap.add_argument("--skip-engine", action="store_true")
     ap.add_argument("--skip-store", action="store_true")
+    ap.add_argument("--crescent-busy-poll-us", type=int, default=0,
+                    help="crescent's opt-in busy-poll, microseconds (0: off, the default)")
     a = ap.parse_args()
     if a.rounds < 1 or a.duration <= 0 or a.batch < 1 or a.value_size < 1:
         ap.error("--rounds, --duration, --batch and --value-size must be positive")
+    if not 0 <= a.crescent_busy_poll_us <= 10000:
+        ap.error("--crescent-busy-poll-us must lie in 0..10000")
     with tempfile.TemporaryDirectory(prefix="crescent-vs-mooncake-") as pkg_dir:
-        impls = [crescent_impl(a.crescent_build), mooncake_impl(a.mooncake_build, pkg_dir)]
+        impls = [crescent_impl(a.crescent_build, a.crescent_busy_poll_us),
+                 mooncake_impl(a.mooncake_build, pkg_dir)]
         for impl in impls:
             for path in (impl.master, impl.engine_cmd):
                 if not os.access(path, os.X_OK):

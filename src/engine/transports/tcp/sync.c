@@ -23,6 +23,10 @@
  * pace. A READ's payload is received straight into the caller's memory; on
  * a failed READ that memory's content is unspecified, as through the lanes.
  *
+ * Busy-poll (CRESCENT_BUSY_POLL_US, off by default): before a caller blocks for its reply it
+ * tries recv without waiting for up to that long, as cr_batch_wait spins before it sleeps,
+ * so a reply that comes within it costs the caller no wake-up.
+ *
  * Peer restarts: a connection answers for one instance. A task validated
  * against another instance's descriptor fails with CR_ERR_CONNECTION (the
  * descriptor is marked stale, and the next submit fetches it again), as
@@ -154,9 +158,13 @@ static int send_all(cr_engine *e, tcp_sync_conn *c, const cre_peer *peer, struct
 static int recv_until(cr_engine *e, tcp_sync_conn *c, const cre_peer *peer, struct iovec **iov,
                       int *n, size_t *got, size_t want, uint64_t deadline, bool *peer_closed)
 {
+    uint64_t spin_until = e->busy_poll_ns > 0 ? crb_now_ns() + e->busy_poll_ns : 0;
     while (*got < want) {
         struct msghdr mh = {.msg_iov = *iov, .msg_iovlen = (size_t)*n};
-        ssize_t k = recvmsg(c->fd, &mh, 0);
+        bool spin = spin_until != 0 && crb_now_ns() < spin_until;
+        ssize_t k = recvmsg(c->fd, &mh, spin ? MSG_DONTWAIT : 0);
+        if (k < 0 && spin && (errno == EAGAIN || errno == EWOULDBLOCK))
+            continue; /* nothing yet: spin on until the bound, then block */
         if (k == 0) {
             *peer_closed = *got == 0;
             return crb_error(CR_ERR_CONNECTION, "%s closed the connection before its reply",
