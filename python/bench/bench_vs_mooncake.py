@@ -3,7 +3,8 @@
 
     PYTHONPATH=build/python /usr/bin/python3 python/bench/bench_vs_mooncake.py \
         --mooncake-build /path/to/mooncake/build [--rounds 2] [--duration 2] \
-        [--value-size 1M] [--batch 16] [--segment 4G] [--skip-engine] [--skip-store] \
+        [--value-sizes 4K,64K,1M,16M] [--threads 1,8] [--batch 16] [--segment 4G] \
+        [--skip-engine] [--skip-store] \
         [--crescent-busy-poll-us N]
 
 Needs a build tree of upstream Mooncake (its transfer_engine_bench, mooncake_master and
@@ -14,7 +15,9 @@ so the same client code below runs against either implementation, each in its ow
 
 Store rows (the issue's Python benchmark; protocol tcp, everything on 127.0.0.1): per
 implementation and round, its master, a holder process that mounts --segment bytes, and a
-client process without a segment that times, for --duration seconds each:
+client process without a segment that times, for --duration seconds each, per value size and
+thread count (each thread its own registered buffer and keys; puts stop early once the
+threads together wrote an eighth of the segment, so no case runs into eviction):
   get             copying get of one value (cycling over 64 values put before, untimed)
   put             copying put of one fresh key per call
   batch_get_into  --batch keys per call into a registered buffer
@@ -61,69 +64,96 @@ s.close()
 """
 
 CLIENT = r"""
-import json, sys, time
+import json, sys, threading, time
 import numpy as np
 from mooncake.store import MooncakeDistributedStore
 
-master, size, batch, duration = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+master, size, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+duration, threads, put_cap = float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+tag = "%d_%d_" % (size, threads)  # keys of one run only: another's may still be leased
 s = MooncakeDistributedStore()
-rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 0, max(64 << 20, 4 * size * batch), "tcp", "", master)
+rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 0, max(64 << 20, 2 * size * batch), "tcp", "", master)
 if rc != 0:
     sys.exit("client setup failed: %d" % rc)
 N_READ = 64
 pattern = [np.full(size, (i * 37 + 11) % 251, dtype=np.uint8) for i in range(N_READ)]
-buf = np.zeros(size * batch, dtype=np.uint8)
-assert s.register_buffer(buf.ctypes.data, buf.nbytes) == 0
-ptrs = [buf.ctypes.data + j * size for j in range(batch)]
-sizes = [size] * batch
-out = {}
+bufs = [np.zeros(size * batch, dtype=np.uint8) for _ in range(threads)]
+for b in bufs:
+    assert s.register_buffer(b.ctypes.data, b.nbytes) == 0
+out, errors = {}, []
 
-def timed(fn):
-    n, start = 0, time.perf_counter()
-    while True:
-        fn(n)
-        n += 1
-        now = time.perf_counter()
-        if now - start >= duration:
-            return n / (now - start)
+def timed(fn, bytes_per_call, cap=0):
+    # fn(t, n) on every thread at once until the deadline (or, with cap, until the threads
+    # together moved cap bytes); the bytes per second of all of them together.
+    counts = [0] * threads
+    go = threading.Barrier(threads + 1)
+    def run(t):
+        go.wait()
+        try:
+            n = 0
+            while time.perf_counter() < deadline:
+                if cap and sum(counts) * bytes_per_call >= cap:
+                    break
+                fn(t, n)
+                n += 1
+                counts[t] = n
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(repr(e))
+    ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+    for th in ts:
+        th.start()
+    start = time.perf_counter()
+    deadline = start + duration
+    go.wait()
+    for th in ts:
+        th.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise SystemExit("; ".join(errors[:3]))
+    return sum(counts) * bytes_per_call / elapsed
 
-for i in range(N_READ):  # the values the reads read (untimed)
-    assert s.put("r%d" % i, pattern[i].tobytes()) == 0
+def fill_reads():  # the values the reads read (untimed)
+    for i in range(N_READ):
+        assert s.put(tag + "r%d" % i, pattern[i].tobytes()) == 0
 
-def get(n):
-    i = n % N_READ
-    v = s.get("r%d" % i)
+def get(t, n):
+    i = (n * threads + t) % N_READ
+    v = s.get(tag + "r%d" % i)
     if len(v) != size or v[size // 2] != pattern[i][0]:
-        raise SystemExit("get r%d: %d bytes, wrong value" % (i, len(v)))
-out["get"] = timed(get) * size
+        raise RuntimeError("get %sr%d: %d bytes, wrong value" % (tag, i, len(v)))
 
 value = pattern[0].tobytes()
-def put(n):
-    rc = s.put("p%d" % n, value)
+def put(t, n):
+    rc = s.put(tag + "p%d_%d" % (t, n), value)
     if rc != 0:
-        raise SystemExit("put p%d: %d" % (n, rc))
-out["put"] = timed(put) * size
-s.remove_all()
-for i in range(N_READ):
-    assert s.put("r%d" % i, pattern[i].tobytes()) == 0
+        raise RuntimeError("put p%d_%d: %d" % (t, n, rc))
 
-def bgi(n):
-    keys = ["r%d" % ((n * batch + j) % N_READ) for j in range(batch)]
-    got = s.batch_get_into(keys, ptrs, sizes)
-    if list(got) != sizes:
-        raise SystemExit("batch_get_into: %s" % list(got))
-out["batch_get_into"] = timed(bgi) * size * batch
-bgi(0)  # once more, untimed, to check the bytes of every slot
-for j in range(batch):
-    if buf[j * size + size // 2] != pattern[j % N_READ][0]:
-        raise SystemExit("batch_get_into: wrong bytes in slot %d" % j)
+def ptrs(t):
+    return [bufs[t].ctypes.data + j * size for j in range(batch)]
 
-def bpf(n):
-    keys = ["b%d_%d" % (n, j) for j in range(batch)]
-    res = s.batch_put_from(keys, ptrs, sizes)
+def bgi(t, n):
+    keys = [tag + "r%d" % ((n * batch + j + t) % N_READ) for j in range(batch)]
+    got = s.batch_get_into(keys, ptrs(t), [size] * batch)
+    if list(got) != [size] * batch:
+        raise RuntimeError("batch_get_into: %s" % list(got))
+
+def bpf(t, n):
+    keys = [tag + "b%d_%d_%d" % (t, n, j) for j in range(batch)]
+    res = s.batch_put_from(keys, ptrs(t), [size] * batch)
     if any(r != 0 for r in res):
-        raise SystemExit("batch_put_from: %s" % list(res))
-out["batch_put_from"] = timed(bpf) * size * batch
+        raise RuntimeError("batch_put_from: %s" % list(res))
+
+fill_reads()
+out["get"] = timed(get, size)
+out["put"] = timed(put, size, put_cap)
+s.remove_all()
+fill_reads()
+out["batch_get_into"] = timed(bgi, size * batch)
+bgi(0, 0)  # once more, untimed, to check the bytes of every slot
+for j in range(batch):
+    if bufs[0][j * size + size // 2] != pattern[j % N_READ][0]:
+        raise SystemExit("batch_get_into: wrong bytes in slot %d" % j)
+out["batch_put_from"] = timed(bpf, size * batch, put_cap)
 s.remove_all()
 s.close()
 print(json.dumps(out), flush=True)
@@ -204,13 +234,15 @@ def mooncake_impl(mc_build, pkg_dir):
     return Impl("mooncake", master, env, bench)
 
 
-def store_round(impl, a):
+def store_round(impl, a, configs):
+    """One master and holder of impl; a client run per (value size, threads) of configs."""
     port, mport = free_port(), free_port()
     master = holder = None
     try:
         master = subprocess.Popen(
             [impl.master, "--rpc_port=%d" % port, "--rpc_address=127.0.0.1",
-             "--metrics_port=%d" % mport, "--enable_metric_reporting=false"] + impl.master_args,
+             "--metrics_port=%d" % mport, "--enable_metric_reporting=false",
+             "--default_kv_lease_ttl=%d" % a.lease_ms] + impl.master_args,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=impl.env)
         wait_port(port, master, impl.name + " master")
         addr = "127.0.0.1:%d" % port
@@ -220,12 +252,16 @@ def store_round(impl, a):
         line = holder.stdout.readline().strip()
         if line != "ready":
             raise RuntimeError("%s holder: %s" % (impl.name, line or "no answer"))
-        res = subprocess.run([sys.executable, "-c", CLIENT, addr, str(a.value_size),
-                              str(a.batch), str(a.duration)],
-                             capture_output=True, text=True, env=impl.env, timeout=600)
-        if res.returncode != 0:
-            raise RuntimeError("%s client: %s" % (impl.name, res.stderr.strip()[-2000:]))
-        return json.loads(res.stdout.strip().splitlines()[-1])
+        got = {}
+        for size, threads in configs:
+            res = subprocess.run([sys.executable, "-c", CLIENT, addr, str(size), str(a.batch),
+                                  str(a.duration), str(threads), str(a.segment // 8)],
+                                 capture_output=True, text=True, env=impl.env, timeout=900)
+            if res.returncode != 0:
+                raise RuntimeError("%s client (%s, %d threads): %s" % (
+                    impl.name, fmt_size(size), threads, res.stderr.strip()[-2000:]))
+            got[(size, threads)] = json.loads(res.stdout.strip().splitlines()[-1])
+        return got
     finally:
         if holder is not None and holder.poll() is None:
             try:
@@ -298,18 +334,30 @@ def main():
     ap.add_argument("--crescent-build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--duration", type=float, default=2.0)
-    ap.add_argument("--value-size", type=parse_size, default=1 << 20)
+    ap.add_argument("--value-sizes", type=lambda t: [parse_size(x) for x in t.split(",")],
+                    default=[1 << 20], help="comma-separated, K/M/G (default 1M)")
+    ap.add_argument("--threads", type=lambda t: [int(x) for x in t.split(",")], default=[1],
+                    help="client threads, comma-separated (default 1)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--segment", type=parse_size, default=4 << 30)
+    ap.add_argument("--lease-ms", type=int, default=30000,
+                    help="both masters' default_kv_lease_ttl (a batch read that outlasts its "
+                    "lease fails: Mooncake's 16 x 16 MiB from 8 threads took over 5 s here)")
     ap.add_argument("--skip-engine", action="store_true")
     ap.add_argument("--skip-store", action="store_true")
     ap.add_argument("--crescent-busy-poll-us", type=int, default=0,
                     help="crescent's opt-in busy-poll, microseconds (0: off, the default)")
     a = ap.parse_args()
-    if a.rounds < 1 or a.duration <= 0 or a.batch < 1 or a.value_size < 1:
-        ap.error("--rounds, --duration, --batch and --value-size must be positive")
+    if a.rounds < 1 or a.duration <= 0 or a.batch < 1 or min(a.value_sizes) < 1 or a.lease_ms < 1:
+        ap.error("--rounds, --duration, --batch, --value-sizes and --lease-ms must be positive")
+    if not all(1 <= t <= 64 for t in a.threads):
+        ap.error("--threads must lie in 1..64")
     if not 0 <= a.crescent_busy_poll_us <= 10000:
         ap.error("--crescent-busy-poll-us must lie in 0..10000")
+    if max(a.value_sizes) * (64 + a.batch * max(a.threads)) > a.segment // 2:
+        ap.error("--segment is too small for the largest value: 64 values to read and a batch "
+                 "per thread in flight must fit in half of it (16M values, 8 threads: 8G)")
+    configs = [(size, t) for size in a.value_sizes for t in a.threads]
     with tempfile.TemporaryDirectory(prefix="crescent-vs-mooncake-") as pkg_dir:
         impls = [crescent_impl(a.crescent_build, a.crescent_busy_poll_us),
                  mooncake_impl(a.mooncake_build, pkg_dir)]
@@ -317,18 +365,19 @@ def main():
             for path in (impl.master, impl.engine_cmd):
                 if not os.access(path, os.X_OK):
                     sys.exit("%s: %s is not an executable" % (impl.name, path))
-        store = {i.name: {r: [] for r in STORE_ROWS} for i in impls}
+        store = {i.name: {(c, r): [] for c in configs for r in STORE_ROWS} for i in impls}
         engine = {i.name: {c: [] for c in ENGINE_CASES} for i in impls}
         for rnd in range(a.rounds):
             for impl in impls:
                 if not a.skip_store:
-                    got = store_round(impl, a)
-                    for r in STORE_ROWS:
-                        store[impl.name][r].append(got[r] / 1e6)
-                    print("round %d %-8s store MB/s: %s" % (
-                        rnd + 1, impl.name,
-                        ", ".join("%s %.0f" % (r, got[r] / 1e6) for r in STORE_ROWS)),
-                        flush=True)
+                    got = store_round(impl, a, configs)
+                    for c in configs:
+                        for r in STORE_ROWS:
+                            store[impl.name][(c, r)].append(got[c][r] / 1e6)
+                        print("round %d %-8s store MB/s, %s values, %d thread(s): %s" % (
+                            rnd + 1, impl.name, fmt_size(c[0]), c[1],
+                            ", ".join("%s %.0f" % (r, got[c][r] / 1e6) for r in STORE_ROWS)),
+                            flush=True)
                 if not a.skip_engine:
                     run = crescent_engine if impl.name == "crescent" else mooncake_engine
                     for c in ENGINE_CASES:
@@ -339,27 +388,29 @@ def main():
                                                 engine[impl.name][c][-1])
                             for c in ENGINE_CASES)), flush=True)
         print()
-        print("%-34s %12s %12s %8s   per round (crescent / mooncake)" % (
+        print("%-40s %10s %10s %7s   per round (crescent / mooncake)" % (
             "call (tcp, medians)", "crescent", "mooncake", "ratio"))
         if not a.skip_store:
-            for r in STORE_ROWS:
-                c, m = store["crescent"][r], store["mooncake"][r]
-                label = "%s %s%s MB/s" % (r, fmt_size(a.value_size),
-                                         " x%d" % a.batch if r.startswith("batch") else "")
-                print("%-34s %12.0f %12.0f %8.2f   %s" % (
-                    label, median(c), median(m), median(c) / median(m),
-                    " ".join("%.2f" % (x / y) for x, y in zip(c, m))))
+            for c in configs:
+                for r in STORE_ROWS:
+                    cv, mv = store["crescent"][(c, r)], store["mooncake"][(c, r)]
+                    label = "%s %s%s, %d thr, MB/s" % (
+                        r, fmt_size(c[0]), " x%d" % a.batch if r.startswith("batch") else "",
+                        c[1])
+                    print("%-40s %10.0f %10.0f %7.2f   %s" % (
+                        label, median(cv), median(mv), median(cv) / median(mv),
+                        " ".join("%.2f" % (x / y) for x, y in zip(cv, mv))))
         if not a.skip_engine:
             for case in ENGINE_CASES:
-                c, m = engine["crescent"][case], engine["mooncake"][case]
+                cv, mv = engine["crescent"][case], engine["mooncake"][case]
                 label = "engine %s %s x%d req/s" % (case[0], fmt_size(case[1]), case[2])
-                print("%-34s %12.0f %12.0f %8.2f   %s" % (
-                    label, median(c), median(m), median(c) / median(m),
-                    " ".join("%.2f" % (x / y) for x, y in zip(c, m))))
-            c = median(engine["crescent"][ENGINE_CASES[0]])
-            m = median(engine["mooncake"][ENGINE_CASES[0]])
-            print("4 KiB read, mean latency: crescent %.1f us, mooncake %.1f us" % (1e6 / c,
-                                                                                   1e6 / m))
+                print("%-40s %10.0f %10.0f %7.2f   %s" % (
+                    label, median(cv), median(mv), median(cv) / median(mv),
+                    " ".join("%.2f" % (x / y) for x, y in zip(cv, mv))))
+            cv = median(engine["crescent"][ENGINE_CASES[0]])
+            mv = median(engine["mooncake"][ENGINE_CASES[0]])
+            print("4 KiB read, mean latency: crescent %.1f us, mooncake %.1f us" % (1e6 / cv,
+                                                                                   1e6 / mv))
     return 0
 
 
