@@ -1432,7 +1432,8 @@ static bool takes_owned(int shape)
     return shape == RQ_put_start || shape == RQ_batch_put_start;
 }
 
-/* Does a request of this op carry the optional "ca" (commit ahead)? PUT_END only with "gk". */
+/* Is an optional "ca" (commit ahead) of this op decoded? It is valid in a PUT_END with "gk" and
+ * in a BATCH_PUT_END; in the upserts' ends it is refused, naming it. */
 static bool takes_ahead(int op)
 {
     return op == CRP_RPC_PUT_END || op == CRP_RPC_UPSERT_END || op == CRP_RPC_BATCH_PUT_END ||
