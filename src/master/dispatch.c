@@ -754,6 +754,8 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
     case CRP_RPC_QUERY_KEY: {
         crk_key_info ki;
         rc = crk_query_key(s, u->key.key, now, &ki);
+        if (rc == 0 && ki.committing) /* held by the RPC server until its end (WIRE.md) */
+            rc = crb_error(CR_ERR_PUT_COMMITTING, "query_key '%s': put committing", u->key.key);
         if (rc == 0) {
             crp_rpc_key_info_resp *k = &resp->u.key_info;
             k->value_size = ki.value_size;

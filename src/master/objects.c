@@ -1675,6 +1675,7 @@ int crk_query_key(crk_service *s, const char *key, uint64_t now_ms, crk_key_info
     out->value_size = o->size;
     out->complete = (o->flags & CRK_OBJ_COMPLETE) != 0;
     out->write_in_flight = o->write != NULL;
+    out->committing = !out->complete && o->write != NULL && o->write->ahead;
     out->hard_pinned = (o->flags & CRK_OBJ_HARD_PIN) != 0;
     out->soft_pinned = (o->flags & CRK_OBJ_SOFT_PIN) && o->soft_pin_until > now_ms;
     out->lease_until_ms = o->lease_until;

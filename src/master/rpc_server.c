@@ -135,10 +135,7 @@ typedef struct scan_job {
 #define STAGE_WAITS_MAX      16384 /* held requests in all */
 #define STAGE_MARKS          4096  /* buckets of the keys holders report */
 #define STAGE_KEYS_TRACKED   64    /* a batch of more keys is asked again on any report */
-/* A read of a committing key is held this long at most: the writer's end was written before
- * its put returned, but a lost TCP segment is sent again only after an RTO (200 ms at least,
- * doubling), so this covers two tries. */
-#define COMMIT_WAIT_MS 1000
+#define COMMIT_WAIT_MS       CRK_COMMIT_WAIT_MS
 
 typedef struct rpc_thread {
     crk_rpc_server *srv;
@@ -397,13 +394,14 @@ static bool reply_would_wait(const crp_rpc_resp *r)
 }
 
 /* Does this reply name a key whose put is committing ahead of its copy (CR_ERR_PUT_COMMITTING:
- * a get, exist or remove, single or batch, that must wait for it)? */
+ * a get, exist or remove, single or batch, or a key query, that must wait for it)? */
 static bool reply_committing(const crp_rpc_resp *r)
 {
     switch (r->op) {
     case CRP_RPC_GET_REPLICA_LIST:
     case CRP_RPC_EXIST:
     case CRP_RPC_REMOVE:
+    case CRP_RPC_QUERY_KEY:
         return r->status == CR_ERR_PUT_COMMITTING;
     case CRP_RPC_BATCH_GET_REPLICA_LIST:
         for (size_t i = 0; r->status == 0 && i < r->u.batch_get.n; i++)
@@ -429,6 +427,7 @@ static void settle_committing(crp_rpc_resp *r)
     switch (r->op) {
     case CRP_RPC_GET_REPLICA_LIST:
     case CRP_RPC_REMOVE:
+    case CRP_RPC_QUERY_KEY:
         if (r->status == CR_ERR_PUT_COMMITTING)
             r->status = CR_REPLICA_IS_NOT_READY;
         break;
@@ -468,6 +467,7 @@ static const char *const *held_keys(const crp_rpc_req *req, size_t *n)
     switch (req->op) {
     case CRP_RPC_GET_REPLICA_LIST:
     case CRP_RPC_EXIST:
+    case CRP_RPC_QUERY_KEY:
         *n = 1;
         return (const char *const *)&req->u.key.key;
     case CRP_RPC_REMOVE:

@@ -20,6 +20,12 @@
 #include "master/dispatch.h"
 #include "master/service.h"
 
+/* A read of a key committed ahead of its copy (docs/WIRE.md, "Commit ahead") is held this long
+ * at most: the writer's end was written before its put returned, but a lost TCP segment is sent
+ * again only after an RTO (200 ms at least, doubling), so this covers two tries. The admin
+ * HTTP key queries wait as long. */
+#define CRK_COMMIT_WAIT_MS 1000
+
 typedef struct crk_rpc_server crk_rpc_server;
 
 /* Latency histogram buckets: bucket i counts requests that took

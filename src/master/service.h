@@ -177,6 +177,8 @@ typedef struct crk_key_info {
     uint64_t value_size;
     bool complete;        /* readable */
     bool write_in_flight; /* a put/upsert is in progress */
+    bool committing;      /* that put was committed ahead: readable once its writer's end
+                           * arrives (docs/WIRE.md, "Commit ahead"); reads wait for it */
     bool hard_pinned;
     bool soft_pinned;        /* soft pin deadline in the future */
     uint64_t lease_until_ms; /* 0 if never leased */

@@ -41,6 +41,7 @@
  *                                          remounts on NEED_REMOUNT)
  *   remounts                      -> 0 count=N last=ST  (remounts the heartbeat did)
  *   view                          -> 0 view=V local=0|1 (on the master's local socket)
+ *   sleep_ms MS CMD...            -> CMD's reply, MS ms later
  *   quit                          -> 0, then exit 0
  *
  * OPTS: n=REPLICAS (default 1), hp (hard pin), sp (soft pin, master's TTL),
@@ -651,6 +652,11 @@ static bool execute(char *line, out_buf *o)
     for (char *save = NULL, *t = strtok_r(line, " \t\r\n", &save); t != NULL && n < MAX_TOKENS;
          t = strtok_r(NULL, " \t\r\n", &save))
         tok[n++] = t;
+    if (n >= 3 && strcmp(tok[0], "sleep_ms") == 0) { /* a command sent now, run later */
+        usleep((useconds_t)strtoul(tok[1], NULL, 10) * 1000);
+        memmove(tok, tok + 2, (size_t)(n - 2) * sizeof(tok[0]));
+        n -= 2;
+    }
     out_buf fields = {malloc(OUT_MAX_BYTES), 0};
     if (fields.s == NULL) {
         outf(o, "%d", CR_ERR_NO_MEMORY);

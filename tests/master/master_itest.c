@@ -681,15 +681,19 @@ static void test_commit_ahead(void **state)
     assert_true(ov > 0);
     assert_true(metric(&m, "master_put_commit_ahead_total") == 1);
     /* Readers on other connections are held until the writer's end arrives... */
-    held_cmd get, ex, bget;
+    held_cmd get, ex, bget, query;
     held_start(&get, &r1, "get k1");
     held_start(&ex, &r2, "exist k1");
+    held_start(&query, &r3, "query k1");
     mh_sleep_ms(80);
     assert_false(atomic_load(&get.answered)); /* still held */
     assert_false(atomic_load(&ex.answered));
+    assert_false(atomic_load(&query.answered));
     xcmd(&w, 0, "put_end k1");
     held_join(&get);
     held_join(&ex);
+    held_join(&query);
+    assert_int_equal(mh_status(query.line), 0); /* a key query waits too */
     /* ... and then see the value, with the version the ahead end named. */
     assert_int_equal(mh_status(get.line), 0);
     assert_int_equal(fld_ll(get.line, "ov"), ov);
@@ -697,6 +701,21 @@ static void test_commit_ahead(void **state)
     assert_int_equal(fld_ll(ex.line, "ex"), 1);
     assert_true(metric(&m, "master_rpc_commit_waits_total") >= 2);
     xcmd(&w, CR_OBJECT_NOT_FOUND, "put_end g1"); /* the grant key is gone */
+
+    /* The admin HTTP /query_key waits the same way (it answered 404 "still being written"). */
+    xcmd(&w, 0, "put_start g6 %llu ow=10000", MIB);
+    xcmd(&w, 0, "put_ahead k6 g6");
+    held_cmd late;
+    held_start(&late, &w, "sleep_ms 150 put_end k6");
+    char *body = NULL;
+    uint64_t tq = mh_now_ms();
+    assert_int_equal(mh_http_get(m.metrics_port, "/query_key?key=k6", &body), 200);
+    print_message("/query_key of a committing key answered after %" PRIu64 " ms\n",
+                  mh_now_ms() - tq);
+    assert_true(mh_now_ms() - tq >= 100);
+    free(body);
+    held_join(&late);
+    assert_int_equal(mh_status(late.line), 0);
 
     /* A refused ahead end leaves the grant as it was: its writer may still be writing. */
     xcmd(&w, 0, "put_start g2 %llu ow=10000", MIB);

@@ -484,6 +484,13 @@ static json_t *disk_descriptor(const crk_replica_desc *d)
 static int key_descriptors(master *m, const char *key, crk_key_info *ki, json_t **out)
 {
     int rc = crk_query_key(m->svc, key, crb_now_ms(), ki);
+    /* A put committed ahead of its copy whose writer's end is on its way (docs/WIRE.md, "Commit
+     * ahead"): wait for it as the RPC server holds a get, at most COMMIT_WAIT_MS. */
+    for (uint64_t until = crb_now_ms() + CRK_COMMIT_WAIT_MS;
+         rc == 0 && ki->committing && crb_now_ms() < until;) {
+        usleep(1000);
+        rc = crk_query_key(m->svc, key, crb_now_ms(), ki);
+    }
     if (rc == 0 && !ki->complete)
         rc = crb_error(CR_REPLICA_IS_NOT_READY, "'%s' is still being written", key);
     if (rc < 0)
