@@ -241,32 +241,39 @@ static int batch_with_lists(crk_service *s, crk_scratch *sc, batch_fn fn, crk_cl
     return rc;
 }
 
-typedef int (*statuses_fn)(crk_service *s, crk_client_id c, const char *const *keys, size_t n,
-                           bool force, uint64_t now, int *results);
+/* A batch op answered with one status per key; conn: the connection the request came on
+ * (crk_peer.conn_tag, 0 if none). */
+typedef int (*statuses_fn)(crk_service *s, crk_client_id c, uint64_t conn, const char *const *keys,
+                           size_t n, bool force, uint64_t now, int *results);
 
-static int do_exist(crk_service *s, crk_client_id c, const char *const *k, size_t n, bool f,
-                    uint64_t now, int *r)
+static int do_exist(crk_service *s, crk_client_id c, uint64_t conn, const char *const *k, size_t n,
+                    bool f, uint64_t now, int *r)
 {
     return crk_batch_exist(s, k, n, now, r);
 }
-static int do_end(crk_service *s, crk_client_id c, const char *const *k, size_t n, bool f,
-                  uint64_t now, int *r)
+static int do_end(crk_service *s, crk_client_id c, uint64_t conn, const char *const *k, size_t n,
+                  bool f, uint64_t now, int *r)
 {
     return crk_batch_put_end(s, c, k, n, now, r);
 }
-static int do_revoke(crk_service *s, crk_client_id c, const char *const *k, size_t n, bool f,
-                     uint64_t now, int *r)
+static int do_end_ahead(crk_service *s, crk_client_id c, uint64_t conn, const char *const *k,
+                        size_t n, bool f, uint64_t now, int *r)
+{
+    return crk_batch_put_end_ahead(s, c, conn, k, n, now, r);
+}
+static int do_revoke(crk_service *s, crk_client_id c, uint64_t conn, const char *const *k, size_t n,
+                     bool f, uint64_t now, int *r)
 {
     return crk_batch_put_revoke(s, c, k, n, now, r);
 }
-static int do_remove(crk_service *s, crk_client_id c, const char *const *k, size_t n, bool f,
-                     uint64_t now, int *r)
+static int do_remove(crk_service *s, crk_client_id c, uint64_t conn, const char *const *k, size_t n,
+                     bool f, uint64_t now, int *r)
 {
     return crk_batch_remove(s, k, n, f, now, r);
 }
 
 static int batch_statuses(crk_service *s, crk_scratch *sc, statuses_fn fn, crk_client_id c,
-                          char **keys, size_t n, bool force, uint64_t now,
+                          uint64_t conn, char **keys, size_t n, bool force, uint64_t now,
                           crp_rpc_statuses_resp *out)
 {
     int32_t *r32 = scratch_alloc(sc, n, sizeof(*r32));
@@ -276,27 +283,10 @@ static int batch_statuses(crk_service *s, crk_scratch *sc, statuses_fn fn, crk_c
         free(r);
         return CR_ERR_NO_MEMORY;
     }
-    rc = fn(s, c, (const char *const *)keys, n, force, now, r);
+    rc = fn(s, c, conn, (const char *const *)keys, n, force, now, r);
     for (size_t i = 0; i < n; i++)
         r32[i] = r[i];
     free(r);
-    out->n = n;
-    out->results = r32;
-    return rc;
-}
-
-/* BATCH_PUT_END with "ca": the keys must be writes owned by peer's connection. */
-static int batch_end_ahead(crk_service *s, crk_scratch *sc, const crk_peer *peer, crk_client_id c,
-                           char **keys, size_t n, uint64_t now, crp_rpc_statuses_resp *out)
-{
-    int32_t *r32 = scratch_alloc(sc, n, sizeof(*r32));
-    int *r = scratch_alloc_raw(sc, n ? n : 1, sizeof(int));
-    if (r32 == NULL || r == NULL)
-        return CR_ERR_NO_MEMORY;
-    int rc = crk_batch_put_end_ahead(s, c, peer != NULL ? peer->conn_tag : 0,
-                                     (const char *const *)keys, n, now, r);
-    for (size_t i = 0; i < n; i++)
-        r32[i] = r[i];
     out->n = n;
     out->results = r32;
     return rc;
@@ -620,7 +610,7 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
             rc = 0;
         break;
     case CRP_RPC_BATCH_EXIST:
-        rc = batch_statuses(s, sc, do_exist, (crk_client_id){0, 0}, u->keys.keys, u->keys.n_keys,
+        rc = batch_statuses(s, sc, do_exist, (crk_client_id){0, 0}, 0, u->keys.keys, u->keys.n_keys,
                             false, now, &resp->u.statuses);
         break;
     case CRP_RPC_GET_REPLICA_LIST: {
@@ -702,19 +692,17 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
                            "batch_put_end of %zu keys: this master does not commit ahead (HA); "
                            "the writes are untouched",
                            u->owner_keys.n_keys);
-        else if (req->commit_ahead) /* docs/WIRE.md, "Commit ahead" */
-            rc = batch_end_ahead(s, sc, peer, client_of(u->owner_keys.client_id),
-                                 u->owner_keys.keys, u->owner_keys.n_keys, now, &resp->u.statuses);
-        else
-            rc = batch_statuses(s, sc, do_end, client_of(u->owner_keys.client_id),
-                                u->owner_keys.keys, u->owner_keys.n_keys, false, now,
-                                &resp->u.statuses);
+        else /* "ca": the keys must be writes owned by this connection (WIRE.md) */
+            rc = batch_statuses(s, sc, req->commit_ahead ? do_end_ahead : do_end,
+                                client_of(u->owner_keys.client_id),
+                                peer != NULL ? peer->conn_tag : 0, u->owner_keys.keys,
+                                u->owner_keys.n_keys, false, now, &resp->u.statuses);
         break;
     case CRP_RPC_BATCH_PUT_REVOKE:
     case CRP_RPC_BATCH_UPSERT_REVOKE:
         rc =
-            batch_statuses(s, sc, do_revoke, client_of(u->owner_keys.client_id), u->owner_keys.keys,
-                           u->owner_keys.n_keys, false, now, &resp->u.statuses);
+            batch_statuses(s, sc, do_revoke, client_of(u->owner_keys.client_id), 0,
+                           u->owner_keys.keys, u->owner_keys.n_keys, false, now, &resp->u.statuses);
         break;
     case CRP_RPC_REMOVE:
         rc = crk_remove(s, u->remove.key, u->remove.force, now);
@@ -727,7 +715,7 @@ void crk_dispatch(crk_service *s, const crk_server_info *info, crk_peer *peer,
         rc = crk_remove_in_namespace(s, ns, NULL, u->force.force, now, &resp->u.count.count);
         break;
     case CRP_RPC_BATCH_REMOVE:
-        rc = batch_statuses(s, sc, do_remove, (crk_client_id){0, 0}, u->batch_remove.keys,
+        rc = batch_statuses(s, sc, do_remove, (crk_client_id){0, 0}, 0, u->batch_remove.keys,
                             u->batch_remove.n_keys, u->batch_remove.force, now, &resp->u.statuses);
         break;
     case CRP_RPC_BATCH_REPLICA_CLEAR: {

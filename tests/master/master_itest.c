@@ -662,18 +662,25 @@ static void held_join(held_cmd *h)
     print_message("'%s' answered after %" PRIu64 " ms: %s\n", h->cmd, h->ms, h->line);
 }
 
+/* A master, a writer w and three readers; r3 holds the segment, so it outlives the writer. */
+static void start_writer_and_readers(mh_master *m, mh_client *w, mh_client *r1, mh_client *r2,
+                                     mh_client *r3)
+{
+    start_master(m, NULL);
+    start_client(w, m);
+    start_client(r1, m);
+    start_client(r2, m);
+    start_client(r3, m);
+    xcmd(r3, 0, "heartbeat on");
+    xcmd(r3, 0, "mount segA %llu %llu", SEG_BASE, 64 * MIB);
+}
+
 static void test_commit_ahead(void **state)
 {
     (void)state;
     mh_master m;
     mh_client w, r1, r2, r3;
-    start_master(&m, NULL);
-    start_client(&w, &m);
-    start_client(&r1, &m);
-    start_client(&r2, &m);
-    start_client(&r3, &m);
-    xcmd(&r3, 0, "heartbeat on");
-    xcmd(&r3, 0, "mount segA %llu %llu", SEG_BASE, 64 * MIB); /* outlives the writer */
+    start_writer_and_readers(&m, &w, &r1, &r2, &r3);
 
     /* The writer's grant becomes k1, committed ahead: versioned, but not readable yet. */
     xcmd(&w, 0, "put_start g1 %llu ow=10000", MIB);
@@ -761,13 +768,7 @@ static void test_batch_commit_ahead(void **state)
     (void)state;
     mh_master m;
     mh_client w, r1, r2, r3;
-    start_master(&m, NULL);
-    start_client(&w, &m);
-    start_client(&r1, &m);
-    start_client(&r2, &m);
-    start_client(&r3, &m);
-    xcmd(&r3, 0, "heartbeat on");
-    xcmd(&r3, 0, "mount segA %llu %llu", SEG_BASE, 64 * MIB);
+    start_writer_and_readers(&m, &w, &r1, &r2, &r3);
 
     /* Owned starts, then their end ahead of the copy; an unowned write is refused. */
     xcmd(&w, 0, "batch_put_start b1,b2,b3 %llu ow=10000", MIB);

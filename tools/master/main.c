@@ -481,13 +481,14 @@ static json_t *disk_descriptor(const crk_replica_desc *d)
 }
 
 /* The replicas of a readable key (memory, or the disk copy), as Mooncake's descriptors. */
-static int key_descriptors(master *m, const char *key, crk_key_info *ki, json_t **out)
+/* A put committed ahead of its copy whose writer's end is on its way (docs/WIRE.md, "Commit
+ * ahead") is waited for until wait_until (ms), as the RPC server holds a get: one request's
+ * waits share one deadline, CRK_COMMIT_WAIT_MS after it arrived. */
+static int key_descriptors(master *m, const char *key, uint64_t wait_until, crk_key_info *ki,
+                           json_t **out)
 {
     int rc = crk_query_key(m->svc, key, crb_now_ms(), ki);
-    /* A put committed ahead of its copy whose writer's end is on its way (docs/WIRE.md, "Commit
-     * ahead"): wait for it as the RPC server holds a get, at most COMMIT_WAIT_MS. */
-    for (uint64_t until = crb_now_ms() + CRK_COMMIT_WAIT_MS;
-         rc == 0 && ki->committing && crb_now_ms() < until;) {
+    while (rc == 0 && ki->committing && crb_now_ms() < wait_until) {
         usleep(1000);
         rc = crk_query_key(m->svc, key, crb_now_ms(), ki);
     }
@@ -514,7 +515,7 @@ static int query_key(void *ctx, const char *key, crk_admin_reply *r)
     master *m = ctx;
     crk_key_info ki;
     json_t *data = NULL;
-    int rc = key_descriptors(m, key, &ki, &data);
+    int rc = key_descriptors(m, key, crb_now_ms() + CRK_COMMIT_WAIT_MS, &ki, &data);
     if (rc < 0) {
         /* Mooncake answers 404 with its error fields whatever the cause. */
         const char *msg = cr_last_error_message();
@@ -553,6 +554,7 @@ static int batch_query_keys(void *ctx, const char *keys, crk_admin_reply *r)
     if (r->json == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "/batch_query_keys");
     size_t count = 0;
+    uint64_t wait_until = crb_now_ms() + CRK_COMMIT_WAIT_MS;
     for (const char *p = keys;; count++) {
         if (count >= BATCH_QUERY_MAX)
             return crb_error(CR_INVALID_PARAMS, "/batch_query_keys: more than %d keys",
@@ -564,7 +566,7 @@ static int batch_query_keys(void *ctx, const char *keys, crk_admin_reply *r)
             return crb_error(CR_ERR_NO_MEMORY, "/batch_query_keys");
         crk_key_info ki;
         json_t *values = NULL, *item;
-        int rc = len > 0 ? key_descriptors(m, key, &ki, &values)
+        int rc = len > 0 ? key_descriptors(m, key, wait_until, &ki, &values)
                          : crb_error(CR_INVALID_KEY, "empty key");
         if (rc == 0)
             item = json_pack("{s:b, s:o}", "ok", 1, "values", values);
