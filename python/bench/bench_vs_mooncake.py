@@ -31,9 +31,11 @@ Python's transfer_sync_read does; Mooncake's bench submits and polls, which is w
 transfer_sync_read does) and 1 MiB reads and writes in batches of 16. Requests per second are
 compared (Mooncake's bench reports no percentiles).
 
---crescent-busy-poll-us N turns on crescent's opt-in bounded busy-poll for its side only
-(CRESCENT_BUSY_POLL_US=N in its clients, holder and engine bench, --rpc_busy_poll_us=N on its
-master; docs/latency.md); Mooncake runs as it is (its bench's initiator polls for completions).
+Crescent polls adaptively before it sleeps by default (docs/latency.md). --crescent-busy-poll-us
+N gives its side a fixed window instead (CRESCENT_BUSY_POLL_US=N in its clients, holder and
+engine bench, --rpc_busy_poll_us=N on its master), and 0 turns its polling off on every side
+(CRESCENT_BUSY_POLL_US=0, --rpc_adaptive_poll=false); Mooncake runs as it is (its bench's
+initiator polls for completions).
 
 Implementations alternate within each round (crescent, then Mooncake); the report gives
 every round's figures, the medians and crescent / Mooncake.
@@ -211,9 +213,12 @@ def crescent_impl(build, busy_poll_us):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(build, "python")
     args = []
-    if busy_poll_us > 0:
+    if busy_poll_us is not None:
         env["CRESCENT_BUSY_POLL_US"] = str(busy_poll_us)
-        args.append("--rpc_busy_poll_us=%d" % busy_poll_us)
+        if busy_poll_us > 0:
+            args.append("--rpc_busy_poll_us=%d" % busy_poll_us)
+        else:
+            args.append("--rpc_adaptive_poll=false")
     master = os.path.join(build, "tools", "master", "crescent-master")
     return Impl("crescent", master, env, os.path.join(build, "tools", "bench", "crescent-bench"),
                 args)
@@ -347,14 +352,15 @@ def main():
                     "lease fails: Mooncake's 16 x 16 MiB from 8 threads took over 5 s here)")
     ap.add_argument("--skip-engine", action="store_true")
     ap.add_argument("--skip-store", action="store_true")
-    ap.add_argument("--crescent-busy-poll-us", type=int, default=0,
-                    help="crescent's opt-in busy-poll, microseconds (0: off, the default)")
+    ap.add_argument("--crescent-busy-poll-us", type=int, default=None,
+                    help="crescent's fixed busy-poll window, microseconds (0: no polling; "
+                    "unset: its adaptive default)")
     a = ap.parse_args()
     if a.rounds < 1 or a.duration <= 0 or a.batch < 1 or min(a.value_sizes) < 1 or a.lease_ms < 1:
         ap.error("--rounds, --duration, --batch, --value-sizes and --lease-ms must be positive")
     if not all(1 <= t <= 64 for t in a.threads):
         ap.error("--threads must lie in 1..64")
-    if not 0 <= a.crescent_busy_poll_us <= 10000:
+    if a.crescent_busy_poll_us is not None and not 0 <= a.crescent_busy_poll_us <= 10000:
         ap.error("--crescent-busy-poll-us must lie in 0..10000")
     if max(a.value_sizes) * (64 + a.batch * max(a.threads)) > a.segment // 2:
         ap.error("--segment is too small for the largest value: 64 values to read and a batch "

@@ -61,15 +61,23 @@ static void *loop_main(void *arg)
     pthread_setname_np(pthread_self(), loop->name);
     struct epoll_event events[MAX_EVENTS];
     uint64_t next_tick = crb_now_ns() + loop->tick_ms * 1000000ull;
-    uint64_t spin_until = 0; /* busy-poll: no sleeping before this */
+    uint64_t spin_until = 0; /* a spin window is open: no sleeping before this */
     while (!atomic_load(&loop->stop)) {
         uint64_t now = crb_now_ns();
         int timeout = now >= next_tick ? 0 : (int)((next_tick - now + 999999) / 1000000);
-        if (now < spin_until || loop->again)
-            timeout = 0;
+        if (loop->again || now < spin_until) {
+            timeout = 0; /* (a poll within the window: what it finds was caught) */
+        } else if (spin_until != 0) {
+            crb_spin_done(&loop->spin, false); /* the window ran out: sleep */
+            spin_until = 0;
+        }
         int n = epoll_wait(loop->epfd, events, MAX_EVENTS, timeout);
-        if (n > 0 && loop->busy_poll_ns > 0)
-            spin_until = crb_now_ns() + loop->busy_poll_ns;
+        if (n > 0) {
+            if (spin_until != 0)
+                crb_spin_done(&loop->spin, true);
+            uint64_t window = crb_spin_window(&loop->spin);
+            spin_until = window > 0 ? crb_now_ns() + window : 0;
+        }
         loop->woken = loop->again;
         loop->again = false;
         for (int i = 0; i < n; i++) {
@@ -82,13 +90,15 @@ static void *loop_main(void *arg)
             next_tick = now + loop->tick_ms * 1000000ull;
         if ((loop->woken || due) && loop->on_tick != NULL)
             loop->on_tick(loop, now, loop->woken);
+        if (n == 0 && now < spin_until && !loop->again)
+            crb_spin_pause(); /* polled in vain: a thread runnable on this CPU goes first */
     }
     return NULL;
 }
 
-void crb_loop_set_busy_poll(crb_loop *loop, uint64_t ns)
+void crb_loop_set_busy_poll(crb_loop *loop, int64_t mode_ns)
 {
-    loop->busy_poll_ns = ns;
+    crb_spin_init(&loop->spin, mode_ns);
 }
 
 int crb_loop_start(crb_loop *loop)

@@ -6,9 +6,10 @@
  * a periodic tick. Sources are crb_io records embedded in their owner's
  * object: a file descriptor, the events wanted, and the handler the loop
  * calls (on the loop's thread) when they fire. The loop sleeps in
- * epoll_wait and never spins, unless its owner opted in to a bounded
- * busy-poll (crb_loop_set_busy_poll): then, for that long after a pass that
- * handled events, it polls without sleeping. The tick bounds how late
+ * epoll_wait and never spins, unless its owner gave it a spin mode
+ * (crb_loop_set_busy_poll, base/spin.h): then, after a pass that handled
+ * events, it polls without sleeping for the window the mode gives (a fixed
+ * one, or an adaptive one that backs off while windows run out empty). The tick bounds how late
  * deadlines are seen. An owner with work left over after a pass (a
  * connection that used up its turn) asks for another one at once
  * (crb_loop_again) instead of waking itself through the eventfd.
@@ -32,6 +33,8 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "base/spin.h"
 
 typedef struct crb_loop crb_loop;
 typedef struct crb_io crb_io;
@@ -64,9 +67,9 @@ struct crb_loop {
     bool running;
     atomic_bool stop;
     atomic_bool wake_pending;
-    bool woken;            /* a wake-up arrived in this pass (loop thread only) */
-    bool again;            /* crb_loop_again was called (loop thread only) */
-    uint64_t busy_poll_ns; /* 0: never spin (set before crb_loop_start) */
+    bool woken;    /* a wake-up arrived in this pass (loop thread only) */
+    bool again;    /* crb_loop_again was called (loop thread only) */
+    crb_spin spin; /* mode 0 (never spin) unless set before crb_loop_start */
     char name[16];
 };
 
@@ -79,11 +82,12 @@ int crb_loop_init(crb_loop *loop, const char *name, unsigned tick_ms, crb_tick_f
                   void *owner);
 
 /**
- * Opt-in bounded busy-poll: after a pass that handled events, poll without
- * sleeping for up to ns nanoseconds before sleeping again (0, the default:
- * always sleep). Call before crb_loop_start.
+ * Spin mode (base/spin.h): after a pass that handled events, poll without
+ * sleeping for the mode's window before sleeping again. `mode_ns`:
+ * CRB_SPIN_ADAPTIVE, a fixed window in ns, or 0 (the default: always sleep).
+ * Call before crb_loop_start.
  */
-void crb_loop_set_busy_poll(crb_loop *loop, uint64_t ns);
+void crb_loop_set_busy_poll(crb_loop *loop, int64_t mode_ns);
 
 /** Start the loop's thread. Errors: CR_ERR_SYSTEM. */
 int crb_loop_start(crb_loop *loop);

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -82,6 +83,70 @@ static void test_handlers_wakeups_and_ticks(void **state)
     assert_int_equal(write(sv[1], "y", 1), 1);
     usleep(50000);
     assert_int_equal(atomic_load(&p.reads), before);
+    crb_loop_fini(&loop);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/* Adaptive polling (base/spin.h): requests that follow each reply at once
+ * are caught by the loop's windows; requests 3 ms apart make it back off
+ * (fewer windows than requests), and every request is still answered. */
+static void on_echo(crb_io *io, uint32_t events)
+{
+    char buf[64];
+    ssize_t n;
+    while ((n = read(io->fd, buf, sizeof(buf))) > 0) {
+        atomic_fetch_add(&probe_of(io)->reads, (int)n); /* bytes echoed, counted first */
+        assert_int_equal(write(io->fd, buf, (size_t)n), n);
+    }
+}
+
+/* Send one byte and wait for its echo, polling (spin) or sleeping in poll. */
+static void round_trip(int fd, bool spin)
+{
+    assert_int_equal(write(fd, "p", 1), 1);
+    uint64_t end = crb_now_ns() + 3000000000ull;
+    char c;
+    for (;;) {
+        if (read(fd, &c, 1) == 1)
+            return;
+        assert_true(errno == EAGAIN && crb_now_ns() < end);
+        if (!spin) {
+            struct pollfd pf = {.fd = fd, .events = POLLIN};
+            poll(&pf, 1, 3000);
+        }
+    }
+}
+
+static void test_adaptive_spin(void **state)
+{
+    probe p = {0};
+    crb_loop loop;
+    assert_int_equal(crb_loop_init(&loop, "test-spin", 100, NULL, &p), 0);
+    crb_loop_set_busy_poll(&loop, CRB_SPIN_ADAPTIVE);
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    p.io.fd = sv[0];
+    p.io.on_event = on_echo;
+    assert_int_equal(crb_loop_add(&loop, &p.io, EPOLLIN), 0);
+    assert_int_equal(crb_loop_start(&loop), 0);
+    for (int i = 0; i < 2000; i++)
+        round_trip(sv[1], true);
+    uint64_t windows = atomic_load(&loop.spin.windows), caught = atomic_load(&loop.spin.caught);
+    print_message("request/reply: %llu windows, %llu caught\n", (unsigned long long)windows,
+                  (unsigned long long)caught);
+    assert_true(caught > 0);
+    assert_true(caught <= windows);
+    for (int i = 0; i < 30; i++) {
+        usleep(3000);
+        round_trip(sv[1], false);
+    }
+    uint64_t sparse_windows = atomic_load(&loop.spin.windows) - windows;
+    print_message("3 ms apart: %llu windows for 30 requests, %llu caught\n",
+                  (unsigned long long)sparse_windows,
+                  (unsigned long long)(atomic_load(&loop.spin.caught) - caught));
+    assert_true(sparse_windows < 20); /* ~8: three misses, then one window per 3, 5, 9, 9... */
+    assert_int_equal(atomic_load(&p.reads), 2030); /* every request answered */
     crb_loop_fini(&loop);
     close(sv[0]);
     close(sv[1]);
@@ -270,6 +335,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_handlers_wakeups_and_ticks),
         cmocka_unit_test(test_again_and_stop),
+        cmocka_unit_test(test_adaptive_spin),
         cmocka_unit_test(test_connection_cap),
         cmocka_unit_test(test_fd_limit_without_busy_loop),
     };

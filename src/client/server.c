@@ -548,12 +548,12 @@ int crs_daemon_start(crs_daemon *d, const crs_config *cfg)
             goto err_stop;
         }
     }
-    /* CRESCENT_BUSY_POLL_US (off by default): the loops spin that long after an event before
-     * they sleep again. The store's engine refused a bad value at setup. */
-    uint64_t spin_ns = 0;
-    if (crc_busy_poll_ns(&spin_ns) == 0 && spin_ns > 0)
+    /* CRESCENT_BUSY_POLL_US (unset: adaptive, base/spin.h): how the loops poll after an event
+     * before they sleep again. The store's engine refused a bad value at setup. */
+    int64_t spin_mode = 0;
+    if (crc_spin_mode(&spin_mode) == 0)
         for (unsigned i = 0; i < d->n_loops; i++)
-            crb_loop_set_busy_poll(&d->loops[i], spin_ns);
+            crb_loop_set_busy_poll(&d->loops[i], spin_mode);
     rc = crb_acceptor_start(&d->acceptor, &d->loops[0], lfd, d->cfg.max_clients * 16u, on_accept, d,
                             "crescent-client socket");
     if (rc < 0) {

@@ -536,13 +536,22 @@ int cr_batch_wait(cr_engine *e, cr_batch_id id, int timeout_ms)
     if (rc < 0)
         return rc;
     struct timespec deadline = crb_deadline_ts(timeout_ms < 0 ? 0 : (uint64_t)timeout_ms);
-    if (e->busy_poll_ns > 0) {
-        /* Opt-in (CRESCENT_BUSY_POLL_US): spin a bounded time before
-         * sleeping, so a quick completion needs no wake-up of this thread. */
-        uint64_t until = crb_now_ns() + e->busy_poll_ns;
-        while (atomic_load_explicit(&b->pending_hint, memory_order_acquire) > 0 &&
-               crb_now_ns() < until)
-            crb_cpu_relax();
+    uint64_t window = atomic_load_explicit(&b->pending_hint, memory_order_acquire) > 0
+                          ? crb_spin_window(&e->batch_spin)
+                          : 0;
+    if (window > 0) {
+        /* Poll a bounded time before sleeping (base/spin.h), so a quick
+         * completion needs no wake-up of this thread. */
+        uint64_t until = crb_now_ns() + window;
+        bool pending;
+        for (;;) { /* the time first: a completion seen before `until` was caught */
+            uint64_t now = crb_now_ns();
+            pending = atomic_load_explicit(&b->pending_hint, memory_order_acquire) > 0;
+            if (!pending || now >= until)
+                break;
+            crb_spin_pause();
+        }
+        crb_spin_done(&e->batch_spin, !pending);
     }
     pthread_mutex_lock(&b->lock);
     while (b->unfinished > 0) {

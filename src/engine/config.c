@@ -21,7 +21,6 @@
 #define MIN_SLICE          4096ull
 #define MAX_SLICE          (64ull << 20)
 #define DEFAULT_MAX_CONNS  4096
-#define MAX_BUSY_POLL_US   10000
 /* Mooncake's key prefix, so operators find descriptors where Mooncake puts them. */
 #define CRE_DEFAULT_METADATA_PREFIX "mooncake"
 
@@ -146,20 +145,13 @@ int cre_config_apply(cr_engine *e, const cr_engine_config *cfg)
     }
     snprintf(e->host_id, sizeof(e->host_id), "%s", hid);
 
-    /* Opt-in bounded busy-poll (design §2.7 holds by default): waits and
-     * the workers spin up to this long before they sleep. */
-    const char *bp = getenv("CRESCENT_BUSY_POLL_US");
-    e->busy_poll_ns = 0;
-    if (bp != NULL && bp[0] != '\0') {
-        char *end = NULL;
-        unsigned long us = strtoul(bp, &end, 10);
-        if (end == bp || *end != '\0' || us > MAX_BUSY_POLL_US)
-            return crb_error(CR_ERR_INVALID_CONFIG,
-                             "CRESCENT_BUSY_POLL_US '%s' is not a number of microseconds from 0 "
-                             "to %u",
-                             bp, MAX_BUSY_POLL_US);
-        e->busy_poll_ns = (uint64_t)us * 1000;
-    }
+    /* How waits and the workers poll before they sleep (base/spin.h):
+     * adaptive brief windows unless CRESCENT_BUSY_POLL_US fixes one or 0
+     * turns polling off (design §2.7: spin briefly, then sleep). */
+    int rc_spin = crb_spin_mode_from_env(CR_ERR_INVALID_CONFIG, &e->spin_mode_ns);
+    if (rc_spin < 0)
+        return rc_spin;
+    crb_spin_init(&e->batch_spin, e->spin_mode_ns);
     /* A synchronous call's one small tcp request is sent and its reply read
      * by the calling thread (tcp/sync.c); 0 sends it through the lanes. */
     const char *cr = getenv("CRESCENT_TCP_CALLER_READS");

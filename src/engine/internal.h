@@ -204,7 +204,11 @@ struct cr_engine {
     uint32_t max_connections;
     uint64_t instance;
     bool shm_allow_any_user, cma_enabled;
-    uint64_t busy_poll_ns; /* CRESCENT_BUSY_POLL_US; 0 (default): never spin */
+    /* CRESCENT_BUSY_POLL_US as a base/spin.h mode (unset: CRB_SPIN_ADAPTIVE):
+     * the workers' loops, tcp/sync.c's connections and the ucx workers (a
+     * fixed window only) start from it. */
+    int64_t spin_mode_ns;
+    crb_spin batch_spin;   /* cr_batch_wait's polling, shared by its callers */
     bool tcp_caller_reads; /* CRESCENT_TCP_CALLER_READS (default 1): tcp/sync.c */
 
     cre_tp tps[CRE_MAX_TRANSPORTS]; /* installed, by rank */

@@ -58,7 +58,7 @@ int cre_workers_init(cr_engine *e)
         snprintf(name, sizeof(name), "cre-w%u", i % 1000);
         int rc = crb_loop_init(&w->loop, name, TICK_MS, worker_tick, w);
         if (rc == 0)
-            crb_loop_set_busy_poll(&w->loop, e->busy_poll_ns);
+            crb_loop_set_busy_poll(&w->loop, e->spin_mode_ns);
         if (rc < 0) {
             for (uint32_t j = 0; j <= i; j++) {
                 if (j < i)

@@ -1316,8 +1316,12 @@ static void on_tick(crb_loop *loop, uint64_t now_ns, bool woken)
 
 void crk_rpc_server_options_default(crk_rpc_server_options *o)
 {
-    *o = (crk_rpc_server_options){
-        .host = "127.0.0.1", .port = 0, .threads = 2, .tcp_nodelay = true, .local_socket = true};
+    *o = (crk_rpc_server_options){.host = "127.0.0.1",
+                                  .port = 0,
+                                  .threads = 2,
+                                  .tcp_nodelay = true,
+                                  .local_socket = true,
+                                  .adaptive_poll = true};
 }
 
 /* The local socket: an abstract unix socket whose name is random per master
@@ -1406,8 +1410,10 @@ int crk_rpc_server_start(crk_service *svc, const crk_server_info *info,
         snprintf(name, sizeof(name), "crk-rpc%u", i);
         rc = crb_loop_init(&srv->threads[i].loop, name, TICK_MS, on_tick, &srv->threads[i]);
         srv->threads[i].loop_inited = rc == 0;
-        if (rc == 0 && opt->busy_poll_us > 0)
-            crb_loop_set_busy_poll(&srv->threads[i].loop, (uint64_t)opt->busy_poll_us * 1000);
+        if (rc == 0 && (opt->busy_poll_us > 0 || opt->adaptive_poll))
+            crb_loop_set_busy_poll(&srv->threads[i].loop, opt->busy_poll_us > 0
+                                                              ? (int64_t)opt->busy_poll_us * 1000
+                                                              : CRB_SPIN_ADAPTIVE);
     }
     for (unsigned i = 0; i < srv->n_listeners && rc >= 0; i++) {
         rc = crb_loop_add(&srv->threads[0].loop, &srv->listeners[i].io, EPOLLIN);

@@ -41,12 +41,15 @@ typedef struct crk_rpc_server_options {
     uint64_t idle_timeout_ms; /* close a connection silent this long; 0 = never */
     unsigned max_connections; /* connections served at once; 0 = from RLIMIT_NOFILE */
     uint32_t busy_poll_us;    /* an I/O thread that handled events polls this long before it
-                                 sleeps again (crb_loop_set_busy_poll); 0 = never spin */
+                                 sleeps again (crb_loop_set_busy_poll); 0 = adaptive_poll says */
+    bool adaptive_poll;       /* with busy_poll_us 0: poll adaptively (base/spin.h); false:
+                                 never spin */
     bool local_socket;        /* also listen on an abstract unix socket offered to clients on
                                  this host (docs/WIRE.md "Local socket") */
 } crk_rpc_server_options;
 
-/** Defaults: 127.0.0.1, port 0, 2 threads, TCP_NODELAY, no idle timeout, a local socket. */
+/** Defaults: 127.0.0.1, port 0, 2 threads, TCP_NODELAY, no idle timeout, a local socket,
+ * adaptive polling. */
 void crk_rpc_server_options_default(crk_rpc_server_options *o);
 
 /**

@@ -198,9 +198,9 @@ int crc_batch_get_to(cr_store *s, const char *const *keys, size_t n, const crc_v
 void crc_release_defer(bool on);
 void crc_release_flush(void);
 
-/* busy_poll.c: CRESCENT_BUSY_POLL_US in ns (0: unset, the default);
- * CR_INVALID_PARAMS naming a bad value. */
-int crc_busy_poll_ns(uint64_t *out);
+/* busy_poll.c: CRESCENT_BUSY_POLL_US as a base/spin.h mode (unset:
+ * CRB_SPIN_ADAPTIVE); CR_INVALID_PARAMS naming a bad value. */
+int crc_spin_mode(int64_t *mode_ns);
 
 /* Run t engine transfers as one batch (one at a time if the engine refuses
  * the batch); failed[k] says whether transfer k did not complete. */

@@ -41,6 +41,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/net.h"
+#include "base/spin.h"
 #include "proto/mac.h"
 #include "proto/frame.h"
 #include "proto/frame_reader.h"
@@ -79,8 +80,8 @@ struct crc_master {
     uint64_t caps;
     char tenant[CRP_RPC_MAX_TENANT + 1]; /* "" = default (not sent) */
     char *secret;                        /* CRESCENT_MASTER_SECRET at connect; NULL: none */
-    crc_leader *leader;    /* "etcd://" address: the HA leader's locator (store/leader.h) */
-    uint64_t busy_poll_ns; /* CRESCENT_BUSY_POLL_US: a reader spins this long before sleeping */
+    crc_leader *leader; /* "etcd://" address: the HA leader's locator (store/leader.h) */
+    crb_spin spin; /* CRESCENT_BUSY_POLL_US: how a reader polls before sleeping (base/spin.h) */
     bool local_ok; /* CRESCENT_MASTER_LOCAL_SOCKET (default 1): take the master's local socket */
     bool local;    /* the connection (fd) is the local socket */
     uint64_t conn_gen; /* counts connections made: names the one fd is (crc_master_send_on) */
@@ -209,12 +210,17 @@ static void close_dead_locked(crc_master *m)
  */
 static int read_until(crc_master *m, int fd, pending *p, uint64_t deadline)
 {
-    uint64_t spin_until = m->busy_poll_ns ? crb_now_ns() + m->busy_poll_ns : 0;
+    uint64_t window = crb_spin_window(&m->spin);
+    uint64_t spin_until = window > 0 ? crb_now_ns() + window : 0;
     for (;;) {
         pthread_mutex_lock(&m->lock);
         bool done = p->done;
         pthread_mutex_unlock(&m->lock);
         uint64_t now = crb_now_ns();
+        if (spin_until != 0 && (done || now >= spin_until)) {
+            crb_spin_done(&m->spin, done); /* caught, or ran out: wait in recv */
+            spin_until = 0;
+        }
         if (done || now >= deadline)
             return 0;
         uint64_t left_ms = (deadline - now + 999999) / 1000000;
@@ -224,6 +230,8 @@ static int read_until(crc_master *m, int fd, pending *p, uint64_t deadline)
         } else {
             struct pollfd pf = {.fd = fd, .events = POLLIN};
             n = poll(&pf, 1, now < spin_until ? 0 : (int)left_ms);
+            if (n == 0 && now < spin_until)
+                crb_spin_pause();
             if (n == 0 || (n < 0 && errno == EINTR))
                 continue;
         }
@@ -539,8 +547,10 @@ int crc_master_connect(const char *address, crp_rpc_uuid client_id, int timeout_
     m->local_ok = local == NULL || strcmp(local, "0") != 0;
     /* A bad value was refused already where the store's engine (or thin
      * client) was set up; here it only means no spinning. */
-    if (crc_busy_poll_ns(&m->busy_poll_ns) < 0)
-        m->busy_poll_ns = 0;
+    int64_t spin_mode = 0;
+    if (crc_spin_mode(&spin_mode) < 0)
+        spin_mode = 0;
+    crb_spin_init(&m->spin, spin_mode);
     const char *secret = getenv("CRESCENT_MASTER_SECRET");
     if (secret != NULL && secret[0] != '\0' && (m->secret = strdup(secret)) == NULL) {
         free(m);

@@ -46,6 +46,7 @@
 
 #include "crescent/store.h"
 #include "base/offset_allocator.h"
+#include "base/spin.h"
 #include "proto/frame_reader.h"
 #include "proto/thin.h"
 
@@ -88,7 +89,7 @@ typedef struct crc_thin {
     bool has_secret;
     char tenant[CRP_THIN_MAX_TENANT + 1];
     uint32_t call_timeout_ms, max_conns;
-    uint64_t busy_poll_ns; /* CRESCENT_BUSY_POLL_US: spin this long for a reply before sleeping */
+    crb_spin spin; /* CRESCENT_BUSY_POLL_US: how a caller polls for its reply before sleeping */
 
     /* pool + local buffer: one memfd */
     int pool_fd;

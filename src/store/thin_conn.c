@@ -189,8 +189,9 @@ static ssize_t recv_reply(crc_thin_conn *c, bool spin)
 static int read_reply(crc_thin *t, crc_thin_conn *c, uint64_t id, crp_thin_resp *resp,
                       uint64_t deadline_ns)
 {
-    /* CRESCENT_BUSY_POLL_US: non-blocking reads until then, before sleeping in recv. */
-    uint64_t spin_until = t->busy_poll_ns ? crb_now_ns() + t->busy_poll_ns : 0;
+    /* The spin window (base/spin.h): non-blocking reads until then, before sleeping in recv. */
+    uint64_t window = crb_spin_window(&t->spin);
+    uint64_t spin_until = window > 0 ? crb_now_ns() + window : 0;
     for (;;) {
         if (c->in_len >= CRP_HEADER_SIZE) {
             crp_header h;
@@ -222,12 +223,23 @@ static int read_reply(crc_thin *t, crc_thin_conn *c, uint64_t id, crp_thin_resp 
             return crb_error(CR_ERR_TIMEOUT, "crescent-client at %s did not answer in %u ms",
                              t->address, t->call_timeout_ms);
         bool spin = spin_until != 0 && crb_now_ns() < spin_until;
+        if (!spin && spin_until != 0) {
+            crb_spin_done(&t->spin, false); /* the window ran out: sleep in recv */
+            spin_until = 0;
+        }
         ssize_t n = recv_reply(c, spin);
         if (n > 0) {
+            if (spin)
+                crb_spin_done(&t->spin, true);
+            spin_until = 0;
             c->in_len += (size_t)n;
             continue;
         }
-        if (n < 0 && (errno == EINTR || (spin && (errno == EAGAIN || errno == EWOULDBLOCK))))
+        if (n < 0 && spin && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            crb_spin_pause();
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return crb_error(CR_ERR_TIMEOUT, "crescent-client at %s did not answer in %u ms",

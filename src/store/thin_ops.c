@@ -1260,8 +1260,10 @@ int cr_store_setup_thin(const cr_store_thin_config *cfg, cr_store **out)
     t->max_conns = c.max_connections ? c.max_connections : 16;
     int rc = crc_thin_parse_address(c.server_address, &t->addr, &t->addr_len, t->address,
                                     sizeof(t->address));
+    int64_t spin_mode = 0;
     if (rc == 0)
-        rc = crc_busy_poll_ns(&t->busy_poll_ns);
+        rc = crc_spin_mode(&spin_mode);
+    crb_spin_init(&t->spin, spin_mode);
     const char *secret = c.shared_secret ? c.shared_secret : getenv("CRESCENT_CLIENT_SECRET");
     if (rc == 0 && secret != NULL && secret[0] != '\0') {
         if (strlen(secret) >= sizeof(t->secret))

@@ -100,8 +100,10 @@ static double paced_calls_cpu_share(const char *addr, int n)
 
 /* --rpc_busy_poll_us: an I/O thread that served a request polls instead of
  * sleeping for that long, so requests 1 ms apart keep one thread spinning
- * (about a core) where the default server sleeps between them; once the
- * requests stop, the spinning stops too (design.md §2.7: no CPU while idle). */
+ * (about a core) where the default server (adaptive polling, base/spin.h:
+ * its ~20 us windows run out and it backs off) sleeps between them; once the
+ * requests stop, the spinning stops too (design.md §2.7: no CPU while idle).
+ * The client's own polling is adaptive too and backs off the same way. */
 static void busy_poll_spins_only_while_requests_come(void **state)
 {
     fixture *f = *state;

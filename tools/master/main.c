@@ -810,6 +810,7 @@ static int master_start(master *m)
     ro.tcp_nodelay = m->opt.rpc_enable_tcp_no_delay;
     ro.idle_timeout_ms = m->opt.rpc_conn_timeout_ms;
     ro.busy_poll_us = m->opt.rpc_busy_poll_us;
+    ro.adaptive_poll = m->opt.rpc_adaptive_poll;
     ro.local_socket = m->opt.rpc_local_socket;
     ro.max_connections = m->opt.rpc_max_connections;
     rc = crk_rpc_server_start(m->svc, &m->info, &ro, &m->rpc);

@@ -220,7 +220,8 @@ static void wait_in_flight(void **state)
 
 /* CRESCENT_BUSY_POLL_US: refused when it is not a bounded number of
  * microseconds; accepted values make waits spin at most that long before
- * they sleep, and waits still time out and complete as without it. */
+ * they sleep, and waits still time out and complete as without it; unset,
+ * the engine polls adaptively, 0 never. */
 static void busy_poll_is_validated_and_bounded(void **state)
 {
     (void)state;
@@ -237,7 +238,7 @@ static void busy_poll_is_validated_and_bounded(void **state)
     void *st = NULL;
     assert_int_equal(setup(&st), 0);
     fixture *f = st;
-    assert_int_equal(f->a->busy_poll_ns, 2000000);
+    assert_int_equal(f->a->spin_mode_ns, 2000000);
     wait_in_flight(&st); /* timeouts and completions behave the same */
     /* A wait spins at most 2 ms, then sleeps: a held task still times out. */
     atomic_store(&fake_ctl.hold, true);
@@ -250,9 +251,16 @@ static void busy_poll_is_validated_and_bounded(void **state)
     assert_int_equal(cr_batch_wait(f->a, id, 1000), 0);
     assert_int_equal(cr_batch_free(f->a, id), 0);
     assert_int_equal(teardown(&st), 0);
+    setenv("CRESCENT_BUSY_POLL_US", "-5", 1);
+    assert_int_equal(cr_engine_create(&cfg, &e), CR_ERR_INVALID_CONFIG);
+    setenv("CRESCENT_BUSY_POLL_US", "0", 1);
+    assert_int_equal(setup(&st), 0);
+    assert_int_equal(((fixture *)st)->a->spin_mode_ns, 0); /* 0: never poll */
+    assert_int_equal(teardown(&st), 0);
     unsetenv("CRESCENT_BUSY_POLL_US");
     assert_int_equal(setup(&st), 0);
-    assert_int_equal(((fixture *)st)->a->busy_poll_ns, 0); /* default: never spin */
+    assert_int_equal(((fixture *)st)->a->spin_mode_ns, CRB_SPIN_ADAPTIVE); /* the default */
+    wait_in_flight(&st);
     assert_int_equal(teardown(&st), 0);
 }
 

@@ -23,9 +23,10 @@
  * pace. A READ's payload is received straight into the caller's memory; on
  * a failed READ that memory's content is unspecified, as through the lanes.
  *
- * Busy-poll (CRESCENT_BUSY_POLL_US, off by default): before a caller blocks for its reply it
- * tries recv without waiting for up to that long, as cr_batch_wait spins before it sleeps,
- * so a reply that comes within it costs the caller no wake-up.
+ * Polling (base/spin.h, the engine's spin mode from CRESCENT_BUSY_POLL_US): before a caller
+ * blocks for its reply it tries recv without waiting for the connection's spin window (by
+ * default adaptive: ~20 µs while replies come within it), as cr_batch_wait polls before it
+ * sleeps, so a reply that comes within it costs the caller no wake-up.
  *
  * Peer restarts: a connection answers for one instance. A task validated
  * against another instance's descriptor fails with CR_ERR_CONNECTION (the
@@ -90,6 +91,7 @@ static int conn_open(cr_engine *e, cre_peer *peer, uint64_t caller_deadline, tcp
     }
     c->fd = fd;
     c->instance = instance;
+    crb_spin_init(&c->spin, e->spin_mode_ns);
     pthread_mutex_lock(&peer->lock);
     bool restarted = peer->desc != NULL && peer->desc->d.instance != instance;
     pthread_mutex_unlock(&peer->lock);
@@ -158,13 +160,26 @@ static int send_all(cr_engine *e, tcp_sync_conn *c, const cre_peer *peer, struct
 static int recv_until(cr_engine *e, tcp_sync_conn *c, const cre_peer *peer, struct iovec **iov,
                       int *n, size_t *got, size_t want, uint64_t deadline, bool *peer_closed)
 {
-    uint64_t spin_until = e->busy_poll_ns > 0 ? crb_now_ns() + e->busy_poll_ns : 0;
+    if (*got >= want)
+        return 0; /* (the header's recv brought the payload too) */
+    uint64_t window = crb_spin_window(&c->spin);
+    uint64_t spin_until = window > 0 ? crb_now_ns() + window : 0;
     while (*got < want) {
         struct msghdr mh = {.msg_iov = *iov, .msg_iovlen = (size_t)*n};
         bool spin = spin_until != 0 && crb_now_ns() < spin_until;
+        if (!spin && spin_until != 0) {
+            crb_spin_done(&c->spin, false); /* the window ran out: block */
+            spin_until = 0;
+        }
         ssize_t k = recvmsg(c->fd, &mh, spin ? MSG_DONTWAIT : 0);
-        if (k < 0 && spin && (errno == EAGAIN || errno == EWOULDBLOCK))
+        if (k < 0 && spin && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            crb_spin_pause();
             continue; /* nothing yet: spin on until the bound, then block */
+        }
+        if (k > 0 && spin) {
+            crb_spin_done(&c->spin, true);
+            spin_until = 0; /* the rest follows at once or is waited for */
+        }
         if (k == 0) {
             *peer_closed = *got == 0;
             return crb_error(CR_ERR_CONNECTION, "%s closed the connection before its reply",

@@ -80,7 +80,8 @@ typedef struct tcp_sync_conn {
     int fd;                     /* blocking, 100 ms receive/send timeouts */
     uint64_t instance;          /* the peer's instance id from HELLO_ACK */
     uint64_t next_request_id;
-    crp_buf body; /* the request body's encoding, reused by each request */
+    crp_buf body;  /* the request body's encoding, reused by each request */
+    crb_spin spin; /* how its caller polls for a reply (the engine's spin mode) */
 } tcp_sync_conn;
 
 typedef struct tcp_peer {

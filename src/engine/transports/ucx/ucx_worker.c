@@ -59,7 +59,8 @@ static unsigned progress(ucx_wstate *ws)
     return events;
 }
 
-/* Opt-in busy-poll (CRESCENT_BUSY_POLL_US, the engine's busy_poll_ns): for
+/* Opt-in busy-poll (CRESCENT_BUSY_POLL_US set to a window; the adaptive
+ * default does not spin here): for
  * that long after the last sign of work (UCP reported events, or ops or
  * served requests are in flight) the worker does not arm and sleep; it asks
  * its loop for another pass at once (crb_loop_again), which runs the tick
@@ -68,9 +69,10 @@ static unsigned progress(ucx_wstate *ws)
  * fd. True: keep spinning, do not arm. */
 static bool keep_spinning(ucx_wstate *ws, unsigned events)
 {
-    uint64_t busy = ws->ue->tp->engine->busy_poll_ns;
-    if (busy == 0)
+    int64_t mode = ws->ue->tp->engine->spin_mode_ns; /* only a fixed window spins here */
+    if (mode <= 0)
         return false;
+    uint64_t busy = (uint64_t)mode;
     uint64_t now = crb_now_ns();
     bool working = events > 0 || ws->serving != NULL;
     for (size_t i = 0; i < ws->n_live && !working; i++)
