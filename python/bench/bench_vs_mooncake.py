@@ -31,11 +31,11 @@ Python's transfer_sync_read does; Mooncake's bench submits and polls, which is w
 transfer_sync_read does) and 1 MiB reads and writes in batches of 16. Requests per second are
 compared (Mooncake's bench reports no percentiles).
 
-Crescent polls adaptively before it sleeps by default (docs/latency.md). --crescent-busy-poll-us
-N gives its side a fixed window instead (CRESCENT_BUSY_POLL_US=N in its clients, holder and
-engine bench, --rpc_busy_poll_us=N on its master), and 0 turns its polling off on every side
-(CRESCENT_BUSY_POLL_US=0, --rpc_adaptive_poll=false); Mooncake runs as it is (its bench's
-initiator polls for completions).
+Crescent's engine polls adaptively before it sleeps by default (docs/latency.md).
+--crescent-busy-poll-us N gives its side a fixed window instead (CRESCENT_BUSY_POLL_US=N in its
+clients, holder and engine bench, --rpc_busy_poll_us=N on its master), and 0 turns its polling
+off (CRESCENT_BUSY_POLL_US=0); Mooncake runs as it is (its bench's initiator polls for
+completions).
 
 Implementations alternate within each round (crescent, then Mooncake); the report gives
 every round's figures, the medians and crescent / Mooncake.
@@ -217,8 +217,6 @@ def crescent_impl(build, busy_poll_us):
         env["CRESCENT_BUSY_POLL_US"] = str(busy_poll_us)
         if busy_poll_us > 0:
             args.append("--rpc_busy_poll_us=%d" % busy_poll_us)
-        else:
-            args.append("--rpc_adaptive_poll=false")
     master = os.path.join(build, "tools", "master", "crescent-master")
     return Impl("crescent", master, env, os.path.join(build, "tools", "bench", "crescent-bench"),
                 args)

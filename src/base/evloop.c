@@ -62,6 +62,7 @@ static void *loop_main(void *arg)
     struct epoll_event events[MAX_EVENTS];
     uint64_t next_tick = crb_now_ns() + loop->tick_ms * 1000000ull;
     uint64_t spin_until = 0; /* a spin window is open: no sleeping before this */
+    void *last_only = NULL;  /* the source of the last pass, if it had one event */
     while (!atomic_load(&loop->stop)) {
         uint64_t now = crb_now_ns();
         int timeout = now >= next_tick ? 0 : (int)((next_tick - now + 999999) / 1000000);
@@ -75,8 +76,17 @@ static void *loop_main(void *arg)
         if (n > 0) {
             if (spin_until != 0)
                 crb_spin_done(&loop->spin, true);
-            uint64_t window = crb_spin_window(&loop->spin);
-            spin_until = window > 0 ? crb_now_ns() + window : 0;
+            spin_until = 0;
+            /* An adaptive window only while the loop serves one partner (the
+             * same single source two passes in a row): a loop serving many
+             * is woken often anyway, and its polling would take the CPU its
+             * clients need (a fixed window polls regardless). */
+            void *only = n == 1 ? events[0].data.ptr : NULL;
+            if (loop->spin.mode_ns >= 0 || (only != NULL && only == last_only)) {
+                uint64_t window = crb_spin_window(&loop->spin);
+                spin_until = window > 0 ? crb_now_ns() + window : 0;
+            }
+            last_only = only; /* (compared, never dereferenced: it may be freed) */
         }
         loop->woken = loop->again;
         loop->again = false;
@@ -93,6 +103,8 @@ static void *loop_main(void *arg)
         if (n == 0 && now < spin_until && !loop->again)
             crb_spin_pause(); /* polled in vain: a thread runnable on this CPU goes first */
     }
+    if (spin_until != 0)
+        crb_spin_done(&loop->spin, false); /* stopped with a window open */
     return NULL;
 }
 

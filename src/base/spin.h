@@ -16,7 +16,12 @@
  *     why the cap is small). Request/reply traffic whose replies come within
  *     the window so keeps both ends awake (on a VM each wake-up of an idle
  *     CPU costs tens of microseconds), while sparse traffic, whose waits are
- *     longer, pays one window per CRB_SPIN_MAX_SKIP + 1 waits.
+ *     longer, pays one window per CRB_SPIN_MAX_SKIP + 1 waits. At most half
+ *     the CPUs online (at least one) hold an adaptive window at once in a
+ *     process; a wait that finds them all taken sleeps at once, and so does
+ *     every wait of the process for the next CRB_SPIN_CONTENDED_NS: with
+ *     more threads waiting at once than that, polling would take CPU from
+ *     their work, and a wake-up's cost is shared by a busy process anyway.
  *   - N > 0: every wait polls for up to N microseconds (the opt-in fixed
  *     busy-poll).
  *   - 0: no wait ever polls.
@@ -36,6 +41,8 @@
 #define CRB_SPIN_ADAPTIVE_NS 20000ull
 /** The most waits the adaptive mode sleeps at once for in a row after windows that ran out. */
 #define CRB_SPIN_MAX_SKIP 8u
+/** How long a process's waits sleep at once after one found every window place taken (ns). */
+#define CRB_SPIN_CONTENDED_NS 10000000ull
 /** Mode value: adaptive (CRESCENT_BUSY_POLL_US unset). */
 #define CRB_SPIN_ADAPTIVE (-1)
 /** The largest CRESCENT_BUSY_POLL_US accepted (µs). */
@@ -76,9 +83,14 @@ static inline void crb_spin_pause(void)
 }
 
 /**
- * After a wait whose window (crb_spin_window) was not 0: `caught` says
- * whether the awaited event came within the window.
+ * After a wait whose window (crb_spin_window) was not 0, once that window is
+ * over: `caught` says whether the awaited event came within it. Every window
+ * handed out must be closed so, exactly once (an adaptive window holds one
+ * of the process's places until then).
  */
 void crb_spin_done(crb_spin *s, bool caught);
+
+/** How many adaptive windows may be open at once in this process (see the mode notes). */
+int crb_spin_window_limit(void);
 
 #endif /* CRESCENT_BASE_SPIN_H */

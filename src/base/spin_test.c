@@ -10,7 +10,9 @@
 #include <cmocka.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/spin.h"
 #include "crescent/status.h"
@@ -102,8 +104,44 @@ static void adaptive_backs_off_and_recovers(void **state)
     expect_sleeps_then_window(&s, 0);
     crb_spin_done(&s, false);
     expect_sleeps_then_window(&s, 0);
-    assert_int_equal(atomic_load(&s.caught), 16);
+    crb_spin_done(&s, true); /* (closes its window: frees its place) */
+    assert_int_equal(atomic_load(&s.caught), 17);
     assert_int_equal(atomic_load(&s.windows), 10 + 3 + 3 + 1 + 5 + 2);
+}
+
+/* At most crb_spin_window_limit() adaptive windows are open at once in the
+ * process; a wait that finds them taken sleeps without counting a miss, and
+ * so do all waits for CRB_SPIN_CONTENDED_NS after; then windows open again. */
+static void adaptive_windows_are_limited(void **state)
+{
+    (void)state;
+    int limit = crb_spin_window_limit();
+    assert_true(limit >= 1);
+    crb_spin s[65];
+    assert_true(limit < 65);
+    for (int i = 0; i <= limit; i++)
+        crb_spin_init(&s[i], CRB_SPIN_ADAPTIVE);
+    for (int i = 0; i < limit; i++)
+        assert_int_equal(crb_spin_window(&s[i]), CRB_SPIN_ADAPTIVE_NS);
+    assert_int_equal(crb_spin_window(&s[limit]), 0); /* all places taken */
+    assert_int_equal(atomic_load(&s[limit].misses), 0);
+    uint64_t refused_at = crb_now_ns();
+    crb_spin_done(&s[0], false);
+    /* A place is free, but the process was found crowded: no window opens for
+     * CRB_SPIN_CONTENDED_NS (checked only while that has certainly not passed). */
+    uint64_t got = crb_spin_window(&s[limit]);
+    if (crb_now_ns() < refused_at + CRB_SPIN_CONTENDED_NS)
+        assert_int_equal(got, 0);
+    else if (got > 0)
+        crb_spin_done(&s[limit], true);
+    for (int i = 1; i < limit; i++)
+        crb_spin_done(&s[i], true);
+    usleep(CRB_SPIN_CONTENDED_NS / 1000 + 1000);
+    /* All closed and the crowd gone: every one of them can poll again. */
+    for (int i = 0; i < limit; i++)
+        assert_int_equal(crb_spin_window(&s[i]), CRB_SPIN_ADAPTIVE_NS);
+    for (int i = 0; i < limit; i++)
+        crb_spin_done(&s[i], true);
 }
 
 int main(void)
@@ -112,6 +150,7 @@ int main(void)
         cmocka_unit_test(mode_from_env),
         cmocka_unit_test(fixed_and_never),
         cmocka_unit_test(adaptive_backs_off_and_recovers),
+        cmocka_unit_test(adaptive_windows_are_limited),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

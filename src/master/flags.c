@@ -85,7 +85,7 @@ static const crb_flag FLAGS[] = {
     {"rpc_busy_poll_us", CRB_FLAG_U32, O(rpc_busy_poll_us), 0, MAX_BUSY_POLL_US, 0, NULL, "0",
      "an RPC I/O thread that handled a request polls this many microseconds before sleeping "
      "(0: --rpc_adaptive_poll decides; costs a CPU core while clients are active)"},
-    {"rpc_adaptive_poll", CRB_FLAG_BOOL, O(rpc_adaptive_poll), 0, 0, 0, NULL, "true",
+    {"rpc_adaptive_poll", CRB_FLAG_BOOL, O(rpc_adaptive_poll), 0, 0, 0, NULL, "false",
      "with --rpc_busy_poll_us=0, an RPC I/O thread polls ~20 us after a request while the next "
      "ones come within that and backs off while they do not (false: it never polls)"},
     {"enable_metric_reporting", CRB_FLAG_BOOL, O(enable_metric_reporting), 0, 0, 0, NULL, "true",

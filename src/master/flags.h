@@ -65,7 +65,7 @@ typedef struct crk_master_options {
     uint32_t rpc_max_connections;          /* --rpc_max_connections: 0 = from the fd limit */
     bool rpc_local_socket;                 /* --rpc_local_socket: true */
     uint32_t rpc_busy_poll_us;             /* --rpc_busy_poll_us: 0 = as rpc_adaptive_poll says */
-    bool rpc_adaptive_poll;                /* --rpc_adaptive_poll: true (base/spin.h) */
+    bool rpc_adaptive_poll;                /* --rpc_adaptive_poll: false (base/spin.h) */
 
     /* Metrics and admin HTTP (/metrics, /health, /get_all_segments, /query_key) */
     bool enable_metric_reporting;         /* --enable_metric_reporting: true (summary log) */

@@ -170,10 +170,10 @@ static void test_service_mapping(void **state)
     crk_service_destroy(svc);
     o = OK("--rpc_max_connections=100", "--metric_report_interval_sec=2");
     assert_int_equal(o.rpc_max_connections, 100);
-    assert_int_equal(o.rpc_busy_poll_us, 0); /* default: adaptive polling */
-    assert_true(o.rpc_adaptive_poll);
-    o = OK("--rpc_adaptive_poll=false");
+    assert_int_equal(o.rpc_busy_poll_us, 0); /* default: never spin */
     assert_false(o.rpc_adaptive_poll);
+    o = OK("--rpc_adaptive_poll=true");
+    assert_true(o.rpc_adaptive_poll);
     o = OK("--rpc_busy_poll_us=200", "--metric_report_interval_sec=2");
     assert_int_equal(o.rpc_busy_poll_us, 200);
     assert_true(o.metric_report_interval_ms == 2000);

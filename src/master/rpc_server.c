@@ -1316,12 +1316,8 @@ static void on_tick(crb_loop *loop, uint64_t now_ns, bool woken)
 
 void crk_rpc_server_options_default(crk_rpc_server_options *o)
 {
-    *o = (crk_rpc_server_options){.host = "127.0.0.1",
-                                  .port = 0,
-                                  .threads = 2,
-                                  .tcp_nodelay = true,
-                                  .local_socket = true,
-                                  .adaptive_poll = true};
+    *o = (crk_rpc_server_options){
+        .host = "127.0.0.1", .port = 0, .threads = 2, .tcp_nodelay = true, .local_socket = true};
 }
 
 /* The local socket: an abstract unix socket whose name is random per master

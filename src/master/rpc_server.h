@@ -49,7 +49,7 @@ typedef struct crk_rpc_server_options {
 } crk_rpc_server_options;
 
 /** Defaults: 127.0.0.1, port 0, 2 threads, TCP_NODELAY, no idle timeout, a local socket,
- * adaptive polling. */
+ * no polling. */
 void crk_rpc_server_options_default(crk_rpc_server_options *o);
 
 /**

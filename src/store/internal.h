@@ -198,8 +198,9 @@ int crc_batch_get_to(cr_store *s, const char *const *keys, size_t n, const crc_v
 void crc_release_defer(bool on);
 void crc_release_flush(void);
 
-/* busy_poll.c: CRESCENT_BUSY_POLL_US as a base/spin.h mode (unset:
- * CRB_SPIN_ADAPTIVE); CR_INVALID_PARAMS naming a bad value. */
+/* busy_poll.c: CRESCENT_BUSY_POLL_US as a base/spin.h mode for the store's
+ * own waits: a fixed window, or 0 (never) when unset or 0; CR_INVALID_PARAMS
+ * naming a bad value. */
 int crc_spin_mode(int64_t *mode_ns);
 
 /* Run t engine transfers as one batch (one at a time if the engine refuses

@@ -117,14 +117,22 @@ static void busy_poll_spins_only_while_requests_come(void **state)
     char addr[64];
     snprintf(addr, sizeof(addr), "127.0.0.1:%u", crk_rpc_server_port(spin));
     double spinning = paced_calls_cpu_share(addr, 150);
+    crk_rpc_server_stop(spin);
+    ro.busy_poll_us = 0;
+    ro.adaptive_poll = true;
+    assert_int_equal(crk_rpc_server_start(f->svc, &f->info, &ro, &spin), 0);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", crk_rpc_server_port(spin));
+    double adaptive = paced_calls_cpu_share(addr, 150);
 
     uint64_t cpu0 = process_cpu_ns(), t0 = crb_now_ns();
     usleep(300 * 1000); /* idle: nothing is sent to either server */
     double idle = (double)(process_cpu_ns() - cpu0) / (double)(crb_now_ns() - t0);
     crk_rpc_server_stop(spin);
-    print_message("cpu per wall second: default %.2f, spinning %.2f, idle after %.2f\n", sleeping,
-                  spinning, idle);
+    print_message("cpu per wall second: default %.2f, spinning %.2f, adaptive %.2f, idle after "
+                  "%.2f\n",
+                  sleeping, spinning, adaptive, idle);
     assert_true(sleeping < 0.3);
+    assert_true(adaptive < 0.3);
     assert_true(spinning > 0.4); /* a spinning thread may share its core with the test's */
     assert_true(idle < 0.1);
 }

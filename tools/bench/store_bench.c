@@ -691,9 +691,9 @@ static void usage(FILE *to)
         "                         group's clean-up the bench waits it out. With --master, give\n"
         "                         that master's --default_kv_lease_ttl\n"
         "  --master-busy-poll-us N  the spawned master's --rpc_busy_poll_us (default 0: its\n"
-        "                         I/O threads poll adaptively, or never when the clients'\n"
-        "                         CRESCENT_BUSY_POLL_US is 0); with CRESCENT_BUSY_POLL_US=N\n"
-        "                         for the clients, both sides poll fixed windows\n"
+        "                         I/O threads sleep between requests); with\n"
+        "                         CRESCENT_BUSY_POLL_US=N for the clients, both sides poll\n"
+        "                         fixed windows\n"
         "  --no-baseline          skip the engine transport cases\n"
         "  --rounds N             run the whole case list N times (1-9, default 1), engine and\n"
         "                         store cases alternating; the summary reports medians\n"
@@ -981,11 +981,7 @@ static int master_spawn(const sb_opts *o, sb_master *m)
     snprintf(lease, sizeof(lease), "--default_kv_lease_ttl=%u", o->lease_ms);
     char spin[64];
     snprintf(spin, sizeof(spin), "--rpc_busy_poll_us=%u", o->master_busy_poll_us);
-    /* CRESCENT_BUSY_POLL_US=0 for the clients turns the master's adaptive polling off too, so
-     * that one variable compares polling with none on both sides of a master call. */
-    const char *bp = getenv("CRESCENT_BUSY_POLL_US");
-    bool no_poll = bp != NULL && strcmp(bp, "0") == 0;
-    const char *args[] = {lease, spin, no_poll ? "--rpc_adaptive_poll=false" : NULL, NULL};
+    const char *args[] = {lease, spin, NULL};
     ct_master_opts mo = {.bin = bin, .args = args, .ready_ms = CHILD_TIMEOUT};
     if (ct_master_start(&m->m, &mo) < 0) {
         fprintf(stderr,

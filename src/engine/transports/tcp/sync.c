@@ -176,9 +176,10 @@ static int recv_until(cr_engine *e, tcp_sync_conn *c, const cre_peer *peer, stru
             crb_spin_pause();
             continue; /* nothing yet: spin on until the bound, then block */
         }
-        if (k > 0 && spin) {
-            crb_spin_done(&c->spin, true);
-            spin_until = 0; /* the rest follows at once or is waited for */
+        if (spin) { /* the window closes: on data (the rest follows at once or is waited for),
+                     * or on the connection's end or failure */
+            crb_spin_done(&c->spin, k > 0);
+            spin_until = 0;
         }
         if (k == 0) {
             *peer_closed = *got == 0;
