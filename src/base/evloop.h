@@ -8,9 +8,11 @@
  * calls (on the loop's thread) when they fire. The loop sleeps in
  * epoll_wait and never spins, unless its owner gave it a spin mode
  * (crb_loop_set_busy_poll, base/spin.h): then, after a pass that handled
- * events, it polls without sleeping for the window the mode gives (a fixed
- * one, or an adaptive one that backs off while windows run out empty). The tick bounds how late
- * deadlines are seen. An owner with work left over after a pass (a
+ * events, it polls without sleeping for the window the mode gives: a fixed
+ * one after every such pass, or an adaptive one, only after a pass whose one
+ * event came from the same source as the pass before (a loop serving one
+ * partner), that backs off while windows run out empty. The tick bounds how
+ * late deadlines are seen. An owner with work left over after a pass (a
  * connection that used up its turn) asks for another one at once
  * (crb_loop_again) instead of waking itself through the eventfd.
  *

@@ -548,8 +548,9 @@ int crs_daemon_start(crs_daemon *d, const crs_config *cfg)
             goto err_stop;
         }
     }
-    /* CRESCENT_BUSY_POLL_US (unset: adaptive, base/spin.h): how the loops poll after an event
-     * before they sleep again. The store's engine refused a bad value at setup. */
+    /* CRESCENT_BUSY_POLL_US=N: the loops poll N us after an event before they sleep again
+     * (unset or 0: they sleep at once; store/busy_poll.c). The store's engine refused a bad
+     * value at setup. */
     int64_t spin_mode = 0;
     if (crc_spin_mode(&spin_mode) == 0)
         for (unsigned i = 0; i < d->n_loops; i++)

@@ -60,13 +60,11 @@ static unsigned progress(ucx_wstate *ws)
 }
 
 /* Opt-in busy-poll (CRESCENT_BUSY_POLL_US set to a window; the adaptive
- * default does not spin here): for
- * that long after the last sign of work (UCP reported events, or ops or
- * served requests are in flight) the worker does not arm and sleep; it asks
- * its loop for another pass at once (crb_loop_again), which runs the tick
- * and progresses UCP again. Without it every hop of a small request (our
- * worker, the peer's worker, the reply, the caller) is a wake-up through an
- * fd. True: keep spinning, do not arm. */
+ * default does not spin here): for that long after the last sign of work (UCP reported events, or
+ * ops or served requests are in flight) the worker does not arm and sleep; it asks its loop for
+ * another pass at once (crb_loop_again), which runs the tick and progresses UCP again. Without it
+ * every hop of a small request (our worker, the peer's worker, the reply, the caller) is a wake-up
+ * through an fd. True: keep spinning, do not arm. */
 static bool keep_spinning(ucx_wstate *ws, unsigned events)
 {
     int64_t mode = ws->ue->tp->engine->spin_mode_ns; /* only a fixed window spins here */
