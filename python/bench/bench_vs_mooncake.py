@@ -4,7 +4,7 @@
     PYTHONPATH=build/python /usr/bin/python3 python/bench/bench_vs_mooncake.py \
         --mooncake-build /path/to/mooncake/build [--rounds 2] [--duration 2] \
         [--value-sizes 4K,64K,1M,16M] [--threads 1,8] [--batch 16] [--segment 4G] \
-        [--skip-engine] [--skip-store] \
+        [--skip-engine] [--skip-store] [--skip-floor] \
         [--crescent-busy-poll-us N]
 
 Needs a build tree of upstream Mooncake (its transfer_engine_bench, mooncake_master and
@@ -36,6 +36,16 @@ Crescent's engine polls adaptively before it sleeps by default (docs/latency.md)
 clients, holder and engine bench, --rpc_busy_poll_us=N on its master), and 0 turns its polling
 off (CRESCENT_BUSY_POLL_US=0); Mooncake runs as it is (its bench's initiator polls for
 completions).
+
+Floor rows (unless --skip-floor; first in every round): what this machine's loopback allows
+any implementation, from `crescent-bench engine --baseline` (plain blocking sockets between
+two processes, 1 MiB send/recv, nothing of crescent's): one stream and two at once, into the
+receiver's warm pages and into never-written pages (the floor of a put into a freshly mounted,
+lazily committed holder, crescent's default: design 2.9), and a 4 KiB ping-pong. For values of
+1 MiB and more the report then gives each store row's ceiling: the faster of the one- and
+two-stream floors over Mooncake's figure, the highest crescent / Mooncake ratio a copy over
+this loopback could reach in this run (the puts' ceiling from the warm floor; a fresh holder's
+lower one in the note under it).
 
 Implementations alternate within each round (crescent, then Mooncake); the report gives
 every round's figures, the medians and crescent / Mooncake.
@@ -328,6 +338,31 @@ def mooncake_engine(impl, op, block, batch, duration):
         stop(target)
 
 
+FLOORS = ["tcp_socket", "tcp_socket_2_streams", "tcp_socket_fresh_pages",
+          "tcp_socket_fresh_pages_2_streams", "tcp_pingpong"]
+
+
+def floors(crescent_build, duration):
+    """This machine's loopback floors, from crescent-bench engine --baseline (plain sockets):
+    GB/s for the streams, round trips per second for the ping-pong."""
+    cmd = [os.path.join(crescent_build, "tools", "bench", "crescent-bench"), "engine",
+           "--baseline", "--op", "read", "--block-sizes", "1M", "--batch", "16", "--duration",
+           str(duration), "--json", "--quiet"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, CRESCENT_LOG="error"))
+    got = {}
+    for line in res.stdout.splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            if row.get("type") == "baseline" and row.get("name") in FLOORS:
+                got[row["name"]] = row["per_s"] if "per_s" in row else row["gbps"]
+    missing = [f for f in FLOORS if f not in got]
+    if missing:
+        raise RuntimeError("crescent-bench engine --baseline: no %s (%s)" % (
+            ", ".join(missing), res.stderr.strip()[-500:]))
+    return got
+
+
 def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
@@ -350,6 +385,8 @@ def main():
                     "lease fails: Mooncake's 16 x 16 MiB from 8 threads took over 5 s here)")
     ap.add_argument("--skip-engine", action="store_true")
     ap.add_argument("--skip-store", action="store_true")
+    ap.add_argument("--skip-floor", action="store_true",
+                    help="no plain-socket floors (crescent-bench engine --baseline) per round")
     ap.add_argument("--crescent-busy-poll-us", type=int, default=None,
                     help="crescent's fixed busy-poll window, microseconds (0: no polling; "
                     "unset: its adaptive default)")
@@ -373,7 +410,15 @@ def main():
                     sys.exit("%s: %s is not an executable" % (impl.name, path))
         store = {i.name: {(c, r): [] for c in configs for r in STORE_ROWS} for i in impls}
         engine = {i.name: {c: [] for c in ENGINE_CASES} for i in impls}
+        floor = {f: [] for f in FLOORS}
         for rnd in range(a.rounds):
+            if not a.skip_floor:
+                got = floors(a.crescent_build, a.duration)
+                for f in FLOORS:
+                    floor[f].append(got[f])
+                print("round %d floors: socket GB/s 1 stream %.3f, 2 streams %.3f; into fresh "
+                      "pages 1 stream %.3f, 2 streams %.3f; 4 KiB ping-pong %.0f round trips/s"
+                      % tuple([rnd + 1] + [got[f] for f in FLOORS]), flush=True)
             for impl in impls:
                 if not a.skip_store:
                     got = store_round(impl, a, configs)
@@ -417,7 +462,45 @@ def main():
             mv = median(engine["mooncake"][ENGINE_CASES[0]])
             print("4 KiB read, mean latency: crescent %.1f us, mooncake %.1f us" % (1e6 / cv,
                                                                                    1e6 / mv))
+        if not a.skip_floor:
+            report_floors(a, configs, store, engine, floor)
     return 0
+
+
+def report_floors(a, configs, store, engine, floor):
+    """The floors' medians, and what they allow each row: floor / Mooncake."""
+    f = {k: median(v) for k, v in floor.items()}
+    warm, fresh = max(f["tcp_socket"], f["tcp_socket_2_streams"]), max(
+        f["tcp_socket_fresh_pages"], f["tcp_socket_fresh_pages_2_streams"])
+    print()
+    print("floors (plain sockets, medians): 1 MiB stream %.3f GB/s, two streams %.3f GB/s; into "
+          "never-written pages %.3f / %.3f GB/s; 4 KiB ping-pong %.0f round trips/s (%.1f us)" % (
+              f["tcp_socket"], f["tcp_socket_2_streams"], f["tcp_socket_fresh_pages"],
+              f["tcp_socket_fresh_pages_2_streams"], f["tcp_pingpong"],
+              1e6 / f["tcp_pingpong"]))
+    big = [c for c in configs if c[0] >= (1 << 20)]
+    if not a.skip_store and big:
+        print("%-40s %10s %10s %10s %9s" % ("call (tcp, medians)", "crescent", "floor",
+                                             "x floor", "ceiling"))
+        for c in big:
+            for r in STORE_ROWS:
+                cv, mv = median(store["crescent"][(c, r)]), median(store["mooncake"][(c, r)])
+                label = "%s %s%s, %d thr, MB/s" % (
+                    r, fmt_size(c[0]), " x%d" % a.batch if r.startswith("batch") else "", c[1])
+                print("%-40s %10.0f %10.0f %10.2f %9.2f" % (label, cv, warm * 1000,
+                                                          cv / (warm * 1000), warm * 1000 / mv))
+        print("(ceiling: the floor over Mooncake's median, the highest crescent / Mooncake ratio "
+              "a copy over this loopback allows; puts into a freshly mounted, lazily committed "
+              "holder meet the never-written-pages floor first: %.2f x Mooncake's put, %.2f x "
+              "its batch_put_from, %s values, %d thr)" % (
+                  fresh * 1000 / median(store["mooncake"][(big[0], "put")]),
+                  fresh * 1000 / median(store["mooncake"][(big[0], "batch_put_from")]),
+                  fmt_size(big[0][0]), big[0][1]))
+    if not a.skip_engine:
+        cv = median(engine["crescent"][ENGINE_CASES[0]])
+        mv = median(engine["mooncake"][ENGINE_CASES[0]])
+        print("4 KiB read one at a time: crescent %.2f x the ping-pong's round trips/s, Mooncake "
+              "%.2f x" % (cv / f["tcp_pingpong"], mv / f["tcp_pingpong"]))
 
 
 def fmt_size(n):

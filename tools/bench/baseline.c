@@ -9,6 +9,12 @@
  *           acknowledged the byte count, so nothing is left in socket buffers.
  *           With N streams: N sinks and N sending threads at once, each with its
  *           own 64 MiB area (cache-cold, like real values), one clock for all.
+ *           Fresh pages (role "sink-fresh"): the sink receives into never-touched
+ *           pages of a 4 GiB memfd mapped MAP_NORESERVE, front to back (a hole is
+ *           punched over all of it if a run wraps), so every byte lands on a page
+ *           the kernel commits on that write: the floor of a write into a lazily
+ *           committed store segment (design 2.9), which the warm streams above
+ *           are not.
  *   memcpy: one thread copying 1 MiB blocks between two 64 MiB areas.
  *   ping-pong: the floor of a small READ: one loopback connection to a
  *           "<subcmd> --role echo" child, a 32-byte request answered by a
@@ -21,6 +27,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -28,6 +35,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -98,6 +106,7 @@ static void stream_ready_wait(stream_start *s)
  * sends cycling over its own 64 MiB area until the deadline, the sink's acknowledgement. */
 typedef struct socket_stream {
     const char *subcmd;
+    const char *sink_role; /* "sink" or "sink-fresh" */
     double seconds;
     uint64_t total;
     struct stream_start *start; /* every stream connected: the clock starts for all */
@@ -112,7 +121,7 @@ static void *socket_stream_main(void *arg)
     int fd = -1;
     uint8_t *area = NULL;
     cb_child child = CB_CHILD_INIT;
-    char *argv[] = {CB_PROG, (char *)st->subcmd, "--role", "sink", NULL};
+    char *argv[] = {CB_PROG, (char *)st->subcmd, "--role", (char *)st->sink_role, NULL};
     char line[128], why[160];
     bool started = false;
 
@@ -187,8 +196,9 @@ wait_others:
     return NULL;
 }
 
-int cb_baseline_socket_streams(const char *subcmd, unsigned streams, double seconds, uint64_t total,
-                               cb_measure *out, char *err, size_t err_len)
+static int socket_streams(const char *subcmd, const char *sink_role, unsigned streams,
+                          double seconds, uint64_t total, cb_measure *out, char *err,
+                          size_t err_len)
 {
     if (streams < 1 || streams > 8) {
         snprintf(err, err_len, "socket baseline: %u streams (1..8)", streams);
@@ -199,7 +209,8 @@ int cb_baseline_socket_streams(const char *subcmd, unsigned streams, double seco
     stream_start start = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, false};
     unsigned started = 0;
     for (; started < streams; started++) {
-        st[started] = (socket_stream){subcmd, seconds, total / streams, &start, 0, -1, ""};
+        st[started] =
+            (socket_stream){subcmd, sink_role, seconds, total / streams, &start, 0, -1, ""};
         if (pthread_create(&tid[started], NULL, socket_stream_main, &st[started]) != 0)
             break;
     }
@@ -234,10 +245,22 @@ int cb_baseline_socket_streams(const char *subcmd, unsigned streams, double seco
     return rc;
 }
 
+int cb_baseline_socket_streams(const char *subcmd, unsigned streams, double seconds, uint64_t total,
+                               cb_measure *out, char *err, size_t err_len)
+{
+    return socket_streams(subcmd, "sink", streams, seconds, total, out, err, err_len);
+}
+
 int cb_baseline_socket(const char *subcmd, double seconds, uint64_t total, cb_measure *out,
                        char *err, size_t err_len)
 {
-    return cb_baseline_socket_streams(subcmd, 1, seconds, total, out, err, err_len);
+    return socket_streams(subcmd, "sink", 1, seconds, total, out, err, err_len);
+}
+
+int cb_baseline_socket_fresh(const char *subcmd, unsigned streams, double seconds, uint64_t total,
+                             cb_measure *out, char *err, size_t err_len)
+{
+    return socket_streams(subcmd, "sink-fresh", streams, seconds, total, out, err, err_len);
 }
 
 int cb_baseline_memcpy(double seconds, uint64_t total, cb_measure *out, char *err, size_t err_len)
@@ -289,9 +312,31 @@ static int accept_or_orphaned(int lfd)
     }
 }
 
-int cb_sink_main(void)
+/* The fresh sink's area: a memfd of CB_FRESH_AREA bytes, mapped without reserving memory;
+ * nothing is written before the stream, so each page is committed by the recv that fills it. */
+static uint8_t *map_fresh_area(int *memfd)
+{
+    int fd = memfd_create("crescent-bench-fresh-sink", MFD_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    if (ftruncate(fd, (off_t)CB_FRESH_AREA) < 0) {
+        close(fd);
+        return NULL;
+    }
+    void *p = mmap(NULL, CB_FRESH_AREA, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        return NULL;
+    }
+    *memfd = fd;
+    return p;
+}
+
+int cb_sink_main(bool fresh)
 {
     int rc = CB_EXIT_FAIL;
+    int memfd = -1;
+    uint64_t area_size = fresh ? CB_FRESH_AREA : CB_BASELINE_AREA;
     int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (lfd < 0) {
         fprintf(stderr, CB_PROG " sink: socket: %s\n", strerror(errno));
@@ -305,9 +350,10 @@ int cb_sink_main(void)
         fprintf(stderr, CB_PROG " sink: listen: %s\n", strerror(errno));
         goto close_listener;
     }
-    uint8_t *area = alloc_area();
+    uint8_t *area = fresh ? map_fresh_area(&memfd) : alloc_area();
     if (area == NULL) {
-        fprintf(stderr, CB_PROG " sink: out of memory\n");
+        fprintf(stderr, CB_PROG " sink: cannot make its %s area: %s\n",
+                fresh ? "fresh (memfd)" : "64 MiB", strerror(errno));
         goto close_listener;
     }
     printf("READY port=%u\n", (unsigned)ntohs(sa.sin_port));
@@ -331,7 +377,14 @@ int cb_sink_main(void)
         got += (uint64_t)n;
         if (got == CB_BASELINE_BLOCK) {
             got = 0;
-            off = (off + CB_BASELINE_BLOCK) % CB_BASELINE_AREA;
+            off = (off + CB_BASELINE_BLOCK) % area_size;
+            /* Wrapped: give every page back so the next pass writes fresh ones again. */
+            if (fresh && off == 0 &&
+                fallocate(memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                          (off_t)CB_FRESH_AREA) < 0) {
+                fprintf(stderr, CB_PROG " sink: punching the fresh area: %s\n", strerror(errno));
+                goto close_conn;
+            }
         }
     }
     if (send_all(fd, (const uint8_t *)&received, sizeof(received)) < 0) {
@@ -345,7 +398,12 @@ int cb_sink_main(void)
 close_conn:
     close(fd);
 free_area:
-    free(area);
+    if (fresh) {
+        munmap(area, CB_FRESH_AREA);
+        close(memfd);
+    } else {
+        free(area);
+    }
 close_listener:
     close(lfd);
     return rc;

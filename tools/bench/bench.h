@@ -143,6 +143,7 @@ void cb_wait_for_eof(int fd);
 
 #define CB_BASELINE_BLOCK (1 * CB_MIB)
 #define CB_BASELINE_AREA  (64 * CB_MIB)
+#define CB_FRESH_AREA     (4096 * CB_MIB) /* the fresh-pages sink's memfd (reserved lazily) */
 
 typedef struct cb_measure {
     uint64_t bytes;
@@ -163,6 +164,12 @@ int cb_baseline_socket(const char *subcmd, double seconds, uint64_t total, cb_me
  * connections per peer could reach on this machine. */
 int cb_baseline_socket_streams(const char *subcmd, unsigned streams, double seconds, uint64_t total,
                                cb_measure *out, char *err, size_t err_len);
+/* The same into fresh pages: each sink ("--role sink-fresh") receives front to back into a
+ * never-written memfd mapping (MAP_NORESERVE, CB_FRESH_AREA bytes; a run that wraps punches a
+ * hole over it first), so every page is committed by the write that fills it: the floor of a
+ * put into a freshly mounted, lazily committed store segment on this machine. */
+int cb_baseline_socket_fresh(const char *subcmd, unsigned streams, double seconds, uint64_t total,
+                             cb_measure *out, char *err, size_t err_len);
 /* Single-threaded memcpy of 1 MiB blocks cycling over a 64 MiB area. */
 int cb_baseline_memcpy(double seconds, uint64_t total, cb_measure *out, char *err, size_t err_len);
 /* A small-request round trip over one loopback TCP connection. */
@@ -193,7 +200,8 @@ int cb_baseline_ucx_perftest(const char *test, uint64_t size, unsigned iters, cb
 int cb_baseline_ucx_perftest_window(const char *test, uint64_t size, unsigned iters,
                                     unsigned outstanding, cb_ucx_result *out, char *err,
                                     size_t err_len);
-/* The "--role sink" child: accept one connection, count bytes, acknowledge. */
-int cb_sink_main(void);
+/* The "--role sink" child (fresh: "--role sink-fresh", into never-written pages): accept one
+ * connection, count bytes, acknowledge. */
+int cb_sink_main(bool fresh);
 
 #endif /* CRESCENT_BENCH_H */

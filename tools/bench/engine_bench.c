@@ -120,6 +120,7 @@ typedef struct eb_ctx {
     cb_ucx_result heap_get, heap_put, heap_get_4k_o1;
     bool have_ucx_heap;
     cb_measure sock, sock2, mem; /* sock2: two streams at once */
+    cb_measure fresh, fresh2;    /* the same into never-written pages of the sinks */
     cb_pingpong pp;              /* 4 KiB plain-socket ping-pong (--baseline) */
     bool printed_header;
     /* --protocol a,b: every case's result per protocol, compared at the end. */
@@ -201,7 +202,9 @@ static void usage(FILE *to)
             "                         compare (for --protocol ucx)\n"
             "  --baseline             also measure, in the same run, a plain TCP socket copy to\n"
             "                         a child process (blocking 1 MiB send/recv; one stream,\n"
-            "                         then two at once, each its own child and 64 MiB area)\n"
+            "                         then two at once, each its own child and 64 MiB area;\n"
+            "                         then both again into the children's never-written\n"
+            "                         pages: the floor of a put into a fresh store segment)\n"
             "                         and single-threaded memcpy of 1 MiB blocks over 64 MiB,\n"
             "                         and a plain-socket ping-pong (32-byte request, 4 KiB\n"
             "                         reply, one at a time); print them and each case's ratio\n"
@@ -242,7 +245,7 @@ static int apply_value(eb_opts *o, const char *flag, const char *v)
 {
     if (strcmp(flag, "--role") == 0) {
         if (strcmp(v, "initiator") != 0 && strcmp(v, "target") != 0 && strcmp(v, "sink") != 0 &&
-            strcmp(v, "echo") != 0)
+            strcmp(v, "sink-fresh") != 0 && strcmp(v, "echo") != 0)
             return cb_bad_value("engine", flag, v, "initiator or target");
         o->role = v;
     } else if (strcmp(flag, "--op") == 0) {
@@ -987,6 +990,12 @@ static void print_baselines(eb_ctx *ctx)
         printf("{\"type\":\"baseline\",\"name\":\"tcp_socket_2_streams\",\"block\":%" PRIu64
                ",\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.4f}\n",
                CB_BASELINE_BLOCK, ctx->sock2.bytes, ctx->sock2.seconds, ctx->sock2.gbps);
+        printf("{\"type\":\"baseline\",\"name\":\"tcp_socket_fresh_pages\",\"block\":%" PRIu64
+               ",\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.4f}\n",
+               CB_BASELINE_BLOCK, ctx->fresh.bytes, ctx->fresh.seconds, ctx->fresh.gbps);
+        printf("{\"type\":\"baseline\",\"name\":\"tcp_socket_fresh_pages_2_streams\",\"block\":"
+               "%" PRIu64 ",\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.4f}\n",
+               CB_BASELINE_BLOCK, ctx->fresh2.bytes, ctx->fresh2.seconds, ctx->fresh2.gbps);
         printf("{\"type\":\"baseline\",\"name\":\"memcpy\",\"block\":%" PRIu64 ",\"bytes\":%" PRIu64
                ",\"seconds\":%.6f,\"gbps\":%.4f}\n",
                CB_BASELINE_BLOCK, ctx->mem.bytes, ctx->mem.seconds, ctx->mem.gbps);
@@ -1003,6 +1012,9 @@ static void print_baselines(eb_ctx *ctx)
                "%8.3f GB/s  (%s in %.2f s)\n",
                ctx->sock2.gbps, cb_format_bytes(ctx->sock2.bytes, b1, sizeof(b1)),
                ctx->sock2.seconds);
+        printf("baseline tcp socket into the sink's never-written pages: 1 stream %.3f GB/s, "
+               "2 streams %.3f GB/s\n",
+               ctx->fresh.gbps, ctx->fresh2.gbps);
         printf("baseline memcpy     (1 thread, 1 MiB blocks over 64 MiB):               "
                "%8.3f GB/s  (%s in %.2f s)\n",
                ctx->mem.gbps, cb_format_bytes(ctx->mem.bytes, b2, sizeof(b2)), ctx->mem.seconds);
@@ -1252,6 +1264,9 @@ static int run_baselines(eb_ctx *ctx)
     double secs = o->total != 0 && !o->duration_set ? 86400.0 : o->duration;
     if (cb_baseline_socket(o->subcmd, secs, o->total, &ctx->sock, err, sizeof(err)) < 0 ||
         cb_baseline_socket_streams(o->subcmd, 2, secs, o->total, &ctx->sock2, err, sizeof(err)) <
+            0 ||
+        cb_baseline_socket_fresh(o->subcmd, 1, secs, o->total, &ctx->fresh, err, sizeof(err)) < 0 ||
+        cb_baseline_socket_fresh(o->subcmd, 2, secs, o->total, &ctx->fresh2, err, sizeof(err)) <
             0 ||
         cb_baseline_memcpy(secs, o->total, &ctx->mem, err, sizeof(err)) < 0 ||
         cb_baseline_pingpong(o->subcmd, 4096, o->duration > 0 ? o->duration : 1, &ctx->pp, err,
@@ -1509,8 +1524,8 @@ int cb_engine_main(int argc, char **argv)
         return r > 0 ? CB_EXIT_OK : CB_EXIT_USAGE;
     if (strcmp(o.role, "target") == 0)
         return target_main(&o);
-    if (strcmp(o.role, "sink") == 0)
-        return cb_sink_main();
+    if (strcmp(o.role, "sink") == 0 || strcmp(o.role, "sink-fresh") == 0)
+        return cb_sink_main(strcmp(o.role, "sink-fresh") == 0);
     if (strcmp(o.role, "echo") == 0)
         return cb_echo_main();
     return initiator_main(&o);

@@ -793,7 +793,7 @@ static int apply_value(sb_opts *o, const char *flag, const char *v)
 {
     if (strcmp(flag, "--role") == 0) {
         if (strcmp(v, "orchestrator") != 0 && strcmp(v, "client") != 0 && strcmp(v, "sink") != 0 &&
-            strcmp(v, "echo") != 0)
+            strcmp(v, "sink-fresh") != 0 && strcmp(v, "echo") != 0)
             return cb_bad_value("store", flag, v, "orchestrator or client");
         o->role = v;
     } else if (strcmp(flag, "--value-sizes") == 0) {
@@ -931,7 +931,8 @@ static int parse_opts(int argc, char **argv, sb_opts *o)
     }
     if (pr < 0)
         return -1;
-    if (strcmp(o->role, "sink") == 0 || strcmp(o->role, "echo") == 0)
+    if (strcmp(o->role, "sink") == 0 || strcmp(o->role, "sink-fresh") == 0 ||
+        strcmp(o->role, "echo") == 0)
         return 0;
     if (strcmp(o->role, "client") == 0) {
         if (o->master_addr == NULL || o->region_size == 0 || o->target_size == 0) {
@@ -1675,8 +1676,8 @@ int cb_store_main(int argc, char **argv)
         return r > 0 ? CB_EXIT_OK : CB_EXIT_USAGE;
     if (strcmp(o.role, "client") == 0)
         return client_main(&o);
-    if (strcmp(o.role, "sink") == 0)
-        return cb_sink_main();
+    if (strcmp(o.role, "sink") == 0 || strcmp(o.role, "sink-fresh") == 0)
+        return cb_sink_main(strcmp(o.role, "sink-fresh") == 0);
     if (strcmp(o.role, "echo") == 0)
         return cb_echo_main();
     return orchestrator_main(&o);
