@@ -457,6 +457,7 @@ int cr_batch_submit(cr_engine *e, cr_batch_id id, const cr_transfer_request *req
         t->local = reqs[i].local_addr;
         t->remote_addr = reqs[i].remote_addr;
         t->length = reqs[i].length;
+        t->alone = first == 0 && n == 1;
         t->local_buf = plan[i].route.local_buf;
         t->tp = NULL;
         atomic_store(&t->error, 0);

@@ -53,6 +53,7 @@ struct cre_task {
     cre_buffer *local_buf; /* reference held until the task finishes */
     cre_tp *tp;            /* the transport that took it */
     atomic_uint slices_left;
+    bool alone;       /* the only task of its batch when submitted (a transport may split it) */
     atomic_int error; /* first error, 0 if none */
     atomic_int state; /* cr_task_state */
     atomic_ullong done_bytes;

@@ -4,7 +4,8 @@
  * one small request is carried by the calling thread on a pooled
  * connection of its own (the tcp counters sync_transfers / sync_connects
  * say so, and no lane connects), bytes are right both ways, bigger requests
- * and CRESCENT_TCP_CALLER_READS=0 go through the lanes, more callers than
+ * and CRESCENT_TCP_CALLER_READS=0 go through the lanes (a lone 1 MiB request
+ * over exactly two of them, cut in halves), more callers than
  * pooled connections all finish, a stopped peer costs a caller its own
  * timeout and not more, a restarted peer is noticed (a pooled connection to
  * the dead process is replaced, a request checked against the old instance
@@ -91,7 +92,7 @@ static void carried_by_the_caller(void **state)
     (void)state;
     fixture f;
     fixture_start(&f, 5000);
-    const uint64_t sizes[] = {1, 4096, 64 << 10, 1 << 20};
+    const uint64_t sizes[] = {1, 4096, 64 << 10, 1020 << 10};
     uint64_t off = 0;
     for (size_t k = 0; k < 4; k++) {
         memset(f.local, 0, sizes[k]);
@@ -127,7 +128,23 @@ static void carried_by_the_caller(void **state)
     expect_pattern(f.local, 4096, 4096, f.remote);
     assert_int_equal(sync_transfers(f.e), 6);
 
-    /* Larger than a slice (1 MiB), or a plain batch: the lanes carry it. */
+    /* 1 MiB and more, or a plain batch: the lanes carry it. A lone request of 1 MiB up to two
+     * slices is cut in halves that two lanes carry at once: exactly two lanes connect. */
+    for (uint64_t i = 0; i < (1u << 20) + 4096; i++)
+        f.local[i] = test_pattern(i, 92);
+    const uint64_t half_at = f.remote + (5u << 20) + 4096;
+    assert_int_equal(
+        cr_engine_transfer_sync(f.e, CR_OP_WRITE, f.local, f.seg, half_at, (1u << 20) + 4096, 0),
+        0);
+    assert_string_equal(
+        peer_cmd(&f.peer, "check %llu %u 92", (unsigned long long)half_at, (1u << 20) + 4096),
+        "OK");
+    assert_int_equal(test_counter(f.e, "tcp", "connects"), 2);
+    memset(f.local, 0, 1u << 20);
+    assert_int_equal(
+        cr_engine_transfer_sync(f.e, CR_OP_READ, f.local, f.seg, f.remote + 8191, 1u << 20, 0), 0);
+    expect_pattern(f.local, 8191, 1u << 20, f.remote);
+    assert_int_equal(sync_transfers(f.e), 6); /* (its halves: the next two of the four lanes) */
     assert_int_equal(cr_engine_transfer_sync(f.e, CR_OP_READ, f.local, f.seg, f.remote, 4 << 20, 0),
                      0);
     expect_pattern(f.local, 0, 4 << 20, f.remote);

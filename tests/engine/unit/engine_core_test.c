@@ -408,6 +408,39 @@ static void descriptor_refresh(void **state)
     assert_non_null(strstr(cr_last_error_message(), "not in any buffer"));
 }
 
+/* How the tcp lanes cut a task (transports/tcp/lane.c): a task alone in its batch, of 1 MiB
+ * up to less than two slices, to a peer with two lanes or more, goes in two halves (4 KiB
+ * aligned, never over the slice size); anything else in slices of the engine's slice size. */
+static void tcp_lone_megabyte_is_cut_in_halves(void **state)
+{
+    (void)state;
+    static cr_engine e;
+    e.slice_size = 1u << 20;
+    tcp_peer p = {.n_lanes = 4};
+    cre_task t = {.alone = true, .length = 1u << 20};
+    assert_int_equal(cre_tcp_slice_of(&e, &p, &t), 512u << 10);
+    t.length = (1u << 20) + 4096 + 1; /* half rounded up to 4 KiB, the second slice shorter */
+    assert_int_equal(cre_tcp_slice_of(&e, &p, &t), (512u << 10) + 4096);
+    t.length = (2u << 20) - 4096; /* halves of 1 MiB and 1 MiB - 4 KiB */
+    assert_int_equal(cre_tcp_slice_of(&e, &p, &t), 1u << 20);
+    t.length = 2u << 20; /* two slices already */
+    assert_int_equal(cre_tcp_slice_of(&e, &p, &t), 1u << 20);
+    t.length = (1u << 20) - 4096; /* below 1 MiB: one slice */
+    assert_int_equal(cre_tcp_slice_of(&e, &p, &t), 1u << 20);
+    t.length = 1u << 20;
+    t.alone = false; /* one of several tasks: the batch already spreads over the lanes */
+    assert_int_equal(cre_tcp_slice_of(&e, &p, &t), 1u << 20);
+    t.alone = true;
+    p.n_lanes = 1;
+    assert_int_equal(cre_tcp_slice_of(&e, &p, &t), 1u << 20);
+    p.n_lanes = 2;
+    e.slice_size = 1000000; /* not 4 KiB aligned: a rounded half would pass it */
+    t.length = 1999999;
+    assert_int_equal(cre_tcp_slice_of(&e, &p, &t), 1000000);
+    t.length = 1500000;
+    assert_int_equal(cre_tcp_slice_of(&e, &p, &t), 753664);
+}
+
 /* The synchronous tcp path's reply check (transports/tcp/sync.c): only the
  * exact answer to the request is accepted; anything else names the fault. */
 static void sync_reply_check_refuses_wrong_replies(void **state)
@@ -501,6 +534,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(descriptor_refresh, setup, teardown),
         cmocka_unit_test(busy_poll_is_validated_and_bounded),
         cmocka_unit_test(sync_reply_check_refuses_wrong_replies),
+        cmocka_unit_test(tcp_lone_megabyte_is_cut_in_halves),
         cmocka_unit_test(caller_reads_config_and_flag),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -3,7 +3,9 @@
  *
  * A peer has lanes_per_peer lanes; each lane is one persistent TCP
  * connection owned by one worker thread. Submitting threads cut a task into
- * slices of at most slice_size bytes and stripe them over the peer's lanes;
+ * slices of at most slice_size bytes and stripe them over the peer's lanes
+ * (a lone task of 1 MiB up to two slices is cut in halves, so that two lanes
+ * carry it: cre_tcp_slice_of);
  * once a cr_batch_submit has queued its whole run of tasks to the peer
  * (cre_tcp_submit_flush), per lane: if the lane is READY and its io_lock is
  * free, the submitting thread writes the slices itself (a small request
@@ -129,11 +131,24 @@ static void fail_list(tcp_lane *l, tcp_slice **head, tcp_slice **tail, int statu
     }
 }
 
-/* Bytes of slice i of t (every slice is slice_size but the last). */
-static uint64_t slice_length(const cr_engine *e, const cre_task *t, uint64_t i)
+/* A lone task is split in two from this size on: below it, the second lane's wake-ups cost
+ * more than the copy it takes over (measured: 256 and 512 KiB gets lost 10-35 %, 1 MiB gets
+ * gained 20-50 %; docs/PERFORMANCE.md, "A lone 1 MiB request over two lanes"). */
+#define TCP_SPLIT_MIN (1ull << 20)
+
+uint64_t cre_tcp_slice_of(const cr_engine *e, const tcp_peer *p, const cre_task *t)
 {
-    uint64_t off = i * e->slice_size;
-    return t->length - off < e->slice_size ? t->length - off : e->slice_size;
+    if (!t->alone || p->n_lanes < 2 || t->length < TCP_SPLIT_MIN || t->length >= 2 * e->slice_size)
+        return e->slice_size;
+    uint64_t half = (t->length / 2 + 4095) & ~4095ull; /* two slices, the second no longer */
+    return half <= e->slice_size ? half : e->slice_size;
+}
+
+/* Bytes of slice i of t (every slice is `slice` bytes but the last). */
+static uint64_t slice_length(uint64_t slice, const cre_task *t, uint64_t i)
+{
+    uint64_t off = i * slice;
+    return t->length - off < slice ? t->length - off : slice;
 }
 
 /* What a slice counts against its lane's fill budget. */
@@ -217,7 +232,8 @@ int cre_tcp_submit(cre_tp *tp, const cre_route *r, cre_task *t)
     uint64_t deadline = crb_now_ns() + (uint64_t)e->request_timeout_ms * 1000000ull;
     if (t->batch->caller_waits && cre_tcp_sync_run(tp, p, r, t, deadline))
         return 0; /* carried, and completed, by this thread (sync.c) */
-    uint64_t nslices = (t->length + e->slice_size - 1) / e->slice_size;
+    uint64_t slice = cre_tcp_slice_of(e, p, t);
+    uint64_t nslices = (t->length + slice - 1) / slice;
     tcp_slice **made = calloc(nslices, sizeof(*made));
     if (made == NULL)
         return crb_error(CR_ERR_NO_MEMORY, "slicing a %llu-byte request",
@@ -240,19 +256,19 @@ int cre_tcp_submit(cre_tp *tp, const cre_route *r, cre_task *t)
      * side instead of every lane's. */
     uint64_t charge = 0;
     for (uint64_t i = 0; i < nslices; i++)
-        charge += lane_charge(slice_length(e, t, i));
+        charge += lane_charge(slice_length(slice, t, i));
     uint64_t charged = atomic_fetch_add(&p->lane_bytes, charge);
     bool kick[64] = {false};
     bool host = cre_kind_is_host(t->local_buf->kind);
     pthread_mutex_lock(&p->queue_lock);
     for (uint64_t i = 0; i < nslices; i++) {
         tcp_slice *s = made[i];
-        uint64_t off = i * e->slice_size;
+        uint64_t off = i * slice;
         s->next = NULL;
         s->task = t;
         s->local = t->local + off;
         s->remote_addr = t->remote_addr + off;
-        s->length = slice_length(e, t, i);
+        s->length = slice_length(slice, t, i);
         s->deadline_ns = deadline;
         s->peer_instance = peer_instance;
         s->sent = 0;

@@ -118,6 +118,11 @@ typedef struct tcp_engine {
 
 /* lane.c */
 int cre_tcp_submit(cre_tp *tp, const cre_route *r, cre_task *t);
+/* The slice length t is cut into: the engine's slice_size, or half of t (rounded up to 4 KiB)
+ * for a task alone in its batch of at least 1 MiB and less than two slices, to a peer with two
+ * lanes or more, so that two lanes (two workers on each side) carry it at once. A task cut in
+ * two is never carried by a synchronous caller's own connection (sync.c). */
+uint64_t cre_tcp_slice_of(const cr_engine *e, const tcp_peer *p, const cre_task *t);
 /* After a run of submits to peer: send what they queued (or wake the worker). */
 void cre_tcp_submit_flush(cre_tp *tp, cre_peer *peer);
 void cre_tcp_lanes_tick(cre_tp *tp, cre_worker *w, uint64_t now_ns);
