@@ -223,7 +223,7 @@ static void pending_readable(crh_mhd_server *m, crh_pending *p, char *peek, uint
     }
 }
 
-static crh_pending *pending_slot(crh_mhd_server *m, uint64_t now)
+static crh_pending *pending_slot(crh_mhd_server *m, char *peek, uint64_t now)
 {
     crh_pending *oldest = NULL;
     for (unsigned i = 0; i < m->max_pending; i++) {
@@ -233,11 +233,17 @@ static crh_pending *pending_slot(crh_mhd_server *m, uint64_t now)
         if (oldest == NULL || p->since_ms < oldest->since_ms)
             oldest = p;
     }
-    /* Full: the one that has waited longest makes room (a client that sends
-     * its request at once is handed over long before it is the oldest). */
-    atomic_fetch_add(&m->dropped_pending, 1);
-    pending_close(m, oldest);
-    (void)now;
+    /* Full: the one that has waited longest makes room. A client that sends its
+     * request at once is handed over long before it is the oldest, unless a burst
+     * of connections is accepted before the gate has seen its bytes (one
+     * accept_all round takes 256): so look at it first, and a complete head goes
+     * to libmicrohttpd instead of being dropped. */
+    if (!oldest->complete)
+        pending_readable(m, oldest, peek, now); /* may hand it over, or close it */
+    if (oldest->fd >= 0) {
+        atomic_fetch_add(&m->dropped_pending, 1);
+        pending_close(m, oldest);
+    }
     return oldest;
 }
 
@@ -251,7 +257,7 @@ static void accept_all(crh_mhd_server *m, char *peek, uint64_t now)
         if (fd < 0)
             return; /* EAGAIN, or out of fds: the next round retries */
         atomic_fetch_add(&m->accepted, 1);
-        crh_pending *p = pending_slot(m, now);
+        crh_pending *p = pending_slot(m, peek, now);
         *p = (crh_pending){.fd = fd, .since_ms = now, .addr = addr, .addr_len = len};
         struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = p};
         if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &e) != 0) {

@@ -7,7 +7,8 @@
  * with slow clients connected, and gives up after CRH_MHD_STOP_MS when a
  * worker cannot end (stop_is_bounded); a burst of requests never takes
  * more than the slots, and leaves no libmicrohttpd worker stuck
- * (burst_within_slots).
+ * (burst_within_slots); a flood of silent connections does not push out a
+ * request that has arrived (flood_keeps_complete_requests).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -149,6 +150,53 @@ static void gate(void **state)
     assert_true(crb_now_ms() - t0 < 1000);
     for (int i = 0; i < 12; i++)
         close(silent[i]);
+}
+
+/*
+ * A flood of silent connections pushes the oldest waiting ones out, but not a
+ * client whose request has arrived: when the burst of accepts runs ahead of
+ * the gate's readable events, the connection about to be pushed out is looked
+ * at first, and its complete head goes to libmicrohttpd. Rounds of: 8 silent
+ * connections fill the gate, then a client sends a whole request right after
+ * connecting and 64 more silent ones follow at once; the client is answered
+ * in every round (100).
+ */
+static void flood_keeps_complete_requests(void **state)
+{
+    (void)state;
+    crh_mhd_server m;
+    crh_mhd_config cfg = {.threads = 1,
+                          .connection_limit = 4,
+                          .idle_timeout_s = 5,
+                          .request_timeout_ms = 5000,
+                          .header_timeout_ms = 5000,
+                          .max_pending = 8,
+                          .on_request = hello};
+    assert_int_equal(crh_mhd_start(&m, "test http", "127.0.0.1", 0, &cfg), 0);
+    const char *get = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    char buf[1024];
+    for (int round = 0; round < 100; round++) {
+        int silent[72];
+        for (int i = 0; i < 8; i++)
+            silent[i] = conn_to(m.port);
+        int fd = conn_to(m.port);
+        assert_int_equal(send(fd, get, strlen(get), 0), (ssize_t)strlen(get));
+        for (int i = 8; i < 72; i++)
+            silent[i] = conn_to(m.port);
+        ssize_t n = wait_read(fd, buf, sizeof(buf) - 1, 3000);
+        if (n <= 0)
+            fail_msg("round %d: the request in the flood was %s", round,
+                     n == 0 ? "dropped" : "not answered in 3 s");
+        buf[n] = '\0';
+        assert_non_null(strstr(buf, "200"));
+        close(fd);
+        for (int i = 0; i < 72; i++)
+            close(silent[i]);
+    }
+    crh_mhd_stats st;
+    crh_mhd_stats_get(&m, &st);
+    assert_true(st.dropped_pending >= 100 * 60); /* the flood was pushed out */
+    assert_true(crh_mhd_stop(&m));
 }
 
 /* A handler that blocks until released: its worker cannot stop meanwhile. */
@@ -301,6 +349,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gate),
+        cmocka_unit_test(flood_keeps_complete_requests),
         cmocka_unit_test(burst_within_slots),
         cmocka_unit_test(stop_is_bounded),
     };
