@@ -80,7 +80,8 @@ typedef struct cr_engine_config {
     uint32_t worker_threads;
     /** TCP connections per peer; 0 = default (4). */
     uint32_t lanes_per_peer;
-    /** Largest unit one request is cut into on the wire; 0 = default 1 MiB. */
+    /** Largest unit one request is cut into on the wire; 0 = default 1 MiB. Over tcp a
+     *  request alone in its batch of 1 MiB up to two slices goes in two halves. */
     uint64_t slice_size;
     /** Connecting to a peer, incl. handshake; 0 = default 3000 ms. */
     uint32_t connect_timeout_ms;
@@ -393,13 +394,13 @@ CR_API int cr_batch_free(cr_engine *engine, cr_batch_id batch);
  * Synchronous single transfer: submit, wait (timeout_ms <= 0: the engine's
  * request timeout), return 0 or the task's error.
  *
- * Over tcp a request of host memory that fits one slice is carried by the
- * calling thread: it writes the request on a connection it holds for the
- * call (each peer keeps up to 16 such connections, opened on first use) and
- * reads the reply itself, so no engine worker is woken on this side. With
- * every such connection busy, or CRESCENT_TCP_CALLER_READS=0, it goes
- * through the engine's workers like any batch. Either way the result, the
- * errors and the counters are the same; the tcp counters sync_transfers and
+ * Over tcp a request of host memory that fits one slice and is under 1 MiB
+ * is carried by the calling thread (from 1 MiB on it goes in two halves over
+ * two of the engine's connections at once, which is faster): it writes the request on a connection
+ * it holds for the call (each peer keeps up to 16 such connections, opened on first use) and reads
+ * the reply itself, so no engine worker is woken on this side. With every such connection busy, or
+ * CRESCENT_TCP_CALLER_READS=0, it goes through the engine's workers like any batch. Either way the
+ * result, the errors and the counters are the same; the tcp counters sync_transfers and
  * sync_connects count this path.
  *
  * A transfer that a same-host path refused with CR_ERR_ADDRESS_NOT_REGISTERED
